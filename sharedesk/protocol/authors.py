@@ -1,0 +1,75 @@
+"""Authors: who wrote a row. Attribution is kept; roles are derived per viewer at the edge."""
+
+from __future__ import annotations
+
+import msgspec
+
+
+class _Author(msgspec.Struct, frozen=True, tag_field="type"):
+    """Tagged base of the author kinds (tag field ``"type"``)."""
+
+
+class Operator(_Author, frozen=True, tag="operator"):
+    """The desk's operator: the host program or the person who runs it."""
+
+
+class Person(_Author, frozen=True, tag="person"):
+    """A human participant.
+
+    Attributes:
+        id: Stable identifier of the person.
+        label: Display name captured with the row (never looked up later).
+    """
+
+    id: str
+    label: str
+
+
+class Agent(_Author, frozen=True, tag="agent"):
+    """An AI agent participant.
+
+    Attributes:
+        id: Stable identifier of the agent.
+        label: Display name captured with the row (never looked up later).
+    """
+
+    id: str
+    label: str
+
+
+class System(_Author, frozen=True, tag="system"):
+    """A system source: a notice, a workflow report, a system prompt.
+
+    Attributes:
+        kind: What kind of system source (e.g. ``"prompt"``, ``"workflow"``).
+        label: Display name captured with the row.
+    """
+
+    kind: str
+    label: str
+
+
+#: Any author of a row, tagged on ``"type"``.
+SessionAuthor = Operator | Person | Agent | System
+
+
+def author_key(author: SessionAuthor) -> str:
+    """Return a stable string naming ``author``: ``"operator"``, ``"person:ID"``, ...
+
+    The key identifies a participant regardless of its label. Cost: O(1).
+    """
+    match author:
+        case Operator():
+            return "operator"
+        case Person(id=ident):
+            return f"person:{ident}"
+        case Agent(id=ident):
+            return f"agent:{ident}"
+        case System(kind=kind):
+            return f"system:{kind}"
+    raise AssertionError(author)  # pragma: no cover - exhaustive
+
+
+def same_participant(a: SessionAuthor, b: SessionAuthor) -> bool:
+    """Return whether ``a`` and ``b`` name the same participant (labels are ignored)."""
+    return author_key(a) == author_key(b)

@@ -1,0 +1,315 @@
+"""The sharedesk error tree.
+
+Every error sharedesk raises derives from :class:`SharedeskError`. Each error takes the
+figures that describe the failure as arguments, keeps them as attributes of the same
+name, and builds its message from them (what was expected, what was found, where).
+
+``SharedeskError`` derives from :class:`Exception`, not :class:`ValueError`: msgspec
+rewraps ``ValueError``/``TypeError`` raised in ``__post_init__`` while decoding, and our
+invariants (``PresentSetTooLarge``) must reach the caller unchanged. Note that
+:class:`ValidationError` shares its name with ``msgspec.ValidationError``; inside the
+package always write msgspec's in full.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class SharedeskError(Exception):
+    """Base class of every error raised by sharedesk."""
+
+    #: Names of the constructor arguments kept as attributes (used to pickle the error).
+    _figures: tuple[str, ...] = ()
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), tuple(getattr(self, name) for name in self._figures))
+
+
+class ValidationError(SharedeskError):
+    """Raised when input is malformed; nothing was written.
+
+    Attributes:
+        message: What is wrong, naming the offending field or value.
+    """
+
+    _figures = ("message",)
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class ConcurrencyError(SharedeskError):
+    """Raised when an append's ``expected_version`` is not the session's last sequence.
+
+    Nothing was written.
+
+    Attributes:
+        expected: The version the caller expected.
+        actual: The session's last sequence at the time of the append.
+    """
+
+    _figures = ("expected", "actual")
+
+    def __init__(self, expected: int, actual: int) -> None:
+        super().__init__(f"expected version {expected}, but the session is at {actual}")
+        self.expected = expected
+        self.actual = actual
+
+
+class LogReadError(SharedeskError):
+    """Raised when a host :class:`~sharedesk.SessionLog` raised while being read.
+
+    The original exception is the ``__cause__``.
+
+    Attributes:
+        before: The exclusive cursor that was asked for.
+        limit: The number of rows that was asked for.
+    """
+
+    _figures = ("before", "limit")
+
+    def __init__(self, before: int | None, limit: int) -> None:
+        super().__init__(f"session log failed to read {limit} rows before {before}")
+        self.before = before
+        self.limit = limit
+
+
+class PageError(SharedeskError):
+    """Base of the errors raised when a host log returns a page that breaks its contract."""
+
+
+class PageTooLarge(PageError):
+    """Raised when a page holds more rows than the limit asked for.
+
+    Attributes:
+        requested: The limit asked for.
+        actual: The number of rows the page held.
+    """
+
+    _figures = ("requested", "actual")
+
+    def __init__(self, requested: int, actual: int) -> None:
+        super().__init__(f"page holds {actual} rows, but at most {requested} were requested")
+        self.requested = requested
+        self.actual = actual
+
+
+class EmptyPageCursor(PageError):
+    """Raised when a page holds no rows but still gives a ``next_before`` cursor.
+
+    Attributes:
+        next_before: The cursor the empty page gave.
+    """
+
+    _figures = ("next_before",)
+
+    def __init__(self, next_before: int) -> None:
+        super().__init__(f"empty page gives cursor next_before={next_before}; expected None")
+        self.next_before = next_before
+
+
+class DuplicateSequence(PageError):
+    """Raised when a row's sequence was already seen in the same walk.
+
+    Attributes:
+        sequence: The repeated sequence.
+    """
+
+    _figures = ("sequence",)
+
+    def __init__(self, sequence: int) -> None:
+        super().__init__(f"sequence {sequence} was already returned in this walk")
+        self.sequence = sequence
+
+
+class PageOutOfRange(PageError):
+    """Raised when a row lies at or above the exclusive cursor that was asked for.
+
+    Attributes:
+        sequence: The row's sequence.
+        before: The exclusive cursor asked for.
+    """
+
+    _figures = ("sequence", "before")
+
+    def __init__(self, sequence: int, before: int) -> None:
+        super().__init__(f"row {sequence} is not below the exclusive cursor {before}")
+        self.sequence = sequence
+        self.before = before
+
+
+class PageNotDescending(PageError):
+    """Raised when a row's sequence is not strictly below the previous row's.
+
+    Attributes:
+        previous: The previous row's sequence.
+        next: The offending row's sequence.
+    """
+
+    _figures = ("previous", "next")
+
+    def __init__(self, previous: int, next: int) -> None:
+        super().__init__(f"row {next} follows row {previous}; rows must be newest first")
+        self.previous = previous
+        self.next = next
+
+
+class CursorDidNotAdvance(PageError):
+    """Raised when ``next_before`` is at or above the cursor that was asked for.
+
+    Attributes:
+        before: The cursor asked for.
+        next_before: The cursor the page gave.
+    """
+
+    _figures = ("before", "next_before")
+
+    def __init__(self, before: int, next_before: int) -> None:
+        super().__init__(f"next_before={next_before} does not advance past before={before}")
+        self.before = before
+        self.next_before = next_before
+
+
+class CursorAfterOldest(PageError):
+    """Raised when ``next_before`` lies above the oldest row of its page.
+
+    Attributes:
+        next_before: The cursor the page gave.
+        oldest: The sequence of the page's oldest row.
+    """
+
+    _figures = ("next_before", "oldest")
+
+    def __init__(self, next_before: int, oldest: int) -> None:
+        super().__init__(
+            f"next_before={next_before} lies above the page's oldest row {oldest}; "
+            "rows would be skipped"
+        )
+        self.next_before = next_before
+        self.oldest = oldest
+
+
+class WatermarkRegression(SharedeskError):
+    """Raised when a delta is asked for below the sharing state's watermark.
+
+    Attributes:
+        before: The exclusive cursor asked for.
+        watermark: The state's watermark.
+    """
+
+    _figures = ("before", "watermark")
+
+    def __init__(self, before: int, watermark: int) -> None:
+        super().__init__(f"before={before} lies below the watermark {watermark}")
+        self.before = before
+        self.watermark = watermark
+
+
+class PresentSetOverflow(SharedeskError):
+    """Raised when noting one more present sequence would exceed the present-set limit.
+
+    Attributes:
+        limit: The most sequences a state may hold above its watermark.
+        sequence: The sequence that did not fit.
+    """
+
+    _figures = ("limit", "sequence")
+
+    def __init__(self, limit: int, sequence: int) -> None:
+        super().__init__(f"present set is full ({limit} sequences); cannot add {sequence}")
+        self.limit = limit
+        self.sequence = sequence
+
+
+class PresentSetTooLarge(SharedeskError):
+    """Raised when a sharing state is built or decoded with too many present sequences.
+
+    Attributes:
+        limit: The most sequences a state may hold above its watermark.
+        actual: The number of sequences the state holds.
+    """
+
+    _figures = ("limit", "actual")
+
+    def __init__(self, limit: int, actual: int) -> None:
+        super().__init__(f"present set holds {actual} sequences; at most {limit} are allowed")
+        self.limit = limit
+        self.actual = actual
+
+
+class StoreError(SharedeskError):
+    """Base of the errors a store backend raises in place of its driver's errors."""
+
+
+class StoreClosedError(StoreError):
+    """Raised when a store (or a Hub) is used after ``close()``.
+
+    Attributes:
+        path: Where the store lives, or ``None`` for an in-memory store.
+    """
+
+    _figures = ("path",)
+
+    def __init__(self, path: str | None) -> None:
+        where = "in-memory store" if path is None else f"store at {path}"
+        super().__init__(f"the {where} is closed")
+        self.path = path
+
+
+class StoreFullError(StoreError):
+    """Raised when an append would grow the store past its ``max_map_size``.
+
+    Nothing from the failing append was written.
+
+    Attributes:
+        path: Where the store lives.
+        map_size: The store's current map size in bytes.
+        max_map_size: The configured ceiling in bytes.
+    """
+
+    _figures = ("path", "map_size", "max_map_size")
+
+    def __init__(self, path: str, map_size: int, max_map_size: int) -> None:
+        super().__init__(
+            f"store at {path} is full: map size {map_size} bytes may not grow past "
+            f"max_map_size={max_map_size}"
+        )
+        self.path = path
+        self.map_size = map_size
+        self.max_map_size = max_map_size
+
+
+class CorruptRecordError(StoreError):
+    """Raised when a stored record cannot be decoded; other records stay readable.
+
+    Attributes:
+        session_id: The session the record belongs to.
+        sequence: The record's sequence.
+        detail: What the decoder reported.
+    """
+
+    _figures = ("session_id", "sequence", "detail")
+
+    def __init__(self, session_id: str, sequence: int, detail: str) -> None:
+        super().__init__(f"record {sequence} of session {session_id!r} cannot be decoded: {detail}")
+        self.session_id = session_id
+        self.sequence = sequence
+        self.detail = detail
+
+
+class StoreIOError(StoreError):
+    """Raised when the storage engine fails (disk, permissions, lock); the cause is chained.
+
+    Attributes:
+        path: Where the store lives.
+        operation: What was being done (``"open"``, ``"append"``, ``"read"``, ...).
+    """
+
+    _figures = ("path", "operation")
+
+    def __init__(self, path: str, operation: str) -> None:
+        super().__init__(f"store at {path} failed during {operation}")
+        self.path = path
+        self.operation = operation

@@ -1,0 +1,132 @@
+"""Events: the stored stream of a session, and their bodies."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Any
+
+import msgspec
+
+from sharedesk.protocol.authors import SessionAuthor
+
+#: The statuses a run can finish with.
+RUN_STATUSES: frozenset[str] = frozenset({"completed", "failed", "cancelled", "timeout"})
+
+
+class _Body(msgspec.Struct, frozen=True, tag_field="type"):
+    """Tagged base of the event body kinds (tag field ``"type"``)."""
+
+
+class Text(_Body, frozen=True, tag="text"):
+    """A posted message.
+
+    Attributes:
+        content: The message text, stored exactly as given.
+    """
+
+    content: str
+
+
+class TextDelta(_Body, frozen=True, tag="text_delta"):
+    """One streamed chunk of a message still being written.
+
+    Attributes:
+        delta: The chunk's text.
+    """
+
+    delta: str
+
+
+class ToolCall(_Body, frozen=True, tag="tool_call"):
+    """A tool invocation requested by an agent.
+
+    Attributes:
+        tool_call_id: Identifier pairing the call with its result.
+        tool_name: Name of the tool.
+        tool_input: The arguments, as a JSON-like mapping.
+    """
+
+    tool_call_id: str
+    tool_name: str
+    tool_input: dict[str, Any]
+
+
+class ToolResult(_Body, frozen=True, tag="tool_result"):
+    """The result of a tool call.
+
+    Attributes:
+        tool_call_id: The call this result answers.
+        output: The tool's output (any JSON-like value).
+        is_error: Whether the tool failed.
+    """
+
+    tool_call_id: str
+    output: Any
+    is_error: bool = False
+
+
+class RunStarted(_Body, frozen=True, tag="run_started"):
+    """A run began on a provider.
+
+    Attributes:
+        provider: The adapter's name.
+        model: The model used, when known.
+        provider_session_id: The provider's own session id, when it has one.
+    """
+
+    provider: str
+    model: str | None = None
+    provider_session_id: str | None = None
+
+
+class RunFinished(_Body, frozen=True, tag="run_finished"):
+    """A run ended.
+
+    Attributes:
+        status: ``"completed"``, ``"failed"``, ``"cancelled"`` or ``"timeout"``.
+        error_code: A short machine-readable code when the run did not complete.
+        error_message: A human-readable description of the failure.
+        token_usage: Token counts reported by the provider.
+    """
+
+    status: str
+    error_code: str | None = None
+    error_message: str | None = None
+    token_usage: dict[str, Any] = {}
+
+
+#: Any event body, tagged on ``"type"``.
+EventBody = Text | TextDelta | ToolCall | ToolResult | RunStarted | RunFinished
+
+
+def new_event_id() -> str:
+    """Return a fresh event id (a uuid4 in hex)."""
+    return uuid.uuid4().hex
+
+
+class _EventHead(msgspec.Struct, frozen=True):
+    author: SessionAuthor
+    body: EventBody
+
+
+class Event(_EventHead, frozen=True, kw_only=True):
+    """One event of a session's stream.
+
+    Attributes:
+        author: Who wrote it.
+        body: What it is (a :data:`EventBody`).
+        id: Idempotency key within the session; a fresh uuid4 hex by default.
+        parent: Sequence of the thread root this row replies to, or ``None``.
+        run_id: The run that produced it, if any.
+        sequence: Stamped by the store on append (per session, from 1, no gaps).
+        timestamp: Stamped by the store on append (UTC).
+        metadata: Free-form JSON-like data kept with the event.
+    """
+
+    id: str = msgspec.field(default_factory=new_event_id)
+    parent: int | None = None
+    run_id: str | None = None
+    sequence: int | None = None
+    timestamp: datetime | None = None
+    metadata: dict[str, Any] = {}

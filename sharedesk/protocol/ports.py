@@ -1,0 +1,75 @@
+"""Ports: the interfaces the folds, runs and actors reach the outside world through."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from types import TracebackType
+from typing import Protocol, Self, runtime_checkable
+
+from sharedesk.protocol.events import Event
+from sharedesk.protocol.views import SessionPage
+
+
+@runtime_checkable
+class SessionLog(Protocol):
+    """A host log lent to the folds: rows newest first, ``before`` exclusive."""
+
+    def read_before(self, before: int | None, limit: int) -> SessionPage:
+        """Return at most ``limit`` rows below ``before`` (``None``: from the newest row)."""
+        ...
+
+
+@runtime_checkable
+class EventStore(Protocol):
+    """The store interface shared by every backend (``MemoryStore``, ``LmdbStore``)."""
+
+    def append(
+        self,
+        session_id: str,
+        events: Sequence[Event],
+        *,
+        expected_version: int | None = None,
+    ) -> list[Event]:
+        """Append ``events`` and return them as stored (sequence and timestamp set).
+
+        Events whose ``id`` the session already holds are returned as stored, not
+        stored again.
+
+        Raises:
+            ValidationError: Malformed input; nothing was written.
+            ConcurrencyError: ``expected_version`` is not the last sequence.
+        """
+        ...
+
+    def read(
+        self,
+        session_id: str,
+        *,
+        after: int | None = None,
+        before: int | None = None,
+        limit: int | None = None,
+        newest_first: bool = False,
+    ) -> list[Event]:
+        """Return stored events with ``after < sequence < before``, in the chosen order."""
+        ...
+
+    def last_sequence(self, session_id: str) -> int:
+        """Return the session's last sequence (0 when it has no events)."""
+        ...
+
+    def log(self, session_id: str) -> SessionLog:
+        """Return the session's ``Text`` rows as a :class:`SessionLog`, read from the tail."""
+        ...
+
+    def close(self) -> None:
+        """Release the store's resources; later calls raise ``StoreClosedError``."""
+        ...
+
+    def __enter__(self) -> Self: ...
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None: ...

@@ -1,0 +1,115 @@
+"""Input checks shared by every store backend, so bad input fails the same way everywhere."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Final
+
+import msgspec
+
+from sharedesk.protocol.errors import ValidationError
+from sharedesk.protocol.events import RUN_STATUSES, Event, RunFinished
+
+_EVENT_DECODER: Final = msgspec.msgpack.Decoder(Event)
+_ENCODER: Final = msgspec.msgpack.Encoder()
+
+#: Longest session id accepted, in UTF-8 bytes (keeps store keys bounded).
+MAX_SESSION_ID_BYTES: Final = 400
+
+
+def check_session_id(session_id: Any) -> str:
+    """Return ``session_id`` if it is a usable session id.
+
+    Raises:
+        ValidationError: Not a non-empty ``str`` of at most ``MAX_SESSION_ID_BYTES``
+            UTF-8 bytes (lone surrogates are refused).
+    """
+    if not isinstance(session_id, str):
+        raise ValidationError(f"session_id must be a str, got {type(session_id).__name__}")
+    if not session_id:
+        raise ValidationError("session_id must not be empty")
+    try:
+        size = len(session_id.encode("utf-8"))
+    except UnicodeEncodeError as exc:
+        raise ValidationError(f"session_id is not valid Unicode text: {exc}") from exc
+    if size > MAX_SESSION_ID_BYTES:
+        raise ValidationError(
+            f"session_id is {size} UTF-8 bytes; at most {MAX_SESSION_ID_BYTES} are allowed"
+        )
+    return session_id
+
+
+def check_optional_int(name: str, value: Any, *, minimum: int = 0) -> int | None:
+    """Return ``value`` if it is ``None`` or an ``int`` (not a bool) of at least ``minimum``.
+
+    Raises:
+        ValidationError: Otherwise.
+    """
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValidationError(f"{name} must be an int or None, got {type(value).__name__}")
+    if value < minimum:
+        raise ValidationError(f"{name} must be at least {minimum}, got {value}")
+    return value
+
+
+def check_events(events: Any) -> list[Event]:
+    """Check a batch given to ``append`` and return it as a list.
+
+    Every element must be an :class:`Event` whose fields have their declared types, with
+    ``sequence`` and ``timestamp`` left ``None``, a non-empty ``id``, a positive
+    ``parent`` when set, and a known ``RunFinished.status``.
+
+    Raises:
+        ValidationError: The first problem found, naming the event's index.
+
+    Cost: one msgpack round trip per event; no I/O.
+    """
+    if (
+        isinstance(events, Event)
+        or not isinstance(events, Sequence)
+        or isinstance(events, str | bytes)
+    ):
+        raise ValidationError(f"events must be a sequence of Event, got {type(events).__name__}")
+    checked: list[Event] = []
+    for index, event in enumerate(events):
+        where = f"events[{index}]"
+        if not isinstance(event, Event):
+            raise ValidationError(f"{where} must be an Event, got {type(event).__name__}")
+        try:
+            _EVENT_DECODER.decode(_ENCODER.encode(event))
+        except (msgspec.ValidationError, msgspec.EncodeError, TypeError) as exc:
+            raise ValidationError(f"{where} is malformed: {exc}") from exc
+        if event.sequence is not None or event.timestamp is not None:
+            raise ValidationError(
+                f"{where} has sequence/timestamp set; the store stamps them on append"
+            )
+        if not event.id:
+            raise ValidationError(f"{where}.id must not be empty")
+        if event.parent is not None and event.parent < 1:
+            raise ValidationError(f"{where}.parent must be a sequence >= 1, got {event.parent}")
+        if isinstance(event.body, RunFinished) and event.body.status not in RUN_STATUSES:
+            raise ValidationError(
+                f"{where}.body.status must be one of {sorted(RUN_STATUSES)}, "
+                f"got {event.body.status!r}"
+            )
+        checked.append(event)
+    return checked
+
+
+def check_parents(events: Sequence[Event], first_sequence: int, where: str = "events") -> None:
+    """Check that each event's ``parent`` names an earlier row of the session.
+
+    ``first_sequence`` is the sequence the first new event will get.
+
+    Raises:
+        ValidationError: A parent at or above the event's own sequence.
+    """
+    for index, event in enumerate(events):
+        own = first_sequence + index
+        if event.parent is not None and event.parent >= own:
+            raise ValidationError(
+                f"{where}[{index}].parent={event.parent} must name an earlier row "
+                f"(this event gets sequence {own})"
+            )

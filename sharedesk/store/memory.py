@@ -1,0 +1,235 @@
+"""MemoryStore: the in-process store backend (a real implementation, not a mock)."""
+
+from __future__ import annotations
+
+import bisect
+import threading
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from types import TracebackType
+from typing import Self
+
+import msgspec
+
+from sharedesk.protocol.errors import ConcurrencyError, StoreClosedError
+from sharedesk.protocol.events import Event, Text
+from sharedesk.protocol.validation import (
+    check_events,
+    check_optional_int,
+    check_parents,
+    check_session_id,
+)
+from sharedesk.protocol.views import SessionPage
+from sharedesk.store._common import check_log_args, check_read_args, to_log_message
+
+
+class _Stream:
+    """One session's events, its idempotency index, and the sequences of its Text rows."""
+
+    __slots__ = ("by_id", "events", "text_sequences")
+
+    def __init__(self) -> None:
+        self.events: list[Event] = []
+        self.by_id: dict[str, Event] = {}
+        self.text_sequences: list[int] = []
+
+
+class MemoryStore:
+    """An in-memory event store; thread-safe, with the full store interface.
+
+    Everything is lost when the process ends. Appends are serialised by one lock; reads
+    take the same lock briefly and return copies of the stored (immutable) events.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._streams: dict[str, _Stream] = {}
+        self._closed = False
+
+    def _live(self) -> None:
+        if self._closed:
+            raise StoreClosedError(None)
+
+    def append(
+        self,
+        session_id: str,
+        events: Sequence[Event],
+        *,
+        expected_version: int | None = None,
+    ) -> list[Event]:
+        """Append ``events`` to ``session_id`` and return them as stored.
+
+        Args:
+            session_id: The session.
+            events: Events with ``sequence`` and ``timestamp`` left ``None``.
+            expected_version: When set, append only if the session's last sequence
+                equals it.
+
+        Returns:
+            One stored event per input, in input order; an event whose ``id`` the
+            session already holds (or that repeats an earlier id of the same batch) is
+            returned as stored, not stored again.
+
+        Raises:
+            ValidationError: Malformed input; nothing was written.
+            ConcurrencyError: ``expected_version`` differs from the last sequence.
+            StoreClosedError: The store is closed.
+
+        Cost: O(len(events)) under the store lock; no I/O.
+        """
+        check_session_id(session_id)
+        batch = check_events(events)
+        check_optional_int("expected_version", expected_version)
+        now = datetime.now(UTC)
+        with self._lock:
+            self._live()
+            stream = self._streams.get(session_id)
+            last = len(stream.events) if stream is not None else 0
+            if expected_version is not None and expected_version != last:
+                raise ConcurrencyError(expected_version, last)
+            known = stream.by_id if stream is not None else {}
+            fresh: dict[str, Event] = {}
+            result: list[Event] = []
+            next_sequence = last + 1
+            for event in batch:
+                stored = known.get(event.id) or fresh.get(event.id)
+                if stored is None:
+                    stored = msgspec.structs.replace(event, sequence=next_sequence, timestamp=now)
+                    fresh[event.id] = stored
+                    next_sequence += 1
+                result.append(stored)
+            new = list(fresh.values())
+            check_parents(new, last + 1)
+            if new:
+                if stream is None:
+                    stream = self._streams[session_id] = _Stream()
+                for stored in new:
+                    stream.events.append(stored)
+                    stream.by_id[stored.id] = stored
+                    if isinstance(stored.body, Text):
+                        assert stored.sequence is not None
+                        stream.text_sequences.append(stored.sequence)
+            return result
+
+    def read(
+        self,
+        session_id: str,
+        *,
+        after: int | None = None,
+        before: int | None = None,
+        limit: int | None = None,
+        newest_first: bool = False,
+    ) -> list[Event]:
+        """Return stored events with ``after < sequence < before``.
+
+        Args:
+            session_id: The session.
+            after: Exclusive lower bound, or ``None``.
+            before: Exclusive upper bound, or ``None``.
+            limit: The first ``limit`` events in the chosen order, or all.
+            newest_first: Order newest first instead of oldest first.
+
+        Raises:
+            ValidationError: A bound that is not a non-negative int.
+            StoreClosedError: The store is closed.
+
+        Cost: O(result) under the store lock.
+        """
+        check_session_id(session_id)
+        after, before, limit = check_read_args(after, before, limit)
+        with self._lock:
+            self._live()
+            stream = self._streams.get(session_id)
+            if stream is None:
+                return []
+            events = stream.events
+            low = 0 if after is None else min(after, len(events))
+            high = len(events) if before is None else max(min(before - 1, len(events)), 0)
+            if high <= low or limit == 0:
+                return []
+            if newest_first:
+                start = low if limit is None else max(low, high - limit)
+                return events[start:high][::-1]
+            stop = high if limit is None else min(high, low + limit)
+            return events[low:stop]
+
+    def last_sequence(self, session_id: str) -> int:
+        """Return the session's last sequence (0 for a session with no events).
+
+        Cost: O(1).
+        """
+        check_session_id(session_id)
+        with self._lock:
+            self._live()
+            stream = self._streams.get(session_id)
+            return 0 if stream is None else len(stream.events)
+
+    def sessions(self) -> list[str]:
+        """Return the ids of the sessions holding at least one event, sorted.
+
+        Cost: O(sessions).
+        """
+        with self._lock:
+            self._live()
+            return sorted(self._streams)
+
+    def log(self, session_id: str) -> _MemoryLog:
+        """Return the session's ``Text`` rows as a :class:`~sharedesk.SessionLog`.
+
+        Rows carry ``desk == session_id``. Cost per ``read_before``: O(log n + page).
+        """
+        check_session_id(session_id)
+        return _MemoryLog(self, session_id)
+
+    def _read_text_before(self, session_id: str, before: int | None, limit: int) -> SessionPage:
+        before, limit = check_log_args(before, limit)
+        with self._lock:
+            self._live()
+            stream = self._streams.get(session_id)
+            if stream is None or limit == 0:
+                return SessionPage(messages=[], next_before=None)
+            seqs = stream.text_sequences
+            end = len(seqs) if before is None else bisect.bisect_left(seqs, before)
+            start = max(0, end - limit)
+            rows = [
+                to_log_message(session_id, stream.events[seq - 1])
+                for seq in reversed(seqs[start:end])
+            ]
+        next_before = rows[-1].sequence if rows and start > 0 else None
+        return SessionPage(messages=rows, next_before=next_before)
+
+    def close(self) -> None:
+        """Close the store; later calls raise ``StoreClosedError``. Idempotent."""
+        with self._lock:
+            self._closed = True
+            self._streams = {}
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+class _MemoryLog:
+    """A :class:`~sharedesk.SessionLog` over one session of a :class:`MemoryStore`."""
+
+    __slots__ = ("_session_id", "_store")
+
+    def __init__(self, store: MemoryStore, session_id: str) -> None:
+        self._store = store
+        self._session_id = session_id
+
+    def read_before(self, before: int | None, limit: int) -> SessionPage:
+        """Return at most ``limit`` ``Text`` rows below ``before``, newest first.
+
+        Raises:
+            ValidationError: Bad arguments.
+            StoreClosedError: The store is closed.
+        """
+        return self._store._read_text_before(self._session_id, before, limit)
