@@ -31,6 +31,7 @@ from sharedesk.protocol.errors import (
     PresentSetOverflow,
     PresentSetTooLarge,
     SharedeskError,
+    SharingStateConflict,
     StoreClosedError,
     StoreError,
     StoreFullError,
@@ -48,7 +49,7 @@ from sharedesk.protocol.events import (
     ToolCall,
     ToolResult,
 )
-from sharedesk.protocol.ports import EventStore, SessionLog
+from sharedesk.protocol.ports import EventStore, SessionLog, SharingStateStore
 from sharedesk.protocol.transcripts import Transcript, TranscriptMessage
 from sharedesk.protocol.views import (
     Conversation,
@@ -103,8 +104,10 @@ __all__ = [
     "SessionPage",
     "SessionQuery",
     "SharedeskError",
+    "SharingStateConflict",
     "SharingQuery",
     "SharingState",
+    "SharingStateStore",
     "StoreClosedError",
     "StoreError",
     "StoreFullError",

@@ -58,6 +58,27 @@ class ConcurrencyError(SharedeskError):
         self.actual = actual
 
 
+class SharingStateConflict(ConcurrencyError):
+    """Raised when a turn commits against a sharing state that moved since it was read.
+
+    Another turn of the same viewer and conversation committed first; nothing was
+    written (compare-and-swap on the stored state).
+
+    Attributes:
+        expected: The watermark the committing turn planned from (-1 for no state).
+        actual: The stored watermark (-1 for no state).
+    """
+
+    def __init__(self, expected: int, actual: int) -> None:
+        SharedeskError.__init__(
+            self,
+            f"sharing state moved: the turn planned from watermark {expected}, "
+            f"but the stored watermark is {actual}",
+        )
+        self.expected = expected
+        self.actual = actual
+
+
 class LogReadError(SharedeskError):
     """Raised when a host :class:`~sharedesk.SessionLog` raised while being read.
 

@@ -7,7 +7,7 @@ from types import TracebackType
 from typing import Protocol, Self, runtime_checkable
 
 from sharedesk.protocol.events import Event
-from sharedesk.protocol.views import SessionPage
+from sharedesk.protocol.views import Conversation, SessionPage, SharingState
 
 
 @runtime_checkable
@@ -73,3 +73,42 @@ class EventStore(Protocol):
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None: ...
+
+
+@runtime_checkable
+class SharingStateStore(Protocol):
+    """A store that also keeps sharing states, written atomically with a turn's reply.
+
+    Both ``MemoryStore`` and ``LmdbStore`` implement it. ``viewer`` is the participant's
+    :func:`~sharedesk.protocol.author_key`; states are keyed by
+    (session, viewer, conversation).
+    """
+
+    def get_sharing_state(
+        self, session_id: str, viewer: str, conversation: Conversation
+    ) -> SharingState | None:
+        """Return the stored state of (session, viewer, conversation), or ``None``."""
+        ...
+
+    def append_and_share(
+        self,
+        session_id: str,
+        events: Sequence[Event],
+        *,
+        viewer: str,
+        state: SharingState,
+        expected_state: SharingState | None,
+        expected_version: int | None = None,
+    ) -> list[Event]:
+        """Append ``events`` and store ``state`` in one atomic, durable step.
+
+        The state is keyed by (session, viewer, ``state.conversation``). ``events`` may
+        be empty (a turn committed without a reply).
+
+        Raises:
+            ValidationError: Malformed input; nothing was written.
+            ConcurrencyError: ``expected_version`` is not the last sequence.
+            SharingStateConflict: The stored state is not ``expected_state``
+                (``None``: no state stored); nothing was written.
+        """
+        ...
