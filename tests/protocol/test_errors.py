@@ -1,0 +1,97 @@
+import pickle
+
+import msgspec
+import pytest
+
+from sharedesk.protocol import errors
+from sharedesk.protocol.codec import decode_sharing_state, encode_msgpack
+
+FIGURED = [
+    (errors.ConcurrencyError, {"expected": 3, "actual": 5}),
+    (errors.SharingStateConflict, {"expected": 3, "actual": 5}),
+    (errors.LogReadError, {"before": 10, "limit": 64}),
+    (errors.PageTooLarge, {"requested": 64, "actual": 65}),
+    (errors.EmptyPageCursor, {"next_before": 7}),
+    (errors.DuplicateSequence, {"sequence": 4}),
+    (errors.PageOutOfRange, {"sequence": 9, "before": 9}),
+    (errors.PageNotDescending, {"previous": 3, "next": 4}),
+    (errors.CursorDidNotAdvance, {"before": 5, "next_before": 5}),
+    (errors.CursorAfterOldest, {"next_before": 8, "oldest": 6}),
+    (errors.WatermarkRegression, {"before": 2, "watermark": 3}),
+    (errors.PresentSetOverflow, {"limit": 64, "sequence": 99}),
+    (errors.PresentSetTooLarge, {"limit": 64, "actual": 65}),
+    (errors.StoreFullError, {"path": "/x", "map_size": 1, "max_map_size": 1}),
+    (errors.CorruptRecordError, {"session_id": "s", "sequence": 2, "detail": "bad"}),
+    (errors.StoreIOError, {"path": "/x", "operation": "open"}),
+    (errors.StoreClosedError, {"path": None}),
+    (errors.ValidationError, {"message": "bad input"}),
+]
+
+
+class TestErrorTree:
+    @pytest.mark.parametrize(("cls", "figures"), FIGURED)
+    def test_every_error_derives_from_sharedesk_error_and_not_value_error(
+        self, cls: type[Exception], figures: dict[str, object]
+    ) -> None:
+        assert issubclass(cls, errors.SharedeskError)
+        assert not issubclass(cls, ValueError)
+
+    @pytest.mark.parametrize(("cls", "figures"), FIGURED)
+    def test_every_error_keeps_its_figures_as_attributes_of_the_same_name(
+        self, cls: type[Exception], figures: dict[str, object]
+    ) -> None:
+        error = cls(**figures)
+
+        assert figures == {name: getattr(error, name) for name in figures}
+
+    @pytest.mark.parametrize(("cls", "figures"), FIGURED)
+    def test_every_error_names_its_figures_in_its_message(
+        self, cls: type[Exception], figures: dict[str, object]
+    ) -> None:
+        message = str(cls(**figures))
+
+        for value in figures.values():
+            if value is not None:
+                assert str(value) in message
+
+    @pytest.mark.parametrize(("cls", "figures"), FIGURED)
+    def test_every_error_survives_pickling_with_its_figures(
+        self, cls: type[Exception], figures: dict[str, object]
+    ) -> None:
+        error = pickle.loads(pickle.dumps(cls(**figures)))
+
+        assert cls is type(error)
+        assert figures == {name: getattr(error, name) for name in figures}
+
+    def test_page_errors_share_the_page_error_base(self) -> None:
+        page_errors = [
+            errors.PageTooLarge,
+            errors.EmptyPageCursor,
+            errors.DuplicateSequence,
+            errors.PageOutOfRange,
+            errors.PageNotDescending,
+            errors.CursorDidNotAdvance,
+            errors.CursorAfterOldest,
+        ]
+
+        assert all(issubclass(cls, errors.PageError) for cls in page_errors)
+
+    def test_sharing_state_conflict_is_caught_as_a_concurrency_error(self) -> None:
+        with pytest.raises(errors.ConcurrencyError):
+            raise errors.SharingStateConflict(1, 2)
+
+    def test_present_set_too_large_reaches_the_caller_unchanged_when_decoding(self) -> None:
+        """msgspec rewraps ValueError from __post_init__; ours must pass through."""
+        raw = encode_msgpack(
+            {
+                "conversation": {"desk": "d"},
+                "watermark": 0,
+                "present_above_watermark": list(range(1, 66)),
+            }
+        )
+
+        with pytest.raises(errors.PresentSetTooLarge) as caught:
+            decode_sharing_state(raw)
+
+        assert (64, 65) == (caught.value.limit, caught.value.actual)
+        assert not isinstance(caught.value, msgspec.ValidationError)

@@ -1,0 +1,79 @@
+from datetime import UTC, datetime
+
+import pytest
+
+from sharedesk.protocol import Event, Operator, RunFinished, Text, ValidationError
+from sharedesk.protocol.validation import (
+    MAX_SESSION_ID_BYTES,
+    check_events,
+    check_optional_int,
+    check_parents,
+    check_session_id,
+)
+
+
+class TestSessionId:
+    @pytest.mark.parametrize(
+        "session_id", ["a", "a/b", "a\x00b", "désk", "x" * MAX_SESSION_ID_BYTES]
+    )
+    def test_any_non_empty_text_within_the_size_limit_is_accepted(self, session_id: str) -> None:
+        assert session_id == check_session_id(session_id)
+
+    @pytest.mark.parametrize(
+        "session_id", ["", None, 3, b"a", "x" * (MAX_SESSION_ID_BYTES + 1), "\ud800"]
+    )
+    def test_anything_else_is_refused(self, session_id: object) -> None:
+        with pytest.raises(ValidationError):
+            check_session_id(session_id)
+
+
+class TestOptionalInt:
+    @pytest.mark.parametrize("value", [True, 1.0, "1", -1])
+    def test_bools_floats_strings_and_negatives_are_refused(self, value: object) -> None:
+        with pytest.raises(ValidationError):
+            check_optional_int("after", value)
+
+    def test_none_and_non_negative_ints_pass(self) -> None:
+        assert (None, 0, 7) == tuple(check_optional_int("x", v) for v in (None, 0, 7))
+
+
+class TestEvents:
+    def test_a_plain_string_is_not_a_sequence_of_events(self) -> None:
+        with pytest.raises(ValidationError):
+            check_events("abc")
+
+    def test_a_single_event_must_be_wrapped_in_a_list(self) -> None:
+        with pytest.raises(ValidationError):
+            check_events(Event(Operator(), Text("x")))
+
+    def test_a_non_event_element_is_named_by_its_index(self) -> None:
+        with pytest.raises(ValidationError, match=r"events\[1\]"):
+            check_events([Event(Operator(), Text("x")), {"body": "x"}])
+
+    def test_a_field_of_the_wrong_type_is_refused(self) -> None:
+        with pytest.raises(ValidationError):
+            check_events([Event(Operator(), Text(5))])  # type: ignore[arg-type]
+
+    def test_an_event_stamped_with_a_sequence_is_refused(self) -> None:
+        with pytest.raises(ValidationError, match="stamps"):
+            check_events([Event(Operator(), Text("x"), sequence=1)])
+
+    def test_an_event_stamped_with_a_timestamp_is_refused(self) -> None:
+        with pytest.raises(ValidationError, match="stamps"):
+            check_events([Event(Operator(), Text("x"), timestamp=datetime.now(UTC))])
+
+    def test_an_empty_id_is_refused(self) -> None:
+        with pytest.raises(ValidationError):
+            check_events([Event(Operator(), Text("x"), id="")])
+
+    def test_a_parent_below_one_is_refused(self) -> None:
+        with pytest.raises(ValidationError):
+            check_events([Event(Operator(), Text("x"), parent=0)])
+
+    def test_an_unknown_run_status_is_refused(self) -> None:
+        with pytest.raises(ValidationError, match="status"):
+            check_events([Event(Operator(), RunFinished("done"))])
+
+    def test_a_parent_must_name_an_earlier_row(self) -> None:
+        with pytest.raises(ValidationError, match="earlier"):
+            check_parents([Event(Operator(), Text("x"), parent=5)], first_sequence=5)
