@@ -1,5 +1,6 @@
 """Store backends behind the :class:`~sharedesk.EventStore` port."""
 
+from sharedesk.store._common import SessionInfo
 from sharedesk.store.memory import MemoryStore
 
-__all__ = ["MemoryStore"]
+__all__ = ["MemoryStore", "SessionInfo"]

@@ -2,10 +2,81 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+from typing import Any
+
+import msgspec
+
 from sharedesk.protocol.errors import ValidationError
 from sharedesk.protocol.events import Event, Text
 from sharedesk.protocol.validation import check_optional_int
-from sharedesk.protocol.views import LogMessage
+from sharedesk.protocol.views import Conversation, LogMessage, SharingState
+
+
+class SessionInfo(msgspec.Struct, frozen=True):
+    """What a store knows about one session without reading its events.
+
+    Returned by ``session_info`` of both backends (used by inspection commands).
+
+    Attributes:
+        session_id: The session.
+        last_sequence: The session's last sequence; sequences have no gaps, so this is
+            also the number of events it holds.
+        text_count: How many of those events are ``Text`` rows (the rows its log serves).
+        last_activity: The timestamp stamped on the session's newest event (UTC).
+    """
+
+    session_id: str
+    last_sequence: int
+    text_count: int
+    last_activity: datetime
+
+
+def check_sharing_args(
+    viewer: Any, state: Any, expected_state: Any
+) -> tuple[str, SharingState, SharingState | None]:
+    """Validate ``append_and_share``'s sharing arguments.
+
+    Raises:
+        ValidationError: ``viewer`` not a non-empty ``str``; ``state`` not a
+            :class:`SharingState`; ``expected_state`` neither ``None`` nor a
+            ``SharingState`` of the same conversation.
+
+    Cost: O(1).
+    """
+    check_viewer(viewer)
+    if not isinstance(state, SharingState):
+        raise ValidationError(f"state must be a SharingState, got {type(state).__name__}")
+    if expected_state is not None:
+        if not isinstance(expected_state, SharingState):
+            raise ValidationError(
+                f"expected_state must be a SharingState or None, "
+                f"got {type(expected_state).__name__}"
+            )
+        if expected_state.conversation != state.conversation:
+            raise ValidationError(
+                f"expected_state tracks {expected_state.conversation}, "
+                f"but state tracks {state.conversation}"
+            )
+    return viewer, state, expected_state
+
+
+def check_viewer(viewer: Any) -> str:
+    """Return ``viewer`` if it is a non-empty ``str``.
+
+    Raises:
+        ValidationError: Otherwise.
+
+    Cost: O(1).
+    """
+    if not isinstance(viewer, str) or not viewer:
+        raise ValidationError(f"viewer must be a non-empty str, got {viewer!r}")
+    return viewer
+
+
+def watermark_of(state: SharingState | None) -> int:
+    """Return the watermark of ``state``, or -1 for no state (as ``SharingStateConflict``)."""
+    return -1 if state is None else state.watermark
 
 
 def check_read_args(
@@ -47,3 +118,18 @@ def to_log_message(session_id: str, event: Event) -> LogMessage:
         desk=session_id,
         parent=event.parent,
     )
+
+
+def check_conversation(conversation: Any) -> Conversation:
+    """Return ``conversation`` if it is a :class:`Conversation`.
+
+    Raises:
+        ValidationError: Otherwise.
+
+    Cost: O(1).
+    """
+    if not isinstance(conversation, Conversation):
+        raise ValidationError(
+            f"conversation must be a Conversation, got {type(conversation).__name__}"
+        )
+    return conversation

@@ -11,7 +11,7 @@ from typing import Self
 
 import msgspec
 
-from sharedesk.protocol.errors import ConcurrencyError, StoreClosedError
+from sharedesk.protocol.errors import ConcurrencyError, SharingStateConflict, StoreClosedError
 from sharedesk.protocol.events import Event, Text
 from sharedesk.protocol.validation import (
     check_events,
@@ -19,8 +19,17 @@ from sharedesk.protocol.validation import (
     check_parents,
     check_session_id,
 )
-from sharedesk.protocol.views import SessionPage
-from sharedesk.store._common import check_log_args, check_read_args, to_log_message
+from sharedesk.protocol.views import Conversation, SessionPage, SharingState
+from sharedesk.store._common import (
+    SessionInfo,
+    check_conversation,
+    check_log_args,
+    check_read_args,
+    check_sharing_args,
+    check_viewer,
+    to_log_message,
+    watermark_of,
+)
 
 
 class _Stream:
@@ -38,12 +47,14 @@ class MemoryStore:
     """An in-memory event store; thread-safe, with the full store interface.
 
     Everything is lost when the process ends. Appends are serialised by one lock; reads
-    take the same lock briefly and return copies of the stored (immutable) events.
+    take the same lock briefly and return the stored (immutable) events. It also keeps
+    sharing states (the :class:`~sharedesk.protocol.ports.SharingStateStore` port).
     """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._streams: dict[str, _Stream] = {}
+        self._states: dict[tuple[str, str, Conversation], SharingState] = {}
         self._closed = False
 
     def _live(self) -> None:
@@ -80,36 +91,124 @@ class MemoryStore:
         check_session_id(session_id)
         batch = check_events(events)
         check_optional_int("expected_version", expected_version)
-        now = datetime.now(UTC)
         with self._lock:
             self._live()
-            stream = self._streams.get(session_id)
-            last = len(stream.events) if stream is not None else 0
-            if expected_version is not None and expected_version != last:
-                raise ConcurrencyError(expected_version, last)
-            known = stream.by_id if stream is not None else {}
-            fresh: dict[str, Event] = {}
-            result: list[Event] = []
-            next_sequence = last + 1
-            for event in batch:
-                stored = known.get(event.id) or fresh.get(event.id)
-                if stored is None:
-                    stored = msgspec.structs.replace(event, sequence=next_sequence, timestamp=now)
-                    fresh[event.id] = stored
-                    next_sequence += 1
-                result.append(stored)
-            new = list(fresh.values())
-            check_parents(new, last + 1)
-            if new:
-                if stream is None:
-                    stream = self._streams[session_id] = _Stream()
-                for stored in new:
-                    stream.events.append(stored)
-                    stream.by_id[stored.id] = stored
-                    if isinstance(stored.body, Text):
-                        assert stored.sequence is not None
-                        stream.text_sequences.append(stored.sequence)
+            return self._append_locked(session_id, batch, expected_version)
+
+    def _append_locked(
+        self, session_id: str, batch: list[Event], expected_version: int | None
+    ) -> list[Event]:
+        """Check and apply one checked batch; the caller holds the lock. Writes all or nothing."""
+        stream = self._streams.get(session_id)
+        last = len(stream.events) if stream is not None else 0
+        if expected_version is not None and expected_version != last:
+            raise ConcurrencyError(expected_version, last)
+        known = stream.by_id if stream is not None else {}
+        fresh: dict[str, Event] = {}
+        result: list[Event] = []
+        next_sequence = last + 1
+        now = datetime.now(UTC)
+        for event in batch:
+            stored = known.get(event.id) or fresh.get(event.id)
+            if stored is None:
+                stored = msgspec.structs.replace(event, sequence=next_sequence, timestamp=now)
+                fresh[event.id] = stored
+                next_sequence += 1
+            result.append(stored)
+        new = list(fresh.values())
+        check_parents(new, last + 1)
+        if new:
+            if stream is None:
+                stream = self._streams[session_id] = _Stream()
+            for stored in new:
+                stream.events.append(stored)
+                stream.by_id[stored.id] = stored
+                if isinstance(stored.body, Text):
+                    assert stored.sequence is not None
+                    stream.text_sequences.append(stored.sequence)
+        return result
+
+    def get_sharing_state(
+        self, session_id: str, viewer: str, conversation: Conversation
+    ) -> SharingState | None:
+        """Return the stored sharing state of (session, viewer, conversation), or ``None``.
+
+        Args:
+            session_id: The session.
+            viewer: The participant's :func:`~sharedesk.protocol.author_key`.
+            conversation: The conversation the state tracks.
+
+        Raises:
+            ValidationError: A malformed argument.
+            StoreClosedError: The store is closed.
+
+        Cost: O(1) under the store lock; no I/O.
+        """
+        check_session_id(session_id)
+        check_viewer(viewer)
+        check_conversation(conversation)
+        with self._lock:
+            self._live()
+            return self._states.get((session_id, viewer, conversation))
+
+    def append_and_share(
+        self,
+        session_id: str,
+        events: Sequence[Event],
+        *,
+        viewer: str,
+        state: SharingState,
+        expected_state: SharingState | None,
+        expected_version: int | None = None,
+    ) -> list[Event]:
+        """Append ``events`` and store ``state`` in one atomic step.
+
+        The state is keyed by (session, viewer, ``state.conversation``). ``events`` may be
+        empty (a turn committed without a reply). Checks run in this order: input,
+        ``expected_version``, the stored state, parents.
+
+        Args:
+            session_id: The session.
+            events: Events to append, as for :meth:`append`.
+            viewer: The participant's :func:`~sharedesk.protocol.author_key`.
+            state: The state to store.
+            expected_state: The state the caller read (``None``: no state stored).
+            expected_version: When set, write only if the session's last sequence
+                equals it.
+
+        Returns:
+            The events as stored, as :meth:`append` returns them.
+
+        Raises:
+            ValidationError: Malformed input; nothing was written.
+            ConcurrencyError: ``expected_version`` differs from the last sequence.
+            SharingStateConflict: The stored state is not ``expected_state``; nothing
+                was written.
+            StoreClosedError: The store is closed.
+
+        Cost: O(len(events)) under the store lock; no I/O.
+        """
+        check_session_id(session_id)
+        batch = check_events(events)
+        check_optional_int("expected_version", expected_version)
+        check_sharing_args(viewer, state, expected_state)
+        key = (session_id, viewer, state.conversation)
+        with self._lock:
+            self._live()
+            if expected_version is not None:
+                last = self._last_locked(session_id)
+                if expected_version != last:
+                    raise ConcurrencyError(expected_version, last)
+            stored_state = self._states.get(key)
+            if stored_state != expected_state:
+                raise SharingStateConflict(watermark_of(expected_state), watermark_of(stored_state))
+            result = self._append_locked(session_id, batch, None)
+            self._states[key] = state
             return result
+
+    def _last_locked(self, session_id: str) -> int:
+        stream = self._streams.get(session_id)
+        return 0 if stream is None else len(stream.events)
 
     def read(
         self,
@@ -161,8 +260,7 @@ class MemoryStore:
         check_session_id(session_id)
         with self._lock:
             self._live()
-            stream = self._streams.get(session_id)
-            return 0 if stream is None else len(stream.events)
+            return self._last_locked(session_id)
 
     def sessions(self) -> list[str]:
         """Return the ids of the sessions holding at least one event, sorted.
@@ -172,6 +270,30 @@ class MemoryStore:
         with self._lock:
             self._live()
             return sorted(self._streams)
+
+    def session_info(self, session_id: str) -> SessionInfo | None:
+        """Return what the store knows about ``session_id``, or ``None`` if it has no events.
+
+        Raises:
+            ValidationError: A malformed session id.
+            StoreClosedError: The store is closed.
+
+        Cost: O(1).
+        """
+        check_session_id(session_id)
+        with self._lock:
+            self._live()
+            stream = self._streams.get(session_id)
+            if stream is None:
+                return None
+            newest = stream.events[-1]
+            assert newest.sequence is not None and newest.timestamp is not None
+            return SessionInfo(
+                session_id=session_id,
+                last_sequence=newest.sequence,
+                text_count=len(stream.text_sequences),
+                last_activity=newest.timestamp,
+            )
 
     def log(self, session_id: str) -> _MemoryLog:
         """Return the session's ``Text`` rows as a :class:`~sharedesk.SessionLog`.
@@ -203,6 +325,7 @@ class MemoryStore:
         with self._lock:
             self._closed = True
             self._streams = {}
+            self._states = {}
 
     def __enter__(self) -> Self:
         return self

@@ -1,0 +1,825 @@
+"""The store contract suite: every store rule of the contract, written once.
+
+``StoreContract`` is not collected by pytest (its name does not start with ``Test``).
+Each backend's test module subclasses it and supplies only ``make_store(path)``; a
+backend may add its own tests next to the inherited ones. A bug fixed in one backend
+gets its regression test here, so the other backend is covered too.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Protocol
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from sharedesk.protocol import (
+    Agent,
+    ConcurrencyError,
+    Conversation,
+    Event,
+    Operator,
+    Person,
+    RunFinished,
+    RunStarted,
+    SharingState,
+    SharingStateConflict,
+    StoreClosedError,
+    System,
+    Text,
+    TextDelta,
+    ToolCall,
+    ToolResult,
+    ValidationError,
+)
+from sharedesk.protocol.ports import EventStore, SharingStateStore
+from sharedesk.protocol.views import SessionPage
+from sharedesk.store._common import SessionInfo
+
+
+class ContractStore(EventStore, SharingStateStore, Protocol):
+    """What the contract suite needs of a store: both ports plus the session listing."""
+
+    def sessions(self) -> list[str]: ...
+
+    def session_info(self, session_id: str) -> SessionInfo | None: ...
+
+
+ALICE = Person(id="alice", label="Alice")
+BOT = Agent(id="bot", label="Bot")
+
+
+def text(content: str = "hello", *, id: str | None = None, parent: int | None = None) -> Event:
+    """Build an unstamped Text event by Alice."""
+    if id is None:
+        return Event(ALICE, Text(content), parent=parent)
+    return Event(ALICE, Text(content), id=id, parent=parent)
+
+
+def delta(chunk: str = "chunk") -> Event:
+    """Build an unstamped TextDelta event by the bot."""
+    return Event(BOT, TextDelta(chunk))
+
+
+def sequences(events: Sequence[Event]) -> list[int | None]:
+    return [event.sequence for event in events]
+
+
+def walk_log(store: ContractStore, session_id: str, limit: int) -> list[SessionPage]:
+    """Read a session's whole log page by page, following ``next_before``."""
+    log = store.log(session_id)
+    pages = [log.read_before(None, limit)]
+    while pages[-1].next_before is not None:
+        pages.append(log.read_before(pages[-1].next_before, limit))
+    return pages
+
+
+ODD_SESSION_IDS = ["a", "ab", "a/b", "a\x00b", "a\x00", "é", "日本語", "a b", "A"]
+
+#: Bad batches given to append: each must raise ValidationError and write nothing.
+BAD_BATCHES: dict[str, Callable[[], Any]] = {
+    "not_a_sequence": lambda: 42,
+    "a_single_event": lambda: text(),
+    "a_string": lambda: "abc",
+    "non_event_element": lambda: [text(), {"content": "x"}],
+    "stamped_sequence": lambda: [text(), Event(ALICE, Text("x"), sequence=7)],
+    "stamped_timestamp": lambda: [text(), Event(ALICE, Text("x"), timestamp=datetime.now(UTC))],
+    "empty_id": lambda: [text(), Event(ALICE, Text("x"), id="")],
+    "zero_parent": lambda: [text(), text(parent=0)],
+    "parent_on_itself": lambda: [text(), text(parent=3)],
+    "parent_in_future": lambda: [text(parent=5)],
+    "bad_run_status": lambda: [text(), Event(BOT, RunFinished("exploded"))],
+    "wrong_field_type": lambda: [text(), Event(ALICE, Text(42))],  # type: ignore[arg-type]
+}
+
+BAD_SESSION_IDS: dict[str, Any] = {
+    "int": 7,
+    "none": None,
+    "empty": "",
+    "too_long": "x" * 401,
+    "lone_surrogate": "a\ud800",
+}
+
+
+class StoreContract(ABC):
+    """The store rules of the contract; subclass and implement ``make_store``."""
+
+    @abstractmethod
+    def make_store(self, path: Path) -> ContractStore:
+        """Return a new, empty store; ``path`` is a fresh directory it may use."""
+
+    @pytest.fixture
+    def store(self, tmp_path: Path) -> Iterator[ContractStore]:
+        store = self.make_store(tmp_path / "store")
+        try:
+            yield store
+        finally:
+            store.close()
+
+    # -- sequences -------------------------------------------------------------------
+
+    def test_sequences_start_at_one_and_have_no_gaps(self, store: ContractStore) -> None:
+        first = store.append("s", [text("a"), text("b")])
+        second = store.append("s", [text("c")])
+
+        assert [1, 2, 3] == sequences(first + second)
+
+    def test_sequences_are_counted_per_session(self, store: ContractStore) -> None:
+        store.append("s1", [text(), text()])
+        other = store.append("s2", [text()])
+
+        assert [1] == sequences(other)
+
+    def test_append_stamps_a_utc_timestamp(self, store: ContractStore) -> None:
+        (stored,) = store.append("s", [text()])
+
+        assert stored.timestamp is not None
+        assert stored.timestamp.utcoffset() is not None
+        assert 0 == stored.timestamp.utcoffset().total_seconds()  # type: ignore[union-attr]
+
+    def test_append_of_an_empty_batch_writes_nothing(self, store: ContractStore) -> None:
+        assert [] == store.append("s", [])
+        assert 0 == store.last_sequence("s")
+
+    def test_read_returns_every_body_kind_exactly_as_appended(self, store: ContractStore) -> None:
+        given_events = [
+            Event(Operator(), Text("go"), metadata={"k": [1, "two"]}),
+            Event(BOT, TextDelta("ch"), run_id="run-1"),
+            Event(BOT, ToolCall("c1", "search", {"q": "x", "n": 2}), run_id="run-1"),
+            Event(System("tool", "Tool"), ToolResult("c1", {"hits": [1]}, is_error=True)),
+            Event(BOT, RunStarted("scripted", model="m", provider_session_id="p")),
+            Event(BOT, RunFinished("completed", token_usage={"input": 3})),
+            Event(ALICE, Text("reply"), parent=1),
+        ]
+        stored = store.append("s", given_events)
+
+        assert stored == store.read("s")
+        assert given_events == [
+            Event(e.author, e.body, id=e.id, parent=e.parent, run_id=e.run_id, metadata=e.metadata)
+            for e in store.read("s")
+        ]
+
+    # -- idempotency -----------------------------------------------------------------
+
+    def test_repeated_id_returns_the_stored_event_and_stores_nothing(
+        self, store: ContractStore
+    ) -> None:
+        (first,) = store.append("s", [text("original", id="e1")])
+        (again,) = store.append("s", [text("changed", id="e1")])
+
+        assert first == again
+        assert [first] == store.read("s")
+
+    def test_repeated_id_inside_one_batch_is_stored_once(self, store: ContractStore) -> None:
+        result = store.append("s", [text("a", id="x"), text("b", id="y"), text("c", id="x")])
+
+        assert [1, 2, 1] == sequences(result)
+        assert ["x", "y"] == [event.id for event in store.read("s")]
+
+    def test_batch_with_one_known_id_stores_only_the_new_ones(self, store: ContractStore) -> None:
+        store.append("s", [text("a", id="a")])
+        result = store.append("s", [text("b", id="b"), text("a2", id="a"), text("c", id="c")])
+
+        assert [2, 1, 3] == sequences(result)
+        assert ["a", "b", "c"] == [event.id for event in store.read("s")]
+        assert "a" == result[1].body.content  # type: ignore[union-attr]
+
+    def test_same_id_in_two_sessions_is_stored_in_both(self, store: ContractStore) -> None:
+        store.append("s1", [text(id="e")])
+        (other,) = store.append("s2", [text(id="e")])
+
+        assert 1 == other.sequence
+        assert 1 == store.last_sequence("s2")
+
+    def test_parent_check_counts_only_new_events(self, store: ContractStore) -> None:
+        """A known id does not take a sequence, so a parent naming the next new row fails."""
+        store.append("s", [text(id="a")])
+
+        with pytest.raises(ValidationError):
+            store.append("s", [text(id="a"), text(id="b", parent=2)])
+        assert 1 == store.last_sequence("s")
+
+    # -- expected_version ------------------------------------------------------------
+
+    def test_stale_expected_version_writes_nothing_and_reports_both_versions(
+        self, store: ContractStore
+    ) -> None:
+        store.append("s", [text(), text()])
+
+        with pytest.raises(ConcurrencyError) as caught:
+            store.append("s", [text()], expected_version=1)
+
+        assert (1, 2) == (caught.value.expected, caught.value.actual)
+        assert 2 == store.last_sequence("s")
+
+    def test_matching_expected_version_appends(self, store: ContractStore) -> None:
+        store.append("s", [text()])
+
+        assert [2] == sequences(store.append("s", [text()], expected_version=1))
+
+    def test_expected_version_zero_means_the_session_is_empty(self, store: ContractStore) -> None:
+        assert [1] == sequences(store.append("s", [text()], expected_version=0))
+        with pytest.raises(ConcurrencyError):
+            store.append("s", [text()], expected_version=0)
+
+    def test_expected_version_conflict_wins_over_a_known_id(self, store: ContractStore) -> None:
+        store.append("s", [text(id="a"), text(id="b")])
+
+        with pytest.raises(ConcurrencyError):
+            store.append("s", [text(id="a")], expected_version=1)
+
+    # -- read ------------------------------------------------------------------------
+
+    def test_read_after_and_before_are_exclusive(self, store: ContractStore) -> None:
+        store.append("s", [text() for _ in range(6)])
+
+        assert [3, 4] == sequences(store.read("s", after=2, before=5))
+
+    def test_read_with_before_one_or_after_last_is_empty(self, store: ContractStore) -> None:
+        store.append("s", [text() for _ in range(3)])
+
+        assert [] == store.read("s", before=1)
+        assert [] == store.read("s", after=3)
+        assert [] == store.read("s", after=2, before=3)
+
+    def test_read_bounds_beyond_the_stream_are_clamped(self, store: ContractStore) -> None:
+        store.append("s", [text() for _ in range(3)])
+
+        assert [1, 2, 3] == sequences(store.read("s", after=0, before=100))
+
+    def test_read_limit_takes_the_oldest_rows_in_oldest_first_order(
+        self, store: ContractStore
+    ) -> None:
+        store.append("s", [text() for _ in range(6)])
+
+        assert [2, 3] == sequences(store.read("s", after=1, limit=2))
+
+    def test_read_limit_with_newest_first_takes_the_newest_rows(self, store: ContractStore) -> None:
+        store.append("s", [text() for _ in range(6)])
+
+        assert [5, 4] == sequences(store.read("s", before=6, limit=2, newest_first=True))
+        assert [6, 5, 4, 3, 2, 1] == sequences(store.read("s", newest_first=True))
+
+    def test_read_limit_zero_returns_nothing(self, store: ContractStore) -> None:
+        store.append("s", [text()])
+
+        assert [] == store.read("s", limit=0)
+        assert [] == store.read("s", limit=0, newest_first=True)
+
+    def test_read_of_an_unknown_session_is_empty(self, store: ContractStore) -> None:
+        assert [] == store.read("nobody")
+
+    @pytest.mark.parametrize(
+        "bounds",
+        [{"after": -1}, {"before": -2}, {"limit": -1}, {"after": "1"}, {"limit": True}],
+        ids=["after", "before", "limit", "str", "bool"],
+    )
+    def test_read_with_bad_bounds_raises_validation_error(
+        self, store: ContractStore, bounds: dict[str, Any]
+    ) -> None:
+        with pytest.raises(ValidationError):
+            store.read("s", **bounds)
+
+    # -- last_sequence and sessions --------------------------------------------------
+
+    def test_last_sequence_is_zero_for_an_unknown_session(self, store: ContractStore) -> None:
+        assert 0 == store.last_sequence("nobody")
+
+    def test_last_sequence_follows_appends(self, store: ContractStore) -> None:
+        store.append("s", [text(), text(), text()])
+
+        assert 3 == store.last_sequence("s")
+
+    def test_sessions_lists_sessions_holding_events_sorted(self, store: ContractStore) -> None:
+        store.append("b", [text()])
+        store.append("a", [text()])
+        store.append("c", [])
+
+        assert ["a", "b"] == store.sessions()
+
+    def test_session_info_reports_counts_and_last_activity(self, store: ContractStore) -> None:
+        store.append("s", [text(), delta()])
+        (newest,) = store.append("s", [text()])
+
+        assert newest.timestamp is not None
+        assert SessionInfo("s", 3, 2, newest.timestamp) == store.session_info("s")
+
+    def test_session_info_of_an_unknown_session_is_none(self, store: ContractStore) -> None:
+        assert store.session_info("nobody") is None
+
+    @pytest.mark.parametrize("session_ids", [ODD_SESSION_IDS])
+    def test_session_ids_that_prefix_each_other_or_hold_odd_characters_stay_apart(
+        self, store: ContractStore, session_ids: list[str]
+    ) -> None:
+        for count, session_id in enumerate(session_ids, start=1):
+            store.append(session_id, [text(session_id) for _ in range(count)])
+
+        for count, session_id in enumerate(session_ids, start=1):
+            events = store.read(session_id)
+            assert [session_id] * count == [e.body.content for e in events]  # type: ignore[union-attr]
+            assert count == store.last_sequence(session_id)
+            assert count == sum(len(page.messages) for page in walk_log(store, session_id, 2))
+        assert sorted(session_ids) == store.sessions()
+
+    # -- bad input -------------------------------------------------------------------
+
+    @pytest.mark.parametrize("kind", sorted(BAD_BATCHES))
+    def test_bad_batch_raises_validation_error_and_writes_nothing(
+        self, store: ContractStore, kind: str
+    ) -> None:
+        store.append("s", [text()])
+
+        with pytest.raises(ValidationError):
+            store.append("s", BAD_BATCHES[kind]())
+
+        assert 1 == store.last_sequence("s")
+        assert 1 == len(store.read("s"))
+
+    @pytest.mark.parametrize("kind", sorted(BAD_SESSION_IDS))
+    def test_bad_session_id_raises_validation_error_and_writes_nothing(
+        self, store: ContractStore, kind: str
+    ) -> None:
+        with pytest.raises(ValidationError):
+            store.append(BAD_SESSION_IDS[kind], [text()])
+
+        assert [] == store.sessions()
+
+    @pytest.mark.parametrize("version", [-1, True, "1", 1.0])
+    def test_bad_expected_version_raises_validation_error_and_writes_nothing(
+        self, store: ContractStore, version: Any
+    ) -> None:
+        with pytest.raises(ValidationError):
+            store.append("s", [text()], expected_version=version)
+
+        assert 0 == store.last_sequence("s")
+
+    # -- log ---------------------------------------------------------------------------
+
+    def test_log_serves_only_text_rows_newest_first(self, store: ContractStore) -> None:
+        store.append("s", [text("one"), delta(), text("two"), delta(), text("three", parent=1)])
+
+        page = store.log("s").read_before(None, 10)
+
+        assert [(5, "three", 1), (3, "two", None), (1, "one", None)] == [
+            (m.sequence, m.content, m.parent) for m in page.messages
+        ]
+        assert page.next_before is None
+
+    def test_log_rows_carry_the_session_id_as_desk_and_the_author(
+        self, store: ContractStore
+    ) -> None:
+        store.append("desk/1", [text("hi")])
+
+        (row,) = store.log("desk/1").read_before(None, 5).messages
+
+        assert ("desk/1", ALICE) == (row.desk, row.author)
+
+    def test_log_pages_follow_next_before_to_the_oldest_row(self, store: ContractStore) -> None:
+        store.append("s", [text(str(i)) if i % 3 else delta() for i in range(1, 31)])
+        expected = [m.sequence for m in store.log("s").read_before(None, 100).messages]
+
+        pages = walk_log(store, "s", 4)
+
+        assert expected == [m.sequence for page in pages for m in page.messages]
+        assert all(len(page.messages) <= 4 for page in pages)
+        assert [] != pages[-1].messages
+
+    def test_log_cursor_is_the_oldest_row_of_its_page(self, store: ContractStore) -> None:
+        store.append("s", [text() for _ in range(5)])
+
+        page = store.log("s").read_before(5, 2)
+
+        assert [4, 3] == [m.sequence for m in page.messages]
+        assert 3 == page.next_before
+
+    def test_log_page_ending_exactly_at_the_oldest_row_has_no_cursor(
+        self, store: ContractStore
+    ) -> None:
+        store.append("s", [delta(), text(), text()])
+
+        page = store.log("s").read_before(None, 2)
+
+        assert [3, 2] == [m.sequence for m in page.messages]
+        assert page.next_before is None
+
+    def test_log_never_returns_more_rows_than_the_limit(self, store: ContractStore) -> None:
+        store.append("s", [text() for _ in range(50)])
+
+        assert 7 == len(store.log("s").read_before(None, 7).messages)
+
+    def test_log_pages_cheaply_past_many_non_message_events(self, store: ContractStore) -> None:
+        store.append("s", [text("old")] + [delta() for _ in range(300)] + [text("new")])
+
+        page = store.log("s").read_before(None, 1)
+        older = store.log("s").read_before(page.next_before, 5)
+
+        assert ["new"] == [m.content for m in page.messages]
+        assert (["old"], None) == ([m.content for m in older.messages], older.next_before)
+
+    def test_log_of_an_unknown_session_has_ended(self, store: ContractStore) -> None:
+        assert SessionPage(messages=[], next_before=None) == store.log("nobody").read_before(
+            None, 10
+        )
+
+    def test_log_with_limit_zero_is_empty_and_ended(self, store: ContractStore) -> None:
+        store.append("s", [text()])
+
+        assert SessionPage(messages=[], next_before=None) == store.log("s").read_before(None, 0)
+
+    def test_log_sees_rows_appended_after_it_was_made(self, store: ContractStore) -> None:
+        log = store.log("s")
+        store.append("s", [text("late")])
+
+        assert ["late"] == [m.content for m in log.read_before(None, 5).messages]
+
+    @pytest.mark.parametrize(
+        ("before", "limit"), [(-1, 5), ("3", 5), (None, -1), (None, None)], ids=str
+    )
+    def test_log_with_bad_arguments_raises_validation_error(
+        self, store: ContractStore, before: Any, limit: Any
+    ) -> None:
+        with pytest.raises(ValidationError):
+            store.log("s").read_before(before, limit)
+
+    # -- close -------------------------------------------------------------------------
+
+    @pytest.mark.parametrize(
+        "call",
+        [
+            lambda s: s.append("s", [text()]),
+            lambda s: s.read("s"),
+            lambda s: s.last_sequence("s"),
+            lambda s: s.sessions(),
+            lambda s: s.session_info("s"),
+            lambda s: s.log("s").read_before(None, 5),
+            lambda s: s.get_sharing_state("s", "v", Conversation("s")),
+            lambda s: s.append_and_share(
+                "s", [], viewer="v", state=SharingState(Conversation("s"), 0), expected_state=None
+            ),
+        ],
+        ids=[
+            "append",
+            "read",
+            "last_sequence",
+            "sessions",
+            "session_info",
+            "log",
+            "get_sharing_state",
+            "append_and_share",
+        ],
+    )
+    def test_closed_store_raises_store_closed_error(
+        self, store: ContractStore, call: Callable[[ContractStore], object]
+    ) -> None:
+        store.append("s", [text()])
+        store.close()
+
+        with pytest.raises(StoreClosedError):
+            call(store)
+
+    def test_log_made_before_close_raises_store_closed_error(self, store: ContractStore) -> None:
+        store.append("s", [text()])
+        log = store.log("s")
+        store.close()
+
+        with pytest.raises(StoreClosedError):
+            log.read_before(None, 5)
+
+    def test_close_is_idempotent(self, store: ContractStore) -> None:
+        store.close()
+        store.close()
+
+    def test_context_manager_closes_the_store(self, tmp_path: Path) -> None:
+        with self.make_store(tmp_path / "cm") as store:
+            store.append("s", [text()])
+
+        with pytest.raises(StoreClosedError):
+            store.last_sequence("s")
+
+    # -- threads -----------------------------------------------------------------------
+
+    def test_threads_appending_to_one_session_get_contiguous_sequences(
+        self, store: ContractStore
+    ) -> None:
+        threads, per_thread = 8, 25
+        results: list[list[Event]] = []
+        lock = threading.Lock()
+
+        def work() -> None:
+            mine = [store.append("s", [text()])[0] for _ in range(per_thread)]
+            with lock:
+                results.append(mine)
+
+        run_threads(work, threads)
+
+        stored = store.read("s")
+        assert list(range(1, threads * per_thread + 1)) == sequences(stored)
+        assert {e.id: e.sequence for r in results for e in r} == {e.id: e.sequence for e in stored}
+        assert all(sequences(r) == sorted(sequences(r)) for r in results)  # type: ignore[type-var]
+
+    def test_threads_appending_to_many_sessions_keep_each_session_contiguous(
+        self, store: ContractStore
+    ) -> None:
+        threads, sessions, rounds = 8, 5, 10
+
+        def work() -> None:
+            for round_ in range(rounds):
+                for index in range(sessions):
+                    store.append(f"s{index}", [text(), text()] if round_ % 2 else [text()])
+
+        run_threads(work, threads)
+
+        per_session = threads * (rounds // 2) * 3
+        for index in range(sessions):
+            assert list(range(1, per_session + 1)) == sequences(store.read(f"s{index}"))
+
+    def test_threads_racing_on_expected_version_let_exactly_one_win(
+        self, store: ContractStore
+    ) -> None:
+        store.append("s", [text()])
+        outcomes: list[str] = []
+        lock = threading.Lock()
+
+        def work() -> None:
+            try:
+                store.append("s", [text()], expected_version=1)
+                outcome = "won"
+            except ConcurrencyError:
+                outcome = "lost"
+            with lock:
+                outcomes.append(outcome)
+
+        run_threads(work, 8)
+
+        assert (1, 7) == (outcomes.count("won"), outcomes.count("lost"))
+        assert 2 == store.last_sequence("s")
+
+    # -- sharing states ----------------------------------------------------------------
+
+    def test_sharing_state_is_none_until_stored(self, store: ContractStore) -> None:
+        assert store.get_sharing_state("s", "agent:bot", Conversation("s")) is None
+
+    def test_append_and_share_stores_events_and_state_together(self, store: ContractStore) -> None:
+        state = SharingState(Conversation("s"), 1, frozenset({2}))
+
+        result = store.append_and_share(
+            "s", [text("reply")], viewer="agent:bot", state=state, expected_state=None
+        )
+
+        assert [1] == sequences(result)
+        assert result == store.read("s")
+        assert state == store.get_sharing_state("s", "agent:bot", Conversation("s"))
+
+    def test_append_and_share_with_no_events_stores_only_the_state(
+        self, store: ContractStore
+    ) -> None:
+        state = SharingState(Conversation("s"), 0)
+
+        assert [] == store.append_and_share(
+            "s", [], viewer="agent:bot", state=state, expected_state=None
+        )
+        assert state == store.get_sharing_state("s", "agent:bot", Conversation("s"))
+        assert 0 == store.last_sequence("s")
+
+    def test_append_and_share_advances_from_the_stored_state(self, store: ContractStore) -> None:
+        first = SharingState(Conversation("s"), 0)
+        second = SharingState(Conversation("s"), 3)
+        store.append_and_share("s", [], viewer="v", state=first, expected_state=None)
+
+        store.append_and_share("s", [text()], viewer="v", state=second, expected_state=first)
+
+        assert second == store.get_sharing_state("s", "v", Conversation("s"))
+
+    def test_stale_expected_state_raises_conflict_and_writes_nothing(
+        self, store: ContractStore
+    ) -> None:
+        stored = SharingState(Conversation("s"), 4)
+        store.append_and_share("s", [], viewer="v", state=stored, expected_state=None)
+        stale = SharingState(Conversation("s"), 2)
+
+        with pytest.raises(SharingStateConflict) as caught:
+            store.append_and_share(
+                "s",
+                [text()],
+                viewer="v",
+                state=SharingState(Conversation("s"), 5),
+                expected_state=stale,
+            )
+
+        assert (2, 4) == (caught.value.expected, caught.value.actual)
+        assert 0 == store.last_sequence("s")
+        assert stored == store.get_sharing_state("s", "v", Conversation("s"))
+
+    def test_expected_no_state_when_one_is_stored_raises_conflict(
+        self, store: ContractStore
+    ) -> None:
+        state = SharingState(Conversation("s"), 1)
+        store.append_and_share("s", [], viewer="v", state=state, expected_state=None)
+
+        with pytest.raises(SharingStateConflict) as caught:
+            store.append_and_share("s", [text()], viewer="v", state=state, expected_state=None)
+
+        assert (-1, 1) == (caught.value.expected, caught.value.actual)
+        assert 0 == store.last_sequence("s")
+
+    def test_expected_state_differing_only_in_present_set_raises_conflict(
+        self, store: ContractStore
+    ) -> None:
+        stored = SharingState(Conversation("s"), 1, frozenset({3}))
+        store.append_and_share("s", [], viewer="v", state=stored, expected_state=None)
+
+        with pytest.raises(SharingStateConflict):
+            store.append_and_share(
+                "s", [], viewer="v", state=stored, expected_state=SharingState(Conversation("s"), 1)
+            )
+
+    def test_append_and_share_with_stale_expected_version_writes_no_state(
+        self, store: ContractStore
+    ) -> None:
+        store.append("s", [text()])
+
+        with pytest.raises(ConcurrencyError) as caught:
+            store.append_and_share(
+                "s",
+                [text()],
+                viewer="v",
+                state=SharingState(Conversation("s"), 1),
+                expected_state=None,
+                expected_version=0,
+            )
+
+        assert ConcurrencyError is type(caught.value)
+        assert store.get_sharing_state("s", "v", Conversation("s")) is None
+        assert 1 == store.last_sequence("s")
+
+    def test_append_and_share_with_bad_events_writes_no_state(self, store: ContractStore) -> None:
+        with pytest.raises(ValidationError):
+            store.append_and_share(
+                "s",
+                [text(), text(parent=9)],
+                viewer="v",
+                state=SharingState(Conversation("s"), 1),
+                expected_state=None,
+            )
+
+        assert store.get_sharing_state("s", "v", Conversation("s")) is None
+        assert 0 == store.last_sequence("s")
+
+    @pytest.mark.parametrize(
+        "arguments",
+        [
+            {"viewer": "", "state": SharingState(Conversation("s"), 0), "expected_state": None},
+            {"viewer": 3, "state": SharingState(Conversation("s"), 0), "expected_state": None},
+            {"viewer": "v", "state": {"watermark": 0}, "expected_state": None},
+            {
+                "viewer": "v",
+                "state": SharingState(Conversation("s"), 2),
+                "expected_state": SharingState(Conversation("other"), 1),
+            },
+        ],
+        ids=["empty_viewer", "int_viewer", "dict_state", "expected_of_other_conversation"],
+    )
+    def test_append_and_share_with_bad_sharing_arguments_writes_nothing(
+        self, store: ContractStore, arguments: dict[str, Any]
+    ) -> None:
+        with pytest.raises(ValidationError):
+            store.append_and_share("s", [text()], **arguments)
+
+        assert 0 == store.last_sequence("s")
+
+    def test_sharing_states_are_keyed_by_viewer_and_conversation(
+        self, store: ContractStore
+    ) -> None:
+        channel, thread = Conversation("s"), Conversation("s", thread_root=1)
+        states = {
+            ("a", channel): SharingState(channel, 1),
+            ("b", channel): SharingState(channel, 2),
+            ("a", thread): SharingState(thread, 3),
+        }
+        for (viewer, _), state in states.items():
+            store.append_and_share("s", [], viewer=viewer, state=state, expected_state=None)
+        store.append_and_share(
+            "t", [], viewer="a", state=SharingState(Conversation("s"), 9), expected_state=None
+        )
+
+        assert states == {
+            (viewer, conversation): store.get_sharing_state("s", viewer, conversation)
+            for viewer, conversation in states
+        }
+
+    def test_threads_racing_on_one_sharing_state_let_exactly_one_win(
+        self, store: ContractStore
+    ) -> None:
+        start = SharingState(Conversation("s"), 0)
+        store.append_and_share("s", [], viewer="v", state=start, expected_state=None)
+        winners: list[int] = []
+        lock = threading.Lock()
+
+        def work(index: int) -> None:
+            try:
+                store.append_and_share(
+                    "s",
+                    [text(str(index))],
+                    viewer="v",
+                    state=SharingState(Conversation("s"), index),
+                    expected_state=start,
+                )
+            except SharingStateConflict:
+                return
+            with lock:
+                winners.append(index)
+
+        run_threads_indexed(work, 8)
+
+        assert 1 == len(winners)
+        assert 1 == store.last_sequence("s")
+        assert SharingState(Conversation("s"), winners[0]) == store.get_sharing_state(
+            "s", "v", Conversation("s")
+        )
+
+    def test_threads_on_different_viewers_do_not_collide(self, store: ContractStore) -> None:
+        def work(index: int) -> None:
+            state: SharingState | None = None
+            for watermark in range(5):
+                new = SharingState(Conversation("s"), watermark)
+                store.append_and_share(
+                    "s", [text()], viewer=f"v{index}", state=new, expected_state=state
+                )
+                state = new
+
+        run_threads_indexed(work, 6)
+
+        assert 30 == store.last_sequence("s")
+        assert all(
+            SharingState(Conversation("s"), 4)
+            == store.get_sharing_state("s", f"v{index}", Conversation("s"))
+            for index in range(6)
+        )
+
+    # -- property --------------------------------------------------------------------
+
+    @settings(suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(
+        batches=st.lists(
+            st.tuples(
+                st.lists(st.sampled_from("abcdefgh"), max_size=5),
+                st.one_of(st.none(), st.integers(min_value=0, max_value=12)),
+            ),
+            max_size=8,
+        )
+    )
+    def test_random_batches_match_a_simple_model(
+        self, store: ContractStore, batches: list[tuple[list[str], int | None]]
+    ) -> None:
+        """Appends with repeated ids and expected versions behave like a dict and a list."""
+        session_id = uuid.uuid4().hex
+        model: dict[str, int] = {}
+        for ids, expected_version in batches:
+            last = len(model)
+            batch = [text(f"{id_}@{last}", id=id_) for id_ in ids]
+            if expected_version is not None and expected_version != last:
+                with pytest.raises(ConcurrencyError):
+                    store.append(session_id, batch, expected_version=expected_version)
+                continue
+            result = store.append(session_id, batch, expected_version=expected_version)
+            for id_ in ids:
+                model.setdefault(id_, len(model) + 1)
+            assert [model[id_] for id_ in ids] == sequences(result)
+
+        stored = store.read(session_id)
+        assert sorted(model, key=model.__getitem__) == [e.id for e in stored]
+        assert list(range(1, len(model) + 1)) == sequences(stored)
+        assert len(model) == store.last_sequence(session_id)
+
+
+def run_threads(work: Callable[[], None], count: int) -> None:
+    """Run ``work`` in ``count`` threads started together; re-raise the first failure."""
+    run_threads_indexed(lambda _index: work(), count)
+
+
+def run_threads_indexed(work: Callable[[int], None], count: int) -> None:
+    """Run ``work(index)`` in ``count`` threads started together; re-raise the first failure."""
+    barrier = threading.Barrier(count)
+    errors: list[BaseException] = []
+
+    def target(index: int) -> None:
+        try:
+            barrier.wait()
+            work(index)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=target, args=(i,)) for i in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise errors[0]
