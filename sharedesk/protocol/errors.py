@@ -260,6 +260,151 @@ class PresentSetTooLarge(SharedeskError):
         self.actual = actual
 
 
+class RunError(SharedeskError):
+    """Base of the errors about one run; every subclass keeps the run's id as ``run_id``."""
+
+    run_id: str
+
+
+class RunNotFound(RunError):
+    """Raised when no run with the given id exists (or the id is not a run id).
+
+    Attributes:
+        run_id: The id that was looked up.
+    """
+
+    _figures = ("run_id",)
+
+    def __init__(self, run_id: str) -> None:
+        super().__init__(f"no run with id {run_id!r}")
+        self.run_id = run_id
+
+
+class RunStateError(RunError):
+    """Raised when a run is not in a state that allows the action asked for.
+
+    Examples: cancelling a finished run, executing a run twice, emitting an event into a
+    run that has finished. Nothing was written.
+
+    Attributes:
+        run_id: The run.
+        status: The run's status when the action was refused.
+        action: What was refused (``"cancel"``, ``"execute"``, ``"emit"``).
+    """
+
+    _figures = ("run_id", "status", "action")
+
+    def __init__(self, run_id: str, status: str, action: str) -> None:
+        super().__init__(f"cannot {action} run {run_id!r}: it is {status}")
+        self.run_id = run_id
+        self.status = status
+        self.action = action
+
+
+class RunTimeout(RunError):
+    """Raised when a run overran its ``adapter_opts["timeout"]``; it finished as ``"timeout"``.
+
+    Attributes:
+        run_id: The run.
+        timeout_ms: The timeout that was exceeded, in milliseconds.
+    """
+
+    _figures = ("run_id", "timeout_ms")
+
+    def __init__(self, run_id: str, timeout_ms: float) -> None:
+        super().__init__(f"run {run_id!r} did not finish within {timeout_ms} ms")
+        self.run_id = run_id
+        self.timeout_ms = timeout_ms
+
+
+class RunFailed(RunError):
+    """Raised when a run's adapter raised; the run finished as ``"failed"``.
+
+    The adapter's exception is the ``__cause__``.
+
+    Attributes:
+        run_id: The run.
+        error_code: The recorded error code (the exception's class name).
+        error_message: The recorded error message.
+    """
+
+    _figures = ("run_id", "error_code", "error_message")
+
+    def __init__(self, run_id: str, error_code: str, error_message: str) -> None:
+        super().__init__(f"run {run_id!r} failed: {error_code}: {error_message}")
+        self.run_id = run_id
+        self.error_code = error_code
+        self.error_message = error_message
+
+
+class RunCancelled(RunError):
+    """Raised by ``execute_run`` (or a queued run's future) when the run was cancelled.
+
+    Attributes:
+        run_id: The run.
+    """
+
+    _figures = ("run_id",)
+
+    def __init__(self, run_id: str) -> None:
+        super().__init__(f"run {run_id!r} was cancelled")
+        self.run_id = run_id
+
+
+class QueueFull(SharedeskError):
+    """Raised when a session already has ``max_queued_runs`` runs waiting; nothing was written.
+
+    Attributes:
+        session_id: The session.
+        max_queued_runs: The most runs that may wait per session.
+    """
+
+    _figures = ("session_id", "max_queued_runs")
+
+    def __init__(self, session_id: str, max_queued_runs: int) -> None:
+        super().__init__(
+            f"session {session_id!r} already has {max_queued_runs} queued runs "
+            f"(max_queued_runs={max_queued_runs})"
+        )
+        self.session_id = session_id
+        self.max_queued_runs = max_queued_runs
+
+
+class QueueClosed(SharedeskError):
+    """Raised when a run is submitted to a run queue that was closed.
+
+    Attributes:
+        session_id: The session the run was submitted for.
+    """
+
+    _figures = ("session_id",)
+
+    def __init__(self, session_id: str) -> None:
+        super().__init__(f"the run queue is closed; cannot submit a run for {session_id!r}")
+        self.session_id = session_id
+
+
+class ProviderError(SharedeskError):
+    """Raised by a provider adapter when its provider answered with an error or not at all.
+
+    The transport's exception, when there was one, is the ``__cause__``.
+
+    Attributes:
+        provider: The adapter's name.
+        status_code: The HTTP status, or ``None`` when no response came back.
+        detail: What went wrong (the response body, shortened, or the transport error).
+    """
+
+    _figures = ("provider", "status_code", "detail")
+
+    def __init__(self, provider: str, status_code: int | None, detail: str) -> None:
+        status = "no response" if status_code is None else f"HTTP {status_code}"
+        super().__init__(f"provider {provider!r} failed ({status}): {detail}")
+        self.provider = provider
+        self.status_code = status_code
+        self.detail = detail
+
+
 class StoreError(SharedeskError):
     """Base of the errors a store backend raises in place of its driver's errors."""
 

@@ -96,8 +96,21 @@ class RunFinished(_Body, frozen=True, tag="run_finished"):
     token_usage: dict[str, Any] = {}
 
 
+class SessionStarted(_Body, frozen=True, tag="session_started"):
+    """A session was started by ``SessionManager.start_session``.
+
+    Session state is a fold over events; this event carries the metadata the session
+    was started with. It gives no transcript message and no log row.
+
+    Attributes:
+        metadata: The session's metadata as given (JSON-like).
+    """
+
+    metadata: dict[str, Any] = {}
+
+
 #: Any event body, tagged on ``"type"``.
-EventBody = Text | TextDelta | ToolCall | ToolResult | RunStarted | RunFinished
+EventBody = Text | TextDelta | ToolCall | ToolResult | RunStarted | RunFinished | SessionStarted
 
 
 def new_event_id() -> str:
