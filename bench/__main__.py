@@ -1,0 +1,136 @@
+"""``python -m bench SCENARIO [options]``: load-test sharedesk next to its baselines.
+
+Run from the checkout. Every scenario writes its data under a temporary directory (or
+``--dir``), prints a progress bar per long step, a summary table, the targets of issues
+3 and 4 as PASS/SHORT lines, then writes a JSON results file and PNG plots to
+``bench/results/`` (or ``--out``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+from rich.console import Console
+
+from bench.harness import BenchRun
+from bench.report import Report, machine_info, print_summary, utc_now, write_json, write_plots
+from bench.scenarios import SCENARIOS
+
+DEFAULT_OUT = Path(__file__).resolve().parent / "results"
+
+EPILOG = """\
+examples:
+  python -m bench append                      # 1000 sessions, 1/4/16 writer threads
+  python -m bench append --threads 16 --durability both --via store
+  python -m bench read --sizes 10000,1000000  # turn delta cost flat in history?
+  python -m bench scale --sessions 100000 --max-active 1024
+  python -m bench all --quick                 # every scenario, tiny, in seconds
+
+Targets are printed as PASS/SHORT lines; nothing is asserted. Figures depend on the
+machine: compare the ratios, which are measured against baselines in the same run.
+"""
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--quick", action="store_true", help="tiny configuration: checks the harness, not speed"
+    )
+    parser.add_argument(
+        "--dir",
+        type=Path,
+        help="keep the run's data under this directory (default: a temporary one, removed)",
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=DEFAULT_OUT,
+        help="where the JSON results and plots go (default bench/results/)",
+    )
+    parser.add_argument("--no-plots", action="store_true", help="do not draw PNG plots")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bars")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Return the ``python -m bench`` argument parser (one subcommand per scenario)."""
+    parser = argparse.ArgumentParser(
+        prog="python -m bench",
+        description="Load-test sharedesk with baselines measured in the same run.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = parser.add_subparsers(dest="scenario", required=True, metavar="SCENARIO")
+    for module in SCENARIOS:
+        scenario_parser = sub.add_parser(
+            module.NAME,
+            help=module.HELP,
+            description=module.__doc__,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+        module.add_arguments(scenario_parser)
+        _common(scenario_parser)
+    everything = sub.add_parser(
+        "all",
+        help="every scenario with its defaults, one report",
+        description="Run every scenario with its default (or --quick) options.",
+    )
+    _common(everything)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the scenario named on the command line; return the exit status."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    console = Console() if sys.stdout.isatty() else Console(width=140)
+    started = utc_now()
+    workdir = args.dir or Path(tempfile.mkdtemp(prefix="sharedesk-bench-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    run = BenchRun(
+        console=console,
+        workdir=workdir,
+        quick=args.quick,
+        show_progress=not args.no_progress,
+    )
+    try:
+        if args.scenario == "all":
+            for module in SCENARIOS:
+                defaults = build_parser().parse_args([module.NAME])
+                defaults.quick = args.quick
+                console.rule(f"[bold]{module.NAME}")
+                module.run(run, defaults)
+        else:
+            module = next(m for m in SCENARIOS if args.scenario == m.NAME)
+            module.run(run, args)
+    except KeyboardInterrupt:
+        console.print("[red]interrupted[/red]: partial results follow")
+    finally:
+        if args.dir is None:
+            shutil.rmtree(workdir, ignore_errors=True)
+    report = Report(
+        scenario=args.scenario,
+        started=started,
+        argv=["python", "-m", "bench", *(sys.argv[1:] if argv is None else argv)],
+        machine=machine_info(),
+        measurements=run.measurements,
+        targets=run.targets,
+        figures=run.figures,
+        notes=run.notes,
+    )
+    if not args.no_plots:
+        plots, skipped = write_plots(report, args.out)
+        if skipped:
+            report.notes.append(skipped)
+        for plot in plots:
+            report.notes.append(f"plot: {plot}")
+    path = write_json(report, args.out)
+    print_summary(console, report)
+    console.print(f"results: {path}", highlight=False)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

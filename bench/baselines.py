@@ -1,0 +1,268 @@
+"""Baselines measured in the same run as sharedesk, so every headline is a ratio.
+
+- :func:`raw_lmdb_appends`: py-lmdb doing the scenario's writes with none of our code,
+  ``per_txn`` events per durable (fsync'd, lmdb's default ``sync=True``) write
+  transaction: one event row and one idempotency-index row per event, keys spread over
+  the same sessions. One writer thread, since LMDB has one writer at a time: this is the
+  ceiling any design on LMDB can reach at that batch size.
+- :func:`sqlite_appends`: stdlib sqlite3 in WAL mode with ``synchronous=FULL``, one
+  connection per writer thread and one commit per append: the storage most
+  agent-session libraries use.
+- :class:`SqliteDesk` and :func:`sqlite_last30`: the same desk mirrored into SQLite,
+  read as ``ORDER BY seq DESC LIMIT 30`` plus a JSON decode of each row.
+- :func:`agents_sqlite_session`: openai-agents' ``SQLiteSession`` when it is
+  importable (``add_items`` one item per call, ``get_items(limit=30)``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import json
+import sqlite3
+import threading
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import lmdb
+import msgspec
+
+from bench.harness import ThreadedResult, run_threads
+
+#: The map size of the raw LMDB baseline (sparse; it never grows).
+RAW_LMDB_MAP_SIZE = 8 << 30
+
+
+def session_key(session_id: str) -> bytes:
+    """Return the key prefix of a session: length-prefixed UTF-8, so ids never collide."""
+    raw = session_id.encode()
+    return len(raw).to_bytes(4, "big") + raw
+
+
+def event_row(session_id: str, sequence: int, payload: str) -> dict[str, Any]:
+    """Return the plain record a baseline stores for one event (same fields as ours)."""
+    return {
+        "author": {"type": "agent", "id": "writer", "label": "writer"},
+        "body": {"type": "text", "content": payload},
+        "id": uuid.uuid4().hex,
+        "parent": None,
+        "sequence": sequence,
+        "timestamp": time.time(),
+        "session": session_id,
+    }
+
+
+def raw_lmdb_appends(
+    path: Path,
+    sessions: Sequence[str],
+    *,
+    events: int,
+    per_txn: int,
+    payload: str,
+    max_seconds: float,
+    advance: Callable[[int], None] = lambda n: None,
+) -> tuple[int, float]:
+    """Write ``events`` events with raw py-lmdb, ``per_txn`` per durable transaction.
+
+    Args:
+        path: A fresh directory.
+        sessions: Session ids the events are spread over (round robin).
+        events: Events to write at most.
+        per_txn: Events per write transaction (each commit fsyncs).
+        payload: Message content of each event.
+        max_seconds: Time budget; the loop stops at the first commit past it.
+        advance: Progress callback.
+
+    Returns:
+        Events written and wall seconds.
+    """
+    env = lmdb.open(str(path), map_size=RAW_LMDB_MAP_SIZE, max_dbs=2, sync=True)
+    try:
+        events_db = env.open_db(b"events")
+        ids_db = env.open_db(b"ids")
+        prefixes = [session_key(s) for s in sessions]
+        last = [0] * len(sessions)
+        encode = msgspec.msgpack.encode
+        written = 0
+        start = time.perf_counter()
+        deadline = start + max_seconds
+        while written < events:
+            batch = min(per_txn, events - written)
+            with env.begin(write=True) as txn:
+                for i in range(written, written + batch):
+                    s = i % len(sessions)
+                    last[s] += 1
+                    row = event_row(sessions[s], last[s], payload)
+                    prefix = prefixes[s]
+                    seq_key = prefix + last[s].to_bytes(8, "big")
+                    txn.put(seq_key, encode(row), db=events_db)
+                    txn.put(prefix + row["id"].encode(), last[s].to_bytes(8, "big"), db=ids_db)
+            written += batch
+            advance(batch)
+            if time.perf_counter() > deadline:
+                break
+        return written, time.perf_counter() - start
+    finally:
+        env.close()
+
+
+def _sqlite_connect(path: Path) -> sqlite3.Connection:
+    conn = sqlite3.connect(path, isolation_level=None, timeout=60.0, check_same_thread=False)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=FULL")
+    return conn
+
+
+def sqlite_schema(path: Path) -> None:
+    """Create the baseline's events table at ``path`` (one row per event)."""
+    conn = _sqlite_connect(path)
+    try:
+        conn.execute(
+            "CREATE TABLE IF NOT EXISTS events ("
+            " session TEXT NOT NULL, seq INTEGER NOT NULL, id TEXT NOT NULL,"
+            " body TEXT NOT NULL, PRIMARY KEY (session, seq), UNIQUE (session, id))"
+        )
+    finally:
+        conn.close()
+
+
+def sqlite_appends(
+    path: Path,
+    sessions: Sequence[str],
+    *,
+    threads: int,
+    events: int,
+    payload: str,
+    max_seconds: float,
+    advance: Callable[[int], None] = lambda n: None,
+) -> ThreadedResult:
+    """Append from ``threads`` threads to SQLite (WAL, synchronous=FULL), one commit each.
+
+    Each append is ``BEGIN IMMEDIATE``, the session's next sequence, one ``INSERT`` and
+    ``COMMIT``: the same work as one sharedesk append of one event.
+
+    Args:
+        path: The database file (created).
+        sessions: Session ids, spread over as in the sharedesk run.
+        threads: Writer threads (one connection each).
+        events: Events in total at most.
+        payload: Message content of each event.
+        max_seconds: Time budget.
+        advance: Progress callback.
+
+    Returns:
+        The threaded result (ops, seconds, latencies).
+    """
+    sqlite_schema(path)
+    local = threading.local()
+    opened: list[sqlite3.Connection] = []
+    lock = threading.Lock()
+
+    def op(thread: int, j: int) -> None:
+        conn = getattr(local, "conn", None)
+        if conn is None:
+            conn = local.conn = _sqlite_connect(path)
+            with lock:
+                opened.append(conn)
+        session = sessions[(thread + j * threads) % len(sessions)]
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            (seq,) = conn.execute(
+                "SELECT COALESCE(MAX(seq), 0) + 1 FROM events WHERE session = ?", (session,)
+            ).fetchone()
+            row = event_row(session, seq, payload)
+            conn.execute(
+                "INSERT INTO events (session, seq, id, body) VALUES (?, ?, ?, ?)",
+                (session, seq, row["id"], json.dumps(row)),
+            )
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+
+    try:
+        return run_threads(
+            threads, -(-events // threads), op, max_seconds=max_seconds, advance=advance
+        )
+    finally:
+        for conn in opened:
+            conn.close()
+
+
+class SqliteDesk:
+    """One desk mirrored into SQLite, for the last-30-rows read baseline."""
+
+    def __init__(self, path: Path, session_id: str) -> None:
+        sqlite_schema(path)
+        self._conn = _sqlite_connect(path)
+        self._conn.execute("PRAGMA synchronous=OFF")
+        self.session_id = session_id
+        self.rows = 0
+
+    def add(self, rows: Sequence[dict[str, Any]]) -> None:
+        """Insert rows (each with ``sequence`` and ``id``) in one transaction."""
+        self._conn.execute("BEGIN")
+        self._conn.executemany(
+            "INSERT INTO events (session, seq, id, body) VALUES (?, ?, ?, ?)",
+            [(self.session_id, r["sequence"], r["id"], json.dumps(r)) for r in rows],
+        )
+        self._conn.execute("COMMIT")
+        self.rows += len(rows)
+
+    def last30(self) -> list[dict[str, Any]]:
+        """Return the newest 30 rows, decoded, newest first (the measured read)."""
+        cursor = self._conn.execute(
+            "SELECT body FROM events WHERE session = ? ORDER BY seq DESC LIMIT 30",
+            (self.session_id,),
+        )
+        return [json.loads(body) for (body,) in cursor]
+
+    def close(self) -> None:
+        """Close the connection."""
+        self._conn.close()
+
+
+def agents_sqlite_session() -> Any | None:
+    """Return openai-agents' ``SQLiteSession`` class, or None when not importable."""
+    try:
+        module = importlib.import_module("agents")
+    except ImportError:
+        return None
+    return getattr(module, "SQLiteSession", None)
+
+
+def agents_appends(
+    path: Path,
+    sessions: Sequence[str],
+    *,
+    threads: int,
+    events: int,
+    payload: str,
+    max_seconds: float,
+    advance: Callable[[int], None] = lambda n: None,
+) -> ThreadedResult | None:
+    """Append with openai-agents ``SQLiteSession.add_items``, one item per call.
+
+    Returns:
+        The threaded result, or None when openai-agents is not importable.
+    """
+    session_class = agents_sqlite_session()
+    if session_class is None:
+        return None
+    local = threading.local()
+    cache: dict[tuple[int, str], Any] = {}
+
+    def op(thread: int, j: int) -> None:
+        loop = getattr(local, "loop", None)
+        if loop is None:
+            loop = local.loop = asyncio.new_event_loop()
+        session_id = sessions[(thread + j * threads) % len(sessions)]
+        session = cache.get((thread, session_id))
+        if session is None:
+            session = cache[(thread, session_id)] = session_class(session_id, str(path))
+        loop.run_until_complete(session.add_items([{"role": "user", "content": payload}]))
+
+    return run_threads(threads, -(-events // threads), op, max_seconds=max_seconds, advance=advance)

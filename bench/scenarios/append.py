@@ -1,0 +1,248 @@
+"""``append``: sessions x writer threads x events per call, through the store or the Hub.
+
+Each writer thread appends to the sessions in turn (thread ``t``'s ``j``-th call goes to
+session ``(t + j * threads) % sessions``), so the writes are spread as in a busy
+deployment. The same writes are then done by the baselines of :mod:`bench.baselines`.
+Headlines (issues 3 and 4), at the largest thread count and durable:
+
+- store >= 0.4x raw py-lmdb at 16 events per durable transaction;
+- store >= 1.2x sqlite3 WAL ``synchronous=FULL``, one commit per append;
+- via the Hub >= 0.5x the store alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from bench import baselines
+from bench.harness import BenchRun, lmdb_missing, open_hub, open_store, run_threads
+from bench.options import int_list, pick
+from bench.report import measurement, ratio_target
+
+NAME = "append"
+HELP = "append throughput and latency: sessions x writer threads x events per call"
+
+RAW_BATCHES = (1, 16, 1000)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--sessions", type=int, help="sessions written to (default 1000)")
+    parser.add_argument(
+        "--threads", type=int_list, help="writer thread counts, comma-separated (default 1,4,16)"
+    )
+    parser.add_argument("--per-call", type=int, help="events per append call (default 1)")
+    parser.add_argument("--events", type=int, help="events per measurement at most (default 12000)")
+    parser.add_argument("--max-seconds", type=float, help="time budget per measurement (default 8)")
+    parser.add_argument(
+        "--durability",
+        choices=["durable", "relaxed", "both"],
+        help="store durability (default durable)",
+    )
+    parser.add_argument(
+        "--via", choices=["store", "hub", "both"], help="write path measured (default both)"
+    )
+    parser.add_argument("--payload", type=int, help="message characters per event (default 120)")
+    parser.add_argument(
+        "--no-baselines", action="store_true", help="measure sharedesk only (no ratios)"
+    )
+
+
+def run(run_: BenchRun, args: argparse.Namespace) -> None:
+    q = run_.quick
+    sessions = [f"bench-{i:05d}" for i in range(pick(args.sessions, 1000, 20, q))]
+    thread_counts: list[int] = pick(args.threads, [1, 4, 16], [1, 2], q)
+    per_call: int = pick(args.per_call, 1, 1, q)
+    events: int = pick(args.events, 12_000, 120, q)
+    max_seconds: float = pick(args.max_seconds, 8.0, 2.0, q)
+    durability: str = pick(args.durability, "durable", "durable", q)
+    via: str = pick(args.via, "both", "both", q)
+    payload = "x" * pick(args.payload, 120, 40, q)
+    modes = ["durable", "relaxed"] if durability == "both" else [durability]
+    paths = ["store", "hub"] if via == "both" else [via]
+    headline = max(thread_counts)
+
+    from sharedesk import Agent, Event, Text
+
+    def sharedesk_writes(path_kind: str, mode: str, threads: int) -> None:
+        directory = run_.fresh_dir(f"append-{path_kind}-{mode}-t{threads}")
+        target: Any
+        if path_kind == "store":
+            target = open_store(run_, directory, mode)
+            append = target.append
+        else:
+            target = open_hub(run_, directory, mode)
+            if target is None:
+                return
+
+            def append(session_id: str, batch: list[Any]) -> Any:
+                return target.session(session_id).append(batch)
+
+        authors = [Agent(id=f"w{t}", label=f"writer {t}") for t in range(threads)]
+
+        def op(thread: int, j: int) -> None:
+            session_id = sessions[(thread + j * threads) % len(sessions)]
+            append(
+                session_id,
+                [Event(authors[thread], Text(payload)) for _ in range(per_call)],
+            )
+
+        calls = -(-events // per_call)
+        label = f"append sharedesk {path_kind} {mode} t={threads}"
+        try:
+            with run_.progress(label, calls) as advance:
+                result = run_threads(
+                    threads, -(-calls // threads), op, max_seconds=max_seconds, advance=advance
+                )
+        finally:
+            target.close()
+        run_.measurements.append(
+            measurement(
+                scenario=NAME,
+                system="sharedesk",
+                operation="append",
+                label=label,
+                ops=result.ops * per_call,
+                seconds=result.seconds,
+                latencies_ns=result.latencies_ns,
+                params={
+                    "threads": threads,
+                    "sessions": len(sessions),
+                    "per_call": per_call,
+                    "durability": mode,
+                    "via": path_kind,
+                    "series": f"sharedesk {path_kind} {mode}",
+                },
+                note="ops and ops/s count events; latency is per append call",
+            )
+        )
+
+    for threads in thread_counts:
+        for mode in modes:
+            for path_kind in paths:
+                sharedesk_writes(path_kind, mode, threads)
+        if args.no_baselines:
+            continue
+        label = f"append sqlite WAL FULL t={threads}"
+        with run_.progress(label, events) as advance:
+            result = baselines.sqlite_appends(
+                run_.fresh_dir("append-sqlite") / "events.db",
+                sessions,
+                threads=threads,
+                events=events,
+                payload=payload,
+                max_seconds=max_seconds,
+                advance=advance,
+            )
+        run_.measurements.append(
+            measurement(
+                scenario=NAME,
+                system="sqlite",
+                operation="append",
+                label=label,
+                ops=result.ops,
+                seconds=result.seconds,
+                latencies_ns=result.latencies_ns,
+                params={"threads": threads, "sessions": len(sessions), "series": "sqlite"},
+                note="one commit per append, synchronous=FULL",
+            )
+        )
+        if baselines.agents_sqlite_session() is None:
+            run_.note("openai-agents not installed: its SQLiteSession baseline skipped")
+        else:
+            label = f"append openai-agents SQLiteSession t={threads}"
+            with run_.progress(label, events) as advance:
+                agents = baselines.agents_appends(
+                    run_.fresh_dir("append-agents") / "agents.db",
+                    sessions,
+                    threads=threads,
+                    events=events,
+                    payload=payload,
+                    max_seconds=max_seconds,
+                    advance=advance,
+                )
+            if agents is not None:
+                run_.measurements.append(
+                    measurement(
+                        scenario=NAME,
+                        system="openai-agents",
+                        operation="append",
+                        label=label,
+                        ops=agents.ops,
+                        seconds=agents.seconds,
+                        latencies_ns=agents.latencies_ns,
+                        params={"threads": threads, "series": "openai-agents SQLiteSession"},
+                        note="add_items, one item per call",
+                    )
+                )
+
+    if not args.no_baselines:
+        for per_txn in RAW_BATCHES:
+            label = f"append lmdb-raw {per_txn}/txn"
+            # At 1 event per fsync'd commit, a full budget would only measure the disk.
+            budget = events if per_txn > 1 else min(events, 2000)
+            with run_.progress(label, budget) as advance:
+                written, seconds = baselines.raw_lmdb_appends(
+                    run_.fresh_dir(f"append-raw-{per_txn}"),
+                    sessions,
+                    events=budget,
+                    per_txn=per_txn,
+                    payload=payload,
+                    max_seconds=max_seconds,
+                    advance=advance,
+                )
+            run_.measurements.append(
+                measurement(
+                    scenario=NAME,
+                    system="lmdb-raw",
+                    operation="append",
+                    label=label,
+                    ops=written,
+                    seconds=seconds,
+                    params={
+                        "per_txn": per_txn,
+                        "sessions": len(sessions),
+                        "baseline": per_txn == 16,
+                    },
+                    note="one writer thread, sync=True, one idempotency row per event",
+                )
+            )
+
+    if "durable" in modes and "store" in paths:
+        ours = run_.rate(f"append sharedesk store durable t={headline}")
+        if lmdb_missing():
+            ours = None
+        run_.targets.append(
+            ratio_target(
+                issue=3,
+                claim=f"append store durable t={headline} vs raw lmdb 16 events/txn",
+                numerator=ours,
+                denominator=run_.rate("append lmdb-raw 16/txn"),
+                bound=0.4,
+                at_least=True,
+                what="events/s",
+            )
+        )
+        run_.targets.append(
+            ratio_target(
+                issue=3,
+                claim=f"append store durable t={headline} vs sqlite WAL FULL t={headline}",
+                numerator=ours,
+                denominator=run_.rate(f"append sqlite WAL FULL t={headline}"),
+                bound=1.2,
+                at_least=True,
+                what="events/s",
+            )
+        )
+        if "hub" in paths:
+            run_.targets.append(
+                ratio_target(
+                    issue=4,
+                    claim=f"append via Hub durable t={headline} vs store alone",
+                    numerator=run_.rate(f"append sharedesk hub durable t={headline}"),
+                    denominator=ours,
+                    bound=0.5,
+                    at_least=True,
+                    what="events/s",
+                )
+            )
