@@ -1,0 +1,6 @@
+"""Pure folds over a host log: projection, continuous sharing and transcripts.
+
+Every module here takes values (and a :class:`~sharedesk.SessionLog` to read from) and
+returns values. None of them imports a store, an actor runtime, a logger, a clock or a
+thread (``tests/projection/test_purity.py`` enforces it).
+"""
