@@ -424,6 +424,99 @@ class StoreClosedError(StoreError):
         self.path = path
 
 
+class HubClosed(StoreClosedError):
+    """Raised when a Hub (or a handle, view or turn taken from it) is used after ``close()``.
+
+    Also raised to callers still waiting on an actor when the Hub closes. It is a
+    :class:`StoreClosedError`, because a Hub serves the store interface too.
+
+    Attributes:
+        path: Where the Hub's store lives, or ``None`` for an in-memory Hub.
+    """
+
+    _figures = ("path",)
+
+    def __init__(self, path: str | None) -> None:
+        where = "in-memory hub" if path is None else f"hub at {path}"
+        StoreError.__init__(self, f"the {where} is closed")
+        self.path = path
+
+
+class HubError(SharedeskError):
+    """Base of the errors raised by the Hub's actor runtime (time-outs, crashes, failures)."""
+
+
+class ActorTimeout(HubError):
+    """Raised when an actor did not answer a request within the Hub's ``ask_timeout``.
+
+    The request may still take effect later; appends are idempotent by event ``id``, so
+    retrying with the same ids is safe.
+
+    Attributes:
+        actor: The kind of actor asked (``"session"``, ``"projector"``, ``"sharing"``).
+        session_id: The session the actor serves.
+        timeout: The time waited, in seconds.
+    """
+
+    _figures = ("actor", "session_id", "timeout")
+
+    def __init__(self, actor: str, session_id: str, timeout: float) -> None:
+        super().__init__(
+            f"{actor} actor of session {session_id!r} did not answer within {timeout} s"
+        )
+        self.actor = actor
+        self.session_id = session_id
+        self.timeout = timeout
+
+
+class ActorCrashed(HubError):
+    """Raised to the caller whose request made an actor's handler fail unexpectedly.
+
+    The actor was replaced by a fresh one that recovers its state from the store; the
+    original exception is the ``__cause__``. Requests queued behind the failed one are
+    served by the fresh actor.
+
+    Attributes:
+        actor: The kind of actor that failed.
+        session_id: The session the actor serves.
+        detail: The failure, as ``repr`` of the original exception.
+    """
+
+    _figures = ("actor", "session_id", "detail")
+
+    def __init__(self, actor: str, session_id: str, detail: str) -> None:
+        super().__init__(
+            f"{actor} actor of session {session_id!r} failed and was restarted: {detail}"
+        )
+        self.actor = actor
+        self.session_id = session_id
+        self.detail = detail
+
+
+class SessionFailed(HubError):
+    """Raised for every call on a session whose actors failed too often.
+
+    The session's actors restarted more than ``restarts`` times within ``period``
+    seconds; the Hub stopped restarting them. Other sessions are unaffected.
+
+    Attributes:
+        session_id: The failed session.
+        restarts: The restart intensity that was exceeded (most restarts allowed).
+        period: The period of the restart intensity, in seconds.
+    """
+
+    _figures = ("session_id", "restarts", "period")
+
+    def __init__(self, session_id: str, restarts: int, period: float) -> None:
+        super().__init__(
+            f"session {session_id!r} failed: its actors restarted more than {restarts} "
+            f"times within {period} s"
+        )
+        self.session_id = session_id
+        self.restarts = restarts
+        self.period = period
+
+
 class StoreFullError(StoreError):
     """Raised when an append would grow the store past its ``max_map_size``.
 
