@@ -216,6 +216,11 @@ def time_calls(
     return (time.perf_counter_ns() - start) / 1e9, latencies
 
 
+def calling(fn: Callable[..., object], *args: Any) -> Callable[[int], object]:
+    """Return ``lambda i: fn(*args)``, binding the arguments now (for :func:`time_calls`)."""
+    return lambda _: fn(*args)
+
+
 def sharedesk_attr(name: str) -> Any | None:
     """Return the sharedesk object called ``name`` (``LmdbStore``, ``Hub``, ...), or None.
 
@@ -237,6 +242,14 @@ def sharedesk_attr(name: str) -> Any | None:
         if value is not None:
             return value
     return None
+
+
+def require(name: str) -> Any:
+    """Return the sharedesk object called ``name``; raise ``RuntimeError`` when missing."""
+    value = sharedesk_attr(name)
+    if value is None:
+        raise RuntimeError(f"sharedesk has no {name} in this checkout")
+    return value
 
 
 def lmdb_missing() -> str | None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bench.scenarios import append
+from bench.scenarios import append, crash, desk, read, scale
 
 #: Every scenario module, in the order ``all`` runs them.
-SCENARIOS = (append,)
+SCENARIOS = (append, desk, read, scale, crash)

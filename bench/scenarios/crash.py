@@ -1,0 +1,214 @@
+"""``crash``: kill -9 a writer child over and over; count acknowledged, lost, duplicated.
+
+Each cycle starts :mod:`bench.crash_child` on the same directory, lets it append from
+several threads for a random moment, and kills it with SIGKILL. Every ``ack`` line it
+printed is an append that returned, so a promise of durability. After each cycle the
+store is reopened here and checked against every acknowledgement so far:
+
+- lost: an acknowledged event id that is not stored, or stored at another sequence;
+- duplicated: an event id stored more than once in a session;
+- gaps: a session whose sequences are not exactly 1..last.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.harness import BenchRun, require, sharedesk_attr
+from bench.options import pick
+from bench.report import Target, measurement
+
+NAME = "crash"
+HELP = "kill -9 loop of a writer child: acknowledged, lost, duplicated, gaps"
+
+CHECKOUT = Path(__file__).resolve().parents[2]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--cycles", type=int, help="kill cycles (default 10)")
+    parser.add_argument("--threads", type=int, help="writer threads in the child (default 4)")
+    parser.add_argument("--sessions", type=int, help="sessions written (default 8)")
+    parser.add_argument(
+        "--via",
+        choices=["store", "hub"],
+        help="child writes via the store or a Hub (default store)",
+    )
+    parser.add_argument(
+        "--durability",
+        choices=["durable", "relaxed"],
+        help="child durability (default durable; relaxed may lose acknowledged events)",
+    )
+    parser.add_argument("--seed", type=int, default=11, help="random seed (default 11)")
+
+
+def _reader(stream: Any, acks: list[tuple[str, str, int]], ready: threading.Event) -> None:
+    for line in stream:
+        parts = line.split()
+        if parts == ["ready"]:
+            ready.set()
+        elif len(parts) == 4 and parts[0] == "ack" and line.endswith("\n"):
+            acks.append((parts[1], parts[2], int(parts[3])))
+
+
+def _one_cycle(
+    directory: Path, args: argparse.Namespace, lifetime: float
+) -> tuple[list[tuple[str, str, int]], float, str]:
+    """Run the child for ``lifetime`` seconds after it is ready, SIGKILL it, return acks."""
+    command = [
+        sys.executable,
+        "-m",
+        "bench.crash_child",
+        str(directory),
+        "--threads",
+        str(args.threads),
+        "--sessions",
+        str(args.sessions),
+        "--via",
+        args.via,
+        "--durability",
+        args.durability,
+    ]
+    child = subprocess.Popen(
+        command,
+        cwd=CHECKOUT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    acks: list[tuple[str, str, int]] = []
+    ready = threading.Event()
+    reader = threading.Thread(target=_reader, args=(child.stdout, acks, ready), daemon=True)
+    reader.start()
+    try:
+        if not ready.wait(timeout=30):
+            raise RuntimeError("crash child did not start within 30 s")
+        started = time.perf_counter()
+        time.sleep(lifetime)
+        os.kill(child.pid, signal.SIGKILL)
+        alive = time.perf_counter() - started
+    finally:
+        if child.poll() is None:
+            child.kill()
+        child.wait()
+        reader.join(timeout=10)
+    stderr = child.stderr.read() if child.stderr is not None else ""
+    if child.stdout is not None:
+        child.stdout.close()
+    if child.stderr is not None:
+        child.stderr.close()
+    return acks, alive, stderr
+
+
+def _check(
+    directory: Path, acknowledged: dict[tuple[str, str], int], sessions: int
+) -> dict[str, int]:
+    """Reopen the store and compare it with every acknowledgement so far."""
+    store = require("LmdbStore")(directory)
+    try:
+        lost = moved = duplicated = gaps = stored_total = 0
+        stored: dict[tuple[str, str], int] = {}
+        for k in range(sessions):
+            session_id = f"crash-{k}"
+            events = store.read(session_id)
+            stored_total += len(events)
+            if [e.sequence for e in events] != list(range(1, len(events) + 1)):
+                gaps += 1
+            ids = [e.id for e in events]
+            duplicated += len(ids) - len(set(ids))
+            for e in events:
+                stored[(session_id, e.id)] = e.sequence
+        for key, sequence in acknowledged.items():
+            found = stored.get(key)
+            if found is None:
+                lost += 1
+            elif found != sequence:
+                moved += 1
+        return {
+            "lost": lost,
+            "moved": moved,
+            "duplicated": duplicated,
+            "gaps": gaps,
+            "stored": stored_total,
+        }
+    finally:
+        store.close()
+
+
+def run(run_: BenchRun, args: argparse.Namespace) -> None:
+    q = run_.quick
+    args.cycles = pick(args.cycles, 10, 2, q)
+    args.threads = pick(args.threads, 4, 2, q)
+    args.sessions = pick(args.sessions, 8, 3, q)
+    args.via = pick(args.via, "store", "store", q)
+    args.durability = pick(args.durability, "durable", "durable", q)
+    if sharedesk_attr("LmdbStore") is None:
+        run_.note("LmdbStore not importable: crash scenario skipped (it needs a disk store)")
+        return
+    if args.via == "hub" and sharedesk_attr("Hub") is None:
+        run_.note("Hub not importable: crash scenario via hub skipped")
+        return
+    rng = random.Random(args.seed)
+    directory = run_.fresh_dir("crash") / "store"
+    directory.mkdir()
+    acknowledged: dict[tuple[str, str], int] = {}
+    alive_total = 0.0
+    worst = {"lost": 0, "moved": 0, "duplicated": 0, "gaps": 0, "stored": 0}
+    with run_.progress(f"kill -9 cycles ({args.via}, {args.durability})", args.cycles) as advance:
+        for _ in range(args.cycles):
+            lifetime = rng.uniform(0.1, 0.4) if q else rng.uniform(0.2, 1.2)
+            acks, alive, stderr = _one_cycle(directory, args, lifetime)
+            if not acks and stderr.strip():
+                raise RuntimeError(f"crash child failed: {stderr.strip().splitlines()[-1]}")
+            alive_total += alive
+            for session_id, event_id, sequence in acks:
+                acknowledged[(session_id, event_id)] = sequence
+            found = _check(directory, acknowledged, args.sessions)
+            for key in ("lost", "moved", "duplicated", "gaps"):
+                worst[key] = max(worst[key], found[key])
+            worst["stored"] = found["stored"]
+            advance(1)
+
+    run_.measurements.append(
+        measurement(
+            scenario=NAME,
+            system="sharedesk",
+            operation="append",
+            label=f"crash child acknowledged appends ({args.via}, {args.durability})",
+            ops=len(acknowledged),
+            seconds=alive_total,
+            params={"threads": args.threads, "sessions": args.sessions, "cycles": args.cycles},
+            note="appends acknowledged while the child lived, across all cycles",
+        )
+    )
+    run_.figures["crash cycles"] = args.cycles
+    run_.figures["crash acknowledged / stored"] = f"{len(acknowledged)} / {worst['stored']}"
+    run_.figures["crash lost / moved / duplicated / sessions with gaps"] = (
+        f"{worst['lost']} / {worst['moved']} / {worst['duplicated']} / {worst['gaps']}"
+    )
+    for claim, value in (
+        ("acknowledged events lost or moved after kill -9", worst["lost"] + worst["moved"]),
+        (
+            "events duplicated or sessions with gaps after kill -9",
+            worst["duplicated"] + worst["gaps"],
+        ),
+    ):
+        run_.targets.append(
+            Target(
+                issue=3,
+                claim=claim,
+                value=float(value),
+                bound=0.0,
+                at_least=False,
+                detail=f"{args.cycles} cycles, {len(acknowledged)} acknowledged",
+                unit="",
+            )
+        )

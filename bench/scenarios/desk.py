@@ -1,0 +1,168 @@
+"""``desk``: a realistic shared desk: people post, agents take turns and commit replies.
+
+One Hub on LMDB. The operator opens the desk and a few threads. Each person posts in
+the channel or a thread from a thread of its own; each agent, from its own thread, takes
+``hub.turn`` (alternating between the channel and a thread), then commits a reply with
+``turn.commit``. Reported: turn and commit latency percentiles, post latency, delta
+sizes, and two integrity counts that must stay 0: replies offered back to their own
+author, and rows delivered twice to one agent in one conversation.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import threading
+import time
+from typing import Any
+
+from bench.harness import BenchRun, open_hub
+from bench.options import pick
+from bench.report import measurement, percentile
+
+NAME = "desk"
+HELP = "agents and people on one desk: hub.turn latency percentiles and delta sizes"
+
+DESK = "desk"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--agents", type=int, help="agents taking turns (default 4)")
+    parser.add_argument("--people", type=int, help="people posting (default 2)")
+    parser.add_argument(
+        "--rounds", type=int, help="turns per agent and posts per person (default 150)"
+    )
+    parser.add_argument("--threads-on-desk", type=int, help="thread roots on the desk (default 3)")
+    parser.add_argument(
+        "--durability", choices=["durable", "relaxed"], help="store durability (default durable)"
+    )
+    parser.add_argument("--seed", type=int, default=7, help="random seed (default 7)")
+
+
+def run(run_: BenchRun, args: argparse.Namespace) -> None:
+    from sharedesk import Agent, Conversation, Operator, Person
+
+    q = run_.quick
+    n_agents: int = pick(args.agents, 4, 2, q)
+    n_people: int = pick(args.people, 2, 1, q)
+    rounds: int = pick(args.rounds, 150, 6, q)
+    n_threads: int = pick(args.threads_on_desk, 3, 1, q)
+    durability: str = pick(args.durability, "durable", "durable", q)
+    hub = open_hub(run_, run_.fresh_dir("desk") / "store", durability)
+    if hub is None:
+        return
+    try:
+        session = hub.session(DESK)
+        session.post(Operator(), "Welcome to the desk: triage today's incidents.")
+        roots = [
+            session.post(Operator(), f"Thread {k}: incident {k} follow-up").sequence
+            for k in range(n_threads)
+        ]
+        conversations: list[Any] = [None] + [Conversation(DESK, thread_root=r) for r in roots]
+        agents = [Agent(id=f"agent{k}", label=f"Agent {k}") for k in range(n_agents)]
+        people = [Person(id=f"person{k}", label=f"Person {k}") for k in range(n_people)]
+        lock = threading.Lock()
+        turn_ns: list[int] = []
+        commit_ns: list[int] = []
+        post_ns: list[int] = []
+        delta_sizes: list[int] = []
+        reasons: dict[str, int] = {}
+        offered_back = [0]
+        twice = [0]
+        errors: list[BaseException] = []
+        total = rounds * (n_agents + n_people)
+
+        def agent_loop(index: int, advance: Any) -> None:
+            agent = agents[index]
+            rng = random.Random(args.seed * 1000 + index)
+            mine: set[int] = set()
+            seen: dict[int, set[int]] = {}
+            for i in range(rounds):
+                slot = 0 if i % 2 == 0 else rng.randrange(len(conversations))
+                conversation = conversations[slot]
+                t0 = time.perf_counter_ns()
+                turn = hub.turn(DESK, agent, conversation)
+                t1 = time.perf_counter_ns()
+                stored = turn.commit(f"{agent.label} on item {i}")
+                t2 = time.perf_counter_ns()
+                delivered = {m.sequence for m in turn.messages}
+                bad_back = len(delivered & mine) if turn.reason is None else 0
+                already = seen.setdefault(slot, set())
+                dup = len(delivered & already) if turn.reason is None else 0
+                already.update(delivered)
+                if stored is not None:
+                    mine.add(stored.sequence)
+                with lock:
+                    turn_ns.append(t1 - t0)
+                    commit_ns.append(t2 - t1)
+                    delta_sizes.append(len(turn.messages))
+                    key = "delta" if turn.reason is None else str(turn.reason)
+                    reasons[key] = reasons.get(key, 0) + 1
+                    offered_back[0] += bad_back
+                    twice[0] += dup
+                advance(1)
+
+        def person_loop(index: int, advance: Any) -> None:
+            person = people[index]
+            rng = random.Random(args.seed * 2000 + index)
+            for i in range(rounds):
+                parent = None if rng.random() < 0.5 else rng.choice(roots)
+                t0 = time.perf_counter_ns()
+                session.post(person, f"{person.label} update {i}", parent=parent)
+                with lock:
+                    post_ns.append(time.perf_counter_ns() - t0)
+                advance(1)
+
+        def guarded(fn: Any, index: int, advance: Any) -> None:
+            try:
+                fn(index, advance)
+            except BaseException as exc:
+                errors.append(exc)
+
+        with run_.progress(f"desk: {n_agents} agents, {n_people} people", total) as advance:
+            workers = [
+                threading.Thread(target=guarded, args=(agent_loop, k, advance), daemon=True)
+                for k in range(n_agents)
+            ] + [
+                threading.Thread(target=guarded, args=(person_loop, k, advance), daemon=True)
+                for k in range(n_people)
+            ]
+            start = time.perf_counter()
+            for w in workers:
+                w.start()
+            for w in workers:
+                w.join()
+            seconds = time.perf_counter() - start
+        if errors:
+            raise errors[0]
+    finally:
+        hub.close()
+
+    params = {"agents": n_agents, "people": n_people, "rounds": rounds, "durability": durability}
+    for operation, samples, note in (
+        ("turn", turn_ns, "hub.turn: delta since the agent's last commit"),
+        ("commit", commit_ns, "turn.commit(reply): reply and sharing state, one durable step"),
+        ("post", post_ns, "session.post by a person"),
+    ):
+        run_.measurements.append(
+            measurement(
+                scenario=NAME,
+                system="sharedesk",
+                operation=operation,
+                label=f"desk {operation}",
+                ops=len(samples),
+                seconds=seconds,
+                latencies_ns=samples,
+                params=params,
+                note=note + "; ops/s over the whole desk run",
+            )
+        )
+    ordered = sorted(delta_sizes)
+    run_.figures["desk delta size median/p99/max"] = (
+        f"{percentile(ordered, 0.5):g}/{percentile(ordered, 0.99):g}/{ordered[-1]:g}"
+        if ordered
+        else "-"
+    )
+    run_.figures["desk turn reasons"] = reasons
+    run_.figures["desk replies offered back to their author (must be 0)"] = offered_back[0]
+    run_.figures["desk rows delivered twice in one conversation (must be 0)"] = twice[0]

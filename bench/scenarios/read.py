@@ -1,0 +1,333 @@
+"""``read``: cold projection, warm views and turn deltas on desks of growing history.
+
+For each size a desk of that many ``Text`` rows is built (roots in the channel, every
+fifth row a reply in a thread) and mirrored into SQLite. Then, on the same data:
+
+- ``project cold``: ``project_session(store.log(desk), channel, window 30)``, no cache
+  but the OS page cache: the cost of a projection that starts from nothing;
+- ``last30 sqlite``: ``ORDER BY seq DESC LIMIT 30`` plus a JSON decode of each row;
+- ``view warm``: ``hub.view(desk, viewer)`` after a first call built the projector;
+- ``turn delta``: ``hub.turn`` of an agent after three new posts since its last commit,
+  and its ``commit`` (timed separately).
+
+Headlines: issue 3, cold projection at 20,000 rows within 3x SQLite last-30; issue 4,
+warm view at 100,000 rows no slower than SQLite last-30, and turn delta cost at
+10,000 and 1,000,000 rows within 1.5x of each other.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import time
+import uuid
+from typing import Any
+
+from bench import baselines
+from bench.harness import (
+    BenchRun,
+    calling,
+    lmdb_missing,
+    open_hub,
+    open_store,
+    sharedesk_attr,
+    time_calls,
+)
+from bench.options import int_list, pick
+from bench.report import Target, measurement, ratio_target
+
+NAME = "read"
+HELP = "cold projection, warm hub.view and hub.turn deltas on 10k/100k/1M-row desks"
+
+DESK = "desk"
+BUILD_BATCH = 1000
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--sizes",
+        type=int_list,
+        help="desk sizes in rows, comma-separated (default 10000,20000,100000,1000000)",
+    )
+    parser.add_argument("--repeat", type=int, help="timed calls per measurement (default 300)")
+    parser.add_argument("--turns", type=int, help="timed turns per desk (default 100)")
+    parser.add_argument("--payload", type=int, help="message characters per row (default 120)")
+
+
+def _authors() -> list[Any]:
+    from sharedesk import Agent, Operator, Person
+
+    return [
+        Operator(),
+        Person(id="ana", label="Ana"),
+        Agent(id="a1", label="Agent One"),
+        Agent(id="a2", label="Agent Two"),
+    ]
+
+
+def build_desk(
+    run_: BenchRun, store: Any, mirror: baselines.SqliteDesk, rows: int, payload: str
+) -> None:
+    """Append ``rows`` Text rows to the desk (and the SQLite mirror), in batches."""
+    from sharedesk import Event, Text
+
+    authors = _authors()
+    last_root = 0
+    with run_.progress(f"build desk of {rows:,} rows", rows) as advance:
+        start = store.last_sequence(DESK) + 1
+        for first in range(start, start + rows, BUILD_BATCH):
+            batch: list[Any] = []
+            mirrored: list[dict[str, Any]] = []
+            for seq in range(first, min(first + BUILD_BATCH, start + rows)):
+                parent = last_root if seq % 5 == 0 and last_root else None
+                if parent is None:
+                    last_root = seq
+                author = authors[seq % len(authors)]
+                event = Event(author, Text(f"{seq} {payload}"), parent=parent)
+                batch.append(event)
+                mirrored.append(
+                    {
+                        "author": {"type": "person", "id": "ana", "label": "Ana"},
+                        "body": {"type": "text", "content": f"{seq} {payload}"},
+                        "id": event.id,
+                        "parent": parent,
+                        "sequence": seq,
+                    }
+                )
+            store.append(DESK, batch)
+            mirror.add(mirrored)
+            advance(len(batch))
+
+
+def run(run_: BenchRun, args: argparse.Namespace) -> None:
+    q = run_.quick
+    sizes: list[int] = pick(args.sizes, [10_000, 20_000, 100_000, 1_000_000], [300, 600], q)
+    repeat: int = pick(args.repeat, 300, 20, q)
+    turns: int = pick(args.turns, 100, 5, q)
+    payload = "y" * pick(args.payload, 120, 40, q)
+    project_session = sharedesk_attr("project_session")
+    if project_session is None:
+        run_.note("project_session not importable: cold projections skipped")
+    from sharedesk import Conversation, Person, SessionQuery
+
+    turn_medians: dict[int, float] = {}
+    for rows in sizes:
+        directory = run_.fresh_dir(f"read-{rows}")
+        mirror = baselines.SqliteDesk(directory / "mirror.db", DESK)
+        try:
+            store = open_store(run_, directory / "store", "relaxed")
+            try:
+                build_desk(run_, store, mirror, rows, payload)
+                if project_session is not None:
+                    query = SessionQuery(Conversation(DESK))
+                    log = store.log(DESK)
+                    with run_.progress(f"project cold n={rows:,}", repeat) as advance:
+                        seconds, lat = time_calls(
+                            repeat,
+                            calling(project_session, log, query),
+                            advance,
+                        )
+                    run_.measurements.append(
+                        measurement(
+                            scenario=NAME,
+                            system="sharedesk",
+                            operation="read30",
+                            label=f"project cold n={rows}",
+                            ops=repeat,
+                            seconds=seconds,
+                            latencies_ns=lat,
+                            params={"rows": rows, "compare": f"rows={rows}"},
+                            note="project_session over store.log, channel, window 30",
+                        )
+                    )
+            finally:
+                store.close()
+            with run_.progress(f"last30 sqlite n={rows:,}", repeat) as advance:
+                seconds, lat = time_calls(repeat, calling(mirror.last30), advance)
+            run_.measurements.append(
+                measurement(
+                    scenario=NAME,
+                    system="sqlite",
+                    operation="read30",
+                    label=f"last30 sqlite n={rows}",
+                    ops=repeat,
+                    seconds=seconds,
+                    latencies_ns=lat,
+                    params={"rows": rows, "compare": f"rows={rows}", "baseline": True},
+                    note="ORDER BY seq DESC LIMIT 30 + json.loads per row",
+                )
+            )
+        finally:
+            mirror.close()
+        _agents_read(run_, directory, rows, repeat, payload)
+
+        hub = open_hub(run_, directory / "store", "durable")
+        if hub is None:
+            continue
+        try:
+            viewer = Person(id="ana", label="Ana")
+            hub.view(DESK, viewer)
+            with run_.progress(f"view warm n={rows:,}", repeat) as advance:
+                seconds, lat = time_calls(repeat, calling(hub.view, DESK, viewer), advance)
+            run_.measurements.append(
+                measurement(
+                    scenario=NAME,
+                    system="sharedesk",
+                    operation="read30",
+                    label=f"view warm n={rows}",
+                    ops=repeat,
+                    seconds=seconds,
+                    latencies_ns=lat,
+                    params={"rows": rows, "compare": f"rows={rows}"},
+                    note="hub.view, channel, window 30, projector already built",
+                )
+            )
+            turn_medians[rows] = _turns(run_, hub, rows, turns)
+        finally:
+            hub.close()
+
+    _targets(run_, sizes, turn_medians)
+
+
+def _turns(run_: BenchRun, hub: Any, rows: int, turns: int) -> float:
+    """Time ``turns`` delta turns (and their commits) of one agent; return the median µs."""
+    from sharedesk import Agent, Person
+
+    agent = Agent(id="a1", label="Agent One")
+    others = [Person(id="ana", label="Ana"), Agent(id="a2", label="Agent Two")]
+    hub.turn(DESK, agent).commit(None)
+    session = hub.session(DESK)
+    turn_ns: list[int] = []
+    commit_ns: list[int] = []
+    sizes: list[int] = []
+    reasons: dict[str, int] = {}
+    with run_.progress(f"turn delta n={rows:,}", turns) as advance:
+        for i in range(turns):
+            for k in range(3):
+                session.post(others[k % 2], f"news {i}.{k}")
+            t0 = time.perf_counter_ns()
+            turn = hub.turn(DESK, agent)
+            t1 = time.perf_counter_ns()
+            turn.commit(f"reply {i}")
+            t2 = time.perf_counter_ns()
+            turn_ns.append(t1 - t0)
+            commit_ns.append(t2 - t1)
+            sizes.append(len(turn.messages))
+            key = "delta" if turn.reason is None else str(turn.reason)
+            reasons[key] = reasons.get(key, 0) + 1
+            advance(1)
+    turn_m = measurement(
+        scenario=NAME,
+        system="sharedesk",
+        operation="turn",
+        label=f"turn delta n={rows}",
+        ops=turns,
+        seconds=sum(turn_ns) / 1e9,
+        latencies_ns=turn_ns,
+        params={"rows": rows},
+        note="hub.turn with 3 new rows since the last commit",
+    )
+    run_.measurements.append(turn_m)
+    run_.measurements.append(
+        measurement(
+            scenario=NAME,
+            system="sharedesk",
+            operation="commit",
+            label=f"turn commit n={rows}",
+            ops=turns,
+            seconds=sum(commit_ns) / 1e9,
+            latencies_ns=commit_ns,
+            params={"rows": rows},
+            note="turn.commit(reply): reply and sharing state in one durable step",
+        )
+    )
+    run_.figures[f"read n={rows} turn reasons"] = reasons
+    run_.figures[f"read n={rows} delta sizes (min/max)"] = f"{min(sizes)}/{max(sizes)}"
+    return turn_m.median_us or 0.0
+
+
+def _agents_read(run_: BenchRun, directory: Any, rows: int, repeat: int, payload: str) -> None:
+    """Time openai-agents ``get_items(limit=30)`` on a session of ``rows`` items."""
+    session_class = baselines.agents_sqlite_session()
+    if session_class is None:
+        run_.note("openai-agents not installed: its SQLiteSession baseline skipped")
+        return
+    session = session_class(DESK, str(directory / "agents.db"))
+    loop = asyncio.new_event_loop()
+    try:
+        with run_.progress(f"fill openai-agents session n={rows:,}", rows) as advance:
+            for first in range(0, rows, BUILD_BATCH):
+                count = min(BUILD_BATCH, rows - first)
+                items = [
+                    {"role": "user", "content": f"{first + k} {payload}", "id": uuid.uuid4().hex}
+                    for k in range(count)
+                ]
+                loop.run_until_complete(session.add_items(items))
+                advance(count)
+        seconds, lat = time_calls(
+            repeat, lambda _: loop.run_until_complete(session.get_items(limit=30))
+        )
+    finally:
+        loop.close()
+    run_.measurements.append(
+        measurement(
+            scenario=NAME,
+            system="openai-agents",
+            operation="read30",
+            label=f"get_items(30) openai-agents n={rows}",
+            ops=repeat,
+            seconds=seconds,
+            latencies_ns=lat,
+            params={"rows": rows},
+        )
+    )
+
+
+def _targets(run_: BenchRun, sizes: list[int], turn_medians: dict[int, float]) -> None:
+    missing = lmdb_missing()
+    cold = run_.median("project cold n=20000")
+    run_.targets.append(
+        ratio_target(
+            issue=3,
+            claim="cold channel projection (20,000 rows) vs sqlite last-30 + JSON, median",
+            numerator=None if missing else cold,
+            denominator=run_.median("last30 sqlite n=20000"),
+            bound=3.0,
+            at_least=False,
+            what="µs",
+        )
+    )
+    run_.targets.append(
+        ratio_target(
+            issue=4,
+            claim="warm hub.view(30) (100,000 rows) vs sqlite last-30 + JSON, median",
+            numerator=None if missing else run_.median("view warm n=100000"),
+            denominator=run_.median("last30 sqlite n=100000"),
+            bound=1.0,
+            at_least=False,
+            what="µs",
+        )
+    )
+    small, large = turn_medians.get(10_000), turn_medians.get(1_000_000)
+    if small and large and not missing:
+        run_.targets.append(
+            Target(
+                issue=4,
+                claim="hub.turn delta cost flat in history (1,000,000 vs 10,000 rows, median)",
+                value=max(small, large) / min(small, large),
+                bound=1.5,
+                at_least=False,
+                detail=f"{large:,.1f} µs vs {small:,.1f} µs (larger / smaller)",
+            )
+        )
+    else:
+        run_.targets.append(
+            Target(
+                issue=4,
+                claim="hub.turn delta cost flat in history (1,000,000 vs 10,000 rows, median)",
+                value=None,
+                bound=1.5,
+                at_least=False,
+                detail=missing or "needs --sizes with 10000 and 1000000 and a Hub",
+            )
+        )

@@ -1,0 +1,150 @@
+"""``scale``: touch many sessions through a Hub with ``max_active``; peak threads and RSS.
+
+Sessions are touched one after another (an append of one event, or ``--touch read`` for
+``last_sequence``), so every touch past ``max_active`` passivates the least recently
+used actor. Sampled during the run: Python threads (every touch), live pykka actors and
+resident memory (every 500 touches and at the end). Issue 4 holds the peak thread count
+to ``max_active`` plus a small constant (:data:`THREAD_SLACK` here) above the threads
+alive before the Hub opened, and resident memory under 1 GiB.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import threading
+import time
+from typing import Any
+
+from bench.harness import BenchRun, lmdb_missing, open_hub
+from bench.options import pick
+from bench.report import Target, measurement
+
+NAME = "scale"
+HELP = "touch N sessions through a Hub with max_active: peak actors, threads, RSS"
+
+#: Threads allowed above ``max_active`` (store writer, supervisor, timers...).
+THREAD_SLACK = 16
+SAMPLE_EVERY = 500
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--sessions", type=int, help="sessions touched (default 100000)")
+    parser.add_argument("--max-active", type=int, help="Hub max_active (default 1024)")
+    parser.add_argument(
+        "--touch",
+        choices=["write", "read"],
+        help="append one event, or read last_sequence (default write)",
+    )
+    parser.add_argument(
+        "--durability",
+        choices=["durable", "relaxed"],
+        help="store durability (default relaxed: this measures actors, not fsync)",
+    )
+
+
+def rss_mib() -> float:
+    """Return this process's resident memory in MiB (from /proc, else peak rusage)."""
+    try:
+        with open("/proc/self/statm") as statm:
+            pages = int(statm.read().split()[1])
+        return pages * os.sysconf("SC_PAGE_SIZE") / (1 << 20)
+    except (OSError, ValueError, IndexError):
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def live_actors() -> int | None:
+    """Return how many pykka actors are alive, or None without pykka."""
+    try:
+        import pykka
+    except ImportError:
+        return None
+    return len(pykka.ActorRegistry.get_all())
+
+
+def run(run_: BenchRun, args: argparse.Namespace) -> None:
+    from sharedesk import Event, Operator, Text
+
+    q = run_.quick
+    sessions: int = pick(args.sessions, 100_000, 300, q)
+    max_active: int = pick(args.max_active, 1024, 16, q)
+    touch: str = pick(args.touch, "write", "write", q)
+    durability: str = pick(args.durability, "relaxed", "relaxed", q)
+    threads_before = threading.active_count()
+    rss_before = rss_mib()
+    hub = open_hub(run_, run_.fresh_dir("scale") / "store", durability, max_active=max_active)
+    if hub is None:
+        return
+    peak_threads = threading.active_count()
+    peak_actors = live_actors() or 0
+    peak_rss = rss_mib()
+    latencies: list[int] = []
+    author = Operator()
+    try:
+        with run_.progress(f"touch {sessions:,} sessions", sessions) as advance:
+            start = time.perf_counter()
+            for i in range(sessions):
+                session_id = f"s{i:07d}"
+                t0 = time.perf_counter_ns()
+                handle: Any = hub.session(session_id)
+                if touch == "write":
+                    handle.append([Event(author, Text("hello"))])
+                else:
+                    handle.last_sequence()
+                latencies.append(time.perf_counter_ns() - t0)
+                peak_threads = max(peak_threads, threading.active_count())
+                if i % SAMPLE_EVERY == SAMPLE_EVERY - 1:
+                    peak_actors = max(peak_actors, live_actors() or 0)
+                    peak_rss = max(peak_rss, rss_mib())
+                    advance(SAMPLE_EVERY)
+            seconds = time.perf_counter() - start
+            advance(sessions % SAMPLE_EVERY)
+        peak_actors = max(peak_actors, live_actors() or 0)
+        peak_rss = max(peak_rss, rss_mib())
+    finally:
+        hub.close()
+    threads_after = threading.active_count()
+
+    run_.measurements.append(
+        measurement(
+            scenario=NAME,
+            system="sharedesk",
+            operation="touch",
+            label=f"scale touch ({touch}) max_active={max_active}",
+            ops=sessions,
+            seconds=seconds,
+            latencies_ns=latencies,
+            params={"sessions": sessions, "max_active": max_active, "durability": durability},
+            note="hub.session(id) + one call, sessions touched one after another",
+        )
+    )
+    run_.figures["scale threads before Hub / peak / after close"] = (
+        f"{threads_before} / {peak_threads} / {threads_after}"
+    )
+    run_.figures["scale peak live actors"] = peak_actors
+    run_.figures["scale RSS before / peak (MiB)"] = f"{rss_before:,.0f} / {peak_rss:,.0f}"
+    missing = lmdb_missing()
+    run_.targets.append(
+        Target(
+            issue=4,
+            claim=f"{sessions:,} sessions, max_active={max_active}: peak threads",
+            value=None if missing else float(peak_threads - threads_before),
+            bound=float(max_active + THREAD_SLACK),
+            at_least=False,
+            detail=missing
+            or f"peak {peak_threads} - {threads_before} before; bound max_active + {THREAD_SLACK}",
+            unit=" threads",
+        )
+    )
+    run_.targets.append(
+        Target(
+            issue=4,
+            claim=f"{sessions:,} sessions, max_active={max_active}: peak resident memory",
+            value=None if missing else peak_rss,
+            bound=1024.0,
+            at_least=False,
+            detail=missing or f"sampled every {SAMPLE_EVERY} touches; {rss_before:,.0f} MiB before",
+            unit=" MiB",
+        )
+    )
