@@ -96,6 +96,8 @@ BAD_BATCHES: dict[str, Callable[[], Any]] = {
     "parent_on_itself": lambda: [text(), text(parent=3)],
     "parent_in_future": lambda: [text(parent=5)],
     "bad_run_status": lambda: [text(), Event(BOT, RunFinished("exploded"))],
+    "lone_surrogate_in_id": lambda: [text(), text(id="a\ud800")],
+    "lone_surrogate_in_content": lambda: [text(), text("x\udfff")],
     "wrong_field_type": lambda: [text(), Event(ALICE, Text(42))],  # type: ignore[arg-type]
 }
 
@@ -765,7 +767,10 @@ class StoreContract(ABC):
 
     # -- property --------------------------------------------------------------------
 
-    @settings(suppress_health_check=[HealthCheck.function_scoped_fixture])
+    # One store per test, a fresh session per example; each backend subclass runs it.
+    @settings(
+        suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.differing_executors]
+    )
     @given(
         batches=st.lists(
             st.tuples(

@@ -1,0 +1,803 @@
+r"""LmdbStore: the durable, group-committed event store every session's stream lives in.
+
+Layout. One LMDB environment (a directory) holds five sub-databases. Every key starts
+with the session's *prefix*: the UTF-8 session id preceded by its length as 2 big-endian
+bytes. Because the length comes first, no session's keys can fall inside another's range,
+whatever the ids hold (ids that prefix each other, ``/``, ``\x00``, non-ASCII).
+
+=========  ==========================================  ===============================
+database   key                                         value
+=========  ==========================================  ===============================
+events     prefix + sequence (8 bytes, big-endian)     the stored event (msgpack map)
+ids        prefix + 0x00 + id, or 0x01 + blake2b(id)   sequence (8 bytes)
+meta       prefix                                      last sequence, Text rows, last
+                                                       activity (3 x 8 bytes)
+texts      prefix + sequence                           empty: the ``Text`` row index
+sharing    prefix + blake2b(viewer, conversation)      the sharing state (msgpack)
+=========  ==========================================  ===============================
+
+Ids up to ``_MAX_RAW_ID`` bytes are kept as they are; longer ones are hashed (32-byte
+blake2b) so every key stays under LMDB's 511-byte limit. Events are stored as msgpack
+maps, so a record written before a field was added still decodes (the field takes its
+default).
+
+Writes. ``append`` and ``append_and_share`` put a request on a queue and wait. One
+writer thread per store takes every request waiting, plans each one against the state
+inside a single write transaction (``expected_version``, idempotency, parents, the
+sharing-state compare-and-swap; earlier requests of the same group are visible), writes
+the ones that pass, commits once (one fsync when durable), then answers every caller. A
+request that fails its checks gets its own error and writes nothing; the others commit.
+If the transaction itself fails, the whole group gets the error.
+
+Growth. The map starts at ``map_size`` and doubles when LMDB reports it full: the
+transaction is aborted, the map is resized with no transaction of this process open
+(see ``_lmdb_env``), and the group is retried. At ``max_map_size`` the group is retried
+one request per transaction, so only the requests that do not fit get
+``StoreFullError``; nothing partial is ever written.
+
+Reads run in the caller's thread, in a read-only transaction, and walk a cursor from the
+requested end, so ``read(newest_first=True, limit=n)`` and ``log().read_before`` cost
+what the page costs, not the history.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import struct
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future
+from datetime import UTC, datetime, timedelta
+from types import TracebackType
+from typing import Any, Final, Literal, Self, TypeVar
+
+import lmdb
+import msgspec
+import structlog
+
+from sharedesk.protocol.codec import encode_msgpack
+from sharedesk.protocol.errors import (
+    ConcurrencyError,
+    CorruptRecordError,
+    SharedeskError,
+    SharingStateConflict,
+    StoreClosedError,
+    StoreFullError,
+    StoreIOError,
+    ValidationError,
+)
+from sharedesk.protocol.events import Event, Text
+from sharedesk.protocol.validation import check_optional_int, check_parents, check_session_id
+from sharedesk.protocol.views import Conversation, SessionPage, SharingState
+from sharedesk.store._common import (
+    SessionInfo,
+    check_batch,
+    check_conversation,
+    check_log_args,
+    check_read_args,
+    check_sharing_args,
+    check_viewer,
+    to_log_message,
+    watermark_of,
+)
+from sharedesk.store._lmdb_env import REGISTRY
+
+__all__ = ["Durability", "LmdbStore"]
+
+T = TypeVar("T")
+
+#: ``"durable"``: every acknowledged append is fsync'd. ``"relaxed"``: no fsync per commit.
+Durability = Literal["durable", "relaxed"]
+
+_log = structlog.get_logger()
+
+_SEQ: Final = struct.Struct(">Q")
+_META: Final = struct.Struct(">QQq")
+_MAX_SEQ: Final = 2**64 - 1
+_MAX_RAW_ID: Final = 100
+_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
+_MICROSECOND: Final = timedelta(microseconds=1)
+_EVENT_DECODER: Final = msgspec.msgpack.Decoder(Event)
+_STATE_DECODER: Final = msgspec.msgpack.Decoder(SharingState)
+_ENCODER: Final = msgspec.msgpack.Encoder()
+_DEFAULT_MAP_SIZE: Final = 64 * 2**20
+
+
+def _prefix(session_id: str) -> bytes:
+    raw = session_id.encode("utf-8")
+    return len(raw).to_bytes(2, "big") + raw
+
+
+def _session_of(key: bytes) -> str:
+    length = int.from_bytes(key[:2], "big")
+    return key[2 : 2 + length].decode("utf-8")
+
+
+def _id_key(prefix: bytes, event_id: str) -> bytes:
+    raw = event_id.encode("utf-8")
+    if len(raw) <= _MAX_RAW_ID:
+        return prefix + b"\x00" + raw
+    return prefix + b"\x01" + hashlib.blake2b(raw, digest_size=32).digest()
+
+
+def _sharing_key(prefix: bytes, viewer: str, conversation: Conversation) -> bytes:
+    raw = viewer.encode("utf-8")
+    digest = hashlib.blake2b(digest_size=32)
+    digest.update(len(raw).to_bytes(4, "big") + raw)
+    digest.update(encode_msgpack(conversation))
+    return prefix + digest.digest()
+
+
+class _Request:
+    """One caller's append, waiting for the writer thread."""
+
+    __slots__ = ("events", "expected_version", "future", "prefix", "session_id", "sharing")
+
+    def __init__(
+        self,
+        session_id: str,
+        events: list[Event],
+        expected_version: int | None,
+        sharing: tuple[str, SharingState, SharingState | None] | None,
+    ) -> None:
+        self.session_id = session_id
+        self.prefix = _prefix(session_id)
+        self.events = events
+        self.expected_version = expected_version
+        self.sharing = sharing
+        self.future: Future[list[Event]] = Future()
+
+
+class _Plan(msgspec.Struct, frozen=True):
+    """What one request writes, decided before anything is written."""
+
+    request: _Request
+    result: list[Event]
+    new: list[tuple[Event, bytes]]
+    meta: bytes | None
+    sharing: tuple[bytes, bytes] | None
+
+
+class LmdbStore:
+    """A durable event store in an LMDB environment (a directory), with group commit.
+
+    Implements the store interface of the contract and the sharing-state port. Safe to
+    share between threads; stores opened on the same path in one process share one
+    environment, and other processes may open the same path at the same time (LMDB's own
+    lock serialises their writes).
+
+    Durability: with ``"durable"`` (the default), ``append`` returns only once its
+    transaction is on disk (fsync'd). With ``"relaxed"``, commits are not fsync'd: each
+    is still atomic, and a crash of the process (even SIGKILL) loses nothing that was
+    acknowledged, because the pages are already in the OS; but an OS crash or power loss
+    may lose the newest commits, and LMDB's documentation warns that it may then also
+    damage the file. Use ``"relaxed"`` for tests, demos and data you can rebuild.
+
+    Args:
+        path: The directory of the environment (created if missing).
+        durability: ``"durable"`` or ``"relaxed"`` (see above). All stores on one path
+            in one process must agree.
+        map_size: The initial map size in bytes (ignored when the path is already open
+            in this process, or when the file is already larger).
+        max_map_size: The ceiling the map may grow to, or ``None`` for no ceiling.
+
+    Raises:
+        ValidationError: A bad option, or a durability that differs from the one this
+            path is already open with in this process.
+        StoreIOError: LMDB could not open the environment.
+
+    Cost: opens (or shares) the environment and starts one writer thread.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        durability: Durability = "durable",
+        map_size: int = _DEFAULT_MAP_SIZE,
+        max_map_size: int | None = None,
+    ) -> None:
+        if durability not in ("durable", "relaxed"):
+            raise ValidationError(f"durability must be 'durable' or 'relaxed', got {durability!r}")
+        check_optional_int("map_size", map_size, minimum=1)
+        check_optional_int("max_map_size", max_map_size, minimum=1)
+        if max_map_size is not None and map_size > max_map_size:
+            raise ValidationError(f"map_size={map_size} exceeds max_map_size={max_map_size}")
+        self._durability = durability
+        self._max_map_size = max_map_size
+        self._shared = REGISTRY.acquire(os.fspath(path), durability=durability, map_size=map_size)
+        self._path = self._shared.path
+        self._dbs = self._shared.dbs
+        self._cond = threading.Condition(threading.Lock())
+        self._queue: list[_Request] = []
+        self._closed = False
+        self._writer = threading.Thread(
+            target=self._run_writer, name=f"sharedesk-lmdb-writer:{self._path}", daemon=True
+        )
+        self._writer.start()
+
+    @property
+    def path(self) -> str:
+        """The real path of the environment."""
+        return self._path
+
+    @property
+    def durability(self) -> Durability:
+        """``"durable"`` or ``"relaxed"``, as opened."""
+        return self._durability
+
+    def map_size(self) -> int:
+        """Return the environment's current map size in bytes.
+
+        Raises:
+            StoreClosedError: The store is closed.
+
+        Cost: O(1).
+        """
+        return self._in_read(lambda _txn: self._shared.map_size())
+
+    # -- writes ------------------------------------------------------------------------
+
+    def append(
+        self,
+        session_id: str,
+        events: Sequence[Event],
+        *,
+        expected_version: int | None = None,
+    ) -> list[Event]:
+        """Append ``events`` to ``session_id`` and return them as stored.
+
+        Args:
+            session_id: The session.
+            events: Events with ``sequence`` and ``timestamp`` left ``None``.
+            expected_version: When set, append only if the session's last sequence
+                equals it.
+
+        Returns:
+            One stored event per input, in input order; an event whose ``id`` the
+            session already holds (or that repeats an earlier id of the batch) is
+            returned as stored, not stored again.
+
+        Raises:
+            ValidationError: Malformed input; nothing was written.
+            ConcurrencyError: ``expected_version`` differs from the last sequence.
+            StoreFullError: The store may not grow to hold the events.
+            StoreClosedError: The store is closed (also when it closes while waiting).
+            StoreIOError: LMDB failed; the cause is chained.
+
+        Cost: blocks until the writer thread commits the group this append joins: one
+        write transaction and (durable) one fsync shared by the group; O(len(events))
+        index lookups and writes.
+        """
+        check_session_id(session_id)
+        batch = check_batch(events)
+        check_optional_int("expected_version", expected_version)
+        return self._submit(_Request(session_id, batch, expected_version, None))
+
+    def append_and_share(
+        self,
+        session_id: str,
+        events: Sequence[Event],
+        *,
+        viewer: str,
+        state: SharingState,
+        expected_state: SharingState | None,
+        expected_version: int | None = None,
+    ) -> list[Event]:
+        """Append ``events`` and store ``state`` in one atomic, durable step.
+
+        The state is keyed by (session, viewer, ``state.conversation``); ``events`` may
+        be empty. Checks run in this order: input, ``expected_version``, the stored
+        state, parents.
+
+        Args:
+            session_id: The session.
+            events: Events to append, as for :meth:`append`.
+            viewer: The participant's :func:`~sharedesk.protocol.author_key`.
+            state: The state to store.
+            expected_state: The state the caller read (``None``: no state stored).
+            expected_version: When set, write only if the last sequence equals it.
+
+        Returns:
+            The events as stored, as :meth:`append` returns them.
+
+        Raises:
+            ValidationError: Malformed input; nothing was written.
+            ConcurrencyError: ``expected_version`` differs from the last sequence.
+            SharingStateConflict: The stored state is not ``expected_state``; nothing
+                was written.
+            CorruptRecordError: The stored state cannot be decoded; nothing was written.
+            StoreFullError, StoreClosedError, StoreIOError: As for :meth:`append`.
+
+        Cost: as :meth:`append`, plus one state read and write in the same transaction.
+        """
+        check_session_id(session_id)
+        batch = check_batch(events)
+        check_optional_int("expected_version", expected_version)
+        sharing = check_sharing_args(viewer, state, expected_state)
+        return self._submit(_Request(session_id, batch, expected_version, sharing))
+
+    def _submit(self, request: _Request) -> list[Event]:
+        with self._cond:
+            if self._closed:
+                raise StoreClosedError(self._path)
+            self._queue.append(request)
+            self._cond.notify()
+        return request.future.result()
+
+    def _run_writer(self) -> None:
+        """Body of the writer thread: take every waiting request, commit them as a group."""
+        while True:
+            with self._cond:
+                while not self._queue and not self._closed:
+                    self._cond.wait()
+                if not self._queue:
+                    return
+                group, self._queue = self._queue, []
+            try:
+                self._commit_group(group)
+            except BaseException as exc:  # never leave a caller hanging
+                _log.exception("store.writer_failed", path=self._path)
+                for request in group:
+                    if not request.future.done():
+                        request.future.set_exception(exc)
+
+    def _commit_group(self, group: list[_Request]) -> None:
+        while True:
+            try:
+                outcomes = self._write(group)
+            except lmdb.MapFullError:
+                if self._grow():
+                    continue
+                if len(group) > 1:
+                    for request in group:
+                        self._commit_group([request])
+                    return
+                group[0].future.set_exception(
+                    StoreFullError(self._path, self._shared.map_size(), self._max_map_size or 0)
+                )
+                return
+            except lmdb.MapResizedError:
+                self._shared.resize(0)
+                continue
+            except lmdb.Error as exc:
+                error = StoreIOError(self._path, "append")
+                error.__cause__ = exc
+                for request in group:
+                    request.future.set_exception(error)
+                return
+            for request, outcome in outcomes:
+                if isinstance(outcome, BaseException):
+                    request.future.set_exception(outcome)
+                else:
+                    request.future.set_result(outcome)
+            return
+
+    def _grow(self) -> bool:
+        """Double the map (up to ``max_map_size``); return whether it grew."""
+        current = self._shared.map_size()
+        target = current * 2
+        if self._max_map_size is not None:
+            if current >= self._max_map_size:
+                return False
+            target = min(target, self._max_map_size)
+        self._shared.resize(target)
+        return True
+
+    def _write(self, group: list[_Request]) -> list[tuple[_Request, list[Event] | SharedeskError]]:
+        """Plan and write every request of ``group`` in one transaction, then commit.
+
+        Raises:
+            lmdb.Error: The transaction failed (nothing of the group was written).
+        """
+        now = datetime.now(UTC)
+        shared = self._shared
+        shared.lock.acquire_shared()
+        try:
+            if shared.closed:
+                raise lmdb.Error("environment closed")
+            txn = shared.env.begin(write=True, buffers=False)
+            try:
+                outcomes: list[tuple[_Request, list[Event] | SharedeskError]] = []
+                for request in group:
+                    try:
+                        plan = self._plan(txn, request, now)
+                    except SharedeskError as exc:
+                        outcomes.append((request, exc))
+                        continue
+                    self._apply(txn, plan)
+                    outcomes.append((request, plan.result))
+                txn.commit()
+            except BaseException:
+                txn.abort()
+                raise
+        finally:
+            shared.lock.release_shared()
+        return outcomes
+
+    def _plan(self, txn: Any, request: _Request, now: datetime) -> _Plan:
+        """Decide what ``request`` writes, reading only; raise if it must write nothing."""
+        dbs = self._dbs
+        prefix = request.prefix
+        raw_meta = txn.get(prefix, db=dbs[b"meta"])
+        last, text_count, _ = (0, 0, 0) if raw_meta is None else _META.unpack(raw_meta)
+        if request.expected_version is not None and request.expected_version != last:
+            raise ConcurrencyError(request.expected_version, last)
+        sharing: tuple[bytes, bytes] | None = None
+        if request.sharing is not None:
+            viewer, state, expected_state = request.sharing
+            key = _sharing_key(prefix, viewer, state.conversation)
+            raw_state = txn.get(key, db=dbs[b"sharing"])
+            stored_state = (
+                None if raw_state is None else self._decode_state(request.session_id, raw_state)
+            )
+            if stored_state != expected_state:
+                raise SharingStateConflict(watermark_of(expected_state), watermark_of(stored_state))
+            sharing = (key, _ENCODER.encode(state))
+        result: list[Event] = []
+        new: list[tuple[Event, bytes]] = []
+        fresh: dict[str, Event] = {}
+        next_sequence = last + 1
+        for event in request.events:
+            stored = fresh.get(event.id)
+            if stored is None:
+                id_key = _id_key(prefix, event.id)
+                raw_seq = txn.get(id_key, db=dbs[b"ids"])
+                if raw_seq is not None:
+                    stored = self._get_event(txn, request.session_id, prefix, raw_seq)
+                else:
+                    stored = msgspec.structs.replace(event, sequence=next_sequence, timestamp=now)
+                    next_sequence += 1
+                    new.append((stored, id_key))
+                fresh[event.id] = stored
+            result.append(stored)
+        if not new:
+            return _Plan(request, result, [], None, sharing)
+        check_parents([stored for stored, _ in new], last + 1)
+        text_count += sum(1 for stored, _ in new if isinstance(stored.body, Text))
+        meta = _META.pack(next_sequence - 1, text_count, (now - _EPOCH) // _MICROSECOND)
+        return _Plan(request, result, new, meta, sharing)
+
+    def _apply(self, txn: Any, plan: _Plan) -> None:
+        """Write what ``plan`` decided (raises only ``lmdb.Error``)."""
+        dbs = self._dbs
+        prefix = plan.request.prefix
+        for stored, id_key in plan.new:
+            assert stored.sequence is not None
+            seq = _SEQ.pack(stored.sequence)
+            txn.put(prefix + seq, _ENCODER.encode(stored), db=dbs[b"events"])
+            txn.put(id_key, seq, db=dbs[b"ids"])
+            if isinstance(stored.body, Text):
+                txn.put(prefix + seq, b"", db=dbs[b"texts"])
+        if plan.meta is not None:
+            txn.put(prefix, plan.meta, db=dbs[b"meta"])
+        if plan.sharing is not None:
+            txn.put(plan.sharing[0], plan.sharing[1], db=dbs[b"sharing"])
+
+    # -- reads ---------------------------------------------------------------------------
+
+    def _live(self) -> None:
+        if self._closed:
+            raise StoreClosedError(self._path)
+
+    def _in_read(self, body: Callable[[Any], T]) -> T:
+        """Run ``body(txn)`` in a read-only transaction, adopting a map grown elsewhere.
+
+        Raises:
+            StoreClosedError: The store is closed.
+            StoreIOError: LMDB failed; the cause is chained.
+        """
+        shared = self._shared
+        while True:
+            if self._closed:
+                raise StoreClosedError(self._path)
+            shared.lock.acquire_shared()
+            try:
+                if self._closed or shared.closed:
+                    raise StoreClosedError(self._path)
+                with shared.env.begin(buffers=False) as txn:
+                    return body(txn)
+            except lmdb.MapResizedError:
+                pass
+            except lmdb.Error as exc:
+                raise StoreIOError(self._path, "read") from exc
+            finally:
+                shared.lock.release_shared()
+            shared.resize(0)
+
+    def _get_event(self, txn: Any, session_id: str, prefix: bytes, raw_seq: bytes) -> Event:
+        raw = txn.get(prefix + raw_seq, db=self._dbs[b"events"])
+        sequence = _SEQ.unpack(raw_seq)[0]
+        if raw is None:
+            raise CorruptRecordError(session_id, sequence, "indexed but missing")
+        return self._decode_event(session_id, sequence, raw)
+
+    @staticmethod
+    def _decode_event(session_id: str, sequence: int, raw: bytes) -> Event:
+        try:
+            event: Event = _EVENT_DECODER.decode(raw)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            raise CorruptRecordError(session_id, sequence, str(exc)) from exc
+        if event.sequence != sequence:
+            raise CorruptRecordError(
+                session_id, sequence, f"record holds sequence {event.sequence}"
+            )
+        return event
+
+    @staticmethod
+    def _decode_state(session_id: str, raw: bytes) -> SharingState:
+        try:
+            state: SharingState = _STATE_DECODER.decode(raw)
+        except (msgspec.DecodeError, msgspec.ValidationError, SharedeskError) as exc:
+            raise CorruptRecordError(session_id, 0, f"sharing state: {exc}") from exc
+        return state
+
+    def read(
+        self,
+        session_id: str,
+        *,
+        after: int | None = None,
+        before: int | None = None,
+        limit: int | None = None,
+        newest_first: bool = False,
+    ) -> list[Event]:
+        """Return stored events with ``after < sequence < before``.
+
+        Args:
+            session_id: The session.
+            after: Exclusive lower bound, or ``None``.
+            before: Exclusive upper bound, or ``None``.
+            limit: The first ``limit`` events in the chosen order, or all.
+            newest_first: Order newest first (the cursor starts at ``before``).
+
+        Raises:
+            ValidationError: A bound that is not a non-negative int.
+            CorruptRecordError: A record in the range cannot be decoded.
+            StoreClosedError: The store is closed.
+            StoreIOError: LMDB failed.
+
+        Cost: one read transaction; O(rows returned) cursor steps and decodes, whichever
+        end it starts from; no writes.
+        """
+        check_session_id(session_id)
+        after, before, limit = check_read_args(after, before, limit)
+        prefix = _prefix(session_id)
+        low = 0 if after is None else after
+        high = _MAX_SEQ if before is None or before > _MAX_SEQ else before
+        if limit == 0 or high <= low + 1:
+            self._live()
+            return []
+
+        def body(txn: Any) -> list[Event]:
+            cursor = txn.cursor(db=self._dbs[b"events"])
+            rows = (
+                _walk_down(cursor, prefix, high, low)
+                if newest_first
+                else _walk_up(cursor, prefix, low, high)
+            )
+            events: list[Event] = []
+            for sequence, raw in rows:
+                events.append(self._decode_event(session_id, sequence, raw))
+                if limit is not None and len(events) >= limit:
+                    break
+            return events
+
+        return self._in_read(body)
+
+    def last_sequence(self, session_id: str) -> int:
+        """Return the session's last sequence (0 for a session with no events).
+
+        Raises:
+            ValidationError: A malformed session id.
+            StoreClosedError: The store is closed.
+
+        Cost: one key read; no writes.
+        """
+        check_session_id(session_id)
+        prefix = _prefix(session_id)
+        raw = self._in_read(lambda txn: txn.get(prefix, db=self._dbs[b"meta"]))
+        return 0 if raw is None else int(_META.unpack(raw)[0])
+
+    def session_info(self, session_id: str) -> SessionInfo | None:
+        """Return what the store knows about ``session_id``, or ``None`` if it has no events.
+
+        Raises:
+            ValidationError: A malformed session id.
+            StoreClosedError: The store is closed.
+
+        Cost: one key read; no writes.
+        """
+        check_session_id(session_id)
+        prefix = _prefix(session_id)
+        raw = self._in_read(lambda txn: txn.get(prefix, db=self._dbs[b"meta"]))
+        return None if raw is None else _info(session_id, raw)
+
+    def sessions(self) -> list[str]:
+        """Return the ids of the sessions holding at least one event, sorted.
+
+        Raises:
+            StoreClosedError: The store is closed.
+
+        Cost: one read transaction over the per-session metadata, O(sessions).
+        """
+
+        def body(txn: Any) -> list[str]:
+            cursor = txn.cursor(db=self._dbs[b"meta"])
+            return sorted(_session_of(key) for key in cursor.iternext(keys=True, values=False))
+
+        return self._in_read(body)
+
+    def session_infos(self) -> list[SessionInfo]:
+        """Return :class:`SessionInfo` for every session holding events, sorted by id.
+
+        Raises:
+            StoreClosedError: The store is closed.
+
+        Cost: one read transaction over the per-session metadata, O(sessions).
+        """
+
+        def body(txn: Any) -> list[SessionInfo]:
+            cursor = txn.cursor(db=self._dbs[b"meta"])
+            return [_info(_session_of(key), raw) for key, raw in cursor.iternext()]
+
+        return sorted(self._in_read(body), key=lambda info: info.session_id)
+
+    def get_sharing_state(
+        self, session_id: str, viewer: str, conversation: Conversation
+    ) -> SharingState | None:
+        """Return the stored sharing state of (session, viewer, conversation), or ``None``.
+
+        Raises:
+            ValidationError: A malformed argument.
+            CorruptRecordError: The stored state cannot be decoded.
+            StoreClosedError: The store is closed.
+
+        Cost: one key read; no writes.
+        """
+        check_session_id(session_id)
+        check_viewer(viewer)
+        check_conversation(conversation)
+        key = _sharing_key(_prefix(session_id), viewer, conversation)
+        raw = self._in_read(lambda txn: txn.get(key, db=self._dbs[b"sharing"]))
+        return None if raw is None else self._decode_state(session_id, raw)
+
+    def log(self, session_id: str) -> _LmdbLog:
+        """Return the session's ``Text`` rows as a :class:`~sharedesk.SessionLog`.
+
+        Rows carry ``desk == session_id``; the log reads the store at each call.
+
+        Raises:
+            ValidationError: A malformed session id.
+
+        Cost: none until ``read_before``, which walks the ``Text`` index from its cursor:
+        one read transaction, ``limit + 1`` index steps and ``limit`` event reads.
+        """
+        check_session_id(session_id)
+        return _LmdbLog(self, session_id)
+
+    def _read_text_before(self, session_id: str, before: int | None, limit: int) -> SessionPage:
+        before, limit = check_log_args(before, limit)
+        prefix = _prefix(session_id)
+        high = _MAX_SEQ if before is None or before > _MAX_SEQ else before
+        if limit == 0 or high <= 1:
+            self._live()
+            return SessionPage(messages=[], next_before=None)
+
+        def body(txn: Any) -> tuple[list[Event], bool]:
+            cursor = txn.cursor(db=self._dbs[b"texts"])
+            events_db = self._dbs[b"events"]
+            events: list[Event] = []
+            for sequence, _ in _walk_down(cursor, prefix, high, 0):
+                if len(events) == limit:
+                    return events, True
+                raw = txn.get(prefix + _SEQ.pack(sequence), db=events_db)
+                if raw is None:
+                    raise CorruptRecordError(session_id, sequence, "indexed but missing")
+                events.append(self._decode_event(session_id, sequence, raw))
+            return events, False
+
+        events, more = self._in_read(body)
+        rows = [to_log_message(session_id, event) for event in events]
+        return SessionPage(messages=rows, next_before=rows[-1].sequence if more else None)
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Close the store; later calls raise ``StoreClosedError``. Idempotent.
+
+        Appends still queued get ``StoreClosedError``; a group already being written
+        completes. Stops the writer thread and releases the environment (closed when
+        no other store in this process uses it).
+
+        Cost: waits for the group in progress, if any.
+        """
+        with self._cond:
+            if self._closed:
+                return
+            self._closed = True
+            pending, self._queue = self._queue, []
+            self._cond.notify_all()
+        for request in pending:
+            request.future.set_exception(StoreClosedError(self._path))
+        self._writer.join()
+        REGISTRY.release(self._shared)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "open"
+        return f"LmdbStore({self._path!r}, durability={self._durability!r}) [{state}]"
+
+
+def _info(session_id: str, raw: bytes) -> SessionInfo:
+    last, texts, micros = _META.unpack(raw)
+    return SessionInfo(
+        session_id=session_id,
+        last_sequence=last,
+        text_count=texts,
+        last_activity=_EPOCH + micros * _MICROSECOND,
+    )
+
+
+def _walk_down(cursor: Any, prefix: bytes, high: int, low: int) -> Iterator[tuple[int, bytes]]:
+    """Yield (sequence, value) of ``prefix``'s keys with ``low < sequence < high``, newest first."""
+    found = cursor.prev() if cursor.set_range(prefix + _SEQ.pack(high)) else cursor.last()
+    size = len(prefix) + 8
+    while found:
+        key = cursor.key()
+        if len(key) != size or not key.startswith(prefix):
+            return
+        sequence = _SEQ.unpack_from(key, len(prefix))[0]
+        if sequence <= low:
+            return
+        yield sequence, cursor.value()
+        found = cursor.prev()
+
+
+def _walk_up(cursor: Any, prefix: bytes, low: int, high: int) -> Iterator[tuple[int, bytes]]:
+    """Yield (sequence, value) of ``prefix``'s keys with ``low < sequence < high``, oldest first."""
+    if low >= _MAX_SEQ:
+        return
+    found = cursor.set_range(prefix + _SEQ.pack(low + 1))
+    size = len(prefix) + 8
+    while found:
+        key = cursor.key()
+        if len(key) != size or not key.startswith(prefix):
+            return
+        sequence = _SEQ.unpack_from(key, len(prefix))[0]
+        if sequence >= high:
+            return
+        yield sequence, cursor.value()
+        found = cursor.next()
+
+
+class _LmdbLog:
+    """A :class:`~sharedesk.SessionLog` over one session of an :class:`LmdbStore`."""
+
+    __slots__ = ("_session_id", "_store")
+
+    def __init__(self, store: LmdbStore, session_id: str) -> None:
+        self._store = store
+        self._session_id = session_id
+
+    def read_before(self, before: int | None, limit: int) -> SessionPage:
+        """Return at most ``limit`` ``Text`` rows below ``before``, newest first.
+
+        Raises:
+            ValidationError: Bad arguments.
+            CorruptRecordError: A row in the page cannot be decoded.
+            StoreClosedError: The store is closed.
+
+        Cost: one read transaction, ``limit + 1`` index steps and ``limit`` event reads.
+        """
+        return self._store._read_text_before(self._session_id, before, limit)
