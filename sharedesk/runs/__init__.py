@@ -1,0 +1,32 @@
+"""Runs: sessions and runs as folds over events, adapters, renderers and the run queue.
+
+Imports ``protocol`` and ``projection`` only, and reaches storage only through the
+:class:`~sharedesk.EventStore` port, so it works the same over ``MemoryStore``,
+``LmdbStore`` and a ``Hub``.
+"""
+
+from sharedesk.runs.manager import SessionManager
+from sharedesk.runs.scripted import ScriptedAdapter
+from sharedesk.runs.types import (
+    Adapter,
+    AdapterResult,
+    Emit,
+    Run,
+    RunQueueStatus,
+    RunResult,
+    ScriptedCall,
+    Session,
+)
+
+__all__ = [
+    "Adapter",
+    "AdapterResult",
+    "Emit",
+    "Run",
+    "RunQueueStatus",
+    "RunResult",
+    "ScriptedAdapter",
+    "ScriptedCall",
+    "Session",
+    "SessionManager",
+]

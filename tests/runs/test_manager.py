@@ -1,0 +1,533 @@
+"""SessionManager: sessions and runs folded from events, continuation, timeouts, cancels."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+
+from sharedesk.protocol.authors import Agent, Operator, System
+from sharedesk.protocol.errors import (
+    RunCancelled,
+    RunFailed,
+    RunNotFound,
+    RunStateError,
+    RunTimeout,
+    ValidationError,
+)
+from sharedesk.protocol.events import Event, RunFinished, RunStarted, SessionStarted, Text
+from sharedesk.protocol.ports import EventStore
+from sharedesk.runs import ScriptedAdapter, SessionManager
+from sharedesk.runs.manager import parse_run_id
+from tests.runs.conftest import BlockingAdapter, FailingAdapter, RecordingAdapter
+
+
+def bodies(store: EventStore, session_id: str) -> list[type]:
+    return [type(event.body) for event in store.read(session_id)]
+
+
+def finished(store: EventStore, session_id: str) -> RunFinished:
+    found = [e.body for e in store.read(session_id) if isinstance(e.body, RunFinished)]
+    assert len(found) == 1
+    return found[0]
+
+
+class TestStartSession:
+    def test_start_session_stores_its_metadata_as_one_session_started_event(
+        self, store: EventStore
+    ) -> None:
+        session = SessionManager.start_session(store, session_id="s1", metadata={"team": "a"})
+
+        assert [SessionStarted(metadata={"team": "a"})] == [e.body for e in store.read("s1")]
+        assert {"team": "a", "provider_sessions": {}} == session.metadata
+
+    def test_session_read_back_is_the_fold_of_its_events(self, store: EventStore) -> None:
+        started = SessionManager.start_session(store, metadata={"k": 1})
+
+        assert started == SessionManager.get_session(store, started.id)
+
+    def test_new_session_is_idle(self, store: EventStore) -> None:
+        session = SessionManager.start_session(store)
+
+        assert "idle" == session.status
+
+    def test_starting_again_with_the_same_metadata_writes_nothing(self, store: EventStore) -> None:
+        SessionManager.start_session(store, session_id="s1", metadata={"k": 1})
+        SessionManager.start_session(store, session_id="s1", metadata={"k": 1})
+
+        assert 1 == store.last_sequence("s1")
+
+    def test_starting_again_with_other_metadata_is_refused(self, store: EventStore) -> None:
+        SessionManager.start_session(store, session_id="s1", metadata={"k": 1})
+
+        with pytest.raises(ValidationError):
+            SessionManager.start_session(store, session_id="s1", metadata={"k": 2})
+
+    def test_provider_sessions_is_a_reserved_metadata_key_and_nothing_is_written(
+        self, store: EventStore
+    ) -> None:
+        with pytest.raises(ValidationError):
+            SessionManager.start_session(store, session_id="s1", metadata={"provider_sessions": {}})
+
+        assert 0 == store.last_sequence("s1")
+
+
+class TestStartRun:
+    def test_a_prompt_string_is_stored_as_an_operator_text_of_the_run(
+        self, store: EventStore
+    ) -> None:
+        run = SessionManager.start_run(store, "s1", "hello")
+
+        [event] = store.read("s1")
+        assert (Operator(), Text("hello"), run.id) == (event.author, event.body, event.run_id)
+
+    def test_a_system_message_is_stored_as_a_system_prompt_text(self, store: EventStore) -> None:
+        SessionManager.start_run(
+            store,
+            "s1",
+            [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}],
+        )
+
+        authors = [e.author for e in store.read("s1")]
+        assert [System(kind="prompt", label="system"), Operator()] == authors
+
+    def test_a_new_run_is_pending_and_folds_back_with_its_input(self, store: EventStore) -> None:
+        run = SessionManager.start_run(store, "s1", "hello")
+
+        assert "pending" == run.status
+        assert run == SessionManager.get_run(store, run.id)
+        assert [{"role": "user", "content": "hello"}] == run.input
+
+    def test_the_run_id_names_its_session(self, store: EventStore) -> None:
+        run = SessionManager.start_run(store, "desk/with@odd:chars", "hello")
+
+        assert "desk/with@odd:chars" == parse_run_id(run.id)[1]
+
+    def test_a_session_with_a_pending_run_is_active(self, store: EventStore) -> None:
+        SessionManager.start_run(store, "s1", "hello")
+
+        assert "active" == SessionManager.get_session(store, "s1").status
+
+    @pytest.mark.parametrize(
+        "bad",
+        [
+            [],
+            3,
+            b"bytes",
+            [{"role": "assistant", "content": "x"}],
+            [{"role": "user"}],
+            [{"role": "user", "content": 5}],
+            [{"role": "user", "content": "x", "extra": 1}],
+        ],
+    )
+    def test_malformed_input_is_refused_and_nothing_is_written(
+        self, store: EventStore, bad: Any
+    ) -> None:
+        with pytest.raises(ValidationError):
+            SessionManager.start_run(store, "s1", bad)
+
+        assert 0 == store.last_sequence("s1")
+
+
+class TestFindRun:
+    @pytest.mark.parametrize("run_id", ["nope", "0" * 32 + "@s1", "z" * 32 + "@s1", ""])
+    def test_an_unknown_run_id_is_not_found(self, store: EventStore, run_id: str) -> None:
+        SessionManager.start_run(store, "s1", "hello")
+
+        with pytest.raises(RunNotFound) as info:
+            SessionManager.get_run(store, run_id)
+
+        assert run_id == info.value.run_id
+
+    def test_a_run_is_found_under_more_than_a_page_of_later_events(self, store: EventStore) -> None:
+        run = SessionManager.start_run(store, "s1", "hello")
+        store.append("s1", [Event(Operator(), Text(f"m{i}")) for i in range(1200)])
+
+        assert run == SessionManager.get_run(store, run.id)
+
+
+class TestExecuteRun:
+    def test_a_run_records_started_then_the_adapters_events_then_finished(
+        self, store: EventStore
+    ) -> None:
+        run = SessionManager.start_run(store, "s1", "hello")
+
+        SessionManager.execute_run(store, ScriptedAdapter(["hi"]), run.id)
+
+        assert [Text, RunStarted, Text, RunFinished] == bodies(store, "s1")
+        assert {run.id} == {e.run_id for e in store.read("s1")}
+
+    def test_the_result_carries_output_usage_and_the_events_it_stored(
+        self, store: EventStore
+    ) -> None:
+        run = SessionManager.start_run(store, "s1", "hello")
+
+        result = SessionManager.execute_run(store, RecordingAdapter(), run.id)
+
+        assert ("ok", {"input_tokens": 3, "output_tokens": 1}) == (
+            result.output,
+            result.token_usage,
+        )
+        assert store.read("s1")[1:] == result.events
+        assert (run.id, "s1") == (result.run_id, result.session_id)
+
+    def test_a_completed_run_records_its_token_usage(self, store: EventStore) -> None:
+        run = SessionManager.start_run(store, "s1", "hello")
+
+        SessionManager.execute_run(store, RecordingAdapter(), run.id)
+
+        folded = SessionManager.get_run(store, run.id)
+        assert ("completed", {"input_tokens": 3, "output_tokens": 1}) == (
+            folded.status,
+            folded.token_usage,
+        )
+
+    def test_run_started_names_the_provider_and_model(self, store: EventStore) -> None:
+        run = SessionManager.start_run(store, "s1", "hello")
+
+        SessionManager.execute_run(store, RecordingAdapter(), run.id)
+
+        started = [e.body for e in store.read("s1") if isinstance(e.body, RunStarted)]
+        assert [RunStarted(provider="recording", model="model-x")] == started
+
+    def test_a_finished_run_cannot_be_executed_again(self, store: EventStore) -> None:
+        run = SessionManager.start_run(store, "s1", "hello")
+        SessionManager.execute_run(store, ScriptedAdapter(["hi"]), run.id)
+
+        with pytest.raises(RunStateError) as info:
+            SessionManager.execute_run(store, ScriptedAdapter(["again"]), run.id)
+
+        assert ("completed", "execute") == (info.value.status, info.value.action)
+
+    def test_adapter_opts_reach_execute_unchanged(self, store: EventStore) -> None:
+        adapter = RecordingAdapter()
+        opts = {"temperature": 0.2, "tools": ["a"], "timeout": 10_000}
+        run = SessionManager.start_run(store, "s1", "hello")
+
+        SessionManager.execute_run(store, adapter, run.id, adapter_opts=opts)
+
+        assert opts is adapter.seen[0][2]
+
+    def test_without_continuation_the_adapter_gets_no_transcript(self, store: EventStore) -> None:
+        adapter = RecordingAdapter()
+        SessionManager.run_once(store, ScriptedAdapter(["earlier"]), "first", session_id="s1")
+        run = SessionManager.start_run(store, "s1", "hello")
+
+        SessionManager.execute_run(store, adapter, run.id)
+
+        assert {"continuation": False} == adapter.seen[0][1].context
+
+    def test_a_session_is_idle_once_its_run_finished(self, store: EventStore) -> None:
+        SessionManager.run_once(store, ScriptedAdapter(["hi"]), "hello", session_id="s1")
+
+        assert "idle" == SessionManager.get_session(store, "s1").status
+
+    def test_an_adapter_may_not_emit_the_runs_finish(self, store: EventStore) -> None:
+        class Finisher(RecordingAdapter):
+            def execute(self, run: Any, session: Any, emit: Any, opts: Any) -> Any:
+                emit(Event(Agent(id="f", label="f"), RunFinished(status="completed")))
+
+        run = SessionManager.start_run(store, "s1", "hello")
+
+        with pytest.raises(RunFailed) as info:
+            SessionManager.execute_run(store, Finisher(), run.id)
+
+        assert "ValidationError" == info.value.error_code
+
+
+class TestContinuationErrors:
+    @pytest.mark.parametrize("mode", ["always", True, 1, 0, None, "Replay"])
+    def test_an_unknown_continuation_is_refused_and_the_run_recorded_as_failed(
+        self, store: EventStore, mode: Any
+    ) -> None:
+        run = SessionManager.start_run(store, "s1", "hello")
+
+        with pytest.raises(ValidationError):
+            SessionManager.execute_run(store, ScriptedAdapter(["hi"]), run.id, continuation=mode)
+
+        assert ("failed", "validation_error") == (
+            finished(store, "s1").status,
+            finished(store, "s1").error_code,
+        )
+
+    def test_native_continuation_with_an_adapter_that_cannot_is_refused_and_failed(
+        self, store: EventStore
+    ) -> None:
+        run = SessionManager.start_run(store, "s1", "hello")
+
+        with pytest.raises(ValidationError):
+            SessionManager.execute_run(
+                store, ScriptedAdapter(["hi"]), run.id, continuation="native"
+            )
+
+        assert "failed" == SessionManager.get_run(store, run.id).status
+
+    @pytest.mark.parametrize(
+        "opts",
+        [{"max_msgs": 3}, {"limit": -1}, {"max_chars": "10"}, {"max_tokens_approx": True}],
+    )
+    def test_bad_continuation_opts_are_refused_and_the_run_recorded_as_failed(
+        self, store: EventStore, opts: dict[str, Any]
+    ) -> None:
+        run = SessionManager.start_run(store, "s1", "hello")
+
+        with pytest.raises(ValidationError):
+            SessionManager.execute_run(
+                store,
+                ScriptedAdapter(["hi"]),
+                run.id,
+                continuation="replay",
+                continuation_opts=opts,
+            )
+
+        assert "failed" == SessionManager.get_run(store, run.id).status
+
+    @pytest.mark.parametrize("timeout", [0, -5, "10", True])
+    def test_a_bad_timeout_is_refused_and_the_run_recorded_as_failed(
+        self, store: EventStore, timeout: Any
+    ) -> None:
+        run = SessionManager.start_run(store, "s1", "hello")
+
+        with pytest.raises(ValidationError):
+            SessionManager.execute_run(
+                store, ScriptedAdapter(["hi"]), run.id, adapter_opts={"timeout": timeout}
+            )
+
+        assert "failed" == SessionManager.get_run(store, run.id).status
+
+
+class TestTimeout:
+    def test_a_run_that_overruns_its_timeout_raises_run_timeout(
+        self, store: EventStore, blocking: BlockingAdapter
+    ) -> None:
+        run = SessionManager.start_run(store, "s1", "hello")
+
+        with pytest.raises(RunTimeout) as info:
+            SessionManager.execute_run(store, blocking, run.id, adapter_opts={"timeout": 50})
+
+        assert (run.id, 50) == (info.value.run_id, info.value.timeout_ms)
+
+    def test_a_run_that_overruns_its_timeout_finishes_as_timeout(
+        self, store: EventStore, blocking: BlockingAdapter
+    ) -> None:
+        run = SessionManager.start_run(store, "s1", "hello")
+
+        with pytest.raises(RunTimeout):
+            SessionManager.execute_run(store, blocking, run.id, adapter_opts={"timeout": 50})
+
+        assert "timeout" == SessionManager.get_run(store, run.id).status
+
+    def test_an_abandoned_adapter_cannot_emit_after_the_timeout(
+        self, store: EventStore, blocking: BlockingAdapter
+    ) -> None:
+        run = SessionManager.start_run(store, "s1", "hello")
+        with pytest.raises(RunTimeout):
+            SessionManager.execute_run(store, blocking, run.id, adapter_opts={"timeout": 50})
+
+        blocking.finish()
+
+        assert isinstance(blocking.late_emit_error, RunStateError)
+        assert [Text, RunStarted, RunFinished] == bodies(store, "s1")
+
+
+class TestFailure:
+    def test_an_adapter_that_raises_gives_run_failed_with_the_run_id_and_cause(
+        self, store: EventStore
+    ) -> None:
+        run = SessionManager.start_run(store, "s1", "hello")
+
+        with pytest.raises(RunFailed) as info:
+            SessionManager.execute_run(store, FailingAdapter(), run.id)
+
+        assert (run.id, "RuntimeError") == (info.value.run_id, info.value.error_code)
+        assert isinstance(info.value.__cause__, RuntimeError)
+
+    def test_an_adapter_that_raises_finishes_the_run_as_failed_with_its_error(
+        self, store: EventStore
+    ) -> None:
+        run = SessionManager.start_run(store, "s1", "hello")
+
+        with pytest.raises(RunFailed):
+            SessionManager.execute_run(store, FailingAdapter(), run.id)
+
+        expected = RunFinished(
+            status="failed", error_code="RuntimeError", error_message="provider exploded"
+        )
+        assert expected == finished(store, "s1")
+
+    def test_an_exhausted_scripted_adapter_fails_the_run(self, store: EventStore) -> None:
+        run = SessionManager.start_run(store, "s1", "hello")
+
+        with pytest.raises(RunFailed):
+            SessionManager.execute_run(store, ScriptedAdapter([]), run.id)
+
+        assert "failed" == SessionManager.get_run(store, run.id).status
+
+
+class TestCancel:
+    def test_a_pending_run_can_be_cancelled(self, store: EventStore) -> None:
+        run = SessionManager.start_run(store, "s1", "hello")
+
+        cancelled = SessionManager.cancel_run(store, run.id)
+
+        assert "cancelled" == cancelled.status
+        assert cancelled == SessionManager.get_run(store, run.id)
+
+    def test_a_cancelled_pending_run_cannot_be_executed(self, store: EventStore) -> None:
+        run = SessionManager.start_run(store, "s1", "hello")
+        SessionManager.cancel_run(store, run.id)
+
+        with pytest.raises(RunStateError) as info:
+            SessionManager.execute_run(store, ScriptedAdapter(["hi"]), run.id)
+
+        assert "cancelled" == info.value.status
+
+    def test_cancel_takes_the_session_id_and_the_run_id(self, store: EventStore) -> None:
+        run = SessionManager.start_run(store, "s1", "hello")
+
+        assert "cancelled" == SessionManager.cancel_run(store, "s1", run.id).status
+
+    def test_cancel_with_a_session_that_is_not_the_runs_is_not_found(
+        self, store: EventStore
+    ) -> None:
+        run = SessionManager.start_run(store, "s1", "hello")
+
+        with pytest.raises(RunNotFound):
+            SessionManager.cancel_run(store, "s2", run.id)
+
+    def test_a_running_run_cancelled_from_another_thread_raises_run_cancelled(
+        self, store: EventStore, blocking: BlockingAdapter
+    ) -> None:
+        run = SessionManager.start_run(store, "s1", "hello")
+        canceller = threading.Thread(
+            target=lambda: (blocking.started.wait(10), SessionManager.cancel_run(store, run.id))
+        )
+        canceller.start()
+
+        with pytest.raises(RunCancelled) as info:
+            SessionManager.execute_run(store, blocking, run.id)
+        canceller.join(10)
+
+        assert run.id == info.value.run_id
+        assert "cancelled" == SessionManager.get_run(store, run.id).status
+
+    def test_a_cancelled_running_adapter_cannot_emit_afterwards(
+        self, store: EventStore, blocking: BlockingAdapter
+    ) -> None:
+        run = SessionManager.start_run(store, "s1", "hello")
+        canceller = threading.Thread(
+            target=lambda: (blocking.started.wait(10), SessionManager.cancel_run(store, run.id))
+        )
+        canceller.start()
+        with pytest.raises(RunCancelled):
+            SessionManager.execute_run(store, blocking, run.id)
+        canceller.join(10)
+
+        blocking.finish()
+
+        assert isinstance(blocking.late_emit_error, RunStateError)
+        assert [Text, RunStarted, RunFinished] == bodies(store, "s1")
+
+    def test_a_finished_run_cannot_be_cancelled_and_nothing_is_written(
+        self, store: EventStore
+    ) -> None:
+        result = SessionManager.run_once(store, ScriptedAdapter(["hi"]), "hello", session_id="s1")
+        last = store.last_sequence("s1")
+
+        with pytest.raises(RunStateError) as info:
+            SessionManager.cancel_run(store, result.run_id)
+
+        assert ("completed", "cancel") == (info.value.status, info.value.action)
+        assert last == store.last_sequence("s1")
+
+
+class TestProviderSessions:
+    def test_a_native_adapter_records_its_provider_session_in_the_session_metadata(
+        self, store: EventStore
+    ) -> None:
+        SessionManager.run_once(
+            store,
+            ScriptedAdapter(["hi"], name="claude", native_continuation=True),
+            "hello",
+            session_id="s1",
+        )
+
+        sessions = SessionManager.get_session(store, "s1").metadata["provider_sessions"]
+        assert ["claude"] == list(sessions)
+        assert sessions["claude"]["provider_session_id"].startswith("claude-")
+        assert {"provider_session_id", "model"} == set(sessions["claude"])
+
+    def test_each_provider_keeps_its_own_provider_session(self, store: EventStore) -> None:
+        for name in ("claude", "codex"):
+            SessionManager.run_once(
+                store,
+                ScriptedAdapter(["hi"], name=name, native_continuation=True),
+                "hello",
+                session_id="s1",
+            )
+
+        sessions = SessionManager.get_session(store, "s1").metadata["provider_sessions"]
+        assert ["claude", "codex"] == sorted(sessions)
+        assert sessions["claude"] != sessions["codex"]
+
+    def test_native_continuation_continues_the_stored_provider_session(
+        self, store: EventStore
+    ) -> None:
+        adapter = ScriptedAdapter(["one", "two"], name="claude", native_continuation=True)
+        SessionManager.run_once(store, adapter, "hello", session_id="s1")
+        before = SessionManager.get_session(store, "s1").metadata["provider_sessions"]
+
+        result = SessionManager.run_once(
+            store, adapter, "again", session_id="s1", continuation="native"
+        )
+
+        after = SessionManager.get_session(store, "s1").metadata["provider_sessions"]
+        assert before == after
+        started = result.events[0].body
+        assert isinstance(started, RunStarted)
+        assert before["claude"]["provider_session_id"] == started.provider_session_id
+
+    def test_native_continuation_gives_the_adapter_no_transcript(self, store: EventStore) -> None:
+        adapter = ScriptedAdapter(["one", "two"], name="claude", native_continuation=True)
+        SessionManager.run_once(store, adapter, "hello", session_id="s1")
+
+        SessionManager.run_once(store, adapter, "again", session_id="s1", continuation="native")
+
+        assert None is adapter.calls[1].transcript
+
+    def test_auto_continues_natively_when_a_provider_session_is_stored(
+        self, store: EventStore
+    ) -> None:
+        adapter = RecordingAdapter("claude", native_continuation=True)
+        SessionManager.run_once(
+            store,
+            ScriptedAdapter(["one"], name="claude", native_continuation=True),
+            "hello",
+            session_id="s1",
+        )
+
+        SessionManager.run_once(store, adapter, "again", session_id="s1", continuation="auto")
+
+        assert {"continuation": "native"} == adapter.seen[0][1].context
+
+
+class TestRunOnce:
+    def test_run_once_starts_a_new_session_each_time_without_a_session_id(
+        self, store: EventStore
+    ) -> None:
+        adapter = ScriptedAdapter(["a", "b"])
+
+        first = SessionManager.run_once(store, adapter, "x")
+        second = SessionManager.run_once(store, adapter, "y")
+
+        assert first.session_id != second.session_id
+
+    def test_run_once_continues_the_given_session(self, store: EventStore) -> None:
+        adapter = ScriptedAdapter(["a", "b"])
+
+        SessionManager.run_once(store, adapter, "x", session_id="s1")
+        SessionManager.run_once(store, adapter, "y", session_id="s1")
+
+        texts = [e.body for e in store.read("s1") if isinstance(e.body, Text)]
+        assert [Text("x"), Text("a"), Text("y"), Text("b")] == texts
