@@ -42,6 +42,7 @@ from typing import Any, Final
 import msgspec
 import structlog
 
+from sharedesk.projection.transcript import TranscriptBuilder
 from sharedesk.protocol.authors import Agent, Operator, SessionAuthor, System
 from sharedesk.protocol.constants import PAGE_SIZE
 from sharedesk.protocol.errors import (
@@ -325,8 +326,6 @@ def _replay(
     budget: Mapping[str, int | None],
 ) -> Transcript:
     """Build the replay transcript: the session's events minus the current run's own."""
-    from sharedesk.projection.transcript import TranscriptBuilder
-
     earlier = [event for event in events if event.run_id != run_id]
     limit = budget.get("limit")
     if limit is not None:

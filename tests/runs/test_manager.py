@@ -531,3 +531,118 @@ class TestRunOnce:
 
         texts = [e.body for e in store.read("s1") if isinstance(e.body, Text)]
         assert [Text("x"), Text("a"), Text("y"), Text("b")] == texts
+
+
+def replayed(adapter: ScriptedAdapter, index: int = -1) -> list[tuple[str, str | None]]:
+    transcript = adapter.calls[index].transcript
+    assert transcript is not None
+    return [(m.role, m.content) for m in transcript.messages]
+
+
+class TestReplay:
+    def test_replay_gives_the_earlier_conversation_seen_by_the_adapter(
+        self, store: EventStore
+    ) -> None:
+        adapter = ScriptedAdapter(["one", "two"], name="bot")
+        SessionManager.run_once(store, adapter, "first", session_id="s1")
+        store.append("s1", [Event(Agent(id="peer", label="Peer"), Text("from a peer"))])
+
+        SessionManager.run_once(store, adapter, "second", session_id="s1", continuation="replay")
+
+        expected = [("user", "first"), ("assistant", "one"), ("user", "from a peer")]
+        assert expected == replayed(adapter)
+
+    def test_the_current_runs_input_is_not_in_its_own_transcript(self, store: EventStore) -> None:
+        adapter = ScriptedAdapter(["one"])
+
+        SessionManager.run_once(store, adapter, "only", session_id="s1", continuation="replay")
+
+        assert [] == replayed(adapter)
+        assert [{"role": "user", "content": "only"}] == adapter.calls[0].input
+
+    def test_a_queued_run_replays_what_earlier_runs_wrote_after_its_input(
+        self, store: EventStore
+    ) -> None:
+        adapter = ScriptedAdapter(["reply a", "reply b"])
+        run_a = SessionManager.start_run(store, "s1", "a")
+        run_b = SessionManager.start_run(store, "s1", "b")
+        SessionManager.execute_run(store, adapter, run_a.id)
+
+        SessionManager.execute_run(store, adapter, run_b.id, continuation="replay")
+
+        assert [("user", "a"), ("assistant", "reply a")] == replayed(adapter)
+
+    def test_the_transcript_is_seen_by_the_adapters_agent(self, store: EventStore) -> None:
+        adapter = ScriptedAdapter(["one", "two"], name="bot")
+        SessionManager.run_once(store, adapter, "first", session_id="s1")
+
+        SessionManager.run_once(store, adapter, "second", session_id="s1", continuation="replay")
+
+        transcript = adapter.calls[-1].transcript
+        assert transcript is not None
+        assert Agent(id="bot", label="bot") == transcript.messages[-1].author
+
+    def test_limit_keeps_the_newest_earlier_events(self, store: EventStore) -> None:
+        adapter = ScriptedAdapter(["one", "two", "three"])
+        SessionManager.run_once(store, adapter, "first", session_id="s1")
+        SessionManager.run_once(store, adapter, "second", session_id="s1")
+
+        SessionManager.run_once(
+            store,
+            adapter,
+            "third",
+            session_id="s1",
+            continuation="replay",
+            continuation_opts={"limit": 4},
+        )
+
+        # The newest 4 earlier events: "second", RunStarted, "two", RunFinished.
+        assert [("user", "second"), ("assistant", "two")] == replayed(adapter)
+
+    def test_max_messages_keeps_the_newest_messages(self, store: EventStore) -> None:
+        adapter = ScriptedAdapter(["one", "two", "three"])
+        SessionManager.run_once(store, adapter, "first", session_id="s1")
+        SessionManager.run_once(store, adapter, "second", session_id="s1")
+
+        SessionManager.run_once(
+            store,
+            adapter,
+            "third",
+            session_id="s1",
+            continuation="replay",
+            continuation_opts={"max_messages": 3},
+        )
+
+        assert [("assistant", "one"), ("user", "second"), ("assistant", "two")] == replayed(adapter)
+
+    @pytest.mark.parametrize(
+        "opts",
+        [{"max_chars": 12}, {"max_tokens_approx": 3}, {"max_chars": 12, "max_tokens_approx": 9}],
+    )
+    def test_character_budgets_reach_the_transcript(
+        self, store: EventStore, opts: dict[str, int]
+    ) -> None:
+        adapter = ScriptedAdapter(["aaaaaa", "bbbbbb", "z"])
+        SessionManager.run_once(store, adapter, "cccccc", session_id="s1")
+        SessionManager.run_once(store, adapter, "dddddd", session_id="s1")
+
+        SessionManager.run_once(
+            store, adapter, "q", session_id="s1", continuation="replay", continuation_opts=opts
+        )
+
+        assert [("user", "dddddd"), ("assistant", "bbbbbb")] == replayed(adapter)
+
+    def test_auto_replays_when_no_provider_session_is_stored(self, store: EventStore) -> None:
+        adapter = ScriptedAdapter(["one", "two"], native_continuation=False)
+        SessionManager.run_once(store, adapter, "first", session_id="s1")
+
+        SessionManager.run_once(store, adapter, "second", session_id="s1", continuation="auto")
+
+        assert [("user", "first"), ("assistant", "one")] == replayed(adapter)
+
+    def test_replay_context_names_the_mode_used(self, store: EventStore) -> None:
+        adapter = RecordingAdapter()
+
+        SessionManager.run_once(store, adapter, "x", session_id="s1", continuation="auto")
+
+        assert "replay" == adapter.seen[0][1].context["continuation"]
