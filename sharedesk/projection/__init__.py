@@ -4,3 +4,13 @@ Every module here takes values (and a :class:`~sharedesk.SessionLog` to read fro
 returns values. None of them imports a store, an actor runtime, a logger, a clock or a
 thread (``tests/projection/test_purity.py`` enforces it).
 """
+
+from sharedesk.projection.session import project_session
+from sharedesk.projection.sharing import initialized_state, note_present, prepare_delta
+
+__all__ = [
+    "initialized_state",
+    "note_present",
+    "prepare_delta",
+    "project_session",
+]

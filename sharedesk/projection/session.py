@@ -1,0 +1,424 @@
+"""``project_session``: one participant's view of a channel or a thread, from a bounded walk.
+
+How the walk works (read this before changing anything in this file or in ``sharing.py``):
+
+* ``_LogWalk`` is the ONE place that reads a host log; both folds (this module and
+  ``sharing.py``) iterate it. It asks for ``MIN_PAGE`` (64) rows first and doubles each
+  read up to ``PAGE_SIZE``, never past ``SCAN_LIMIT`` rows in all, so a short window over
+  a long log stays cheap. It validates each page completely, in the contract's order,
+  before handing out any of its rows, and reads the next page only when the consumer asks
+  for a row beyond the current one: a fold that stops iterating reads nothing more.
+* Row order is checked with one comparison per row. Within a walk every earlier row lies
+  at or above the current cursor (the cursor checks guarantee it), and earlier rows of the
+  page lie above the previous row, so a row strictly below both the cursor and the
+  previous row cannot repeat an earlier one. Only a row that fails that comparison is
+  searched for among the rows already seen, to name the first broken rule exactly.
+* A page that is not a ``SessionPage`` of well-typed ``LogMessage`` rows raises
+  ``ValidationError`` (malformed input), never ``AttributeError``; page contract
+  violations raise the ``PageError`` subclasses; a log that raises gives ``LogReadError``.
+* Blank means ``content.strip() == ""``; ``not content or content.isspace()`` is the same
+  predicate (both use Python's whitespace definition) without copying the string.
+
+Channel walk. A root qualifies when it is a non-blank row of the desk with no parent. A
+reply qualifies when it is the lowest-sequence non-blank reply of the desk to a root of the
+desk (blank or not) that the walk reached; replies to replies never qualify, nor do
+replies that lie below their own parent. The walk keeps a min-heap of the sequences of the
+newest ``window`` qualifying rows found and a map ``parent -> lowest reply seen`` of
+replies whose root is not reached yet. Once the heap is full, every row read later lies
+below the heap's smallest sequence (the threshold), so nothing read later can enter the
+window by itself; only a pending reply above the threshold can, when its root is reached.
+The walk goes on while such a reply is still pending and drops it when its parent is
+reached (qualifies or not), passed (not in the log), when a lower non-blank reply to the
+same parent shows that it was not the first, or when the threshold rises above it. Those
+drops are driven by two lists sorted once (by parent, by reply), so the work is
+O(rows log rows) and no row is read that could not change the answer.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterator, Sequence
+
+from sharedesk.protocol.constants import MIN_PAGE, PAGE_SIZE, SCAN_LIMIT
+from sharedesk.protocol.errors import (
+    CursorAfterOldest,
+    CursorDidNotAdvance,
+    DuplicateSequence,
+    EmptyPageCursor,
+    LogReadError,
+    PageNotDescending,
+    PageOutOfRange,
+    PageTooLarge,
+    ValidationError,
+)
+from sharedesk.protocol.ports import SessionLog
+from sharedesk.protocol.views import (
+    Conversation,
+    LogMessage,
+    Projection,
+    SessionMessage,
+    SessionPage,
+    SessionQuery,
+)
+
+
+def project_session(log: SessionLog, query: SessionQuery) -> Projection:
+    """Return the participant's view of ``query.conversation``, oldest first.
+
+    A row qualifies only when ``row.desk == conversation.desk`` and its content is not
+    blank; qualifying content is returned exactly as stored. A thread query
+    (``thread_root = R``) returns R and its direct replies and stops on reaching R (even a
+    blank R, which is not returned); when the window fills first, the newest ``window``
+    replies come back without R. A channel query returns roots and each root's first
+    non-blank reply (see the module header), and fills the window exactly: fewer than
+    ``window`` messages come back only when the log ended or ``SCAN_LIMIT`` was hit; when
+    more qualify, the newest ``window`` are returned.
+
+    Args:
+        log: The host log, read newest first through ``read_before``.
+        query: The conversation, the exclusive upper bound ``before`` (``None``: from the
+            newest row) and the ``window`` (0 returns nothing and reads nothing).
+
+    Returns:
+        The messages, oldest first, and ``partial=True`` when ``SCAN_LIMIT`` stopped the
+        walk before it was done (a success, not an error).
+
+    Raises:
+        ValidationError: ``query`` is malformed (not a ``SessionQuery``, a negative
+            window, a non-int bound, ...), ``log`` has no ``read_before``, or the log
+            returned something other than a ``SessionPage`` of well-typed ``LogMessage``
+            rows.
+        PageError: A page broke the page contract; the subclass names the first broken
+            rule (``PageTooLarge``, ``EmptyPageCursor``, ``DuplicateSequence``,
+            ``PageOutOfRange``, ``PageNotDescending``, ``CursorDidNotAdvance``,
+            ``CursorAfterOldest``, checked in that order).
+        LogReadError: ``log.read_before`` raised; the original error is the ``__cause__``.
+
+    Cost: reads of 64, 128, 256, then ``PAGE_SIZE`` rows, at most ``SCAN_LIMIT`` rows in
+    all (a thread query with ``before <= R`` and window 0 read nothing); CPU
+    O(n log n) in the n rows read; no writes, no I/O of its own, never blocks except
+    inside ``log.read_before``.
+    """
+    conversation, before, window = _check_query(query)
+    check_log(log)
+    if window == 0:
+        return Projection(messages=[], partial=False)
+    root = conversation.thread_root
+    if root is None:
+        rows, partial = _channel(_LogWalk(log, before), conversation.desk, window)
+    elif before is not None and before <= root:
+        rows, partial = [], False
+    else:
+        rows, partial = _thread(_LogWalk(log, before), conversation.desk, root, window)
+    return Projection(
+        messages=[SessionMessage(r.sequence, r.author, r.content, r.parent) for r in rows],
+        partial=partial,
+    )
+
+
+def _thread(walk: _LogWalk, desk: str, root: int, window: int) -> tuple[list[LogMessage], bool]:
+    """Collect R and its direct replies, newest first, then return them oldest first."""
+    found: list[LogMessage] = []
+    for row in walk:
+        seq = row.sequence
+        if seq <= root:
+            content = row.content
+            if seq == root and row.desk == desk and content and not content.isspace():
+                found.append(row)
+            break
+        if row.parent == root and row.desk == desk:
+            content = row.content
+            if content and not content.isspace():
+                found.append(row)
+                if len(found) == window:
+                    break
+    else:
+        found.reverse()
+        return found, walk.limited
+    found.reverse()
+    return found, False
+
+
+def _channel(walk: _LogWalk, desk: str, window: int) -> tuple[list[LogMessage], bool]:
+    """Collect the newest ``window`` roots and first replies (see the module header)."""
+    kept: list[int] = []  # min-heap: sequences of the newest `window` qualifying rows
+    found: dict[int, LogMessage] = {}  # every qualifying row added to `kept`, by sequence
+    pending: dict[int, LogMessage] = {}  # parent -> lowest non-blank reply seen so far
+    rows = iter(walk)
+    floor = 0
+    # Phase 1: until the window is full, every qualifying row may belong to it.
+    for row in rows:
+        floor = seq = row.sequence
+        parent = row.parent
+        if pending:
+            reply = pending.pop(seq, None)
+            if reply is not None and parent is None and row.desk == desk:
+                _keep(kept, found, reply, window)
+        if row.desk == desk:
+            content = row.content
+            if content and not content.isspace():
+                if parent is None:
+                    _keep(kept, found, row, window)
+                elif parent < seq:
+                    pending[parent] = row
+        if len(kept) == window:
+            break
+    else:
+        return _oldest_first(kept, found), walk.limited
+    # Phase 2: the window is full; only a pending reply above the threshold can enter it.
+    threshold = kept[0]
+    live = {p: r for p, r in pending.items() if p < floor and r.sequence > threshold}
+    if not live:
+        return _oldest_first(kept, found), False
+    by_parent = sorted(live, reverse=True)
+    by_reply = sorted((r.sequence, p) for p, r in live.items())
+    next_parent = next_reply = 0
+    for row in rows:
+        seq = row.sequence
+        while next_parent < len(by_parent) and by_parent[next_parent] >= seq:
+            parent = by_parent[next_parent]
+            next_parent += 1
+            reply = live.pop(parent, None)
+            if reply is None or parent != seq or row.parent is not None or row.desk != desk:
+                continue
+            _keep(kept, found, reply, window)
+            threshold = kept[0]
+            while next_reply < len(by_reply) and by_reply[next_reply][0] < threshold:
+                live.pop(by_reply[next_reply][1], None)
+                next_reply += 1
+        parent = row.parent
+        if parent is not None and parent in live and row.desk == desk and parent < seq:
+            content = row.content
+            if content and not content.isspace():
+                del live[parent]  # this lower reply comes first, and it is below the window
+        if not live:
+            return _oldest_first(kept, found), False
+    return _oldest_first(kept, found), walk.limited
+
+
+def _keep(kept: list[int], found: dict[int, LogMessage], row: LogMessage, window: int) -> None:
+    """Offer ``row`` to the heap of the newest ``window`` qualifying sequences."""
+    found[row.sequence] = row
+    if len(kept) < window:
+        heapq.heappush(kept, row.sequence)
+    else:
+        heapq.heappushpop(kept, row.sequence)
+
+
+def _oldest_first(kept: list[int], found: dict[int, LogMessage]) -> list[LogMessage]:
+    """Return the kept rows in ascending sequence order."""
+    return [found[seq] for seq in sorted(kept)]
+
+
+class _LogWalk:
+    """A validated walk over a host log, newest first, bounded by ``SCAN_LIMIT`` rows.
+
+    Iterate it once. Reads are ``MIN_PAGE`` rows, doubling up to ``PAGE_SIZE``, and never
+    more than ``SCAN_LIMIT - scanned``; each page is validated whole before any of its
+    rows is yielded, and the next page is read only when a row beyond the current page is
+    asked for. After the iteration stops by itself, ``ended`` says whether the log ran out
+    and ``limited`` whether ``SCAN_LIMIT`` stopped it.
+
+    Shared by ``project_session`` and ``prepare_delta`` so that the page checks live in
+    one place. Not thread-safe; one walk per fold call.
+    """
+
+    __slots__ = ("_before", "_log", "ended", "scanned")
+
+    def __init__(self, log: SessionLog, before: int | None) -> None:
+        self._log = log
+        self._before = before
+        #: Rows read so far (every row counts, qualifying or not).
+        self.scanned = 0
+        #: Whether the log returned its last page (``next_before is None``).
+        self.ended = False
+
+    @property
+    def limited(self) -> bool:
+        """Whether ``SCAN_LIMIT`` rows were read while the log still had more."""
+        return not self.ended and self.scanned >= SCAN_LIMIT
+
+    def __iter__(self) -> Iterator[LogMessage]:
+        before = self._before
+        ask = MIN_PAGE
+        seen: list[Sequence[LogMessage]] = []
+        while self.scanned < SCAN_LIMIT:
+            limit = min(ask, SCAN_LIMIT - self.scanned)
+            rows, next_before = _checked_page(_read(self._log, before, limit), before, limit, seen)
+            seen.append(rows)
+            self.scanned += len(rows)
+            yield from rows
+            if next_before is None:
+                self.ended = True
+                return
+            before = next_before
+            ask = min(2 * ask, PAGE_SIZE)
+
+
+def _read(log: SessionLog, before: int | None, limit: int) -> object:
+    """Call ``log.read_before``, wrapping whatever it raises in ``LogReadError``."""
+    try:
+        return log.read_before(before, limit)
+    except Exception as exc:
+        raise LogReadError(before, limit) from exc
+
+
+def _checked_page(
+    page: object, before: int | None, limit: int, seen: list[Sequence[LogMessage]]
+) -> tuple[Sequence[LogMessage], int | None]:
+    """Validate one page in the contract's order and return its rows and cursor.
+
+    Args:
+        page: What ``read_before(before, limit)`` returned.
+        before: The exclusive cursor asked for (``None``: from the newest row).
+        limit: The number of rows asked for.
+        seen: The rows of the earlier pages of this walk.
+
+    Returns:
+        The page's rows (newest first) and its ``next_before``.
+
+    Raises:
+        ValidationError: ``page`` is not a ``SessionPage`` of well-typed ``LogMessage``s.
+        PageError: The first broken page rule, in the contract's order.
+
+    Cost: O(len(page)) when the page is valid.
+    """
+    if not isinstance(page, SessionPage):
+        raise ValidationError(f"session log returned {type(page).__name__}; expected a SessionPage")
+    rows = page.messages
+    next_before = page.next_before
+    if not isinstance(rows, list | tuple):
+        raise ValidationError(
+            f"SessionPage.messages is a {type(rows).__name__}; expected a list of LogMessage"
+        )
+    if next_before is not None and type(next_before) is not int:
+        raise ValidationError(
+            f"SessionPage.next_before is a {type(next_before).__name__}; expected int or None"
+        )
+    if len(rows) > limit:
+        raise PageTooLarge(limit, len(rows))
+    if not rows:
+        if next_before is not None:
+            raise EmptyPageCursor(next_before)
+        return rows, None
+    bound = before
+    for index, row in enumerate(rows):
+        if not (
+            isinstance(row, LogMessage)
+            and type(row.sequence) is int
+            and isinstance(row.content, str)
+            and isinstance(row.desk, str)
+            and (row.parent is None or type(row.parent) is int)
+        ):
+            raise _malformed_row(row, index)
+        seq = row.sequence
+        if bound is not None and seq >= bound:
+            _raise_order_error(rows, index, before, seen)
+        bound = seq
+    if next_before is not None:
+        if before is not None and next_before >= before:
+            raise CursorDidNotAdvance(before, next_before)
+        oldest = rows[-1].sequence
+        if next_before > oldest:
+            raise CursorAfterOldest(next_before, oldest)
+    return rows, next_before
+
+
+def _raise_order_error(
+    rows: Sequence[LogMessage],
+    index: int,
+    before: int | None,
+    seen: list[Sequence[LogMessage]],
+) -> None:
+    """Raise the first order rule that ``rows[index]`` breaks (it breaks at least one)."""
+    seq = rows[index].sequence
+    earlier = (row.sequence for page in [*seen, rows[:index]] for row in page)
+    if any(other == seq for other in earlier):
+        raise DuplicateSequence(seq)
+    if before is not None and seq >= before:
+        raise PageOutOfRange(seq, before)
+    raise PageNotDescending(rows[index - 1].sequence, seq)
+
+
+def _malformed_row(row: object, index: int) -> ValidationError:
+    """Describe why ``row`` (at ``index`` in its page) is not a well-typed ``LogMessage``."""
+    where = f"SessionPage.messages[{index}]"
+    if not isinstance(row, LogMessage):
+        return ValidationError(f"{where} is a {type(row).__name__}; expected a LogMessage")
+    checks = (
+        ("sequence", type(row.sequence) is int, "int"),
+        ("content", isinstance(row.content, str), "str"),
+        ("desk", isinstance(row.desk, str), "str"),
+        ("parent", row.parent is None or type(row.parent) is int, "int or None"),
+    )
+    for name, ok, expected in checks:
+        if not ok:
+            value = getattr(row, name)
+            return ValidationError(
+                f"{where}.{name} is a {type(value).__name__}; expected {expected}"
+            )
+    raise AssertionError(row)  # pragma: no cover - only called for a malformed row
+
+
+def check_log(log: object) -> None:
+    """Check that ``log`` has a callable ``read_before`` (a cheap ``SessionLog`` check).
+
+    Raises:
+        ValidationError: It has not.
+
+    Cost: O(1); no reads.
+    """
+    if not callable(getattr(log, "read_before", None)):
+        raise ValidationError(
+            f"log must be a SessionLog with a read_before method, got {type(log).__name__}"
+        )
+
+
+def check_conversation(conversation: object, name: str) -> Conversation:
+    """Return ``conversation`` if it is a well-typed :class:`Conversation`.
+
+    Args:
+        conversation: The value to check.
+        name: How to call it in the error message.
+
+    Raises:
+        ValidationError: Not a ``Conversation``, a non-``str`` desk, or a ``thread_root``
+            that is neither ``None`` nor an ``int``.
+
+    Cost: O(1).
+    """
+    if not isinstance(conversation, Conversation):
+        raise ValidationError(f"{name} must be a Conversation, got {type(conversation).__name__}")
+    if not isinstance(conversation.desk, str):
+        raise ValidationError(f"{name}.desk must be a str, got {type(conversation.desk).__name__}")
+    root = conversation.thread_root
+    if root is not None and type(root) is not int:
+        raise ValidationError(
+            f"{name}.thread_root must be an int or None, got {type(root).__name__}"
+        )
+    return conversation
+
+
+def check_int(name: str, value: object, *, minimum: int | None = None) -> int:
+    """Return ``value`` if it is an ``int`` (not a ``bool``) of at least ``minimum``.
+
+    Raises:
+        ValidationError: Otherwise.
+
+    Cost: O(1).
+    """
+    if type(value) is not int:
+        raise ValidationError(f"{name} must be an int, got {type(value).__name__}")
+    if minimum is not None and value < minimum:
+        raise ValidationError(f"{name} must be at least {minimum}, got {value}")
+    return value
+
+
+def _check_query(query: object) -> tuple[Conversation, int | None, int]:
+    """Return the conversation, bound and window of a well-typed ``SessionQuery``."""
+    if not isinstance(query, SessionQuery):
+        raise ValidationError(f"query must be a SessionQuery, got {type(query).__name__}")
+    conversation = check_conversation(query.conversation, "query.conversation")
+    before = None if query.before is None else check_int("query.before", query.before)
+    window = check_int("query.window", query.window, minimum=0)
+    return conversation, before, window

@@ -1,0 +1,207 @@
+"""Continuous sharing: watermarked deltas of one conversation for one participant.
+
+A :class:`~sharedesk.SharingState` says what a participant has been shown: everything at
+or below its ``watermark``, plus the rows in ``present_above_watermark`` (its own rows the
+host accepted after the watermark). ``prepare_delta`` returns the rows the participant has
+not seen and the state to commit once the turn is durably appended; it never applies the
+state itself, so a crash between the two leaves the watermark behind rather than ahead.
+
+The delta walk reads the log through the same ``_LogWalk`` as ``project_session`` (same
+growing reads, same page checks, same ``SCAN_LIMIT``) and stops at the first row at or
+below the watermark. Which rows qualify:
+
+* a thread (``thread_root = R``): row R and rows whose ``parent == R``;
+* the channel: roots only (rows with no parent), as in the seed; replies reach a channel
+  reader through its threads, or through a full projection after a reinitialize;
+* never a blank row or a row of another desk, nor a row in the present set.
+"""
+
+from __future__ import annotations
+
+from sharedesk.projection.session import _LogWalk, check_conversation, check_int, check_log
+from sharedesk.protocol.constants import PRESENT_SET_LIMIT
+from sharedesk.protocol.errors import (
+    PresentSetOverflow,
+    PresentSetTooLarge,
+    ValidationError,
+    WatermarkRegression,
+)
+from sharedesk.protocol.ports import SessionLog
+from sharedesk.protocol.views import (
+    Conversation,
+    Delta,
+    LogMessage,
+    Reinitialize,
+    ReinitializeReason,
+    SessionMessage,
+    SharingQuery,
+    SharingState,
+)
+
+
+def initialized_state(conversation: Conversation, watermark: int) -> SharingState:
+    """Return the state of a participant who has been shown everything up to ``watermark``.
+
+    Args:
+        conversation: The conversation the state tracks.
+        watermark: Highest sequence up to which everything was shown (0: nothing).
+
+    Returns:
+        A state with that watermark and an empty present set.
+
+    Raises:
+        ValidationError: ``conversation`` is not a ``Conversation`` or ``watermark`` is
+            not an int of at least 0.
+
+    Cost: O(1); no reads, no writes.
+    """
+    check_conversation(conversation, "conversation")
+    check_int("watermark", watermark, minimum=0)
+    return SharingState(conversation, watermark, frozenset())
+
+
+def note_present(state: SharingState, sequence: int) -> SharingState:
+    """Return ``state`` with ``sequence`` recorded as already present for the participant.
+
+    Use it for a row the participant wrote itself after its watermark (e.g. a message it
+    posted outside a turn), so that the next delta does not offer the row back. The given
+    state is never changed.
+
+    Args:
+        state: The current state.
+        sequence: The row's sequence.
+
+    Returns:
+        A new state holding ``sequence`` in its present set; ``state`` itself when
+        ``sequence`` is at or below the watermark or already present.
+
+    Raises:
+        ValidationError: ``state`` is not a ``SharingState`` or ``sequence`` not an int.
+        PresentSetTooLarge: ``state`` already holds more than ``PRESENT_SET_LIMIT``
+            sequences (only reachable by bypassing the struct's own check).
+        PresentSetOverflow: ``state`` holds ``PRESENT_SET_LIMIT`` sequences and
+            ``sequence`` would be one more.
+
+    Cost: O(PRESENT_SET_LIMIT) to copy the set; no reads, no writes.
+    """
+    _check_state(state)
+    check_int("sequence", sequence)
+    present = state.present_above_watermark
+    if sequence <= state.watermark or sequence in present:
+        return state
+    if len(present) >= PRESENT_SET_LIMIT:
+        raise PresentSetOverflow(PRESENT_SET_LIMIT, sequence)
+    return SharingState(state.conversation, state.watermark, present | {sequence})
+
+
+def prepare_delta(
+    log: SessionLog, state: SharingState, query: SharingQuery
+) -> Delta | Reinitialize:
+    """Return the rows the participant has not seen, or why a full window is needed.
+
+    Checks, in order: ``query.requested``, ``query.bound`` and ``state.conversation``
+    must all be the same conversation, else ``Reinitialize(CONVERSATION_CHANGED)``;
+    ``query.before`` below the watermark raises ``WatermarkRegression``; ``before`` equal
+    to the watermark returns an empty ``Delta`` with ``state`` itself. None of these
+    reads the log. Otherwise the log is walked newest first from ``before`` until a row at
+    or below the watermark; the qualifying rows above it that are not present (see the
+    module header) come back oldest first.
+
+    Note for callers (the Hub): ``before`` is exclusive and becomes the new watermark, so
+    the row at ``before`` itself is claimed as shown without being delivered. A caller
+    that passes ``last_sequence + 1`` therefore claims the row ``last_sequence + 1`` as
+    shown: that is right only when that row will be the participant's own (the reply the
+    turn appends); otherwise the next row anyone appends is never delivered.
+
+    Args:
+        log: The host log, read newest first through ``read_before``.
+        state: The participant's current state; never changed.
+        query: The requested and bound conversations and the exclusive bound ``before``.
+
+    Returns:
+        ``Delta(messages, next_state)`` with ``next_state.watermark == before`` and the
+        present entries at or below ``before`` dropped; or ``Reinitialize`` with
+        ``CONVERSATION_CHANGED``, ``GAP_TOO_LARGE`` (``SCAN_LIMIT`` rows read without
+        reaching the watermark) or ``WATERMARK_UNAVAILABLE`` (the log ended above the
+        watermark; this wins when the page that reaches ``SCAN_LIMIT`` also ends the log,
+        and is always the answer for a watermark of 0 once the log has rows above it,
+        since no row lies at or below 0).
+
+    Raises:
+        ValidationError: Malformed ``state`` or ``query`` (not the right type, a negative
+            or non-int ``before``), ``log`` without ``read_before``, or a page that is not
+            a ``SessionPage`` of well-typed ``LogMessage`` rows.
+        PresentSetTooLarge: ``state`` holds more than ``PRESENT_SET_LIMIT`` sequences.
+        WatermarkRegression: ``query.before < state.watermark``.
+        PageError: A page broke the page contract (as in ``project_session``).
+        LogReadError: ``log.read_before`` raised; the original error is the ``__cause__``.
+
+    Cost: reads of 64, 128, 256, then ``PAGE_SIZE`` rows, at most ``SCAN_LIMIT`` rows in
+    all, none when a check above answers; CPU O(rows read); no writes, never blocks
+    except inside ``log.read_before``.
+    """
+    _check_state(state)
+    requested, bound, before = _check_sharing_query(query)
+    check_log(log)
+    conversation = state.conversation
+    if requested != conversation or bound != conversation:
+        return Reinitialize(reason=ReinitializeReason.CONVERSATION_CHANGED)
+    watermark = state.watermark
+    if before < watermark:
+        raise WatermarkRegression(before, watermark)
+    if before == watermark:
+        return Delta(messages=[], next_state=state)
+    present = state.present_above_watermark
+    desk = conversation.desk
+    root = conversation.thread_root
+    walk = _LogWalk(log, before)
+    picked: list[LogMessage] = []
+    for row in walk:
+        seq = row.sequence
+        if seq <= watermark:
+            break
+        if row.desk != desk:
+            continue
+        # Thread: R and its direct replies. Channel: roots only.
+        qualifies = (row.parent is None) if root is None else (seq == root or row.parent == root)
+        if qualifies:
+            content = row.content
+            if content and not content.isspace() and seq not in present:
+                picked.append(row)
+    else:
+        if walk.ended:
+            return Reinitialize(reason=ReinitializeReason.WATERMARK_UNAVAILABLE)
+        return Reinitialize(reason=ReinitializeReason.GAP_TOO_LARGE)
+    picked.reverse()
+    return Delta(
+        messages=[SessionMessage(r.sequence, r.author, r.content, r.parent) for r in picked],
+        next_state=SharingState(
+            conversation, before, frozenset(seq for seq in present if seq > before)
+        ),
+    )
+
+
+def _check_state(state: object) -> SharingState:
+    """Return ``state`` if it is a well-formed ``SharingState``."""
+    if not isinstance(state, SharingState):
+        raise ValidationError(f"state must be a SharingState, got {type(state).__name__}")
+    check_conversation(state.conversation, "state.conversation")
+    check_int("state.watermark", state.watermark, minimum=0)
+    present = state.present_above_watermark
+    if not isinstance(present, frozenset):
+        raise ValidationError(
+            f"state.present_above_watermark must be a frozenset, got {type(present).__name__}"
+        )
+    if len(present) > PRESENT_SET_LIMIT:
+        raise PresentSetTooLarge(PRESENT_SET_LIMIT, len(present))
+    return state
+
+
+def _check_sharing_query(query: object) -> tuple[Conversation, Conversation, int]:
+    """Return the requested and bound conversations and the bound of a ``SharingQuery``."""
+    if not isinstance(query, SharingQuery):
+        raise ValidationError(f"query must be a SharingQuery, got {type(query).__name__}")
+    requested = check_conversation(query.requested, "query.requested")
+    bound = check_conversation(query.bound, "query.bound")
+    before = check_int("query.before", query.before, minimum=0)
+    return requested, bound, before
