@@ -1,0 +1,286 @@
+"""The ``sharedesk`` command, end to end in subprocesses (plus its pure helpers in-process)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from sharedesk import Agent, Event, Operator, Person, Text, ValidationError
+from sharedesk.cli import EXIT_USAGE, describe, parse_viewer
+from sharedesk.store.lmdb import LmdbStore
+
+CHECKOUT = Path(__file__).resolve().parents[2]
+DESK = "desk/one"
+
+
+def sharedesk(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """Run ``python -m sharedesk.cli ARGS`` and capture its output."""
+    return subprocess.run(
+        [sys.executable, "-m", "sharedesk.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=CHECKOUT,
+    )
+
+
+@pytest.fixture
+def store_path(tmp_path: Path) -> Path:
+    """A store with a small desk: a channel post, a ticket (thread root) and a reply."""
+    path = tmp_path / "store"
+    with LmdbStore(path, durability="relaxed") as store:
+        first = store.append(
+            DESK,
+            [
+                Event(Operator(), Text("Welcome")),
+                Event(Person(id="ana", label="Ana"), Text("Ticket: login fails")),
+            ],
+        )
+        store.append(
+            DESK,
+            [Event(Agent(id="a1", label="Agent One"), Text("Looking"), parent=first[1].sequence)],
+        )
+        store.append("other", [Event(Operator(), Text("elsewhere"))])
+    return path
+
+
+WRITER = textwrap.dedent(
+    """
+    import sys, time
+    from sharedesk import Event, Operator, Text
+    from sharedesk.store.lmdb import LmdbStore
+
+    store = LmdbStore(sys.argv[1], durability="relaxed")
+    store.append("live", [Event(Operator(), Text("first"))])
+    print("ready", flush=True)
+    while True:
+        store.append("live", [Event(Operator(), Text("more"))])
+        time.sleep(0.002)
+    """
+)
+
+
+@pytest.fixture
+def live_writer(tmp_path: Path) -> Iterator[Path]:
+    """Another process holding the store open and appending to session ``live``."""
+    path = tmp_path / "live-store"
+    child = subprocess.Popen(
+        [sys.executable, "-c", WRITER, str(path)],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=CHECKOUT,
+    )
+    try:
+        assert child.stdout is not None
+        # Unconfigured structlog in the child logs to stdout too: skip to our line.
+        for line in child.stdout:
+            if line.strip() == "ready":
+                break
+        yield path
+    finally:
+        child.kill()
+        child.wait()
+        if child.stdout is not None:
+            child.stdout.close()
+
+
+class TestDemo:
+    def test_demo_runs_and_shows_every_participant_view(self, tmp_path: Path) -> None:
+        result = sharedesk("demo", "--path", str(tmp_path / "data"), timeout=120)
+
+        assert 0 == result.returncode, result.stderr
+        for name in ("operator", "Ana (person)", "Triage (agent)", "Researcher (agent)"):
+            assert name in result.stdout
+        assert "round 1" in result.stdout
+
+    def test_demo_rerun_continues_the_same_desk_with_only_new_rows_in_deltas(
+        self, tmp_path: Path
+    ) -> None:
+        data = tmp_path / "data"
+        first = sharedesk("demo", "--path", str(data), timeout=120)
+        second = sharedesk("demo", "--path", str(data), timeout=120)
+
+        assert 0 == first.returncode, first.stderr
+        assert 0 == second.returncode, second.stderr
+        assert "round 2" in second.stdout
+        assert "Ticket #101" not in second.stdout.split("what each participant sees")[0]
+        assert "new since last turn" in second.stdout
+
+    def test_demo_on_a_file_path_is_one_line_error(self, tmp_path: Path) -> None:
+        file = tmp_path / "file"
+        file.write_text("not a directory")
+
+        result = sharedesk("demo", "--path", str(file))
+
+        assert EXIT_USAGE == result.returncode
+        assert 1 == len(result.stderr.strip().splitlines())
+        assert "Traceback" not in result.stderr
+
+
+class TestInspect:
+    def test_inspect_lists_sessions_with_event_counts(self, store_path: Path) -> None:
+        result = sharedesk("inspect", str(store_path), "--json")
+
+        rows = [json.loads(line) for line in result.stdout.splitlines()]
+        assert 0 == result.returncode, result.stderr
+        assert {DESK: 3, "other": 1} == {row["session"]: row["events"] for row in rows}
+        assert all(row["last_activity"] for row in rows)
+
+    def test_inspect_table_names_each_session(self, store_path: Path) -> None:
+        result = sharedesk("inspect", str(store_path))
+
+        assert 0 == result.returncode, result.stderr
+        assert DESK in result.stdout and "other" in result.stdout
+
+    def test_inspect_session_dumps_its_events_as_json_lines_in_order(
+        self, store_path: Path
+    ) -> None:
+        result = sharedesk("inspect", str(store_path), DESK)
+
+        events = [json.loads(line) for line in result.stdout.splitlines()]
+        assert 0 == result.returncode, result.stderr
+        assert [1, 2, 3] == [e["sequence"] for e in events]
+        assert ["Welcome", "Ticket: login fails", "Looking"] == [
+            e["body"]["content"] for e in events
+        ]
+
+    def test_inspect_works_while_another_process_writes(self, live_writer: Path) -> None:
+        first = sharedesk("inspect", str(live_writer), "--json")
+        time.sleep(0.2)
+        second = sharedesk("inspect", str(live_writer), "--json")
+
+        counts = [json.loads(r.stdout.splitlines()[0])["events"] for r in (first, second)]
+        assert (0, 0) == (first.returncode, second.returncode), first.stderr + second.stderr
+        assert counts[0] >= 1
+        assert counts[1] > counts[0]
+
+    def test_inspect_session_works_while_another_process_writes(self, live_writer: Path) -> None:
+        result = sharedesk("inspect", str(live_writer), "live")
+
+        sequences = [json.loads(line)["sequence"] for line in result.stdout.splitlines()]
+        assert 0 == result.returncode, result.stderr
+        assert list(range(1, len(sequences) + 1)) == sequences
+
+
+class TestView:
+    def test_view_prints_the_channel_with_the_viewer_own_messages_marked(
+        self, store_path: Path
+    ) -> None:
+        result = sharedesk("view", str(store_path), DESK, "--as", "person:ana")
+
+        lines = result.stdout.splitlines()
+        assert 0 == result.returncode, result.stderr
+        assert "channel as Ana (person)" in lines[0]
+        assert ["Welcome", "Ticket: login fails (you)", "Looking"] == [
+            _content_and_mark(line) for line in lines[1:]
+        ]
+
+    def test_view_of_a_thread_shows_root_and_replies(self, store_path: Path) -> None:
+        result = sharedesk(
+            "view", str(store_path), DESK, "--as", "agent:a1", "--thread", "2", "--json"
+        )
+
+        messages = [json.loads(line) for line in result.stdout.splitlines()]
+        assert 0 == result.returncode, result.stderr
+        assert [2, 3] == [m["sequence"] for m in messages]
+        assert [None, 2] == [m["parent"] for m in messages]
+
+    def test_view_window_limits_the_messages(self, store_path: Path) -> None:
+        result = sharedesk(
+            "view", str(store_path), DESK, "--as", "operator", "--window", "1", "--json"
+        )
+
+        messages = [json.loads(line) for line in result.stdout.splitlines()]
+        assert 0 == result.returncode, result.stderr
+        assert 1 == len(messages)
+
+
+def _content_and_mark(line: str) -> str:
+    """``"  #2    Ana (person) (you): text"`` -> ``"text (you)"``."""
+    head, _, content = line.partition(": ")
+    return content + (" (you)" if "(you)" in head else "")
+
+
+class TestBadInput:
+    @pytest.mark.parametrize(
+        ("args", "says"),
+        [
+            (["inspect", "{missing}"], "does not exist"),
+            (["inspect", "{empty}"], "holds no data.mdb"),
+            (["inspect", "{store}", "no-such-session"], "unknown session"),
+            (["view", "{store}", "no-such-session", "--as", "operator"], "unknown session"),
+            (["view", "{store}", DESK, "--as", "robot:7"], "--as must be"),
+            (["view", "{store}", DESK, "--as", "agent:"], "--as must be"),
+            (["view", "{store}", DESK, "--as", "operator", "--window", "-3"], "--window"),
+            (["view", "{store}", DESK, "--as", "operator", "--thread", "0"], "--thread"),
+            (["view", "{store}", DESK], "--as"),
+            (["view", "{store}", DESK, "--as", "operator", "--window", "many"], "--window"),
+            (["frobnicate"], "invalid choice"),
+            ([], "required"),
+        ],
+    )
+    def test_bad_input_is_one_line_on_stderr_and_exit_2(
+        self, store_path: Path, tmp_path: Path, args: list[str], says: str
+    ) -> None:
+        (tmp_path / "empty").mkdir()
+        paths = {
+            "{missing}": str(tmp_path / "missing"),
+            "{empty}": str(tmp_path / "empty"),
+            "{store}": str(store_path),
+        }
+
+        result = sharedesk(*[paths.get(a, a) for a in args])
+
+        assert EXIT_USAGE == result.returncode
+        assert 1 == len(result.stderr.strip().splitlines()), result.stderr
+        assert says in result.stderr
+        assert "" == result.stdout
+
+    def test_inspect_of_a_missing_path_creates_nothing(self, tmp_path: Path) -> None:
+        sharedesk("inspect", str(tmp_path / "missing"))
+
+        assert not (tmp_path / "missing").exists()
+
+
+class TestEntryPoint:
+    def test_installed_sharedesk_command_prints_help(self) -> None:
+        command = Path(sys.executable).with_name("sharedesk")
+
+        result = subprocess.run(
+            [str(command), "--help"], capture_output=True, text=True, timeout=60
+        )
+
+        assert 0 == result.returncode
+        assert "demo" in result.stdout and "inspect" in result.stdout and "view" in result.stdout
+
+
+class TestParseViewer:
+    def test_operator_parses_to_the_operator(self) -> None:
+        assert Operator() == parse_viewer("operator")
+
+    def test_person_and_agent_take_their_id_as_label(self) -> None:
+        assert (Person(id="ana", label="ana"), Agent(id="a:1", label="a:1")) == (
+            parse_viewer("person:ana"),
+            parse_viewer("agent:a:1"),
+        )
+
+    @pytest.mark.parametrize("text", ["", "Operator", "person", "person:", "system:x", "ana"])
+    def test_anything_else_is_a_validation_error(self, text: str) -> None:
+        with pytest.raises(ValidationError):
+            parse_viewer(text)
+
+
+class TestDescribe:
+    def test_authors_are_shown_with_label_and_kind(self) -> None:
+        assert ["operator", "Ana (person)", "Bot (agent)"] == [
+            describe(Operator()),
+            describe(Person(id="ana", label="Ana")),
+            describe(Agent(id="b", label="Bot")),
+        ]
