@@ -1,0 +1,178 @@
+"""The bench's result types and helpers: percentiles, targets, the JSON file, options."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import msgspec
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from bench.options import int_list, pick
+from bench.report import (
+    MAX_KEPT_SAMPLES,
+    Report,
+    Target,
+    machine_info,
+    measurement,
+    percentile,
+    ratio_target,
+    utc_now,
+    write_json,
+)
+
+
+class TestPercentile:
+    def test_median_of_odd_count_is_the_middle_value(self) -> None:
+        assert 3.0 == percentile([1.0, 2.0, 3.0, 4.0, 5.0], 0.5)
+
+    def test_p99_of_a_hundred_values_is_the_99th(self) -> None:
+        assert 99.0 == percentile([float(i) for i in range(1, 101)], 0.99)
+
+    def test_percentile_of_nothing_is_an_error(self) -> None:
+        with pytest.raises(ValueError):
+            percentile([], 0.5)
+
+    @given(st.lists(st.floats(0, 1e9), min_size=1), st.floats(0.01, 1.0))
+    def test_percentile_is_a_sample_with_at_least_that_fraction_at_or_below(
+        self, values: list[float], fraction: float
+    ) -> None:
+        ordered = sorted(values)
+
+        value = percentile(ordered, fraction)
+
+        assert value in ordered
+        assert sum(v <= value for v in ordered) >= fraction * len(ordered) - 1e-9
+
+
+class TestMeasurement:
+    def test_rate_and_percentiles_come_from_the_raw_figures(self) -> None:
+        m = measurement(
+            scenario="s",
+            system="sharedesk",
+            operation="append",
+            label="l",
+            ops=10,
+            seconds=2.0,
+            latencies_ns=[1000 * i for i in range(1, 11)],
+        )
+
+        assert (5.0, 5.0, 10.0) == (m.ops_per_s, m.median_us, m.p99_us)
+
+    def test_no_latencies_leave_percentiles_empty(self) -> None:
+        m = measurement(scenario="s", system="x", operation="o", label="l", ops=3, seconds=1.0)
+
+        assert (None, None, []) == (m.median_us, m.p99_us, m.samples_us)
+
+    def test_kept_samples_are_capped_but_statistics_use_all(self) -> None:
+        latencies = list(range(1000, 15_000_001, 1000))  # 15,000 samples: 1 µs .. 15,000 µs
+
+        m = measurement(
+            scenario="s",
+            system="x",
+            operation="o",
+            label="l",
+            ops=len(latencies),
+            seconds=1.0,
+            latencies_ns=latencies,
+        )
+
+        assert len(m.samples_us) <= MAX_KEPT_SAMPLES
+        assert (7500.0, 14850.0) == (m.median_us, m.p99_us)
+
+    def test_zero_seconds_gives_zero_rate(self) -> None:
+        m = measurement(scenario="s", system="x", operation="o", label="l", ops=0, seconds=0.0)
+
+        assert 0.0 == m.ops_per_s
+
+
+class TestTarget:
+    @pytest.mark.parametrize(
+        ("value", "at_least", "status"),
+        [
+            (0.5, True, "PASS"),
+            (0.4, True, "PASS"),
+            (0.3, True, "SHORT"),
+            (0.3, False, "PASS"),
+            (0.5, False, "SHORT"),
+            (None, True, "N/A"),
+        ],
+    )
+    def test_status_compares_value_with_bound_in_the_stated_direction(
+        self, value: float | None, at_least: bool, status: str
+    ) -> None:
+        target = Target(issue=3, claim="c", value=value, bound=0.4, at_least=at_least, detail="d")
+
+        assert status == target.status
+
+    def test_ratio_is_numerator_over_denominator(self) -> None:
+        target = ratio_target(
+            issue=3,
+            claim="c",
+            numerator=30.0,
+            denominator=60.0,
+            bound=0.4,
+            at_least=True,
+            what="ev/s",
+        )
+
+        assert (0.5, "PASS") == (target.value, target.status)
+
+    @pytest.mark.parametrize(("numerator", "denominator"), [(None, 1.0), (1.0, None), (1.0, 0.0)])
+    def test_ratio_with_a_missing_side_is_not_applicable(
+        self, numerator: float | None, denominator: float | None
+    ) -> None:
+        target = ratio_target(
+            issue=4,
+            claim="c",
+            numerator=numerator,
+            denominator=denominator,
+            bound=1.0,
+            at_least=False,
+            what="µs",
+        )
+
+        assert ("N/A", None) == (target.status, target.value)
+
+
+class TestJsonFile:
+    def test_report_round_trips_through_its_json_file(self, tmp_path: Path) -> None:
+        report = Report(
+            scenario="append",
+            started=utc_now(),
+            argv=["python", "-m", "bench", "append"],
+            machine=machine_info(),
+            measurements=[
+                measurement(
+                    scenario="append",
+                    system="sqlite",
+                    operation="append",
+                    label="l",
+                    ops=1,
+                    seconds=1.0,
+                    latencies_ns=[5],
+                )
+            ],
+            targets=[Target(issue=3, claim="c", value=1.0, bound=0.4, at_least=True, detail="")],
+            figures={"k": 1},
+            notes=["n"],
+        )
+
+        path = write_json(report, tmp_path / "results")
+
+        assert path.name.startswith("append-") and path.suffix == ".json"
+        assert report == msgspec.json.decode(path.read_bytes(), type=Report)
+
+
+class TestOptions:
+    def test_int_list_reads_commas_and_underscores(self) -> None:
+        assert [1, 16, 100000] == int_list("1, 16,100_000")
+
+    @pytest.mark.parametrize("text", ["", "0", "1,-2", "a"])
+    def test_int_list_refuses_anything_but_positive_ints(self, text: str) -> None:
+        with pytest.raises(ValueError):
+            int_list(text)
+
+    def test_pick_prefers_the_given_value_then_the_mode_default(self) -> None:
+        assert (5, 1, 2) == (pick(5, 1, 2, True), pick(None, 1, 2, False), pick(None, 1, 2, True))
