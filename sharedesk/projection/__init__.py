@@ -7,8 +7,10 @@ thread (``tests/projection/test_purity.py`` enforces it).
 
 from sharedesk.projection.session import project_session
 from sharedesk.projection.sharing import initialized_state, note_present, prepare_delta
+from sharedesk.projection.transcript import TranscriptBuilder
 
 __all__ = [
+    "TranscriptBuilder",
     "initialized_state",
     "note_present",
     "prepare_delta",
