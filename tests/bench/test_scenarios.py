@@ -1,0 +1,168 @@
+"""Each bench scenario runs in its tiny ``--quick`` configuration (the harness, not speed)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from bench.__main__ import build_parser, main
+from bench.report import Report
+
+CHECKOUT = Path(__file__).resolve().parents[2]
+
+
+def run_bench(tmp_path: Path, *args: str) -> Report:
+    """Run ``python -m bench ARGS --quick`` in-process; return the report it wrote."""
+    out = tmp_path / "results"
+    status = main(
+        [
+            *args,
+            "--quick",
+            "--no-progress",
+            "--no-plots",
+            "--out",
+            str(out),
+            "--dir",
+            str(tmp_path / "data"),
+        ]
+    )
+    assert 0 == status
+    (path,) = out.glob("*.json")
+    return msgspec.json.decode(path.read_bytes(), type=Report)
+
+
+def labels(report: Report) -> set[str]:
+    return {m.label for m in report.measurements}
+
+
+class TestAppend:
+    def test_append_measures_sharedesk_and_every_baseline(self, tmp_path: Path) -> None:
+        report = run_bench(tmp_path, "append")
+
+        assert {
+            "append sharedesk store durable t=1",
+            "append sharedesk store durable t=2",
+            "append sharedesk hub durable t=1",
+            "append sharedesk hub durable t=2",
+            "append sqlite WAL FULL t=1",
+            "append sqlite WAL FULL t=2",
+            "append lmdb-raw 1/txn",
+            "append lmdb-raw 16/txn",
+            "append lmdb-raw 1000/txn",
+        } <= labels(report)
+        assert all(m.ops > 0 and m.ops_per_s > 0 for m in report.measurements)
+
+    def test_append_checks_the_three_throughput_targets_as_ratios(self, tmp_path: Path) -> None:
+        report = run_bench(tmp_path, "append")
+
+        assert [3, 3, 4] == [t.issue for t in report.targets]
+        assert all(t.status in ("PASS", "SHORT") for t in report.targets)
+
+    def test_append_without_baselines_has_only_sharedesk_figures(self, tmp_path: Path) -> None:
+        report = run_bench(tmp_path, "append", "--no-baselines", "--via", "store")
+
+        assert {"sharedesk"} == {m.system for m in report.measurements}
+
+    def test_relaxed_and_durable_are_both_measured_when_asked(self, tmp_path: Path) -> None:
+        report = run_bench(
+            tmp_path,
+            "append",
+            "--durability",
+            "both",
+            "--via",
+            "store",
+            "--no-baselines",
+            "--threads",
+            "2",
+        )
+
+        assert {
+            "append sharedesk store durable t=2",
+            "append sharedesk store relaxed t=2",
+        } == labels(report)
+
+
+class TestRead:
+    def test_read_measures_projection_views_turns_and_sqlite_per_size(self, tmp_path: Path) -> None:
+        report = run_bench(tmp_path, "read", "--sizes", "200,400")
+
+        for rows in (200, 400):
+            assert {
+                f"project cold n={rows}",
+                f"last30 sqlite n={rows}",
+                f"view warm n={rows}",
+                f"turn delta n={rows}",
+                f"turn commit n={rows}",
+            } <= labels(report)
+        assert {"delta": 5} == report.figures["read n=200 turn reasons"]
+
+    def test_read_targets_are_not_applicable_without_their_sizes(self, tmp_path: Path) -> None:
+        report = run_bench(tmp_path, "read", "--sizes", "200")
+
+        assert ["N/A", "N/A", "N/A"] == [t.status for t in report.targets]
+
+
+class TestDesk:
+    def test_desk_reports_turn_commit_and_post_latency(self, tmp_path: Path) -> None:
+        report = run_bench(tmp_path, "desk")
+
+        assert {"desk turn", "desk commit", "desk post"} == labels(report)
+        assert all(m.median_us is not None for m in report.measurements)
+
+    def test_desk_never_offers_a_reply_back_nor_a_row_twice(self, tmp_path: Path) -> None:
+        report = run_bench(tmp_path, "desk", "--agents", "3", "--rounds", "10")
+
+        assert 0 == report.figures["desk replies offered back to their author (must be 0)"]
+        assert 0 == report.figures["desk rows delivered twice in one conversation (must be 0)"]
+
+
+class TestScale:
+    def test_scale_touches_every_session_and_reports_peaks(self, tmp_path: Path) -> None:
+        report = run_bench(tmp_path, "scale", "--sessions", "120", "--max-active", "8")
+
+        (touch,) = report.measurements
+        assert 120 == touch.ops
+        assert [4, 4] == [t.issue for t in report.targets]
+        assert "PASS" == report.targets[0].status
+
+    def test_scale_leaves_no_thread_behind(self, tmp_path: Path) -> None:
+        before = {t.ident for t in threading.enumerate()}
+
+        run_bench(tmp_path, "scale", "--sessions", "50", "--max-active", "4")
+
+        assert set() == {t.name for t in threading.enumerate() if t.ident not in before}
+
+
+class TestCrash:
+    @pytest.mark.slow
+    def test_crash_loop_acknowledges_events_and_loses_none(self, tmp_path: Path) -> None:
+        report = run_bench(tmp_path, "crash")
+
+        (m,) = report.measurements
+        assert m.ops > 0
+        assert ["PASS", "PASS"] == [t.status for t in report.targets]
+
+
+class TestCommandLine:
+    def test_every_scenario_and_all_are_subcommands(self) -> None:
+        parser = build_parser()
+
+        for name in ("append", "desk", "read", "scale", "crash", "all"):
+            assert name == parser.parse_args([name]).scenario
+
+    def test_help_runs_from_the_checkout(self) -> None:
+        result = subprocess.run(
+            [sys.executable, "-m", "bench", "--help"],
+            capture_output=True,
+            text=True,
+            cwd=CHECKOUT,
+            timeout=60,
+        )
+
+        assert 0 == result.returncode
+        assert "SCENARIO" in result.stdout and "--quick" in result.stdout
