@@ -6,6 +6,7 @@ Imports ``protocol`` and ``projection`` only, and reaches storage only through t
 """
 
 from sharedesk.runs.manager import SessionManager
+from sharedesk.runs.queue import RunFuture, RunQueue
 from sharedesk.runs.scripted import ScriptedAdapter
 from sharedesk.runs.types import (
     Adapter,
@@ -23,6 +24,8 @@ __all__ = [
     "AdapterResult",
     "Emit",
     "Run",
+    "RunFuture",
+    "RunQueue",
     "RunQueueStatus",
     "RunResult",
     "ScriptedAdapter",

@@ -306,6 +306,8 @@ def _check_continuation_opts(opts: Any) -> dict[str, int | None]:
 
 
 def _check_timeout(adapter_opts: Any) -> float | None:
+    if adapter_opts is None:
+        return None
     if not isinstance(adapter_opts, Mapping):
         raise ValidationError(f"adapter_opts must be a mapping, got {type(adapter_opts).__name__}")
     timeout = adapter_opts.get("timeout")
@@ -541,7 +543,7 @@ class SessionManager:
         *,
         continuation: str | bool = False,
         continuation_opts: Mapping[str, Any] | None = _NO_OPTS,
-        adapter_opts: Mapping[str, Any] = _NO_OPTS,
+        adapter_opts: Mapping[str, Any] | None = _NO_OPTS,
     ) -> RunResult:
         """Execute a pending run with ``adapter`` and record its life as events.
 
@@ -562,8 +564,8 @@ class SessionManager:
             continuation: ``False``, ``"auto"``, ``"replay"`` or ``"native"``.
             continuation_opts: ``limit``, ``max_messages``, ``max_chars``,
                 ``max_tokens_approx`` (ints or ``None``).
-            adapter_opts: Passed to ``adapter.execute`` unchanged; ``"timeout"`` (ms)
-                bounds the run.
+            adapter_opts: Passed to ``adapter.execute`` unchanged (``None``: an empty
+                dict); ``"timeout"`` (ms) bounds the run.
 
         Returns:
             The run's result.
@@ -641,7 +643,7 @@ class SessionManager:
             model=stored_claim.body.model,  # type: ignore[union-attr]
         )
         live_session = msgspec.structs.replace(session, status="active", context=context)
-        opts = adapter_opts if adapter_opts is not _NO_OPTS else {}
+        opts = {} if adapter_opts is None or adapter_opts is _NO_OPTS else adapter_opts
 
         def work() -> None:
             try:
@@ -743,7 +745,7 @@ class SessionManager:
         session_id: str | None = None,
         continuation: str | bool = False,
         continuation_opts: Mapping[str, Any] | None = _NO_OPTS,
-        adapter_opts: Mapping[str, Any] = _NO_OPTS,
+        adapter_opts: Mapping[str, Any] | None = _NO_OPTS,
     ) -> RunResult:
         """Start a session (or continue ``session_id``), start a run and execute it.
 

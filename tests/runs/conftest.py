@@ -34,6 +34,8 @@ class BlockingAdapter:
     def __init__(self, name: str = "blocking") -> None:
         self.name = name
         self.started = threading.Event()
+        self._count = threading.Condition()
+        self.inputs: list[str] = []
         self.release = threading.Event()
         self.threads: list[threading.Thread] = []
         self.late_emit_error: SharedeskError | None = None
@@ -42,7 +44,10 @@ class BlockingAdapter:
     def execute(
         self, run: Run, session: Session, emit: Emit, opts: Mapping[str, Any]
     ) -> AdapterResult:
-        self.threads.append(threading.current_thread())
+        with self._count:
+            self.threads.append(threading.current_thread())
+            self.inputs.append(run.input[0]["content"])
+            self._count.notify_all()
         self.started.set()
         self.release.wait(30)
         try:
@@ -52,6 +57,11 @@ class BlockingAdapter:
         except SharedeskError as exc:
             self.late_emit_error = exc
         return AdapterResult(output="late reply")
+
+    def wait_started(self, count: int) -> bool:
+        """Wait (up to 10 s) until ``execute`` was entered ``count`` times."""
+        with self._count:
+            return self._count.wait_for(lambda: len(self.threads) >= count, 10)
 
     def finish(self) -> None:
         """Release ``execute`` and join every worker thread it ran on."""

@@ -1,0 +1,352 @@
+"""RunQueue: per-session FIFO execution of runs, with bounded concurrency and waiting.
+
+Each session has a lane: a FIFO of waiting runs and a count of running ones. A run is
+started (its input stored, ``SessionManager.start_run``) when it is submitted, so its id
+exists at once and the order of the inputs in the session is the submission order. A
+lane runs at most ``max_concurrent_runs`` runs at a time, each on a driver thread the
+queue starts; a driver takes the lane's next run when its run ends, and stops when the
+lane is empty. With ``max_concurrent_runs=1`` (the default) the runs of a session
+execute one after another, in submission order, and a later run's replayed transcript
+holds the earlier runs' replies. Sessions never wait for each other.
+
+The queue keeps only in-process scheduling state; everything about a run is in the
+store (its status is the fold of its events), so a queue lost with its process loses
+no history: its runs stay pending and can be executed or cancelled later.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from collections.abc import Mapping
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any, Self
+
+import structlog
+
+from sharedesk.protocol.errors import (
+    QueueClosed,
+    QueueFull,
+    SharedeskError,
+    ValidationError,
+)
+from sharedesk.protocol.ports import EventStore
+from sharedesk.protocol.validation import check_session_id
+from sharedesk.runs.manager import SessionManager
+from sharedesk.runs.types import Adapter, Run, RunQueueStatus, RunResult
+
+#: How long ``close()`` waits for running runs before cancelling them, in seconds.
+DEFAULT_CLOSE_TIMEOUT: float = 10.0
+
+
+class RunFuture(Future[RunResult]):
+    """The future of a submitted run: a :class:`concurrent.futures.Future` with its ids.
+
+    ``cancel()`` succeeds only while the run waits (and records it as cancelled in the
+    store); cancel a running run with ``SessionManager.cancel_run(store, future.run_id)``,
+    and the future then raises ``RunCancelled``.
+
+    Attributes:
+        run_id: The run's id.
+        session_id: The run's session.
+    """
+
+    def __init__(self, run_id: str, session_id: str) -> None:
+        super().__init__()
+        self.run_id = run_id
+        self.session_id = session_id
+
+
+@dataclass(eq=False)
+class _Job:
+    run: Run
+    adapter: Adapter
+    continuation: str | bool
+    continuation_opts: Mapping[str, Any] | None
+    adapter_opts: Mapping[str, Any] | None
+    future: RunFuture
+
+
+@dataclass(eq=False)
+class _Lane:
+    waiting: deque[_Job] = field(default_factory=deque)
+    reserved: int = 0
+    drivers: int = 0
+
+    def idle(self) -> bool:
+        return not self.waiting and self.reserved == 0 and self.drivers == 0
+
+
+class RunQueue:
+    """Executes submitted runs per session, FIFO, at most ``max_concurrent_runs`` at once.
+
+    Thread-safe. A context manager; ``close()`` cancels waiting runs, waits for running
+    ones up to a bound, cancels those still running, and joins every thread it started.
+    """
+
+    def __init__(
+        self,
+        store: EventStore,
+        *,
+        max_concurrent_runs: int = 1,
+        max_queued_runs: int = 100,
+    ) -> None:
+        """Create the queue; it starts no thread until a run is submitted.
+
+        Args:
+            store: The store (or Hub) the runs live in.
+            max_concurrent_runs: Most runs of one session executing at once (>= 1).
+            max_queued_runs: Most runs of one session waiting for a slot (>= 0).
+
+        Raises:
+            ValidationError: A limit that is not an int in range.
+        """
+        for name, value, minimum in (
+            ("max_concurrent_runs", max_concurrent_runs, 1),
+            ("max_queued_runs", max_queued_runs, 0),
+        ):
+            if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+                raise ValidationError(f"{name} must be an int >= {minimum}, got {value!r}")
+        self._store = store
+        self._max_concurrent = max_concurrent_runs
+        self._max_queued = max_queued_runs
+        self._cond = threading.Condition()
+        self._lanes: dict[str, _Lane] = {}
+        self._running: dict[str, _Job] = {}
+        self._threads: set[threading.Thread] = set()
+        self._closed = False
+
+    def submit(
+        self,
+        session_id: str,
+        adapter: Adapter,
+        input: Any,
+        *,
+        continuation: str | bool = False,
+        continuation_opts: Mapping[str, Any] | None = None,
+        adapter_opts: Mapping[str, Any] | None = None,
+    ) -> RunFuture:
+        """Start a run of ``session_id`` now and execute it when its lane has a slot.
+
+        Args:
+            session_id: The session.
+            adapter: The adapter that will execute the run.
+            input: The run's input, as for ``SessionManager.start_run``.
+            continuation: As for ``SessionManager.execute_run``.
+            continuation_opts: As for ``SessionManager.execute_run``.
+            adapter_opts: As for ``SessionManager.execute_run``.
+
+        Returns:
+            A future resolving to the :class:`RunResult`, or raising what
+            ``execute_run`` raised (``RunFailed``, ``RunTimeout``, ``RunCancelled``,
+            ``ValidationError``, ...).
+
+        Raises:
+            QueueFull: ``max_queued_runs`` runs of the session already wait and every
+                slot is busy; nothing was written.
+            QueueClosed: The queue was closed; nothing was written (if it closed while
+                the input was being stored, the run is recorded as cancelled).
+            ValidationError: A bad session id or input; nothing was written.
+
+        Cost: one append (the input), under no lock; does not block on the run.
+        """
+        check_session_id(session_id)
+        with self._cond:
+            if self._closed:
+                raise QueueClosed(session_id)
+            lane = self._lanes.setdefault(session_id, _Lane())
+            waiting = len(lane.waiting) + lane.reserved
+            if lane.drivers >= self._max_concurrent and waiting >= self._max_queued:
+                if lane.idle():  # pragma: no cover - a full lane is never idle
+                    del self._lanes[session_id]
+                structlog.get_logger().info(
+                    "queue.full", session_id=session_id, max_queued_runs=self._max_queued
+                )
+                raise QueueFull(session_id, self._max_queued)
+            lane.reserved += 1
+        try:
+            run = SessionManager.start_run(self._store, session_id, input)
+        except BaseException:
+            with self._cond:
+                lane.reserved -= 1
+                self._forget_if_idle(session_id)
+            raise
+        job = _Job(
+            run=run,
+            adapter=adapter,
+            continuation=continuation,
+            continuation_opts=continuation_opts,
+            adapter_opts=adapter_opts,
+            future=RunFuture(run.id, session_id),
+        )
+        with self._cond:
+            lane.reserved -= 1
+            closed = self._closed
+            if not closed:
+                lane.waiting.append(job)
+                self._pump(session_id, lane)
+            else:
+                self._forget_if_idle(session_id)
+        if closed:
+            job.future.cancel()
+            self._on_done(job)
+            raise QueueClosed(session_id)
+        job.future.add_done_callback(lambda _: self._on_done(job))
+        structlog.get_logger().debug("queue.submitted", session_id=session_id, run_id=run.id)
+        return job.future
+
+    def status(self, session_id: str) -> RunQueueStatus:
+        """Return how many runs of ``session_id`` run and wait now.
+
+        Cost: O(1) under the queue lock; no I/O.
+        """
+        with self._cond:
+            lane = self._lanes.get(session_id) or _Lane()
+            return RunQueueStatus(
+                session_id=session_id,
+                running=lane.drivers,
+                queued=len(lane.waiting) + lane.reserved,
+                max_concurrent_runs=self._max_concurrent,
+                max_queued_runs=self._max_queued,
+                closed=self._closed,
+            )
+
+    def drain(self, timeout: float | None = None) -> bool:
+        """Wait until no run waits or runs in any session.
+
+        Args:
+            timeout: Most seconds to wait; ``None`` waits for as long as it takes.
+
+        Returns:
+            ``True`` when the queue is empty, ``False`` when ``timeout`` passed first.
+
+        Cost: blocks; no I/O.
+        """
+        with self._cond:
+            return self._cond.wait_for(lambda: not self._lanes, timeout)
+
+    def close(self, timeout: float = DEFAULT_CLOSE_TIMEOUT) -> None:
+        """Stop the queue: cancel waiting runs, then wait for, or cancel, running ones.
+
+        Waiting runs are recorded as cancelled and their futures cancelled. Running runs
+        get ``timeout`` seconds to end; those still running are then cancelled with
+        ``SessionManager.cancel_run`` (their futures raise ``RunCancelled``; their
+        adapters are abandoned). Every driver thread is joined (each for at most
+        ``max(timeout, 1)`` seconds more). Idempotent.
+
+        Args:
+            timeout: Most seconds to wait for running runs before cancelling them.
+
+        Cost: one append per waiting run, one per run cancelled; blocks up to
+        ``timeout`` seconds plus the time the drivers take to notice a cancel (<= 100 ms).
+        """
+        with self._cond:
+            self._closed = True
+            waiting = [job for lane in self._lanes.values() for job in lane.waiting]
+            for lane in self._lanes.values():
+                lane.waiting.clear()
+            for session_id in list(self._lanes):
+                self._forget_if_idle(session_id)
+        for job in waiting:
+            job.future.cancel()  # its done-callback records the cancel in the store
+        with self._cond:
+            self._cond.wait_for(lambda: not self._running, timeout)
+            running = list(self._running.values())
+            threads = list(self._threads)
+        for job in running:
+            if job.future.cancel():  # given a slot but not started yet
+                continue
+            try:
+                SessionManager.cancel_run(self._store, job.run.id)
+            except SharedeskError as exc:  # it finished meanwhile, or the store closed
+                structlog.get_logger().debug(
+                    "queue.cancel_skipped", run_id=job.run.id, error=str(exc)
+                )
+        for thread in threads:
+            thread.join(max(timeout, 1.0))
+            if thread.is_alive():  # pragma: no cover - a store that hangs
+                structlog.get_logger().warning("queue.thread_stuck", thread=thread.name)
+        structlog.get_logger().debug("queue.closed", cancelled=len(waiting) + len(running))
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # -- internals (the queue lock is held where noted) --------------------------------
+
+    def _pump(self, session_id: str, lane: _Lane) -> None:
+        """Give the lane's next waiting run a driver if a slot is free (lock held).
+
+        The run leaves ``waiting`` at once, so ``waiting`` holds only runs without a slot.
+        """
+        if lane.waiting and lane.drivers < self._max_concurrent:
+            job = lane.waiting.popleft()
+            lane.drivers += 1
+            self._running[job.run.id] = job
+            thread = threading.Thread(
+                target=self._drive,
+                args=(session_id, lane, job),
+                name=f"sharedesk-queue-{session_id[:16]}",
+                daemon=True,
+            )
+            self._threads.add(thread)
+            thread.start()
+
+    def _forget_if_idle(self, session_id: str) -> None:
+        """Drop an idle lane and wake ``drain`` waiters (lock held)."""
+        lane = self._lanes.get(session_id)
+        if lane is not None and lane.idle():
+            del self._lanes[session_id]
+        self._cond.notify_all()
+
+    def _drive(self, session_id: str, lane: _Lane, job: _Job | None) -> None:
+        """Execute ``job``, then the lane's next runs, until the lane is empty (driver thread)."""
+        while job is not None:
+            if job.future.set_running_or_notify_cancel():
+                try:
+                    result = SessionManager.execute_run(
+                        self._store,
+                        job.adapter,
+                        job.run.id,
+                        continuation=job.continuation,
+                        continuation_opts=job.continuation_opts,
+                        adapter_opts=job.adapter_opts,
+                    )
+                except BaseException as exc:
+                    job.future.set_exception(exc)
+                else:
+                    job.future.set_result(result)
+            # else: cancelled before it ran; _on_done recorded it.
+            with self._cond:
+                del self._running[job.run.id]
+                job = lane.waiting.popleft() if lane.waiting else None
+                if job is not None:
+                    self._running[job.run.id] = job
+                else:
+                    lane.drivers -= 1
+                    self._threads.discard(threading.current_thread())
+                    self._forget_if_idle(session_id)
+                self._cond.notify_all()
+
+    def _on_done(self, job: _Job) -> None:
+        """Record a future cancelled while waiting as a cancelled run (any thread)."""
+        if not job.future.cancelled():
+            return
+        with self._cond:
+            lane = self._lanes.get(job.run.session_id)
+            if lane is not None and job in lane.waiting:
+                lane.waiting.remove(job)
+                self._forget_if_idle(job.run.session_id)
+        try:
+            SessionManager.cancel_run(self._store, job.run.id)
+        except SharedeskError as exc:  # already cancelled, or the store closed
+            structlog.get_logger().debug("queue.cancel_skipped", run_id=job.run.id, error=str(exc))
