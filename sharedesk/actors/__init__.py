@@ -1,0 +1,24 @@
+"""The actor runtime: the Hub supervising session, projector and sharing actors (pykka).
+
+``Hub.open(path=None, **options)`` opens a Hub over an in-memory or LMDB store; the Hub
+routes writes through each session's actor, serves views from projector actors kept
+current by pushed rows, and plans and commits turns through a sharing actor.
+"""
+
+from sharedesk.actors.hub import HUB_OPTION_NAMES, Hub, HubOptions, HubStats, SessionHandle, Turn
+from sharedesk.actors.projector import ProjectorActor
+from sharedesk.actors.session import SessionActor
+from sharedesk.actors.sharing import SharingActor, plan_turn
+
+__all__ = [
+    "HUB_OPTION_NAMES",
+    "Hub",
+    "HubOptions",
+    "HubStats",
+    "ProjectorActor",
+    "SessionActor",
+    "SessionHandle",
+    "SharingActor",
+    "Turn",
+    "plan_turn",
+]

@@ -1,0 +1,926 @@
+"""The Hub: the in-process supervisor that starts, routes, passivates and restarts actors.
+
+Actors, one pykka thread each, named by :class:`~sharedesk.actors._base.ActorKey`:
+
+- one ``SessionActor`` per active session (the only writer of its stream),
+- one ``ProjectorActor`` per (session, viewer, conversation) asked for a view,
+- one ``SharingActor`` per session whose participants take turns.
+
+Routing: every request pins its actor (``Slot.users``) for the time it is in flight, so
+an actor serving a request is never passivated under it. A request that reaches an
+actor which stopped before handling it (pykka's ``ActorDeadError``: passivation or a
+restart raced it) was not handled, so the Hub resends it to a fresh actor.
+
+Supervision: see :mod:`sharedesk.actors._base`. The Hub counts the restarts of each
+session's actors; more than ``max_restarts`` within ``restart_period`` seconds marks the
+session failed (its actors are stopped and every call on it raises ``SessionFailed``)
+while other sessions go on. A restarted actor is started again on its next request and
+recovers its state from the store.
+
+Passivation: at most ``max_active`` actors run at once; starting one more stops the
+least recently used idle ones first. With ``idle_timeout``, a reaper thread stops actors
+unused for that long. Reactivation is transparent. Threads of ours: one per running
+actor, plus the reaper, plus the store's and the run queue's own.
+
+Every wait for an actor is bounded by ``ask_timeout`` (``ActorTimeout``) and ends early
+with ``HubClosed`` when the Hub closes.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import threading
+import time
+from collections import OrderedDict, deque
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from types import TracebackType
+from typing import Any, Final, Self, TypeVar
+
+import msgspec
+import pykka
+import structlog
+
+from sharedesk.actors._base import THREAD_PREFIX, ActorKey, HubActor, HubStore, Slot
+from sharedesk.actors._messages import Append, Commit, GetTranscript, Plan, TurnPlan, View
+from sharedesk.actors.projector import ProjectorActor
+from sharedesk.actors.session import SessionActor
+from sharedesk.actors.sharing import SharingActor
+from sharedesk.protocol.authors import Agent, Operator, Person, SessionAuthor, System, author_key
+from sharedesk.protocol.constants import SESSION_WINDOW
+from sharedesk.protocol.errors import (
+    ActorCrashed,
+    ActorTimeout,
+    HubClosed,
+    SessionFailed,
+    ValidationError,
+)
+from sharedesk.protocol.events import Event, Text, new_event_id
+from sharedesk.protocol.ports import SessionLog
+from sharedesk.protocol.transcripts import Transcript
+from sharedesk.protocol.validation import check_session_id
+from sharedesk.protocol.views import Conversation, Projection, SessionMessage
+from sharedesk.store.memory import MemoryStore
+
+_log = structlog.get_logger()
+
+T = TypeVar("T")
+
+#: How often a waiting caller checks whether the Hub closed meanwhile, in seconds.
+_POLL: Final = 0.25
+#: Times a request is resent when its actor stopped before handling it.
+_RESEND_ATTEMPTS: Final = 5
+
+_ACTOR_CLASSES: Final[dict[str, type[HubActor]]] = {
+    "session": SessionActor,
+    "projector": ProjectorActor,
+    "sharing": SharingActor,
+}
+
+
+class HubOptions(msgspec.Struct, frozen=True, kw_only=True):
+    """How a Hub runs its actors.
+
+    Attributes:
+        ask_timeout: Longest wait for an actor's answer, in seconds (``ActorTimeout``).
+        idle_timeout: Stop actors unused for this many seconds (``None``: never).
+        max_active: Most actors running at once (least recently used stop first).
+        max_restarts: Restarts of a session's actors allowed within ``restart_period``;
+            one more marks the session failed.
+        restart_period: The period of the restart intensity, in seconds.
+        max_concurrent_runs: Passed to the run queue.
+        max_queued_runs: Passed to the run queue.
+
+    Raises:
+        ValidationError: A value out of range.
+    """
+
+    ask_timeout: float = 30.0
+    idle_timeout: float | None = None
+    max_active: int = 1024
+    max_restarts: int = 5
+    restart_period: float = 10.0
+    max_concurrent_runs: int = 1
+    max_queued_runs: int = 100
+
+    def __post_init__(self) -> None:
+        positive = {
+            "ask_timeout": self.ask_timeout,
+            "restart_period": self.restart_period,
+            "max_active": self.max_active,
+            "max_concurrent_runs": self.max_concurrent_runs,
+            "max_queued_runs": self.max_queued_runs,
+        }
+        if self.idle_timeout is not None:
+            positive["idle_timeout"] = self.idle_timeout
+        for name, value in positive.items():
+            if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+                raise ValidationError(f"{name} must be a positive number, got {value!r}")
+        if self.max_active < 3:
+            raise ValidationError(f"max_active must be at least 3, got {self.max_active}")
+        if isinstance(self.max_restarts, bool) or self.max_restarts < 0:
+            raise ValidationError(f"max_restarts must be >= 0, got {self.max_restarts!r}")
+
+
+#: The option names ``Hub.open`` keeps for the Hub; the others go to the store.
+HUB_OPTION_NAMES: Final = frozenset(HubOptions.__struct_fields__)
+
+
+class HubStats(msgspec.Struct, frozen=True):
+    """A snapshot of a Hub's actors.
+
+    Attributes:
+        active: Actors running.
+        sessions: Session actors running.
+        projectors: Projector actors running.
+        sharing: Sharing actors running.
+        failed: Sessions marked failed, sorted.
+        restarts: Actor restarts since the Hub opened.
+        passivated: Actors stopped by passivation since the Hub opened.
+    """
+
+    active: int
+    sessions: int
+    projectors: int
+    sharing: int
+    failed: list[str]
+    restarts: int
+    passivated: int
+
+
+def _check_author(viewer: Any) -> SessionAuthor:
+    if not isinstance(viewer, Operator | Person | Agent | System):
+        raise ValidationError(
+            f"viewer must be an Operator, Person, Agent or System, got {type(viewer).__name__}"
+        )
+    return viewer
+
+
+class Hub:
+    """The in-process supervisor of a desk's actors; also an ``EventStore`` itself.
+
+    Writes go through each session's actor; reads (``read``, ``last_sequence``,
+    ``log``) go straight to the store. Thread-safe: call it from any number of threads.
+    A context manager: leaving the block closes it.
+    """
+
+    def __init__(
+        self, store: HubStore, options: HubOptions | None = None, *, path: str | None = None
+    ) -> None:
+        """Run actors over ``store``, which the Hub now owns (``close()`` closes it).
+
+        Args:
+            store: A store with the event-store and sharing-state ports.
+            options: How to run the actors (defaults: :class:`HubOptions`).
+            path: Where the store lives, for error messages (``None``: in memory).
+
+        Cost: starts the reaper thread when ``idle_timeout`` is set; no I/O.
+        """
+        self._store = store
+        self._options = options if options is not None else HubOptions()
+        self._path = path
+        self._lock = threading.Lock()
+        self._slots: OrderedDict[ActorKey, Slot] = OrderedDict()
+        self._subscribers: dict[str, dict[ActorKey, pykka.ActorRef[Any]]] = {}
+        self._restarts: dict[str, deque[float]] = {}
+        self._failed: set[str] = set()
+        self._retired: list[threading.Thread] = []
+        self._restart_count = 0
+        self._passivated = 0
+        self._closing = False
+        self._closed = False
+        self._runs: Any = None
+        self._stopping = threading.Event()
+        self._reaper: threading.Thread | None = None
+        if self._options.idle_timeout is not None:
+            self._reaper = threading.Thread(
+                target=self._reap, name=f"{THREAD_PREFIX}reaper", daemon=False
+            )
+            self._reaper.start()
+        _log.info("hub.opened", path=path, max_active=self._options.max_active)
+
+    @classmethod
+    def open(cls, path: str | os.PathLike[str] | None = None, **options: Any) -> Hub:
+        """Open a Hub over a new store.
+
+        Args:
+            path: Where the LMDB store lives; ``None`` keeps everything in memory.
+            **options: :class:`HubOptions` fields for the Hub; every other option goes
+                to ``LmdbStore(path, ...)`` (e.g. ``durability="relaxed"``).
+
+        Returns:
+            The Hub, owning its store.
+
+        Raises:
+            ValidationError: A bad option, or store options without a path.
+            StoreError: The store could not be opened.
+
+        Cost: opens the store (LMDB: an environment; no fsync).
+        """
+        hub_options = {k: options.pop(k) for k in list(options) if k in HUB_OPTION_NAMES}
+        settings = HubOptions(**hub_options)
+        store: HubStore
+        if path is None:
+            if options:
+                raise ValidationError(
+                    f"store options {sorted(options)} need a path (an in-memory hub takes none)"
+                )
+            store = MemoryStore()
+            where = None
+        else:
+            lmdb_module = importlib.import_module("sharedesk.store.lmdb")
+            store = lmdb_module.LmdbStore(path, **options)
+            where = os.fspath(path)
+        return cls(store, settings, path=where)
+
+    # -- the supervisor interface of the actors ----------------------------------------
+
+    @property
+    def store(self) -> HubStore:
+        """The store the Hub owns (read it freely; write through the Hub)."""
+        return self._store
+
+    @property
+    def options(self) -> HubOptions:
+        """The options the Hub runs with."""
+        return self._options
+
+    @property
+    def closed(self) -> bool:
+        """Whether ``close()`` was called."""
+        return self._closing
+
+    def subscribers(self, session_id: str) -> tuple[pykka.ActorRef[Any], ...]:
+        """Return the running projectors of ``session_id``. Cost: O(projectors); locks."""
+        with self._lock:
+            subs = self._subscribers.get(session_id)
+            return tuple(subs.values()) if subs else ()
+
+    def crashed(self, key: ActorKey, ref: pykka.ActorRef[Any]) -> None:
+        """Forget a failed actor and count its restart (called on the actor's thread).
+
+        Past the restart intensity, marks the session failed and stops its other actors.
+
+        Cost: O(actors of the Hub) when the session fails, else O(1); never blocks.
+        """
+        now = time.monotonic()
+        victims: list[Slot] = []
+        with self._lock:
+            slot = self._slots.get(key)
+            if slot is not None and slot.ref is ref:
+                self._forget_locked(slot)
+                if slot.thread is not None:
+                    self._retired.append(slot.thread)
+            self._restart_count += 1
+            window = self._restarts.setdefault(key.session_id, deque())
+            window.append(now)
+            while window and now - window[0] > self._options.restart_period:
+                window.popleft()
+            if len(window) > self._options.max_restarts and key.session_id not in self._failed:
+                self._failed.add(key.session_id)
+                victims = [s for k, s in self._slots.items() if k.session_id == key.session_id]
+                for victim in victims:
+                    self._forget_locked(victim)
+                    if victim.thread is not None:
+                        self._retired.append(victim.thread)
+                _log.error(
+                    "session.failed",
+                    session_id=key.session_id,
+                    restarts=len(window),
+                    period=self._options.restart_period,
+                )
+        for victim in victims:
+            if victim.ref is not None:
+                victim.ref.stop(block=False)
+
+    def call(self, key: ActorKey, message: Any) -> Any:
+        """Send ``message`` to the actor named ``key`` and return its answer.
+
+        Raises:
+            HubClosed: The Hub is closed (or closed while waiting).
+            SessionFailed: The session exceeded its restart intensity.
+            ActorTimeout: No answer within ``ask_timeout``.
+            ActorCrashed: The handler failed; the actor was restarted.
+            SharedeskError: Whatever the handler raised.
+
+        Cost: one message round trip; blocks the caller.
+        """
+        return self._call(key, message)
+
+    # -- the store port ----------------------------------------------------------------
+
+    def append(
+        self, session_id: str, events: Sequence[Event], *, expected_version: int | None = None
+    ) -> list[Event]:
+        """Append ``events`` through the session's actor (the ``EventStore`` contract).
+
+        Args:
+            session_id: The session.
+            events: Events with ``sequence`` and ``timestamp`` left ``None``.
+            expected_version: Append only if the session's last sequence equals it.
+
+        Returns:
+            The events as stored, once durable.
+
+        Raises:
+            ValidationError: Malformed input; nothing was written.
+            ConcurrencyError: ``expected_version`` differs from the last sequence.
+            HubClosed, SessionFailed, ActorTimeout, ActorCrashed: See :meth:`call`.
+
+        Cost: one round trip to the session actor plus the store's append (LMDB: one
+        group-committed fsync, shared with appends of other sessions).
+        """
+        check_session_id(session_id)
+        if isinstance(events, Event) or not isinstance(events, Sequence):
+            raise ValidationError(
+                f"events must be a sequence of Event, got {type(events).__name__}"
+            )
+        result: list[Event] = self._call(
+            ActorKey(kind="session", session_id=session_id),
+            Append(events=list(events), expected_version=expected_version),
+        )
+        return result
+
+    def read(
+        self,
+        session_id: str,
+        *,
+        after: int | None = None,
+        before: int | None = None,
+        limit: int | None = None,
+        newest_first: bool = False,
+    ) -> list[Event]:
+        """Read stored events straight from the store (``EventStore.read``).
+
+        Raises:
+            HubClosed: The Hub is closed.
+            ValidationError: A bad bound.
+
+        Cost: the store's read (O(result)); no actor involved.
+        """
+        self._live()
+        return self._store.read(
+            session_id, after=after, before=before, limit=limit, newest_first=newest_first
+        )
+
+    def last_sequence(self, session_id: str) -> int:
+        """Return the session's last sequence from the store. Cost: O(1).
+
+        Raises:
+            HubClosed: The Hub is closed.
+        """
+        self._live()
+        return self._store.last_sequence(session_id)
+
+    def log(self, session_id: str) -> SessionLog:
+        """Return the session's ``Text`` rows as a ``SessionLog``, read from the store's tail.
+
+        Raises:
+            HubClosed: The Hub is closed.
+
+        Cost: none until read; each ``read_before`` costs one store page.
+        """
+        self._live()
+        return self._store.log(session_id)
+
+    # -- the desk API ------------------------------------------------------------------
+
+    def session(self, session_id: str) -> SessionHandle:
+        """Return a handle to ``session_id`` (its actor starts on the first write).
+
+        Raises:
+            ValidationError: A malformed session id.
+            HubClosed: The Hub is closed.
+
+        Cost: O(1); starts nothing.
+        """
+        check_session_id(session_id)
+        self._live()
+        return SessionHandle(self, session_id)
+
+    def view(
+        self,
+        session_id: str,
+        viewer: SessionAuthor,
+        conversation: Conversation | None = None,
+        *,
+        window: int = SESSION_WINDOW,
+    ) -> Projection:
+        """Return ``viewer``'s view of a conversation, served by its projector actor.
+
+        Args:
+            session_id: The session (desk).
+            viewer: Whose view.
+            conversation: A thread or the channel of ``session_id`` (``None``: channel).
+            window: Most qualifying messages.
+
+        Returns:
+            The projection, as :func:`~sharedesk.projection.project_session` gives it
+            over the whole log (messages oldest first).
+
+        Raises:
+            ValidationError: A malformed argument, or a conversation of another desk.
+            HubClosed, SessionFailed, ActorTimeout, ActorCrashed: See :meth:`call`.
+
+        Cost: O(1) when nothing was appended since the last view of this window (the
+        projector's published view, checked against the store's last sequence); else one
+        round trip and a walk of the projector's in-memory rows (at most ``SCAN_LIMIT``);
+        the log is read only to build a projector or to reach rows older than it holds.
+        """
+        conversation = self._conversation(session_id, conversation)
+        if isinstance(window, bool) or not isinstance(window, int) or window < 0:
+            raise ValidationError(f"window must be an int >= 0, got {window!r}")
+        key = ActorKey(
+            kind="projector",
+            session_id=session_id,
+            viewer=author_key(_check_author(viewer)),
+            conversation=conversation,
+        )
+
+        def published(slot: Slot) -> Projection | None:
+            snapshot = slot.snapshot
+            if (
+                snapshot is not None
+                and snapshot.window == window
+                and snapshot.through == self._store.last_sequence(session_id)
+            ):
+                return snapshot.projection
+            return None
+
+        view: Projection = self._call(key, View(window=window), fast=published)
+        return view
+
+    def turn(
+        self, session_id: str, viewer: SessionAuthor, conversation: Conversation | None = None
+    ) -> Turn:
+        """Plan ``viewer``'s next turn in a conversation: what it must read first.
+
+        Args:
+            session_id: The session (desk).
+            viewer: Whose turn.
+            conversation: A thread or the channel of ``session_id`` (``None``: channel).
+
+        Returns:
+            The :class:`Turn`: the whole window the first time (reason ``"initial"``) or
+            after a reinitialize (its reason), else the delta since the viewer's last
+            committed turn (reason ``None``). Nothing moves until ``Turn.commit``.
+
+        Raises:
+            ValidationError: A malformed argument.
+            PageError, LogReadError: The store's log misbehaved.
+            HubClosed, SessionFailed, ActorTimeout, ActorCrashed: See :meth:`call`.
+
+        Cost: one round trip to the session's sharing actor, one O(1) state read and one
+        walk of the log from the tail down to the watermark (a delta: O(rows since the
+        last turn), flat in the desk's history) or a full window; at most ``SCAN_LIMIT``
+        rows; no writes.
+        """
+        conversation = self._conversation(session_id, conversation)
+        viewer = _check_author(viewer)
+        plan: TurnPlan = self._call(
+            ActorKey(kind="sharing", session_id=session_id),
+            Plan(viewer=viewer, conversation=conversation),
+        )
+        return Turn(self, session_id, viewer, plan)
+
+    def transcript(self, session_id: str, viewer: SessionAuthor) -> Transcript:
+        """Return ``viewer``'s transcript of the session, kept current by its projector.
+
+        Raises:
+            ValidationError: A malformed argument.
+            HubClosed, SessionFailed, ActorTimeout, ActorCrashed: See :meth:`call`.
+
+        Cost: the first call reads the whole session; later calls read only the events
+        appended since (``TranscriptBuilder.update_from_store``).
+        """
+        conversation = self._conversation(session_id, None)
+        viewer = _check_author(viewer)
+        key = ActorKey(
+            kind="projector",
+            session_id=session_id,
+            viewer=author_key(viewer),
+            conversation=conversation,
+        )
+        transcript: Transcript = self._call(key, GetTranscript(viewer=viewer))
+        return transcript
+
+    def _commit(self, turn: Turn, reply: str | Event | None) -> Event | None:
+        event: Event | None
+        if reply is None:
+            event = None
+        elif isinstance(reply, str):
+            event = Event(
+                turn.viewer, Text(reply), id=new_event_id(), parent=turn.conversation.thread_root
+            )
+        elif isinstance(reply, Event):
+            if author_key(reply.author) != author_key(turn.viewer):
+                raise ValidationError(
+                    f"a turn's reply must be written by its viewer {author_key(turn.viewer)}, "
+                    f"not {author_key(reply.author)}"
+                )
+            event = reply
+        else:
+            raise ValidationError(f"reply must be a str, an Event or None, got {type(reply)}")
+        stored: Event | None = self._call(
+            ActorKey(kind="sharing", session_id=turn.session_id),
+            Commit(viewer=turn.viewer, plan=turn.plan, reply=event),
+        )
+        return stored
+
+    # -- runs --------------------------------------------------------------------------
+
+    def _run_queue(self) -> Any:
+        with self._lock:
+            if self._closing:
+                raise HubClosed(self._path)
+            if self._runs is None:
+                queue_module = importlib.import_module("sharedesk.runs.queue")
+                self._runs = queue_module.RunQueue(
+                    self,
+                    max_concurrent_runs=self._options.max_concurrent_runs,
+                    max_queued_runs=self._options.max_queued_runs,
+                )
+            return self._runs
+
+    def submit_run(
+        self,
+        session_id: str,
+        adapter: Any,
+        input: Any,
+        *,
+        continuation: Any = False,
+        continuation_opts: dict[str, Any] | None = None,
+        adapter_opts: dict[str, Any] | None = None,
+    ) -> Future[Any]:
+        """Queue a run on ``session_id`` (the Hub's ``RunQueue``, created on first use).
+
+        Returns:
+            A future of the ``RunResult``.
+
+        Raises:
+            HubClosed: The Hub is closed.
+            QueueFull: Too many runs queued.
+
+        Cost: O(1); the run executes on the run queue's threads, writing through the Hub.
+        """
+        future: Future[Any] = self._run_queue().submit(
+            session_id,
+            adapter,
+            input,
+            continuation=continuation,
+            continuation_opts=continuation_opts,
+            adapter_opts=adapter_opts,
+        )
+        return future
+
+    def drain(self, timeout: float | None = None) -> bool:
+        """Wait until no run is queued or running; return whether that happened in time.
+
+        Cost: blocks up to ``timeout`` seconds (``None``: no limit).
+        """
+        with self._lock:
+            runs = self._runs
+        if runs is None:
+            return True
+        return bool(runs.drain(timeout))
+
+    def status(self, session_id: str) -> Any:
+        """Return the run queue's status of ``session_id`` (``RunQueueStatus``). Cost: O(1)."""
+        return self._run_queue().status(session_id)
+
+    # -- introspection and lifecycle ---------------------------------------------------
+
+    def stats(self) -> HubStats:
+        """Return how many actors run, by kind, and which sessions failed. Cost: O(actors)."""
+        with self._lock:
+            kinds = [key.kind for key in self._slots]
+            return HubStats(
+                active=len(kinds),
+                sessions=kinds.count("session"),
+                projectors=kinds.count("projector"),
+                sharing=kinds.count("sharing"),
+                failed=sorted(self._failed),
+                restarts=self._restart_count,
+                passivated=self._passivated,
+            )
+
+    def close(self) -> None:
+        """Stop the run queue, every actor and the reaper, then close the store. Idempotent.
+
+        Requests already queued in an actor are served before it stops; a caller still
+        waiting on an actor that does not answer gets ``HubClosed``. Afterwards no
+        thread of the Hub is left (each is joined, up to ``ask_timeout``).
+
+        Cost: blocks until the actors stop (at most ``ask_timeout`` each); closes the
+        store (LMDB: stops its writer thread).
+        """
+        with self._lock:
+            if self._closing:
+                return
+            self._closing = True
+            runs = self._runs
+        if runs is not None:
+            runs.close()
+        with self._lock:
+            self._closed = True
+            slots = list(self._slots.values())
+            self._slots.clear()
+            self._subscribers.clear()
+            retired, self._retired = self._retired, []
+        self._stopping.set()
+        if self._reaper is not None:
+            self._reaper.join()
+        self._stop_slots(slots)
+        timeout = self._options.ask_timeout
+        for thread in retired:
+            thread.join(timeout)
+        self._store.close()
+        _log.info("hub.closed", path=self._path)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # -- internals ---------------------------------------------------------------------
+
+    def _live(self) -> None:
+        if self._closed:
+            raise HubClosed(self._path)
+
+    def _conversation(self, session_id: str, conversation: Conversation | None) -> Conversation:
+        check_session_id(session_id)
+        if conversation is None:
+            return Conversation(desk=session_id)
+        if not isinstance(conversation, Conversation):
+            raise ValidationError(
+                f"conversation must be a Conversation or None, got {type(conversation).__name__}"
+            )
+        if conversation.desk != session_id:
+            raise ValidationError(
+                f"conversation of desk {conversation.desk!r} asked of session {session_id!r}"
+            )
+        return conversation
+
+    def _forget_locked(self, slot: Slot) -> None:
+        key = slot.key
+        if self._slots.get(key) is slot:
+            del self._slots[key]
+        if key.kind == "projector":
+            subs = self._subscribers.get(key.session_id)
+            if subs is not None:
+                subs.pop(key, None)
+                if not subs:
+                    del self._subscribers[key.session_id]
+
+    def _acquire(self, key: ActorKey) -> Slot:
+        victims: list[Slot] = []
+        with self._lock:
+            if self._closed:
+                raise HubClosed(self._path)
+            if key.session_id in self._failed:
+                raise SessionFailed(
+                    key.session_id, self._options.max_restarts, self._options.restart_period
+                )
+            now = time.monotonic()
+            slot = self._slots.get(key)
+            if slot is not None and slot.ref is not None and slot.ref.is_alive():
+                self._slots.move_to_end(key)
+            else:
+                if slot is not None:
+                    self._forget_locked(slot)
+                victims = self._make_room_locked()
+                slot = self._start_locked(key, now)
+            slot.users += 1
+            slot.last_used = now
+        if victims:
+            self._stop_slots(victims)
+        return slot
+
+    def _release(self, slot: Slot) -> None:
+        with self._lock:
+            slot.users -= 1
+            slot.last_used = time.monotonic()
+
+    def _make_room_locked(self) -> list[Slot]:
+        excess = len(self._slots) + 1 - self._options.max_active
+        victims: list[Slot] = []
+        if excess <= 0:
+            return victims
+        for slot in self._slots.values():  # least recently used first
+            if slot.users == 0:
+                victims.append(slot)
+                if len(victims) == excess:
+                    break
+        for victim in victims:
+            self._forget_locked(victim)
+        self._passivated += len(victims)
+        return victims
+
+    def _start_locked(self, key: ActorKey, now: float) -> Slot:
+        slot = Slot(key, now)
+        slot.ref = _ACTOR_CLASSES[key.kind].start(self, key, slot)
+        self._slots[key] = slot
+        if key.kind == "projector":
+            self._subscribers.setdefault(key.session_id, {})[key] = slot.ref
+        return slot
+
+    def _stop_slots(self, slots: list[Slot]) -> None:
+        timeout = self._options.ask_timeout
+        pending = [(slot, slot.ref.stop(block=False)) for slot in slots if slot.ref is not None]
+        for slot, future in pending:
+            try:
+                future.get(timeout=timeout)
+            except pykka.Timeout:
+                _log.warning(
+                    "actor.stop_timeout", actor=slot.key.kind, session_id=slot.key.session_id
+                )
+        current = threading.current_thread()
+        for slot in slots:
+            if slot.thread is not None and slot.thread is not current:
+                slot.thread.join(timeout)
+
+    def _call(
+        self, key: ActorKey, message: Any, fast: Callable[[Slot], T | None] | None = None
+    ) -> Any:
+        for _attempt in range(_RESEND_ATTEMPTS):
+            slot = self._acquire(key)
+            try:
+                if fast is not None:
+                    hit = fast(slot)
+                    if hit is not None:
+                        return hit
+                assert slot.ref is not None
+                return self._wait(slot.ref.ask(message, block=False), key)
+            except pykka.ActorDeadError:
+                continue  # stopped before handling it: resend to a fresh actor
+            finally:
+                self._release(slot)
+        raise ActorCrashed(key.kind, key.session_id, "stopped before handling the request")
+
+    def _wait(self, future: pykka.Future[Any], key: ActorKey) -> Any:
+        timeout = self._options.ask_timeout
+        deadline = time.monotonic() + timeout
+        while True:
+            remaining = deadline - time.monotonic()
+            try:
+                return future.get(timeout=max(0.0, min(remaining, _POLL)))
+            except pykka.Timeout:
+                if self._closed:
+                    raise HubClosed(self._path) from None
+                if time.monotonic() >= deadline:
+                    raise ActorTimeout(key.kind, key.session_id, timeout) from None
+
+    def _reap(self) -> None:
+        idle = self._options.idle_timeout
+        assert idle is not None
+        interval = max(0.01, min(idle / 4, 1.0))
+        while not self._stopping.wait(interval):
+            now = time.monotonic()
+            victims: list[Slot] = []
+            with self._lock:
+                for slot in self._slots.values():
+                    if now - slot.last_used < idle:
+                        break  # the rest were used more recently
+                    if slot.users == 0:
+                        victims.append(slot)
+                for victim in victims:
+                    self._forget_locked(victim)
+                self._passivated += len(victims)
+            if victims:
+                _log.debug("hub.passivated", actors=len(victims))
+                self._stop_slots(victims)
+
+
+class SessionHandle:
+    """A handle to one session of a Hub: writes go through the session's actor.
+
+    Handles are cheap and hold no state of their own; take as many as you like.
+    """
+
+    __slots__ = ("_hub", "session_id")
+
+    def __init__(self, hub: Hub, session_id: str) -> None:
+        self._hub = hub
+        #: The session's id.
+        self.session_id = session_id
+
+    def append(
+        self, events: Sequence[Event], *, expected_version: int | None = None
+    ) -> list[Event]:
+        """Append events to the session (as :meth:`Hub.append`)."""
+        return self._hub.append(self.session_id, events, expected_version=expected_version)
+
+    def post(
+        self,
+        author: SessionAuthor,
+        content: str,
+        *,
+        parent: int | None = None,
+        id: str | None = None,
+    ) -> Event:
+        """Post a ``Text`` message and return it as stored.
+
+        Args:
+            author: Who writes it.
+            content: The text, stored exactly as given.
+            parent: The thread root it replies to, or ``None`` for a new root.
+            id: Idempotency key (default: a fresh uuid4 hex); posting the same id twice
+                stores it once.
+
+        Raises:
+            ValidationError: Malformed input.
+            HubClosed, SessionFailed, ActorTimeout, ActorCrashed: See :meth:`Hub.call`.
+
+        Cost: as :meth:`Hub.append` of one event.
+        """
+        if not isinstance(content, str):
+            raise ValidationError(f"content must be a str, got {type(content).__name__}")
+        event = Event(
+            _check_author(author),
+            Text(content),
+            id=new_event_id() if id is None else id,
+            parent=parent,
+        )
+        return self._hub.append(self.session_id, [event])[0]
+
+    def last_sequence(self) -> int:
+        """Return the session's last sequence. Cost: O(1)."""
+        return self._hub.last_sequence(self.session_id)
+
+    def log(self) -> SessionLog:
+        """Return the session's ``Text`` rows as a ``SessionLog`` (read from the tail)."""
+        return self._hub.log(self.session_id)
+
+    def read(self, **bounds: Any) -> list[Event]:
+        """Read the session's events (keywords as :meth:`Hub.read`)."""
+        return self._hub.read(self.session_id, **bounds)
+
+
+class Turn:
+    """What a viewer must read before its next turn, and the way to commit that turn.
+
+    Nothing moves until :meth:`commit` returns: a turn abandoned (or a process killed
+    before committing) is offered again in full by the next ``hub.turn``.
+    """
+
+    __slots__ = ("_hub", "plan", "session_id", "viewer")
+
+    def __init__(self, hub: Hub, session_id: str, viewer: SessionAuthor, plan: TurnPlan) -> None:
+        self._hub = hub
+        #: The session (desk).
+        self.session_id = session_id
+        #: Whose turn it is.
+        self.viewer = viewer
+        #: The plan: messages, reason, and the states the commit swaps.
+        self.plan = plan
+
+    @property
+    def conversation(self) -> Conversation:
+        """The channel or thread of the turn."""
+        return self.plan.conversation
+
+    @property
+    def messages(self) -> list[SessionMessage]:
+        """What to read, oldest first (never rows written by the viewer)."""
+        return self.plan.messages
+
+    @property
+    def reason(self) -> str | None:
+        """``None`` for a delta, else ``"initial"`` or the ``ReinitializeReason`` value."""
+        return self.plan.reason
+
+    def commit(self, reply: str | Event | None = None) -> Event | None:
+        """Append the reply and advance the viewer's sharing state in one durable step.
+
+        The new watermark is the session's last sequence when the turn was planned, and
+        the reply's sequence is noted as present, so the reply is never offered back to
+        the viewer while rows others appended meanwhile still are.
+
+        Args:
+            reply: ``None`` (just advance), a ``str`` posted by the viewer in the turn's
+                conversation (in a thread: a reply to its root), or an ``Event`` written
+                by the viewer.
+
+        Returns:
+            The stored reply, or ``None``.
+
+        Raises:
+            SharingStateConflict: Another turn of the same viewer and conversation
+                committed since this one was planned (or this turn was committed
+                already); nothing was written. Take a new turn: it shows what that
+                other turn did not.
+            ValidationError: A malformed reply, or an ``Event`` by someone else.
+            HubClosed, SessionFailed, ActorTimeout, ActorCrashed: See :meth:`Hub.call`.
+
+        Cost: two round trips (sharing, then session actor) and one store transaction
+        holding reply and state (LMDB: one fsync).
+        """
+        return self._hub._commit(self, reply)
