@@ -52,6 +52,9 @@ def _common(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--no-plots", action="store_true", help="do not draw PNG plots")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
+    parser.add_argument(
+        "--log-level", default="warning", help="sharedesk log level on stderr (default warning)"
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -85,6 +88,9 @@ def main(argv: list[str] | None = None) -> int:
     """Run the scenario named on the command line; return the exit status."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    from sharedesk.logconfig import configure_logging
+
+    configure_logging(level=args.log_level)
     console = Console() if sys.stdout.isatty() else Console(width=140)
     started = utc_now()
     workdir = args.dir or Path(tempfile.mkdtemp(prefix="sharedesk-bench-"))
@@ -93,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
         console=console,
         workdir=workdir,
         quick=args.quick,
-        show_progress=not args.no_progress,
+        show_progress=not args.no_progress and console.is_terminal,
     )
     try:
         if args.scenario == "all":

@@ -27,6 +27,9 @@ def main(argv: list[str] | None = None) -> int:
 
     from bench.harness import require
     from sharedesk import Agent, Event, Text
+    from sharedesk.logconfig import configure_logging
+
+    configure_logging(level="warning")
 
     target: Any
     if args.via == "hub":
