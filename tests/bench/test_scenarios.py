@@ -5,15 +5,25 @@ from __future__ import annotations
 import subprocess
 import sys
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import msgspec
 import pytest
+import structlog
 
 from bench.__main__ import build_parser, main
 from bench.report import Report
 
 CHECKOUT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(autouse=True)
+def _restore_logging() -> Iterator[None]:
+    """``main`` configures structlog as a program does; give other tests theirs back."""
+    saved = structlog.get_config()
+    yield
+    structlog.configure(**saved)
 
 
 def run_bench(tmp_path: Path, *args: str) -> Report:
