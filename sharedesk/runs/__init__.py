@@ -7,6 +7,7 @@ Imports ``protocol`` and ``projection`` only, and reaches storage only through t
 
 from sharedesk.runs.manager import SessionManager
 from sharedesk.runs.queue import RunFuture, RunQueue
+from sharedesk.runs.render import to_anthropic_messages, to_openai_messages
 from sharedesk.runs.scripted import ScriptedAdapter
 from sharedesk.runs.types import (
     Adapter,
@@ -32,4 +33,6 @@ __all__ = [
     "ScriptedCall",
     "Session",
     "SessionManager",
+    "to_anthropic_messages",
+    "to_openai_messages",
 ]
