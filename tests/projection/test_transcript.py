@@ -601,6 +601,12 @@ class TestLastSequence:
 
         assert late.timestamp == build([late, early]).last_timestamp
 
+    def test_last_timestamp_compares_naive_timestamps_as_utc(self) -> None:
+        aware = text(ALICE, "a", timestamp=datetime(2026, 1, 1, 12, 30, tzinfo=UTC))
+        naive = text(ALICE, "b", timestamp=datetime(2026, 1, 1, 12, 0))
+
+        assert aware.timestamp == build([naive, aware]).last_timestamp
+
     def test_last_sequence_ignores_unstored_events(self) -> None:
         events = [text(ALICE, "a", sequence=4), text(ALICE, "b")]
 
@@ -750,6 +756,30 @@ class TestFromStore:
         stored = store.append(SESSION, [text(ALICE, "a"), call("c1"), result("c1")])
 
         assert build(stored, viewer=BOT) == TranscriptBuilder.from_store(store, SESSION, viewer=BOT)
+
+    def test_without_limit_the_session_is_read_once_oldest_first(
+        self, store: RecordingStore
+    ) -> None:
+        store.append(SESSION, [text(ALICE, "a")])
+
+        TranscriptBuilder.from_store(store, SESSION)
+
+        assert [
+            {
+                "session_id": SESSION,
+                "after": None,
+                "before": None,
+                "limit": None,
+                "newest_first": False,
+            }
+        ] == store.reads
+
+    def test_limit_zero_reads_no_event(self, store: RecordingStore) -> None:
+        store.append(SESSION, [text(ALICE, "a")])
+
+        transcript = TranscriptBuilder.from_store(store, SESSION, limit=0)
+
+        assert ([], None) == (transcript.messages, transcript.last_sequence)
 
     def test_limit_keeps_the_newest_events(self, store: RecordingStore) -> None:
         store.append(SESSION, [text(ALICE, str(n)) for n in range(1, 6)])
@@ -1139,6 +1169,21 @@ class TestProperties:
             assert TranscriptBuilder.from_store(
                 fresh_store, SESSION, viewer=viewer
             ) == TranscriptBuilder.update_from_store(fresh_store, earlier, viewer=viewer)
+
+    @given(unstamped_events, st.data(), viewers)
+    def test_updates_after_every_append_equal_one_fresh_from_store(
+        self, events: list[Event], data: st.DataObject, viewer: SessionAuthor | None
+    ) -> None:
+        cuts = sorted(data.draw(st.lists(st.integers(0, len(events)), max_size=4)))
+        with MemoryStore() as fresh_store:
+            transcript = TranscriptBuilder.from_store(fresh_store, SESSION, viewer=viewer)
+            for start, stop in zip([0, *cuts], [*cuts, len(events)], strict=True):
+                fresh_store.append(SESSION, events[start:stop])
+                transcript = TranscriptBuilder.update_from_store(
+                    fresh_store, transcript, viewer=viewer
+                )
+
+            assert TranscriptBuilder.from_store(fresh_store, SESSION, viewer=viewer) == transcript
 
     @given(unstamped_events, st.data(), st.integers(0, 12))
     def test_update_from_store_equals_a_fresh_from_store_under_max_messages(
