@@ -15,6 +15,8 @@ from __future__ import annotations
 import bisect
 from collections.abc import Iterable, Sequence
 
+from hypothesis import strategies as st
+
 from sharedesk.protocol import (
     SCAN_LIMIT,
     Agent,
@@ -59,27 +61,22 @@ class RecordingLog:
         self.rows: list[LogMessage] = sorted(rows, key=lambda row: row.sequence)
         self._sequences = [row.sequence for row in self.rows]
         self.reads: list[Read] = []
+        #: How many rows each read returned, in read order.
+        self.returned: list[int] = []
 
     def read_before(self, before: int | None, limit: int) -> SessionPage:
         self.reads.append(Read(before, limit))
         end = len(self.rows) if before is None else bisect.bisect_left(self._sequences, before)
         start = max(0, end - limit)
         page = self.rows[start:end][::-1]
+        self.returned.append(len(page))
         next_before = page[-1].sequence if page and start > 0 else None
         return SessionPage(messages=page, next_before=next_before)
 
     @property
     def rows_read(self) -> int:
-        """How many rows the reads returned in all (replays the reads; no side effects)."""
-        total = 0
-        for read in self.reads:
-            end = (
-                len(self.rows)
-                if read.before is None
-                else bisect.bisect_left(self._sequences, read.before)
-            )
-            total += min(read.limit, end)
-        return total
+        """How many rows the reads returned in all."""
+        return sum(self.returned)
 
 
 class ScriptedLog:
@@ -165,6 +162,15 @@ def reference_channel(rows: Sequence[LogMessage], desk: str) -> list[LogMessage]
     of the desk to it.
     """
     by_sequence = {r.sequence: r for r in rows}
+    first_reply: dict[int, int] = {}
+    for r in rows:
+        if (
+            r.parent is not None
+            and r.desk == desk
+            and not is_blank(r.content)
+            and r.sequence > r.parent
+        ):
+            first_reply[r.parent] = min(first_reply.get(r.parent, r.sequence), r.sequence)
     out: list[LogMessage] = []
     for r in rows:
         if r.desk != desk or is_blank(r.content):
@@ -175,17 +181,7 @@ def reference_channel(rows: Sequence[LogMessage], desk: str) -> list[LogMessage]
         root = by_sequence.get(r.parent)
         if root is None or root.parent is not None or root.desk != desk:
             continue
-        if r.sequence <= root.sequence:
-            continue
-        replies = [
-            x.sequence
-            for x in rows
-            if x.parent == root.sequence
-            and x.desk == desk
-            and not is_blank(x.content)
-            and x.sequence > root.sequence
-        ]
-        if r.sequence == min(replies):
+        if first_reply.get(root.sequence) == r.sequence:
             out.append(r)
     return sorted(out, key=lambda r: r.sequence)
 
@@ -254,7 +250,82 @@ def reference_delta(
     )
 
 
+# --- hypothesis strategies -----------------------------------------------------------
+
+#: Contents a random row may hold: blank ones (empty, spaces, a tab, a newline) included.
+CONTENTS = ("hi", "  padded  ", "", " ", "\t", "\n ", "ok")
+DESKS = ("d", "e")
+AUTHORS: tuple[SessionAuthor, ...] = (ALICE, BOT, OPERATOR)
+
+
+@st.composite
+def row_lists(
+    draw: st.DrawFn, *, max_rows: int = 40, gaps: bool = True, first: int = 1
+) -> list[LogMessage]:
+    """Random rows, oldest first: several desks, threads, blank rows, replies to replies.
+
+    Sequences start at ``first`` and rise by 1 (or, with ``gaps``, by 1 to 3, like a
+    store log that serves only ``Text`` rows); a row's parent, when set, is an earlier
+    row of any desk (so some replies answer replies, or rows of another desk).
+    """
+    count = draw(st.integers(0, max_rows))
+    rows: list[LogMessage] = []
+    sequence = first - 1
+    for _ in range(count):
+        sequence += draw(st.integers(1, 3)) if gaps else 1
+        parent = None
+        if draw(st.booleans()) and rows:
+            parent = draw(st.sampled_from(rows)).sequence
+        rows.append(
+            LogMessage(
+                sequence=sequence,
+                author=draw(st.sampled_from(AUTHORS)),
+                content=draw(st.sampled_from(CONTENTS)),
+                desk=draw(st.sampled_from(DESKS)),
+                parent=parent,
+            )
+        )
+    return rows
+
+
+@st.composite
+def long_row_lists(draw: st.DrawFn) -> list[LogMessage]:
+    """Random rows around ``SCAN_LIMIT`` long: random bottom, filler, random top.
+
+    The filler (roots of desk ``"x"``) puts the bottom near or beyond the scan limit, and
+    top rows may reply to bottom roots, so a walk can be cut off with replies pending.
+    """
+    bottom = draw(row_lists(max_rows=25, gaps=False))
+    filler_count = draw(st.integers(SCAN_LIMIT - 60, SCAN_LIMIT + 10))
+    start = len(bottom) + 1
+    filler = [
+        LogMessage(sequence=start + i, author=OPERATOR, content="noise", desk="x")
+        for i in range(filler_count)
+    ]
+    top: list[LogMessage] = []
+    sequence = start + filler_count - 1
+    for _ in range(draw(st.integers(0, 25))):
+        sequence += 1
+        candidates = bottom + top
+        parent = None
+        if draw(st.booleans()) and candidates:
+            parent = draw(st.sampled_from(candidates)).sequence
+        top.append(
+            LogMessage(
+                sequence=sequence,
+                author=draw(st.sampled_from(AUTHORS[:2])),
+                content=draw(st.sampled_from(CONTENTS)),
+                desk=draw(st.sampled_from(DESKS)),
+                parent=parent,
+            )
+        )
+    return bottom + filler + top
+
+
 __all__ = [
+    "AUTHORS",
+    "CONTENTS",
+    "DESKS",
     "ALICE",
     "BOT",
     "OPERATOR",
@@ -266,11 +337,13 @@ __all__ = [
     "blank",
     "delta_qualifies",
     "is_blank",
+    "long_row_lists",
     "page",
     "reference_channel",
     "reference_channel_pending",
     "reference_delta",
     "reference_thread",
     "row",
+    "row_lists",
     "sequences",
 ]
