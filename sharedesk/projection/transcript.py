@@ -117,64 +117,89 @@ class _Budget:
             self.chars = min(chars, token_chars)
 
 
+class _Stream:
+    """The open streamed message: chunks and metadata kept mutable until it closes.
+
+    Appending to a list keeps a stream of n deltas O(n); rebuilding a frozen message
+    per delta would be O(n**2).
+    """
+
+    __slots__ = ("author", "chunks", "first", "metadata", "role", "run_id")
+
+    def __init__(self, message: TranscriptMessage, run_id: str | None) -> None:
+        assert message.author is not None
+        self.role = message.role
+        self.author: SessionAuthor = message.author
+        self.run_id = run_id
+        self.chunks = [message.content or ""]
+        self.metadata = dict(message.metadata)
+        # The first event's identity stays whatever later events carry.
+        self.first: dict[str, Any] = {
+            key: self.metadata[key]
+            for key in ("event_id", "sequence", "run_id")
+            if key in self.metadata
+        }
+
+    def extend(self, event: Event, chunk: str) -> None:
+        """Append ``chunk`` and merge ``event``'s own metadata (the first's keys stay)."""
+        self.chunks.append(chunk)
+        self.metadata.update(event.metadata)
+        self.metadata.update(self.first)
+        self.metadata["last_event_id"] = event.id
+        if event.sequence is not None:
+            self.metadata["last_sequence"] = event.sequence
+
+    def message(self, content: str | None = None) -> TranscriptMessage:
+        """Return the stream as a message (with ``content`` instead, when given)."""
+        return TranscriptMessage(
+            role=self.role,
+            content="".join(self.chunks) if content is None else content,
+            metadata=dict(self.metadata),
+            author=self.author,
+        )
+
+
 class _Fold:
     """The working state of one fold: messages so far, the open stream, unanswered calls.
 
-    Local to one call of a builder method; never shared.
+    Local to one call of a builder method; never shared. While a stream is open its
+    message is held in ``stream``, not yet in ``messages``.
     """
 
-    __slots__ = ("messages", "open_run", "open_text", "unanswered", "viewer")
+    __slots__ = ("messages", "stream", "unanswered", "viewer")
 
     def __init__(
         self,
         viewer: SessionAuthor | None,
         messages: list[TranscriptMessage],
-        open_text: TranscriptMessage | None,
-        open_run: str | None,
+        stream: _Stream | None,
         unanswered: dict[str, int],
     ) -> None:
         self.viewer = viewer
         self.messages = messages
-        self.open_text = open_text
-        self.open_run = open_run
+        self.stream = stream
         self.unanswered = unanswered
 
     def add(self, event: Event) -> None:
         """Fold one event into the messages."""
-        body = event.body
-        match body:
+        match event.body:
             case TextDelta(delta=delta):
-                if self._continues(event):
-                    assert self.open_text is not None
-                    self._replace_open(self.open_text.content or "", delta, event)
+                stream = self._continued_by(event)
+                if stream is not None:
+                    stream.extend(event, delta)
                 else:
-                    message = TranscriptMessage(
-                        role=TranscriptBuilder.role_of(event.author, self.viewer),
-                        content=delta,
-                        metadata=_event_metadata(event),
-                        author=event.author,
-                    )
-                    self.messages.append(message)
-                    self.open_text = message
-                    self.open_run = event.run_id
+                    self._close()
+                    self.stream = _Stream(self._text(event, delta), event.run_id)
             case Text(content=content):
-                if self._continues(event):
-                    assert self.open_text is not None
-                    streamed = self.open_text.content or ""
-                    closed = _extend(self.open_text, content if content != "" else streamed, event)
-                    self.messages[-1] = closed
+                stream = self._continued_by(event)
+                if stream is not None:
+                    stream.extend(event, "")
+                    self.stream = None
+                    self.messages.append(stream.message(content if content != "" else None))
                 else:
-                    self.messages.append(
-                        TranscriptMessage(
-                            role=TranscriptBuilder.role_of(event.author, self.viewer),
-                            content=content,
-                            metadata=_event_metadata(event),
-                            author=event.author,
-                        )
-                    )
-                self._close()
+                    self._append(self._text(event, content))
             case ToolCall(tool_call_id=call_id, tool_name=name, tool_input=tool_input):
-                self.messages.append(
+                self._append(
                     TranscriptMessage(
                         role="assistant",
                         tool_call_id=call_id,
@@ -185,7 +210,6 @@ class _Fold:
                     )
                 )
                 self.unanswered[call_id] = self.unanswered.get(call_id, 0) + 1
-                self._close()
             case ToolResult(tool_call_id=call_id, output=output, is_error=is_error):
                 waiting = self.unanswered.get(call_id, 0)
                 if waiting == 0:
@@ -193,7 +217,7 @@ class _Fold:
                 self.unanswered[call_id] = waiting - 1
                 metadata = _event_metadata(event)
                 metadata["is_error"] = is_error
-                self.messages.append(
+                self._append(
                     TranscriptMessage(
                         role="tool",
                         tool_call_id=call_id,
@@ -202,30 +226,44 @@ class _Fold:
                         author=event.author,
                     )
                 )
-                self._close()
             case RunStarted() | RunFinished():
                 return
             case _:  # pragma: no cover - a body kind added later gives no message
                 return
 
-    def _continues(self, event: Event) -> bool:
-        open_text = self.open_text
-        return (
-            open_text is not None
-            and open_text.author is not None
-            and same_participant(open_text.author, event.author)
-            and self.open_run == event.run_id
+    def finish(self) -> tuple[list[TranscriptMessage], TranscriptMessage | None, str | None]:
+        """Return the messages, the open message (also last of them) and its run."""
+        if self.stream is None:
+            return self.messages, None, None
+        open_text = self.stream.message()
+        return [*self.messages, open_text], open_text, self.stream.run_id
+
+    def _text(self, event: Event, content: str) -> TranscriptMessage:
+        return TranscriptMessage(
+            role=TranscriptBuilder.role_of(event.author, self.viewer),
+            content=content,
+            metadata=_event_metadata(event),
+            author=event.author,
         )
 
-    def _replace_open(self, streamed: str, delta: str, event: Event) -> None:
-        assert self.open_text is not None
-        message = _extend(self.open_text, streamed + delta, event)
-        self.messages[-1] = message
-        self.open_text = message
+    def _continued_by(self, event: Event) -> _Stream | None:
+        stream = self.stream
+        if (
+            stream is not None
+            and same_participant(stream.author, event.author)
+            and stream.run_id == event.run_id
+        ):
+            return stream
+        return None
 
     def _close(self) -> None:
-        self.open_text = None
-        self.open_run = None
+        if self.stream is not None:
+            self.messages.append(self.stream.message())
+            self.stream = None
+
+    def _append(self, message: TranscriptMessage) -> None:
+        self._close()
+        self.messages.append(message)
 
 
 def _event_metadata(event: Event) -> dict[str, Any]:
@@ -237,33 +275,6 @@ def _event_metadata(event: Event) -> dict[str, Any]:
     if event.run_id is not None:
         metadata["run_id"] = event.run_id
     return metadata
-
-
-def _extend(message: TranscriptMessage, content: str, event: Event) -> TranscriptMessage:
-    """Return ``message`` with ``content``, grown by one more streamed ``event``.
-
-    The first event's ``event_id``/``sequence``/``run_id`` stay; the later event's own
-    metadata is merged in, and ``last_event_id``/``last_sequence`` name it.
-    """
-    first: dict[str, Any] = {
-        key: message.metadata[key]
-        for key in ("event_id", "sequence", "run_id")
-        if key in message.metadata
-    }
-    metadata: dict[str, Any] = {
-        **message.metadata,
-        **event.metadata,
-        **first,
-        "last_event_id": event.id,
-    }
-    if event.sequence is not None:
-        metadata["last_sequence"] = event.sequence
-    return TranscriptMessage(
-        role=message.role,
-        content=content,
-        metadata=metadata,
-        author=message.author,
-    )
 
 
 def _timestamp_key(value: datetime) -> datetime:
@@ -436,7 +447,8 @@ def _finish(
     last_sequence: int | None,
     last_timestamp: datetime | None,
 ) -> Transcript:
-    kept, still_cut = _truncate(fold.messages, cut_calls, budget)
+    messages, open_text, open_run = fold.finish()
+    kept, still_cut = _truncate(messages, cut_calls, budget)
     return Transcript(
         session_id=session_id,
         messages=kept,
@@ -444,8 +456,8 @@ def _finish(
         last_timestamp=last_timestamp,
         metadata={
             _VIEWER_KEY: None if fold.viewer is None else author_key(fold.viewer),
-            _OPEN_TEXT_KEY: fold.open_text,
-            _OPEN_RUN_KEY: fold.open_run,
+            _OPEN_TEXT_KEY: open_text,
+            _OPEN_RUN_KEY: open_run,
             _CUT_CALLS_KEY: still_cut,
         },
     )
@@ -454,7 +466,7 @@ def _finish(
 def _build(
     session_id: str, events: Sequence[Event], viewer: SessionAuthor | None, budget: _Budget
 ) -> Transcript:
-    fold = _Fold(viewer, [], None, None, {})
+    fold = _Fold(viewer, [], None, {})
     for event in _ordered(events):
         fold.add(event)
     sequences = [event.sequence for event in events if event.sequence is not None]
@@ -628,7 +640,7 @@ class TranscriptBuilder:
                 raise ValidationError(
                     f"transcript.metadata[{_OPEN_TEXT_KEY!r}] is not its last message"
                 )
-            messages = [*messages[:-1], open_text]
+            messages = messages[:-1]
         unanswered: dict[str, int] = {}
         for call_id in cut_calls:
             unanswered[call_id] = unanswered.get(call_id, 0) + 1
@@ -638,7 +650,8 @@ class TranscriptBuilder:
                 unanswered[message.tool_call_id] = unanswered.get(message.tool_call_id, 0) + 1
             elif _is_result(message) and unanswered.get(message.tool_call_id or "", 0) > 0:
                 unanswered[message.tool_call_id or ""] -= 1
-        fold = _Fold(checked_viewer, messages, open_text, open_run, unanswered)
+        stream = None if open_text is None else _Stream(open_text, open_run)
+        fold = _Fold(checked_viewer, messages, stream, unanswered)
         events = store.read(checked_id, after=transcript.last_sequence)
         for event in _ordered(events):
             fold.add(event)
