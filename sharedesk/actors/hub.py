@@ -914,9 +914,11 @@ class Turn:
 
         Raises:
             SharingStateConflict: Another turn of the same viewer and conversation
-                committed since this one was planned (or this turn was committed
-                already); nothing was written. Take a new turn: it shows what that
-                other turn did not.
+                moved the stored state since this one was planned (or this turn was
+                committed already); nothing was written. Take a new turn: it shows what
+                that other turn did not. The compare-and-swap is on the state's value,
+                so a turn whose rival left the state as it was (no reply, nothing new)
+                commits; its messages are then empty, so nothing is delivered twice.
             ValidationError: A malformed reply, or an ``Event`` by someone else.
             HubClosed, SessionFailed, ActorTimeout, ActorCrashed: See :meth:`Hub.call`.
 

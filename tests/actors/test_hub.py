@@ -1,0 +1,229 @@
+"""The Hub's desk API: handles, the store port, views kept current, lifecycle."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from sharedesk.actors import Hub, HubOptions
+from sharedesk.projection import project_session
+from sharedesk.protocol import (
+    Agent,
+    ConcurrencyError,
+    Conversation,
+    Event,
+    EventStore,
+    Operator,
+    Person,
+    RunStarted,
+    SessionQuery,
+    StoreClosedError,
+    Text,
+    ValidationError,
+)
+from sharedesk.protocol.errors import HubClosed
+from tests.actors.conftest import HubFactory, our_threads
+
+ANA = Person(id="ana", label="Ana")
+BOT = Agent(id="bot", label="Bot")
+EVE = Agent(id="eve", label="Eve")
+
+
+def contents(hub: Hub, session_id: str, conversation: Conversation | None = None) -> list[str]:
+    return [m.content for m in hub.view(session_id, BOT, conversation).messages]
+
+
+class TestSessionHandle:
+    def test_post_returns_the_stored_text_with_its_sequence(self, hub: Hub) -> None:
+        stored = hub.session("desk").post(ANA, "hello")
+
+        assert (1, "hello", ANA) == (stored.sequence, Text("hello").content, stored.author)
+
+    def test_post_with_a_known_id_stores_it_once(self, hub: Hub) -> None:
+        desk = hub.session("desk")
+        first = desk.post(ANA, "hello", id="m1")
+        again = desk.post(ANA, "hello", id="m1")
+
+        assert (first, 1) == (again, desk.last_sequence())
+
+    def test_append_with_stale_expected_version_raises_concurrency_error(self, hub: Hub) -> None:
+        desk = hub.session("desk")
+        desk.post(ANA, "one")
+
+        with pytest.raises(ConcurrencyError) as caught:
+            desk.append([Event(ANA, Text("two"))], expected_version=0)
+
+        assert (0, 1, 1) == (caught.value.expected, caught.value.actual, desk.last_sequence())
+
+    def test_bad_input_raises_validation_error_and_the_actor_keeps_serving(self, hub: Hub) -> None:
+        desk = hub.session("desk")
+        with pytest.raises(ValidationError):
+            desk.append([Event(ANA, Text("x"), sequence=4)])
+
+        assert 1 == desk.post(ANA, "fine").sequence
+
+    def test_log_serves_the_sessions_text_rows_newest_first(self, hub: Hub) -> None:
+        desk = hub.session("desk")
+        desk.post(ANA, "one")
+        desk.append([Event(BOT, RunStarted(provider="p"))])
+        desk.post(BOT, "two")
+
+        page = desk.log().read_before(None, 10)
+
+        assert [3, 1] == [row.sequence for row in page.messages]
+
+    def test_a_malformed_session_id_is_refused(self, hub: Hub) -> None:
+        with pytest.raises(ValidationError):
+            hub.session("")
+
+
+class TestStorePort:
+    def test_the_hub_implements_the_event_store_port(self, hub: Hub) -> None:
+        assert isinstance(hub, EventStore)
+
+    def test_appends_through_the_hub_read_back_from_the_store(self, hub: Hub) -> None:
+        hub.append("desk", [Event(ANA, Text("a")), Event(BOT, Text("b"))])
+
+        assert ["a", "b"] == [e.body.content for e in hub.read("desk") if isinstance(e.body, Text)]
+
+    def test_last_sequence_of_an_unknown_session_is_zero(self, hub: Hub) -> None:
+        assert 0 == hub.last_sequence("nobody")
+
+
+class TestViews:
+    def test_channel_view_follows_appends(self, hub: Hub) -> None:
+        desk = hub.session("desk")
+        desk.post(ANA, "first")
+        assert ["first"] == contents(hub, "desk")
+
+        desk.post(BOT, "second")
+        desk.post(EVE, "answer", parent=1)
+        desk.post(ANA, "second answer", parent=1)
+
+        assert ["first", "second", "answer"] == contents(hub, "desk")
+
+    def test_thread_view_follows_appends(self, hub: Hub) -> None:
+        desk = hub.session("desk")
+        root = desk.post(ANA, "question")
+        thread = Conversation("desk", root.sequence)
+        assert ["question"] == contents(hub, "desk", thread)
+
+        desk.post(BOT, "elsewhere")
+        desk.post(BOT, "one", parent=root.sequence)
+        desk.post(EVE, "two", parent=root.sequence)
+
+        assert ["question", "one", "two"] == contents(hub, "desk", thread)
+
+    def test_view_of_a_window_keeps_the_newest_messages(self, hub: Hub) -> None:
+        desk = hub.session("desk")
+        for n in range(10):
+            desk.post(ANA, f"m{n}")
+
+        view = hub.view("desk", BOT, window=3)
+
+        assert ["m7", "m8", "m9"] == [m.content for m in view.messages]
+
+    def test_view_equals_a_fresh_projection_of_the_log(self, hub: Hub) -> None:
+        desk = hub.session("desk")
+        root = desk.post(ANA, "root").sequence
+        hub.view("desk", BOT)
+        desk.post(BOT, "   ", parent=root)
+        desk.post(EVE, "first real reply", parent=root)
+        desk.post(ANA, "late", parent=root)
+        desk.post(BOT, "next root")
+
+        fresh = project_session(hub.log("desk"), SessionQuery(Conversation("desk")))
+
+        assert fresh == hub.view("desk", BOT)
+
+    def test_view_sees_rows_appended_straight_to_the_store(self, hub: Hub) -> None:
+        hub.session("desk").post(ANA, "via hub")
+        hub.view("desk", BOT)
+        hub.store.append("desk", [Event(EVE, Text("behind the hub's back"))])
+
+        assert ["via hub", "behind the hub's back"] == contents(hub, "desk")
+
+    def test_repeated_views_without_appends_are_equal(self, hub: Hub) -> None:
+        hub.session("desk").post(ANA, "hello")
+
+        assert hub.view("desk", BOT) == hub.view("desk", BOT)
+
+    def test_a_conversation_of_another_desk_is_refused(self, hub: Hub) -> None:
+        with pytest.raises(ValidationError):
+            hub.view("desk", BOT, Conversation("other"))
+
+    def test_a_negative_window_is_refused(self, hub: Hub) -> None:
+        with pytest.raises(ValidationError):
+            hub.view("desk", BOT, window=-1)
+
+    def test_a_viewer_that_is_not_an_author_is_refused(self, hub: Hub) -> None:
+        with pytest.raises(ValidationError):
+            hub.view("desk", "bot")  # type: ignore[arg-type]
+
+
+class TestOptions:
+    def test_unknown_store_options_without_a_path_are_refused(self) -> None:
+        with pytest.raises(ValidationError):
+            Hub.open(None, durability="relaxed")
+
+    @pytest.mark.parametrize(
+        "options",
+        [{"ask_timeout": 0}, {"max_active": 2}, {"idle_timeout": -1.0}, {"max_restarts": -1}],
+    )
+    def test_out_of_range_options_are_refused(self, options: dict[str, float]) -> None:
+        with pytest.raises(ValidationError):
+            HubOptions(**options)  # type: ignore[arg-type]
+
+
+class TestClose:
+    def test_close_leaves_no_thread_of_ours(self, open_hub: HubFactory) -> None:
+        hub = open_hub(idle_timeout=60.0)
+        for n in range(5):
+            hub.session(f"s{n}").post(ANA, "hi")
+            hub.view(f"s{n}", BOT)
+            hub.turn(f"s{n}", BOT).commit("ok")
+        assert [] != our_threads()
+
+        hub.close()
+
+        assert [] == our_threads()
+
+    def test_calls_after_close_raise_hub_closed(self, memory_hub: Hub) -> None:
+        desk = memory_hub.session("desk")
+        memory_hub.close()
+
+        with pytest.raises(HubClosed):
+            desk.post(ANA, "late")
+
+    def test_hub_closed_is_a_store_closed_error(self, memory_hub: Hub) -> None:
+        memory_hub.close()
+
+        with pytest.raises(StoreClosedError):
+            memory_hub.last_sequence("desk")
+
+    def test_close_is_idempotent(self, memory_hub: Hub) -> None:
+        memory_hub.close()
+        memory_hub.close()
+
+        assert memory_hub.closed
+
+    def test_context_manager_closes_the_hub(self) -> None:
+        with Hub.open() as hub:
+            hub.session("desk").post(Operator(), "hi")
+
+        assert (True, []) == (hub.closed, our_threads())
+
+    def test_many_threads_appending_to_many_sessions_get_gapless_sequences(self, hub: Hub) -> None:
+        def writer(n: int) -> None:
+            for i in range(20):
+                hub.session(f"s{(n + i) % 4}").post(ANA, f"{n}-{i}")
+
+        threads = [threading.Thread(target=writer, args=(n,)) for n in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+
+        sequences = [[e.sequence for e in hub.read(f"s{k}")] for k in range(4)]
+        assert [list(range(1, 41))] * 4 == sequences

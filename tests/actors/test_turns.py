@@ -1,0 +1,400 @@
+"""Turns: full windows, deltas, commits, conflicts, and exactly-once delivery."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from sharedesk.actors import Hub, Turn
+from sharedesk.protocol import (
+    SCAN_LIMIT,
+    Agent,
+    Conversation,
+    Event,
+    Operator,
+    Person,
+    ReinitializeReason,
+    RunStarted,
+    SessionAuthor,
+    SharingStateConflict,
+    Text,
+    ValidationError,
+    author_key,
+)
+from tests.actors.conftest import HubFactory
+
+ANA = Person(id="ana", label="Ana")
+BOT = Agent(id="bot", label="Bot")
+EVE = Agent(id="eve", label="Eve")
+CHANNEL = Conversation("desk")
+
+
+def texts(messages: list) -> list[str]:  # type: ignore[type-arg]
+    return [m.content for m in messages]
+
+
+class TestFirstTurn:
+    def test_first_turn_offers_the_whole_window_with_reason_initial(self, hub: Hub) -> None:
+        desk = hub.session("desk")
+        desk.post(ANA, "one")
+        desk.post(EVE, "two")
+
+        turn = hub.turn("desk", BOT)
+
+        assert ("initial", ["one", "two"]) == (turn.reason, texts(turn.messages))
+
+    def test_first_turn_on_an_empty_desk_is_initial_and_empty(self, hub: Hub) -> None:
+        turn = hub.turn("desk", BOT)
+
+        assert ("initial", []) == (turn.reason, turn.messages)
+
+    def test_a_turn_never_offers_the_viewers_own_rows(self, hub: Hub) -> None:
+        desk = hub.session("desk")
+        desk.post(BOT, "mine")
+        desk.post(ANA, "theirs")
+
+        assert ["theirs"] == texts(hub.turn("desk", BOT).messages)
+
+
+class TestDeltas:
+    def test_second_turn_offers_only_what_arrived_since_the_commit(self, hub: Hub) -> None:
+        desk = hub.session("desk")
+        desk.post(ANA, "old")
+        hub.turn("desk", BOT).commit()
+        desk.post(EVE, "new")
+
+        turn = hub.turn("desk", BOT)
+
+        assert (None, ["new"]) == (turn.reason, texts(turn.messages))
+
+    def test_a_committed_reply_is_never_offered_back_to_its_author(self, hub: Hub) -> None:
+        desk = hub.session("desk")
+        desk.post(ANA, "question")
+        hub.turn("desk", BOT).commit("my answer")
+        desk.post(ANA, "follow-up")
+
+        assert ["follow-up"] == texts(hub.turn("desk", BOT).messages)
+
+    def test_a_committed_reply_is_offered_to_the_other_participants(self, hub: Hub) -> None:
+        hub.session("desk").post(ANA, "question")
+        hub.turn("desk", EVE).commit()
+        hub.turn("desk", BOT).commit("my answer")
+
+        assert ["my answer"] == texts(hub.turn("desk", EVE).messages)
+
+    def test_a_row_appended_between_plan_and_commit_is_offered_next_turn(self, hub: Hub) -> None:
+        desk = hub.session("desk")
+        hub.turn("desk", BOT).commit()
+        desk.post(ANA, "seen")
+        turn = hub.turn("desk", BOT)
+        desk.post(EVE, "arrived while bot was thinking")
+        turn.commit("bot's reply")
+
+        assert ["arrived while bot was thinking"] == texts(hub.turn("desk", BOT).messages)
+
+    def test_an_abandoned_turn_is_offered_again_in_full(self, hub: Hub) -> None:
+        desk = hub.session("desk")
+        hub.turn("desk", BOT).commit()
+        desk.post(ANA, "one")
+        first = hub.turn("desk", BOT)
+        desk.post(ANA, "two")
+
+        again = hub.turn("desk", BOT)
+
+        assert (["one"], ["one", "two"]) == (texts(first.messages), texts(again.messages))
+
+    def test_a_desk_whose_first_rows_came_after_the_first_turn_gives_a_delta(
+        self, hub: Hub
+    ) -> None:
+        """The log ends above the watermark (WATERMARK_UNAVAILABLE): every row was walked."""
+        hub.turn("desk", BOT).commit()
+        hub.session("desk").post(ANA, "first ever")
+
+        turn = hub.turn("desk", BOT)
+
+        assert (None, ["first ever"]) == (turn.reason, texts(turn.messages))
+
+    def test_a_watermark_on_run_events_below_every_text_row_gives_a_delta(self, hub: Hub) -> None:
+        desk = hub.session("desk")
+        desk.append([Event(BOT, RunStarted(provider="p"))])
+        hub.turn("desk", BOT).commit()
+        desk.post(ANA, "hello")
+
+        turn = hub.turn("desk", BOT)
+
+        assert (None, ["hello"]) == (turn.reason, texts(turn.messages))
+
+    def test_a_gap_beyond_the_scan_limit_reinitializes_with_its_reason(
+        self, memory_hub: Hub
+    ) -> None:
+        desk = memory_hub.session("desk")
+        desk.post(ANA, "start")
+        memory_hub.turn("desk", BOT).commit()
+        memory_hub.append("desk", [Event(EVE, Text("r"), parent=1) for _ in range(SCAN_LIMIT)])
+        desk.post(ANA, "root after the flood")
+
+        turn = memory_hub.turn("desk", BOT)
+
+        assert ReinitializeReason.GAP_TOO_LARGE.value == turn.reason
+        assert "root after the flood" == turn.messages[-1].content
+
+    def test_a_channel_delta_offers_roots_and_not_thread_replies(self, hub: Hub) -> None:
+        desk = hub.session("desk")
+        root = desk.post(ANA, "root").sequence
+        hub.turn("desk", BOT).commit()
+        desk.post(EVE, "in the thread", parent=root)
+        desk.post(EVE, "new root")
+
+        assert ["new root"] == texts(hub.turn("desk", BOT).messages)
+
+
+class TestThreads:
+    def test_a_thread_reply_goes_to_its_root(self, hub: Hub) -> None:
+        root = hub.session("desk").post(ANA, "question").sequence
+
+        stored = hub.turn("desk", BOT, Conversation("desk", root)).commit("answer")
+
+        assert stored is not None and root == stored.parent
+
+    def test_thread_watermarks_are_independent(self, hub: Hub) -> None:
+        desk = hub.session("desk")
+        first = desk.post(ANA, "first topic").sequence
+        second = desk.post(ANA, "second topic").sequence
+        hub.turn("desk", BOT, Conversation("desk", first)).commit()
+        hub.turn("desk", BOT, Conversation("desk", second)).commit()
+        desk.post(EVE, "on first", parent=first)
+        desk.post(EVE, "on second", parent=second)
+        hub.turn("desk", BOT, Conversation("desk", first)).commit()
+
+        turn = hub.turn("desk", BOT, Conversation("desk", second))
+
+        assert (None, ["on second"]) == (turn.reason, texts(turn.messages))
+
+    def test_switching_threads_never_reinitializes(self, hub: Hub) -> None:
+        desk = hub.session("desk")
+        first = desk.post(ANA, "first topic").sequence
+        hub.turn("desk", BOT, Conversation("desk", first)).commit()
+        hub.turn("desk", BOT).commit()
+        desk.post(EVE, "reply", parent=first)
+
+        turn = hub.turn("desk", BOT, Conversation("desk", first))
+
+        assert (None, ["reply"]) == (turn.reason, texts(turn.messages))
+
+
+class TestCommit:
+    def test_the_second_of_two_concurrent_turns_loses_with_a_conflict(self, hub: Hub) -> None:
+        hub.session("desk").post(ANA, "question")
+        first = hub.turn("desk", BOT)
+        second = hub.turn("desk", BOT)
+        first.commit("answer one")
+
+        with pytest.raises(SharingStateConflict):
+            second.commit("answer two")
+
+        assert 2 == hub.last_sequence("desk")
+
+    def test_committing_a_turn_twice_conflicts_and_writes_nothing(self, hub: Hub) -> None:
+        turn = hub.turn("desk", BOT)
+        turn.commit("once")
+
+        with pytest.raises(SharingStateConflict):
+            turn.commit("twice")
+
+        assert 1 == hub.last_sequence("desk")
+
+    def test_commit_without_reply_returns_none(self, hub: Hub) -> None:
+        assert hub.turn("desk", BOT).commit() is None
+
+    def test_an_event_reply_by_someone_else_is_refused(self, hub: Hub) -> None:
+        turn = hub.turn("desk", BOT)
+
+        with pytest.raises(ValidationError):
+            turn.commit(Event(ANA, Text("not bot's")))
+
+    def test_an_event_reply_by_the_viewer_is_stored(self, hub: Hub) -> None:
+        stored = hub.turn("desk", BOT).commit(Event(BOT, Text("mine"), id="r1"))
+
+        assert stored is not None and ("r1", 1) == (stored.id, stored.sequence)
+
+    def test_a_reply_whose_id_was_already_stored_is_still_not_offered_back(self, hub: Hub) -> None:
+        desk = hub.session("desk")
+        desk.append([Event(BOT, Text("said before"), id="dup")])
+        hub.turn("desk", BOT).commit()
+        desk.post(ANA, "next")
+        hub.turn("desk", BOT).commit(Event(BOT, Text("said before"), id="dup"))
+        desk.post(ANA, "after")
+
+        assert ["after"] == texts(hub.turn("desk", BOT).messages)
+
+
+class TestRestart:
+    def test_sharing_state_survives_a_hub_restart_on_disk(self, open_hub: HubFactory) -> None:
+        first = open_hub(on_disk=True)
+        first.session("desk").post(ANA, "before restart")
+        first.turn("desk", BOT).commit("bot was here")
+        path = first.store
+        first.close()
+        del path
+        second = open_hub(on_disk=True)
+        second.session("desk").post(ANA, "after restart")
+
+        turn = second.turn("desk", BOT)
+
+        assert (None, ["after restart"]) == (turn.reason, texts(turn.messages))
+
+
+# -- exactly once, against a model that replays the whole log -------------------------
+
+PARTICIPANTS: list[SessionAuthor] = [BOT, EVE, ANA]
+ROOT = 1  # the thread every example has: the first row
+
+
+@dataclass
+class Model:
+    """The log as rows, and what each (viewer, conversation) was delivered."""
+
+    rows: list[tuple[int, str, bool, int | None]] = field(default_factory=list)
+    delivered: dict[tuple[str, Conversation], list[int]] = field(default_factory=dict)
+    first_watermark: dict[tuple[str, Conversation], int] = field(default_factory=dict)
+
+    def add(self, sequence: int, author: SessionAuthor, blank: bool, parent: int | None) -> None:
+        self.rows.append((sequence, author_key(author), blank, parent))
+
+    def deliver(self, viewer: SessionAuthor, conversation: Conversation, turn: object) -> None:
+        key = (author_key(viewer), conversation)
+        got = [m.sequence for m in turn.messages]  # type: ignore[attr-defined]
+        already = self.delivered.setdefault(key, [])
+        assert [] == [seq for seq in got if seq in already], "a row was delivered twice"
+        if key not in self.first_watermark:
+            self.first_watermark[key] = turn.plan.next_state.watermark  # type: ignore[attr-defined]
+        already.extend(got)
+
+    def expected(self, viewer: str, conversation: Conversation) -> list[int]:
+        """Every row the viewer must have been delivered, replaying the whole log."""
+        first = self.first_watermark[(viewer, conversation)]
+        root = conversation.thread_root
+        wanted: list[int] = []
+        answered: set[int] = set()
+        for sequence, author, blank, parent in self.rows:
+            if blank:
+                continue
+            if root is None:
+                in_window = parent is None or parent not in answered
+                if parent is not None:
+                    answered.add(parent)
+                qualifies = parent is None if sequence > first else in_window
+            else:
+                qualifies = sequence == root or parent == root
+            if qualifies and author != viewer:
+                wanted.append(sequence)
+        return wanted
+
+
+post_op = st.tuples(
+    st.just("post"),
+    st.sampled_from(PARTICIPANTS),
+    st.booleans(),  # reply to a root (else a new root)
+    st.booleans(),  # blank (replies only)
+)
+turn_op = st.tuples(
+    st.just("turn"),
+    st.sampled_from(PARTICIPANTS),
+    st.booleans(),  # in the thread (else the channel)
+    st.sampled_from(["commit", "reply", "abandon", "stale"]),
+)
+
+
+class TestExactlyOnce:
+    @given(st.lists(st.one_of(post_op, turn_op), max_size=30))
+    def test_interleaved_turns_deliver_every_row_exactly_once(
+        self, ops: list[tuple[object, ...]]
+    ) -> None:
+        model = Model()
+        with Hub.open(ask_timeout=10.0) as hub:
+            desk = hub.session("desk")
+            model.add(desk.post(Operator(), "topic").sequence or 0, Operator(), False, None)
+            roots = [ROOT]
+            thread = Conversation("desk", ROOT)
+
+            def take_turn(viewer: SessionAuthor, conversation: Conversation, mode: str) -> None:
+                turn = hub.turn("desk", viewer, conversation)
+                if mode == "abandon":
+                    return
+                if mode == "stale":
+                    newer = hub.turn("desk", viewer, conversation)
+                    reply = "reply" if len(model.rows) < 25 else None
+                    commit(newer, reply)
+                    if reply is None and newer.plan.next_state == turn.plan.expected_state:
+                        commit(turn, None)  # the state did not move: nothing to conflict with
+                    else:
+                        with pytest.raises(SharingStateConflict):
+                            turn.commit()
+                    return
+                commit(turn, "reply" if mode == "reply" and len(model.rows) < 25 else None)
+
+            def commit(turn: Turn, reply: str | None) -> None:
+                stored = turn.commit(reply)
+                model.deliver(turn.viewer, turn.conversation, turn)
+                if stored is not None:
+                    assert stored.sequence is not None
+                    model.add(stored.sequence, turn.viewer, False, stored.parent)
+                    if stored.parent is None:
+                        roots.append(stored.sequence)
+
+            for op in ops:
+                if op[0] == "post" and len(model.rows) < 25:
+                    _, author, is_reply, blank = op
+                    parent = roots[len(model.rows) % len(roots)] if is_reply else None
+                    text = " " if blank and is_reply else "text"
+                    row = desk.post(author, text, parent=parent)  # type: ignore[arg-type]
+                    assert row.sequence is not None
+                    model.add(row.sequence, author, text == " ", parent)  # type: ignore[arg-type]
+                    if parent is None:
+                        roots.append(row.sequence)
+                elif op[0] == "turn":
+                    _, viewer, in_thread, mode = op
+                    take_turn(viewer, thread if in_thread else CHANNEL, mode)  # type: ignore[arg-type]
+            for key in list(model.first_watermark):
+                viewer = next(p for p in PARTICIPANTS if author_key(p) == key[0])
+                take_turn(viewer, key[1], "commit")
+
+            for (viewer_key, conversation), got in model.delivered.items():
+                assert model.expected(viewer_key, conversation) == sorted(got)
+
+    def test_concurrent_turns_and_posts_deliver_every_root_exactly_once(self, hub: Hub) -> None:
+        delivered: dict[str, list[int]] = {author_key(p): [] for p in PARTICIPANTS}
+        errors: list[BaseException] = []
+
+        def participant(me: SessionAuthor) -> None:
+            try:
+                for n in range(15):
+                    hub.session("desk").post(me, f"{author_key(me)} {n}")
+                    turn = hub.turn("desk", me)
+                    turn.commit("reply" if n % 3 == 0 else None)
+                    delivered[author_key(me)].extend(m.sequence for m in turn.messages)
+                final = hub.turn("desk", me)
+                final.commit()
+                delivered[author_key(me)].extend(m.sequence for m in final.messages)
+            except BaseException as exc:  # pragma: no cover - reported below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=participant, args=(p,)) for p in PARTICIPANTS]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        # After everyone's final turn, one more round catches rows posted meanwhile.
+        for me in PARTICIPANTS:
+            turn = hub.turn("desk", me)
+            turn.commit()
+            delivered[author_key(me)].extend(m.sequence for m in turn.messages)
+
+        events = hub.read("desk")
+        for me in PARTICIPANTS:
+            others = [e.sequence for e in events if author_key(e.author) != author_key(me)]
+            assert ([], others) == (errors, sorted(delivered[author_key(me)]))
