@@ -6,6 +6,7 @@ Imports ``protocol`` and ``projection`` only, and reaches storage only through t
 """
 
 from sharedesk.runs.manager import SessionManager
+from sharedesk.runs.openai_chat import OpenAIChatAdapter
 from sharedesk.runs.queue import RunFuture, RunQueue
 from sharedesk.runs.render import to_anthropic_messages, to_openai_messages
 from sharedesk.runs.scripted import ScriptedAdapter
@@ -24,6 +25,7 @@ __all__ = [
     "Adapter",
     "AdapterResult",
     "Emit",
+    "OpenAIChatAdapter",
     "Run",
     "RunFuture",
     "RunQueue",

@@ -1,0 +1,196 @@
+"""OpenAIChatAdapter: any OpenAI-compatible chat-completions endpoint, over httpx (sync).
+
+Each run sends one ``POST {base_url}/chat/completions`` with the replayed transcript
+(rendered by :func:`~sharedesk.runs.render.to_openai_messages`, so each peer keeps its
+``name``) followed by the run's input. The reply is emitted as a ``Text`` by
+``Agent(id=name, label=name)``. With ``adapter_opts={"stream": True}`` the response is
+read as server-sent events: each content chunk is emitted as a ``TextDelta`` as it
+arrives, then the whole reply as the final ``Text``. The response's ``usage`` becomes
+the run's ``token_usage``. The endpoint keeps no conversation state, so the adapter
+has no native continuation: continue with ``"replay"`` (or ``"auto"``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping
+from typing import Any, Final
+
+import httpx
+
+from sharedesk.protocol.authors import Agent
+from sharedesk.protocol.errors import ProviderError, ValidationError
+from sharedesk.protocol.events import Event, Text, TextDelta
+from sharedesk.protocol.transcripts import Transcript
+from sharedesk.runs.render import to_openai_messages
+from sharedesk.runs.types import AdapterResult, Emit, Run, Session
+
+#: ``adapter_opts`` keys copied into the request body as they are.
+PASSTHROUGH_OPTS: Final = ("temperature", "max_tokens", "top_p", "stop", "seed")
+#: HTTP timeout in seconds when ``adapter_opts`` has no ``"timeout"`` (ms).
+DEFAULT_HTTP_TIMEOUT_S: Final = 60.0
+_DETAIL_MAX: Final = 500
+
+
+class OpenAIChatAdapter:
+    """An adapter for an OpenAI-compatible ``/chat/completions`` endpoint.
+
+    ``adapter_opts`` it reads: ``"stream"`` (bool), ``"timeout"`` (ms, also the HTTP
+    timeout), the keys in :data:`PASSTHROUGH_OPTS`, and ``"extra_body"`` (a mapping
+    merged into the request body). Thread-safe: each call opens its own HTTP client.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        api_key: str | None = None,
+        *,
+        name: str = "openai",
+    ) -> None:
+        """Create the adapter; nothing is sent until a run executes.
+
+        Args:
+            base_url: The API root, e.g. ``"http://127.0.0.1:8000/v1"``.
+            model: The model name sent with each request (and recorded in ``RunStarted``).
+            api_key: Sent as ``Authorization: Bearer <api_key>`` when given.
+            name: The provider name and the agent id of the replies.
+
+        Raises:
+            ValidationError: An empty ``base_url``, ``model`` or ``name``.
+        """
+        for field, value in (("base_url", base_url), ("model", model), ("name", name)):
+            if not isinstance(value, str) or not value:
+                raise ValidationError(f"{field} must be a non-empty str")
+        self.base_url = base_url.rstrip("/")
+        self.model = model
+        self._api_key = api_key
+        self._name = name
+
+    @property
+    def name(self) -> str:
+        """The provider name (``RunStarted.provider``) and the agent id of its replies."""
+        return self._name
+
+    @property
+    def native_continuation(self) -> bool:
+        """Always ``False``: chat completions keep no server-side conversation."""
+        return False
+
+    def request_body(
+        self, run: Run, transcript: Transcript | None, opts: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        """Return the JSON body sent for ``run``.
+
+        Cost: O(transcript); no I/O.
+        """
+        messages = to_openai_messages(transcript) if transcript is not None else []
+        messages.extend({"role": m["role"], "content": m["content"]} for m in run.input)
+        body: dict[str, Any] = {"model": self.model, "messages": messages}
+        for key in PASSTHROUGH_OPTS:
+            if key in opts:
+                body[key] = opts[key]
+        if opts.get("stream"):
+            body["stream"] = True
+            body["stream_options"] = {"include_usage": True}
+        extra = opts.get("extra_body")
+        if isinstance(extra, Mapping):
+            body.update(extra)
+        return body
+
+    def execute(
+        self, run: Run, session: Session, emit: Emit, opts: Mapping[str, Any]
+    ) -> AdapterResult:
+        """Send the run to the endpoint and emit the reply.
+
+        Args:
+            run: The run; its input follows the transcript.
+            session: ``context["transcript"]`` is sent first when present.
+            emit: The run's emit.
+            opts: ``adapter_opts`` (see the class docstring).
+
+        Returns:
+            The reply text as ``output`` and the response's ``usage`` as ``token_usage``.
+
+        Raises:
+            ProviderError: The endpoint answered with an HTTP error or a malformed body,
+                or could not be reached (the transport error is the ``__cause__``).
+
+        Cost: one HTTP request; one emit per streamed chunk plus one. Blocks.
+        """
+        body = self.request_body(run, session.context.get("transcript"), opts)
+        headers = {"Accept": "text/event-stream" if body.get("stream") else "application/json"}
+        if self._api_key:
+            headers["Authorization"] = f"Bearer {self._api_key}"
+        timeout_ms = opts.get("timeout")
+        timeout = (
+            timeout_ms / 1000
+            if isinstance(timeout_ms, int | float) and not isinstance(timeout_ms, bool)
+            else DEFAULT_HTTP_TIMEOUT_S
+        )
+        agent = Agent(id=self._name, label=self._name)
+        try:
+            with httpx.Client(timeout=timeout, headers=headers) as client:
+                if body.get("stream"):
+                    return self._streamed(client, body, emit, agent)
+                response = client.post(f"{self.base_url}/chat/completions", json=body)
+                self._check(response)
+                content, usage = self._parse_reply(response)
+        except httpx.HTTPError as exc:
+            raise ProviderError(self._name, None, f"{type(exc).__name__}: {exc}") from exc
+        emit(Event(agent, Text(content)))
+        return AdapterResult(output=content, token_usage=usage)
+
+    def _check(self, response: httpx.Response) -> None:
+        if response.status_code >= 400:
+            response.read()
+            raise ProviderError(self._name, response.status_code, response.text[:_DETAIL_MAX])
+
+    def _parse_reply(self, response: httpx.Response) -> tuple[str, dict[str, Any]]:
+        try:
+            payload = response.json()
+            content = payload["choices"][0]["message"].get("content") or ""
+            usage = payload.get("usage") or {}
+        except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
+            raise ProviderError(
+                self._name, response.status_code, f"malformed response: {exc!r}"
+            ) from exc
+        if not isinstance(content, str) or not isinstance(usage, dict):
+            raise ProviderError(self._name, response.status_code, "malformed response")
+        return content, usage
+
+    def _streamed(
+        self, client: httpx.Client, body: dict[str, Any], emit: Emit, agent: Agent
+    ) -> AdapterResult:
+        parts: list[str] = []
+        usage: dict[str, Any] = {}
+        with client.stream("POST", f"{self.base_url}/chat/completions", json=body) as response:
+            self._check(response)
+            for chunk in self._events(response):
+                if isinstance(chunk.get("usage"), dict):
+                    usage = chunk["usage"]
+                for choice in chunk.get("choices") or []:
+                    delta = (choice.get("delta") or {}).get("content")
+                    if isinstance(delta, str) and delta:
+                        parts.append(delta)
+                        emit(Event(agent, TextDelta(delta)))
+        content = "".join(parts)
+        emit(Event(agent, Text(content)))
+        return AdapterResult(output=content, token_usage=usage)
+
+    def _events(self, response: httpx.Response) -> Iterator[dict[str, Any]]:
+        """Yield the JSON payload of each ``data:`` line until ``[DONE]``."""
+        for line in response.iter_lines():
+            if not line.startswith("data:"):
+                continue  # blank separators, comments, event names
+            data = line[len("data:") :].strip()
+            if data == "[DONE]":
+                return
+            try:
+                chunk = json.loads(data)
+            except ValueError as exc:
+                raise ProviderError(
+                    self._name, response.status_code, f"malformed stream chunk: {data[:80]!r}"
+                ) from exc
+            if isinstance(chunk, dict):
+                yield chunk

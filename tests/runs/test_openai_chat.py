@@ -1,0 +1,261 @@
+"""OpenAIChatAdapter end to end against a real HTTP server on 127.0.0.1."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+
+from sharedesk.protocol.authors import Agent, Person
+from sharedesk.protocol.errors import ProviderError, RunFailed, ValidationError
+from sharedesk.protocol.events import Event, RunFinished, RunStarted, Text, TextDelta
+from sharedesk.protocol.ports import EventStore
+from sharedesk.runs import SessionManager
+from sharedesk.runs.openai_chat import OpenAIChatAdapter
+
+USAGE = {"prompt_tokens": 7, "completion_tokens": 3, "total_tokens": 10}
+CHUNKS = ["Hel", "lo ", "there"]
+
+
+class FakeProvider:
+    """What the loopback server received, and how it should answer."""
+
+    def __init__(self) -> None:
+        self.requests: list[tuple[str, dict[str, str], dict[str, Any]]] = []
+        self.status = 200
+
+
+def make_handler(provider: FakeProvider) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+        def do_POST(self) -> None:
+            length = int(self.headers["Content-Length"])
+            body = json.loads(self.rfile.read(length))
+            provider.requests.append((self.path, dict(self.headers), body))
+            if provider.status != 200:
+                self.send_response(provider.status)
+                self.end_headers()
+                self.wfile.write(b'{"error": {"message": "model overloaded"}}')
+                return
+            if body.get("stream"):
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.end_headers()
+                for piece in CHUNKS:
+                    chunk = {"choices": [{"index": 0, "delta": {"content": piece}}]}
+                    self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+                    self.wfile.flush()
+                final = {"choices": [], "usage": USAGE}
+                self.wfile.write(f"data: {json.dumps(final)}\n\ndata: [DONE]\n\n".encode())
+                return
+            reply = {
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": "Hi!"}}],
+                "usage": USAGE,
+            }
+            data = json.dumps(reply).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+    return Handler
+
+
+@pytest.fixture
+def provider() -> Iterator[tuple[str, FakeProvider]]:
+    """A chat-completions server on 127.0.0.1 (a free port), shut down after the test."""
+    state = FakeProvider()
+    server = ThreadingHTTPServer(("127.0.0.1", 0), make_handler(state))
+    thread = threading.Thread(
+        target=server.serve_forever, kwargs={"poll_interval": 0.01}, name="fake-provider"
+    )
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/v1", state
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(10)
+
+
+class TestPlain:
+    def test_a_run_posts_the_input_to_chat_completions_with_the_model_and_key(
+        self, store: EventStore, provider: tuple[str, FakeProvider]
+    ) -> None:
+        base_url, state = provider
+        adapter = OpenAIChatAdapter(base_url, "gpt-test", api_key="sk-1")
+
+        SessionManager.run_once(store, adapter, "hello", session_id="s1")
+
+        path, headers, body = state.requests[0]
+        assert "/v1/chat/completions" == path
+        assert "Bearer sk-1" == headers["Authorization"]
+        assert {"model": "gpt-test", "messages": [{"role": "user", "content": "hello"}]} == body
+
+    def test_the_reply_is_emitted_as_text_by_the_adapters_agent(
+        self, store: EventStore, provider: tuple[str, FakeProvider]
+    ) -> None:
+        result = SessionManager.run_once(
+            store, OpenAIChatAdapter(provider[0], "gpt-test"), "hello", session_id="s1"
+        )
+
+        replies = [(e.author, e.body) for e in result.events if isinstance(e.body, Text)]
+        assert [(Agent(id="openai", label="openai"), Text("Hi!"))] == replies
+        assert "Hi!" == result.output
+
+    def test_usage_becomes_the_runs_token_usage(
+        self, store: EventStore, provider: tuple[str, FakeProvider]
+    ) -> None:
+        result = SessionManager.run_once(
+            store, OpenAIChatAdapter(provider[0], "gpt-test"), "hello", session_id="s1"
+        )
+
+        finished = result.events[-1].body
+        assert isinstance(finished, RunFinished)
+        assert (USAGE, USAGE) == (result.token_usage, finished.token_usage)
+
+    def test_run_started_records_the_model(
+        self, store: EventStore, provider: tuple[str, FakeProvider]
+    ) -> None:
+        result = SessionManager.run_once(
+            store, OpenAIChatAdapter(provider[0], "gpt-test"), "hello", session_id="s1"
+        )
+
+        assert RunStarted(provider="openai", model="gpt-test") == result.events[0].body
+
+    def test_the_replayed_transcript_is_sent_before_the_input_with_peer_names(
+        self, store: EventStore, provider: tuple[str, FakeProvider]
+    ) -> None:
+        base_url, state = provider
+        adapter = OpenAIChatAdapter(base_url, "gpt-test")
+        SessionManager.run_once(store, adapter, "first", session_id="s1")
+        store.append("s1", [Event(Person(id="p1", label="Alice"), Text("and me?"))])
+
+        SessionManager.run_once(store, adapter, "second", session_id="s1", continuation="replay")
+
+        assert [
+            {"role": "user", "content": "first"},
+            {"role": "assistant", "content": "Hi!"},
+            {"role": "user", "content": "and me?", "name": "Alice"},
+            {"role": "user", "content": "second"},
+        ] == state.requests[1][2]["messages"]
+
+    def test_sampling_options_are_passed_through_to_the_request(
+        self, store: EventStore, provider: tuple[str, FakeProvider]
+    ) -> None:
+        base_url, state = provider
+
+        SessionManager.run_once(
+            store,
+            OpenAIChatAdapter(base_url, "gpt-test"),
+            "hello",
+            adapter_opts={"temperature": 0.1, "max_tokens": 5, "extra_body": {"user": "u1"}},
+        )
+
+        body = state.requests[0][2]
+        assert (0.1, 5, "u1") == (body["temperature"], body["max_tokens"], body["user"])
+
+    def test_an_http_error_fails_the_run_with_a_provider_error(
+        self, store: EventStore, provider: tuple[str, FakeProvider]
+    ) -> None:
+        base_url, state = provider
+        state.status = 503
+
+        with pytest.raises(RunFailed) as info:
+            SessionManager.run_once(store, OpenAIChatAdapter(base_url, "gpt-test"), "hello")
+
+        assert "ProviderError" == info.value.error_code
+        assert isinstance(info.value.__cause__, ProviderError)
+        assert 503 == info.value.__cause__.status_code
+
+    def test_an_unreachable_endpoint_fails_the_run_with_a_provider_error(
+        self, store: EventStore
+    ) -> None:
+        with socket.socket() as probe:  # a loopback port nobody listens on
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        closed_port_url = f"http://127.0.0.1:{port}/v1"
+
+        with pytest.raises(RunFailed) as info:
+            SessionManager.run_once(store, OpenAIChatAdapter(closed_port_url, "m"), "hello")
+
+        assert isinstance(info.value.__cause__, ProviderError)
+        assert None is info.value.__cause__.status_code
+
+
+class TestStreamed:
+    def test_streamed_chunks_are_emitted_as_text_deltas_then_the_whole_text(
+        self, store: EventStore, provider: tuple[str, FakeProvider]
+    ) -> None:
+        result = SessionManager.run_once(
+            store,
+            OpenAIChatAdapter(provider[0], "gpt-test"),
+            "hello",
+            session_id="s1",
+            adapter_opts={"stream": True},
+        )
+
+        emitted = [e.body for e in result.events if isinstance(e.body, Text | TextDelta)]
+        assert [TextDelta("Hel"), TextDelta("lo "), TextDelta("there"), Text("Hello there")] == (
+            emitted
+        )
+        assert "Hello there" == result.output
+
+    def test_a_streamed_request_asks_for_a_stream_with_usage(
+        self, store: EventStore, provider: tuple[str, FakeProvider]
+    ) -> None:
+        base_url, state = provider
+
+        SessionManager.run_once(
+            store, OpenAIChatAdapter(base_url, "gpt-test"), "hello", adapter_opts={"stream": True}
+        )
+
+        body = state.requests[0][2]
+        assert (True, {"include_usage": True}) == (body["stream"], body["stream_options"])
+
+    def test_streamed_usage_becomes_the_runs_token_usage(
+        self, store: EventStore, provider: tuple[str, FakeProvider]
+    ) -> None:
+        result = SessionManager.run_once(
+            store,
+            OpenAIChatAdapter(provider[0], "gpt-test"),
+            "hello",
+            adapter_opts={"stream": True},
+        )
+
+        assert USAGE == result.token_usage
+
+    def test_a_streamed_reply_replays_as_one_assistant_message(
+        self, store: EventStore, provider: tuple[str, FakeProvider]
+    ) -> None:
+        base_url, state = provider
+        adapter = OpenAIChatAdapter(base_url, "gpt-test")
+        SessionManager.run_once(
+            store, adapter, "first", session_id="s1", adapter_opts={"stream": True}
+        )
+
+        SessionManager.run_once(store, adapter, "second", session_id="s1", continuation="replay")
+
+        assert [
+            {"role": "user", "content": "first"},
+            {"role": "assistant", "content": "Hello there"},
+            {"role": "user", "content": "second"},
+        ] == state.requests[1][2]["messages"]
+
+
+class TestConstruction:
+    @pytest.mark.parametrize("args", [("", "m"), ("http://x", "")])
+    def test_an_empty_base_url_or_model_is_refused(self, args: tuple[str, str]) -> None:
+        with pytest.raises(ValidationError):
+            OpenAIChatAdapter(*args)
+
+    def test_the_adapter_cannot_continue_natively(self) -> None:
+        assert False is OpenAIChatAdapter("http://127.0.0.1:1", "m").native_continuation
