@@ -2,7 +2,7 @@
 
 This module is a pure fold, like the rest of ``sharedesk.projection``: it takes events
 (or reads them through the store port) and returns a :class:`~sharedesk.Transcript`.
-It imports nothing but ``sharedesk.protocol``; no clock, no lock, no logging.
+Of sharedesk it imports only ``sharedesk.protocol``; no store, clock, lock or logger.
 
 The fold, in the order it is applied:
 
@@ -22,7 +22,10 @@ The fold, in the order it is applied:
    message (another author or run, a tool call or result) closes it as it is; a later
    delta then starts a new message. Lifecycle events give no message and so do not
    interrupt a stream. Interleaved streams of two agents therefore give alternating
-   fragments: the transcript keeps the order in which things were written.
+   fragments: the transcript keeps the order in which things were written. A merged
+   message's metadata keeps the first event's ``event_id``/``sequence``/``run_id``,
+   merges in each later event's own metadata, and names the last event merged in as
+   ``last_event_id`` (and ``last_sequence`` when stored).
 4. **Tool pairing.** A ``ToolResult`` answers the earliest unanswered earlier
    ``ToolCall`` with its ``tool_call_id``. A result that answers no call (its call was
    not read, came later, or was already answered) gives no message: a provider would
@@ -511,8 +514,10 @@ class TranscriptBuilder:
             max_tokens_approx: Keep at most 4 times this many characters.
 
         Returns:
-            The transcript; ``last_sequence``/``last_timestamp`` are the highest among
-            all ``events`` (``None`` when none has one), whatever the truncation cut.
+            The transcript: the longest suffix of the messages that fits every budget
+            without splitting a tool call from its result. ``last_sequence`` and
+            ``last_timestamp`` are the highest and latest among all ``events`` (``None``
+            when none has one), whatever the truncation cut.
 
         Raises:
             ValidationError: ``session_id`` missing or malformed; ``events`` not
@@ -521,7 +526,7 @@ class TranscriptBuilder:
                 character budget is set.
 
         Cost: O(n log n) for n events, plus one JSON encoding of each tool input and
-        output counted against a character budget; no I/O.
+        output counted against a character budget; no I/O, never blocks.
         """
         if session_id is None:
             raise ValidationError(
