@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import queue
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -18,6 +19,8 @@ from tests.actors.faults import FaultyStore, InjectedFault
 ANA = Person(id="ana", label="Ana")
 BOT = Agent(id="bot", label="Bot")
 
+MakeHub = Callable[..., Hub]
+
 
 @pytest.fixture
 def store() -> FaultyStore:
@@ -25,15 +28,15 @@ def store() -> FaultyStore:
 
 
 @pytest.fixture
-def make_hub(store: FaultyStore) -> Iterator[type[Hub]]:
+def make_hub(store: FaultyStore) -> Iterator[MakeHub]:
     hubs: list[Hub] = []
 
     def factory(**options: float) -> Hub:
-        hub = Hub(store, HubOptions(**options))  # type: ignore[arg-type]
+        hub = Hub(store, HubOptions(**options))  # type: ignore[arg-type]  # FaultyStore is duck-typed
         hubs.append(hub)
         return hub
 
-    yield factory  # type: ignore[misc]
+    yield factory
     for gate in store.gate.values():
         gate.set()
     for hub in hubs:
@@ -52,12 +55,15 @@ def wait_until(condition: object, what: str) -> None:
 
 def inbox_size(hub: Hub, key: ActorKey) -> int:
     slot = hub._slots.get(key)
-    return 0 if slot is None or slot.ref is None else slot.ref.actor_inbox.qsize()
+    if slot is None or slot.ref is None:
+        return 0
+    inbox: queue.Queue[object] = slot.ref.actor_inbox  # type: ignore[assignment]
+    return inbox.qsize()
 
 
 class TestRestart:
     def test_a_fault_in_a_handler_reaches_the_caller_as_actor_crashed(
-        self, make_hub: type[Hub], store: FaultyStore
+        self, make_hub: MakeHub, store: FaultyStore
     ) -> None:
         hub = make_hub()
         store.fail["append"] = 1
@@ -72,7 +78,7 @@ class TestRestart:
         )
 
     def test_the_restarted_actor_recovers_its_last_sequence_from_the_store(
-        self, make_hub: type[Hub], store: FaultyStore
+        self, make_hub: MakeHub, store: FaultyStore
     ) -> None:
         hub = make_hub()
         desk = hub.session("desk")
@@ -85,7 +91,7 @@ class TestRestart:
         assert (3, 1) == (desk.post(ANA, "three").sequence, hub.stats().restarts)
 
     def test_requests_queued_behind_a_failed_one_are_served_by_the_fresh_actor(
-        self, make_hub: type[Hub], store: FaultyStore
+        self, make_hub: MakeHub, store: FaultyStore
     ) -> None:
         hub = make_hub()
         desk = hub.session("desk")
@@ -117,7 +123,7 @@ class TestRestart:
         assert [2, 3, 4] == sorted(results.values())  # type: ignore[type-var]
 
     def test_a_projector_fault_is_restarted_and_the_view_rebuilt(
-        self, make_hub: type[Hub], store: FaultyStore
+        self, make_hub: MakeHub, store: FaultyStore
     ) -> None:
         hub = make_hub()
         hub.session("desk").post(ANA, "one")
@@ -131,7 +137,7 @@ class TestRestart:
         assert ["one", "behind the hub"] == [m.content for m in hub.view("desk", BOT).messages]
 
     def test_a_sharing_fault_is_restarted_and_the_turn_planned_again(
-        self, make_hub: type[Hub], store: FaultyStore
+        self, make_hub: MakeHub, store: FaultyStore
     ) -> None:
         hub = make_hub()
         hub.session("desk").post(ANA, "hello")
@@ -146,7 +152,7 @@ class TestRestart:
 
 class TestAskTimeout:
     def test_an_actor_that_does_not_answer_in_time_raises_actor_timeout(
-        self, make_hub: type[Hub], store: FaultyStore
+        self, make_hub: MakeHub, store: FaultyStore
     ) -> None:
         hub = make_hub(ask_timeout=0.2)
         store.gate["append"] = threading.Event()
@@ -161,7 +167,7 @@ class TestAskTimeout:
         )
 
     def test_a_timed_out_append_still_lands_once_and_a_retry_with_its_id_is_idempotent(
-        self, make_hub: type[Hub], store: FaultyStore
+        self, make_hub: MakeHub, store: FaultyStore
     ) -> None:
         hub = make_hub(ask_timeout=0.2)
         gate = store.gate["append"] = threading.Event()
@@ -176,7 +182,7 @@ class TestAskTimeout:
 
 class TestRestartIntensity:
     def test_past_the_restart_intensity_the_session_fails(
-        self, make_hub: type[Hub], store: FaultyStore
+        self, make_hub: MakeHub, store: FaultyStore
     ) -> None:
         hub = make_hub(max_restarts=2, restart_period=60.0)
         store.fail["append"] = 3
@@ -194,7 +200,7 @@ class TestRestartIntensity:
         )
 
     def test_restarts_within_the_intensity_keep_the_session_alive(
-        self, make_hub: type[Hub], store: FaultyStore
+        self, make_hub: MakeHub, store: FaultyStore
     ) -> None:
         hub = make_hub(max_restarts=2, restart_period=60.0)
         store.fail["append"] = 2
@@ -205,7 +211,7 @@ class TestRestartIntensity:
         assert 1 == hub.session("desk").post(ANA, "fine").sequence
 
     def test_a_failed_session_leaves_other_sessions_unaffected(
-        self, make_hub: type[Hub], store: FaultyStore
+        self, make_hub: MakeHub, store: FaultyStore
     ) -> None:
         hub = make_hub(max_restarts=0, restart_period=60.0)
         hub.session("healthy").post(ANA, "before")
@@ -219,7 +225,7 @@ class TestRestartIntensity:
         )
 
     def test_every_kind_of_call_on_a_failed_session_raises_session_failed(
-        self, make_hub: type[Hub], store: FaultyStore
+        self, make_hub: MakeHub, store: FaultyStore
     ) -> None:
         hub = make_hub(max_restarts=0, restart_period=60.0)
         store.fail["append"] = 1
@@ -233,7 +239,7 @@ class TestRestartIntensity:
 
 class TestCloseWhileWaiting:
     def test_a_caller_waiting_on_a_stuck_actor_gets_hub_closed(
-        self, make_hub: type[Hub], store: FaultyStore
+        self, make_hub: MakeHub, store: FaultyStore
     ) -> None:
         hub = make_hub(ask_timeout=5.0)
         gate = store.gate["append"] = threading.Event()
