@@ -4,23 +4,46 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from sharedesk.actors.hub import Hub
 from sharedesk.protocol.authors import Agent
 from sharedesk.protocol.errors import SharedeskError
 from sharedesk.protocol.events import Event, Text
 from sharedesk.protocol.ports import EventStore
 from sharedesk.runs import AdapterResult, Emit, Run, Session
+from sharedesk.store.lmdb import LmdbStore
 from sharedesk.store.memory import MemoryStore
 
 
 @pytest.fixture
-def store() -> Iterator[EventStore]:
+def memory_store() -> Iterator[EventStore]:
     """An in-memory store, closed after the test."""
     with MemoryStore() as memory:
         yield memory
+
+
+@pytest.fixture(params=["memory", "lmdb", "hub"])
+def any_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[EventStore]:
+    """Each way to reach storage through the port: MemoryStore, LmdbStore, Hub.open(None)."""
+    opened: EventStore
+    if request.param == "memory":
+        opened = MemoryStore()
+    elif request.param == "lmdb":
+        opened = LmdbStore(tmp_path / "store", durability="relaxed")
+    else:
+        opened = Hub.open(None)
+    with opened:
+        yield opened
+
+
+@pytest.fixture
+def store(memory_store: EventStore) -> EventStore:
+    """The store of a test: in memory unless a module overrides it (test_manager does)."""
+    return memory_store
 
 
 class BlockingAdapter:

@@ -23,6 +23,12 @@ from sharedesk.runs.manager import parse_run_id
 from tests.runs.conftest import BlockingAdapter, FailingAdapter, RecordingAdapter
 
 
+@pytest.fixture
+def store(any_store: EventStore) -> EventStore:
+    """Every manager test runs over MemoryStore, LmdbStore and a Hub."""
+    return any_store
+
+
 def bodies(store: EventStore, session_id: str) -> list[type]:
     return [type(event.body) for event in store.read(session_id)]
 

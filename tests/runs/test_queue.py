@@ -277,3 +277,18 @@ class TestClose:
 
         assert 0 == store.last_sequence("s1")
         assert run_queue.status("s1").closed
+
+
+class TestOverEveryStore:
+    def test_queued_runs_execute_in_order_and_replay_earlier_replies(
+        self, any_store: EventStore
+    ) -> None:
+        adapter = ScriptedAdapter(["r0", "r1", "r2"])
+        with RunQueue(any_store) as run_queue:
+            for i in range(3):
+                run_queue.submit("s1", adapter, f"m{i}", continuation="replay")
+            assert run_queue.drain(10)
+
+        last = adapter.calls[-1].transcript
+        assert last is not None
+        assert ["m0", "r0", "m1", "r1"] == [m.content for m in last.messages]
