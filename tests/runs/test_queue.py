@@ -283,6 +283,7 @@ class TestOverEveryStore:
     def test_queued_runs_execute_in_order_and_replay_earlier_replies(
         self, any_store: EventStore
     ) -> None:
+        """Inputs are stored at submit, so the log holds every input before the replies."""
         adapter = ScriptedAdapter(["r0", "r1", "r2"])
         with RunQueue(any_store) as run_queue:
             for i in range(3):
@@ -291,4 +292,4 @@ class TestOverEveryStore:
 
         last = adapter.calls[-1].transcript
         assert last is not None
-        assert ["m0", "r0", "m1", "r1"] == [m.content for m in last.messages]
+        assert ["m0", "m1", "r0", "r1"] == [m.content for m in last.messages]
