@@ -14,7 +14,8 @@ The fold, in the order it is applied:
    message carrying ``tool_call_id``/``tool_name``/``tool_input``; ``ToolResult`` gives
    a ``"tool"`` message carrying ``tool_call_id``/``tool_output`` (``is_error`` goes in
    its metadata). ``RunStarted`` and ``RunFinished`` give no message. Every message
-   keeps its author.
+   keeps its author. A message's metadata is its event's own metadata with
+   ``event_id``, ``sequence`` (when stored) and ``run_id`` (when set) written over it.
 3. **Streaming.** A ``TextDelta`` opens a message that stays *open* while the next
    message-giving event is a ``TextDelta`` of the same participant (labels ignored) and
    run: those deltas are appended to it. A ``Text`` of that participant and run closes
