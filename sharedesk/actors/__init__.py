@@ -5,12 +5,14 @@ routes writes through each session's actor, serves views from projector actors k
 current by pushed rows, and plans and commits turns through a sharing actor.
 """
 
+from sharedesk.actors._base import ActorKey
 from sharedesk.actors.hub import HUB_OPTION_NAMES, Hub, HubOptions, HubStats, SessionHandle, Turn
 from sharedesk.actors.projector import ProjectorActor
 from sharedesk.actors.session import SessionActor
 from sharedesk.actors.sharing import SharingActor, plan_turn
 
 __all__ = [
+    "ActorKey",
     "HUB_OPTION_NAMES",
     "Hub",
     "HubOptions",

@@ -605,6 +605,11 @@ class Hub:
                 passivated=self._passivated,
             )
 
+    def active(self) -> list[ActorKey]:
+        """Return the running actors, least recently used first. Cost: O(actors)."""
+        with self._lock:
+            return list(self._slots)
+
     def close(self) -> None:
         """Stop the run queue, every actor and the reaper, then close the store. Idempotent.
 
