@@ -22,6 +22,7 @@ from sharedesk.protocol import (
     RunFinished,
     RunStarted,
     SessionAuthor,
+    StoreClosedError,
     System,
     Text,
     TextDelta,
@@ -815,6 +816,13 @@ class TestFromStore:
             transcript.last_sequence,
             transcript.last_timestamp,
         )
+
+    def test_a_closed_store_raises_its_typed_error(self) -> None:
+        closed = MemoryStore()
+        closed.close()
+
+        with pytest.raises(StoreClosedError):
+            TranscriptBuilder.from_store(closed, SESSION)
 
     def test_budgets_apply_to_a_store_read(self, store: RecordingStore) -> None:
         store.append(SESSION, [text(ALICE, str(n)) for n in range(1, 6)])
