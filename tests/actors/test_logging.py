@@ -1,0 +1,127 @@
+"""Logging: dotted events with the actor's context bound, no content at INFO; configure_logging."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import pytest
+import structlog
+from structlog.contextvars import merge_contextvars
+from structlog.testing import capture_logs
+
+from sharedesk.actors import Hub, HubOptions
+from sharedesk.logconfig import configure_logging
+from sharedesk.protocol import Agent, Event, Person, Text, ValidationError
+from sharedesk.protocol.errors import ActorCrashed
+from tests.actors.conftest import HubFactory
+from tests.actors.faults import FaultyStore
+
+ANA = Person(id="ana", label="Ana")
+BOT = Agent(id="bot", label="Bot")
+EVE = Agent(id="eve", label="Eve")
+SECRET = "the secret plan"
+
+
+@pytest.fixture
+def fresh_structlog() -> Iterator[None]:
+    structlog.reset_defaults()
+    yield
+    structlog.reset_defaults()
+
+
+class TestActorLogs:
+    def test_a_committed_turn_logs_turn_committed_with_its_context(
+        self, open_hub: HubFactory
+    ) -> None:
+        hub = open_hub()
+        hub.session("desk").post(ANA, "question")
+        with capture_logs(processors=[merge_contextvars]) as logs:
+            hub.turn("desk", BOT).commit(SECRET)
+
+        committed = [e for e in logs if e["event"] == "turn.committed"]
+        assert [("info", "desk", "agent:bot", "sharing", "Commit", 2)] == [
+            (e["log_level"], e["session_id"], e["viewer"], e["actor"], e["msg"], e["reply_sequence"])
+            for e in committed
+        ]
+
+    def test_no_message_content_is_logged_at_info_or_above(self, open_hub: HubFactory) -> None:
+        hub = open_hub()
+        with capture_logs(processors=[merge_contextvars]) as logs:
+            hub.session("desk").post(ANA, SECRET)
+            hub.view("desk", BOT)
+            hub.turn("desk", BOT).commit(SECRET)
+
+        loud = [e for e in logs if e["log_level"] not in ("debug",)]
+        assert [] == [e for e in loud if SECRET in repr(e)]
+
+    def test_each_message_logs_with_its_own_viewer(self, open_hub: HubFactory) -> None:
+        hub = open_hub()
+        with capture_logs(processors=[merge_contextvars]) as logs:
+            hub.turn("desk", BOT)
+            hub.turn("desk", EVE)
+
+        planned = [e["viewer"] for e in logs if e["event"] == "turn.planned"]
+        assert ["agent:bot", "agent:eve"] == planned
+
+    def test_a_crash_logs_actor_crashed_with_the_run_id_of_the_request(self) -> None:
+        store = FaultyStore()
+        store.fail["append"] = 1
+        with Hub(store, HubOptions()) as hub:  # type: ignore[arg-type]
+            with capture_logs(processors=[merge_contextvars]) as logs, pytest.raises(ActorCrashed):
+                hub.append("desk", [Event(BOT, Text("x"), run_id="run-7")])
+
+        crashed = [e for e in logs if e["event"] == "actor.crashed"]
+        assert [("error", "desk", "session", "run-7")] == [
+            (e["log_level"], e["session_id"], e["actor"], e["run_id"]) for e in crashed
+        ]
+
+    def test_context_bound_for_one_message_does_not_leak_into_the_caller(
+        self, open_hub: HubFactory
+    ) -> None:
+        hub = open_hub()
+        hub.turn("desk", BOT).commit()
+
+        assert {} == structlog.contextvars.get_contextvars()
+
+
+@pytest.mark.usefixtures("fresh_structlog")
+class TestConfigureLogging:
+    def test_json_lines_go_to_stderr_with_level_and_timestamp(
+        self, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        configure_logging(json=True, level="info")
+        structlog.get_logger().info("turn.committed", watermark=3)
+
+        line = json.loads(capsys.readouterr().err.strip().splitlines()[-1])
+
+        assert ("turn.committed", "info", 3, True) == (
+            line["event"],
+            line["level"],
+            line["watermark"],
+            "timestamp" in line,
+        )
+
+    def test_events_below_the_level_are_dropped(self, capsys: pytest.CaptureFixture[str]) -> None:
+        configure_logging(json=True, level="warning")
+        structlog.get_logger().info("turn.committed")
+
+        assert "" == capsys.readouterr().err
+
+    def test_bound_context_appears_in_every_line(self, capsys: pytest.CaptureFixture[str]) -> None:
+        configure_logging(json=True, level="debug")
+        with structlog.contextvars.bound_contextvars(session_id="desk"):
+            structlog.get_logger().debug("actor.started")
+
+        assert "desk" == json.loads(capsys.readouterr().err.strip())["session_id"]
+
+    def test_console_format_is_human_readable(self, capsys: pytest.CaptureFixture[str]) -> None:
+        configure_logging(level=20)
+        structlog.get_logger().info("hub.opened", path="x")
+
+        assert "hub.opened" in capsys.readouterr().err
+
+    @pytest.mark.parametrize("level", ["loud", True, None])
+    def test_an_unknown_level_is_refused(self, level: object) -> None:
+        with pytest.raises(ValidationError):
+            configure_logging(level=level)  # type: ignore[arg-type]
