@@ -652,3 +652,68 @@ class TestReplay:
         SessionManager.run_once(store, adapter, "x", session_id="s1", continuation="auto")
 
         assert "replay" == adapter.seen[0][1].context["continuation"]
+
+
+class TestEmit:
+    def test_emitted_events_get_the_runs_id(self, store: EventStore) -> None:
+        result = SessionManager.run_once(store, ScriptedAdapter(["hi"]), "x", session_id="s1")
+
+        assert {result.run_id} == {e.run_id for e in result.events}
+
+    def test_an_event_of_another_run_is_refused_and_fails_the_run(self, store: EventStore) -> None:
+        class Stray(RecordingAdapter):
+            def execute(self, run: Any, session: Any, emit: Any, opts: Any) -> Any:
+                emit(Event(Agent(id="s", label="s"), Text("x"), run_id="0" * 32 + "@s1"))
+
+        with pytest.raises(RunFailed) as info:
+            SessionManager.run_once(store, Stray(), "x", session_id="s1")
+
+        assert "ValidationError" == info.value.error_code
+
+    def test_emits_succeed_while_others_write_to_the_session(self, store: EventStore) -> None:
+        class Interleaved(RecordingAdapter):
+            def execute(self, run: Any, session: Any, emit: Any, opts: Any) -> Any:
+                for i in range(3):
+                    store.append("s1", [Event(Agent(id="peer", label="Peer"), Text(f"p{i}"))])
+                    emit(Event(Agent(id="bot", label="bot"), Text(f"b{i}")))
+                return None
+
+        result = SessionManager.run_once(store, Interleaved(), "x", session_id="s1")
+
+        texts = [e.body.content for e in store.read("s1") if isinstance(e.body, Text)]
+        assert ["x", "p0", "b0", "p1", "b1", "p2", "b2"] == texts
+        assert "b2" == result.output
+
+
+class TestRaces:
+    """Whatever the interleaving, a run finishes exactly once and every caller agrees."""
+
+    def test_a_cancel_racing_completion_has_one_winner_that_everyone_sees(
+        self, store: EventStore
+    ) -> None:
+        for index in range(20):
+            session_id = f"race{index}"
+            run = SessionManager.start_run(store, session_id, "x")
+            cancel_outcome: list[str] = []
+
+            def cancel(run_id: str = run.id, out: list[str] = cancel_outcome) -> None:
+                try:
+                    SessionManager.cancel_run(store, run_id)
+                    out.append("cancelled")
+                except RunStateError as exc:
+                    out.append(exc.status)
+
+            canceller = threading.Thread(target=cancel)
+            canceller.start()
+            try:
+                SessionManager.execute_run(store, ScriptedAdapter(["hi"]), run.id)
+                executed = "completed"
+            except RunCancelled:
+                executed = "cancelled"
+            except RunStateError as exc:  # cancelled before execute_run looked
+                executed = exc.status
+            canceller.join(10)
+
+            finishes = [e.body for e in store.read(session_id) if isinstance(e.body, RunFinished)]
+            assert 1 == len(finishes)
+            assert [executed] == cancel_outcome == [finishes[0].status]
