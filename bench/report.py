@@ -271,15 +271,23 @@ def print_summary(console: Console, report: Report) -> None:
         console.print(f"  {figure}: {value}")
     for target in report.targets:
         style = {"PASS": "green", "SHORT": "red", "N/A": "yellow"}[target.status]
-        shown = "-" if target.value is None else f"{target.value:.2f}{target.unit}"
+        shown = "-" if target.value is None else f"{_fmt_value(target.value, target.unit)}"
         relation = ">=" if target.at_least else "<="
+        bound = _fmt_value(target.bound, target.unit)
         console.print(
             f"[{style}]{target.status}[/{style}] issue {target.issue}: {target.claim}: "
-            f"{shown} ({relation} {target.bound:g}{target.unit}; {target.detail})",
+            f"{shown} ({relation} {bound}; {target.detail})",
             highlight=False,
         )
     for note in report.notes:
         console.print(f"[dim]note: {note}[/dim]", highlight=False)
+
+
+def _fmt_value(value: float, unit: str) -> str:
+    """Ratios with two decimals (``0.83x``), counts and sizes as whole numbers."""
+    if unit == "x":
+        return f"{value:.2f}x"
+    return f"{value:,.0f}{unit}"
 
 
 def _baseline_key(m: Measurement) -> str:
@@ -335,6 +343,15 @@ def write_plots(report: Report, directory: Path) -> tuple[list[Path], str | None
         for name, points in sorted(series.items()):
             points.sort()
             ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=name)
+        for m in report.measurements:
+            if m.system == "lmdb-raw" and m.operation == "append" and m.ops_per_s > 0:
+                ax.axhline(m.ops_per_s, linestyle="--", linewidth=0.8, color="grey")
+                ax.annotate(
+                    f"raw lmdb {m.params.get('per_txn')}/txn",
+                    (1, m.ops_per_s),
+                    fontsize="x-small",
+                    color="grey",
+                )
         ax.set_xlabel("writer threads")
         ax.set_ylabel("events/s")
         ax.set_xscale("log", base=2)
@@ -353,12 +370,16 @@ def write_plots(report: Report, directory: Path) -> tuple[list[Path], str | None
             by_operation.setdefault(f"{m.scenario}-{m.operation}", []).append(m)
     for name, group in sorted(by_operation.items()):
         fig, ax = plt.subplots(figsize=(7, 4.5))
+        low = max(min(min(m.samples_us) for m in group), 0.1)
+        high = max(max(m.samples_us) for m in group) * 1.01
+        bins = [low * (high / low) ** (k / 60) for k in range(61)] if high > low else 10
         for m in group[:8]:
-            ax.hist(m.samples_us, bins=60, histtype="step", label=m.label)
-        ax.set_xlabel("latency (µs)")
+            ax.hist(m.samples_us, bins=bins, histtype="step", label=m.label)
+        ax.set_xscale("log")
+        ax.set_xlabel("latency (µs, log scale)")
         ax.set_ylabel("operations")
         ax.set_yscale("log")
-        ax.set_title(f"{name} latency")
+        ax.set_title(f"{name.replace('-', ' ')} latency")
         ax.legend(fontsize="x-small")
         path = directory / f"{report.scenario}-{stamp}-{name}-latency.png"
         fig.tight_layout()

@@ -20,6 +20,7 @@ from bench.report import (
     ratio_target,
     utc_now,
     write_json,
+    write_plots,
 )
 
 
@@ -176,3 +177,35 @@ class TestOptions:
 
     def test_pick_prefers_the_given_value_then_the_mode_default(self) -> None:
         assert (5, 1, 2) == (pick(5, 1, 2, True), pick(None, 1, 2, False), pick(None, 1, 2, True))
+
+
+class TestPlots:
+    def test_throughput_and_latency_plots_are_written_as_png(self, tmp_path: Path) -> None:
+        report = Report(
+            scenario="append",
+            started=utc_now(),
+            argv=[],
+            machine={},
+            measurements=[
+                measurement(
+                    scenario="append",
+                    system="sharedesk",
+                    operation="append",
+                    label=f"append t={threads}",
+                    ops=100,
+                    seconds=1.0 / threads,
+                    latencies_ns=[1000 * (k + 1) for k in range(100)],
+                    params={"threads": threads, "series": "sharedesk store durable"},
+                )
+                for threads in (1, 4, 16)
+            ],
+            targets=[],
+            figures={},
+            notes=[],
+        )
+
+        written, skipped = write_plots(report, tmp_path)
+
+        assert None is skipped
+        assert 2 == len(written)
+        assert all(p.read_bytes().startswith(b"\x89PNG") for p in written)
