@@ -77,3 +77,7 @@ class TestEvents:
     def test_a_parent_must_name_an_earlier_row(self) -> None:
         with pytest.raises(ValidationError, match="earlier"):
             check_parents([Event(Operator(), Text("x"), parent=5)], first_sequence=5)
+
+    def test_an_int_outside_the_storable_range_is_refused(self) -> None:
+        with pytest.raises(ValidationError):
+            check_events([Event(Operator(), Text("x"), metadata={"n": -(2**63) - 1})])
