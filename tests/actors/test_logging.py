@@ -41,7 +41,14 @@ class TestActorLogs:
 
         committed = [e for e in logs if e["event"] == "turn.committed"]
         assert [("info", "desk", "agent:bot", "sharing", "Commit", 2)] == [
-            (e["log_level"], e["session_id"], e["viewer"], e["actor"], e["msg"], e["reply_sequence"])
+            (
+                e["log_level"],
+                e["session_id"],
+                e["viewer"],
+                e["actor"],
+                e["msg"],
+                e["reply_sequence"],
+            )
             for e in committed
         ]
 
@@ -67,9 +74,12 @@ class TestActorLogs:
     def test_a_crash_logs_actor_crashed_with_the_run_id_of_the_request(self) -> None:
         store = FaultyStore()
         store.fail["append"] = 1
-        with Hub(store, HubOptions()) as hub:  # type: ignore[arg-type]
+        hub = Hub(store, HubOptions())  # type: ignore[arg-type]
+        try:
             with capture_logs(processors=[merge_contextvars]) as logs, pytest.raises(ActorCrashed):
                 hub.append("desk", [Event(BOT, Text("x"), run_id="run-7")])
+        finally:
+            hub.close()
 
         crashed = [e for e in logs if e["event"] == "actor.crashed"]
         assert [("error", "desk", "session", "run-7")] == [
