@@ -74,7 +74,7 @@ class TestActorLogs:
     def test_a_crash_logs_actor_crashed_with_the_run_id_of_the_request(self) -> None:
         store = FaultyStore()
         store.fail["append"] = 1
-        hub = Hub(store, HubOptions())  # type: ignore[arg-type]
+        hub = Hub(store, HubOptions())
         try:
             with capture_logs(processors=[merge_contextvars]) as logs, pytest.raises(ActorCrashed):
                 hub.append("desk", [Event(BOT, Text("x"), run_id="run-7")])
