@@ -1,7 +1,7 @@
 """``scale``: touch many sessions through a Hub with ``max_active``; peak threads and RSS.
 
 Sessions are touched one after another (an append of one event, or ``--touch read`` for
-``last_sequence``), so every touch past ``max_active`` passivates the least recently
+the operator's ``hub.view``), so every touch past ``max_active`` passivates the least recently
 used actor. Sampled during the run: Python threads (every touch), live pykka actors and
 resident memory (every 500 touches and at the end). Issue 4 holds the peak thread count
 to ``max_active`` plus a small constant (:data:`THREAD_SLACK` here) above the threads
@@ -15,7 +15,6 @@ import os
 import resource
 import threading
 import time
-from typing import Any
 
 from bench.harness import BenchRun, lmdb_missing, open_hub
 from bench.options import pick
@@ -35,7 +34,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--touch",
         choices=["write", "read"],
-        help="append one event, or read last_sequence (default write)",
+        help="append one event, or read the operator's view (default write)",
     )
     parser.add_argument(
         "--durability",
@@ -87,11 +86,10 @@ def run(run_: BenchRun, args: argparse.Namespace) -> None:
             for i in range(sessions):
                 session_id = f"s{i:07d}"
                 t0 = time.perf_counter_ns()
-                handle: Any = hub.session(session_id)
                 if touch == "write":
-                    handle.append([Event(author, Text("hello"))])
+                    hub.session(session_id).append([Event(author, Text("hello"))])
                 else:
-                    handle.last_sequence()
+                    hub.view(session_id, author)
                 latencies.append(time.perf_counter_ns() - t0)
                 peak_threads = max(peak_threads, threading.active_count())
                 if i % SAMPLE_EVERY == SAMPLE_EVERY - 1:
@@ -116,7 +114,7 @@ def run(run_: BenchRun, args: argparse.Namespace) -> None:
             seconds=seconds,
             latencies_ns=latencies,
             params={"sessions": sessions, "max_active": max_active, "durability": durability},
-            note="hub.session(id) + one call, sessions touched one after another",
+            note="one append (write) or hub.view (read) per session, one after another",
         )
     )
     run_.figures["scale threads before Hub / peak / after close"] = (

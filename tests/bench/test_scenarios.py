@@ -140,6 +140,15 @@ class TestScale:
         assert [4, 4] == [t.issue for t in report.targets]
         assert "PASS" == report.targets[0].status
 
+    def test_scale_read_touch_starts_actors_and_stays_within_max_active(
+        self, tmp_path: Path
+    ) -> None:
+        report = run_bench(
+            tmp_path, "scale", "--sessions", "60", "--max-active", "6", "--touch", "read"
+        )
+
+        assert 6 == report.figures["scale peak live actors"]
+
     def test_scale_leaves_no_thread_behind(self, tmp_path: Path) -> None:
         before = {t.ident for t in threading.enumerate()}
 
