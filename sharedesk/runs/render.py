@@ -156,6 +156,8 @@ def to_anthropic_messages(transcript: Transcript) -> tuple[str | None, list[dict
     Content is always a list of blocks: ``text``, ``tool_use`` (id, name, input) and
     ``tool_result`` (tool_use_id, content). Consecutive messages of one role merge into
     one message, as the API requires, with ``tool_result`` blocks first in a user turn.
+    Nothing is invented: a transcript that opens with an assistant turn is rendered as
+    it is (the caller adds the run's input as the last user turn).
 
     Args:
         transcript: The transcript, roles already relative to the viewer.

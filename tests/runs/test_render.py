@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
+
+from hypothesis import given
+from hypothesis import strategies as st
 
 from sharedesk.projection.transcript import TranscriptBuilder
 from sharedesk.protocol.authors import Agent, Operator, Person, System
@@ -241,3 +245,86 @@ class TestRenderingABuiltTranscript:
             {"role": "tool", "tool_call_id": "c1", "content": "x is 1"},
             {"role": "user", "content": "x is 1", "name": "Claude_Code_"},
         ] == to_openai_messages(built)
+
+
+AUTHORS = [Operator(), ALICE, PEER, BOT, PROMPT]
+
+
+@st.composite
+def transcripts(draw: st.DrawFn) -> Transcript:
+    """Random transcripts: texts of any role and author, calls and results in any order."""
+    ids = draw(st.permutations([f"c{i}" for i in range(4)]))
+    calls = draw(st.sets(st.sampled_from(ids)))
+    results = draw(st.sets(st.sampled_from(ids)))
+    items: list[TranscriptMessage] = [call(c) for c in calls] + [result(r) for r in results]
+    texts = draw(
+        st.lists(
+            st.tuples(st.sampled_from(["user", "assistant", "system"]), st.sampled_from(AUTHORS)),
+            max_size=6,
+        )
+    )
+    items += [text(role, f"t{i}", author) for i, (role, author) in enumerate(texts)]
+    return transcript(*draw(st.permutations(items)))
+
+
+def paired_ids(messages: list[TranscriptMessage]) -> set[str]:
+    calls = {m.tool_call_id for m in messages if m.role == "assistant" and m.tool_call_id}
+    results = {m.tool_call_id for m in messages if m.role == "tool" and m.tool_call_id}
+    return {i for i in calls & results if i is not None}
+
+
+class TestRenderedMessagesObeyTheAPIs:
+    @given(transcripts())
+    def test_openai_tool_messages_follow_the_assistant_message_holding_their_call(
+        self, built: Transcript
+    ) -> None:
+        rendered = to_openai_messages(built)
+
+        open_calls: set[str] = set()
+        answered: list[str] = []
+        for message in rendered:
+            if message["role"] == "tool":
+                assert message["tool_call_id"] in open_calls
+                open_calls.discard(message["tool_call_id"])
+                answered.append(message["tool_call_id"])
+            else:
+                assert set() == open_calls
+                open_calls = {c["id"] for c in message.get("tool_calls") or []}
+        assert set() == open_calls
+        assert sorted(paired_ids(built.messages)) == sorted(answered)
+
+    @given(transcripts())
+    def test_openai_keeps_every_text_in_order(self, built: Transcript) -> None:
+        rendered = to_openai_messages(built)
+
+        expected = [m.content for m in built.messages if m.role != "tool" and not m.tool_call_id]
+        assert expected == [
+            m["content"] for m in rendered if m["content"] is not None and m["role"] != "tool"
+        ]
+
+    @given(transcripts())
+    def test_anthropic_roles_alternate_and_each_tool_use_is_answered_next(
+        self, built: Transcript
+    ) -> None:
+        _, messages = to_anthropic_messages(built)
+
+        roles = [m["role"] for m in messages]
+        assert all(a != b for a, b in itertools.pairwise(roles))
+        for index, message in enumerate(messages):
+            uses = [b["id"] for b in message["content"] if b["type"] == "tool_use"]
+            if uses:
+                following = messages[index + 1]["content"]
+                answered = [b["tool_use_id"] for b in following if b["type"] == "tool_result"]
+                assert set(uses) <= set(answered)
+            kinds = [b["type"] for b in message["content"]]
+            results_first = sorted(kinds, key=lambda kind: kind != "tool_result")
+            assert results_first == kinds
+
+    @given(transcripts())
+    def test_anthropic_sends_exactly_the_paired_calls(self, built: Transcript) -> None:
+        _, messages = to_anthropic_messages(built)
+
+        blocks = [b for m in messages for b in m["content"]]
+        uses = sorted(b["id"] for b in blocks if b["type"] == "tool_use")
+        results = sorted(b["tool_use_id"] for b in blocks if b["type"] == "tool_result")
+        assert sorted(paired_ids(built.messages)) == uses == results
