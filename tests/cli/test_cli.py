@@ -54,14 +54,15 @@ def store_path(tmp_path: Path) -> Path:
 WRITER = textwrap.dedent(
     """
     import sys, time
-    from sharedesk import Event, Operator, Text
-    from sharedesk.store.lmdb import LmdbStore
+    from sharedesk import Operator
+    from sharedesk.actors import Hub
 
-    store = LmdbStore(sys.argv[1], durability="relaxed")
-    store.append("live", [Event(Operator(), Text("first"))])
+    hub = Hub.open(sys.argv[1], durability="relaxed")
+    desk = hub.session("live")
+    desk.post(Operator(), "first")
     print("ready", flush=True)
     while True:
-        store.append("live", [Event(Operator(), Text("more"))])
+        desk.post(Operator(), "more")
         time.sleep(0.002)
     """
 )
@@ -69,7 +70,7 @@ WRITER = textwrap.dedent(
 
 @pytest.fixture
 def live_writer(tmp_path: Path) -> Iterator[Path]:
-    """Another process holding the store open and appending to session ``live``."""
+    """Another process with a Hub open on the store, posting to session ``live``."""
     path = tmp_path / "live-store"
     child = subprocess.Popen(
         [sys.executable, "-c", WRITER, str(path)],
