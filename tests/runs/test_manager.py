@@ -6,6 +6,7 @@ import threading
 from typing import Any
 
 import pytest
+from structlog.testing import capture_logs
 
 from sharedesk.protocol.authors import Agent, Operator, System
 from sharedesk.protocol.errors import (
@@ -717,3 +718,22 @@ class TestRaces:
             finishes = [e.body for e in store.read(session_id) if isinstance(e.body, RunFinished)]
             assert 1 == len(finishes)
             assert [executed] == cancel_outcome == [finishes[0].status]
+
+
+class TestLogging:
+    def test_a_failed_run_is_logged_at_info_with_its_ids_and_code(self, store: EventStore) -> None:
+        run = SessionManager.start_run(store, "s1", "secret prompt")
+
+        with capture_logs() as logs, pytest.raises(RunFailed):
+            SessionManager.execute_run(store, FailingAdapter(), run.id)
+
+        failed = [entry for entry in logs if entry["event"] == "run.failed"]
+        assert [("info", "s1", run.id, "RuntimeError")] == [
+            (e["log_level"], e["session_id"], e["run_id"], e["error_code"]) for e in failed
+        ]
+
+    def test_message_content_is_never_logged(self, store: EventStore) -> None:
+        with capture_logs() as logs:
+            SessionManager.run_once(store, ScriptedAdapter(["secret reply"]), "secret prompt")
+
+        assert not any("secret" in repr(entry) for entry in logs)
