@@ -618,11 +618,13 @@ class SessionManager:
         if mode == "replay":
             context["transcript"] = _replay(events, session_id, run_id, adapter, budget)
         model = getattr(adapter, "model", None)
+        if not isinstance(model, str):
+            model = stored_session.get("model") if mode == "native" else None
         claim = Event(
             LIFECYCLE_AUTHOR,
             RunStarted(
                 provider=adapter.name,
-                model=model if isinstance(model, str) else stored_session.get("model"),
+                model=model,
                 provider_session_id=continued if mode == "native" else None,
             ),
             id=_started_id(hexid),
@@ -660,15 +662,11 @@ class SessionManager:
                 execution.done.set()
 
         threading.Thread(target=work, name=f"sharedesk-run-{hexid[:8]}", daemon=True).start()
-        return SessionManager._wait(execution, adapter.name, timeout_ms, log)
+        return SessionManager._wait(execution, timeout_ms, log)
 
     @staticmethod
-    def _wait(
-        execution: _Execution,
-        provider: str,
-        timeout_ms: float | None,
-        log: Any,
-    ) -> RunResult:
+    def _wait(execution: _Execution, timeout_ms: float | None, log: Any) -> RunResult:
+        """Wait for the adapter, a cancel or the timeout, and finish the run once."""
         run_id = execution.run_id
         deadline = None if timeout_ms is None else time.monotonic() + timeout_ms / 1000
         interval = _FIRST_POLL_S
