@@ -502,6 +502,25 @@ def _show_turn(console: Console, who: SessionAuthor, where: str, turn: Any) -> N
         render_message(console, message, who)
 
 
+def _agent_turn(
+    console: Console,
+    hub: Any,
+    agent: Agent,
+    bot: Any,
+    conversation: Conversation | None,
+    where: str,
+    round_no: int,
+) -> None:
+    """Let ``agent`` take a turn, show its delta, and commit the scripted reply."""
+    turn = hub.turn(DEMO_DESK, agent, conversation)
+    _show_turn(console, agent, where, turn)
+    reply = turn.commit(_scripted_reply(bot, turn, round_no) or None)
+    if reply is None:
+        console.print("  [green]committed[/green] (no reply)\n")
+    else:
+        console.print(f"  [green]committed[/green] #{reply.sequence}\n")
+
+
 def run_demo(console: Console, path: Path) -> None:
     """Play one round of the scripted desk at ``path`` and print what each participant sees.
 
@@ -553,23 +572,14 @@ def run_demo(console: Console, path: Path) -> None:
             f"[dim]operator and Ana posted; Ana's ticket is thread #{root.sequence}[/dim]\n"
         )
 
-        for agent, bot, conversation, where in (
-            (TRIAGE, triage_bot, None, "the channel"),
-            (RESEARCHER, researcher_bot, thread, where_thread),
-        ):
-            turn = hub.turn(DEMO_DESK, agent, conversation)
-            _show_turn(console, agent, where, turn)
-            reply = turn.commit(_scripted_reply(bot, turn, round_no))
-            console.print(f"  [green]committed[/green] #{reply.sequence}\n")
+        _agent_turn(console, hub, TRIAGE, triage_bot, None, "the channel", round_no)
+        _agent_turn(console, hub, RESEARCHER, researcher_bot, thread, where_thread, round_no)
 
         answer = desk.post(ANA, "Thanks! Retry with backoff sounds right.", parent=root.sequence)
         console.print(f"[dim]Ana answered in {where_thread} (#{answer.sequence})[/dim]\n")
 
-        for agent, bot in ((TRIAGE, triage_bot), (RESEARCHER, researcher_bot)):
-            turn = hub.turn(DEMO_DESK, agent, thread)
-            _show_turn(console, agent, where_thread, turn)
-            reply = turn.commit(_scripted_reply(bot, turn, round_no))
-            console.print(f"  [green]committed[/green] #{reply.sequence}\n")
+        _agent_turn(console, hub, TRIAGE, triage_bot, thread, where_thread, round_no)
+        _agent_turn(console, hub, RESEARCHER, researcher_bot, thread, where_thread, round_no)
 
         console.rule("[bold]what each participant sees in the channel")
         for who in (OPERATOR, ANA, TRIAGE, RESEARCHER):
