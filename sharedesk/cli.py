@@ -24,7 +24,7 @@ import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 from rich.console import Console
 from rich.markup import escape
@@ -36,6 +36,11 @@ from sharedesk.protocol.constants import SESSION_WINDOW
 from sharedesk.protocol.errors import SharedeskError, ValidationError
 from sharedesk.protocol.events import Event, Text
 from sharedesk.protocol.views import Conversation, SessionMessage, SessionQuery
+
+if TYPE_CHECKING:
+    from sharedesk.actors import Hub, Turn
+    from sharedesk.runs import ScriptedAdapter
+    from sharedesk.store.lmdb import LmdbStore
 
 #: Exit status for bad input and for any :class:`~sharedesk.SharedeskError`.
 EXIT_USAGE = 2
@@ -284,7 +289,7 @@ def _check_store_path(path: Path) -> None:
 
 
 @contextmanager
-def open_existing_store(path: Path) -> Iterator[Any]:
+def open_existing_store(path: Path) -> Iterator[LmdbStore]:
     """Open the LMDB store at ``path`` (which must exist) and close it afterwards.
 
     Raises:
@@ -304,7 +309,7 @@ def open_existing_store(path: Path) -> Iterator[Any]:
         store.close()
 
 
-def _require_session(store: Any, path: Path, session_id: str) -> None:
+def _require_session(store: LmdbStore, path: Path, session_id: str) -> None:
     if store.last_sequence(session_id) == 0:
         raise ValidationError(f"unknown session {session_id!r} in {path}")
 
@@ -330,7 +335,7 @@ def run_inspect(console: Console, path: Path, session_id: str | None, *, as_json
     with open_existing_store(path) as store:
         if session_id is not None:
             _require_session(store, path, session_id)
-            after = 0
+            after: int | None = None
             while True:
                 page = store.read(session_id, after=after, limit=512)
                 for event in page:
@@ -376,7 +381,7 @@ def run_inspect(console: Console, path: Path, session_id: str | None, *, as_json
 # -- view --------------------------------------------------------------------------------
 
 
-def _known_label(store: Any, session_id: str, who: SessionAuthor) -> SessionAuthor:
+def _known_label(store: LmdbStore, session_id: str, who: SessionAuthor) -> SessionAuthor:
     """Return ``who`` with the label its newest row carries (its id when none is found)."""
     for event in store.read(session_id, newest_first=True, limit=2048):
         if _same(event.author, who):
@@ -451,10 +456,10 @@ TRIAGE = Agent(id="triage", label="Triage")
 RESEARCHER = Agent(id="researcher", label="Researcher")
 
 
-def _round_number(hub: Any) -> int:
+def _round_number(hub: Hub) -> int:
     """Return the demo round to play: one more than the rounds already on the desk."""
     played = 0
-    after = 0
+    after: int | None = None
     while True:
         page = hub.read(DEMO_DESK, after=after, limit=512)
         for event in page:
@@ -469,7 +474,7 @@ def _round_number(hub: Any) -> int:
         after = page[-1].sequence
 
 
-def _scripted_reply(adapter: Any, turn: Any, round_no: int) -> str:
+def _scripted_reply(adapter: ScriptedAdapter, turn: Turn, round_no: int) -> str:
     """Ask ``adapter`` for its reply to ``turn`` (a run whose input is the delta)."""
     from sharedesk.runs.types import Run, Session
 
@@ -491,7 +496,7 @@ def _scripted_reply(adapter: Any, turn: Any, round_no: int) -> str:
     return texts[-1] if texts else ""
 
 
-def _show_turn(console: Console, who: SessionAuthor, where: str, turn: Any) -> None:
+def _show_turn(console: Console, who: SessionAuthor, where: str, turn: Turn) -> None:
     reason = "new since last turn" if turn.reason is None else f"full window: {turn.reason}"
     style = _AUTHOR_STYLE[author_kind(who)]
     console.print(
@@ -504,9 +509,9 @@ def _show_turn(console: Console, who: SessionAuthor, where: str, turn: Any) -> N
 
 def _agent_turn(
     console: Console,
-    hub: Any,
+    hub: Hub,
     agent: Agent,
-    bot: Any,
+    bot: ScriptedAdapter,
     conversation: Conversation | None,
     where: str,
     round_no: int,
