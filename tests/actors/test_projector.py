@@ -66,7 +66,7 @@ class TestViewEqualsFreshProjection:
                 if kind == "root":
                     add([desk.post(ANA, " " if op[1] else "root")])
                 elif kind == "reply" and sequences:
-                    parent = sequences[int(op[1]) % len(sequences)]  # type: ignore[call-overload]
+                    parent: int | None = sequences[int(op[1]) % len(sequences)]  # type: ignore[call-overload]
                     add([desk.post(ANA, " " if op[2] else "reply", parent=parent)])
                 elif kind == "batch":
                     count = int(op[1])  # type: ignore[call-overload]
