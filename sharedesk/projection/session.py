@@ -159,7 +159,7 @@ def _channel(walk: _LogWalk, desk: str, window: int) -> tuple[list[LogMessage], 
             if content and not content.isspace():
                 if parent is None:
                     _keep(kept, found, row, window)
-                elif parent < seq:
+                else:  # a reply lying below its parent stays pending forever: never kept
                     pending[parent] = row
         if len(kept) == window:
             break
@@ -187,7 +187,7 @@ def _channel(walk: _LogWalk, desk: str, window: int) -> tuple[list[LogMessage], 
                 live.pop(by_reply[next_reply][1], None)
                 next_reply += 1
         parent = row.parent
-        if parent is not None and parent in live and row.desk == desk and parent < seq:
+        if parent is not None and parent in live and row.desk == desk:
             content = row.content
             if content and not content.isspace():
                 del live[parent]  # this lower reply comes first, and it is below the window

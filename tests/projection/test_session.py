@@ -311,6 +311,14 @@ class TestChannelQuery:
 
         assert [2] == sequences(result.messages)
 
+    def test_never_returns_a_reply_that_lies_below_its_own_parent(self) -> None:
+        """Only a host log can hold one (stores refuse it); the walk reached the root first."""
+        rows = [row(3, parent=7), row(5), row(7)]
+
+        result = project_session(RecordingLog(rows), channel())
+
+        assert [5, 7] == sequences(result.messages)
+
     def test_leaves_out_blank_rows_and_rows_of_other_desks(self) -> None:
         rows = [row(1), blank(2), row(3, desk="e"), row(4)]
 
