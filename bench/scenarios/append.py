@@ -42,6 +42,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--via", choices=["store", "hub", "both"], help="write path measured (default both)"
     )
+    parser.add_argument(
+        "--backend",
+        choices=["lmdb", "memory", "both"],
+        help="store backend measured (default lmdb; memory has no durability to choose)",
+    )
     parser.add_argument("--payload", type=int, help="message characters per event (default 120)")
     parser.add_argument(
         "--no-baselines", action="store_true", help="measure sharedesk only (no ratios)"
@@ -58,20 +63,25 @@ def run(run_: BenchRun, args: argparse.Namespace) -> None:
     durability: str = pick(args.durability, "durable", "durable", q)
     via: str = pick(args.via, "both", "both", q)
     payload = "x" * pick(args.payload, 120, 40, q)
+    backend: str = pick(args.backend, "lmdb", "lmdb", q)
     modes = ["durable", "relaxed"] if durability == "both" else [durability]
+    if backend == "memory":
+        modes = ["memory"]
+    elif backend == "both":
+        modes.append("memory")
     paths = ["store", "hub"] if via == "both" else [via]
     headline = max(thread_counts)
 
-    from sharedesk import Agent, Event, Text
+    from sharedesk import Agent, Event, MemoryStore, Text
 
     def sharedesk_writes(path_kind: str, mode: str, threads: int) -> None:
         directory = run_.fresh_dir(f"append-{path_kind}-{mode}-t{threads}")
         target: Any
         if path_kind == "store":
-            target = open_store(run_, directory, mode)
+            target = MemoryStore() if mode == "memory" else open_store(run_, directory, mode)
             append = target.append
         else:
-            target = open_hub(run_, directory, mode)
+            target = open_hub(run_, None if mode == "memory" else directory, mode)
             if target is None:
                 return
 

@@ -30,7 +30,6 @@ from bench.harness import (
     lmdb_missing,
     open_hub,
     open_store,
-    sharedesk_attr,
     time_calls,
 )
 from bench.options import int_list, pick
@@ -52,6 +51,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--repeat", type=int, help="timed calls per measurement (default 300)")
     parser.add_argument("--turns", type=int, help="timed turns per desk (default 100)")
     parser.add_argument("--payload", type=int, help="message characters per row (default 120)")
+    parser.add_argument(
+        "--backend",
+        choices=["lmdb", "memory", "both"],
+        help="store backend under the Hub (default lmdb)",
+    )
 
 
 def _authors() -> list[Any]:
@@ -66,9 +70,9 @@ def _authors() -> list[Any]:
 
 
 def build_desk(
-    run_: BenchRun, store: Any, mirror: baselines.SqliteDesk, rows: int, payload: str
+    run_: BenchRun, store: Any, mirror: baselines.SqliteDesk | None, rows: int, payload: str
 ) -> None:
-    """Append ``rows`` Text rows to the desk (and the SQLite mirror), in batches."""
+    """Append ``rows`` Text rows to the desk (and the SQLite mirror, if any), in batches."""
     from sharedesk import Event, Text
 
     authors = _authors()
@@ -95,7 +99,8 @@ def build_desk(
                     }
                 )
             store.append(DESK, batch)
-            mirror.add(mirrored)
+            if mirror is not None:
+                mirror.add(mirrored)
             advance(len(batch))
 
 
@@ -105,43 +110,38 @@ def run(run_: BenchRun, args: argparse.Namespace) -> None:
     repeat: int = pick(args.repeat, 300, 20, q)
     turns: int = pick(args.turns, 100, 5, q)
     payload = "y" * pick(args.payload, 120, 40, q)
-    project_session = sharedesk_attr("project_session")
-    if project_session is None:
-        run_.note("project_session not importable: cold projections skipped")
-    from sharedesk import Conversation, Person, SessionQuery
+    backend: str = pick(args.backend, "lmdb", "lmdb", q)
+    backends = ["lmdb", "memory"] if backend == "both" else [backend]
 
     turn_medians: dict[int, float] = {}
     for rows in sizes:
         directory = run_.fresh_dir(f"read-{rows}")
         mirror = baselines.SqliteDesk(directory / "mirror.db", DESK)
         try:
-            store = open_store(run_, directory / "store", "relaxed")
-            try:
-                build_desk(run_, store, mirror, rows, payload)
-                if project_session is not None:
-                    query = SessionQuery(Conversation(DESK))
-                    log = store.log(DESK)
-                    with run_.progress(f"project cold n={rows:,}", repeat) as advance:
-                        seconds, lat = time_calls(
-                            repeat,
-                            calling(project_session, log, query),
-                            advance,
-                        )
-                    run_.measurements.append(
-                        measurement(
-                            scenario=NAME,
-                            system="sharedesk",
-                            operation="read30",
-                            label=f"project cold n={rows}",
-                            ops=repeat,
-                            seconds=seconds,
-                            latencies_ns=lat,
-                            params={"rows": rows, "compare": f"rows={rows}"},
-                            note="project_session over store.log, channel, window 30",
-                        )
-                    )
-            finally:
-                store.close()
+            for kind in backends:
+                if kind == "lmdb":
+                    store = open_store(run_, directory / "store", "relaxed")
+                    try:
+                        build_desk(run_, store, mirror, rows, payload)
+                        _cold(run_, store.log(DESK), rows, repeat, "")
+                    finally:
+                        store.close()
+                    hub = open_hub(run_, directory / "store", "durable")
+                else:
+                    hub = open_hub(run_, None, "durable")
+                    if hub is not None:
+                        build_desk(run_, hub, None, rows, payload)
+                        _cold(run_, hub.log(DESK), rows, repeat, " memory")
+                if hub is None:
+                    continue
+                try:
+                    suffix = "" if kind == "lmdb" else " memory"
+                    _warm(run_, hub, rows, repeat, suffix)
+                    median = _turns(run_, hub, rows, turns, suffix)
+                    if kind == "lmdb":
+                        turn_medians[rows] = median
+                finally:
+                    hub.close()
             with run_.progress(f"last30 sqlite n={rows:,}", repeat) as advance:
                 seconds, lat = time_calls(repeat, calling(mirror.last30), advance)
             run_.measurements.append(
@@ -161,35 +161,55 @@ def run(run_: BenchRun, args: argparse.Namespace) -> None:
             mirror.close()
         _agents_read(run_, directory, rows, repeat, payload)
 
-        hub = open_hub(run_, directory / "store", "durable")
-        if hub is None:
-            continue
-        try:
-            viewer = Person(id="ana", label="Ana")
-            hub.view(DESK, viewer)
-            with run_.progress(f"view warm n={rows:,}", repeat) as advance:
-                seconds, lat = time_calls(repeat, calling(hub.view, DESK, viewer), advance)
-            run_.measurements.append(
-                measurement(
-                    scenario=NAME,
-                    system="sharedesk",
-                    operation="read30",
-                    label=f"view warm n={rows}",
-                    ops=repeat,
-                    seconds=seconds,
-                    latencies_ns=lat,
-                    params={"rows": rows, "compare": f"rows={rows}"},
-                    note="hub.view, channel, window 30, projector already built",
-                )
-            )
-            turn_medians[rows] = _turns(run_, hub, rows, turns)
-        finally:
-            hub.close()
-
     _targets(run_, sizes, turn_medians)
 
 
-def _turns(run_: BenchRun, hub: Any, rows: int, turns: int) -> float:
+def _cold(run_: BenchRun, log: Any, rows: int, repeat: int, suffix: str) -> None:
+    """Time ``project_session`` over ``log`` (channel, window 30) ``repeat`` times."""
+    from sharedesk import Conversation, SessionQuery, project_session
+
+    query = SessionQuery(Conversation(DESK))
+    with run_.progress(f"project cold n={rows:,}{suffix}", repeat) as advance:
+        seconds, lat = time_calls(repeat, calling(project_session, log, query), advance)
+    run_.measurements.append(
+        measurement(
+            scenario=NAME,
+            system="sharedesk",
+            operation="read30",
+            label=f"project cold n={rows}{suffix}",
+            ops=repeat,
+            seconds=seconds,
+            latencies_ns=lat,
+            params={"rows": rows, "compare": f"rows={rows}"},
+            note="project_session over the store's log, channel, window 30",
+        )
+    )
+
+
+def _warm(run_: BenchRun, hub: Any, rows: int, repeat: int, suffix: str) -> None:
+    """Time ``hub.view`` of the channel once the viewer's projector is built."""
+    from sharedesk import Person
+
+    viewer = Person(id="ana", label="Ana")
+    hub.view(DESK, viewer)
+    with run_.progress(f"view warm n={rows:,}{suffix}", repeat) as advance:
+        seconds, lat = time_calls(repeat, calling(hub.view, DESK, viewer), advance)
+    run_.measurements.append(
+        measurement(
+            scenario=NAME,
+            system="sharedesk",
+            operation="read30",
+            label=f"view warm n={rows}{suffix}",
+            ops=repeat,
+            seconds=seconds,
+            latencies_ns=lat,
+            params={"rows": rows, "compare": f"rows={rows}"},
+            note="hub.view, channel, window 30, projector already built",
+        )
+    )
+
+
+def _turns(run_: BenchRun, hub: Any, rows: int, turns: int, suffix: str) -> float:
     """Time ``turns`` delta turns (and their commits) of one agent; return the median µs."""
     from sharedesk import Agent, Person
 
@@ -201,7 +221,7 @@ def _turns(run_: BenchRun, hub: Any, rows: int, turns: int) -> float:
     commit_ns: list[int] = []
     sizes: list[int] = []
     reasons: dict[str, int] = {}
-    with run_.progress(f"turn delta n={rows:,}", turns) as advance:
+    with run_.progress(f"turn delta n={rows:,}{suffix}", turns) as advance:
         for i in range(turns):
             for k in range(3):
                 session.post(others[k % 2], f"news {i}.{k}")
@@ -220,7 +240,7 @@ def _turns(run_: BenchRun, hub: Any, rows: int, turns: int) -> float:
         scenario=NAME,
         system="sharedesk",
         operation="turn",
-        label=f"turn delta n={rows}",
+        label=f"turn delta n={rows}{suffix}",
         ops=turns,
         seconds=sum(turn_ns) / 1e9,
         latencies_ns=turn_ns,
@@ -233,7 +253,7 @@ def _turns(run_: BenchRun, hub: Any, rows: int, turns: int) -> float:
             scenario=NAME,
             system="sharedesk",
             operation="commit",
-            label=f"turn commit n={rows}",
+            label=f"turn commit n={rows}{suffix}",
             ops=turns,
             seconds=sum(commit_ns) / 1e9,
             latencies_ns=commit_ns,
@@ -241,8 +261,8 @@ def _turns(run_: BenchRun, hub: Any, rows: int, turns: int) -> float:
             note="turn.commit(reply): reply and sharing state in one durable step",
         )
     )
-    run_.figures[f"read n={rows} turn reasons"] = reasons
-    run_.figures[f"read n={rows} delta sizes (min/max)"] = f"{min(sizes)}/{max(sizes)}"
+    run_.figures[f"read n={rows}{suffix} turn reasons"] = reasons
+    run_.figures[f"read n={rows}{suffix} delta sizes (min/max)"] = f"{min(sizes)}/{max(sizes)}"
     return turn_m.median_us or 0.0
 
 

@@ -96,6 +96,16 @@ class TestAppend:
             "append sharedesk store relaxed t=2",
         } == labels(report)
 
+    def test_memory_backend_is_measured_through_store_and_hub(self, tmp_path: Path) -> None:
+        report = run_bench(
+            tmp_path, "append", "--backend", "memory", "--threads", "2", "--no-baselines"
+        )
+
+        assert {
+            "append sharedesk store memory t=2",
+            "append sharedesk hub memory t=2",
+        } == labels(report)
+
 
 class TestRead:
     def test_read_measures_projection_views_turns_and_sqlite_per_size(self, tmp_path: Path) -> None:
@@ -110,6 +120,16 @@ class TestRead:
                 f"turn commit n={rows}",
             } <= labels(report)
         assert {"delta": 5} == report.figures["read n=200 turn reasons"]
+
+    def test_read_on_both_backends_labels_the_memory_figures(self, tmp_path: Path) -> None:
+        report = run_bench(tmp_path, "read", "--sizes", "200", "--backend", "both")
+
+        assert {
+            "project cold n=200",
+            "project cold n=200 memory",
+            "view warm n=200 memory",
+            "turn delta n=200 memory",
+        } <= labels(report)
 
     def test_read_targets_are_not_applicable_without_their_sizes(self, tmp_path: Path) -> None:
         report = run_bench(tmp_path, "read", "--sizes", "200")
