@@ -661,8 +661,13 @@ class SessionManager:
             finally:
                 execution.done.set()
 
-        threading.Thread(target=work, name=f"sharedesk-run-{hexid[:8]}", daemon=True).start()
-        return SessionManager._wait(execution, timeout_ms, log)
+        worker = threading.Thread(target=work, name=f"sharedesk-run-{hexid[:8]}", daemon=True)
+        worker.start()
+        try:
+            return SessionManager._wait(execution, timeout_ms, log)
+        finally:
+            if execution.done.is_set():
+                worker.join()  # it has returned; only a timed-out or cancelled one is left
 
     @staticmethod
     def _wait(execution: _Execution, timeout_ms: float | None, log: Any) -> RunResult:

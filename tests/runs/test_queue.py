@@ -14,7 +14,7 @@ from sharedesk.protocol.errors import (
     RunFailed,
     ValidationError,
 )
-from sharedesk.protocol.events import RunFinished, RunStarted
+from sharedesk.protocol.events import RunFinished, RunStarted, Text
 from sharedesk.protocol.ports import EventStore
 from sharedesk.runs import RunQueueStatus, ScriptedAdapter, SessionManager
 from sharedesk.runs.queue import RunQueue
@@ -283,13 +283,15 @@ class TestOverEveryStore:
     def test_queued_runs_execute_in_order_and_replay_earlier_replies(
         self, any_store: EventStore
     ) -> None:
-        """Inputs are stored at submit, so the log holds every input before the replies."""
+        """The last run replays every earlier text, in stored order, but its own input."""
         adapter = ScriptedAdapter(["r0", "r1", "r2"])
         with RunQueue(any_store) as run_queue:
             for i in range(3):
                 run_queue.submit("s1", adapter, f"m{i}", continuation="replay")
             assert run_queue.drain(10)
 
+        assert ["m0", "m1", "m2"] == [call.input[0]["content"] for call in adapter.calls]
+        stored = [e.body.content for e in any_store.read("s1") if isinstance(e.body, Text)]
         last = adapter.calls[-1].transcript
         assert last is not None
-        assert ["m0", "m1", "r0", "r1"] == [m.content for m in last.messages]
+        assert [t for t in stored if t not in ("m2", "r2")] == [m.content for m in last.messages]
