@@ -303,15 +303,19 @@ def _checked_page(
         return rows, None
     bound = before
     for index, row in enumerate(rows):
-        if not (
-            isinstance(row, LogMessage)
-            and type(row.sequence) is int
-            and isinstance(row.content, str)
-            and isinstance(row.desk, str)
-            and (row.parent is None or type(row.parent) is int)
-        ):
-            raise _malformed_row(row, index)
+        # Exact types first (the common case); a subclass of LogMessage or str is looked
+        # at again, and accepted, by _check_row.
+        if type(row) is not LogMessage:
+            _check_row(row, index)
         seq = row.sequence
+        parent = row.parent
+        if (
+            type(seq) is not int
+            or type(row.content) is not str
+            or type(row.desk) is not str
+            or (parent is not None and type(parent) is not int)
+        ):
+            _check_row(row, index)
         if bound is not None and seq >= bound:
             _raise_order_error(rows, index, before, seen)
         bound = seq
@@ -340,11 +344,15 @@ def _raise_order_error(
     raise PageNotDescending(rows[index - 1].sequence, seq)
 
 
-def _malformed_row(row: object, index: int) -> ValidationError:
-    """Describe why ``row`` (at ``index`` in its page) is not a well-typed ``LogMessage``."""
+def _check_row(row: object, index: int) -> None:
+    """Accept ``row`` if it is a well-typed ``LogMessage`` (subclasses allowed), else raise.
+
+    Raises:
+        ValidationError: Naming the row's position and the first mistyped field.
+    """
     where = f"SessionPage.messages[{index}]"
     if not isinstance(row, LogMessage):
-        return ValidationError(f"{where} is a {type(row).__name__}; expected a LogMessage")
+        raise ValidationError(f"{where} is a {type(row).__name__}; expected a LogMessage")
     checks = (
         ("sequence", type(row.sequence) is int, "int"),
         ("content", isinstance(row.content, str), "str"),
@@ -354,10 +362,9 @@ def _malformed_row(row: object, index: int) -> ValidationError:
     for name, ok, expected in checks:
         if not ok:
             value = getattr(row, name)
-            return ValidationError(
+            raise ValidationError(
                 f"{where}.{name} is a {type(value).__name__}; expected {expected}"
             )
-    raise AssertionError(row)  # pragma: no cover - only called for a malformed row
 
 
 def check_log(log: object) -> None:

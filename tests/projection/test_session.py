@@ -601,6 +601,21 @@ class TestHostFailures:
         with pytest.raises(ValidationError, match=rf"messages\[0\]\.{field} is a"):
             project_session(ScriptedLog([page(bad)]), channel())
 
+    def test_a_row_of_a_log_message_subclass_with_str_subclass_fields_is_accepted(
+        self,
+    ) -> None:
+        class Text(str):
+            pass
+
+        class HostRow(LogMessage, frozen=True):
+            pass
+
+        host_row = HostRow(sequence=1, author=BOT, content=Text("hi"), desk=Text("d"))
+
+        result = project_session(ScriptedLog([page(host_row)]), channel())
+
+        assert [1] == sequences(result.messages)
+
     def test_a_mistyped_cursor_raises_validation_error(self) -> None:
         bad = SessionPage(messages=[row(2)], next_before="1")  # type: ignore[arg-type]
 
