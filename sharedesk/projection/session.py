@@ -68,11 +68,12 @@ def project_session(log: SessionLog, query: SessionQuery) -> Projection:
     A row qualifies only when ``row.desk == conversation.desk`` and its content is not
     blank; qualifying content is returned exactly as stored. A thread query
     (``thread_root = R``) returns R and its direct replies and stops on reaching R (even a
-    blank R, which is not returned); when the window fills first, the newest ``window``
-    replies come back without R. A channel query returns roots and each root's first
-    non-blank reply (see the module header), and fills the window exactly: fewer than
-    ``window`` messages come back only when the log ended or ``SCAN_LIMIT`` was hit; when
-    more qualify, the newest ``window`` are returned.
+    blank R, which is not returned), or on the first row below R when R is not in the
+    log; when the window fills first, the newest ``window`` replies come back without R.
+    A channel query returns roots and each root's first non-blank reply (see the module
+    header), and fills the window exactly: fewer than ``window`` messages come back only
+    when the log ended or ``SCAN_LIMIT`` was hit; when more qualify, the newest
+    ``window`` are returned.
 
     Args:
         log: The host log, read newest first through ``read_before``.
@@ -95,9 +96,9 @@ def project_session(log: SessionLog, query: SessionQuery) -> Projection:
         LogReadError: ``log.read_before`` raised; the original error is the ``__cause__``.
 
     Cost: reads of 64, 128, 256, then ``PAGE_SIZE`` rows, at most ``SCAN_LIMIT`` rows in
-    all (a thread query with ``before <= R`` and window 0 read nothing); CPU
-    O(n log n) in the n rows read; no writes, no I/O of its own, never blocks except
-    inside ``log.read_before``.
+    all, stopping as soon as no further row can change the answer (window 0, and a thread
+    query with ``before <= R``, read nothing); CPU O(n log n) in the n rows read; no
+    writes, no I/O of its own, never blocks except inside ``log.read_before``.
     """
     conversation, before, window = _check_query(query)
     check_log(log)

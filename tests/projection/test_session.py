@@ -208,6 +208,14 @@ class TestThreadQuery:
 
         assert ([301], [Read(None, 64)]) == (sequences(result.messages), log.reads)
 
+    def test_stops_at_the_first_row_below_a_root_that_is_not_in_the_log(self) -> None:
+        rows = [*filler(1, 136), *filler(138, 199), row(200, parent=137)]
+        log = RecordingLog(rows)
+
+        result = project_session(log, thread(137))
+
+        assert ([200], [Read(None, 64)]) == (sequences(result.messages), log.reads)
+
     def test_when_the_window_fills_first_returns_the_newest_replies_without_the_root(
         self,
     ) -> None:
