@@ -14,7 +14,7 @@ import pytest
 import sharedesk.projection
 
 PACKAGE = Path(sharedesk.projection.__file__).parent
-MODULES = sorted(PACKAGE.glob("*.py"))
+MODULES = tuple(sorted(PACKAGE.glob("*.py")))
 
 #: Top-level modules a fold may never import: storage, actors, logging, clocks, threads,
 #: processes, the network and randomness.
