@@ -18,6 +18,7 @@ from sharedesk.protocol import (
     CursorDidNotAdvance,
     DuplicateSequence,
     EmptyPageCursor,
+    Event,
     LogMessage,
     LogReadError,
     PageError,
@@ -25,10 +26,13 @@ from sharedesk.protocol import (
     PageOutOfRange,
     PageTooLarge,
     Projection,
+    RunStarted,
     SessionPage,
     SessionQuery,
+    Text,
     ValidationError,
 )
+from sharedesk.store import MemoryStore
 from tests.projection.logs import (
     BOT,
     Read,
@@ -612,13 +616,13 @@ class TestHostFailures:
     def test_a_row_of_a_log_message_subclass_with_str_subclass_fields_is_accepted(
         self,
     ) -> None:
-        class Text(str):
+        class HostStr(str):
             pass
 
         class HostRow(LogMessage, frozen=True):
             pass
 
-        host_row = HostRow(sequence=1, author=BOT, content=Text("hi"), desk=Text("d"))
+        host_row = HostRow(sequence=1, author=BOT, content=HostStr("hi"), desk=HostStr("d"))
 
         result = project_session(ScriptedLog([page(host_row)]), channel())
 
@@ -760,7 +764,11 @@ class TestProperties:
 
         read = below(rows, None)[: log.rows_read]
         assert as_messages(reference_channel(read, "d")[-window:]) == result.messages
-        assert result.partial == (log.rows_read == SCAN_LIMIT < len(rows))
+        if result.partial:
+            assert log.rows_read == SCAN_LIMIT < len(rows)
+            assert reference_channel_pending(read, "d", window)
+        else:
+            assert log.rows_read == len(rows) or not reference_channel_pending(read, "d", window)
 
     @given(st.data())
     def test_channel_window_is_full_whenever_enough_rows_qualify_within_the_scan_limit(
@@ -808,3 +816,29 @@ class TestProperties:
         result = project_session(RecordingLog(rows), channel())
 
         assert is_blank(content) == (result.messages == [])
+
+
+class TestOverMemoryStore:
+    """The fold over the real in-memory store's log (gaps where non-Text events sit)."""
+
+    def test_projects_a_channel_and_a_thread_of_a_stored_session(self) -> None:
+        with MemoryStore() as store:
+            store.append(
+                "desk",
+                [
+                    Event(BOT, Text("question")),  # 1
+                    Event(BOT, RunStarted(provider="p")),  # 2: not a log row
+                    Event(BOT, Text("answer"), parent=1),  # 3
+                    Event(BOT, Text("second answer"), parent=1),  # 4
+                    Event(BOT, Text("news")),  # 5
+                ],
+            )
+            log = store.log("desk")
+
+            whole = project_session(log, SessionQuery(Conversation("desk")))
+            one_thread = project_session(log, SessionQuery(Conversation("desk", 1)))
+
+        assert ([1, 3, 5], [1, 3, 4]) == (
+            sequences(whole.messages),
+            sequences(one_thread.messages),
+        )

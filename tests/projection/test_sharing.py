@@ -15,6 +15,7 @@ from sharedesk.protocol import (
     SCAN_LIMIT,
     Conversation,
     Delta,
+    Event,
     LogMessage,
     LogReadError,
     PageNotDescending,
@@ -22,11 +23,14 @@ from sharedesk.protocol import (
     PresentSetTooLarge,
     Reinitialize,
     ReinitializeReason,
+    RunStarted,
     SharingQuery,
     SharingState,
+    Text,
     ValidationError,
     WatermarkRegression,
 )
+from sharedesk.store import MemoryStore
 from tests.projection.logs import (
     ALICE,
     BOT,
@@ -459,3 +463,20 @@ class TestProperties:
             if r.sequence > watermark and r.author != BOT and delta_qualifies(r, conversation)
         ]
         assert wanted == delivered
+
+
+class TestOverMemoryStore:
+    def test_turns_over_a_stored_session_deliver_the_others_rows_only(self) -> None:
+        desk = Conversation("desk")
+        with MemoryStore() as store:
+            store.append("desk", [Event(OPERATOR, Text("hello"))])  # 1, already shown
+            store.append("desk", [Event(OPERATOR, Text("question"))])  # 2
+            first = prepare_delta(store.log("desk"), initialized_state(desk, 1), query(3, desk))
+            assert isinstance(first, Delta)
+            store.append("desk", [Event(BOT, Text("answer"))])  # 3, claimed by before=3
+            store.append("desk", [Event(BOT, RunStarted(provider="p"))])  # 4, not a log row
+            store.append("desk", [Event(OPERATOR, Text("thanks"))])  # 5
+            second = prepare_delta(store.log("desk"), first.next_state, query(6, desk))
+
+        assert isinstance(second, Delta)
+        assert ([2], [5]) == (sequences(first.messages), sequences(second.messages))
