@@ -278,6 +278,15 @@ def read_run_events(store: EventStore, run_id: str) -> list[Event]:
         before = page[-1].sequence
 
 
+def _check_adapter(adapter: Any) -> None:
+    if not isinstance(adapter, Adapter):
+        raise ValidationError(
+            f"adapter must have name, native_continuation and execute; got {type(adapter).__name__}"
+        )
+    if not isinstance(adapter.name, str) or not adapter.name:
+        raise ValidationError(f"adapter.name must be a non-empty str, got {adapter.name!r}")
+
+
 def _check_continuation(continuation: Any, adapter: Adapter) -> str | bool:
     if continuation is False:
         return False
@@ -573,8 +582,8 @@ class SessionManager:
         Raises:
             RunNotFound: No such run.
             RunStateError: The run is not pending (already executed or cancelled).
-            ValidationError: Bad continuation, continuation_opts or timeout; the run is
-                recorded as failed (``error_code="validation_error"``).
+            ValidationError: Not an adapter, or a bad continuation, continuation_opts or
+                timeout; the run is recorded as failed (``error_code="validation_error"``).
             RunTimeout: The adapter overran ``adapter_opts["timeout"]``; recorded as
                 ``"timeout"``; the adapter thread is abandoned.
             RunFailed: The adapter raised (chained as ``__cause__``); recorded as
@@ -596,6 +605,7 @@ class SessionManager:
         log = structlog.get_logger().bind(session_id=session_id, run_id=run_id)
         session = fold_session(session_id, events)
         try:
+            _check_adapter(adapter)
             mode = _check_continuation(continuation, adapter)
             budget = _check_continuation_opts(continuation_opts)
             timeout_ms = _check_timeout(adapter_opts)
