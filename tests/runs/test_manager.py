@@ -290,12 +290,14 @@ class TestContinuationErrors:
 
         assert "failed" == SessionManager.get_run(store, run.id).status
 
-    @pytest.mark.parametrize("adapter", [object(), "scripted", ScriptedAdapter(["x"], name="x")])
+    @pytest.mark.parametrize(
+        "adapter",
+        [object(), "scripted", RecordingAdapter(name="")],
+        ids=["object", "str", "nameless"],
+    )
     def test_something_that_is_not_an_adapter_is_refused_and_the_run_recorded_as_failed(
         self, store: EventStore, adapter: Any
     ) -> None:
-        if isinstance(adapter, ScriptedAdapter):
-            adapter._name = ""  # an adapter whose name became unusable
         run = SessionManager.start_run(store, "s1", "hello")
 
         with pytest.raises(ValidationError):
