@@ -771,6 +771,24 @@ class TestProperties:
             assert log.rows_read == len(rows) or not reference_channel_pending(read, "d", window)
 
     @given(st.data())
+    def test_thread_over_a_long_log_equals_the_reference_over_the_rows_read(
+        self, data: st.DataObject
+    ) -> None:
+        rows = data.draw(long_row_lists())
+        threads = [r for r in rows if r.desk != "x"] or rows  # not the filler
+        root = data.draw(st.sampled_from(threads)).sequence
+        window = data.draw(st.integers(1, 40))
+        log = RecordingLog(rows)
+
+        result = project_session(log, thread(root, window=window))
+
+        read = below(rows, None)[: log.rows_read]
+        found = reference_thread(read, "d", root)
+        reached = any(r.sequence <= root for r in read)
+        cut_off = not reached and len(found) < window and log.rows_read < len(rows)
+        assert Projection(messages=as_messages(found[-window:]), partial=cut_off) == result
+
+    @given(st.data())
     def test_channel_window_is_full_whenever_enough_rows_qualify_within_the_scan_limit(
         self, data: st.DataObject
     ) -> None:
