@@ -2,7 +2,9 @@
 
 Each writer thread appends to the sessions in turn (thread ``t``'s ``j``-th call goes to
 session ``(t + j * threads) % sessions``), so the writes are spread as in a busy
-deployment. The same writes are then done by the baselines of :mod:`bench.baselines`.
+deployment. The same writes are done by the baselines of :mod:`bench.baselines`: sqlite
+right after sharedesk at each thread count, raw py-lmdb right before the headline
+(largest) thread count, so that each ratio compares runs that saw the same disk and load.
 Headlines (issues 3 and 4), at the largest thread count and durable:
 
 - store >= 0.4x raw py-lmdb at 16 events per durable transaction;
@@ -127,7 +129,42 @@ def run(run_: BenchRun, args: argparse.Namespace) -> None:
             )
         )
 
+    def raw_baselines() -> None:
+        for per_txn in RAW_BATCHES:
+            label = f"append lmdb-raw {per_txn}/txn"
+            # At 1 event per fsync'd commit, a full budget would only measure the disk.
+            budget = events if per_txn > 1 else min(events, 2000)
+            with run_.progress(label, budget) as advance:
+                written, seconds = baselines.raw_lmdb_appends(
+                    run_.fresh_dir(f"append-raw-{per_txn}"),
+                    sessions,
+                    events=budget,
+                    per_txn=per_txn,
+                    payload=payload,
+                    max_seconds=max_seconds,
+                    advance=advance,
+                )
+            run_.measurements.append(
+                measurement(
+                    scenario=NAME,
+                    system="lmdb-raw",
+                    operation="append",
+                    label=label,
+                    ops=written,
+                    seconds=seconds,
+                    params={
+                        "per_txn": per_txn,
+                        "sessions": len(sessions),
+                        "baseline": per_txn == 16,
+                    },
+                    note="one writer thread, sync=True, one idempotency row per event",
+                )
+            )
+
     for threads in thread_counts:
+        if threads == headline and not args.no_baselines:
+            # Right before the headline runs, so both see the same disk and load.
+            raw_baselines()
         for mode in modes:
             for path_kind in paths:
                 sharedesk_writes(path_kind, mode, threads)
@@ -185,38 +222,6 @@ def run(run_: BenchRun, args: argparse.Namespace) -> None:
                         note="add_items, one item per call",
                     )
                 )
-
-    if not args.no_baselines:
-        for per_txn in RAW_BATCHES:
-            label = f"append lmdb-raw {per_txn}/txn"
-            # At 1 event per fsync'd commit, a full budget would only measure the disk.
-            budget = events if per_txn > 1 else min(events, 2000)
-            with run_.progress(label, budget) as advance:
-                written, seconds = baselines.raw_lmdb_appends(
-                    run_.fresh_dir(f"append-raw-{per_txn}"),
-                    sessions,
-                    events=budget,
-                    per_txn=per_txn,
-                    payload=payload,
-                    max_seconds=max_seconds,
-                    advance=advance,
-                )
-            run_.measurements.append(
-                measurement(
-                    scenario=NAME,
-                    system="lmdb-raw",
-                    operation="append",
-                    label=label,
-                    ops=written,
-                    seconds=seconds,
-                    params={
-                        "per_txn": per_txn,
-                        "sessions": len(sessions),
-                        "baseline": per_txn == 16,
-                    },
-                    note="one writer thread, sync=True, one idempotency row per event",
-                )
-            )
 
     if "durable" in modes and "store" in paths:
         ours = run_.rate(f"append sharedesk store durable t={headline}")
