@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -20,14 +21,22 @@ CHECKOUT = Path(__file__).resolve().parents[2]
 DESK = "desk/one"
 
 
-def sharedesk(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    """Run ``python -m sharedesk.cli ARGS`` and capture its output."""
+def sharedesk(
+    *args: str, timeout: float = 60, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run ``python -m sharedesk.cli ARGS`` and capture its output.
+
+    Colour settings of the calling environment are dropped, so output is plain unless
+    ``env`` asks for colour.
+    """
+    base = {k: v for k, v in os.environ.items() if k not in ("FORCE_COLOR", "NO_COLOR")}
     return subprocess.run(
         [sys.executable, "-m", "sharedesk.cli", *args],
         capture_output=True,
         text=True,
         timeout=timeout,
         cwd=CHECKOUT,
+        env={**base, **(env or {})},
     )
 
 
@@ -113,6 +122,20 @@ class TestDemo:
         assert "round 2" in second.stdout
         assert "Ticket #101" not in second.stdout.split("what each participant sees")[0]
         assert "new since last turn" in second.stdout
+
+    def test_demo_output_is_plain_when_not_on_a_terminal(self, tmp_path: Path) -> None:
+        result = sharedesk("demo", "--path", str(tmp_path / "data"), timeout=120)
+
+        assert 0 == result.returncode, result.stderr
+        assert "\x1b[" not in result.stdout
+
+    def test_demo_output_is_coloured_when_colour_is_forced(self, tmp_path: Path) -> None:
+        result = sharedesk(
+            "demo", "--path", str(tmp_path / "data"), timeout=120, env={"FORCE_COLOR": "1"}
+        )
+
+        assert 0 == result.returncode, result.stderr
+        assert "\x1b[" in result.stdout
 
     def test_demo_on_a_file_path_is_one_line_error(self, tmp_path: Path) -> None:
         file = tmp_path / "file"
