@@ -25,7 +25,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--durability", choices=["durable", "relaxed"], default="durable")
     args = parser.parse_args(argv)
 
-    from bench.harness import require
+    from bench.harness import open_hub, open_store
     from sharedesk import Agent, Event, Text
     from sharedesk.logconfig import configure_logging
 
@@ -33,13 +33,13 @@ def main(argv: list[str] | None = None) -> int:
 
     target: Any
     if args.via == "hub":
-        target = require("Hub").open(args.dir, durability=args.durability)
+        target = open_hub(args.dir, args.durability)
 
         def append(session_id: str, events: list[Any]) -> list[Any]:
             result: list[Any] = target.session(session_id).append(events)
             return result
     else:
-        target = require("LmdbStore")(args.dir, durability=args.durability)
+        target = open_store(args.dir, args.durability)
         append = target.append
     out_lock = threading.Lock()
 

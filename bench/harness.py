@@ -4,14 +4,10 @@ A scenario gets a :class:`BenchRun`: where to put its data (a fresh directory un
 run's work dir), a rich progress bar, and the lists its measurements, targets, figures
 and notes go to. Workloads run on real threads released together by a barrier; each
 operation's latency is taken with ``perf_counter_ns``.
-
-The sharedesk backends are loaded by name (:func:`sharedesk_attr`) so that the harness
-keeps working, with a note, on a checkout where a backend has not landed yet.
 """
 
 from __future__ import annotations
 
-import importlib
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -31,6 +27,7 @@ from rich.progress import (
 )
 
 from bench.report import Measurement, Target
+from sharedesk import Hub, LmdbStore
 
 
 @dataclass
@@ -221,74 +218,29 @@ def calling(fn: Callable[..., object], *args: Any) -> Callable[[int], object]:
     return lambda _: fn(*args)
 
 
-def sharedesk_attr(name: str) -> Any | None:
-    """Return the sharedesk object called ``name`` (``LmdbStore``, ``Hub``, ...), or None.
-
-    Looks in the package root first, then in the subpackage that implements it, so the
-    bench works before and after the name is re-exported.
-    """
-    for module_name in (
-        "sharedesk",
-        "sharedesk.store",
-        "sharedesk.actors",
-        "sharedesk.projection",
-        "sharedesk.runs",
-    ):
-        try:
-            module = importlib.import_module(module_name)
-        except ImportError:
-            continue
-        value = getattr(module, name, None)
-        if value is not None:
-            return value
-    return None
-
-
-def require(name: str) -> Any:
-    """Return the sharedesk object called ``name``; raise ``RuntimeError`` when missing."""
-    value = sharedesk_attr(name)
-    if value is None:
-        raise RuntimeError(f"sharedesk has no {name} in this checkout")
-    return value
-
-
-def lmdb_missing() -> str | None:
-    """Return why LMDB figures are not real in this checkout, or None when they are."""
-    if sharedesk_attr("LmdbStore") is None:
-        return "LmdbStore not importable: MemoryStore was measured"
-    return None
-
-
-def open_store(run: BenchRun, path: Path, durability: str) -> Any:
-    """Open an ``LmdbStore`` at ``path`` (``MemoryStore`` with a note when not available).
+def open_store(path: Path, durability: str) -> LmdbStore:
+    """Open an ``LmdbStore`` at ``path``.
 
     Args:
-        run: The run (for the note).
-        path: The store directory.
+        path: The store directory (created if missing).
         durability: ``"durable"`` or ``"relaxed"``.
+
+    Raises:
+        ValueError: Any other durability.
     """
-    lmdb_store = sharedesk_attr("LmdbStore")
-    if lmdb_store is None:
-        run.note("LmdbStore not importable in this checkout: MemoryStore measured instead")
-        from sharedesk import MemoryStore
-
-        return MemoryStore()
-    return lmdb_store(path, durability=durability)
+    if durability not in ("durable", "relaxed"):
+        raise ValueError(f"durability must be durable or relaxed, got {durability!r}")
+    return LmdbStore(path, durability="durable" if durability == "durable" else "relaxed")
 
 
-def open_hub(run: BenchRun, path: Path | None, durability: str, **options: Any) -> Any | None:
-    """Open a ``Hub`` on ``path`` (``None``: in memory), or return None with a note.
+def open_hub(path: Path | None, durability: str, **options: Any) -> Hub:
+    """Open a ``Hub`` on ``path`` (``None``: in memory).
 
     Args:
-        run: The run (for the note).
-        path: The store directory, or ``None``.
+        path: The store directory, or ``None`` for an in-memory Hub.
         durability: ``"durable"`` or ``"relaxed"`` (ignored in memory).
         options: Further ``Hub.open`` options (``max_active``, ...).
     """
-    hub = sharedesk_attr("Hub")
-    if hub is None:
-        run.note("Hub not importable in this checkout: Hub measurements skipped")
-        return None
     if path is None:
-        return hub.open(None, **options)
-    return hub.open(path, durability=durability, **options)
+        return Hub.open(None, **options)
+    return Hub.open(path, durability=durability, **options)

@@ -18,7 +18,7 @@ import argparse
 from typing import Any
 
 from bench import baselines
-from bench.harness import BenchRun, lmdb_missing, open_hub, open_store, run_threads
+from bench.harness import BenchRun, open_hub, open_store, run_threads
 from bench.options import int_list, pick
 from bench.report import measurement, ratio_target
 
@@ -80,12 +80,10 @@ def run(run_: BenchRun, args: argparse.Namespace) -> None:
         directory = run_.fresh_dir(f"append-{path_kind}-{mode}-t{threads}")
         target: Any
         if path_kind == "store":
-            target = MemoryStore() if mode == "memory" else open_store(run_, directory, mode)
+            target = MemoryStore() if mode == "memory" else open_store(directory, mode)
             append = target.append
         else:
-            target = open_hub(run_, None if mode == "memory" else directory, mode)
-            if target is None:
-                return
+            target = open_hub(None if mode == "memory" else directory, mode)
 
             def append(session_id: str, batch: list[Any]) -> Any:
                 return target.session(session_id).append(batch)
@@ -225,8 +223,6 @@ def run(run_: BenchRun, args: argparse.Namespace) -> None:
 
     if "durable" in modes and "store" in paths:
         ours = run_.rate(f"append sharedesk store durable t={headline}")
-        if lmdb_missing():
-            ours = None
         run_.targets.append(
             ratio_target(
                 issue=3,

@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.harness import BenchRun, require, sharedesk_attr
+from bench.harness import BenchRun, open_store
 from bench.options import pick
 from bench.report import Target, measurement
 
@@ -112,7 +112,7 @@ def _check(
     directory: Path, acknowledged: dict[tuple[str, str], int], sessions: int
 ) -> dict[str, int]:
     """Reopen the store and compare it with every acknowledgement so far."""
-    store = require("LmdbStore")(directory)
+    store = open_store(directory, "durable")
     try:
         lost = moved = duplicated = gaps = stored_total = 0
         stored: dict[tuple[str, str], int] = {}
@@ -125,7 +125,7 @@ def _check(
             ids = [e.id for e in events]
             duplicated += len(ids) - len(set(ids))
             for e in events:
-                stored[(session_id, e.id)] = e.sequence
+                stored[(session_id, e.id)] = e.sequence or 0
         for key, sequence in acknowledged.items():
             found = stored.get(key)
             if found is None:
@@ -150,12 +150,6 @@ def run(run_: BenchRun, args: argparse.Namespace) -> None:
     args.sessions = pick(args.sessions, 8, 3, q)
     args.via = pick(args.via, "store", "store", q)
     args.durability = pick(args.durability, "durable", "durable", q)
-    if sharedesk_attr("LmdbStore") is None:
-        run_.note("LmdbStore not importable: crash scenario skipped (it needs a disk store)")
-        return
-    if args.via == "hub" and sharedesk_attr("Hub") is None:
-        run_.note("Hub not importable: crash scenario via hub skipped")
-        return
     rng = random.Random(args.seed)
     directory = run_.fresh_dir("crash") / "store"
     directory.mkdir()

@@ -48,9 +48,7 @@ def run(run_: BenchRun, args: argparse.Namespace) -> None:
     rounds: int = pick(args.rounds, 150, 6, q)
     n_threads: int = pick(args.threads_on_desk, 3, 1, q)
     durability: str = pick(args.durability, "durable", "durable", q)
-    hub = open_hub(run_, run_.fresh_dir("desk") / "store", durability)
-    if hub is None:
-        return
+    hub = open_hub(run_.fresh_dir("desk") / "store", durability)
     try:
         session = hub.session(DESK)
         session.post(Operator(), "Welcome to the desk: triage today's incidents.")
@@ -90,7 +88,7 @@ def run(run_: BenchRun, args: argparse.Namespace) -> None:
                 already = seen.setdefault(slot, set())
                 dup = len(delivered & already) if turn.reason is None else 0
                 already.update(delivered)
-                if stored is not None:
+                if stored is not None and stored.sequence is not None:
                     mine.add(stored.sequence)
                 with lock:
                     turn_ns.append(t1 - t0)

@@ -21,19 +21,20 @@ import argparse
 import asyncio
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 
 from bench import baselines
 from bench.harness import (
     BenchRun,
     calling,
-    lmdb_missing,
     open_hub,
     open_store,
     time_calls,
 )
 from bench.options import int_list, pick
 from bench.report import Target, measurement, ratio_target
+from sharedesk import EventStore, Hub, SessionLog
 
 NAME = "read"
 HELP = "cold projection, warm hub.view and hub.turn deltas on 10k/100k/1M-row desks"
@@ -70,7 +71,7 @@ def _authors() -> list[Any]:
 
 
 def build_desk(
-    run_: BenchRun, store: Any, mirror: baselines.SqliteDesk | None, rows: int, payload: str
+    run_: BenchRun, store: EventStore, mirror: baselines.SqliteDesk | None, rows: int, payload: str
 ) -> None:
     """Append ``rows`` Text rows to the desk (and the SQLite mirror, if any), in batches."""
     from sharedesk import Event, Text
@@ -120,20 +121,17 @@ def run(run_: BenchRun, args: argparse.Namespace) -> None:
         try:
             for kind in backends:
                 if kind == "lmdb":
-                    store = open_store(run_, directory / "store", "relaxed")
+                    store = open_store(directory / "store", "relaxed")
                     try:
                         build_desk(run_, store, mirror, rows, payload)
                         _cold(run_, store.log(DESK), rows, repeat, "")
                     finally:
                         store.close()
-                    hub = open_hub(run_, directory / "store", "durable")
+                    hub = open_hub(directory / "store", "durable")
                 else:
-                    hub = open_hub(run_, None, "durable")
-                    if hub is not None:
-                        build_desk(run_, hub, None, rows, payload)
-                        _cold(run_, hub.log(DESK), rows, repeat, " memory")
-                if hub is None:
-                    continue
+                    hub = open_hub(None, "durable")
+                    build_desk(run_, hub, None, rows, payload)
+                    _cold(run_, hub.log(DESK), rows, repeat, " memory")
                 try:
                     suffix = "" if kind == "lmdb" else " memory"
                     _warm(run_, hub, rows, repeat, suffix)
@@ -164,7 +162,7 @@ def run(run_: BenchRun, args: argparse.Namespace) -> None:
     _targets(run_, sizes, turn_medians)
 
 
-def _cold(run_: BenchRun, log: Any, rows: int, repeat: int, suffix: str) -> None:
+def _cold(run_: BenchRun, log: SessionLog, rows: int, repeat: int, suffix: str) -> None:
     """Time ``project_session`` over ``log`` (channel, window 30) ``repeat`` times."""
     from sharedesk import Conversation, SessionQuery, project_session
 
@@ -186,7 +184,7 @@ def _cold(run_: BenchRun, log: Any, rows: int, repeat: int, suffix: str) -> None
     )
 
 
-def _warm(run_: BenchRun, hub: Any, rows: int, repeat: int, suffix: str) -> None:
+def _warm(run_: BenchRun, hub: Hub, rows: int, repeat: int, suffix: str) -> None:
     """Time ``hub.view`` of the channel once the viewer's projector is built."""
     from sharedesk import Person
 
@@ -209,12 +207,12 @@ def _warm(run_: BenchRun, hub: Any, rows: int, repeat: int, suffix: str) -> None
     )
 
 
-def _turns(run_: BenchRun, hub: Any, rows: int, turns: int, suffix: str) -> float:
+def _turns(run_: BenchRun, hub: Hub, rows: int, turns: int, suffix: str) -> float:
     """Time ``turns`` delta turns (and their commits) of one agent; return the median µs."""
-    from sharedesk import Agent, Person
+    from sharedesk import Agent, Person, SessionAuthor
 
     agent = Agent(id="a1", label="Agent One")
-    others = [Person(id="ana", label="Ana"), Agent(id="a2", label="Agent Two")]
+    others: list[SessionAuthor] = [Person(id="ana", label="Ana"), Agent(id="a2", label="Agent Two")]
     hub.turn(DESK, agent).commit(None)
     session = hub.session(DESK)
     turn_ns: list[int] = []
@@ -266,7 +264,7 @@ def _turns(run_: BenchRun, hub: Any, rows: int, turns: int, suffix: str) -> floa
     return turn_m.median_us or 0.0
 
 
-def _agents_read(run_: BenchRun, directory: Any, rows: int, repeat: int, payload: str) -> None:
+def _agents_read(run_: BenchRun, directory: Path, rows: int, repeat: int, payload: str) -> None:
     """Time openai-agents ``get_items(limit=30)`` on a session of ``rows`` items."""
     session_class = baselines.agents_sqlite_session()
     if session_class is None:
@@ -304,13 +302,12 @@ def _agents_read(run_: BenchRun, directory: Any, rows: int, repeat: int, payload
 
 
 def _targets(run_: BenchRun, sizes: list[int], turn_medians: dict[int, float]) -> None:
-    missing = lmdb_missing()
     cold = run_.median("project cold n=20000")
     run_.targets.append(
         ratio_target(
             issue=3,
             claim="cold channel projection (20,000 rows) vs sqlite last-30 + JSON, median",
-            numerator=None if missing else cold,
+            numerator=cold,
             denominator=run_.median("last30 sqlite n=20000"),
             bound=3.0,
             at_least=False,
@@ -321,7 +318,7 @@ def _targets(run_: BenchRun, sizes: list[int], turn_medians: dict[int, float]) -
         ratio_target(
             issue=4,
             claim="warm hub.view(30) (100,000 rows) vs sqlite last-30 + JSON, median",
-            numerator=None if missing else run_.median("view warm n=100000"),
+            numerator=run_.median("view warm n=100000"),
             denominator=run_.median("last30 sqlite n=100000"),
             bound=1.0,
             at_least=False,
@@ -329,7 +326,7 @@ def _targets(run_: BenchRun, sizes: list[int], turn_medians: dict[int, float]) -
         )
     )
     small, large = turn_medians.get(10_000), turn_medians.get(1_000_000)
-    if small and large and not missing:
+    if small and large:
         run_.targets.append(
             Target(
                 issue=4,
@@ -348,6 +345,6 @@ def _targets(run_: BenchRun, sizes: list[int], turn_medians: dict[int, float]) -
                 value=None,
                 bound=1.5,
                 at_least=False,
-                detail=missing or "needs --sizes with 10000 and 1000000 and a Hub",
+                detail="needs --sizes with 10000 and 1000000",
             )
         )
