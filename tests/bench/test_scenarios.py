@@ -186,6 +186,23 @@ class TestCrash:
         assert m.ops > 0
         assert ["PASS", "PASS"] == [t.status for t in report.targets]
 
+    def test_crash_loop_through_a_hub_loses_nothing(self, tmp_path: Path) -> None:
+        report = run_bench(tmp_path, "crash", "--via", "hub", "--cycles", "2")
+
+        (m,) = report.measurements
+        assert m.ops > 0
+        assert ["PASS", "PASS"] == [t.status for t in report.targets]
+
+
+class TestAll:
+    def test_all_runs_every_scenario_into_one_report(self, tmp_path: Path) -> None:
+        report = run_bench(tmp_path, "all")
+
+        assert {"append", "desk", "read", "scale", "crash"} == {
+            m.scenario for m in report.measurements
+        }
+        assert "all" == report.scenario
+
 
 class TestCommandLine:
     def test_every_scenario_and_all_are_subcommands(self) -> None:
