@@ -246,6 +246,7 @@ class TestBadInput:
             (["view", "{store}", DESK, "--as", "operator", "--thread", "0"], "--thread"),
             (["view", "{store}", DESK], "--as"),
             (["view", "{store}", DESK, "--as", "operator", "--window", "many"], "--window"),
+            (["--log-level", "loud", "inspect", "{store}"], "level must be"),
             (["frobnicate"], "invalid choice"),
             ([], "required"),
         ],
