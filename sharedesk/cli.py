@@ -402,6 +402,10 @@ def run_view(
 ) -> None:
     """Print ``viewer``'s projection of the desk ``session_id`` (channel or thread).
 
+    The projection is built with ``project_session`` over the store's log: the same
+    messages ``hub.view`` serves, read without a Hub, so it works while a Hub has the
+    store open in another process.
+
     Args:
         console: Where to print.
         path: The store directory.
