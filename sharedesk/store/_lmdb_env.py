@@ -61,6 +61,30 @@ class ResizeLock:
             while self._active:
                 self._cond.wait()
 
+    def pause(self) -> bool:
+        """Stop new transactions from starting; the caller may still hold one.
+
+        Aborting a write transaction while other threads keep starting read transactions
+        can stall inside py-lmdb indefinitely (observed with py-lmdb 3.0 after
+        ``MapFullError``), so the writer pauses readers before it aborts.
+
+        Returns:
+            Whether this call paused; if so the caller must end with
+            :meth:`complete_exclusive` then :meth:`release_exclusive`, or with
+            :meth:`release_exclusive` alone. ``False``: someone else already paused.
+        """
+        with self._cond:
+            if self._resizing:
+                return False
+            self._resizing = True
+            return True
+
+    def complete_exclusive(self) -> None:
+        """After :meth:`pause` returned ``True``, wait until no transaction is open."""
+        with self._cond:
+            while self._active:
+                self._cond.wait()
+
     def release_exclusive(self) -> None:
         """Let transactions start again."""
         with self._cond:
@@ -94,17 +118,24 @@ class SharedEnvironment:
         size: int = self.env.info()["map_size"]
         return size
 
-    def resize(self, new_size: int) -> None:
+    def resize(self, new_size: int, *, paused: bool = False) -> None:
         """Set the map size to ``new_size`` (0: adopt the size another process set).
 
         Waits until no transaction of this process is open; the caller must hold none.
+
+        Args:
+            new_size: The new map size in bytes, or 0.
+            paused: The caller already paused transactions (:meth:`ResizeLock.pause`).
 
         Raises:
             StoreIOError: LMDB refused.
 
         Cost: blocks transactions for one remap.
         """
-        self.lock.acquire_exclusive()
+        if paused:
+            self.lock.complete_exclusive()
+        else:
+            self.lock.acquire_exclusive()
         try:
             old = self.map_size()
             self.env.set_mapsize(new_size)

@@ -181,12 +181,21 @@ class _Request:
         self._done.release()
 
     def wait(self) -> list[Event]:
-        """Block until the outcome is set; return the result or raise the error."""
+        """Block until the outcome is set; return the result or raise the error (repeatable)."""
         self._done.acquire()
+        self._done.release()
         if self.error is not None:
             raise self.error
         assert self.result is not None
         return self.result
+
+
+class _MapFull(Exception):
+    """Internal: the map was full; ``paused`` says whether the writer paused readers."""
+
+    def __init__(self, paused: bool) -> None:
+        super().__init__("map full")
+        self.paused = paused
 
 
 class _Plan(msgspec.Struct, frozen=True):
@@ -414,8 +423,8 @@ class LmdbStore:
         while True:
             try:
                 outcomes = self._write(group)
-            except lmdb.MapFullError:
-                if self._grow():
+            except _MapFull as full:
+                if self._grow(paused=full.paused):
                     continue
                 if len(group) > 1:
                     for request in group:
@@ -441,46 +450,63 @@ class LmdbStore:
                     request.succeed(outcome)
             return
 
-    def _grow(self) -> bool:
-        """Double the map (up to ``max_map_size``); return whether it grew."""
-        current = self._shared.map_size()
+    def _grow(self, *, paused: bool) -> bool:
+        """Double the map (up to ``max_map_size``); return whether it grew.
+
+        ``paused``: the writer paused transactions when it aborted; the pause is always
+        ended here.
+        """
+        shared = self._shared
+        current = shared.map_size()
         target = current * 2
         if self._max_map_size is not None:
-            if current >= self._max_map_size:
-                return False
             target = min(target, self._max_map_size)
-        self._shared.resize(target)
+        if target <= current:
+            if paused:
+                shared.lock.release_exclusive()
+            return False
+        shared.resize(target, paused=paused)
         return True
 
     def _write(self, group: list[_Request]) -> list[tuple[_Request, list[Event] | SharedeskError]]:
         """Plan and write every request of ``group`` in one transaction, then commit.
 
         Raises:
+            _MapFull: The map is full; the transaction was aborted.
             lmdb.Error: The transaction failed (nothing of the group was written).
         """
         now = datetime.now(UTC)
         shared = self._shared
-        shared.lock.acquire_shared()
+        lock = shared.lock
+        lock.acquire_shared()
         try:
-            if shared.closed:
-                raise lmdb.Error("environment closed")
             txn = shared.env.begin(write=True, buffers=False)
+        except BaseException:
+            lock.release_shared()
+            raise
+        try:
+            outcomes: list[tuple[_Request, list[Event] | SharedeskError]] = []
+            for request in group:
+                try:
+                    plan = self._plan(txn, request, now)
+                except SharedeskError as exc:
+                    outcomes.append((request, exc))
+                    continue
+                self._apply(txn, plan)
+                outcomes.append((request, plan.result))
+            txn.commit()
+        except BaseException as exc:
+            paused = lock.pause()  # see ResizeLock.pause: abort only with readers held off
             try:
-                outcomes: list[tuple[_Request, list[Event] | SharedeskError]] = []
-                for request in group:
-                    try:
-                        plan = self._plan(txn, request, now)
-                    except SharedeskError as exc:
-                        outcomes.append((request, exc))
-                        continue
-                    self._apply(txn, plan)
-                    outcomes.append((request, plan.result))
-                txn.commit()
-            except BaseException:
                 txn.abort()
-                raise
-        finally:
-            shared.lock.release_shared()
+            finally:
+                lock.release_shared()
+            if isinstance(exc, lmdb.MapFullError):
+                raise _MapFull(paused) from exc
+            if paused:
+                lock.release_exclusive()
+            raise
+        lock.release_shared()
         return outcomes
 
     def _plan(self, txn: Any, request: _Request, now: datetime) -> _Plan:

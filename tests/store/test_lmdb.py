@@ -2,10 +2,40 @@
 
 from __future__ import annotations
 
+import functools
+import json
+import os
+import random
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
+import lmdb
+import msgspec
+import pytest
+
+from sharedesk.protocol import (
+    ConcurrencyError,
+    Conversation,
+    CorruptRecordError,
+    Event,
+    Person,
+    SharingState,
+    StoreClosedError,
+    StoreFullError,
+    StoreIOError,
+    Text,
+    ValidationError,
+)
 from sharedesk.store import LmdbStore
-from tests.store.contract import ContractStore, StoreContract
+from sharedesk.store.lmdb import _SEQ, _prefix, _Request, _sharing_key
+from tests.store.conftest import ChildFactory, run_child
+from tests.store.contract import ContractStore, StoreContract, delta, text
+
+ALICE = Person(id="alice", label="Alice")
 
 
 class TestLmdbStore(StoreContract):
@@ -16,7 +46,580 @@ class TestLmdbStore(StoreContract):
 
 
 class TestDurableLmdbStore(StoreContract):
-    """The contract again with fsync on every commit (the default)."""
+    """The contract again with an fsync on every commit (the default)."""
 
     def make_store(self, path: Path) -> ContractStore:
         return LmdbStore(path)
+
+
+@pytest.fixture
+def store_path(tmp_path: Path) -> Path:
+    return tmp_path / "desk"
+
+
+@pytest.fixture
+def store(store_path: Path) -> Iterator[LmdbStore]:
+    with LmdbStore(store_path) as opened:
+        yield opened
+
+
+def raw_put(path: Path, db: bytes, key: bytes, value: bytes) -> None:
+    """Write one raw record into a closed store's environment."""
+    env = lmdb.open(str(path), max_dbs=8)
+    try:
+        handle = env.open_db(db)
+        with env.begin(write=True) as txn:
+            txn.put(key, value, db=handle)
+    finally:
+        env.close()
+
+
+def gate_writer(store: LmdbStore) -> tuple[threading.Event, threading.Event]:
+    """Make the store's writer stop before committing its next group until released.
+
+    Returns (entered, release): ``entered`` is set once the writer holds a group.
+    """
+    entered, release = threading.Event(), threading.Event()
+    commit = store._commit_group
+
+    def gated(group: list[_Request]) -> None:
+        if not entered.is_set():
+            entered.set()
+            assert release.wait(30)
+        commit(group)
+
+    store._commit_group = gated  # type: ignore[method-assign]
+    return entered, release
+
+
+def in_thread(call: Callable[[], Any]) -> tuple[threading.Thread, list[Any]]:
+    """Start ``call`` in a thread; the list receives its result or exception."""
+    outcome: list[Any] = []
+
+    def target() -> None:
+        try:
+            outcome.append(call())
+        except BaseException as exc:
+            outcome.append(exc)
+
+    thread = threading.Thread(target=target)
+    thread.start()
+    return thread, outcome
+
+
+def wait_until(condition: Callable[[], bool]) -> None:
+    """Poll ``condition`` (a state change in another thread) for up to 30 s."""
+    deadline = time.monotonic() + 30
+    while not condition():
+        assert time.monotonic() < deadline, "condition never held"
+        time.sleep(0.001)
+
+
+def append_one(store: LmdbStore, index: int) -> list[Event]:
+    """Append one Text to session ``s{index % 3}``."""
+    return store.append(f"s{index % 3}", [text()])
+
+
+def last_txnid(store: LmdbStore) -> int:
+    txnid: int = store._shared.env.info()["last_txnid"]
+    return txnid
+
+
+class TestLmdbStoreReopen:
+    def test_events_survive_close_and_reopen(self, store_path: Path) -> None:
+        with LmdbStore(store_path) as first:
+            stored = first.append("s", [text("a"), delta(), text("b", parent=1)])
+
+        with LmdbStore(store_path) as second:
+            assert stored == second.read("s")
+            assert ["b", "a"] == [m.content for m in second.log("s").read_before(None, 5).messages]
+
+    def test_sequences_continue_after_reopen(self, store_path: Path) -> None:
+        with LmdbStore(store_path) as first:
+            first.append("s", [text(id="a"), text()])
+
+        with LmdbStore(store_path) as second:
+            assert [1, 3] == [e.sequence for e in second.append("s", [text(id="a"), text()])]
+
+    def test_sharing_state_and_session_info_survive_reopen(self, store_path: Path) -> None:
+        state = SharingState(Conversation("s", thread_root=1), 1, frozenset({3}))
+        with LmdbStore(store_path) as first:
+            first.append("s", [text()])
+            first.append_and_share(
+                "s", [text(), text()], viewer="agent:x", state=state, expected_state=None
+            )
+            info = first.session_info("s")
+
+        with LmdbStore(store_path) as second:
+            assert state == second.get_sharing_state("s", "agent:x", state.conversation)
+            assert info == second.session_info("s")
+            assert ["s"] == second.sessions()
+
+    def test_relaxed_store_keeps_its_events_after_reopen(self, store_path: Path) -> None:
+        with LmdbStore(store_path, durability="relaxed") as first:
+            stored = first.append("s", [text()])
+
+        with LmdbStore(store_path) as second:
+            assert stored == second.read("s")
+
+
+class TestLmdbStoreOptions:
+    @pytest.mark.parametrize(
+        "options",
+        [
+            {"durability": "fast"},
+            {"map_size": 0},
+            {"max_map_size": -1},
+            {"map_size": 2**21, "max_map_size": 2**20},
+            {"group_wait": -0.1},
+            {"group_wait": "soon"},
+        ],
+        ids=[
+            "durability",
+            "map_size",
+            "max_map_size",
+            "map_above_max",
+            "negative_wait",
+            "str_wait",
+        ],
+    )
+    def test_bad_option_raises_validation_error(
+        self, store_path: Path, options: dict[str, Any]
+    ) -> None:
+        with pytest.raises(ValidationError):
+            LmdbStore(store_path, **options)
+
+    def test_path_that_is_a_file_raises_store_io_error(self, tmp_path: Path) -> None:
+        path = tmp_path / "file"
+        path.write_text("not a store")
+
+        with pytest.raises(StoreIOError) as caught:
+            LmdbStore(path)
+
+        assert ("open", str(path.resolve())) == (caught.value.operation, caught.value.path)
+        assert caught.value.__cause__ is not None
+
+
+class TestLmdbStoreSharedEnvironment:
+    def test_two_stores_on_one_path_share_the_environment(self, store_path: Path) -> None:
+        with LmdbStore(store_path) as first, LmdbStore(store_path) as second:
+            first.append("s", [text("from first")])
+            second.append("s", [text("from second")])
+
+            assert first._shared is second._shared
+            assert [1, 2] == [e.sequence for e in first.read("s")]
+
+    def test_a_symlinked_path_shares_the_environment(self, tmp_path: Path) -> None:
+        real = tmp_path / "real"
+        real.mkdir()
+        (tmp_path / "link").symlink_to(real)
+
+        with LmdbStore(real) as first, LmdbStore(tmp_path / "link") as second:
+            assert first._shared is second._shared
+            assert str(real.resolve()) == second.path
+
+    def test_environment_stays_open_until_the_last_store_closes(self, store_path: Path) -> None:
+        first, second = LmdbStore(store_path), LmdbStore(store_path)
+        first.close()
+
+        second.append("s", [text()])
+
+        assert 1 == second.last_sequence("s")
+        second.close()
+        assert second._shared.closed
+
+    def test_closing_one_store_leaves_the_other_usable(self, store_path: Path) -> None:
+        with LmdbStore(store_path) as survivor:
+            LmdbStore(store_path).close()
+
+            assert [1] == [e.sequence for e in survivor.append("s", [text()])]
+
+    def test_other_durability_on_an_open_path_raises_validation_error(
+        self, store: LmdbStore, store_path: Path
+    ) -> None:
+        with pytest.raises(ValidationError):
+            LmdbStore(store_path, durability="relaxed")
+
+    def test_reopening_a_path_after_every_store_closed_opens_a_new_environment(
+        self, store_path: Path
+    ) -> None:
+        first = LmdbStore(store_path)
+        first.close()
+
+        with LmdbStore(store_path, durability="relaxed") as second:
+            assert second._shared is not first._shared
+
+
+class TestLmdbStoreLifecycle:
+    def test_close_stops_the_writer_thread(self, store_path: Path) -> None:
+        store = LmdbStore(store_path)
+        store.append("s", [text()])
+
+        store.close()
+
+        assert not store._writer.is_alive()
+
+    def test_appends_queued_at_close_get_store_closed_error(self, store: LmdbStore) -> None:
+        """The group being written completes; appends still queued fail instead of hanging."""
+        entered, release = gate_writer(store)
+        first, first_outcome = in_thread(lambda: store.append("s", [text("in group")]))
+        assert entered.wait(30)
+        queued, queued_outcome = in_thread(lambda: store.append("s", [text("queued")]))
+        wait_until(lambda: len(store._queue) == 1)
+
+        closer, _ = in_thread(store.close)
+        wait_until(lambda: queued_outcome != [])
+        release.set()
+        for thread in (first, queued, closer):
+            thread.join()
+
+        assert isinstance(queued_outcome[0], StoreClosedError)
+        assert [1] == [e.sequence for e in first_outcome[0]]
+
+    def test_repr_names_path_durability_and_state(self, store_path: Path) -> None:
+        store = LmdbStore(store_path, durability="relaxed")
+        store.close()
+
+        assert f"LmdbStore({store.path!r}, durability='relaxed') [closed]" == repr(store)
+
+
+class TestLmdbStoreGroupCommit:
+    def test_appends_waiting_together_commit_in_one_transaction(self, store: LmdbStore) -> None:
+        entered, release = gate_writer(store)
+        first, _ = in_thread(lambda: store.append("s0", [text()]))
+        assert entered.wait(30)
+        waiting = [in_thread(functools.partial(append_one, store, index)) for index in range(10)]
+        wait_until(lambda: len(store._queue) == 10)
+        before = last_txnid(store)
+
+        release.set()
+        for thread, _ in [(first, None), *waiting]:
+            thread.join()
+
+        assert before + 2 == last_txnid(store)
+        assert [5, 3, 3] == [store.last_sequence(f"s{index}") for index in range(3)]
+        assert list(range(1, 6)) == [e.sequence for e in store.read("s0")]
+
+    def test_one_failing_append_does_not_spoil_its_group(self, store: LmdbStore) -> None:
+        store.append("s", [text()])
+        good, stale, bad, other = (
+            _Request("s", [text("good")], 1, None),
+            _Request("s", [text("stale")], 1, None),
+            _Request("s", [text("bad", parent=99)], None, None),
+            _Request("t", [text("other")], None, None),
+        )
+
+        store._commit_group([good, stale, bad, other])
+
+        assert [2] == [e.sequence for e in good.wait()]
+        with pytest.raises(ConcurrencyError):
+            stale.wait()
+        with pytest.raises(ValidationError):
+            bad.wait()
+        assert [1] == [e.sequence for e in other.wait()]
+        assert ["good"] == [e.body.content for e in store.read("s", after=1)]  # type: ignore[union-attr]
+
+    def test_later_appends_in_a_group_see_the_earlier_ones(self, store: LmdbStore) -> None:
+        first = _Request("s", [text(id="x")], 0, None)
+        repeat = _Request("s", [text(id="x"), text(id="y")], 1, None)
+
+        store._commit_group([first, repeat])
+
+        assert [1, 2] == [e.sequence for e in repeat.wait()]
+        assert first.wait()[0] == repeat.wait()[0]
+
+    def test_many_threads_on_many_sessions_stay_contiguous(self, store: LmdbStore) -> None:
+        threads, per_thread, sessions = 16, 30, 7
+        acknowledged: dict[str, list[int]] = {}
+        lock = threading.Lock()
+        barrier = threading.Barrier(threads)
+
+        def work(index: int) -> None:
+            barrier.wait()
+            for round_ in range(per_thread):
+                session_id = f"s{(index + round_) % sessions}"
+                stored = store.append(session_id, [text()])
+                with lock:
+                    acknowledged.setdefault(session_id, []).extend(
+                        e.sequence for e in stored if e.sequence is not None
+                    )
+
+        workers = [threading.Thread(target=work, args=(i,)) for i in range(threads)]
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join()
+
+        for session_id, acked in acknowledged.items():
+            assert list(range(1, len(acked) + 1)) == sorted(acked)
+            assert sorted(acked) == [e.sequence for e in store.read(session_id)]
+        assert threads * per_thread == sum(map(len, acknowledged.values()))
+        assert threads * per_thread > last_txnid(store)
+
+
+class TestLmdbStoreGrowth:
+    def test_map_grows_when_full_and_every_event_stays_readable(self, store_path: Path) -> None:
+        with LmdbStore(store_path, map_size=256 * 1024) as store:
+            for batch in range(40):
+                store.append("s", [text(f"{batch}:" + "x" * 2000) for _ in range(10)])
+
+            assert 256 * 1024 < store.map_size()
+            assert 400 == len(store.read("s"))
+            assert "39:" == store.read("s", newest_first=True, limit=1)[0].body.content[:3]  # type: ignore[union-attr]
+
+    def test_readers_in_other_threads_survive_growth(self, store_path: Path) -> None:
+        with LmdbStore(store_path, map_size=256 * 1024) as store:
+            store.append("s", [text("first")])
+            stop = threading.Event()
+            seen: list[int] = []
+
+            def read() -> None:
+                while not stop.is_set():
+                    seen.append(len(store.read("s", limit=5, newest_first=True)))
+                    store.log("s").read_before(None, 3)
+
+            readers = [threading.Thread(target=read) for _ in range(3)]
+            for reader in readers:
+                reader.start()
+            for _ in range(30):
+                store.append("s", [text("y" * 3000) for _ in range(10)])
+            stop.set()
+            for reader in readers:
+                reader.join()
+
+            assert 256 * 1024 < store.map_size()
+            assert 301 == store.last_sequence("s")
+            assert all(1 <= count <= 5 for count in seen)
+
+    def test_full_store_raises_store_full_error_and_writes_nothing(self, store_path: Path) -> None:
+        with LmdbStore(store_path, map_size=128 * 1024, max_map_size=256 * 1024) as store:
+            with pytest.raises(StoreFullError) as caught:
+                for _ in range(100):
+                    store.append("s", [text("z" * 4000) for _ in range(5)])
+            written = store.last_sequence("s")
+
+            assert (256 * 1024, 256 * 1024) == (caught.value.max_map_size, caught.value.map_size)
+            assert written == len(store.read("s"))
+            assert 0 == written % 5
+            assert [written + 1] == [e.sequence for e in store.append("s", [text("small")])]
+
+    def test_only_the_requests_that_do_not_fit_get_store_full_error(self, store_path: Path) -> None:
+        with LmdbStore(store_path, map_size=128 * 1024, max_map_size=128 * 1024) as store:
+            small = _Request("s", [text("small")], None, None)
+            huge = _Request("s", [text("h" * 400_000)], None, None)
+            other = _Request("t", [text("other")], None, None)
+
+            store._commit_group([small, huge, other])
+
+            assert [1] == [e.sequence for e in small.wait()]
+            with pytest.raises(StoreFullError):
+                huge.wait()
+            assert [1] == [e.sequence for e in other.wait()]
+            assert 1 == store.last_sequence("s")
+
+
+class TestLmdbStoreRecords:
+    def test_corrupt_record_raises_corrupt_record_error_and_others_stay_readable(
+        self, store_path: Path
+    ) -> None:
+        with LmdbStore(store_path) as store:
+            store.append("s", [text("one"), text("two"), text("three")])
+        raw_put(store_path, b"events", _prefix("s") + _SEQ.pack(2), b"\xc1garbage")
+
+        with LmdbStore(store_path) as store:
+            with pytest.raises(CorruptRecordError) as caught:
+                store.read("s")
+
+            assert ("s", 2) == (caught.value.session_id, caught.value.sequence)
+            assert ["three"] == [e.body.content for e in store.read("s", after=2)]  # type: ignore[union-attr]
+            assert ["one"] == [e.body.content for e in store.read("s", before=2)]  # type: ignore[union-attr]
+            assert ["three"] == [m.content for m in store.log("s").read_before(None, 1).messages]
+
+    def test_record_holding_another_sequence_is_corrupt(self, store_path: Path) -> None:
+        with LmdbStore(store_path) as store:
+            first, _second = store.append("s", [text(), text()])
+        raw_put(store_path, b"events", _prefix("s") + _SEQ.pack(2), msgspec.msgpack.encode(first))
+
+        with LmdbStore(store_path) as store, pytest.raises(CorruptRecordError) as caught:
+            store.read("s", after=1)
+
+        assert 2 == caught.value.sequence
+
+    def test_corrupt_sharing_state_raises_corrupt_record_error(self, store_path: Path) -> None:
+        conversation = Conversation("s")
+        with LmdbStore(store_path) as store:
+            store.append_and_share(
+                "s", [], viewer="v", state=SharingState(conversation, 1), expected_state=None
+            )
+        key = _sharing_key(_prefix("s"), "v", conversation)
+        raw_put(store_path, b"sharing", key, b"\x92\x01")
+
+        with LmdbStore(store_path) as store, pytest.raises(CorruptRecordError) as caught:
+            store.get_sharing_state("s", "v", conversation)
+
+        assert "s" == caught.value.session_id
+
+    def test_record_written_before_later_fields_existed_still_decodes(
+        self, store_path: Path
+    ) -> None:
+        """An old record lacks parent, run_id and metadata; they take their defaults."""
+        with LmdbStore(store_path) as store:
+            store.append("s", [text("new")])
+        old_shape = {
+            "author": {"type": "person", "id": "alice", "label": "Alice"},
+            "body": {"type": "text", "content": "old"},
+            "id": "old-1",
+            "sequence": 1,
+            "timestamp": "2024-01-01T00:00:00Z",
+        }
+        raw_put(
+            store_path, b"events", _prefix("s") + _SEQ.pack(1), msgspec.msgpack.encode(old_shape)
+        )
+
+        with LmdbStore(store_path) as store:
+            (event,) = store.read("s")
+
+            assert (Text("old"), None, None, {}) == (
+                event.body,
+                event.parent,
+                event.run_id,
+                event.metadata,
+            )
+            assert "old" == store.log("s").read_before(None, 1).messages[0].content
+
+    def test_long_event_ids_stay_idempotent(self, store: LmdbStore) -> None:
+        long_id = "é" * 300
+
+        (first,) = store.append("s", [Event(ALICE, Text("a"), id=long_id)])
+        (again,) = store.append("s", [Event(ALICE, Text("b"), id=long_id)])
+        (near,) = store.append("s", [Event(ALICE, Text("c"), id=long_id + "!")])
+
+        assert (first, 2) == (again, near.sequence)
+
+    def test_longest_session_id_and_long_viewer_fit_in_keys(self, store: LmdbStore) -> None:
+        session_id = "界" * 133
+        conversation = Conversation(session_id, thread_root=1)
+        state = SharingState(conversation, 1)
+
+        store.append_and_share(
+            session_id, [text()], viewer="v" * 1000, state=state, expected_state=None
+        )
+
+        assert state == store.get_sharing_state(session_id, "v" * 1000, conversation)
+
+
+class TestLmdbStoreProcesses:
+    def test_a_second_process_reads_what_this_one_acknowledged(
+        self, store: LmdbStore, spawn: ChildFactory
+    ) -> None:
+        stored = store.append("s/1", [text("hello"), delta()])
+
+        out = run_child(spawn, READ_CHILD, store.path, "s/1")
+
+        (result,) = [line for line in out.splitlines() if line.startswith("RESULT ")]
+        assert [[e.id, e.sequence] for e in stored] == json.loads(result.removeprefix("RESULT "))
+
+    def test_a_second_process_writes_while_this_one_is_open(
+        self, store: LmdbStore, spawn: ChildFactory
+    ) -> None:
+        store.append("s", [text("parent")])
+
+        run_child(spawn, WRITE_CHILD, store.path, "s", "20")
+        stored = store.append("s", [text("parent again")])
+
+        assert [22] == [e.sequence for e in stored]
+        assert list(range(1, 23)) == [e.sequence for e in store.read("s")]
+
+    def test_two_processes_writing_at_once_keep_sequences_contiguous(
+        self, store: LmdbStore, spawn: ChildFactory
+    ) -> None:
+        child = spawn("-c", WRITE_CHILD, store.path, "shared", "200")
+        for _ in range(100):
+            store.append("shared", [text()])
+        _out, err = child.communicate(timeout=60)
+
+        assert 0 == child.returncode, err.decode()
+        assert list(range(1, 301)) == [e.sequence for e in store.read("shared")]
+
+    def test_map_grown_by_another_process_is_adopted(
+        self, store_path: Path, spawn: ChildFactory
+    ) -> None:
+        with LmdbStore(store_path, map_size=256 * 1024) as store:
+            store.append("s", [text()])
+
+            run_child(spawn, GROW_CHILD, store.path)
+
+            assert 201 == len(store.read("s"))
+            assert 202 == store.append("s", [text()])[0].sequence
+            assert 256 * 1024 < store.map_size()
+
+
+READ_CHILD = """
+import json, sys
+from sharedesk.store import LmdbStore
+with LmdbStore(sys.argv[1]) as store:
+    print("RESULT " + json.dumps([[e.id, e.sequence] for e in store.read(sys.argv[2])]))
+"""
+
+WRITE_CHILD = """
+import sys
+from sharedesk.protocol import Event, Person, Text
+from sharedesk.store import LmdbStore
+with LmdbStore(sys.argv[1]) as store:
+    for _ in range(int(sys.argv[3])):
+        store.append(sys.argv[2], [Event(Person(id="c", label="C"), Text("child"))])
+"""
+
+GROW_CHILD = """
+import sys
+from sharedesk.protocol import Event, Person, Text
+from sharedesk.store import LmdbStore
+with LmdbStore(sys.argv[1], map_size=256 * 1024) as store:
+    for _ in range(20):
+        store.append("s", [Event(Person(id="c", label="C"), Text("g" * 4000)) for _ in range(10)])
+"""
+
+
+@pytest.mark.slow
+class TestLmdbStoreCrash:
+    def test_every_acknowledged_event_survives_sigkill(
+        self, store_path: Path, spawn: ChildFactory
+    ) -> None:
+        """Kill a writer at random moments: acked events keep their sequence; no gap, no repeat."""
+        rng = random.Random(20261129)
+        acknowledged: dict[tuple[str, str], int] = {}
+        for _cycle in range(6):
+            child = spawn("-m", "tests.store.crash_writer", str(store_path), "6", "5")
+            assert child.stdout is not None
+            assert b"ready\n" == wait_for_ready(child.stdout)
+            time.sleep(rng.uniform(0.05, 0.6))
+            os.kill(child.pid, signal.SIGKILL)
+            out, _ = child.communicate(timeout=30)
+            for line in out.decode().splitlines():
+                if line.startswith("ack ") and line.count(" ") == 3:
+                    _, session_id, event_id, sequence = line.split(" ")
+                    acknowledged[(session_id, event_id)] = int(sequence)
+
+        with LmdbStore(store_path) as store:
+            stored = {
+                (session_id, event.id): event.sequence
+                for session_id in store.sessions()
+                for event in store.read(session_id)
+            }
+            for session_id in store.sessions():
+                events = store.read(session_id)
+                assert list(range(1, len(events) + 1)) == [e.sequence for e in events]
+                assert len(events) == len({e.id for e in events})
+                assert len(events) == store.last_sequence(session_id)
+
+        assert acknowledged != {}
+        assert acknowledged == {key: stored[key] for key in acknowledged if key in stored}
+        assert set(acknowledged) <= set(stored)
+
+
+def wait_for_ready(stream: Any) -> bytes:
+    """Read the child's first line (it prints ``ready`` once its store is open)."""
+    line: bytes = stream.readline()
+    while line and line != b"ready\n":
+        line = stream.readline()
+    return line
