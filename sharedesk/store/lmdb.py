@@ -102,6 +102,7 @@ _EVENT_DECODER: Final = msgspec.msgpack.Decoder(Event)
 _STATE_DECODER: Final = msgspec.msgpack.Decoder(SharingState)
 _ENCODER: Final = msgspec.msgpack.Encoder()
 _DEFAULT_MAP_SIZE: Final = 64 * 2**20
+_META_CACHE_SIZE: Final = 100_000
 
 
 def _prefix(session_id: str) -> bytes:
@@ -198,16 +199,6 @@ class _MapFull(Exception):
         self.paused = paused
 
 
-class _Plan(msgspec.Struct, frozen=True):
-    """What one request writes, decided before anything is written."""
-
-    request: _Request
-    result: list[Event]
-    new: list[tuple[Event, bytes]]
-    meta: bytes | None
-    sharing: tuple[bytes, bytes] | None
-
-
 class LmdbStore:
     """A durable event store in an LMDB environment (a directory), with group commit.
 
@@ -266,6 +257,10 @@ class LmdbStore:
         self._dbs = self._shared.dbs
         self._cond = threading.Condition(threading.Lock())
         self._queue: list[_Request] = []
+        # (last sequence, Text rows) per session prefix as of this store's last commit;
+        # valid only while no other writer committed in between (checked by txn id).
+        self._meta_cache: dict[bytes, tuple[int, int]] = {}
+        self._last_txn = -1
         self._target = 1
         self._group_wait = group_wait
         self._closed = False
@@ -485,15 +480,20 @@ class LmdbStore:
             lock.release_shared()
             raise
         try:
+            if txn.id() != self._last_txn + 1:
+                self._meta_cache.clear()  # another writer committed since our last commit
+            overlay: dict[bytes, tuple[int, int]] = {}
             outcomes: list[tuple[_Request, list[Event] | SharedeskError]] = []
             for request in group:
                 try:
-                    plan = self._plan(txn, request, now)
+                    outcomes.append((request, self._write_request(txn, request, now, overlay)))
                 except SharedeskError as exc:
                     outcomes.append((request, exc))
-                    continue
-                self._apply(txn, plan)
-                outcomes.append((request, plan.result))
+            micros = (now - _EPOCH) // _MICROSECOND
+            meta_db = self._dbs[b"meta"]
+            for prefix, (last, texts) in overlay.items():
+                txn.put(prefix, _META.pack(last, texts, micros), db=meta_db)
+            txn_id = txn.id()
             txn.commit()
         except BaseException as exc:
             paused = lock.pause()  # see ResizeLock.pause: abort only with readers held off
@@ -507,14 +507,32 @@ class LmdbStore:
                 lock.release_exclusive()
             raise
         lock.release_shared()
+        self._last_txn = txn_id
+        cache = self._meta_cache
+        if len(cache) + len(overlay) > _META_CACHE_SIZE:
+            cache.clear()
+        cache.update(overlay)
         return outcomes
 
-    def _plan(self, txn: Any, request: _Request, now: datetime) -> _Plan:
-        """Decide what ``request`` writes, reading only; raise if it must write nothing."""
+    def _write_request(
+        self, txn: Any, request: _Request, now: datetime, overlay: dict[bytes, tuple[int, int]]
+    ) -> list[Event]:
+        """Check ``request`` against the transaction and write it, or write nothing.
+
+        ``overlay`` holds (last sequence, Text rows) of the sessions this group wrote;
+        the per-session meta records are written from it once per group.
+
+        Raises:
+            SharedeskError: The request fails a check; whatever it wrote is undone.
+            lmdb.Error: The transaction failed (the caller aborts it).
+        """
         dbs = self._dbs
         prefix = request.prefix
-        raw_meta = txn.get(prefix, db=dbs[b"meta"])
-        last, text_count, _ = (0, 0, 0) if raw_meta is None else _META.unpack(raw_meta)
+        counts = overlay.get(prefix) or self._meta_cache.get(prefix)
+        if counts is None:
+            raw_meta = txn.get(prefix, db=dbs[b"meta"])
+            counts = (0, 0) if raw_meta is None else _META.unpack(raw_meta)[:2]
+        last, text_count = counts
         if request.expected_version is not None and request.expected_version != last:
             raise ConcurrencyError(request.expected_version, last)
         sharing: tuple[bytes, bytes] | None = None
@@ -528,45 +546,48 @@ class LmdbStore:
             if stored_state != expected_state:
                 raise SharingStateConflict(watermark_of(expected_state), watermark_of(stored_state))
             sharing = (key, _ENCODER.encode(state))
+        ids_db = dbs[b"ids"]
         result: list[Event] = []
-        new: list[tuple[Event, bytes]] = []
+        new: list[Event] = []
+        inserted: list[bytes] = []
         fresh: dict[str, Event] = {}
         next_sequence = last + 1
-        for event in request.events:
-            stored = fresh.get(event.id)
-            if stored is None:
-                id_key = _id_key(prefix, event.id)
-                raw_seq = txn.get(id_key, db=dbs[b"ids"])
-                if raw_seq is not None:
-                    stored = self._get_event(txn, request.session_id, prefix, raw_seq)
-                else:
-                    stored = msgspec.structs.replace(event, sequence=next_sequence, timestamp=now)
-                    next_sequence += 1
-                    new.append((stored, id_key))
-                fresh[event.id] = stored
-            result.append(stored)
-        if not new:
-            return _Plan(request, result, [], None, sharing)
-        check_parents([stored for stored, _ in new], last + 1)
-        text_count += sum(1 for stored, _ in new if isinstance(stored.body, Text))
-        meta = _META.pack(next_sequence - 1, text_count, (now - _EPOCH) // _MICROSECOND)
-        return _Plan(request, result, new, meta, sharing)
-
-    def _apply(self, txn: Any, plan: _Plan) -> None:
-        """Write what ``plan`` decided (raises only ``lmdb.Error``)."""
-        dbs = self._dbs
-        prefix = plan.request.prefix
-        for stored, id_key in plan.new:
-            assert stored.sequence is not None
-            seq = _SEQ.pack(stored.sequence)
-            txn.put(prefix + seq, _ENCODER.encode(stored), db=dbs[b"events"])
-            txn.put(id_key, seq, db=dbs[b"ids"])
+        try:
+            for event in request.events:
+                stored = fresh.get(event.id)
+                if stored is None:
+                    id_key = _id_key(prefix, event.id)
+                    seq = _SEQ.pack(next_sequence)
+                    # Check and claim the id in one call: put refuses an existing key.
+                    if txn.put(id_key, seq, overwrite=False, db=ids_db):
+                        inserted.append(id_key)
+                        stored = msgspec.structs.replace(
+                            event, sequence=next_sequence, timestamp=now
+                        )
+                        next_sequence += 1
+                        new.append(stored)
+                    else:
+                        raw_seq = txn.get(id_key, db=ids_db)
+                        stored = self._get_event(txn, request.session_id, prefix, raw_seq)
+                    fresh[event.id] = stored
+                result.append(stored)
+            check_parents(new, last + 1)
+        except SharedeskError:
+            for id_key in inserted:
+                txn.delete(id_key, db=ids_db)
+            raise
+        events_db, texts_db = dbs[b"events"], dbs[b"texts"]
+        for stored in new:
+            key = prefix + _SEQ.pack(stored.sequence)
+            txn.put(key, _ENCODER.encode(stored), db=events_db)
             if isinstance(stored.body, Text):
-                txn.put(prefix + seq, b"", db=dbs[b"texts"])
-        if plan.meta is not None:
-            txn.put(prefix, plan.meta, db=dbs[b"meta"])
-        if plan.sharing is not None:
-            txn.put(plan.sharing[0], plan.sharing[1], db=dbs[b"sharing"])
+                txn.put(key, b"", db=texts_db)
+                text_count += 1
+        if sharing is not None:
+            txn.put(sharing[0], sharing[1], db=dbs[b"sharing"])
+        if new:
+            overlay[prefix] = (next_sequence - 1, text_count)
+        return result
 
     # -- reads ---------------------------------------------------------------------------
 
