@@ -56,6 +56,7 @@ import lmdb
 import msgspec
 import structlog
 
+from sharedesk.protocol.authors import SessionAuthor
 from sharedesk.protocol.codec import encode_msgpack
 from sharedesk.protocol.errors import (
     ConcurrencyError,
@@ -69,7 +70,7 @@ from sharedesk.protocol.errors import (
 )
 from sharedesk.protocol.events import Event, Text
 from sharedesk.protocol.validation import check_optional_int, check_parents, check_session_id
-from sharedesk.protocol.views import Conversation, SessionPage, SharingState
+from sharedesk.protocol.views import Conversation, LogMessage, SessionPage, SharingState
 from sharedesk.store._common import (
     SessionInfo,
     check_batch,
@@ -78,7 +79,6 @@ from sharedesk.store._common import (
     check_read_args,
     check_sharing_args,
     check_viewer,
-    to_log_message,
     watermark_of,
 )
 from sharedesk.store._lmdb_env import REGISTRY
@@ -128,6 +128,18 @@ def _sharing_key(prefix: bytes, viewer: str, conversation: Conversation) -> byte
     digest.update(len(raw).to_bytes(4, "big") + raw)
     digest.update(encode_msgpack(conversation))
     return prefix + digest.digest()
+
+
+class _LogRecord(msgspec.Struct, frozen=True):
+    """The fields of a stored ``Text`` event that a log row needs (others are skipped)."""
+
+    author: SessionAuthor
+    body: Text
+    sequence: int
+    parent: int | None = None
+
+
+_LOG_DECODER: Final = msgspec.msgpack.Decoder(_LogRecord)
 
 
 class _Request:
@@ -798,21 +810,44 @@ class LmdbStore:
             self._live()
             return SessionPage(messages=[], next_before=None)
 
-        def body(txn: Any) -> tuple[list[Event], bool]:
+        def body(txn: Any) -> tuple[list[LogMessage], bool]:
+            # The Text index and the events share their keys (prefix + sequence), so
+            # each index key fetches its event directly; rows decode into _LogRecord,
+            # which skips the fields a log row does not carry.
             cursor = txn.cursor(db=self._dbs[b"texts"])
-            events_db = self._dbs[b"events"]
-            events: list[Event] = []
-            for sequence, _ in _walk_down(cursor, prefix, high, 0):
-                if len(events) == limit:
-                    return events, True
-                raw = txn.get(prefix + _SEQ.pack(sequence), db=events_db)
+            if not _position_below(cursor, prefix, high):
+                return [], False
+            get, events_db = txn.get, self._dbs[b"events"]
+            size, rows = len(prefix) + 8, list[LogMessage]()
+            for key in cursor.iterprev(keys=True, values=False):
+                if len(key) != size or not key.startswith(prefix):
+                    break
+                if len(rows) == limit:
+                    return rows, True
+                sequence = int.from_bytes(key[-8:], "big")
+                raw = get(key, db=events_db)
                 if raw is None:
                     raise CorruptRecordError(session_id, sequence, "indexed but missing")
-                events.append(self._decode_event(session_id, sequence, raw))
-            return events, False
+                try:
+                    record = _LOG_DECODER.decode(raw)
+                except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+                    raise CorruptRecordError(session_id, sequence, str(exc)) from exc
+                if record.sequence != sequence:
+                    raise CorruptRecordError(
+                        session_id, sequence, f"record holds sequence {record.sequence}"
+                    )
+                rows.append(
+                    LogMessage(
+                        sequence=sequence,
+                        author=record.author,
+                        content=record.body.content,
+                        desk=session_id,
+                        parent=record.parent,
+                    )
+                )
+            return rows, False
 
-        events, more = self._in_read(body)
-        rows = [to_log_message(session_id, event) for event in events]
+        rows, more = self._in_read(body)
         return SessionPage(messages=rows, next_before=rows[-1].sequence if more else None)
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -863,36 +898,39 @@ def _info(session_id: str, raw: bytes) -> SessionInfo:
     )
 
 
+def _position_below(cursor: Any, prefix: bytes, high: int) -> bool:
+    """Put ``cursor`` on the last key below ``prefix + high``; return whether there is one."""
+    if cursor.set_range(prefix + _SEQ.pack(high)):
+        return bool(cursor.prev())
+    return bool(cursor.last())
+
+
 def _walk_down(cursor: Any, prefix: bytes, high: int, low: int) -> Iterator[tuple[int, bytes]]:
     """Yield (sequence, value) of ``prefix``'s keys with ``low < sequence < high``, newest first."""
-    found = cursor.prev() if cursor.set_range(prefix + _SEQ.pack(high)) else cursor.last()
+    if not _position_below(cursor, prefix, high):
+        return
     size = len(prefix) + 8
-    while found:
-        key = cursor.key()
+    for key, value in cursor.iterprev(keys=True, values=True):
         if len(key) != size or not key.startswith(prefix):
             return
-        sequence = _SEQ.unpack_from(key, len(prefix))[0]
+        sequence = int.from_bytes(key[-8:], "big")
         if sequence <= low:
             return
-        yield sequence, cursor.value()
-        found = cursor.prev()
+        yield sequence, value
 
 
 def _walk_up(cursor: Any, prefix: bytes, low: int, high: int) -> Iterator[tuple[int, bytes]]:
     """Yield (sequence, value) of ``prefix``'s keys with ``low < sequence < high``, oldest first."""
-    if low >= _MAX_SEQ:
+    if low >= _MAX_SEQ or not cursor.set_range(prefix + _SEQ.pack(low + 1)):
         return
-    found = cursor.set_range(prefix + _SEQ.pack(low + 1))
     size = len(prefix) + 8
-    while found:
-        key = cursor.key()
+    for key, value in cursor.iternext(keys=True, values=True):
         if len(key) != size or not key.startswith(prefix):
             return
-        sequence = _SEQ.unpack_from(key, len(prefix))[0]
+        sequence = int.from_bytes(key[-8:], "big")
         if sequence >= high:
             return
-        yield sequence, cursor.value()
-        found = cursor.next()
+        yield sequence, value
 
 
 class _LmdbLog:
