@@ -22,7 +22,8 @@ from typing import Any, ClassVar, Final, Protocol
 import msgspec
 import pykka
 import structlog
-from structlog.contextvars import bound_contextvars
+from pykka._envelope import Envelope
+from structlog.contextvars import bind_contextvars, reset_contextvars
 
 from sharedesk.protocol.errors import ActorCrashed, SharedeskError
 from sharedesk.protocol.ports import EventStore, SharingStateStore
@@ -77,18 +78,35 @@ class Slot:
         key: The actor's name.
         ref: Its pykka reference.
         thread: The thread it runs on (set when it starts).
-        users: Requests in flight through the Hub; an actor in use is never passivated.
-        last_used: ``time.monotonic()`` of the last request.
+        pins: One entry per request in flight through the Hub (appended and popped
+            without a lock: list operations are atomic); a pinned actor is not passivated.
+        touched: Used since passivation last passed it over (CLOCK's reference bit).
+        last_used: ``time.monotonic()`` of the end of the last request.
         snapshot: The projector's newest view (projectors only; replaced, never mutated).
+        started: Set once the actor was started (``ref`` set) or failed to start.
+        actor: The actor itself (for requests run on the caller's thread).
     """
 
-    __slots__ = ("key", "last_used", "ref", "snapshot", "thread", "users")
+    __slots__ = (
+        "actor",
+        "key",
+        "last_used",
+        "pins",
+        "ref",
+        "snapshot",
+        "started",
+        "thread",
+        "touched",
+    )
 
     def __init__(self, key: ActorKey, now: float) -> None:
         self.key = key
+        self.started = threading.Event()
         self.ref: pykka.ActorRef[Any] | None = None
+        self.actor: HubActor | None = None
         self.thread: threading.Thread | None = None
-        self.users = 0
+        self.pins: list[None] = []
+        self.touched = False
         self.last_used = now
         self.snapshot: ViewSnapshot | None = None
 
@@ -105,21 +123,27 @@ class Supervisor(Protocol):
         """Record that the actor ``ref`` named ``key`` failed and is stopping."""
         ...
 
-    def subscribers(self, session_id: str) -> tuple[pykka.ActorRef[Any], ...]:
+    def subscribers(self, session_id: str) -> tuple[HubActor, ...]:
         """Return the projectors subscribed to ``session_id``'s committed events."""
         ...
 
-    def call(self, key: ActorKey, message: Any) -> Any:
+    def call(self, key: ActorKey, message: Any, *, inline: bool = False) -> Any:
         """Send ``message`` to the actor ``key`` (started if needed) and return its answer."""
         ...
+
+
+class _Wake(msgspec.Struct, frozen=True):
+    """Put in the inbox of an actor stopped from another thread, so its loop ends."""
 
 
 class HubActor(pykka.ThreadingActor):
     """Base of the Hub's actors: a named thread, supervision and per-message log context.
 
-    Threads: ``__init__`` runs in the thread that starts the actor (the Hub, holding its
-    lock; it must stay cheap); every other hook and handler runs in the actor's own
-    thread, named ``sharedesk-<kind>-<n>``. Subclasses implement :meth:`handle`.
+    Threads: ``__init__`` runs in the thread that starts the actor (it must stay cheap);
+    ``on_start`` and every message from the inbox run on the actor's own thread, named
+    ``sharedesk-<kind>-<n>``. A request may also run on its caller's thread, through
+    :meth:`run_inline`, when the actor is idle. Either way one message runs at a time,
+    under :attr:`turn_lock`. Subclasses implement :meth:`handle`.
     """
 
     #: The actor kind, as in :class:`ActorKey`.
@@ -130,24 +154,78 @@ class HubActor(pykka.ThreadingActor):
         self.hub = hub
         self.key = key
         self.slot = slot
+        #: Held while a message is handled, on whichever thread: one message at a time.
+        self.turn_lock = threading.Lock()
+        self._thread_lock = threading.Lock()
+        self._halted = False
+        slot.actor = self
 
     def _start_actor_loop(self) -> None:
-        # As pykka's ThreadingActor, but the thread gets our name and the Hub keeps it,
-        # so close() can join it and tests can find every thread of ours.
-        thread = threading.Thread(
+        # As pykka's ThreadingActor, but the thread gets our name, the Hub keeps it (so
+        # close() can join it and tests can find every thread of ours), and it starts
+        # only when the first message is queued (ensure_running): an actor whose
+        # requests all run inline never costs a thread.
+        self.slot.thread = threading.Thread(
             target=self._actor_loop,
             name=f"{THREAD_PREFIX}{self.kind}-{next(_thread_numbers)}",
             daemon=False,
         )
-        self.slot.thread = thread
-        thread.start()
+
+    def ensure_running(self) -> bool:
+        """Start the actor's thread unless it runs already; ``False`` if the actor stopped.
+
+        Call before queueing a message. Cost: O(1); the first call starts a thread.
+        """
+        thread = self.slot.thread
+        assert thread is not None
+        if thread.ident is not None:
+            return True
+        with self._thread_lock:
+            if self._halted:
+                return False
+            if thread.ident is None:
+                thread.start()
+        return True
+
+    def halt_unstarted(self) -> bool:
+        """Stop the actor at once if its thread never started; return whether it did.
+
+        Such an actor has nothing queued (messages are queued only once it runs), so it
+        is stopped without a thread: it is unregistered and ``on_stop`` runs here.
+        """
+        with self._thread_lock:
+            thread = self.slot.thread
+            if thread is not None and thread.ident is not None:
+                return False
+            if not self._halted:
+                self._halted = True
+                self._stop()
+            return True
+
+    def deliver(self, message: Any) -> None:
+        """Queue ``message`` without waiting for an answer, starting the thread if needed.
+
+        A message for an actor that has stopped is dropped (a projector started again
+        rebuilds from the log). Cost: O(1); never blocks.
+        """
+        if not self.ensure_running():
+            return
+        try:
+            self.actor_ref.tell(message)
+        except pykka.ActorDeadError:
+            return
 
     def on_start(self) -> None:
-        """Log the start (actor thread). Never raises: state is loaded on first use."""
-        _log.debug("actor.started", actor=self.kind, session_id=self.key.session_id)
+        """Bind ``session_id`` and ``actor`` for the thread's life, log the start.
+
+        Runs on the actor thread, which serves only this actor, so the binding holds for
+        every message it handles. Never raises: state is loaded on first use.
+        """
+        bind_contextvars(session_id=self.key.session_id, actor=self.kind)
+        _log.debug("actor.started")
 
     def on_stop(self) -> None:
-        """Log the stop (actor thread). Never raises."""
+        """Log the stop (actor thread, or the thread that stopped a failed actor)."""
         _log.debug("actor.stopped", actor=self.kind, session_id=self.key.session_id)
 
     def context(self, message: Any) -> dict[str, Any]:
@@ -155,31 +233,82 @@ class HubActor(pykka.ThreadingActor):
         return {}
 
     def handle(self, message: Any) -> Any:
-        """Handle one message and return the answer (actor thread)."""
+        """Handle one message and return the answer."""
         raise NotImplementedError
 
     def on_receive(self, message: Any) -> Any:
+        """Handle a message from the inbox (actor thread), one at a time.
+
+        Raises:
+            pykka.ActorDeadError: The actor was stopped (it failed while running a
+                request inline); the Hub resends the request to a fresh actor.
+            SharedeskError, ActorCrashed: As :meth:`_supervised`.
+        """
+        with self.turn_lock:
+            if self.actor_stopped.is_set():
+                if isinstance(message, _Wake):
+                    return None
+                raise pykka.ActorDeadError(f"{self.kind} actor of {self.key.session_id} stopped")
+            return self._supervised(message)
+
+    def run_inline(self, message: Any) -> tuple[bool, Any]:
+        """Handle ``message`` on the caller's thread if the actor is idle, else do nothing.
+
+        Idle means: nothing waits in the inbox and no message is being handled. Order is
+        kept: a message queued meanwhile waits for :attr:`turn_lock`. This saves the two
+        thread switches of an ask; the price is that the caller's wait is then the
+        handler's (the store's), not bounded by the Hub's ``ask_timeout``.
+
+        Returns:
+            ``(True, answer)`` when it ran, ``(False, None)`` when the actor was busy.
+
+        Raises:
+            SharedeskError, ActorCrashed: As :meth:`_supervised`.
+        """
+        waiting = self.actor_inbox.queue  # type: ignore[attr-defined]  # a queue.Queue
+        if waiting or not self.turn_lock.acquire(blocking=False):
+            return False, None
+        try:
+            if waiting or self.actor_stopped.is_set():
+                return False, None
+            return True, self._supervised(message, session_id=self.key.session_id, actor=self.kind)
+        finally:
+            self.turn_lock.release()
+
+    def _supervised(self, message: Any, **bind: Any) -> Any:
         """Run :meth:`handle` inside the message's log context, supervising it.
+
+        ``bind`` adds keys to the context (the caller's thread lacks the actor's own).
 
         Raises:
             SharedeskError: As raised by the handler; the actor keeps running.
             ActorCrashed: The handler raised anything else; the actor has stopped and
                 the Hub will start a fresh one on the next request.
         """
-        with bound_contextvars(
-            session_id=self.key.session_id,
-            actor=self.kind,
-            msg=type(message).__name__,
-            **self.context(message),
-        ):
-            try:
-                return self.handle(message)
-            except SharedeskError:
-                raise
-            except Exception as exc:
-                _log.error("actor.crashed", exc_info=True)
-                self.hub.crashed(self.key, self.actor_ref)
-                # Stop now (not after the queued messages): those get ActorDeadError
-                # from pykka and are resent by the Hub to a fresh actor.
-                self._stop()
-                raise ActorCrashed(self.kind, self.key.session_id, repr(exc)) from exc
+        # Per-message keys are bound here and reset to what they were afterwards, so
+        # nothing leaks into the next message (cheaper than bound_contextvars, which
+        # copies the whole context each time).
+        tokens = bind_contextvars(msg=type(message).__name__, **bind, **self.context(message))
+        try:
+            return self.handle(message)
+        except SharedeskError:
+            raise
+        except Exception as exc:
+            _log.error("actor.crashed", exc_info=True)
+            self.hub.crashed(self.key, self.actor_ref)
+            self._halt()
+            raise ActorCrashed(self.kind, self.key.session_id, repr(exc)) from exc
+        finally:
+            reset_contextvars(**tokens)
+
+    def _halt(self) -> None:
+        # Stop now, not after the queued messages: those are answered ActorDeadError
+        # (by pykka's teardown, or by on_receive seeing the stopped flag) and resent by
+        # the Hub to a fresh actor. From another thread, wake the loop so it ends.
+        if threading.current_thread() is self.slot.thread:
+            self._stop()
+            return
+        if self.halt_unstarted():
+            return
+        self._stop()
+        self.actor_inbox.put(Envelope(_Wake()))

@@ -6,9 +6,11 @@ Actors, one pykka thread each, named by :class:`~sharedesk.actors._base.ActorKey
 - one ``ProjectorActor`` per (session, viewer, conversation) asked for a view,
 - one ``SharingActor`` per session whose participants take turns.
 
-Routing: every request pins its actor (``Slot.users``) for the time it is in flight, so
-an actor serving a request is never passivated under it. A request that reaches an
-actor which stopped before handling it (pykka's ``ActorDeadError``: passivation or a
+Routing: every request pins its actor (``Slot.pins``) for the time it is in flight, so
+an actor serving a request is not passivated under it; pinning a running actor takes no
+lock (a list append is atomic), so requests to different actors never queue on the Hub.
+A request that reaches an actor which stopped before handling it (pykka's
+``ActorDeadError``, or an actor thread that ended without answering: passivation or a
 restart raced it) was not handled, so the Hub resends it to a fresh actor.
 
 Supervision: see :mod:`sharedesk.actors._base`. The Hub counts the restarts of each
@@ -17,8 +19,9 @@ session failed (its actors are stopped and every call on it raises ``SessionFail
 while other sessions go on. A restarted actor is started again on its next request and
 recovers its state from the store.
 
-Passivation: at most ``max_active`` actors run at once; starting one more stops the
-least recently used idle ones first. With ``idle_timeout``, a reaper thread stops actors
+Passivation: at most ``max_active`` actors run at once; starting one more stops an idle
+one chosen by CLOCK (least recently used, approximately: an actor used since the clock
+hand last passed it gets a second chance). With ``idle_timeout``, a reaper thread stops actors
 unused for that long. Reactivation is transparent. Threads of ours: one per running
 actor, plus the reaper, plus the store's and the run queue's own.
 
@@ -91,6 +94,11 @@ class HubOptions(msgspec.Struct, frozen=True, kw_only=True):
         restart_period: The period of the restart intensity, in seconds.
         max_concurrent_runs: Passed to the run queue.
         max_queued_runs: Passed to the run queue.
+        inline_writes: Let a write (append, turn commit) to an idle session actor run
+            on the caller's thread, under the actor's lock, instead of waiting for the
+            actor's thread: the same one-at-a-time order, two thread switches fewer.
+            Such a write waits as long as the store takes (no ``ask_timeout``); set
+            ``False`` to bound every write by ``ask_timeout``.
 
     Raises:
         ValidationError: A value out of range.
@@ -103,6 +111,7 @@ class HubOptions(msgspec.Struct, frozen=True, kw_only=True):
     restart_period: float = 10.0
     max_concurrent_runs: int = 1
     max_queued_runs: int = 100
+    inline_writes: bool = True
 
     def __post_init__(self) -> None:
         positive = {
@@ -182,7 +191,10 @@ class Hub:
         self._path = path
         self._lock = threading.Lock()
         self._slots: OrderedDict[ActorKey, Slot] = OrderedDict()
-        self._subscribers: dict[str, dict[ActorKey, pykka.ActorRef[Any]]] = {}
+        self._subscribers: dict[str, dict[ActorKey, HubActor]] = {}
+        # What subscribers() returns: tuples replaced (never mutated) under the lock, so
+        # the session actors read them without taking it.
+        self._pushed_to: dict[str, tuple[HubActor, ...]] = {}
         self._restarts: dict[str, deque[float]] = {}
         self._failed: set[str] = set()
         self._retired: list[threading.Thread] = []
@@ -251,11 +263,9 @@ class Hub:
         """Whether ``close()`` was called."""
         return self._closing
 
-    def subscribers(self, session_id: str) -> tuple[pykka.ActorRef[Any], ...]:
-        """Return the running projectors of ``session_id``. Cost: O(projectors); locks."""
-        with self._lock:
-            subs = self._subscribers.get(session_id)
-            return tuple(subs.values()) if subs else ()
+    def subscribers(self, session_id: str) -> tuple[HubActor, ...]:
+        """Return the running projectors of ``session_id``. Cost: O(1); takes no lock."""
+        return self._pushed_to.get(session_id, ())
 
     def crashed(self, key: ActorKey, ref: pykka.ActorRef[Any]) -> None:
         """Forget a failed actor and count its restart (called on the actor's thread).
@@ -291,10 +301,10 @@ class Hub:
                     period=self._options.restart_period,
                 )
         for victim in victims:
-            if victim.ref is not None:
-                victim.ref.stop(block=False)
+            if victim.actor is not None and not victim.actor.halt_unstarted():
+                victim.actor.actor_ref.stop(block=False)
 
-    def call(self, key: ActorKey, message: Any) -> Any:
+    def call(self, key: ActorKey, message: Any, *, inline: bool = False) -> Any:
         """Send ``message`` to the actor named ``key`` and return its answer.
 
         Raises:
@@ -304,9 +314,15 @@ class Hub:
             ActorCrashed: The handler failed; the actor was restarted.
             SharedeskError: Whatever the handler raised.
 
-        Cost: one message round trip; blocks the caller.
+        Args:
+            key: The actor.
+            message: The request.
+            inline: Run it on the caller's thread if the actor is idle (writes only,
+                and only with the ``inline_writes`` option).
+
+        Cost: one message round trip (none when run inline); blocks the caller.
         """
-        return self._call(key, message)
+        return self._call(key, message, inline=inline and self._options.inline_writes)
 
     # -- the store port ----------------------------------------------------------------
 
@@ -332,13 +348,16 @@ class Hub:
         group-committed fsync, shared with appends of other sessions).
         """
         check_session_id(session_id)
-        if isinstance(events, Event) or not isinstance(events, Sequence):
+        if type(events) is not list and (
+            isinstance(events, Event) or not isinstance(events, Sequence)
+        ):
             raise ValidationError(
                 f"events must be a sequence of Event, got {type(events).__name__}"
             )
         result: list[Event] = self._call(
             ActorKey(kind="session", session_id=session_id),
             Append(events=list(events), expected_version=expected_version),
+            inline=self._options.inline_writes,
         )
         return result
 
@@ -632,6 +651,7 @@ class Hub:
             slots = list(self._slots.values())
             self._slots.clear()
             self._subscribers.clear()
+            self._pushed_to = {}
             retired, self._retired = self._retired, []
         self._stopping.set()
         if self._reaper is not None:
@@ -639,7 +659,8 @@ class Hub:
         self._stop_slots(slots)
         timeout = self._options.ask_timeout
         for thread in retired:
-            thread.join(timeout)
+            if thread.ident is not None:
+                thread.join(timeout)
         self._store.close()
         _log.info("hub.closed", path=self._path)
 
@@ -680,13 +701,39 @@ class Hub:
             del self._slots[key]
         if key.kind == "projector":
             subs = self._subscribers.get(key.session_id)
-            if subs is not None:
-                subs.pop(key, None)
-                if not subs:
-                    del self._subscribers[key.session_id]
+            if subs is not None and subs.get(key) is slot.actor:
+                del subs[key]
+                self._publish_subscribers_locked(key.session_id)
+
+    def _publish_subscribers_locked(self, session_id: str) -> None:
+        subs = self._subscribers.get(session_id)
+        if subs:
+            self._pushed_to[session_id] = tuple(subs.values())
+        else:
+            self._subscribers.pop(session_id, None)
+            self._pushed_to.pop(session_id, None)
 
     def _acquire(self, key: ActorKey) -> Slot:
+        # Fast path, no lock: a running actor is pinned with an atomic list append. An
+        # evictor may pick it in between; the request then meets a stopped actor and
+        # is resent (see _call and _wait).
+        slot = self._slots.get(key)
+        if slot is not None and slot.ref is not None and not self._closed:
+            slot.pins.append(None)
+            if self._slots.get(key) is slot and slot.ref.is_alive():
+                if key.session_id in self._failed:
+                    slot.pins.pop()
+                    raise SessionFailed(
+                        key.session_id, self._options.max_restarts, self._options.restart_period
+                    )
+                slot.touched = True
+                return slot
+            slot.pins.pop()
+        return self._acquire_slow(key)
+
+    def _acquire_slow(self, key: ActorKey) -> Slot:
         victims: list[Slot] = []
+        starting = False
         with self._lock:
             if self._closed:
                 raise HubClosed(self._path)
@@ -696,50 +743,79 @@ class Hub:
                 )
             now = time.monotonic()
             slot = self._slots.get(key)
-            if slot is not None and slot.ref is not None and slot.ref.is_alive():
-                self._slots.move_to_end(key)
+            if slot is not None and (slot.ref is None or slot.ref.is_alive()):
+                slot.touched = True  # running, or being started by another caller
             else:
                 if slot is not None:
                     self._forget_locked(slot)
                 victims = self._make_room_locked()
-                slot = self._start_locked(key, now)
-            slot.users += 1
-            slot.last_used = now
+                slot = Slot(key, now)
+                self._slots[key] = slot
+                starting = True
+            slot.pins.append(None)
         if victims:
             self._stop_slots(victims)
+        if starting:
+            self._start(slot)
+        else:
+            slot.started.wait()
+            if slot.ref is None:  # its start failed
+                slot.pins.pop()
+                raise ActorCrashed(key.kind, key.session_id, "the actor could not be started")
         return slot
 
-    def _release(self, slot: Slot) -> None:
+    def _start(self, slot: Slot) -> None:
+        # Outside the lock: starting a thread waits for it to run, and other callers of
+        # other actors must not wait for that.
+        key = slot.key
+        try:
+            ref = _ACTOR_CLASSES[key.kind].start(self, key, slot)
+        except BaseException:
+            with self._lock:
+                self._forget_locked(slot)
+            slot.pins.pop()
+            slot.started.set()
+            raise
         with self._lock:
-            slot.users -= 1
-            slot.last_used = time.monotonic()
+            slot.ref = ref
+            if key.kind == "projector" and self._slots.get(key) is slot and slot.actor:
+                self._subscribers.setdefault(key.session_id, {})[key] = slot.actor
+                self._publish_subscribers_locked(key.session_id)
+        slot.started.set()
+
+    def _release(self, slot: Slot) -> None:
+        slot.last_used = time.monotonic()
+        slot.pins.pop()
 
     def _make_room_locked(self) -> list[Slot]:
+        # CLOCK, an O(1) approximation of least recently used: from the oldest end, an
+        # actor used since it was last passed over gets a second chance (moves to the
+        # young end); one in use is skipped; the first other one is stopped.
         excess = len(self._slots) + 1 - self._options.max_active
         victims: list[Slot] = []
-        if excess <= 0:
-            return victims
-        for slot in self._slots.values():  # least recently used first
-            if slot.users == 0:
-                victims.append(slot)
-                if len(victims) == excess:
-                    break
-        for victim in victims:
-            self._forget_locked(victim)
+        budget = 2 * len(self._slots)
+        while excess > len(victims) and budget > 0:
+            budget -= 1
+            key = next(iter(self._slots))
+            slot = self._slots[key]
+            if slot.pins or slot.touched:
+                slot.touched = False
+                self._slots.move_to_end(key)
+                continue
+            victims.append(slot)
+            self._forget_locked(slot)
         self._passivated += len(victims)
         return victims
 
-    def _start_locked(self, key: ActorKey, now: float) -> Slot:
-        slot = Slot(key, now)
-        slot.ref = _ACTOR_CLASSES[key.kind].start(self, key, slot)
-        self._slots[key] = slot
-        if key.kind == "projector":
-            self._subscribers.setdefault(key.session_id, {})[key] = slot.ref
-        return slot
-
     def _stop_slots(self, slots: list[Slot]) -> None:
         timeout = self._options.ask_timeout
-        pending = [(slot, slot.ref.stop(block=False)) for slot in slots if slot.ref is not None]
+        for slot in slots:
+            slot.started.wait(timeout)  # one being started (only at close) is stopped too
+        pending = [
+            (slot, slot.actor.actor_ref.stop(block=False))
+            for slot in slots
+            if slot.actor is not None and slot.ref is not None and not slot.actor.halt_unstarted()
+        ]
         for slot, future in pending:
             try:
                 future.get(timeout=timeout)
@@ -749,11 +825,17 @@ class Hub:
                 )
         current = threading.current_thread()
         for slot in slots:
-            if slot.thread is not None and slot.thread is not current:
-                slot.thread.join(timeout)
+            thread = slot.thread
+            if thread is not None and thread.ident is not None and thread is not current:
+                thread.join(timeout)
 
     def _call(
-        self, key: ActorKey, message: Any, fast: Callable[[Slot], T | None] | None = None
+        self,
+        key: ActorKey,
+        message: Any,
+        fast: Callable[[Slot], T | None] | None = None,
+        *,
+        inline: bool = False,
     ) -> Any:
         for _attempt in range(_RESEND_ATTEMPTS):
             slot = self._acquire(key)
@@ -762,15 +844,22 @@ class Hub:
                     hit = fast(slot)
                     if hit is not None:
                         return hit
-                assert slot.ref is not None
-                return self._wait(slot.ref.ask(message, block=False), key)
+                actor = slot.actor
+                assert actor is not None and slot.ref is not None
+                if inline:
+                    ran, answer = actor.run_inline(message)
+                    if ran:
+                        return answer
+                if not actor.ensure_running():
+                    continue  # stopped meanwhile: resend to a fresh actor
+                return self._wait(slot.ref.ask(message, block=False), slot)
             except pykka.ActorDeadError:
                 continue  # stopped before handling it: resend to a fresh actor
             finally:
                 self._release(slot)
         raise ActorCrashed(key.kind, key.session_id, "stopped before handling the request")
 
-    def _wait(self, future: pykka.Future[Any], key: ActorKey) -> Any:
+    def _wait(self, future: pykka.Future[Any], slot: Slot) -> Any:
         timeout = self._options.ask_timeout
         deadline = time.monotonic() + timeout
         while True:
@@ -780,7 +869,17 @@ class Hub:
             except pykka.Timeout:
                 if self._closed:
                     raise HubClosed(self._path) from None
+                thread = slot.thread
+                if thread is not None and thread.ident is not None and not thread.is_alive():
+                    # The actor's thread ended: whatever it answered is set by now. No
+                    # answer means the request reached the inbox after it was drained,
+                    # so it was never handled: resend it.
+                    try:
+                        return future.get(timeout=0)
+                    except pykka.Timeout:
+                        raise pykka.ActorDeadError(f"{slot.key.kind} actor ended") from None
                 if time.monotonic() >= deadline:
+                    key = slot.key
                     raise ActorTimeout(key.kind, key.session_id, timeout) from None
 
     def _reap(self) -> None:
@@ -792,9 +891,7 @@ class Hub:
             victims: list[Slot] = []
             with self._lock:
                 for slot in self._slots.values():
-                    if now - slot.last_used < idle:
-                        break  # the rest were used more recently
-                    if slot.users == 0:
+                    if not slot.pins and slot.ref is not None and now - slot.last_used >= idle:
                         victims.append(slot)
                 for victim in victims:
                     self._forget_locked(victim)

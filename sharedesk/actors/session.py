@@ -18,8 +18,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import pykka
-
 from sharedesk.actors._base import HubActor
 from sharedesk.actors._messages import Append, AppendAndShare, Push
 from sharedesk.projection import note_present
@@ -138,20 +136,19 @@ class SessionActor(HubActor):
 
     def _publish(self, stored: list[Event]) -> None:
         last = self._known_last()
+        ordered = stored if len(stored) == 1 else sorted(stored, key=_sequence_of)
         fresh: list[Event] = []
-        for event in sorted(stored, key=_sequence_of):
+        for event in ordered:
             if _sequence_of(event) > last:
                 fresh.append(event)
                 last = _sequence_of(event)
         self.last = last
-        if not fresh:
+        projectors = self.hub.subscribers(self.key.session_id)
+        if not fresh or not projectors:
             return
         push = Push(events=tuple(fresh))
-        for ref in self.hub.subscribers(self.key.session_id):
-            try:
-                ref.tell(push)
-            except pykka.ActorDeadError:
-                continue  # a projector that stopped rebuilds when it is next started
+        for projector in projectors:
+            projector.deliver(push)  # one that stopped rebuilds when it is next started
 
 
 def _sequence_of(event: Event) -> int:

@@ -185,7 +185,7 @@ class SharingActor(HubActor):
             expected_state=plan.expected_state,
         )
         stored: list[Event] = self.hub.call(
-            ActorKey(kind="session", session_id=self.key.session_id), message
+            ActorKey(kind="session", session_id=self.key.session_id), message, inline=True
         )
         _log.info(
             "turn.committed",

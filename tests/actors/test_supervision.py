@@ -6,6 +6,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 
@@ -93,7 +94,7 @@ class TestRestart:
     def test_requests_queued_behind_a_failed_one_are_served_by_the_fresh_actor(
         self, make_hub: MakeHub, store: FaultyStore
     ) -> None:
-        hub = make_hub()
+        hub = make_hub(inline_writes=False)
         desk = hub.session("desk")
         desk.post(ANA, "warm up")
         store.gate["append"] = threading.Event()
@@ -150,11 +151,59 @@ class TestRestart:
         assert ("initial", ["hello"]) == (turn.reason, [m.content for m in turn.messages])
 
 
+def record_append_threads(store: FaultyStore) -> list[str]:
+    """Make the store record the name of the thread of each append."""
+    threads: list[str] = []
+    original = store.inner.append
+
+    def append(*args: Any, **kwargs: Any) -> list[Event]:
+        threads.append(threading.current_thread().name)
+        return original(*args, **kwargs)
+
+    store.inner.append = append  # type: ignore[method-assign]
+    return threads
+
+
+class TestInlineWrites:
+    def test_a_write_to_an_idle_session_runs_on_the_callers_thread(
+        self, make_hub: MakeHub, store: FaultyStore
+    ) -> None:
+        hub = make_hub()
+        threads = record_append_threads(store)
+        hub.session("desk").post(ANA, "one")
+        hub.session("desk").post(ANA, "two")
+
+        assert [threading.current_thread().name] * 2 == threads
+
+    def test_without_inline_writes_every_write_runs_on_the_actor_thread(
+        self, make_hub: MakeHub, store: FaultyStore
+    ) -> None:
+        hub = make_hub(inline_writes=False)
+        threads = record_append_threads(store)
+        hub.session("desk").post(ANA, "one")
+
+        assert [True] == [name.startswith("sharedesk-session-") for name in threads]
+
+    def test_an_inline_fault_restarts_the_actor_and_stops_its_thread(
+        self, make_hub: MakeHub, store: FaultyStore
+    ) -> None:
+        hub = make_hub()
+        desk = hub.session("desk")
+        desk.post(ANA, "one")
+        before = our_threads()
+        store.fail["append"] = 1
+        with pytest.raises(ActorCrashed):
+            desk.post(ANA, "boom")
+        wait_until(lambda: not set(before) & set(our_threads()), "the failed actor's thread")
+
+        assert 2 == desk.post(ANA, "two").sequence
+
+
 class TestAskTimeout:
     def test_an_actor_that_does_not_answer_in_time_raises_actor_timeout(
         self, make_hub: MakeHub, store: FaultyStore
     ) -> None:
-        hub = make_hub(ask_timeout=0.2)
+        hub = make_hub(ask_timeout=0.2, inline_writes=False)
         store.gate["append"] = threading.Event()
 
         with pytest.raises(ActorTimeout) as caught:
@@ -169,7 +218,7 @@ class TestAskTimeout:
     def test_a_timed_out_append_still_lands_once_and_a_retry_with_its_id_is_idempotent(
         self, make_hub: MakeHub, store: FaultyStore
     ) -> None:
-        hub = make_hub(ask_timeout=0.2)
+        hub = make_hub(ask_timeout=0.2, inline_writes=False)
         gate = store.gate["append"] = threading.Event()
         with pytest.raises(ActorTimeout):
             hub.session("desk").post(ANA, "slow", id="m1")
@@ -241,7 +290,7 @@ class TestCloseWhileWaiting:
     def test_a_caller_waiting_on_a_stuck_actor_gets_hub_closed(
         self, make_hub: MakeHub, store: FaultyStore
     ) -> None:
-        hub = make_hub(ask_timeout=5.0)
+        hub = make_hub(ask_timeout=5.0, inline_writes=False)
         gate = store.gate["append"] = threading.Event()
         store.entered["append"] = threading.Event()
         outcome: list[BaseException] = []
