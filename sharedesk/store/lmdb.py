@@ -103,6 +103,10 @@ _STATE_DECODER: Final = msgspec.msgpack.Decoder(SharingState)
 _ENCODER: Final = msgspec.msgpack.Encoder()
 _DEFAULT_MAP_SIZE: Final = 64 * 2**20
 _META_CACHE_SIZE: Final = 100_000
+# Measured with 16 threads x 1000 sessions on 2 cores: under load, callers answered by
+# one commit take more than 0.5 ms to come back, so a durable writer waiting only that
+# long commits half groups (two fsyncs where one would do); relaxed commits are cheap.
+_GROUP_WAIT: Final = {"durable": 0.002, "relaxed": 0.0005}
 
 
 def _prefix(session_id: str) -> bytes:
@@ -236,6 +240,7 @@ class LmdbStore:
         group_wait: Most seconds the writer waits, once a request is queued, for as
             many requests as its last group held (0 commits at once). Larger groups
             share one fsync; the wait is bounded and one caller alone never waits.
+            ``None``: 2 ms when durable, 0.5 ms when relaxed.
 
     Raises:
         ValidationError: A bad option, or a durability that differs from the one this
@@ -252,12 +257,14 @@ class LmdbStore:
         durability: Durability = "durable",
         map_size: int = _DEFAULT_MAP_SIZE,
         max_map_size: int | None = None,
-        group_wait: float = 0.0005,
+        group_wait: float | None = None,
     ) -> None:
         if durability not in ("durable", "relaxed"):
             raise ValidationError(f"durability must be 'durable' or 'relaxed', got {durability!r}")
         check_optional_int("map_size", map_size, minimum=1)
         check_optional_int("max_map_size", max_map_size, minimum=1)
+        if group_wait is None:
+            group_wait = _GROUP_WAIT[durability]
         if not isinstance(group_wait, int | float) or not 0 <= group_wait <= 1:
             raise ValidationError(f"group_wait must be seconds in [0, 1], got {group_wait!r}")
         if max_map_size is not None and map_size > max_map_size:
