@@ -124,7 +124,7 @@ class Supervisor(Protocol):
         ...
 
     def subscribers(self, session_id: str) -> tuple[HubActor, ...]:
-        """Return the projectors subscribed to ``session_id``'s committed events."""
+        """Return the actors subscribed to ``session_id``'s committed events."""
         ...
 
     def call(self, key: ActorKey, message: Any, *, inline: bool = False) -> Any:

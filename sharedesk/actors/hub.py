@@ -75,6 +75,9 @@ _POLL: Final = 0.25
 #: Times a request is resent when its actor stopped before handling it.
 _RESEND_ATTEMPTS: Final = 5
 
+#: The kinds of actor the session actor pushes committed events to.
+_SUBSCRIBER_KINDS: Final = frozenset({"projector", "sharing"})
+
 _ACTOR_CLASSES: Final[dict[str, type[HubActor]]] = {
     "session": SessionActor,
     "projector": ProjectorActor,
@@ -264,7 +267,10 @@ class Hub:
         return self._closing
 
     def subscribers(self, session_id: str) -> tuple[HubActor, ...]:
-        """Return the running projectors of ``session_id``. Cost: O(1); takes no lock."""
+        """Return the actors ``session_id`` pushes events to (projectors, sharing).
+
+        Cost: O(1); takes no lock.
+        """
         return self._pushed_to.get(session_id, ())
 
     def crashed(self, key: ActorKey, ref: pykka.ActorRef[Any]) -> None:
@@ -699,7 +705,7 @@ class Hub:
         key = slot.key
         if self._slots.get(key) is slot:
             del self._slots[key]
-        if key.kind == "projector":
+        if key.kind in _SUBSCRIBER_KINDS:
             subs = self._subscribers.get(key.session_id)
             if subs is not None and subs.get(key) is slot.actor:
                 del subs[key]
@@ -778,7 +784,7 @@ class Hub:
             raise
         with self._lock:
             slot.ref = ref
-            if key.kind == "projector" and self._slots.get(key) is slot and slot.actor:
+            if key.kind in _SUBSCRIBER_KINDS and self._slots.get(key) is slot and slot.actor:
                 self._subscribers.setdefault(key.session_id, {})[key] = slot.actor
                 self._publish_subscribers_locked(key.session_id)
         slot.started.set()

@@ -35,7 +35,8 @@ from typing import Any
 import structlog
 
 from sharedesk.actors._base import ActorKey, HubActor
-from sharedesk.actors._messages import AppendAndShare, Commit, Plan, TurnPlan
+from sharedesk.actors._messages import AppendAndShare, Commit, Plan, Push, TurnPlan
+from sharedesk.actors._tail import Tail
 from sharedesk.projection import prepare_delta, project_session
 from sharedesk.protocol.authors import SessionAuthor, System, author_key, same_participant
 from sharedesk.protocol.constants import SESSION_WINDOW
@@ -141,12 +142,19 @@ def plan_turn(
 class SharingActor(HubActor):
     """Plans and commits the turns of every participant of one session.
 
-    Sharing states live in the store (read per plan, O(1)); the actor holds no state of
-    its own, so a restart loses nothing. Commits are handed to the session actor, the
-    only writer. Hooks: ``on_start``/``on_stop`` only log (actor thread).
+    Sharing states live in the store (read per plan, O(1)). The actor keeps the
+    session's :class:`~sharedesk.actors._tail.Tail`, fed by the events the session actor
+    pushes, and walks it instead of the store's log, so a delta costs no store read and
+    does not grow with the desk's history. A restart loses nothing: the tail is rebuilt
+    from the log. Commits are handed to the session actor, the only writer. Hooks:
+    ``on_start``/``on_stop`` only log (actor thread).
     """
 
     kind = "sharing"
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.tail = Tail(self.key.session_id)
 
     def context(self, message: Any) -> dict[str, Any]:
         """Bind ``viewer``."""
@@ -155,8 +163,14 @@ class SharingActor(HubActor):
         return {}
 
     def handle(self, message: Any) -> Any:
-        """Serve :class:`Plan` and :class:`Commit`."""
+        """Serve :class:`Push` (told), :class:`Plan` and :class:`Commit`."""
         match message:
+            case Push(events=events):
+                try:
+                    self.tail.apply(events)
+                except Exception:
+                    self.tail.reset()  # rebuilt from the log by the next plan
+                return None
             case Plan(viewer=viewer, conversation=conversation):
                 return self._plan(viewer, conversation)
             case Commit(viewer=viewer, plan=plan, reply=reply):
@@ -167,8 +181,8 @@ class SharingActor(HubActor):
         store = self.hub.store
         session_id = self.key.session_id
         state = store.get_sharing_state(session_id, author_key(viewer), conversation)
-        last = store.last_sequence(session_id)
-        plan = plan_turn(store.log(session_id), state, conversation, viewer, last)
+        last, _ = self.tail.catch_up(store)
+        plan = plan_turn(self.tail.log(store), state, conversation, viewer, last)
         _log.debug(
             "turn.planned",
             reason=plan.reason,
