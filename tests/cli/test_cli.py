@@ -157,6 +157,13 @@ class TestInspect:
         assert {DESK: 3, "other": 1} == {row["session"]: row["events"] for row in rows}
         assert all(row["last_activity"] for row in rows)
 
+    def test_inspect_lists_sessions_sorted_by_id(self, store_path: Path) -> None:
+        result = sharedesk("inspect", str(store_path), "--json")
+
+        assert [DESK, "other"] == [
+            json.loads(line)["session"] for line in result.stdout.splitlines()
+        ]
+
     def test_inspect_table_names_each_session(self, store_path: Path) -> None:
         result = sharedesk("inspect", str(store_path))
 
