@@ -6,6 +6,8 @@ import threading
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from structlog.testing import capture_logs
 
 from sharedesk.protocol.authors import Agent, Operator, System
@@ -21,6 +23,7 @@ from sharedesk.protocol.events import Event, RunFinished, RunStarted, SessionSta
 from sharedesk.protocol.ports import EventStore
 from sharedesk.runs import ScriptedAdapter, SessionManager
 from sharedesk.runs.manager import parse_run_id
+from sharedesk.store.memory import MemoryStore
 from tests.runs.conftest import BlockingAdapter, FailingAdapter, RecordingAdapter
 
 
@@ -752,3 +755,74 @@ class TestLogging:
             SessionManager.run_once(store, ScriptedAdapter(["secret reply"]), "secret prompt")
 
         assert not any("secret" in repr(entry) for entry in logs)
+
+
+class TestFoldsAgainstAModel:
+    """Random sequences of run operations: the folds agree with a naive model."""
+
+    @given(
+        st.lists(
+            st.tuples(
+                st.sampled_from(["start", "complete", "fail", "cancel", "native"]),
+                st.integers(0, 5),
+                st.sampled_from(["s1", "s2"]),
+            ),
+            max_size=25,
+        )
+    )
+    def test_run_and_session_folds_match_a_model_of_the_operations(
+        self, operations: list[tuple[str, int, str]]
+    ) -> None:
+        status: dict[str, str] = {}
+        session_of: dict[str, str] = {}
+        providers: dict[str, dict[str, str | None]] = {"s1": {}, "s2": {}}
+        order: list[str] = []
+        with MemoryStore() as store:
+            for action, index, session_id in operations:
+                if action == "start":
+                    run = SessionManager.start_run(store, session_id, "x")
+                    status[run.id], session_of[run.id] = "pending", session_id
+                    order.append(run.id)
+                    continue
+                if not order:
+                    continue
+                run_id = order[index % len(order)]
+                pending = status[run_id] == "pending"
+                if action == "cancel":
+                    if status[run_id] in ("pending", "running"):
+                        SessionManager.cancel_run(store, run_id)
+                        status[run_id] = "cancelled"
+                    else:
+                        with pytest.raises(RunStateError):
+                            SessionManager.cancel_run(store, run_id)
+                    continue
+                adapter: Any = {
+                    "complete": ScriptedAdapter(["ok"]),
+                    "fail": FailingAdapter(),
+                    "native": ScriptedAdapter(["ok"], name="claude", native_continuation=True),
+                }[action]
+                if not pending:
+                    with pytest.raises(RunStateError):
+                        SessionManager.execute_run(store, adapter, run_id)
+                    continue
+                try:
+                    result = SessionManager.execute_run(store, adapter, run_id)
+                except RunFailed:
+                    status[run_id] = "failed"
+                else:
+                    status[run_id] = "completed"
+                    for event in result.events[1:]:
+                        if isinstance(event.body, RunStarted):
+                            providers[session_of[run_id]]["claude"] = event.body.provider_session_id
+
+            for run_id, expected in status.items():
+                assert expected == SessionManager.get_run(store, run_id).status
+            for session_id in ("s1", "s2"):
+                session = SessionManager.get_session(store, session_id)
+                busy = any(status[r] == "pending" for r in status if session_of[r] == session_id)
+                assert ("active" if busy else "idle") == session.status
+                stored = {
+                    name: entry["provider_session_id"]
+                    for name, entry in session.metadata["provider_sessions"].items()
+                }
+                assert providers[session_id] == stored
