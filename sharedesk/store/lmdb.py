@@ -21,13 +21,22 @@ blake2b) so every key stays under LMDB's 511-byte limit. Events are stored as ms
 maps, so a record written before a field was added still decodes (the field takes its
 default).
 
-Writes. ``append`` and ``append_and_share`` put a request on a queue and wait. One
-writer thread per store takes every request waiting, plans each one against the state
-inside a single write transaction (``expected_version``, idempotency, parents, the
-sharing-state compare-and-swap; earlier requests of the same group are visible), writes
-the ones that pass, commits once (one fsync when durable), then answers every caller. A
-request that fails its checks gets its own error and writes nothing; the others commit.
-If the transaction itself fails, the whole group gets the error.
+Writes. ``append`` and ``append_and_share`` validate their input in the caller's
+thread, put a request on a queue and wait. One writer thread per store takes every
+request waiting (after gathering for up to ``group_wait``), checks each one against the
+state inside a single write transaction (``expected_version``, the sharing-state
+compare-and-swap, idempotency, parents; earlier requests of the same group are
+visible), writes the ones that pass, commits once (one fsync when durable), then
+answers every caller. A request that fails its checks gets its own error and leaves
+nothing behind (the ids it claimed are deleted again before the commit); the others
+commit. If the transaction itself fails, the whole group gets the error.
+
+py-lmdb releases the GIL around every get and put, and each release lets a waiting
+thread take the interpreter from the writer, so the writer keeps its calls few: an id
+is checked and claimed with one ``put(overwrite=False)``, and per-session metadata is
+cached between this store's own commits (dropped whenever the transaction id shows that
+another writer, in this process or another, committed in between) and written once per
+session per group.
 
 Growth. The map starts at ``map_size`` and doubles when LMDB reports it full: the
 transaction is aborted, the map is resized with no transaction of this process open
@@ -261,6 +270,8 @@ class LmdbStore:
     ) -> None:
         if durability not in ("durable", "relaxed"):
             raise ValidationError(f"durability must be 'durable' or 'relaxed', got {durability!r}")
+        if map_size is None:
+            raise ValidationError("map_size must be an int, got None")
         check_optional_int("map_size", map_size, minimum=1)
         check_optional_int("max_map_size", max_map_size, minimum=1)
         if group_wait is None:

@@ -295,6 +295,20 @@ class MemoryStore:
                 last_activity=newest.timestamp,
             )
 
+    def session_infos(self) -> list[SessionInfo]:
+        """Return :class:`SessionInfo` for every session holding events, sorted by id.
+
+        Raises:
+            StoreClosedError: The store is closed.
+
+        Cost: O(sessions log sessions).
+        """
+        with self._lock:
+            self._live()
+            ids = sorted(self._streams)
+        infos = [self.session_info(session_id) for session_id in ids]
+        return [info for info in infos if info is not None]
+
     def log(self, session_id: str) -> _MemoryLog:
         """Return the session's ``Text`` rows as a :class:`~sharedesk.SessionLog`.
 

@@ -51,6 +51,8 @@ class ContractStore(EventStore, SharingStateStore, Protocol):
 
     def session_info(self, session_id: str) -> SessionInfo | None: ...
 
+    def session_infos(self) -> list[SessionInfo]: ...
+
 
 ALICE = Person(id="alice", label="Alice")
 BOT = Agent(id="bot", label="Bot")
@@ -313,6 +315,14 @@ class StoreContract(ABC):
         assert newest.timestamp is not None
         assert SessionInfo("s", 3, 2, newest.timestamp) == store.session_info("s")
 
+    def test_session_infos_list_every_session_sorted_by_id(self, store: ContractStore) -> None:
+        store.append("b", [delta()])
+        store.append("a", [text(), text()])
+
+        assert [("a", 2, 2), ("b", 1, 0)] == [
+            (info.session_id, info.last_sequence, info.text_count) for info in store.session_infos()
+        ]
+
     def test_session_info_of_an_unknown_session_is_none(self, store: ContractStore) -> None:
         assert store.session_info("nobody") is None
 
@@ -460,6 +470,7 @@ class StoreContract(ABC):
             lambda s: s.last_sequence("s"),
             lambda s: s.sessions(),
             lambda s: s.session_info("s"),
+            lambda s: s.session_infos(),
             lambda s: s.log("s").read_before(None, 5),
             lambda s: s.get_sharing_state("s", "v", Conversation("s")),
             lambda s: s.append_and_share(
@@ -472,6 +483,7 @@ class StoreContract(ABC):
             "last_sequence",
             "sessions",
             "session_info",
+            "session_infos",
             "log",
             "get_sharing_state",
             "append_and_share",

@@ -169,6 +169,7 @@ class TestLmdbStoreOptions:
         [
             {"durability": "fast"},
             {"map_size": 0},
+            {"map_size": None},
             {"max_map_size": -1},
             {"map_size": 2**21, "max_map_size": 2**20},
             {"group_wait": -0.1},
@@ -177,6 +178,7 @@ class TestLmdbStoreOptions:
         ids=[
             "durability",
             "map_size",
+            "none_map_size",
             "max_map_size",
             "map_above_max",
             "negative_wait",
