@@ -4,6 +4,10 @@
 event per call from ``T`` threads over ``S`` sessions and prints ``ack SESSION ID SEQ``
 (flushed) each time an append returns, until it is killed. It prints ``ready`` once the
 store is open.
+
+With ``--resend FILE`` (lines ``SESSION ID``) it first appends an event with each of
+those ids again, as a client retrying after a crash would, and acknowledges each with the
+sequence the store answered: an idempotent store answers the original one.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sessions", type=int, default=8)
     parser.add_argument("--via", choices=["store", "hub"], default="store")
     parser.add_argument("--durability", choices=["durable", "relaxed"], default="durable")
+    parser.add_argument("--resend", type=Path, help="file of 'SESSION ID' lines to append again")
     args = parser.parse_args(argv)
 
     from bench.harness import open_hub, open_store
@@ -57,6 +62,13 @@ def main(argv: list[str] | None = None) -> int:
     workers = [threading.Thread(target=writer, args=(k,), daemon=True) for k in range(args.threads)]
     with out_lock:
         sys.stdout.write("ready\n")
+        sys.stdout.flush()
+    if args.resend is not None:
+        retry = Agent(id="retry", label="retry")
+        for line in args.resend.read_text().splitlines():
+            session_id, event_id = line.split()
+            (stored,) = append(session_id, [Event(retry, Text("retried"), id=event_id)])
+            sys.stdout.write(f"ack {session_id} {stored.id} {stored.sequence}\n")
         sys.stdout.flush()
     for w in workers:
         w.start()

@@ -8,6 +8,10 @@ store is reopened here and checked against every acknowledgement so far:
 - lost: an acknowledged event id that is not stored, or stored at another sequence;
 - duplicated: an event id stored more than once in a session;
 - gaps: a session whose sequences are not exactly 1..last.
+
+From the second cycle on, the child first appends :data:`RESEND` already acknowledged
+ids again (a client retrying after the crash); each must be answered with its original
+sequence and must not be stored twice.
 """
 
 from __future__ import annotations
@@ -31,6 +35,9 @@ NAME = "crash"
 HELP = "kill -9 loop of a writer child: acknowledged, lost, duplicated, gaps"
 
 CHECKOUT = Path(__file__).resolve().parents[2]
+
+#: Acknowledged ids the next child appends again before writing new events.
+RESEND = 32
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -60,7 +67,7 @@ def _reader(stream: Any, acks: list[tuple[str, str, int]], ready: threading.Even
 
 
 def _one_cycle(
-    directory: Path, args: argparse.Namespace, lifetime: float
+    directory: Path, args: argparse.Namespace, lifetime: float, resend: Path | None
 ) -> tuple[list[tuple[str, str, int]], float, str]:
     """Run the child for ``lifetime`` seconds after it is ready, SIGKILL it, return acks."""
     command = [
@@ -76,6 +83,7 @@ def _one_cycle(
         args.via,
         "--durability",
         args.durability,
+        *(["--resend", str(resend)] if resend is not None else []),
     ]
     child = subprocess.Popen(
         command,
@@ -154,17 +162,29 @@ def run(run_: BenchRun, args: argparse.Namespace) -> None:
     directory = run_.fresh_dir("crash") / "store"
     directory.mkdir()
     acknowledged: dict[tuple[str, str], int] = {}
+    retried = retried_moved = 0
     alive_total = 0.0
     worst = {"lost": 0, "moved": 0, "duplicated": 0, "gaps": 0, "stored": 0}
     with run_.progress(f"kill -9 cycles ({args.via}, {args.durability})", args.cycles) as advance:
         for _ in range(args.cycles):
             lifetime = rng.uniform(0.1, 0.4) if q else rng.uniform(0.2, 1.2)
-            acks, alive, stderr = _one_cycle(directory, args, lifetime)
+            resend = None
+            if acknowledged:
+                # A client retrying after the crash: some ids acknowledged before it.
+                chosen = rng.sample(sorted(acknowledged), min(RESEND, len(acknowledged)))
+                resend = directory.parent / "resend.txt"
+                resend.write_text("".join(f"{s} {i}\n" for s, i in chosen))
+            acks, alive, stderr = _one_cycle(directory, args, lifetime, resend)
             if not acks and stderr.strip():
                 raise RuntimeError(f"crash child failed: {stderr.strip().splitlines()[-1]}")
             alive_total += alive
             for session_id, event_id, sequence in acks:
-                acknowledged[(session_id, event_id)] = sequence
+                known = acknowledged.get((session_id, event_id))
+                if known is None:
+                    acknowledged[(session_id, event_id)] = sequence
+                else:
+                    retried += 1
+                    retried_moved += known != sequence
             found = _check(directory, acknowledged, args.sessions)
             for key in ("lost", "moved", "duplicated", "gaps"):
                 worst[key] = max(worst[key], found[key])
@@ -185,11 +205,17 @@ def run(run_: BenchRun, args: argparse.Namespace) -> None:
     )
     run_.figures["crash cycles"] = args.cycles
     run_.figures["crash acknowledged / stored"] = f"{len(acknowledged)} / {worst['stored']}"
+    run_.figures["crash ids re-sent after a restart / answered with another sequence"] = (
+        f"{retried} / {retried_moved}"
+    )
     run_.figures["crash lost / moved / duplicated / sessions with gaps"] = (
         f"{worst['lost']} / {worst['moved']} / {worst['duplicated']} / {worst['gaps']}"
     )
     for claim, value in (
-        ("acknowledged events lost or moved after kill -9", worst["lost"] + worst["moved"]),
+        (
+            "acknowledged events lost or moved after kill -9 (retries included)",
+            worst["lost"] + worst["moved"] + retried_moved,
+        ),
         (
             "events duplicated or sessions with gaps after kill -9",
             worst["duplicated"] + worst["gaps"],

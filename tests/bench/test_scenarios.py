@@ -186,6 +186,16 @@ class TestCrash:
         assert m.ops > 0
         assert ["PASS", "PASS"] == [t.status for t in report.targets]
 
+    def test_retried_ids_are_answered_with_their_first_sequence(self, tmp_path: Path) -> None:
+        report = run_bench(tmp_path, "crash", "--cycles", "3")
+
+        figure = report.figures[
+            "crash ids re-sent after a restart / answered with another sequence"
+        ]
+        retried, moved = (int(part) for part in figure.split(" / "))
+        assert retried > 0
+        assert 0 == moved
+
     def test_crash_loop_through_a_hub_loses_nothing(self, tmp_path: Path) -> None:
         report = run_bench(tmp_path, "crash", "--via", "hub", "--cycles", "2")
 
