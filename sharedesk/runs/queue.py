@@ -2,7 +2,8 @@
 
 Each session has a lane: a FIFO of waiting runs and a count of running ones. A run is
 started (its input stored, ``SessionManager.start_run``) when it is submitted, so its id
-exists at once and the order of the inputs in the session is the submission order. A
+exists at once; the lane's order is the order of the inputs in the session, even when
+several threads submit at once (submits of one session take turns storing). A
 lane runs at most ``max_concurrent_runs`` runs at a time, each on a driver thread the
 queue starts; a driver takes the lane's next run when its run ends, and stops when the
 lane is empty. With ``max_concurrent_runs=1`` (the default) the runs of a session
@@ -74,6 +75,9 @@ class _Lane:
     waiting: deque[_Job] = field(default_factory=deque)
     reserved: int = 0
     drivers: int = 0
+    #: Held from storing a submitted run's input to queueing it, so that the lane's
+    #: order is the order of the inputs in the session, even for concurrent submits.
+    submitting: threading.Lock = field(default_factory=threading.Lock)
 
     def idle(self) -> bool:
         return not self.waiting and self.reserved == 0 and self.drivers == 0
@@ -150,7 +154,8 @@ class RunQueue:
                 the input was being stored, the run is recorded as cancelled).
             ValidationError: A bad session id or input; nothing was written.
 
-        Cost: one append (the input), under no lock; does not block on the run.
+        Cost: one append (the input), under the session's submit lock only (submits of
+        one session take turns; the queue lock is not held); does not block on the run.
         """
         check_session_id(session_id)
         with self._cond:
@@ -166,29 +171,30 @@ class RunQueue:
                 )
                 raise QueueFull(session_id, self._max_queued)
             lane.reserved += 1
-        try:
-            run = SessionManager.start_run(self._store, session_id, input)
-        except BaseException:
+        with lane.submitting:
+            try:
+                run = SessionManager.start_run(self._store, session_id, input)
+            except BaseException:
+                with self._cond:
+                    lane.reserved -= 1
+                    self._forget_if_idle(session_id)
+                raise
+            job = _Job(
+                run=run,
+                adapter=adapter,
+                continuation=continuation,
+                continuation_opts=continuation_opts,
+                adapter_opts=adapter_opts,
+                future=RunFuture(run.id, session_id),
+            )
             with self._cond:
                 lane.reserved -= 1
-                self._forget_if_idle(session_id)
-            raise
-        job = _Job(
-            run=run,
-            adapter=adapter,
-            continuation=continuation,
-            continuation_opts=continuation_opts,
-            adapter_opts=adapter_opts,
-            future=RunFuture(run.id, session_id),
-        )
-        with self._cond:
-            lane.reserved -= 1
-            closed = self._closed
-            if not closed:
-                lane.waiting.append(job)
-                self._pump(session_id, lane)
-            else:
-                self._forget_if_idle(session_id)
+                closed = self._closed
+                if not closed:
+                    lane.waiting.append(job)
+                    self._pump(session_id, lane)
+                else:
+                    self._forget_if_idle(session_id)
         if closed:
             job.future.cancel()
             self._on_done(job)

@@ -65,6 +65,29 @@ class TestSubmit:
         expected = [(kind, f.run_id) for f in futures for kind in (RunStarted, RunFinished)]
         assert expected == lifecycle
 
+    def test_runs_submitted_from_many_threads_execute_in_the_order_their_inputs_were_stored(
+        self, store: EventStore, queue: RunQueue, blocking: BlockingAdapter
+    ) -> None:
+        adapter = ScriptedAdapter([f"r{i}" for i in range(8)])
+        queue.submit("s1", blocking, "gate")
+        submitters = [
+            threading.Thread(target=queue.submit, args=("s1", adapter, f"m{i}")) for i in range(8)
+        ]
+        for thread in submitters:
+            thread.start()
+        for thread in submitters:
+            thread.join(10)
+
+        blocking.release.set()
+        assert queue.drain(10)
+
+        stored = [
+            e.body.content
+            for e in store.read("s1")
+            if isinstance(e.body, Text) and e.body.content.startswith("m")
+        ]
+        assert stored == [call.input[0]["content"] for call in adapter.calls]
+
     def test_options_reach_the_run(self, store: EventStore, queue: RunQueue) -> None:
         adapter = ScriptedAdapter(["a", "b"])
         queue.submit("s1", adapter, "first").result(10)
