@@ -178,7 +178,6 @@ class TestScale:
 
 
 class TestCrash:
-    @pytest.mark.slow
     def test_crash_loop_acknowledges_events_and_loses_none(self, tmp_path: Path) -> None:
         report = run_bench(tmp_path, "crash")
 
