@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -20,7 +21,7 @@ from sharedesk.protocol.errors import (
     ValidationError,
 )
 from sharedesk.protocol.events import Event, RunFinished, RunStarted, SessionStarted, Text
-from sharedesk.protocol.ports import EventStore
+from sharedesk.protocol.ports import EventStore, SessionLog
 from sharedesk.runs import ScriptedAdapter, SessionManager
 from sharedesk.runs.manager import parse_run_id
 from sharedesk.store.memory import MemoryStore
@@ -826,3 +827,52 @@ class TestFoldsAgainstAModel:
                     for name, entry in session.metadata["provider_sessions"].items()
                 }
                 assert providers[session_id] == stored
+
+
+class CancelBeforeEmit:
+    """A store that cancels the run just before the adapter's first emit lands."""
+
+    def __init__(self, inner: MemoryStore) -> None:
+        self.inner = inner
+        self.triggered = False
+
+    def append(
+        self, session_id: str, events: Sequence[Event], *, expected_version: int | None = None
+    ) -> list[Event]:
+        first = events[0]
+        if expected_version is not None and not self.triggered and first.run_id is not None:
+            self.triggered = True
+            SessionManager.cancel_run(self.inner, first.run_id)
+        return self.inner.append(session_id, events, expected_version=expected_version)
+
+    def read(self, session_id: str, **bounds: Any) -> list[Event]:
+        return self.inner.read(session_id, **bounds)
+
+    def last_sequence(self, session_id: str) -> int:
+        return self.inner.last_sequence(session_id)
+
+    def log(self, session_id: str) -> SessionLog:
+        return self.inner.log(session_id)
+
+    def close(self) -> None:
+        self.inner.close()
+
+    def __enter__(self) -> CancelBeforeEmit:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+class TestEmitNeverLandsAfterFinish:
+    def test_a_cancel_landing_between_emits_check_and_append_refuses_the_emit(self) -> None:
+        """The emit's append carries the version it checked, so the cancel wins cleanly."""
+        with MemoryStore() as inner:
+            store = CancelBeforeEmit(inner)
+            run = SessionManager.start_run(store, "s1", "hello")
+
+            with pytest.raises(RunCancelled):
+                SessionManager.execute_run(store, ScriptedAdapter(["too late"]), run.id)
+
+            assert [Text, RunStarted, RunFinished] == bodies(inner, "s1")
+            assert "cancelled" == SessionManager.get_run(inner, run.id).status
