@@ -247,9 +247,9 @@ class LmdbStore:
             in this process, or when the file is already larger).
         max_map_size: The ceiling the map may grow to, or ``None`` for no ceiling.
         group_wait: Most seconds the writer waits, once a request is queued, for as
-            many requests as its last group held (0 commits at once). Larger groups
-            share one fsync; the wait is bounded and one caller alone never waits.
-            ``None``: 2 ms when durable, 0.5 ms when relaxed.
+            many requests as its last group held (0 commits at once); it also never
+            waits longer than its last commit took. Larger groups share one fsync; one
+            caller alone never waits. ``None``: 2 ms when durable, 0.5 ms when relaxed.
 
     Raises:
         ValidationError: A bad option, or a durability that differs from the one this
@@ -293,6 +293,7 @@ class LmdbStore:
         self._last_txn = -1
         self._target = 1
         self._group_wait = group_wait
+        self._last_commit = 0.0
         self._closed = False
         self._writer = threading.Thread(
             target=self._run_writer, name=f"sharedesk-lmdb-writer:{self._path}", daemon=True
@@ -416,9 +417,10 @@ class LmdbStore:
         """Body of the writer thread: gather waiting requests, commit them as a group.
 
         Gathering: the callers answered by the last commit usually come straight back,
-        so once a request is waiting the writer waits up to ``group_wait`` seconds for
-        as many requests as the last group held, then takes everything queued. One
-        caller alone never waits (its last group held one request).
+        so once a request is waiting the writer waits for as many requests as the last
+        group held, but no longer than the last commit took (waiting longer than a
+        commit costs more than committing twice) nor than ``group_wait``. One caller
+        alone never waits (its last group held one request).
         """
         cond = self._cond
         while True:
@@ -426,7 +428,7 @@ class LmdbStore:
                 while not self._queue and not self._closed:
                     cond.wait()
                 if self._queue and len(self._queue) < self._target and not self._closed:
-                    deadline = time.monotonic() + self._group_wait
+                    deadline = time.monotonic() + min(self._group_wait, self._last_commit)
                     while len(self._queue) < self._target and not self._closed:
                         remaining = deadline - time.monotonic()
                         if remaining <= 0:
@@ -436,6 +438,7 @@ class LmdbStore:
                     return
                 group, self._queue = self._queue, []
                 self._target = len(group)
+            started = time.monotonic()
             try:
                 self._commit_group(group)
             except BaseException as exc:  # never leave a caller hanging
@@ -443,6 +446,7 @@ class LmdbStore:
                 for request in group:
                     if not request.done:
                         request.fail(exc)
+            self._last_commit = time.monotonic() - started
 
     def _commit_group(self, group: list[_Request]) -> None:
         while True:
