@@ -7,6 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from sharedesk.actors.hub import Hub
 from sharedesk.protocol.errors import (
     QueueClosed,
     QueueFull,
@@ -318,3 +319,29 @@ class TestOverEveryStore:
         last = adapter.calls[-1].transcript
         assert last is not None
         assert [t for t in stored if t not in ("m2", "r2")] == [m.content for m in last.messages]
+
+
+class TestThroughTheHub:
+    def test_hub_submit_run_drain_and_status_use_the_run_queue(self) -> None:
+        with Hub.open(None, max_queued_runs=5) as hub:
+            future = hub.submit_run("s1", ScriptedAdapter(["hi"]), "hello")
+
+            assert "hi" == future.result(10).output
+            assert hub.drain(10)
+            expected = RunQueueStatus(
+                session_id="s1", running=0, queued=0, max_concurrent_runs=1, max_queued_runs=5
+            )
+            assert expected == hub.status("s1")
+
+    def test_closing_the_hub_cancels_its_waiting_runs(self, blocking: BlockingAdapter) -> None:
+        hub = Hub.open(None)
+        hub.submit_run("s1", blocking, "first")
+        waiting = hub.submit_run("s1", blocking, "second")
+        assert blocking.wait_started(1)
+        # The running run ends as soon as close has cancelled the waiting one.
+        waiting.add_done_callback(lambda _: blocking.release.set())
+
+        hub.close()
+
+        assert waiting.cancelled()
+        assert ["first"] == blocking.inputs
