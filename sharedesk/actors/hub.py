@@ -274,7 +274,7 @@ class Hub:
         return self._pushed_to.get(session_id, ())
 
     def crashed(self, key: ActorKey, ref: pykka.ActorRef[Any]) -> None:
-        """Forget a failed actor and count its restart (called on the actor's thread).
+        """Forget a failed actor and count its restart (called by the failing handler).
 
         Past the restart intensity, marks the session failed and stops its other actors.
 
@@ -313,18 +313,21 @@ class Hub:
     def call(self, key: ActorKey, message: Any, *, inline: bool = False) -> Any:
         """Send ``message`` to the actor named ``key`` and return its answer.
 
+        Args:
+            key: The actor.
+            message: The request.
+            inline: Run it on the caller's thread if the actor is idle (writes only,
+                and only with the ``inline_writes`` option).
+
+        Returns:
+            The actor's answer.
+
         Raises:
             HubClosed: The Hub is closed (or closed while waiting).
             SessionFailed: The session exceeded its restart intensity.
             ActorTimeout: No answer within ``ask_timeout``.
             ActorCrashed: The handler failed; the actor was restarted.
             SharedeskError: Whatever the handler raised.
-
-        Args:
-            key: The actor.
-            message: The request.
-            inline: Run it on the caller's thread if the actor is idle (writes only,
-                and only with the ``inline_writes`` option).
 
         Cost: one message round trip (none when run inline); blocks the caller.
         """
