@@ -28,6 +28,7 @@ class FakeProvider:
     def __init__(self) -> None:
         self.requests: list[tuple[str, dict[str, str], dict[str, Any]]] = []
         self.status = 200
+        self.garbage = False
 
 
 def make_handler(provider: FakeProvider) -> type[BaseHTTPRequestHandler]:
@@ -43,6 +44,11 @@ def make_handler(provider: FakeProvider) -> type[BaseHTTPRequestHandler]:
                 self.send_response(provider.status)
                 self.end_headers()
                 self.wfile.write(b'{"error": {"message": "model overloaded"}}')
+                return
+            if provider.garbage:
+                self.send_response(200)
+                self.end_headers()
+                self.wfile.write(b"data: {not json\n\n" if body.get("stream") else b"<html>")
                 return
             if body.get("stream"):
                 self.send_response(200)
@@ -189,6 +195,23 @@ class TestPlain:
 
         assert isinstance(info.value.__cause__, ProviderError)
         assert None is info.value.__cause__.status_code
+
+
+class TestMalformed:
+    @pytest.mark.parametrize("stream", [False, True], ids=["plain", "streamed"])
+    def test_a_malformed_response_fails_the_run_with_a_provider_error(
+        self, store: EventStore, provider: tuple[str, FakeProvider], stream: bool
+    ) -> None:
+        base_url, state = provider
+        state.garbage = True
+
+        with pytest.raises(RunFailed) as info:
+            SessionManager.run_once(
+                store, OpenAIChatAdapter(base_url, "m"), "hello", adapter_opts={"stream": stream}
+            )
+
+        assert isinstance(info.value.__cause__, ProviderError)
+        assert "malformed" in info.value.__cause__.detail
 
 
 class TestStreamed:
