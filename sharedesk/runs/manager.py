@@ -279,7 +279,13 @@ def read_run_events(store: EventStore, run_id: str) -> list[Event]:
 
 
 def _check_adapter(adapter: Any) -> None:
-    if not isinstance(adapter, Adapter):
+    # Explicit attribute checks: isinstance() against the runtime-checkable Protocol
+    # costs about 90 us a call, a tenth of a whole run on MemoryStore.
+    if not (
+        callable(getattr(adapter, "execute", None))
+        and hasattr(adapter, "name")
+        and hasattr(adapter, "native_continuation")
+    ):
         raise ValidationError(
             f"adapter must have name, native_continuation and execute; got {type(adapter).__name__}"
         )
