@@ -158,19 +158,26 @@ _LOG_DECODER: Final = msgspec.msgpack.Decoder(_LogRecord)
 class _Request:
     """One caller's append, waiting for the writer thread.
 
-    The caller blocks on ``_done`` (a lock acquired at creation and released once the
-    outcome is set): the cheapest wake-up CPython offers, which matters when sixteen
-    callers wait on every commit.
+    The caller blocks on ``_done``, a lock acquired at creation and released once the
+    outcome is settled: the cheapest wake-up CPython offers, which matters when sixteen
+    callers wait on every commit. After a commit the writer wakes only the first caller
+    of the group and each caller wakes the next (``_next``) as soon as it runs, so the
+    callers take the interpreter one after another instead of all fighting for it at
+    once. Callers on the main thread are woken directly and never relay: only there can
+    a signal (``KeyboardInterrupt``) interrupt the wait and break the relay.
     """
 
     __slots__ = (
         "_done",
+        "_main",
+        "_next",
         "error",
         "events",
         "expected_version",
         "prefix",
         "result",
         "session_id",
+        "settled",
         "sharing",
     )
 
@@ -188,32 +195,48 @@ class _Request:
         self.sharing = sharing
         self.result: list[Event] | None = None
         self.error: BaseException | None = None
+        self.settled = False
+        self._next: _Request | None = None
+        self._main = threading.current_thread() is threading.main_thread()
         self._done = threading.Lock()
         self._done.acquire()
 
-    @property
-    def done(self) -> bool:
-        """Whether the outcome is set."""
-        return not self._done.locked()
-
-    def succeed(self, result: list[Event]) -> None:
-        """Hand ``result`` to the waiting caller (call once)."""
+    def settle(self, result: list[Event] | None = None, error: BaseException | None = None) -> None:
+        """Record the outcome (a result or an error); the caller is woken by :func:`_wake`."""
         self.result = result
-        self._done.release()
+        self.error = error
+        self.settled = True
 
     def fail(self, error: BaseException) -> None:
-        """Hand ``error`` to the waiting caller (call once)."""
-        self.error = error
+        """Settle with ``error`` and wake the caller now (requests never taken by the writer)."""
+        self.settle(error=error)
         self._done.release()
 
     def wait(self) -> list[Event]:
-        """Block until the outcome is set; return the result or raise the error (repeatable)."""
+        """Block until woken; relay the wake-up; return the result or raise (repeatable)."""
         self._done.acquire()
+        relay = self._next
+        if relay is not None:
+            self._next = None
+            relay._done.release()
         self._done.release()
         if self.error is not None:
             raise self.error
         assert self.result is not None
         return self.result
+
+
+def _wake(group: list[_Request]) -> None:
+    """Wake the callers of a settled group: main-thread callers directly, others in relay."""
+    relay: _Request | None = None
+    for request in reversed(group):
+        if request._main:
+            request._done.release()
+        else:
+            request._next = relay
+            relay = request
+    if relay is not None:
+        relay._done.release()
 
 
 class _MapFull(Exception):
@@ -439,16 +462,21 @@ class LmdbStore:
                 group, self._queue = self._queue, []
                 self._target = len(group)
             started = time.monotonic()
-            try:
-                self._commit_group(group)
-            except BaseException as exc:  # never leave a caller hanging
-                _log.exception("store.writer_failed", path=self._path)
-                for request in group:
-                    if not request.done:
-                        request.fail(exc)
+            self._commit_group(group)
             self._last_commit = time.monotonic() - started
 
     def _commit_group(self, group: list[_Request]) -> None:
+        """Commit ``group``, settle every request, then wake every caller (never raises)."""
+        try:
+            self._settle_group(group)
+        except BaseException as exc:  # never leave a caller hanging
+            _log.exception("store.writer_failed", path=self._path)
+            for request in group:
+                if not request.settled:
+                    request.settle(error=exc)
+        _wake(group)
+
+    def _settle_group(self, group: list[_Request]) -> None:
         while True:
             try:
                 outcomes = self._write(group)
@@ -457,10 +485,12 @@ class LmdbStore:
                     continue
                 if len(group) > 1:
                     for request in group:
-                        self._commit_group([request])
+                        self._settle_group([request])
                     return
-                group[0].fail(
-                    StoreFullError(self._path, self._shared.map_size(), self._max_map_size or 0)
+                group[0].settle(
+                    error=StoreFullError(
+                        self._path, self._shared.map_size(), self._max_map_size or 0
+                    )
                 )
                 return
             except lmdb.MapResizedError:
@@ -470,13 +500,13 @@ class LmdbStore:
                 error = StoreIOError(self._path, "append")
                 error.__cause__ = exc
                 for request in group:
-                    request.fail(error)
+                    request.settle(error=error)
                 return
             for request, outcome in outcomes:
                 if isinstance(outcome, BaseException):
-                    request.fail(outcome)
+                    request.settle(error=outcome)
                 else:
-                    request.succeed(outcome)
+                    request.settle(result=outcome)
             return
 
     def _grow(self, *, paused: bool) -> bool:
