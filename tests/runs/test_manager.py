@@ -229,6 +229,20 @@ class TestExecuteRun:
 
         assert {"continuation": False} == adapter.seen[0][1].context
 
+    def test_the_input_reaches_the_adapter_with_its_roles(self, store: EventStore) -> None:
+        adapter = ScriptedAdapter(["ok"])
+        given = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}]
+
+        SessionManager.run_once(store, adapter, given)
+
+        assert given == adapter.calls[0].input
+
+    def test_a_completed_run_leaves_no_worker_thread_behind(self, store: EventStore) -> None:
+        result = SessionManager.run_once(store, ScriptedAdapter(["ok"]), "hello")
+
+        name = f"sharedesk-run-{result.run_id[:8]}"
+        assert [] == [t for t in threading.enumerate() if t.name == name]
+
     def test_a_session_is_idle_once_its_run_finished(self, store: EventStore) -> None:
         SessionManager.run_once(store, ScriptedAdapter(["hi"]), "hello", session_id="s1")
 
