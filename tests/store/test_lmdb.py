@@ -31,7 +31,7 @@ from sharedesk.protocol import (
     ValidationError,
 )
 from sharedesk.store import LmdbStore
-from sharedesk.store.lmdb import _SEQ, _prefix, _Request, _sharing_key
+from sharedesk.store.lmdb import _SEQ, _prefix, _Request, _sharing_key, _wake
 from tests.store.conftest import ChildFactory, run_child
 from tests.store.contract import ContractStore, StoreContract, delta, text
 
@@ -320,6 +320,49 @@ class TestLmdbStoreGroupCommit:
             bad.wait()
         assert [1] == [e.sequence for e in other.wait()]
         assert ["good"] == [e.body.content for e in store.read("s", after=1)]  # type: ignore[union-attr]
+
+    def test_callers_of_a_group_are_woken_in_relay(self) -> None:
+        """The writer wakes the first caller; each caller wakes the next when it runs."""
+        group = [_Request("s", [text()], None, None) for _ in range(3)]
+        for index, request in enumerate(group):
+            request._main = False
+            request.settle(result=[text(str(index))])
+
+        _wake(group)
+
+        assert (False, True, True) == tuple(r._done.locked() for r in group)
+        group[0].wait()
+        assert (False, False, True) == tuple(r._done.locked() for r in group)
+        assert ["1", "2"] == [r.wait()[0].body.content for r in group[1:]]  # type: ignore[union-attr]
+
+    def test_main_thread_callers_are_woken_directly_not_in_relay(self) -> None:
+        main, other = _Request("s", [text()], None, None), _Request("s", [text()], None, None)
+        other._main = False
+        for request in (main, other):
+            request.settle(result=[])
+
+        _wake([other, main])
+
+        assert (False, False) == (main._done.locked(), other._done.locked())
+
+    def test_main_and_worker_threads_in_one_group_all_return(self, store: LmdbStore) -> None:
+        entered, release = gate_writer(store)
+        first, _ = in_thread(lambda: store.append("s", [text()]))
+        assert entered.wait(30)
+        workers = [in_thread(functools.partial(append_one, store, index)) for index in range(3)]
+        wait_until(lambda: len(store._queue) == 3)
+
+        def release_when_all_queued() -> None:
+            wait_until(lambda: len(store._queue) == 4)
+            release.set()
+
+        releaser, _ = in_thread(release_when_all_queued)
+        (mine,) = store.append("s", [text("main")])
+        for thread, _ in [(first, None), (releaser, None), *workers]:
+            thread.join()
+
+        assert all(outcome and not isinstance(outcome[0], BaseException) for _, outcome in workers)
+        assert (2, Text("main")) == (mine.sequence, mine.body)
 
     def test_later_appends_in_a_group_see_the_earlier_ones(self, store: LmdbStore) -> None:
         first = _Request("s", [text(id="x")], 0, None)
