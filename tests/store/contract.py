@@ -742,7 +742,7 @@ class StoreContract(ABC):
                     "s",
                     [text(str(index))],
                     viewer="v",
-                    state=SharingState(Conversation("s"), index),
+                    state=SharingState(Conversation("s"), index + 1),
                     expected_state=start,
                 )
             except SharingStateConflict:
@@ -754,7 +754,7 @@ class StoreContract(ABC):
 
         assert 1 == len(winners)
         assert 1 == store.last_sequence("s")
-        assert SharingState(Conversation("s"), winners[0]) == store.get_sharing_state(
+        assert SharingState(Conversation("s"), winners[0] + 1) == store.get_sharing_state(
             "s", "v", Conversation("s")
         )
 
