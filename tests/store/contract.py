@@ -127,6 +127,10 @@ class StoreContract(ABC):
         finally:
             store.close()
 
+    def test_store_implements_both_ports(self, store: ContractStore) -> None:
+        assert isinstance(store, EventStore)
+        assert isinstance(store, SharingStateStore)
+
     # -- sequences -------------------------------------------------------------------
 
     def test_sequences_start_at_one_and_have_no_gaps(self, store: ContractStore) -> None:
