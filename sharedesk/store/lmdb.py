@@ -21,15 +21,15 @@ blake2b) so every key stays under LMDB's 511-byte limit. Events are stored as ms
 maps, so a record written before a field was added still decodes (the field takes its
 default).
 
-Writes. ``append`` and ``append_and_share`` validate their input in the caller's
-thread, put a request on a queue and wait. One writer thread per store takes every
-request waiting (after gathering for up to ``group_wait``), checks each one against the
-state inside a single write transaction (``expected_version``, the sharing-state
-compare-and-swap, idempotency, parents; earlier requests of the same group are
-visible), writes the ones that pass, commits once (one fsync when durable), then
-answers every caller. A request that fails its checks gets its own error and leaves
-nothing behind (the ids it claimed are deleted again before the commit); the others
-commit. If the transaction itself fails, the whole group gets the error.
+Writes. ``append`` and ``append_and_share`` validate their input in the caller's thread,
+put a request on a queue and wait. One writer thread per store takes every request
+waiting (after gathering for up to ``group_wait``), checks each one against the state
+inside a single write transaction (``expected_version``, the sharing-state compare-and-
+swap, idempotency, parents; earlier requests of the same group are visible), writes the
+ones that pass, commits once (one fsync when durable), then answers every caller (woken
+in relay, see ``_Request``). A request that fails its checks gets its own error and
+leaves nothing behind (the ids it claimed are deleted again before the commit); the
+others commit. If the transaction itself fails, the whole group gets the error.
 
 py-lmdb releases the GIL around every get and put, and each release lets a waiting
 thread take the interpreter from the writer, so the writer keeps its calls few: an id
@@ -38,11 +38,11 @@ cached between this store's own commits (dropped whenever the transaction id sho
 another writer, in this process or another, committed in between) and written once per
 session per group.
 
-Growth. The map starts at ``map_size`` and doubles when LMDB reports it full: the
-transaction is aborted, the map is resized with no transaction of this process open
-(see ``_lmdb_env``), and the group is retried. At ``max_map_size`` the group is retried
-one request per transaction, so only the requests that do not fit get
-``StoreFullError``; nothing partial is ever written.
+Growth. The map starts at ``map_size`` and doubles when LMDB reports it full: new
+transactions are held off, the transaction is aborted, the map is resized with no
+transaction of this process open (see ``_lmdb_env``), and the group is retried. At
+``max_map_size`` the group is retried one request per transaction, so only the requests
+that do not fit get ``StoreFullError``; nothing partial is ever written.
 
 Reads run in the caller's thread, in a read-only transaction, and walk a cursor from the
 requested end, so ``read(newest_first=True, limit=n)`` and ``log().read_before`` cost
