@@ -24,12 +24,13 @@ default).
 Writes. ``append`` and ``append_and_share`` validate their input in the caller's thread,
 put a request on a queue and wait. One writer thread per store takes every request
 waiting (after gathering for up to ``group_wait``), checks each one against the state
-inside a single write transaction (``expected_version``, the sharing-state compare-and-
-swap, idempotency, parents; earlier requests of the same group are visible), writes the
-ones that pass, commits once (one fsync when durable), then answers every caller (woken
-in relay, see ``_Request``). A request that fails its checks gets its own error and
-leaves nothing behind (the ids it claimed are deleted again before the commit); the
-others commit. If the transaction itself fails, the whole group gets the error.
+inside a single write transaction (``expected_version``, the sharing-state
+compare-and-swap, idempotency, parents; earlier requests of the same group are visible),
+writes the ones that pass, commits once (one fsync when durable), then answers every
+caller (woken in relay, see ``_Request``). A request that fails its checks gets its own
+error and leaves nothing behind (the ids it claimed are deleted again before the
+commit); the others commit. If the transaction itself fails, the whole group gets the
+error.
 
 py-lmdb releases the GIL around every get and put, and each release lets a waiting
 thread take the interpreter from the writer, so the writer keeps its calls few: an id
