@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -22,6 +23,19 @@ def child_env() -> dict[str, str]:
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     env["PYTHONUNBUFFERED"] = "1"
     return env
+
+
+@pytest.fixture(autouse=True)
+def _no_writer_left_running() -> Iterator[None]:
+    """Every store a test opens is closed by its end: no LMDB writer thread outlives it."""
+    before = set(threading.enumerate())
+    yield
+    leaked = [
+        thread.name
+        for thread in threading.enumerate()
+        if thread not in before and thread.name.startswith("sharedesk-lmdb-writer")
+    ]
+    assert [] == leaked
 
 
 @pytest.fixture
