@@ -227,3 +227,84 @@ class TestClose:
 
         sequences = [[e.sequence for e in hub.read(f"s{k}")] for k in range(4)]
         assert [list(range(1, 41))] * 4 == sequences
+
+
+class TestTranscript:
+    def test_the_transcript_takes_roles_relative_to_the_viewer(self, hub: Hub) -> None:
+        desk = hub.session("desk")
+        desk.post(ANA, "question")
+        desk.post(BOT, "answer")
+
+        transcript = hub.transcript("desk", BOT)
+
+        assert [("user", "question"), ("assistant", "answer")] == [
+            (m.role, m.content) for m in transcript.messages
+        ]
+
+    def test_the_transcript_follows_appends(self, hub: Hub) -> None:
+        desk = hub.session("desk")
+        desk.post(ANA, "one")
+        hub.transcript("desk", BOT)
+        desk.post(EVE, "two")
+
+        transcript = hub.transcript("desk", BOT)
+
+        assert (["one", "two"], 2) == (
+            [m.content for m in transcript.messages],
+            transcript.last_sequence,
+        )
+
+
+class TestOnDisk:
+    def test_views_and_sequences_continue_after_a_restart_on_disk(
+        self, open_hub: HubFactory
+    ) -> None:
+        first = open_hub(on_disk=True)
+        first.session("desk").post(ANA, "before")
+        first.view("desk", BOT)
+        first.close()
+        second = open_hub(on_disk=True)
+
+        stored = second.session("desk").post(ANA, "after")
+
+        assert (2, ["before", "after"]) == (stored.sequence, contents(second, "desk"))
+
+    def test_store_options_reach_the_lmdb_store(self, open_hub: HubFactory) -> None:
+        hub = open_hub(on_disk=True, durability="relaxed")
+
+        assert 1 == hub.session("desk").post(ANA, "hi").sequence
+
+
+class TestStats:
+    def test_stats_count_running_actors_by_kind(self, memory_hub: Hub) -> None:
+        memory_hub.session("desk").post(ANA, "hi")
+        memory_hub.view("desk", BOT)
+        memory_hub.view("desk", EVE)
+        memory_hub.turn("desk", BOT)
+
+        stats = memory_hub.stats()
+
+        assert (4, 1, 2, 1, []) == (
+            stats.active,
+            stats.sessions,
+            stats.projectors,
+            stats.sharing,
+            stats.failed,
+        )
+
+    def test_a_session_written_only_inline_runs_no_thread(self, memory_hub: Hub) -> None:
+        for n in range(3):
+            memory_hub.session("desk").post(ANA, f"m{n}")
+
+        assert (1, []) == (memory_hub.stats().sessions, our_threads())
+
+
+class TestRuns:
+    def test_drain_without_runs_returns_true_at_once(self, memory_hub: Hub) -> None:
+        assert memory_hub.drain(0.0)
+
+    def test_submit_run_after_close_raises_hub_closed(self, memory_hub: Hub) -> None:
+        memory_hub.close()
+
+        with pytest.raises(HubClosed):
+            memory_hub.submit_run("desk", object(), "hello")
