@@ -1,4 +1,12 @@
-"""The actor base: naming, supervision and logging context shared by the Hub's actors.
+"""The actor base: threads, one-at-a-time handling, supervision and log context.
+
+Threads. Each actor is a pykka ``ThreadingActor`` whose thread (``sharedesk-<kind>-<n>``)
+starts only when the first message is queued for it. A request to an idle actor (empty
+inbox, no message being handled) may instead run on the caller's thread
+(:meth:`HubActor.run_inline`, used for writes), which saves the two thread switches of an
+ask. Either way one message is handled at a time, under the actor's ``turn_lock``, so
+the actor keeps the meaning of an actor: one writer, messages in order. An actor whose
+requests all run inline never costs a thread.
 
 Supervision, in one place (the Hub holds the policy, the actor only reports):
 
@@ -8,9 +16,9 @@ Supervision, in one place (the Hub holds the policy, the actor only reports):
 - A handler that raises anything else is a fault. The actor logs ``actor.crashed``,
   tells the Hub (which counts the restart against the session's restart intensity and
   forgets the actor), stops at once, and hands :class:`~sharedesk.ActorCrashed` (cause
-  chained) to the caller. Requests queued behind the failed one are answered by pykka
-  with ``ActorDeadError`` and the Hub resends them to a fresh actor, which recovers its
-  state from the store; callers see the result, never a hang.
+  chained) to the caller. Requests queued behind the failed one are answered
+  ``ActorDeadError`` and the Hub resends them to a fresh actor, which recovers its state
+  from the store; callers see the result, never a hang.
 """
 
 from __future__ import annotations
@@ -47,8 +55,8 @@ class ActorKey(msgspec.Struct, frozen=True):
     Attributes:
         kind: ``"session"``, ``"projector"`` or ``"sharing"``.
         session_id: The session the actor serves.
-        viewer: The viewer's author key (projectors only).
-        conversation: The conversation projected (projectors only).
+        viewer: The viewer's author key (projectors only, else ``None``).
+        conversation: The conversation projected (projectors only, else ``None``).
     """
 
     kind: str
@@ -72,7 +80,11 @@ class ViewSnapshot(msgspec.Struct, frozen=True):
 
 
 class Slot:
-    """The Hub's record of one running actor (guarded by the Hub's lock).
+    """The Hub's record of one running actor.
+
+    Created, replaced and removed under the Hub's lock; ``pins``, ``touched``,
+    ``last_used`` and ``snapshot`` are updated without it (single assignments and list
+    appends/pops, atomic in CPython).
 
     Attributes:
         key: The actor's name.
@@ -139,11 +151,19 @@ class _Wake(msgspec.Struct, frozen=True):
 class HubActor(pykka.ThreadingActor):
     """Base of the Hub's actors: a named thread, supervision and per-message log context.
 
-    Threads: ``__init__`` runs in the thread that starts the actor (it must stay cheap);
-    ``on_start`` and every message from the inbox run on the actor's own thread, named
-    ``sharedesk-<kind>-<n>``. A request may also run on its caller's thread, through
-    :meth:`run_inline`, when the actor is idle. Either way one message runs at a time,
-    under :attr:`turn_lock`. Subclasses implement :meth:`handle`.
+    Which thread runs what:
+
+    - ``__init__``: the Hub's caller that starts the actor (cheap: no I/O, no thread).
+    - ``on_start``: the actor's thread, when the first queued message starts it (an
+      actor served only inline never runs it). It only binds log context; it never
+      raises.
+    - messages from the inbox: the actor's thread; a request run through
+      :meth:`run_inline`: the caller's thread. One at a time either way, under
+      :attr:`turn_lock`. A failure is supervised (see the module docstring).
+    - ``on_stop``: the actor's thread; or, for an actor stopped before its thread ever
+      started or after a failure inline, the thread that stops it. It only logs.
+
+    Subclasses implement :meth:`handle`.
     """
 
     #: The actor kind, as in :class:`ActorKey`.

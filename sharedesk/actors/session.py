@@ -1,17 +1,22 @@
 """SessionActor: the only writer of one session's stream.
 
 The actor knows its session's last sequence (read once, O(1), on first use), appends
-through the store (whose group commit batches appends of many sessions: each session has
-its own actor thread, so appends to different sessions wait on the store side by side,
-never behind one another), answers once the store says the events are durable, and then
-tells every subscribed projector the newly committed events, in sequence order, with no
-gap and no duplicate (events the store returned for known ids are not pushed again).
+through the store, answers once the store says the events are durable, and then hands
+every subscribed actor (projectors, the sharing actor) the newly committed events, in
+sequence order, with no gap and no duplicate (events the store returned for known ids
+are not pushed again). Pushes are queued while the write still holds the actor's
+``turn_lock``, so they leave in commit order.
+
+Writes to different sessions never wait on one another: a write to an idle session runs
+on its caller's thread (see :mod:`sharedesk.actors._base`), so the store's group commit
+sees as many concurrent appends as there are writers and batches them into one fsync;
+a write to a busy session queues behind the one in progress, on the actor's thread.
 
 A turn's commit also comes here (:class:`~sharedesk.actors._messages.AppendAndShare`):
 being the writer, the actor knows the sequence the reply will get, notes it as present in
 the viewer's next sharing state, and stores reply and state in one ``append_and_share``
 (one transaction), guarded by ``expected_version`` so that a writer outside the Hub
-cannot make that guess wrong.
+cannot make that guess wrong (it retries with the new last sequence).
 """
 
 from __future__ import annotations
