@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -128,3 +130,42 @@ class TestDeepWalks:
         desk.append([Event(ANA, Text("noise")) for _ in range(SCAN_LIMIT)])
 
         assert fresh(hub, thread, 30) == hub.view("desk", VIEWERS[0], thread)
+
+
+class TestConcurrentWriters:
+    def test_views_read_while_others_write_end_equal_to_a_fresh_projection(
+        self, open_hub: HubFactory
+    ) -> None:
+        hub = open_hub()
+        root = hub.session("desk").post(ANA, "root").sequence
+        errors: list[BaseException] = []
+
+        def writer(n: int) -> None:
+            try:
+                for i in range(40):
+                    parent = root if (n + i) % 3 == 0 else None
+                    hub.session("desk").post(VIEWERS[n], f"{n}.{i}", parent=parent)
+            except BaseException as exc:  # pragma: no cover - reported below
+                errors.append(exc)
+
+        def reader() -> None:
+            try:
+                for _ in range(40):
+                    hub.view("desk", ANA)
+                    hub.view("desk", ANA, Conversation("desk", root))
+            except BaseException as exc:  # pragma: no cover - reported below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=writer, args=(n,)) for n in range(3)]
+        threads.append(threading.Thread(target=reader))
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+
+        thread_view = Conversation("desk", root)
+        assert ([], fresh(hub, Conversation("desk"), 30), fresh(hub, thread_view, 30)) == (
+            errors,
+            hub.view("desk", ANA),
+            hub.view("desk", ANA, thread_view),
+        )

@@ -215,6 +215,29 @@ class TestAskTimeout:
             caught.value.timeout,
         )
 
+    def test_a_view_whose_projector_does_not_answer_in_time_raises_actor_timeout(
+        self, make_hub: MakeHub, store: FaultyStore
+    ) -> None:
+        hub = make_hub(ask_timeout=0.2)
+        hub.session("desk").post(ANA, "hi")
+        store.gate["last_sequence"] = threading.Event()
+
+        with pytest.raises(ActorTimeout) as caught:
+            hub.view("desk", BOT)
+
+        assert "projector" == caught.value.actor
+
+    def test_a_turn_whose_sharing_actor_does_not_answer_in_time_raises_actor_timeout(
+        self, make_hub: MakeHub, store: FaultyStore
+    ) -> None:
+        hub = make_hub(ask_timeout=0.2)
+        store.gate["get_sharing_state"] = threading.Event()
+
+        with pytest.raises(ActorTimeout) as caught:
+            hub.turn("desk", BOT)
+
+        assert "sharing" == caught.value.actor
+
     def test_a_timed_out_append_still_lands_once_and_a_retry_with_its_id_is_idempotent(
         self, make_hub: MakeHub, store: FaultyStore
     ) -> None:
