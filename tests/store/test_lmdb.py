@@ -402,6 +402,68 @@ class TestLmdbStoreGroupCommit:
         assert threads * per_thread > last_txnid(store)
 
 
+class _FailingEnv:
+    """Wraps an environment so that ``begin`` raises ``lmdb.Error`` (for read or write)."""
+
+    def __init__(self, env: Any, *, write: bool) -> None:
+        self._env = env
+        self._write = write
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._env, name)
+
+    def begin(self, **options: Any) -> Any:
+        if bool(options.get("write")) == self._write:
+            raise lmdb.Error("simulated disk failure")
+        return self._env.begin(**options)
+
+
+class TestLmdbStoreFaults:
+    def test_engine_failure_on_read_raises_store_io_error_with_cause(
+        self, store: LmdbStore
+    ) -> None:
+        store.append("s", [text()])
+        env = store._shared.env
+        store._shared.env = _FailingEnv(env, write=False)
+        try:
+            with pytest.raises(StoreIOError) as caught:
+                store.read("s")
+        finally:
+            store._shared.env = env
+
+        assert ("read", True) == (
+            caught.value.operation,
+            isinstance(caught.value.__cause__, lmdb.Error),
+        )
+
+    def test_engine_failure_on_write_fails_the_group_and_the_store_recovers(
+        self, store: LmdbStore
+    ) -> None:
+        env = store._shared.env
+        store._shared.env = _FailingEnv(env, write=True)
+        try:
+            with pytest.raises(StoreIOError) as caught:
+                store.append("s", [text()])
+        finally:
+            store._shared.env = env
+
+        assert "append" == caught.value.operation
+        assert [1] == [e.sequence for e in store.append("s", [text()])]
+
+    def test_a_bug_in_one_group_reaches_its_callers_and_the_writer_keeps_going(
+        self, store: LmdbStore, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        def broken(*args: Any) -> list[Event]:
+            raise RuntimeError("bug")
+
+        monkeypatch.setattr(store, "_write_request", broken)
+        with pytest.raises(RuntimeError):
+            store.append("s", [text()])
+        monkeypatch.undo()
+
+        assert [1] == [e.sequence for e in store.append("s", [text()])]
+
+
 class TestLmdbStoreGrowth:
     def test_map_grows_when_full_and_every_event_stays_readable(self, store_path: Path) -> None:
         with LmdbStore(store_path, map_size=256 * 1024) as store:
