@@ -130,3 +130,17 @@ class TestThreadBound:
             peak = max(peak, threading.active_count() - baseline)
 
         assert (True, 16) == (peak <= 16 + 2, hub.stats().active)
+
+    def test_viewing_500_sessions_keeps_threads_bounded_by_max_active(
+        self, open_hub: HubFactory
+    ) -> None:
+        """Views run on projector threads (writes may run on the caller's thread)."""
+        hub = open_hub(max_active=16)
+        baseline = threading.active_count() - len(our_threads())
+        peak = 0
+        for n in range(500):
+            hub.session(f"session-{n}").post(ANA, "hi")
+            hub.view(f"session-{n}", BOT)
+            peak = max(peak, threading.active_count() - baseline)
+
+        assert (True, True) == (2 <= peak <= 16 + 2, hub.stats().active <= 16)
