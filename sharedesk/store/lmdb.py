@@ -116,7 +116,8 @@ _META_CACHE_SIZE: Final = 100_000
 # Measured with 16 threads x 1000 sessions on 2 cores: under load, callers answered by
 # one commit take more than 0.5 ms to come back, so a durable writer waiting only that
 # long commits half groups (two fsyncs where one would do); relaxed commits are cheap.
-_GROUP_WAIT: Final = {"durable": 0.002, "relaxed": 0.0005}
+_GROUP_WAIT_DURABLE: Final = 0.002
+_GROUP_WAIT_RELAXED: Final = 0.0005
 
 
 def _prefix(session_id: str) -> bytes:
@@ -299,7 +300,7 @@ class LmdbStore:
         check_optional_int("map_size", map_size, minimum=1)
         check_optional_int("max_map_size", max_map_size, minimum=1)
         if group_wait is None:
-            group_wait = _GROUP_WAIT[durability]
+            group_wait = _GROUP_WAIT_DURABLE if durability == "durable" else _GROUP_WAIT_RELAXED
         if not isinstance(group_wait, int | float) or not 0 <= group_wait <= 1:
             raise ValidationError(f"group_wait must be seconds in [0, 1], got {group_wait!r}")
         if max_map_size is not None and map_size > max_map_size:
