@@ -211,6 +211,18 @@ class TestLmdbStoreSharedEnvironment:
             assert first._shared is second._shared
             assert [1, 2] == [e.sequence for e in first.read("s")]
 
+    def test_stores_alternating_on_one_session_never_reuse_a_sequence(
+        self, store_path: Path
+    ) -> None:
+        """Each store caches session metadata between its own commits; the other's drop it."""
+        with LmdbStore(store_path) as first, LmdbStore(store_path) as second:
+            for round_ in range(3):
+                first.append("s", [text(f"first {round_}")])
+                second.append("s", [text(f"second {round_}")])
+
+            assert list(range(1, 7)) == [e.sequence for e in first.read("s")]
+            assert 6 == len({e.id for e in second.read("s")})
+
     def test_a_symlinked_path_shares_the_environment(self, tmp_path: Path) -> None:
         real = tmp_path / "real"
         real.mkdir()
