@@ -477,7 +477,8 @@ class Hub:
             return None
 
         view: Projection = self._call(key, View(window=window), fast=published)
-        return view
+        # The projector keeps serving this view: hand out a list of one's own.
+        return Projection(messages=list(view.messages), partial=view.partial)
 
     def turn(
         self, session_id: str, viewer: SessionAuthor, conversation: Conversation | None = None
@@ -499,10 +500,15 @@ class Hub:
             PageError, LogReadError: The store's log misbehaved.
             HubClosed, SessionFailed, ActorTimeout, ActorCrashed: See :meth:`call`.
 
+        A log that ends above the watermark (a young desk whose first turn came before
+        its first row, or a watermark on run events below every message) has had its
+        whole history walked, so it gives a delta, not ``watermark_unavailable``.
+
         Cost: one round trip to the session's sharing actor, one O(1) state read and one
-        walk of the log from the tail down to the watermark (a delta: O(rows since the
-        last turn), flat in the desk's history) or a full window; at most ``SCAN_LIMIT``
-        rows; no writes.
+        walk of the session's tail, held in memory by the sharing actor, down to the
+        watermark (a delta: O(rows since the last turn), flat in the desk's history) or
+        a full window; at most ``SCAN_LIMIT`` rows, read from the store only beyond the
+        tail; no writes.
         """
         conversation = self._conversation(session_id, conversation)
         viewer = _check_author(viewer)
@@ -531,7 +537,8 @@ class Hub:
             conversation=conversation,
         )
         transcript: Transcript = self._call(key, GetTranscript(viewer=viewer))
-        return transcript
+        # The projector keeps updating this transcript: hand out a list of one's own.
+        return msgspec.structs.replace(transcript, messages=list(transcript.messages))
 
     def _commit(self, turn: Turn, reply: str | Event | None) -> Event | None:
         event: Event | None

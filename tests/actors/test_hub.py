@@ -144,6 +144,12 @@ class TestViews:
 
         assert ["via hub", "behind the hub's back"] == contents(hub, "desk")
 
+    def test_changing_a_returned_view_does_not_change_the_next_one(self, hub: Hub) -> None:
+        hub.session("desk").post(ANA, "hello")
+        hub.view("desk", BOT).messages.clear()
+
+        assert ["hello"] == contents(hub, "desk")
+
     def test_repeated_views_without_appends_are_equal(self, hub: Hub) -> None:
         hub.session("desk").post(ANA, "hello")
 
