@@ -241,6 +241,10 @@ def _wake(group: list[_Request]) -> None:
         relay._done.release()
 
 
+class _StaleMeta(Exception):
+    """Internal: a cached last sequence pointed at a taken key; the group is redone."""
+
+
 class _MapFull(Exception):
     """Internal: the map was full; ``paused`` says whether the writer paused readers."""
 
@@ -498,6 +502,11 @@ class LmdbStore:
             except lmdb.MapResizedError:
                 self._shared.resize(0)
                 continue
+            except _StaleMeta:
+                _log.warning("store.meta_cache_stale", path=self._path)
+                self._meta_cache.clear()
+                self._last_txn = -1
+                continue
             except lmdb.Error as exc:
                 error = StoreIOError(self._path, "append")
                 error.__cause__ = exc
@@ -645,7 +654,9 @@ class LmdbStore:
         events_db, texts_db = dbs[b"events"], dbs[b"texts"]
         for stored in new:
             key = prefix + _SEQ.pack(stored.sequence)
-            txn.put(key, _ENCODER.encode(stored), db=events_db)
+            if not txn.put(key, _ENCODER.encode(stored), overwrite=False, db=events_db):
+                raise _StaleMeta  # never overwrite an event: redo the group from the disk
+
             if isinstance(stored.body, Text):
                 txn.put(key, b"", db=texts_db)
                 text_count += 1
