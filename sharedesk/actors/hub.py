@@ -560,6 +560,7 @@ class Hub:
         stored: Event | None = self._call(
             ActorKey(kind="sharing", session_id=turn.session_id),
             Commit(viewer=turn.viewer, plan=turn.plan, reply=event),
+            inline=self._options.inline_writes,
         )
         return stored
 
@@ -1040,7 +1041,8 @@ class Turn:
             ValidationError: A malformed reply, or an ``Event`` by someone else.
             HubClosed, SessionFailed, ActorTimeout, ActorCrashed: See :meth:`Hub.call`.
 
-        Cost: two round trips (sharing, then session actor) and one store transaction
-        holding reply and state (LMDB: one fsync).
+        Cost: one store transaction holding reply and state (LMDB: one fsync); with
+        ``inline_writes`` it runs on the caller's thread when the session's actors are
+        idle, else up to two round trips (sharing, then session actor).
         """
         return self._hub._commit(self, reply)
