@@ -133,6 +133,8 @@ class HubOptions(msgspec.Struct, frozen=True, kw_only=True):
             raise ValidationError(f"max_active must be at least 3, got {self.max_active}")
         if isinstance(self.max_restarts, bool) or self.max_restarts < 0:
             raise ValidationError(f"max_restarts must be >= 0, got {self.max_restarts!r}")
+        if not isinstance(self.inline_writes, bool):
+            raise ValidationError(f"inline_writes must be a bool, got {self.inline_writes!r}")
 
 
 #: The option names ``Hub.open`` keeps for the Hub; the others go to the store.

@@ -175,7 +175,13 @@ class TestOptions:
 
     @pytest.mark.parametrize(
         "options",
-        [{"ask_timeout": 0}, {"max_active": 2}, {"idle_timeout": -1.0}, {"max_restarts": -1}],
+        [
+            {"ask_timeout": 0},
+            {"max_active": 2},
+            {"idle_timeout": -1.0},
+            {"max_restarts": -1},
+            {"inline_writes": "yes"},
+        ],
     )
     def test_out_of_range_options_are_refused(self, options: dict[str, float]) -> None:
         with pytest.raises(ValidationError):
