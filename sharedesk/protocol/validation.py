@@ -79,7 +79,7 @@ def check_events(events: Any) -> list[Event]:
             raise ValidationError(f"{where} must be an Event, got {type(event).__name__}")
         try:
             _EVENT_DECODER.decode(_ENCODER.encode(event))
-        except (msgspec.ValidationError, msgspec.EncodeError, TypeError, OverflowError) as exc:
+        except (msgspec.EncodeError, TypeError, ValueError, OverflowError) as exc:
             raise ValidationError(f"{where} is malformed: {exc}") from exc
         if event.sequence is not None or event.timestamp is not None:
             raise ValidationError(

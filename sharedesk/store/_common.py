@@ -9,7 +9,7 @@ import msgspec
 
 from sharedesk.protocol.errors import ValidationError
 from sharedesk.protocol.events import Event, Text
-from sharedesk.protocol.validation import check_events, check_optional_int
+from sharedesk.protocol.validation import check_optional_int
 from sharedesk.protocol.views import Conversation, LogMessage, SharingState
 
 
@@ -77,23 +77,6 @@ def check_viewer(viewer: Any) -> str:
 def watermark_of(state: SharingState | None) -> int:
     """Return the watermark of ``state``, or -1 for no state (as ``SharingStateConflict``)."""
     return -1 if state is None else state.watermark
-
-
-def check_batch(events: Any) -> list[Event]:
-    """Check a batch given to ``append`` (see :func:`~sharedesk.protocol.validation.check_events`).
-
-    Also turns text that cannot be encoded (a lone surrogate in any ``str`` field), which
-    ``check_events`` lets through as ``UnicodeEncodeError``, into ``ValidationError``.
-
-    Raises:
-        ValidationError: The first problem found.
-
-    Cost: one msgpack round trip per event; no I/O.
-    """
-    try:
-        return check_events(events)
-    except UnicodeEncodeError as exc:
-        raise ValidationError(f"events hold text that is not valid Unicode: {exc}") from exc
 
 
 def check_read_args(

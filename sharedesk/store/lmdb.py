@@ -79,11 +79,15 @@ from sharedesk.protocol.errors import (
     ValidationError,
 )
 from sharedesk.protocol.events import Event, Text
-from sharedesk.protocol.validation import check_optional_int, check_parents, check_session_id
+from sharedesk.protocol.validation import (
+    check_events,
+    check_optional_int,
+    check_parents,
+    check_session_id,
+)
 from sharedesk.protocol.views import Conversation, LogMessage, SessionPage, SharingState
 from sharedesk.store._common import (
     SessionInfo,
-    check_batch,
     check_conversation,
     check_log_args,
     check_read_args,
@@ -383,7 +387,7 @@ class LmdbStore:
         index lookups and writes.
         """
         check_session_id(session_id)
-        batch = check_batch(events)
+        batch = check_events(events)
         check_optional_int("expected_version", expected_version)
         return self._submit(_Request(session_id, batch, expected_version, None))
 
@@ -425,7 +429,7 @@ class LmdbStore:
         Cost: as :meth:`append`, plus one state read and write in the same transaction.
         """
         check_session_id(session_id)
-        batch = check_batch(events)
+        batch = check_events(events)
         check_optional_int("expected_version", expected_version)
         sharing = check_sharing_args(viewer, state, expected_state)
         return self._submit(_Request(session_id, batch, expected_version, sharing))

@@ -14,6 +14,7 @@ import msgspec
 from sharedesk.protocol.errors import ConcurrencyError, SharingStateConflict, StoreClosedError
 from sharedesk.protocol.events import Event, Text
 from sharedesk.protocol.validation import (
+    check_events,
     check_optional_int,
     check_parents,
     check_session_id,
@@ -21,7 +22,6 @@ from sharedesk.protocol.validation import (
 from sharedesk.protocol.views import Conversation, SessionPage, SharingState
 from sharedesk.store._common import (
     SessionInfo,
-    check_batch,
     check_conversation,
     check_log_args,
     check_read_args,
@@ -89,7 +89,7 @@ class MemoryStore:
         Cost: O(len(events)) under the store lock; no I/O.
         """
         check_session_id(session_id)
-        batch = check_batch(events)
+        batch = check_events(events)
         check_optional_int("expected_version", expected_version)
         with self._lock:
             self._live()
@@ -189,7 +189,7 @@ class MemoryStore:
         Cost: O(len(events)) under the store lock; no I/O.
         """
         check_session_id(session_id)
-        batch = check_batch(events)
+        batch = check_events(events)
         check_optional_int("expected_version", expected_version)
         check_sharing_args(viewer, state, expected_state)
         key = (session_id, viewer, state.conversation)

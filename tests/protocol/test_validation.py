@@ -81,3 +81,7 @@ class TestEvents:
     def test_an_int_outside_the_storable_range_is_refused(self) -> None:
         with pytest.raises(ValidationError):
             check_events([Event(Operator(), Text("x"), metadata={"n": -(2**63) - 1})])
+
+    def test_text_that_is_not_valid_unicode_is_refused(self) -> None:
+        with pytest.raises(ValidationError):
+            check_events([Event(Operator(), Text("\ud800"))])
