@@ -152,6 +152,28 @@ class TestDeltas:
         assert ["new root"] == texts(hub.turn("desk", BOT).messages)
 
 
+class TestWritersOutsideTheHub:
+    def test_a_row_written_straight_to_the_store_is_offered_by_the_next_turn(
+        self, hub: Hub
+    ) -> None:
+        hub.turn("desk", BOT).commit()
+        hub.store.append("desk", [Event(ANA, Text("behind the hub's back"))])
+
+        assert ["behind the hub's back"] == texts(hub.turn("desk", BOT).messages)
+
+    def test_a_commit_after_an_outside_write_lands_after_it_and_skips_nothing(
+        self, hub: Hub
+    ) -> None:
+        hub.session("desk").post(ANA, "question")
+        turn = hub.turn("desk", BOT)
+        hub.store.append("desk", [Event(EVE, Text("from another process"))])
+
+        stored = turn.commit("answer")
+
+        assert stored is not None and 3 == stored.sequence
+        assert ["from another process"] == texts(hub.turn("desk", BOT).messages)
+
+
 class TestThreads:
     def test_a_thread_reply_goes_to_its_root(self, hub: Hub) -> None:
         root = hub.session("desk").post(ANA, "question").sequence
