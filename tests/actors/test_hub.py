@@ -315,6 +315,20 @@ class TestRuns:
     def test_drain_without_runs_returns_true_at_once(self, memory_hub: Hub) -> None:
         assert memory_hub.drain(0.0)
 
+    def test_a_run_through_the_hub_writes_its_reply_and_close_leaves_no_thread(
+        self, open_hub: HubFactory
+    ) -> None:
+        from sharedesk.runs import ScriptedAdapter
+
+        hub = open_hub()
+        future = hub.submit_run("desk", ScriptedAdapter(["hello from the run"]), "hi")
+        result = future.result(timeout=10.0)
+        replies = [e.body.content for e in hub.read("desk") if isinstance(e.body, Text)]
+        hub.close()
+
+        assert (["hi", "hello from the run"], []) == (replies, our_threads())
+        assert "desk" == result.session_id
+
     def test_submit_run_after_close_raises_hub_closed(self, memory_hub: Hub) -> None:
         memory_hub.close()
 
