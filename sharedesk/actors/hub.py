@@ -1,10 +1,19 @@
 """The Hub: the in-process supervisor that starts, routes, passivates and restarts actors.
 
-Actors, one pykka thread each, named by :class:`~sharedesk.actors._base.ActorKey`:
+Actors, named by :class:`~sharedesk.actors._base.ActorKey`:
 
-- one ``SessionActor`` per active session (the only writer of its stream),
-- one ``ProjectorActor`` per (session, viewer, conversation) asked for a view,
+- one ``SessionActor`` per active session: the only writer of its stream;
+- one ``ProjectorActor`` per (session, viewer, conversation) asked for a view;
 - one ``SharingActor`` per session whose participants take turns.
+
+Projectors and the sharing actor keep the session's tail in memory, fed by the events
+the session actor pushes after each commit (see :mod:`sharedesk.actors._tail`).
+
+Threads: an actor's pykka thread starts with the first message queued for it. Writes
+(appends, turn commits) to an idle session run on the caller's thread under the actor's
+lock (option ``inline_writes``): the same one-at-a-time order, two thread switches fewer,
+and a session only written to costs no thread. Reads (views, turn plans, transcripts)
+are asked of the actor's thread and bounded by ``ask_timeout``.
 
 Routing: every request pins its actor (``Slot.pins``) for the time it is in flight, so
 an actor serving a request is not passivated under it; pinning a running actor takes no
@@ -19,14 +28,14 @@ session failed (its actors are stopped and every call on it raises ``SessionFail
 while other sessions go on. A restarted actor is started again on its next request and
 recovers its state from the store.
 
-Passivation: at most ``max_active`` actors run at once; starting one more stops an idle
-one chosen by CLOCK (least recently used, approximately: an actor used since the clock
-hand last passed it gets a second chance). With ``idle_timeout``, a reaper thread stops actors
-unused for that long. Reactivation is transparent. Threads of ours: one per running
-actor, plus the reaper, plus the store's and the run queue's own.
+Passivation: at most ``max_active`` actors exist at once; starting one more stops an
+idle one chosen by CLOCK (least recently used, approximately: an actor used since the
+clock hand last passed it gets a second chance). With ``idle_timeout``, a reaper thread
+stops actors unused for that long. Reactivation is transparent. Threads of ours: at most
+one per actor, plus the reaper, plus the store's and the run queue's own.
 
-Every wait for an actor is bounded by ``ask_timeout`` (``ActorTimeout``) and ends early
-with ``HubClosed`` when the Hub closes.
+Every wait for an actor's thread is bounded by ``ask_timeout`` (``ActorTimeout``) and
+ends early with ``HubClosed`` when the Hub closes.
 """
 
 from __future__ import annotations
