@@ -38,7 +38,7 @@ class TestSessionHandle:
     def test_post_returns_the_stored_text_with_its_sequence(self, hub: Hub) -> None:
         stored = hub.session("desk").post(ANA, "hello")
 
-        assert (1, "hello", ANA) == (stored.sequence, Text("hello").content, stored.author)
+        assert (1, Text("hello"), ANA) == (stored.sequence, stored.body, stored.author)
 
     def test_post_with_a_known_id_stores_it_once(self, hub: Hub) -> None:
         desk = hub.session("desk")
