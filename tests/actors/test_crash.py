@@ -58,4 +58,4 @@ class TestKillNine:
 
         assert len(delivered) == len(set(delivered)), "a row was delivered twice"
         assert others == sorted(delivered), "a row was lost"
-        assert len(others) > 5
+        assert len(others) >= 3, "the child hardly ran"
