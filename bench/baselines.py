@@ -10,16 +10,19 @@
   agent-session libraries use.
 - :class:`SqliteDesk` and :func:`sqlite_last30`: the same desk mirrored into SQLite,
   read as ``ORDER BY seq DESC LIMIT 30`` plus a JSON decode of each row.
-- :func:`agents_sqlite_session`: openai-agents' ``SQLiteSession`` when it is
-  importable (``add_items`` one item per call, ``get_items(limit=30)``).
+- :func:`agents_appends` and :func:`agents_reads`: openai-agents' ``SQLiteSession``
+  when it is importable (``add_items`` one item per call, ``get_items(limit=30)``), run
+  in a child process by :func:`run_agents_child`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import importlib
+import importlib.util
 import json
 import sqlite3
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -225,13 +228,14 @@ class SqliteDesk:
         self._conn.close()
 
 
-def agents_sqlite_session() -> Any | None:
-    """Return openai-agents' ``SQLiteSession`` class, or None when not importable."""
-    try:
-        module = importlib.import_module("agents")
-    except ImportError:
-        return None
-    return getattr(module, "SQLiteSession", None)
+def agents_available() -> bool:
+    """Return whether openai-agents (the ``agents`` package) is importable, without importing it."""
+    return importlib.util.find_spec("agents") is not None
+
+
+def _sqlite_session_class() -> Any:
+    """Import openai-agents' ``SQLiteSession`` (untyped here: the package is optional)."""
+    return importlib.import_module("agents").SQLiteSession
 
 
 def agents_appends(
@@ -242,27 +246,105 @@ def agents_appends(
     events: int,
     payload: str,
     max_seconds: float,
-    advance: Callable[[int], None] = lambda n: None,
-) -> ThreadedResult | None:
+) -> ThreadedResult:
     """Append with openai-agents ``SQLiteSession.add_items``, one item per call.
 
-    Returns:
-        The threaded result, or None when openai-agents is not importable.
+    One ``SQLiteSession`` per session id, shared by the threads as the library intends
+    (it keeps one connection per thread). Run it in a child process
+    (:func:`run_agents_child`): the library's imports, event loops and connections would
+    otherwise stay in the bench process and skew what is measured after it.
+
+    Raises:
+        ImportError: openai-agents is not installed.
     """
-    session_class = agents_sqlite_session()
-    if session_class is None:
-        return None
+    sqlite_session = _sqlite_session_class()
+
     local = threading.local()
-    cache: dict[tuple[int, str], Any] = {}
+    lock = threading.Lock()
+    loops: list[asyncio.AbstractEventLoop] = []
+    by_id: dict[str, Any] = {}
 
     def op(thread: int, j: int) -> None:
         loop = getattr(local, "loop", None)
         if loop is None:
             loop = local.loop = asyncio.new_event_loop()
+            with lock:
+                loops.append(loop)
         session_id = sessions[(thread + j * threads) % len(sessions)]
-        session = cache.get((thread, session_id))
-        if session is None:
-            session = cache[(thread, session_id)] = session_class(session_id, str(path))
+        with lock:
+            session = by_id.get(session_id)
+            if session is None:
+                session = by_id[session_id] = sqlite_session(session_id, str(path))
         loop.run_until_complete(session.add_items([{"role": "user", "content": payload}]))
 
-    return run_threads(threads, -(-events // threads), op, max_seconds=max_seconds, advance=advance)
+    try:
+        return run_threads(threads, -(-events // threads), op, max_seconds=max_seconds)
+    finally:
+        for loop in loops:
+            loop.run_until_complete(loop.shutdown_default_executor())
+            loop.close()
+
+
+def agents_reads(path: Path, *, rows: int, repeat: int, payload: str) -> tuple[float, list[int]]:
+    """Fill one ``SQLiteSession`` with ``rows`` items, then time ``get_items(limit=30)``.
+
+    Returns:
+        Wall seconds and per-call latencies of the timed reads.
+
+    Raises:
+        ImportError: openai-agents is not installed.
+    """
+    sqlite_session = _sqlite_session_class()
+
+    session = sqlite_session("desk", str(path))
+    loop = asyncio.new_event_loop()
+    try:
+        for first in range(0, rows, 1000):
+            count = min(1000, rows - first)
+            items: list[Any] = [
+                {"role": "user", "content": f"{first + k} {payload}"} for k in range(count)
+            ]
+            loop.run_until_complete(session.add_items(items))
+        latencies: list[int] = []
+        start = time.perf_counter_ns()
+        for _ in range(repeat):
+            t0 = time.perf_counter_ns()
+            loop.run_until_complete(session.get_items(limit=30))
+            latencies.append(time.perf_counter_ns() - t0)
+        return (time.perf_counter_ns() - start) / 1e9, latencies
+    finally:
+        loop.run_until_complete(loop.shutdown_default_executor())
+        loop.close()
+        session.close()
+
+
+def run_agents_child(request: dict[str, Any]) -> ThreadedResult:
+    """Run one openai-agents baseline in a child process (see :mod:`bench.agents_child`).
+
+    Args:
+        request: ``{"kind": "append", "path", "sessions", "threads", "events", "payload",
+            "max_seconds"}`` or ``{"kind": "read", "path", "rows", "repeat", "payload"}``.
+
+    Returns:
+        The child's figures.
+
+    Raises:
+        RuntimeError: The child failed (its last stderr line is the message).
+    """
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.agents_child", json.dumps(request)],
+        capture_output=True,
+        text=True,
+        cwd=Path(__file__).resolve().parents[1],
+        check=False,
+    )
+    lines = done.stdout.strip().splitlines()
+    if done.returncode != 0 or not lines:
+        tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        raise RuntimeError(f"openai-agents baseline failed: {tail}")
+    figures = json.loads(lines[-1])
+    return ThreadedResult(
+        ops=int(figures["ops"]),
+        seconds=float(figures["seconds"]),
+        latencies_ns=[int(ns) for ns in figures["latencies_ns"]],
+    )

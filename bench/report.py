@@ -284,9 +284,9 @@ def print_summary(console: Console, report: Report) -> None:
 
 
 def _fmt_value(value: float, unit: str) -> str:
-    """Ratios with two decimals (``0.83x``), counts and sizes as whole numbers."""
+    """Ratios with three decimals (``0.397x``), counts and sizes as whole numbers."""
     if unit == "x":
-        return f"{value:.2f}x"
+        return f"{value:.3f}x"
     return f"{value:,.0f}{unit}"
 
 

@@ -192,34 +192,36 @@ def run(run_: BenchRun, args: argparse.Namespace) -> None:
                 note="one commit per append, synchronous=FULL",
             )
         )
-        if baselines.agents_sqlite_session() is None:
+        if not baselines.agents_available():
             run_.note("openai-agents not installed: its SQLiteSession baseline skipped")
         else:
             label = f"append openai-agents SQLiteSession t={threads}"
-            with run_.progress(label, events) as advance:
-                agents = baselines.agents_appends(
-                    run_.fresh_dir("append-agents") / "agents.db",
-                    sessions,
-                    threads=threads,
-                    events=events,
-                    payload=payload,
-                    max_seconds=max_seconds,
-                    advance=advance,
+            with run_.progress(label + " (child process)", 1) as advance:
+                agents = baselines.run_agents_child(
+                    {
+                        "kind": "append",
+                        "path": str(run_.fresh_dir("append-agents") / "agents.db"),
+                        "sessions": sessions,
+                        "threads": threads,
+                        "events": events,
+                        "payload": payload,
+                        "max_seconds": max_seconds,
+                    }
                 )
-            if agents is not None:
-                run_.measurements.append(
-                    measurement(
-                        scenario=NAME,
-                        system="openai-agents",
-                        operation="append",
-                        label=label,
-                        ops=agents.ops,
-                        seconds=agents.seconds,
-                        latencies_ns=agents.latencies_ns,
-                        params={"threads": threads, "series": "openai-agents SQLiteSession"},
-                        note="add_items, one item per call",
-                    )
+                advance(1)
+            run_.measurements.append(
+                measurement(
+                    scenario=NAME,
+                    system="openai-agents",
+                    operation="append",
+                    label=label,
+                    ops=agents.ops,
+                    seconds=agents.seconds,
+                    latencies_ns=agents.latencies_ns,
+                    params={"threads": threads, "series": "openai-agents SQLiteSession"},
+                    note="add_items, one item per call, in a child process",
                 )
+            )
 
     if "durable" in modes and "store" in paths:
         ours = run_.rate(f"append sharedesk store durable t={headline}")

@@ -18,9 +18,7 @@ warm view at 100,000 rows no slower than SQLite last-30, and turn delta cost at
 from __future__ import annotations
 
 import argparse
-import asyncio
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -266,37 +264,32 @@ def _turns(run_: BenchRun, hub: Hub, rows: int, turns: int, suffix: str) -> floa
 
 def _agents_read(run_: BenchRun, directory: Path, rows: int, repeat: int, payload: str) -> None:
     """Time openai-agents ``get_items(limit=30)`` on a session of ``rows`` items."""
-    session_class = baselines.agents_sqlite_session()
-    if session_class is None:
+    if not baselines.agents_available():
         run_.note("openai-agents not installed: its SQLiteSession baseline skipped")
         return
-    session = session_class(DESK, str(directory / "agents.db"))
-    loop = asyncio.new_event_loop()
-    try:
-        with run_.progress(f"fill openai-agents session n={rows:,}", rows) as advance:
-            for first in range(0, rows, BUILD_BATCH):
-                count = min(BUILD_BATCH, rows - first)
-                items = [
-                    {"role": "user", "content": f"{first + k} {payload}", "id": uuid.uuid4().hex}
-                    for k in range(count)
-                ]
-                loop.run_until_complete(session.add_items(items))
-                advance(count)
-        seconds, lat = time_calls(
-            repeat, lambda _: loop.run_until_complete(session.get_items(limit=30))
+    label = f"get_items(30) openai-agents n={rows}"
+    with run_.progress(label + " (child process)", 1) as advance:
+        result = baselines.run_agents_child(
+            {
+                "kind": "read",
+                "path": str(directory / "agents.db"),
+                "rows": rows,
+                "repeat": repeat,
+                "payload": payload,
+            }
         )
-    finally:
-        loop.close()
+        advance(1)
     run_.measurements.append(
         measurement(
             scenario=NAME,
             system="openai-agents",
             operation="read30",
-            label=f"get_items(30) openai-agents n={rows}",
-            ops=repeat,
-            seconds=seconds,
-            latencies_ns=lat,
+            label=label,
+            ops=result.ops,
+            seconds=result.seconds,
+            latencies_ns=result.latencies_ns,
             params={"rows": rows},
+            note="SQLiteSession.get_items(limit=30), in a child process",
         )
     )
 

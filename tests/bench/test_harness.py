@@ -154,3 +154,22 @@ class TestSqliteBaseline:
 
         assert list(range(100, 70, -1)) == [r["sequence"] for r in rows]
         assert "m100" == rows[0]["body"]["content"]
+
+
+class TestAgentsBaseline:
+    def test_child_process_reports_figures_or_says_why_it_cannot(self, tmp_path: Path) -> None:
+        request = {
+            "kind": "read",
+            "path": str(tmp_path / "a.db"),
+            "rows": 50,
+            "repeat": 3,
+            "payload": "p",
+        }
+
+        if baselines.agents_available():
+            result = baselines.run_agents_child(request)
+
+            assert (3, 3) == (result.ops, len(result.latencies_ns))
+        else:
+            with pytest.raises(RuntimeError, match="agents"):
+                baselines.run_agents_child(request)
