@@ -110,12 +110,21 @@ class Tail:
         self._rows = None
 
     def apply(self, events: Sequence[Event]) -> bool:
-        """Apply committed events in order; return whether a ``Text`` row was added.
+        """Apply committed events in order; return whether the rows changed.
 
         Events at or below ``through`` are skipped; a gap resets the tail. Nothing
         happens before the tail is built. Cost: O(len(events)).
         """
-        added = False
+        added = self.apply_rows(events)
+        return added is None or bool(added)
+
+    def apply_rows(self, events: Sequence[Event]) -> list[LogMessage] | None:
+        """Apply committed events in order; return the ``Text`` rows added, oldest first.
+
+        Returns ``None`` when a gap reset the tail (and ``[]`` when it is not built:
+        nothing is applied then). Cost: O(len(events)).
+        """
+        added: list[LogMessage] = []
         for event in events:
             if self.through is None or self._rows is None:
                 return added
@@ -125,19 +134,18 @@ class Tail:
                 continue
             if sequence != self.through + 1:
                 self.reset()
-                return True
+                return None
             self.through = sequence
             if isinstance(event.body, Text):
-                self._rows.add_newest(
-                    LogMessage(
-                        sequence=sequence,
-                        author=event.author,
-                        content=event.body.content,
-                        desk=self.session_id,
-                        parent=event.parent,
-                    )
+                row = LogMessage(
+                    sequence=sequence,
+                    author=event.author,
+                    content=event.body.content,
+                    desk=self.session_id,
+                    parent=event.parent,
                 )
-                added = True
+                self._rows.add_newest(row)
+                added.append(row)
         return added
 
     def catch_up(self, store: EventStore) -> tuple[int, bool]:

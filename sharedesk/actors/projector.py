@@ -1,42 +1,114 @@
 """ProjectorActor: one viewer's view of one conversation, kept current from pushed rows.
 
 The projector keeps the session's :class:`~sharedesk.actors._tail.Tail` (its newest
-``Text`` rows, fed by the events the session actor pushes) and answers ``hub.view`` by
-running the very fold the contract defines, :func:`project_session`, over the tail's log.
-So the channel rules (first non-blank reply, roots the walk reached, the exact window,
-the scan limit and ``partial``) are never re-implemented here: they hold by
-construction, and a pushed row just lands at the top of the tail. The result is cached
-per window until the next ``Text`` row arrives, and published in the Hub's slot, so a
-warm view costs no read, no walk and no thread switch.
+``Text`` rows, fed by the events the session actor pushes) and builds a view by running
+the very fold the contract defines, :func:`project_session`, over the tail's log, so
+the rules (first non-blank reply, roots the walk reached, the exact window, the scan
+limit and ``partial``) hold by construction. Views are cached per window.
+
+A pushed row is then folded into each cached view without a walk when that is provably
+what a fresh walk would give; otherwise the view is dropped and walked again (in
+memory) on the next request. With ``needed`` an upper bound on the rows a fresh walk
+must inspect (the rows the last walk read, plus one per row folded since):
+
+- a blank row qualifies nowhere: the view is unchanged;
+- in a thread, a non-blank reply to its root is appended and the oldest message dropped
+  past the window (the root, when present, is the oldest: "the newest ``window``
+  replies without the root"); any other row is not part of the thread: unchanged;
+- in the channel, a non-blank root is appended likewise (a new root changes no other
+  row's standing, and a full, non-partial view is the newest ``window`` of everything
+  that qualifies); a reply is dropped to a walk (whether it is its root's first
+  non-blank reply needs the log).
+
+The fold applies only while the view is not ``partial`` and ``needed + 1`` stays a page
+below ``SCAN_LIMIT``, so the fresh walk could not have been cut by the scan limit.
+After each push the newest view is published in the Hub's slot with the sequence it
+reflects, so ``hub.view`` after an append usually needs no thread switch either.
 """
 
 from __future__ import annotations
 
 from typing import Any, Final
 
+import msgspec
 import structlog
 
 from sharedesk.actors._base import HubActor, ViewSnapshot
 from sharedesk.actors._messages import GetTranscript, Push, View
 from sharedesk.actors._tail import MIRROR_LIMIT, Tail
 from sharedesk.projection import project_session
+from sharedesk.protocol.constants import PAGE_SIZE, SCAN_LIMIT
 from sharedesk.protocol.events import Event
+from sharedesk.protocol.ports import SessionLog
 from sharedesk.protocol.transcripts import Transcript
-from sharedesk.protocol.views import Conversation, Projection, SessionQuery
+from sharedesk.protocol.views import (
+    Conversation,
+    LogMessage,
+    Projection,
+    SessionMessage,
+    SessionPage,
+    SessionQuery,
+)
 
 _log = structlog.get_logger()
 
 #: Most distinct windows whose views a projector caches at once.
 _CACHED_WINDOWS: Final = 4
+#: Most rows a fresh walk may need for a pushed row to be folded in without one.
+_FOLD_LIMIT: Final = SCAN_LIMIT - PAGE_SIZE
+
+
+class _Cached(msgspec.Struct, frozen=True):
+    """A cached view and an upper bound on the rows a fresh walk for it must read."""
+
+    projection: Projection
+    needed: int
+
+
+class _CountingLog:
+    """A :class:`SessionLog` that counts the rows read through it."""
+
+    __slots__ = ("_inner", "rows_read")
+
+    def __init__(self, inner: SessionLog) -> None:
+        self._inner = inner
+        self.rows_read = 0
+
+    def read_before(self, before: int | None, limit: int) -> SessionPage:
+        page = self._inner.read_before(before, limit)
+        self.rows_read += len(page.messages)
+        return page
+
+
+def _fold(
+    cached: _Cached, row: LogMessage, conversation: Conversation, window: int
+) -> _Cached | None:
+    """Fold one new row into a cached view; ``None`` when a fresh walk is needed."""
+    needed = cached.needed + 1
+    if cached.projection.partial or needed > _FOLD_LIMIT:
+        return None
+    if window == 0 or not row.content.strip():
+        return _Cached(cached.projection, needed)
+    root = conversation.thread_root
+    if root is None:
+        if row.parent is not None:
+            return None
+    elif row.parent != root:
+        return _Cached(cached.projection, needed)
+    message = SessionMessage(
+        sequence=row.sequence, author=row.author, content=row.content, parent=row.parent
+    )
+    messages = [*cached.projection.messages, message][-window:]
+    return _Cached(Projection(messages=messages, partial=False), needed)
 
 
 class ProjectorActor(HubActor):
     """Keeps one viewer's view of one conversation (and the viewer's transcript) current.
 
-    Hooks: ``on_start``/``on_stop`` only log (actor thread). The view is built lazily, on
-    the first request. Pushed events (``tell``) never fail the actor: any error while
-    applying them drops the mirror, which is rebuilt on the next request. A failure
-    other than a ``SharedeskError`` while answering restarts the actor (see
+    Hooks: ``on_start``/``on_stop`` only log. The view is built lazily, on the first
+    request. Pushed events never fail the actor: any error while applying them drops
+    the tail and the views, rebuilt on the next request. A failure other than a
+    ``SharedeskError`` while answering restarts the actor (see
     :mod:`sharedesk.actors._base`); the fresh one rebuilds from the log.
     """
 
@@ -47,7 +119,7 @@ class ProjectorActor(HubActor):
         assert self.key.conversation is not None
         self.conversation: Conversation = self.key.conversation
         self.tail = Tail(self.key.session_id)
-        self.views: dict[int, Projection] = {}
+        self.views: dict[int, _Cached] = {}
         self.transcript: Transcript | None = None
 
     def context(self, message: Any) -> dict[str, Any]:
@@ -68,25 +140,56 @@ class ProjectorActor(HubActor):
 
     def _on_push(self, events: tuple[Event, ...]) -> None:
         try:
-            if self.tail.apply(events):
+            rows = self.tail.apply_rows(events)
+            if rows is None:
                 self.views = {}
+                return
+            if rows:
+                self.views = {
+                    window: folded
+                    for window, cached in self.views.items()
+                    if (folded := self._fold_all(cached, rows, window)) is not None
+                }
+            self._publish()
         except Exception:
             _log.debug("projector.dropped", exc_info=True)
             self.tail.reset()
             self.views = {}
+
+    def _fold_all(self, cached: _Cached, rows: list[LogMessage], window: int) -> _Cached | None:
+        folded: _Cached | None = cached
+        for row in rows:
+            if folded is None:
+                return None
+            folded = _fold(folded, row, self.conversation, window)
+        return folded
+
+    def _publish(self) -> None:
+        # Republish the newest view with the sequence it now reflects, when still cached.
+        snapshot = self.slot.snapshot
+        through = self.tail.through
+        if snapshot is None or through is None:
+            return
+        cached = self.views.get(snapshot.window)
+        if cached is not None:
+            self.slot.snapshot = ViewSnapshot(
+                window=snapshot.window, through=through, projection=cached.projection
+            )
 
     def _view(self, window: int) -> Projection:
         store = self.hub.store
         through, changed = self.tail.catch_up(store)
         if changed:
             self.views = {}
-        view = self.views.get(window)
-        if view is None:
+        cached = self.views.get(window)
+        if cached is None:
             query = SessionQuery(conversation=self.conversation, window=window)
-            view = project_session(self.tail.log(store), query)
+            counting = _CountingLog(self.tail.log(store))
+            cached = _Cached(project_session(counting, query), counting.rows_read)
             if len(self.views) >= _CACHED_WINDOWS:
                 self.views = {}
-            self.views[window] = view
+            self.views[window] = cached
+        view = cached.projection
         self.slot.snapshot = ViewSnapshot(window=window, through=through, projection=view)
         return view
 

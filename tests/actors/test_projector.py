@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -18,6 +19,7 @@ from sharedesk.protocol import (
     Person,
     Projection,
     RunStarted,
+    SessionLog,
     SessionQuery,
     Text,
 )
@@ -169,3 +171,61 @@ class TestConcurrentWriters:
             hub.view("desk", ANA),
             hub.view("desk", ANA, thread_view),
         )
+
+
+class TestFolding:
+    """Pushed rows are folded into cached views without a walk when that is exact."""
+
+    @pytest.fixture
+    def walks(self, monkeypatch: pytest.MonkeyPatch) -> list[SessionQuery]:
+        calls: list[SessionQuery] = []
+
+        def counting(log: SessionLog, query: SessionQuery) -> Projection:
+            calls.append(query)
+            return project_session(log, query)
+
+        monkeypatch.setattr("sharedesk.actors.projector.project_session", counting)
+        return calls
+
+    def test_a_new_root_is_folded_into_a_channel_view_without_a_walk(
+        self, open_hub: HubFactory, walks: list[SessionQuery]
+    ) -> None:
+        hub = open_hub()
+        desk = hub.session("desk")
+        desk.post(ANA, "one")
+        hub.view("desk", VIEWERS[0])
+        desk.post(ANA, "two")
+        desk.post(ANA, "  ")
+
+        view = hub.view("desk", VIEWERS[0])
+
+        assert (1, fresh(hub, Conversation("desk"), 30)) == (len(walks), view)
+
+    def test_a_reply_is_folded_into_its_thread_view_without_a_walk(
+        self, open_hub: HubFactory, walks: list[SessionQuery]
+    ) -> None:
+        hub = open_hub()
+        desk = hub.session("desk")
+        root = desk.post(ANA, "root").sequence
+        thread = Conversation("desk", root)
+        hub.view("desk", VIEWERS[0], thread, window=2)
+        desk.post(ANA, "elsewhere")
+        desk.post(ANA, "first", parent=root)
+        desk.post(ANA, "second", parent=root)
+
+        view = hub.view("desk", VIEWERS[0], thread, window=2)
+
+        assert (1, fresh(hub, thread, 2)) == (len(walks), view)
+
+    def test_a_reply_in_the_channel_is_walked_again(
+        self, open_hub: HubFactory, walks: list[SessionQuery]
+    ) -> None:
+        hub = open_hub()
+        desk = hub.session("desk")
+        root = desk.post(ANA, "root").sequence
+        hub.view("desk", VIEWERS[0])
+        desk.post(ANA, "first reply", parent=root)
+
+        view = hub.view("desk", VIEWERS[0])
+
+        assert (2, fresh(hub, Conversation("desk"), 30)) == (len(walks), view)
