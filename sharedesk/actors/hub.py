@@ -793,8 +793,9 @@ class Hub:
         return slot
 
     def _start(self, slot: Slot) -> None:
-        # Outside the lock: starting a thread waits for it to run, and other callers of
-        # other actors must not wait for that.
+        # Outside the lock: creating an actor takes pykka's registry lock and builds its
+        # inbox; callers of other actors need not wait for that. (Its thread starts
+        # later, with the first message queued for it.)
         key = slot.key
         try:
             ref = _ACTOR_CLASSES[key.kind].start(self, key, slot)
