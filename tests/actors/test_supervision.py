@@ -190,13 +190,18 @@ class TestInlineWrites:
         hub = make_hub()
         desk = hub.session("desk")
         desk.post(ANA, "one")
-        before = our_threads()
+        actor = hub._slots[ActorKey("session", "desk")].actor
+        assert actor is not None and actor.ensure_running()  # as if a write had queued
+        started = our_threads()
         store.fail["append"] = 1
         with pytest.raises(ActorCrashed):
             desk.post(ANA, "boom")
-        wait_until(lambda: not set(before) & set(our_threads()), "the failed actor's thread")
+        wait_until(lambda: not set(started) & set(our_threads()), "the failed actor's thread")
 
-        assert 2 == desk.post(ANA, "two").sequence
+        assert (["sharedesk-session"], 2) == (
+            [name.rsplit("-", 1)[0] for name in started],
+            desk.post(ANA, "two").sequence,
+        )
 
 
 class TestAskTimeout:
