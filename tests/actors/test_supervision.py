@@ -175,6 +175,35 @@ class TestInlineWrites:
 
         assert [threading.current_thread().name] * 2 == threads
 
+    def test_a_write_to_a_busy_session_queues_behind_it_on_the_actor_thread(
+        self, make_hub: MakeHub, store: FaultyStore
+    ) -> None:
+        hub = make_hub()
+        hub.session("desk").post(ANA, "warm up")
+        threads = record_append_threads(store)
+        gate = store.gate["append"] = threading.Event()
+        store.entered["append"] = threading.Event()
+        sequences: dict[str, int | None] = {}
+
+        def post(text: str) -> None:
+            sequences[text] = hub.session("desk").post(ANA, text).sequence
+
+        first = threading.Thread(target=post, args=("first",), name="first-writer")
+        first.start()
+        store.entered["append"].wait(10.0)
+        second = threading.Thread(target=post, args=("second",), name="second-writer")
+        second.start()
+        wait_until(lambda: any(t.startswith("sharedesk-session") for t in our_threads()), "queue")
+        gate.set()
+        first.join()
+        second.join()
+
+        assert ({"first": 2, "second": 3}, "first-writer", True) == (
+            sequences,
+            threads[0],
+            threads[1].startswith("sharedesk-session-"),
+        )
+
     def test_without_inline_writes_every_write_runs_on_the_actor_thread(
         self, make_hub: MakeHub, store: FaultyStore
     ) -> None:
