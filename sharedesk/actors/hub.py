@@ -652,6 +652,22 @@ class Hub:
                 passivated=self._passivated,
             )
 
+    def recover(self, session_id: str) -> bool:
+        """Clear a failed session's mark and restart count, so calls on it go on again.
+
+        Returns:
+            Whether the session was marked failed.
+
+        Cost: O(1); the session's actors start again on their next request.
+        """
+        with self._lock:
+            self._restarts.pop(session_id, None)
+            if session_id not in self._failed:
+                return False
+            self._failed.discard(session_id)
+        _log.info("session.recovered", session_id=session_id)
+        return True
+
     def active(self) -> list[ActorKey]:
         """Return the running actors, least recently used first. Cost: O(actors)."""
         with self._lock:

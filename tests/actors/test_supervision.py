@@ -342,6 +342,27 @@ class TestRestartIntensity:
             with pytest.raises(SessionFailed):
                 call()
 
+    def test_a_recovered_session_serves_calls_again(
+        self, make_hub: MakeHub, store: FaultyStore
+    ) -> None:
+        hub = make_hub(max_restarts=0, restart_period=60.0)
+        store.fail["append"] = 1
+        with pytest.raises(ActorCrashed):
+            hub.session("sick").post(ANA, "boom")
+
+        recovered = hub.recover("sick")
+
+        assert (True, 1, []) == (
+            recovered,
+            hub.session("sick").post(ANA, "better").sequence,
+            hub.stats().failed,
+        )
+
+    def test_recovering_a_healthy_session_changes_nothing(self, make_hub: MakeHub) -> None:
+        hub = make_hub()
+
+        assert not hub.recover("healthy")
+
 
 class TestCloseWhileWaiting:
     def test_a_caller_waiting_on_a_stuck_actor_gets_hub_closed(
