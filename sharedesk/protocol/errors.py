@@ -497,7 +497,8 @@ class SessionFailed(HubError):
     """Raised for every call on a session whose actors failed too often.
 
     The session's actors restarted more than ``restarts`` times within ``period``
-    seconds; the Hub stopped restarting them. Other sessions are unaffected.
+    seconds; the Hub stopped restarting them until ``hub.recover(session_id)``. Other
+    sessions are unaffected.
 
     Attributes:
         session_id: The failed session.
