@@ -33,6 +33,7 @@ def main(path: str) -> None:
             turn = hub.turn("desk", BOT)
             seen = ",".join(str(m.sequence) for m in turn.messages)
             turn.commit(f"saw:{seen}")
+            print("committed", flush=True)  # the parent may kill right here
 
 
 if __name__ == "__main__":

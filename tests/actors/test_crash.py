@@ -20,7 +20,9 @@ BOT = Agent(id="bot", label="Bot")
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def run_and_kill(path: Path, rnd: random.Random) -> None:
+def run_and_kill(path: Path, rnd: random.Random, *, after_commits: int | None) -> None:
+    """Run the child and SIGKILL it: after some commits (right after a reply was
+    committed, before the next turn) or at a random moment."""
     child = subprocess.Popen(
         [sys.executable, "-m", "tests.actors.crash_turns", str(path)],
         cwd=ROOT,
@@ -31,7 +33,11 @@ def run_and_kill(path: Path, rnd: random.Random) -> None:
     try:
         assert child.stdout is not None
         assert "ready" == child.stdout.readline().strip()
-        time.sleep(rnd.uniform(0.05, 0.4))
+        if after_commits is None:
+            time.sleep(rnd.uniform(0.05, 0.4))
+        else:
+            for _ in range(after_commits):
+                assert "committed" == child.stdout.readline().strip()
     finally:
         os.kill(child.pid, signal.SIGKILL)
         child.wait()
@@ -42,8 +48,8 @@ class TestKillNine:
     def test_killed_turns_lose_nothing_and_duplicate_nothing(self, tmp_path: Path) -> None:
         rnd = random.Random(4)
         path = tmp_path / "desk"
-        for _ in range(5):
-            run_and_kill(path, rnd)
+        for cycle in range(6):
+            run_and_kill(path, rnd, after_commits=rnd.randint(1, 8) if cycle % 2 else None)
 
         with Hub.open(path) as hub:
             final = hub.turn("desk", BOT)
