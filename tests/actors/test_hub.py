@@ -73,6 +73,13 @@ class TestSessionHandle:
 
         assert [3, 1] == [row.sequence for row in page.messages]
 
+    def test_read_returns_the_sessions_events_in_order(self, hub: Hub) -> None:
+        desk = hub.session("desk")
+        desk.post(ANA, "one")
+        desk.post(BOT, "two")
+
+        assert [2] == [e.sequence for e in desk.read(after=1)]
+
     def test_a_malformed_session_id_is_refused(self, hub: Hub) -> None:
         with pytest.raises(ValidationError):
             hub.session("")
@@ -207,6 +214,20 @@ class TestClose:
 
         with pytest.raises(HubClosed):
             desk.post(ANA, "late")
+
+    def test_a_turn_committed_after_close_raises_hub_closed(self, memory_hub: Hub) -> None:
+        turn = memory_hub.turn("desk", BOT)
+        memory_hub.close()
+
+        with pytest.raises(HubClosed):
+            turn.commit("too late")
+
+    def test_views_after_close_raise_hub_closed(self, memory_hub: Hub) -> None:
+        memory_hub.view("desk", BOT)
+        memory_hub.close()
+
+        with pytest.raises(HubClosed):
+            memory_hub.view("desk", BOT)
 
     def test_hub_closed_is_a_store_closed_error(self, memory_hub: Hub) -> None:
         memory_hub.close()
