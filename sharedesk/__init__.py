@@ -10,6 +10,8 @@ import logging
 
 from sharedesk.actors import (
     Hub,
+    HubOptions,
+    HubStats,
     SessionHandle,
     Turn,
 )
@@ -141,6 +143,8 @@ __all__ = [
     "Hub",
     "HubClosed",
     "HubError",
+    "HubOptions",
+    "HubStats",
     "LmdbStore",
     "LogMessage",
     "LogReadError",
