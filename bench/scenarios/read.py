@@ -8,7 +8,9 @@ fifth row a reply in a thread) and mirrored into SQLite. Then, on the same data:
 - ``last30 sqlite``: ``ORDER BY seq DESC LIMIT 30`` plus a JSON decode of each row;
 - ``view warm``: ``hub.view(desk, viewer)`` after a first call built the projector;
 - ``turn delta``: ``hub.turn`` of an agent after three new posts since its last commit,
-  and its ``commit`` (timed separately).
+  and its ``commit`` (timed separately), measured last with the desks of every size open
+  and their turns interleaved, so that each size sees the same load (the Hubs of all
+  sizes stay open until then; a 1,000,000-row desk in memory needs about 1 GB).
 
 Headlines: issue 3, cold projection at 20,000 rows within 3x SQLite last-30; issue 4,
 warm view at 100,000 rows no slower than SQLite last-30, and turn delta cost at
@@ -112,51 +114,50 @@ def run(run_: BenchRun, args: argparse.Namespace) -> None:
     backend: str = pick(args.backend, "lmdb", "lmdb", q)
     backends = ["lmdb", "memory"] if backend == "both" else [backend]
 
-    turn_medians: dict[int, float] = {}
-    for rows in sizes:
-        directory = run_.fresh_dir(f"read-{rows}")
-        mirror = baselines.SqliteDesk(directory / "mirror.db", DESK)
-        try:
-            for kind in backends:
-                if kind == "lmdb":
-                    store = open_store(directory / "store", "relaxed")
-                    try:
-                        build_desk(run_, store, mirror, rows, payload)
-                        _cold(run_, store.log(DESK), rows, repeat, "")
-                    finally:
-                        store.close()
-                    hub = open_hub(directory / "store", "durable")
-                else:
-                    hub = open_hub(None, "durable")
-                    build_desk(run_, hub, None, rows, payload)
-                    _cold(run_, hub.log(DESK), rows, repeat, " memory")
-                try:
-                    suffix = "" if kind == "lmdb" else " memory"
-                    _warm(run_, hub, rows, repeat, suffix)
-                    median = _turns(run_, hub, rows, turns, suffix)
+    hubs: list[tuple[int, str, Hub]] = []
+    try:
+        for rows in sizes:
+            directory = run_.fresh_dir(f"read-{rows}")
+            mirror = baselines.SqliteDesk(directory / "mirror.db", DESK)
+            try:
+                for kind in backends:
                     if kind == "lmdb":
-                        turn_medians[rows] = median
-                finally:
-                    hub.close()
-            with run_.progress(f"last30 sqlite n={rows:,}", repeat) as advance:
-                seconds, lat = time_calls(repeat, calling(mirror.last30), advance)
-            run_.measurements.append(
-                measurement(
-                    scenario=NAME,
-                    system="sqlite",
-                    operation="read30",
-                    label=f"last30 sqlite n={rows}",
-                    ops=repeat,
-                    seconds=seconds,
-                    latencies_ns=lat,
-                    params={"rows": rows, "compare": f"rows={rows}", "baseline": True},
-                    note="ORDER BY seq DESC LIMIT 30 + json.loads per row",
+                        store = open_store(directory / "store", "relaxed")
+                        try:
+                            build_desk(run_, store, mirror, rows, payload)
+                            _cold(run_, store.log(DESK), rows, repeat, "")
+                        finally:
+                            store.close()
+                        hub = open_hub(directory / "store", "durable")
+                        hubs.append((rows, "", hub))
+                    else:
+                        hub = open_hub(None, "durable")
+                        hubs.append((rows, " memory", hub))
+                        build_desk(run_, hub, None, rows, payload)
+                        _cold(run_, hub.log(DESK), rows, repeat, " memory")
+                    _warm(run_, hub, rows, repeat, hubs[-1][1])
+                with run_.progress(f"last30 sqlite n={rows:,}", repeat) as advance:
+                    seconds, lat = time_calls(repeat, calling(mirror.last30), advance)
+                run_.measurements.append(
+                    measurement(
+                        scenario=NAME,
+                        system="sqlite",
+                        operation="read30",
+                        label=f"last30 sqlite n={rows}",
+                        ops=repeat,
+                        seconds=seconds,
+                        latencies_ns=lat,
+                        params={"rows": rows, "compare": f"rows={rows}", "baseline": True},
+                        note="ORDER BY seq DESC LIMIT 30 + json.loads per row",
+                    )
                 )
-            )
-        finally:
-            mirror.close()
-        _agents_read(run_, directory, rows, repeat, payload)
-
+            finally:
+                mirror.close()
+            _agents_read(run_, directory, rows, repeat, payload)
+        turn_medians = _turns(run_, hubs, turns)
+    finally:
+        for _, _, hub in hubs:
+            hub.close()
     _targets(run_, sizes, turn_medians)
 
 
@@ -205,61 +206,76 @@ def _warm(run_: BenchRun, hub: Hub, rows: int, repeat: int, suffix: str) -> None
     )
 
 
-def _turns(run_: BenchRun, hub: Hub, rows: int, turns: int, suffix: str) -> float:
-    """Time ``turns`` delta turns (and their commits) of one agent; return the median µs."""
+def _turns(run_: BenchRun, hubs: list[tuple[int, str, Hub]], turns: int) -> dict[int, float]:
+    """Time delta turns (and their commits) of one agent on every desk, interleaved.
+
+    Round ``i`` gives each desk three new posts by others, then times the agent's turn
+    and commit there, desk after desk, so every size is measured under the same load.
+
+    Returns:
+        The median turn latency in µs of each LMDB desk, by size.
+    """
     from sharedesk import Agent, Person, SessionAuthor
 
     agent = Agent(id="a1", label="Agent One")
     others: list[SessionAuthor] = [Person(id="ana", label="Ana"), Agent(id="a2", label="Agent Two")]
-    hub.turn(DESK, agent).commit(None)
-    session = hub.session(DESK)
-    turn_ns: list[int] = []
-    commit_ns: list[int] = []
-    sizes: list[int] = []
-    reasons: dict[str, int] = {}
-    with run_.progress(f"turn delta n={rows:,}{suffix}", turns) as advance:
+    turn_ns: list[list[int]] = [[] for _ in hubs]
+    commit_ns: list[list[int]] = [[] for _ in hubs]
+    sizes: list[list[int]] = [[] for _ in hubs]
+    reasons: list[dict[str, int]] = [{} for _ in hubs]
+    for _, _, hub in hubs:
+        hub.turn(DESK, agent).commit(None)
+    with run_.progress("turn delta, desks interleaved", turns * len(hubs)) as advance:
         for i in range(turns):
-            for k in range(3):
-                session.post(others[k % 2], f"news {i}.{k}")
-            t0 = time.perf_counter_ns()
-            turn = hub.turn(DESK, agent)
-            t1 = time.perf_counter_ns()
-            turn.commit(f"reply {i}")
-            t2 = time.perf_counter_ns()
-            turn_ns.append(t1 - t0)
-            commit_ns.append(t2 - t1)
-            sizes.append(len(turn.messages))
-            key = "delta" if turn.reason is None else str(turn.reason)
-            reasons[key] = reasons.get(key, 0) + 1
-            advance(1)
-    turn_m = measurement(
-        scenario=NAME,
-        system="sharedesk",
-        operation="turn",
-        label=f"turn delta n={rows}{suffix}",
-        ops=turns,
-        seconds=sum(turn_ns) / 1e9,
-        latencies_ns=turn_ns,
-        params={"rows": rows},
-        note="hub.turn with 3 new rows since the last commit",
-    )
-    run_.measurements.append(turn_m)
-    run_.measurements.append(
-        measurement(
+            for h, (_, _, hub) in enumerate(hubs):
+                session = hub.session(DESK)
+                for k in range(3):
+                    session.post(others[k % 2], f"news {i}.{k}")
+                t0 = time.perf_counter_ns()
+                turn = hub.turn(DESK, agent)
+                t1 = time.perf_counter_ns()
+                turn.commit(f"reply {i}")
+                t2 = time.perf_counter_ns()
+                turn_ns[h].append(t1 - t0)
+                commit_ns[h].append(t2 - t1)
+                sizes[h].append(len(turn.messages))
+                key = "delta" if turn.reason is None else str(turn.reason)
+                reasons[h][key] = reasons[h].get(key, 0) + 1
+                advance(1)
+    medians: dict[int, float] = {}
+    for h, (rows, suffix, _) in enumerate(hubs):
+        turn_m = measurement(
             scenario=NAME,
             system="sharedesk",
-            operation="commit",
-            label=f"turn commit n={rows}{suffix}",
+            operation="turn",
+            label=f"turn delta n={rows}{suffix}",
             ops=turns,
-            seconds=sum(commit_ns) / 1e9,
-            latencies_ns=commit_ns,
+            seconds=sum(turn_ns[h]) / 1e9,
+            latencies_ns=turn_ns[h],
             params={"rows": rows},
-            note="turn.commit(reply): reply and sharing state in one durable step",
+            note="hub.turn with 3 new rows since the last commit; desks interleaved",
         )
-    )
-    run_.figures[f"read n={rows}{suffix} turn reasons"] = reasons
-    run_.figures[f"read n={rows}{suffix} delta sizes (min/max)"] = f"{min(sizes)}/{max(sizes)}"
-    return turn_m.median_us or 0.0
+        run_.measurements.append(turn_m)
+        run_.measurements.append(
+            measurement(
+                scenario=NAME,
+                system="sharedesk",
+                operation="commit",
+                label=f"turn commit n={rows}{suffix}",
+                ops=turns,
+                seconds=sum(commit_ns[h]) / 1e9,
+                latencies_ns=commit_ns[h],
+                params={"rows": rows},
+                note="turn.commit(reply): reply and sharing state in one durable step",
+            )
+        )
+        run_.figures[f"read n={rows}{suffix} turn reasons"] = reasons[h]
+        run_.figures[f"read n={rows}{suffix} delta sizes (min/max)"] = (
+            f"{min(sizes[h])}/{max(sizes[h])}" if sizes[h] else "-"
+        )
+        if not suffix and turn_m.median_us is not None:
+            medians[rows] = turn_m.median_us
+    return medians
 
 
 def _agents_read(run_: BenchRun, directory: Path, rows: int, repeat: int, payload: str) -> None:
