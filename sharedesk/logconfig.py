@@ -24,6 +24,9 @@ from __future__ import annotations
 
 import logging
 import sys
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Final
 
 import structlog
 
@@ -31,13 +34,15 @@ from sharedesk.protocol.errors import ValidationError
 
 __all__ = ["configure_logging"]
 
-_LEVELS = {
-    "critical": logging.CRITICAL,
-    "error": logging.ERROR,
-    "warning": logging.WARNING,
-    "info": logging.INFO,
-    "debug": logging.DEBUG,
-}
+_LEVELS: Final[Mapping[str, int]] = MappingProxyType(
+    {
+        "critical": logging.CRITICAL,
+        "error": logging.ERROR,
+        "warning": logging.WARNING,
+        "info": logging.INFO,
+        "debug": logging.DEBUG,
+    }
+)
 
 
 def _level_number(level: str | int) -> int:

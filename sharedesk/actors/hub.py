@@ -45,9 +45,9 @@ import os
 import threading
 import time
 from collections import OrderedDict, deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
-from types import TracebackType
+from types import MappingProxyType, TracebackType
 from typing import Any, Final, Self, TypeVar
 
 import msgspec
@@ -87,11 +87,9 @@ _RESEND_ATTEMPTS: Final = 5
 #: The kinds of actor the session actor pushes committed events to.
 _SUBSCRIBER_KINDS: Final = frozenset({"projector", "sharing"})
 
-_ACTOR_CLASSES: Final[dict[str, type[HubActor]]] = {
-    "session": SessionActor,
-    "projector": ProjectorActor,
-    "sharing": SharingActor,
-}
+_ACTOR_CLASSES: Final[Mapping[str, type[HubActor]]] = MappingProxyType(
+    {"session": SessionActor, "projector": ProjectorActor, "sharing": SharingActor}
+)
 
 
 class HubOptions(msgspec.Struct, frozen=True, kw_only=True):
