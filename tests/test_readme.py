@@ -5,6 +5,7 @@ import re
 from pathlib import Path
 
 import pytest
+import structlog
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 
@@ -22,7 +23,10 @@ class TestReadme:
     ) -> None:
         monkeypatch.chdir(tmp_path)
         namespace: dict[str, object] = {"__name__": "readme"}
-        for block in python_blocks():
-            exec(compile(block, str(README), "exec"), namespace)
+        try:
+            for block in python_blocks():
+                exec(compile(block, str(README), "exec"), namespace)
+        finally:
+            structlog.reset_defaults()  # the README configures logging; give it back
 
         assert os.path.isdir(tmp_path / "desk-data")
