@@ -1,4 +1,4 @@
-"""The machinery every scenario shares: the run context, threaded workloads, loaders.
+"""The machinery every scenario shares: the run context, threaded workloads, openers.
 
 A scenario gets a :class:`BenchRun`: where to put its data (a fresh directory under the
 run's work dir), a rich progress bar, and the lists its measurements, targets, figures
@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import msgspec
 from rich.console import Console
 from rich.progress import (
     BarColumn,
@@ -112,8 +113,7 @@ class BenchRun:
             yield advance
 
 
-@dataclass(frozen=True)
-class ThreadedResult:
+class ThreadedResult(msgspec.Struct, frozen=True):
     """What :func:`run_threads` measured.
 
     Attributes:
