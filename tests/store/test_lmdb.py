@@ -376,6 +376,46 @@ class TestLmdbStoreGroupCommit:
         assert all(outcome and not isinstance(outcome[0], BaseException) for _, outcome in workers)
         assert (2, Text("main")) == (mine.sequence, mine.body)
 
+    def test_returning_callers_wake_a_gathering_writer_only_once_the_group_is_complete(
+        self, store: LmdbStore
+    ) -> None:
+        entered, release = gate_writer(store)
+        first, _ = in_thread(lambda: store.append("s0", [text()]))
+        assert entered.wait(30)
+        notified: list[int] = []
+        notify = store._cond.notify
+
+        def counting(n: int = 1) -> None:
+            notified.append(len(store._queue))
+            notify(n)
+
+        store._cond.notify = counting  # type: ignore[method-assign]
+        with store._cond:
+            store._target = 5  # as if the group being committed held five requests
+        waiting = [in_thread(functools.partial(append_one, store, index)) for index in range(5)]
+        wait_until(lambda: len(store._queue) == 5)
+
+        release.set()
+        for thread, _ in [(first, None), *waiting]:
+            thread.join()
+
+        assert [5] == notified
+        assert all(outcome and not isinstance(outcome[0], BaseException) for _, outcome in waiting)
+
+    def test_a_writer_nobody_came_back_to_sleeps_and_the_next_append_wakes_it(
+        self, store: LmdbStore
+    ) -> None:
+        store.append("s", [text()])
+        wait_until(lambda: store._idle)  # its gathering window closed with nobody back
+        with store._cond:
+            store._target = 8  # as if the last group had held eight requests
+
+        late, outcome = in_thread(lambda: store.append("s", [text("late")]))
+        late.join(30)
+
+        assert not late.is_alive()
+        assert [2] == [e.sequence for e in outcome[0]]
+
     def test_later_appends_in_a_group_see_the_earlier_ones(self, store: LmdbStore) -> None:
         first = _Request("s", [text(id="x")], 0, None)
         repeat = _Request("s", [text(id="x"), text(id="y")], 1, None)
