@@ -82,7 +82,6 @@ from sharedesk.protocol.events import Event, Text
 from sharedesk.protocol.validation import (
     check_events,
     check_optional_int,
-    check_parents,
     check_session_id,
 )
 from sharedesk.protocol.views import Conversation, LogMessage, SessionPage, SharingState
@@ -643,48 +642,49 @@ class LmdbStore:
             if stored_state != expected_state:
                 raise SharingStateConflict(watermark_of(expected_state), watermark_of(stored_state))
             sharing = (key, _ENCODER.encode(state))
-        ids_db = dbs[b"ids"]
+        ids_db, events_db, texts_db = dbs[b"ids"], dbs[b"events"], dbs[b"texts"]
+        put = txn.put
         result: list[Event] = []
-        new: list[Event] = []
-        keys: list[bytes] = []  # the events key of each of ``new``
-        inserted: list[bytes] = []
-        fresh: dict[str, Event] = {}
+        inserted: list[bytes] = []  # the id keys this request claimed
+        written: list[bytes] = []  # the events keys this request wrote
         next_sequence = last + 1
         try:
+            # One pass per event: claim the id, check the parent, write the event. An id
+            # repeated within the batch finds the claim and the event written just before.
             for event, id_key in zip(request.events, request.id_keys, strict=True):
-                stored = fresh.get(event.id)
-                if stored is None:
-                    seq = _SEQ.pack(next_sequence)
-                    # Check and claim the id in one call: put refuses an existing key.
-                    if txn.put(id_key, seq, overwrite=False, db=ids_db):
-                        inserted.append(id_key)
-                        stored = msgspec.structs.replace(
-                            event, sequence=next_sequence, timestamp=now
-                        )
-                        next_sequence += 1
-                        new.append(stored)
-                        keys.append(prefix + seq)
-                    else:
-                        raw_seq = txn.get(id_key, db=ids_db)
-                        stored = self._get_event(txn, request.session_id, prefix, raw_seq)
-                    fresh[event.id] = stored
+                seq = _SEQ.pack(next_sequence)
+                # Check and claim the id in one call: put refuses an existing key.
+                if not put(id_key, seq, overwrite=False, db=ids_db):
+                    raw_seq = txn.get(id_key, db=ids_db)
+                    result.append(self._get_event(txn, request.session_id, prefix, raw_seq))
+                    continue
+                inserted.append(id_key)
+                parent = event.parent
+                if parent is not None and parent >= next_sequence:
+                    raise ValidationError(  # worded as validation.check_parents words it
+                        f"events[{len(written)}].parent={parent} must name an earlier row "
+                        f"(this event gets sequence {next_sequence})"
+                    )
+                stored = msgspec.structs.replace(event, sequence=next_sequence, timestamp=now)
+                key = prefix + seq
+                if not put(key, _ENCODER.encode(stored), overwrite=False, db=events_db):
+                    raise _StaleMeta  # never overwrite an event: redo the group from the disk
+                written.append(key)
+                if isinstance(stored.body, Text):
+                    put(key, b"", db=texts_db)
+                    text_count += 1
+                next_sequence += 1
                 result.append(stored)
-            check_parents(new, last + 1)
         except SharedeskError:
             for id_key in inserted:
                 txn.delete(id_key, db=ids_db)
+            for key in written:
+                txn.delete(key, db=events_db)
+                txn.delete(key, db=texts_db)
             raise
-        events_db, texts_db = dbs[b"events"], dbs[b"texts"]
-        for stored, key in zip(new, keys, strict=True):
-            if not txn.put(key, _ENCODER.encode(stored), overwrite=False, db=events_db):
-                raise _StaleMeta  # never overwrite an event: redo the group from the disk
-
-            if isinstance(stored.body, Text):
-                txn.put(key, b"", db=texts_db)
-                text_count += 1
         if sharing is not None:
             txn.put(sharing[0], sharing[1], db=dbs[b"sharing"])
-        if new:
+        if written:
             overlay[prefix] = (next_sequence - 1, text_count)
         return result
 

@@ -28,6 +28,7 @@ from sharedesk.protocol import (
     StoreFullError,
     StoreIOError,
     Text,
+    TextDelta,
     ValidationError,
 )
 from sharedesk.store import LmdbStore
@@ -332,6 +333,23 @@ class TestLmdbStoreGroupCommit:
             bad.wait()
         assert [1] == [e.sequence for e in other.wait()]
         assert ["good"] == [e.body.content for e in store.read("s", after=1)]  # type: ignore[union-attr]
+
+    def test_a_batch_refused_at_a_later_event_leaves_no_record_claim_or_text_row(
+        self, store: LmdbStore
+    ) -> None:
+        refused = _Request("s", [text("a", id="a"), text("b", id="b", parent=2)], None, None)
+        after = _Request("s", [msgspec.structs.replace(delta(), id="a")], None, None)
+
+        store._commit_group([refused, after])
+
+        with pytest.raises(ValidationError, match=r"events\[1\]\.parent=2"):
+            refused.wait()
+        assert [(1, TextDelta("chunk"))] == [(e.sequence, e.body) for e in after.wait()]
+        assert [] == store.log("s").read_before(None, 10).messages
+        with store._shared.env.begin() as txn:
+            ids = [k for k, _ in txn.cursor(db=store._dbs[b"ids"])]
+            texts = [k for k, _ in txn.cursor(db=store._dbs[b"texts"])]
+        assert ([_prefix("s") + b"\x00a"], []) == (ids, texts)
 
     def test_callers_of_a_group_are_woken_in_relay(self) -> None:
         """The writer wakes the first caller; each caller wakes the next when it runs."""
