@@ -336,7 +336,7 @@ def write_plots(report: Report, directory: Path) -> tuple[list[Path], str | None
     series: dict[str, list[tuple[int, float]]] = {}
     for m in report.measurements:
         threads = m.params.get("threads")
-        if m.operation == "append" and isinstance(threads, int):
+        if m.scenario == "append" and m.operation == "append" and isinstance(threads, int):
             series.setdefault(m.params.get("series", m.system), []).append((threads, m.ops_per_s))
     if any(len(points) > 1 for points in series.values()):
         fig, ax = plt.subplots(figsize=(7, 4.5))
