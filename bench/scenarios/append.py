@@ -2,9 +2,11 @@
 
 Each writer thread appends to the sessions in turn (thread ``t``'s ``j``-th call goes to
 session ``(t + j * threads) % sessions``), so the writes are spread as in a busy
-deployment. The same writes are done by the baselines of :mod:`bench.baselines`: sqlite
-right after sharedesk at each thread count, raw py-lmdb right before the headline
-(largest) thread count, so that each ratio compares runs that saw the same disk and load.
+deployment. The same writes are done by the baselines of :mod:`bench.baselines`. The
+headline (largest) thread count runs in ``--rounds`` rounds, each one raw py-lmdb, then
+sharedesk, then sqlite (and openai-agents), and each figure sums its rounds: a shared
+machine's disk and CPU drift over minutes, and alternating spreads that drift over every
+system instead of handing it to whichever ran last.
 Headlines (issues 3 and 4), at the largest thread count and durable:
 
 - store >= 0.4x raw py-lmdb at 16 events per durable transaction;
@@ -53,6 +55,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--no-baselines", action="store_true", help="measure sharedesk only (no ratios)"
     )
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        help="rounds the headline (largest) thread count is split into, each system in "
+        "turn, so the ratios share the machine's drift (default 3)",
+    )
 
 
 def run(run_: BenchRun, args: argparse.Namespace) -> None:
@@ -74,9 +82,14 @@ def run(run_: BenchRun, args: argparse.Namespace) -> None:
     paths = ["store", "hub"] if via == "both" else [via]
     headline = max(thread_counts)
 
+    rounds: int = pick(args.rounds, 3, 1, q)
+    records: list[dict[str, Any]] = []
+
     from sharedesk import Agent, Event, MemoryStore, Text
 
-    def sharedesk_writes(path_kind: str, mode: str, threads: int) -> None:
+    def sharedesk_writes(
+        path_kind: str, mode: str, threads: int, events: int, max_seconds: float
+    ) -> None:
         directory = run_.fresh_dir(f"append-{path_kind}-{mode}-t{threads}")
         target: Any
         if path_kind == "store":
@@ -106,8 +119,8 @@ def run(run_: BenchRun, args: argparse.Namespace) -> None:
                 )
         finally:
             target.close()
-        run_.measurements.append(
-            measurement(
+        records.append(
+            dict(
                 scenario=NAME,
                 system="sharedesk",
                 operation="append",
@@ -127,11 +140,11 @@ def run(run_: BenchRun, args: argparse.Namespace) -> None:
             )
         )
 
-    def raw_baselines() -> None:
+    def raw_baselines(events: int, max_seconds: float, cap_1: int) -> None:
         for per_txn in RAW_BATCHES:
             label = f"append lmdb-raw {per_txn}/txn"
             # At 1 event per fsync'd commit, a full budget would only measure the disk.
-            budget = events if per_txn > 1 else min(events, 2000)
+            budget = events if per_txn > 1 else min(events, cap_1)
             with run_.progress(label, budget) as advance:
                 written, seconds = baselines.raw_lmdb_appends(
                     run_.fresh_dir(f"append-raw-{per_txn}"),
@@ -142,8 +155,8 @@ def run(run_: BenchRun, args: argparse.Namespace) -> None:
                     max_seconds=max_seconds,
                     advance=advance,
                 )
-            run_.measurements.append(
-                measurement(
+            records.append(
+                dict(
                     scenario=NAME,
                     system="lmdb-raw",
                     operation="append",
@@ -159,15 +172,7 @@ def run(run_: BenchRun, args: argparse.Namespace) -> None:
                 )
             )
 
-    for threads in thread_counts:
-        if threads == headline and not args.no_baselines:
-            # Right before the headline runs, so both see the same disk and load.
-            raw_baselines()
-        for mode in modes:
-            for path_kind in paths:
-                sharedesk_writes(path_kind, mode, threads)
-        if args.no_baselines:
-            continue
+    def sqlite_and_agents(threads: int, events: int, max_seconds: float) -> None:
         label = f"append sqlite WAL FULL t={threads}"
         with run_.progress(label, events) as advance:
             result = baselines.sqlite_appends(
@@ -179,8 +184,8 @@ def run(run_: BenchRun, args: argparse.Namespace) -> None:
                 max_seconds=max_seconds,
                 advance=advance,
             )
-        run_.measurements.append(
-            measurement(
+        records.append(
+            dict(
                 scenario=NAME,
                 system="sqlite",
                 operation="append",
@@ -209,8 +214,8 @@ def run(run_: BenchRun, args: argparse.Namespace) -> None:
                     }
                 )
                 advance(1)
-            run_.measurements.append(
-                measurement(
+            records.append(
+                dict(
                     scenario=NAME,
                     system="openai-agents",
                     operation="append",
@@ -222,6 +227,37 @@ def run(run_: BenchRun, args: argparse.Namespace) -> None:
                     note="add_items, one item per call, in a child process",
                 )
             )
+
+    for threads in thread_counts:
+        # The headline thread count runs in rounds that alternate every system, so slow
+        # drifts of the shared disk and CPU reach all of them alike.
+        here = rounds if threads == headline else 1
+        events_r, seconds_r = max(1, events // here), max_seconds / here
+        for _ in range(here):
+            if threads == headline and not args.no_baselines:
+                raw_baselines(events_r, seconds_r, max(1, 2000 // here))
+            for mode in modes:
+                for path_kind in paths:
+                    sharedesk_writes(path_kind, mode, threads, events_r, seconds_r)
+            if not args.no_baselines:
+                sqlite_and_agents(threads, events_r, seconds_r)
+
+    merged: dict[str, dict[str, Any]] = {}
+    for record in records:
+        known = merged.get(record["label"])
+        if known is None:
+            merged[record["label"]] = {
+                **record,
+                "latencies_ns": list(record.get("latencies_ns", ())),
+                "params": {**record["params"], "rounds": 1},
+            }
+        else:
+            known["ops"] += record["ops"]
+            known["seconds"] += record["seconds"]
+            known["latencies_ns"].extend(record.get("latencies_ns", ()))
+            known["params"]["rounds"] += 1
+    for record in merged.values():
+        run_.measurements.append(measurement(**record))
 
     if "durable" in modes and "store" in paths:
         ours = run_.rate(f"append sharedesk store durable t={headline}")

@@ -73,6 +73,16 @@ class TestAppend:
         assert [3, 3, 4] == [t.issue for t in report.targets]
         assert all(t.status in ("PASS", "SHORT") for t in report.targets)
 
+    def test_headline_rounds_are_summed_into_one_figure_per_system(self, tmp_path: Path) -> None:
+        report = run_bench(
+            tmp_path, "append", "--rounds", "3", "--threads", "1,2", "--events", "90"
+        )
+
+        rounds = {m.label: m.params["rounds"] for m in report.measurements}
+        assert 3 == rounds["append sharedesk store durable t=2"] == rounds["append lmdb-raw 16/txn"]
+        assert 1 == rounds["append sharedesk store durable t=1"]
+        assert {90} == {m.ops for m in report.measurements}
+
     def test_append_without_baselines_has_only_sharedesk_figures(self, tmp_path: Path) -> None:
         report = run_bench(tmp_path, "append", "--no-baselines", "--via", "store")
 
