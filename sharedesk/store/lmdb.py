@@ -21,16 +21,16 @@ blake2b) so every key stays under LMDB's 511-byte limit. Events are stored as ms
 maps, so a record written before a field was added still decodes (the field takes its
 default).
 
-Writes. ``append`` and ``append_and_share`` validate their input and build the id keys
-in the caller's thread, put a request on a queue and wait. One writer thread per store
-takes every request waiting (gathering for up to ``group_wait``, see ``_run_writer``),
-checks each one against the state inside a single write transaction
-(``expected_version``, the sharing-state compare-and-swap, idempotency, parents; earlier
-requests of the same group are visible), writes the ones that pass, commits once (one
-fsync when durable), then answers every caller (woken in relay, see ``_Request``). A
-request that fails its checks gets its own error and leaves nothing behind (the ids,
-records and ``Text`` rows it wrote are deleted again before the commit); the others
-commit. If the transaction itself fails, the whole group gets the error.
+Writes. ``append`` and ``append_and_share`` validate their input in the caller's thread,
+put a request on a queue and wait. One writer thread per store takes every request
+waiting (gathering for up to ``group_wait``, see ``_run_writer``), checks each one
+against the state inside a single write transaction (``expected_version``, the
+sharing-state compare-and-swap, idempotency, parents; earlier requests of the same group
+are visible), writes the ones that pass, commits once (one fsync when durable), then
+answers every caller (woken in relay, see ``_Request``). A request that fails its checks
+gets its own error and leaves nothing behind (the ids, records and ``Text`` rows it
+wrote are deleted again before the commit); the others commit. If the transaction
+itself fails, the whole group gets the error.
 
 py-lmdb releases the GIL around every get and put, and each release lets a waiting
 thread take the interpreter from the writer, so the writer keeps its calls few: an id
@@ -188,7 +188,6 @@ class _Request:
         "error",
         "events",
         "expected_version",
-        "id_keys",
         "prefix",
         "result",
         "session_id",
@@ -204,10 +203,8 @@ class _Request:
         sharing: tuple[str, SharingState, SharingState | None] | None,
     ) -> None:
         self.session_id = session_id
-        self.prefix = prefix = _prefix(session_id)
+        self.prefix = _prefix(session_id)
         self.events = events
-        # Built here, in the caller's thread, not on the writer's serial path.
-        self.id_keys = [_id_key(prefix, event.id) for event in events]
         self.expected_version = expected_version
         self.sharing = sharing
         self.result: list[Event] | None = None
@@ -463,9 +460,11 @@ class LmdbStore:
         """Body of the writer thread: gather waiting requests, commit them as a group.
 
         Gathering: the callers answered by the last commit usually come straight back,
-        so the writer waits for as many requests as the last group held, but no longer
-        than the last commit took (waiting longer than a commit costs more than
-        committing twice) nor than ``group_wait``. The wait starts when the commit ends
+        so the writer waits for as many requests as the last group held plus those that
+        queued while it committed (counting the last group alone would let a group split
+        by one late caller go on as two half-size commits, two syncs where one would
+        do), but no longer than the last commit took (waiting longer than a commit costs
+        more than committing twice) nor than ``group_wait``. The wait starts when the commit ends
         (the callers are being woken then), so the returning callers need not wake the
         writer until the group is complete: one thread switch per group instead of two.
         If nobody came back by then, the writer sleeps until a request arrives and
@@ -474,8 +473,12 @@ class LmdbStore:
         """
         cond = self._cond
         deadline: float | None = None  # gathering until then; None: not gathering
+        committed = 0  # requests in the group just committed
         while True:
             with cond:
+                if committed:
+                    self._target = committed + len(self._queue)
+                    committed = 0
                 while not self._closed and len(self._queue) < self._target:
                     if deadline is None:
                         if self._queue:  # the first request since the writer slept
@@ -495,7 +498,7 @@ class LmdbStore:
                 if not self._queue:
                     return  # closed: close() failed every request still queued
                 group, self._queue = self._queue, []
-                self._target = len(group)
+            committed = len(group)
             started = time.monotonic()
             self._commit_group(group)
             finished = time.monotonic()
@@ -661,7 +664,8 @@ class LmdbStore:
         try:
             # One pass per event: claim the id, check the parent, write the event. An id
             # repeated within the batch finds the claim and the event written just before.
-            for event, id_key in zip(request.events, request.id_keys, strict=True):
+            for event in request.events:
+                id_key = _id_key(prefix, event.id)
                 seq = _SEQ.pack(next_sequence)
                 # Check and claim the id in one call: put refuses an existing key.
                 if not put(id_key, seq, overwrite=False, db=ids_db):

@@ -420,6 +420,30 @@ class TestLmdbStoreGroupCommit:
         assert [5] == notified
         assert all(outcome and not isinstance(outcome[0], BaseException) for _, outcome in waiting)
 
+    def test_after_a_commit_the_writer_gathers_for_its_callers_and_those_queued_meanwhile(
+        self, store: LmdbStore
+    ) -> None:
+        """A group split by late callers merges again instead of going on as two commits."""
+        entered, release = gate_writer(store)
+        gathered: list[tuple[int, int]] = []
+        gated = store._commit_group
+
+        def recording(group: list[_Request]) -> None:
+            gathered.append((len(group), store._target))
+            gated(group)
+
+        store._commit_group = recording  # type: ignore[method-assign]
+        first, _ = in_thread(lambda: store.append("s0", [text()]))
+        assert entered.wait(30)
+        late = [in_thread(functools.partial(append_one, store, index)) for index in range(3)]
+        wait_until(lambda: len(store._queue) == 3)
+
+        release.set()
+        for thread, _ in [(first, None), *late]:
+            thread.join()
+
+        assert (3, 1 + 3) == gathered[1]
+
     def test_a_writer_nobody_came_back_to_sleeps_and_the_next_append_wakes_it(
         self, store: LmdbStore
     ) -> None:
