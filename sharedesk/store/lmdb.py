@@ -23,14 +23,14 @@ default).
 
 Writes. ``append`` and ``append_and_share`` validate their input in the caller's thread,
 put a request on a queue and wait. One writer thread per store takes every request
-waiting (gathering for up to ``group_wait``, see ``_run_writer``), checks each one
-against the state inside a single write transaction (``expected_version``, the
-sharing-state compare-and-swap, idempotency, parents; earlier requests of the same group
-are visible), writes the ones that pass, commits once (one fsync when durable), then
-answers every caller (woken in relay, see ``_Request``). A request that fails its checks
-gets its own error and leaves nothing behind (the ids, records and ``Text`` rows it
-wrote are deleted again before the commit); the others commit. If the transaction
-itself fails, the whole group gets the error.
+waiting (after gathering for up to ``group_wait``), checks each one against the state
+inside a single write transaction (``expected_version``, the sharing-state
+compare-and-swap, idempotency, parents; earlier requests of the same group are visible),
+writes the ones that pass, commits once (one fsync when durable), then answers every
+caller (woken in relay, see ``_Request``). A request that fails its checks gets its own
+error and leaves nothing behind (the ids, records and ``Text`` rows it wrote are deleted
+again before the commit); the others commit. If the transaction itself fails, the whole
+group gets the error.
 
 py-lmdb releases the GIL around every get and put, and each release lets a waiting
 thread take the interpreter from the writer, so the writer keeps its calls few: an id
@@ -50,7 +50,10 @@ count is not what costs. Everything but the syncs runs under the GIL one thread 
 time, so moving work from the writer into the callers gains nothing (building the id
 keys in the callers measured 5% slower). Also measured and left out: ``writemap`` (no
 change to raw py-lmdb either), waking every caller at once instead of in relay (same),
-gathering for the full ``group_wait`` rather than at most the last commit's time (same).
+gathering for the full ``group_wait`` rather than at most the last commit's time (same),
+and starting the gathering window when the commit ends so that returning callers need
+not wake the writer for their first request (same here, but ~10% slower through the Hub,
+whose callers come back later and so found the window shorter).
 
 Growth. The map starts at ``map_size`` and doubles when LMDB reports it full: new
 transactions are held off, the transaction is aborted, the map is resized with no
@@ -291,11 +294,10 @@ class LmdbStore:
         map_size: The initial map size in bytes (ignored when the path is already open
             in this process, or when the file is already larger).
         max_map_size: The ceiling the map may grow to, or ``None`` for no ceiling.
-        group_wait: Most seconds the writer waits, counted from its last commit (or,
-            when it had gone to sleep, from the first request), for as many requests as
-            its last group held (0 commits at once); it also never waits longer than
-            its last commit took. Larger groups share one fsync; one caller alone never
-            waits. ``None``: 2 ms when durable, 0.5 ms when relaxed.
+        group_wait: Most seconds the writer waits, once a request is queued, for as
+            many requests as its last group held (0 commits at once); it also never
+            waits longer than its last commit took. Larger groups share one fsync; one
+            caller alone never waits. ``None``: 2 ms when durable, 0.5 ms when relaxed.
 
     Raises:
         ValidationError: A bad option, or a durability that differs from the one this
@@ -340,7 +342,6 @@ class LmdbStore:
         self._target = 1
         self._group_wait = group_wait
         self._last_commit = 0.0
-        self._idle = False  # the writer sleeps with no deadline (guarded by _cond)
         self._closed = False
         self._writer = threading.Thread(
             target=self._run_writer, name=f"sharedesk-lmdb-writer:{self._path}", daemon=True
@@ -454,9 +455,9 @@ class LmdbStore:
                 raise StoreClosedError(self._path)
             queue = self._queue
             queue.append(request)
-            # Wake the writer only when it has something to decide: it sleeps with no
-            # deadline (this is the first request), or the group it gathers is complete.
-            if self._idle or len(queue) >= self._target:
+            # Wake the writer only when it has something to decide: the first request,
+            # or the group it is gathering is complete.
+            if len(queue) == 1 or len(queue) >= self._target:
                 self._cond.notify()
         return request.wait()
 
@@ -464,50 +465,30 @@ class LmdbStore:
         """Body of the writer thread: gather waiting requests, commit them as a group.
 
         Gathering: the callers answered by the last commit usually come straight back,
-        so the writer waits for as many requests as the last group held plus those that
-        queued while it committed (counting the last group alone would let a group split
-        by one late caller go on as two half-size commits, two syncs where one would
-        do), but no longer than the last commit took (waiting longer than a commit costs
-        more than committing twice) nor than ``group_wait``. The wait starts when the commit ends
-        (the callers are being woken then), so the returning callers need not wake the
-        writer until the group is complete: one thread switch per group instead of two.
-        If nobody came back by then, the writer sleeps until a request arrives and
-        gathers from that moment. One caller alone never waits (its last group held
-        one request).
+        so once a request is waiting the writer waits for as many requests as the last
+        group held, but no longer than the last commit took (waiting longer than a
+        commit costs more than committing twice) nor than ``group_wait``. One caller
+        alone never waits (its last group held one request).
         """
         cond = self._cond
-        deadline: float | None = None  # gathering until then; None: not gathering
-        committed = 0  # requests in the group just committed
         while True:
             with cond:
-                if committed:
-                    self._target = committed + len(self._queue)
-                    committed = 0
-                while not self._closed and len(self._queue) < self._target:
-                    if deadline is None:
-                        if self._queue:  # the first request since the writer slept
-                            deadline = time.monotonic() + min(self._group_wait, self._last_commit)
-                            continue
-                        self._idle = True
-                        cond.wait()
-                        self._idle = False
-                        continue
-                    remaining = deadline - time.monotonic()
-                    if remaining <= 0:
-                        if self._queue:
+                while not self._queue and not self._closed:
+                    cond.wait()
+                if self._queue and len(self._queue) < self._target and not self._closed:
+                    deadline = time.monotonic() + min(self._group_wait, self._last_commit)
+                    while len(self._queue) < self._target and not self._closed:
+                        remaining = deadline - time.monotonic()
+                        if remaining <= 0:
                             break
-                        deadline = None  # nobody came back in time: sleep until someone does
-                        continue
-                    cond.wait(remaining)
+                        cond.wait(remaining)
                 if not self._queue:
-                    return  # closed: close() failed every request still queued
+                    return
                 group, self._queue = self._queue, []
-            committed = len(group)
+                self._target = len(group)
             started = time.monotonic()
             self._commit_group(group)
-            finished = time.monotonic()
-            self._last_commit = finished - started
-            deadline = finished + min(self._group_wait, self._last_commit)
+            self._last_commit = time.monotonic() - started
 
     def _commit_group(self, group: list[_Request]) -> None:
         """Commit ``group``, settle every request, then wake every caller (never raises)."""

@@ -394,61 +394,10 @@ class TestLmdbStoreGroupCommit:
         assert all(outcome and not isinstance(outcome[0], BaseException) for _, outcome in workers)
         assert (2, Text("main")) == (mine.sequence, mine.body)
 
-    def test_returning_callers_wake_a_gathering_writer_only_once_the_group_is_complete(
-        self, store: LmdbStore
-    ) -> None:
-        entered, release = gate_writer(store)
-        first, _ = in_thread(lambda: store.append("s0", [text()]))
-        assert entered.wait(30)
-        notified: list[int] = []
-        notify = store._cond.notify
-
-        def counting(n: int = 1) -> None:
-            notified.append(len(store._queue))
-            notify(n)
-
-        store._cond.notify = counting  # type: ignore[method-assign]
-        with store._cond:
-            store._target = 5  # as if the group being committed held five requests
-        waiting = [in_thread(functools.partial(append_one, store, index)) for index in range(5)]
-        wait_until(lambda: len(store._queue) == 5)
-
-        release.set()
-        for thread, _ in [(first, None), *waiting]:
-            thread.join()
-
-        assert [5] == notified
-        assert all(outcome and not isinstance(outcome[0], BaseException) for _, outcome in waiting)
-
-    def test_after_a_commit_the_writer_gathers_for_its_callers_and_those_queued_meanwhile(
-        self, store: LmdbStore
-    ) -> None:
-        """A group split by late callers merges again instead of going on as two commits."""
-        entered, release = gate_writer(store)
-        gathered: list[tuple[int, int]] = []
-        gated = store._commit_group
-
-        def recording(group: list[_Request]) -> None:
-            gathered.append((len(group), store._target))
-            gated(group)
-
-        store._commit_group = recording  # type: ignore[method-assign]
-        first, _ = in_thread(lambda: store.append("s0", [text()]))
-        assert entered.wait(30)
-        late = [in_thread(functools.partial(append_one, store, index)) for index in range(3)]
-        wait_until(lambda: len(store._queue) == 3)
-
-        release.set()
-        for thread, _ in [(first, None), *late]:
-            thread.join()
-
-        assert (3, 1 + 3) == gathered[1]
-
-    def test_a_writer_nobody_came_back_to_sleeps_and_the_next_append_wakes_it(
+    def test_a_lone_append_completes_when_the_writer_expects_a_larger_group(
         self, store: LmdbStore
     ) -> None:
         store.append("s", [text()])
-        wait_until(lambda: store._idle)  # its gathering window closed with nobody back
         with store._cond:
             store._target = 8  # as if the last group had held eight requests
 
