@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -12,8 +11,6 @@ import pytest
 
 from sharedesk.actors import Hub
 from sharedesk.actors._base import THREAD_PREFIX
-
-HAVE_LMDB_STORE = importlib.util.find_spec("sharedesk.store.lmdb") is not None
 
 HubFactory = Callable[..., Hub]
 
@@ -30,8 +27,6 @@ def open_hub(tmp_path: Path) -> Iterator[HubFactory]:
 
     def factory(*, on_disk: bool = False, path: Path | None = None, **options: Any) -> Hub:
         if on_disk or path is not None:
-            if not HAVE_LMDB_STORE:
-                pytest.skip("sharedesk.store.lmdb has not landed yet")
             hub = Hub.open(path if path is not None else tmp_path / "store", **options)
         else:
             hub = Hub.open(None, **options)
@@ -48,8 +43,6 @@ def open_hub(tmp_path: Path) -> Iterator[HubFactory]:
 def backend(request: pytest.FixtureRequest) -> str:
     """Each store backend the Hub runs over."""
     name: str = request.param
-    if name == "lmdb" and not HAVE_LMDB_STORE:
-        pytest.skip("sharedesk.store.lmdb has not landed yet")
     return name
 
 

@@ -10,11 +10,8 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
-
 from sharedesk.actors import Hub
 from sharedesk.protocol import Agent, Text
-from tests.actors.conftest import HAVE_LMDB_STORE
 
 BOT = Agent(id="bot", label="Bot")
 ROOT = Path(__file__).resolve().parents[2]
@@ -43,7 +40,6 @@ def run_and_kill(path: Path, rnd: random.Random, *, after_commits: int | None) -
         child.wait()
 
 
-@pytest.mark.skipif(not HAVE_LMDB_STORE, reason="sharedesk.store.lmdb has not landed yet")
 class TestKillNine:
     def test_killed_turns_lose_nothing_and_duplicate_nothing(self, tmp_path: Path) -> None:
         rnd = random.Random(4)
