@@ -5,6 +5,11 @@
   transaction: one event row and one idempotency-index row per event, keys spread over
   the same sessions. One writer thread, since LMDB has one writer at a time: this is the
   ceiling any design on LMDB can reach at that batch size.
+- :func:`raw_lmdb_group_commit`: the smallest threaded design on py-lmdb: the same
+  writer threads as sharedesk, one event per call, a bare writer thread that takes every
+  waiting call and commits them in one durable transaction, then wakes each caller. No
+  validation, no event objects: what CPython's threads and GIL leave of the raw ceiling
+  before any library code runs.
 - :func:`sqlite_appends`: stdlib sqlite3 in WAL mode with ``synchronous=FULL``, one
   connection per writer thread and one commit per append: the storage most
   agent-session libraries use.
@@ -109,6 +114,86 @@ def raw_lmdb_appends(
                 break
         return written, time.perf_counter() - start
     finally:
+        env.close()
+
+
+def raw_lmdb_group_commit(
+    path: Path,
+    sessions: Sequence[str],
+    *,
+    threads: int,
+    events: int,
+    payload: str,
+    max_seconds: float,
+    advance: Callable[[int], None] = lambda n: None,
+) -> ThreadedResult:
+    """Write ``events`` events from ``threads`` callers through a bare group-commit writer.
+
+    Each call hands one pre-encoded event to a writer thread and blocks until the
+    transaction holding it is committed (fsync'd); the writer takes every waiting call at
+    once. The rows written are those of :func:`raw_lmdb_appends`.
+
+    Args:
+        path: A fresh directory.
+        sessions: Session ids the events are spread over (as the sharedesk writes are).
+        threads: Writer threads.
+        events: Events to write at most.
+        payload: Message content of each event.
+        max_seconds: Time budget.
+        advance: Progress callback.
+
+    Returns:
+        The calls completed, wall time and per-call latencies.
+    """
+    env = lmdb.open(str(path), map_size=RAW_LMDB_MAP_SIZE, max_dbs=2, sync=True)
+    events_db = env.open_db(b"events")
+    ids_db = env.open_db(b"ids")
+    prefixes = [session_key(s) for s in sessions]
+    last = [0] * len(sessions)
+    encode = msgspec.msgpack.encode
+    waiting: list[tuple[int, bytes, str, threading.Lock]] = []
+    cond = threading.Condition()
+    stopping = [False]
+
+    def writer() -> None:
+        while True:
+            with cond:
+                while not waiting and not stopping[0]:
+                    cond.wait()
+                if not waiting:
+                    return
+                group = waiting[:]
+                waiting.clear()
+            with env.begin(write=True) as txn:
+                for s, row, event_id, _done in group:
+                    last[s] += 1
+                    seq = last[s].to_bytes(8, "big")
+                    txn.put(prefixes[s] + seq, row, db=events_db)
+                    txn.put(prefixes[s] + event_id.encode(), seq, db=ids_db)
+            for *_, done in group:
+                done.release()
+
+    def op(thread: int, j: int) -> None:
+        s = (thread + j * threads) % len(sessions)
+        row = event_row(sessions[s], 0, payload)
+        done = threading.Lock()
+        done.acquire()
+        with cond:
+            waiting.append((s, encode(row), row["id"], done))
+            cond.notify()
+        done.acquire()
+
+    thread = threading.Thread(target=writer, name="bench-raw-group-commit")
+    thread.start()
+    try:
+        return run_threads(
+            threads, -(-events // threads), op, max_seconds=max_seconds, advance=advance
+        )
+    finally:
+        with cond:
+            stopping[0] = True
+            cond.notify()
+        thread.join()
         env.close()
 
 

@@ -180,6 +180,32 @@ def run(run_: BenchRun, args: argparse.Namespace) -> None:
                 )
             )
 
+    def raw_group_commit(threads: int, events: int, max_seconds: float) -> None:
+        label = f"append lmdb-raw group-commit t={threads}"
+        with run_.progress(label, events) as advance:
+            result = baselines.raw_lmdb_group_commit(
+                run_.fresh_dir("append-raw-group"),
+                sessions,
+                threads=threads,
+                events=events,
+                payload=payload,
+                max_seconds=max_seconds,
+                advance=advance,
+            )
+        records.append(
+            dict(
+                scenario=NAME,
+                system="lmdb-raw",
+                operation="append",
+                label=label,
+                ops=result.ops,
+                seconds=result.seconds,
+                latencies_ns=result.latencies_ns,
+                params={"threads": threads, "sessions": len(sessions), "series": "lmdb-raw gc"},
+                note="bare writer thread, one durable commit per group, no validation",
+            )
+        )
+
     def sqlite_and_agents(threads: int, events: int, max_seconds: float) -> None:
         label = f"append sqlite WAL FULL t={threads}"
         with run_.progress(label, events) as advance:
@@ -244,6 +270,7 @@ def run(run_: BenchRun, args: argparse.Namespace) -> None:
         for _ in range(here):
             if threads == headline and not args.no_baselines:
                 raw_baselines(events_r, seconds_r, max(1, 2000 // here))
+                raw_group_commit(threads, events_r, seconds_r)
             for mode in modes:
                 for path_kind in paths:
                     sharedesk_writes(path_kind, mode, threads, events_r, seconds_r)
@@ -291,6 +318,14 @@ def run(run_: BenchRun, args: argparse.Namespace) -> None:
                 what="events/s",
             )
         )
+        bare = run_.rate(f"append lmdb-raw group-commit t={headline}")
+        raw16 = run_.rate("append lmdb-raw 16/txn")
+        if bare and raw16 and ours:
+            run_.note(
+                f"context: a bare py-lmdb group commit from {headline} threads (no library "
+                f"code) reaches {bare / raw16:.2f}x raw 16 events/txn; the store reaches "
+                f"{ours / bare:.2f}x of that bare design"
+            )
         if "hub" in paths:
             run_.targets.append(
                 ratio_target(

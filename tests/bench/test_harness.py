@@ -173,3 +173,28 @@ class TestAgentsBaseline:
         else:
             with pytest.raises(RuntimeError, match="agents"):
                 baselines.run_agents_child(request)
+
+
+class TestRawGroupCommitBaseline:
+    def test_every_call_writes_one_row_and_one_idempotency_entry(self, tmp_path: Path) -> None:
+        sessions = [f"s{i}" for i in range(7)]
+
+        result = baselines.raw_lmdb_group_commit(
+            tmp_path, sessions, threads=4, events=100, payload="p", max_seconds=60
+        )
+
+        env = lmdb.open(str(tmp_path), max_dbs=2, readonly=True)
+        try:
+            with env.begin() as txn:
+                events = txn.stat(env.open_db(b"events", txn=txn))["entries"]
+                ids = txn.stat(env.open_db(b"ids", txn=txn))["entries"]
+        finally:
+            env.close()
+        assert (100, 100, 100) == (result.ops, events, ids)
+
+    def test_it_leaves_no_thread_behind(self, tmp_path: Path) -> None:
+        baselines.raw_lmdb_group_commit(
+            tmp_path, ["s"], threads=2, events=10, payload="p", max_seconds=60
+        )
+
+        assert [] == [t.name for t in threading.enumerate() if t.name.startswith("bench-raw")]
