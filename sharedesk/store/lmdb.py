@@ -53,7 +53,12 @@ change to raw py-lmdb either), waking every caller at once instead of in relay (
 gathering for the full ``group_wait`` rather than at most the last commit's time (same),
 and starting the gathering window when the commit ends so that returning callers need
 not wake the writer for their first request (same here, but ~10% slower through the Hub,
-whose callers come back later and so found the window shorter).
+whose callers come back later and so found the window shorter). A leader/follower
+design (the first waiting caller commits the group on its own thread, no writer thread)
+was prototyped bare, without validation or event objects: no faster than a bare writer
+thread (11.6-13.4k vs 13.1-15.4k events/s). The bench's ``append lmdb-raw group-commit``
+baseline is that bare writer-thread design; it reaches about 0.35x the single-threaded
+raw ceiling, which bounds what any threaded Python design gets here.
 
 Growth. The map starts at ``map_size`` and doubles when LMDB reports it full: new
 transactions are held off, the transaction is aborted, the map is resized with no
