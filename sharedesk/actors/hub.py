@@ -71,7 +71,7 @@ from sharedesk.protocol.errors import (
 from sharedesk.protocol.events import Event, Text, new_event_id
 from sharedesk.protocol.ports import SessionLog
 from sharedesk.protocol.transcripts import Transcript
-from sharedesk.protocol.validation import check_session_id
+from sharedesk.protocol.validation import check_event_sequence, check_session_id
 from sharedesk.protocol.views import Conversation, Projection, SessionMessage
 from sharedesk.store.memory import MemoryStore
 
@@ -366,15 +366,10 @@ class Hub:
         group-committed fsync, shared with appends of other sessions).
         """
         check_session_id(session_id)
-        if type(events) is not list and (
-            isinstance(events, Event) or not isinstance(events, Sequence)
-        ):
-            raise ValidationError(
-                f"events must be a sequence of Event, got {type(events).__name__}"
-            )
+        batch = list(check_event_sequence(events))
         result: list[Event] = self._call(
             ActorKey(kind="session", session_id=session_id),
-            Append(events=list(events), expected_version=expected_version),
+            Append(events=batch, expected_version=expected_version),
             inline=self._options.inline_writes,
         )
         return result

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Final
+from typing import Any, Final, cast
 
 import msgspec
 
@@ -54,6 +54,44 @@ def check_optional_int(name: str, value: Any, *, minimum: int = 0) -> int | None
     return value
 
 
+def check_event_sequence(events: Any) -> Sequence[Event]:
+    """Return ``events`` if it has the shape of a batch: a sequence, not a lone event or text.
+
+    Only the container is checked; :func:`check_events` checks the elements.
+
+    Raises:
+        ValidationError: ``events`` is a single ``Event``, a ``str``/``bytes``, or not a
+            sequence.
+
+    Cost: O(1).
+    """
+    if type(events) is list:
+        return events
+    if (
+        isinstance(events, Event)
+        or not isinstance(events, Sequence)
+        or isinstance(events, str | bytes)
+    ):
+        raise ValidationError(f"events must be a sequence of Event, got {type(events).__name__}")
+    return cast(Sequence[Event], events)
+
+
+def check_append_args(session_id: Any, events: Any, expected_version: Any) -> list[Event]:
+    """Check the arguments of a store's ``append`` and return the checked batch.
+
+    The one order every backend checks in: session id, events, ``expected_version``.
+
+    Raises:
+        ValidationError: The first problem found; nothing was written.
+
+    Cost: as :func:`check_events`.
+    """
+    check_session_id(session_id)
+    batch = check_events(events)
+    check_optional_int("expected_version", expected_version)
+    return batch
+
+
 def check_events(events: Any) -> list[Event]:
     """Check a batch given to ``append`` and return it as a list.
 
@@ -66,14 +104,8 @@ def check_events(events: Any) -> list[Event]:
 
     Cost: one msgpack round trip per event; no I/O.
     """
-    if (
-        isinstance(events, Event)
-        or not isinstance(events, Sequence)
-        or isinstance(events, str | bytes)
-    ):
-        raise ValidationError(f"events must be a sequence of Event, got {type(events).__name__}")
     checked: list[Event] = []
-    for index, event in enumerate(events):
+    for index, event in enumerate(check_event_sequence(events)):
         where = f"events[{index}]"
         if not isinstance(event, Event):
             raise ValidationError(f"{where} must be an Event, got {type(event).__name__}")

@@ -101,7 +101,7 @@ from sharedesk.protocol.errors import (
 )
 from sharedesk.protocol.events import Event, Text
 from sharedesk.protocol.validation import (
-    check_events,
+    check_append_args,
     check_optional_int,
     check_session_id,
 )
@@ -406,9 +406,7 @@ class LmdbStore:
         write transaction and (durable) one fsync shared by the group; O(len(events))
         index lookups and writes.
         """
-        check_session_id(session_id)
-        batch = check_events(events)
-        check_optional_int("expected_version", expected_version)
+        batch = check_append_args(session_id, events, expected_version)
         return self._submit(_Request(session_id, batch, expected_version, None))
 
     def append_and_share(
@@ -448,9 +446,7 @@ class LmdbStore:
 
         Cost: as :meth:`append`, plus one state read and write in the same transaction.
         """
-        check_session_id(session_id)
-        batch = check_events(events)
-        check_optional_int("expected_version", expected_version)
+        batch = check_append_args(session_id, events, expected_version)
         sharing = check_sharing_args(viewer, state, expected_state)
         return self._submit(_Request(session_id, batch, expected_version, sharing))
 

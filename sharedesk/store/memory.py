@@ -14,8 +14,7 @@ import msgspec
 from sharedesk.protocol.errors import ConcurrencyError, SharingStateConflict, StoreClosedError
 from sharedesk.protocol.events import Event, Text
 from sharedesk.protocol.validation import (
-    check_events,
-    check_optional_int,
+    check_append_args,
     check_parents,
     check_session_id,
 )
@@ -88,9 +87,7 @@ class MemoryStore:
 
         Cost: O(len(events)) under the store lock; no I/O.
         """
-        check_session_id(session_id)
-        batch = check_events(events)
-        check_optional_int("expected_version", expected_version)
+        batch = check_append_args(session_id, events, expected_version)
         with self._lock:
             self._live()
             return self._append_locked(session_id, batch, expected_version)
@@ -188,9 +185,7 @@ class MemoryStore:
 
         Cost: O(len(events)) under the store lock; no I/O.
         """
-        check_session_id(session_id)
-        batch = check_events(events)
-        check_optional_int("expected_version", expected_version)
+        batch = check_append_args(session_id, events, expected_version)
         check_sharing_args(viewer, state, expected_state)
         key = (session_id, viewer, state.conversation)
         with self._lock:

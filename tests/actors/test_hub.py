@@ -94,6 +94,12 @@ class TestStorePort:
 
         assert ["a", "b"] == [e.body.content for e in hub.read("desk") if isinstance(e.body, Text)]
 
+    def test_text_given_as_events_is_refused_like_the_stores_refuse_it(self, hub: Hub) -> None:
+        with pytest.raises(ValidationError, match="sequence of Event"):
+            hub.append("desk", "not events")  # type: ignore[arg-type]
+
+        assert 0 == hub.last_sequence("desk")
+
     def test_last_sequence_of_an_unknown_session_is_zero(self, hub: Hub) -> None:
         assert 0 == hub.last_sequence("nobody")
 

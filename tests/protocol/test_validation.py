@@ -5,6 +5,8 @@ import pytest
 from sharedesk.protocol import Event, Operator, RunFinished, Text, ValidationError
 from sharedesk.protocol.validation import (
     MAX_SESSION_ID_BYTES,
+    check_append_args,
+    check_event_sequence,
     check_events,
     check_optional_int,
     check_parents,
@@ -85,3 +87,29 @@ class TestEvents:
     def test_text_that_is_not_valid_unicode_is_refused(self) -> None:
         with pytest.raises(ValidationError):
             check_events([Event(Operator(), Text("\ud800"))])
+
+
+class TestEventSequence:
+    def test_a_tuple_of_events_is_a_batch(self) -> None:
+        batch = (Event(Operator(), Text("x")),)
+
+        assert batch is check_event_sequence(batch)
+
+    @pytest.mark.parametrize("events", ["abc", b"abc", Event(Operator(), Text("x")), 3, None])
+    def test_text_a_lone_event_and_non_sequences_are_not_batches(self, events: object) -> None:
+        with pytest.raises(ValidationError, match="sequence of Event"):
+            check_event_sequence(events)
+
+
+class TestAppendArgs:
+    def test_the_session_id_is_checked_before_the_events(self) -> None:
+        with pytest.raises(ValidationError, match="session_id"):
+            check_append_args("", "not events", None)
+
+    def test_the_events_are_checked_before_the_expected_version(self) -> None:
+        with pytest.raises(ValidationError, match="sequence of Event"):
+            check_append_args("s", "not events", -1)
+
+    def test_a_negative_expected_version_is_refused(self) -> None:
+        with pytest.raises(ValidationError, match="expected_version"):
+            check_append_args("s", [], -1)
