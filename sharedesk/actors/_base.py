@@ -23,6 +23,7 @@ Supervision, in one place (the Hub holds the policy, the actor only reports):
 
 from __future__ import annotations
 
+import abc
 import itertools
 import threading
 from typing import Any, ClassVar, Final, Protocol
@@ -148,7 +149,7 @@ class _Wake(msgspec.Struct, frozen=True):
     """Put in the inbox of an actor stopped from another thread, so its loop ends."""
 
 
-class HubActor(pykka.ThreadingActor):
+class HubActor(pykka.ThreadingActor, abc.ABC):
     """Base of the Hub's actors: a named thread, supervision and per-message log context.
 
     Which thread runs what:
@@ -252,9 +253,9 @@ class HubActor(pykka.ThreadingActor):
         """Return extra log context for ``message`` (``viewer``, ``run_id``); default none."""
         return {}
 
+    @abc.abstractmethod
     def handle(self, message: Any) -> Any:
-        """Handle one message and return the answer."""
-        raise NotImplementedError
+        """Handle one message and return the answer (each actor kind defines it)."""
 
     def on_receive(self, message: Any) -> Any:
         """Handle a message from the inbox (actor thread), one at a time.
