@@ -21,10 +21,12 @@ touch of a session through a Hub starts its actor: ``scale`` measures that).
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from bench import baselines
-from bench.harness import BenchRun, open_hub, open_store, run_threads
+from bench.harness import BenchRun, ThreadedResult, open_hub, open_store, run_threads
 from bench.options import int_list, pick
 from bench.report import measurement, ratio_target
 
@@ -180,11 +182,22 @@ def run(run_: BenchRun, args: argparse.Namespace) -> None:
                 )
             )
 
-    def raw_group_commit(threads: int, events: int, max_seconds: float) -> None:
-        label = f"append lmdb-raw group-commit t={threads}"
+    def threaded_baseline(
+        write: Callable[..., ThreadedResult],
+        path: Path,
+        *,
+        label: str,
+        system: str,
+        series: str,
+        note: str,
+        threads: int,
+        events: int,
+        max_seconds: float,
+    ) -> None:
+        """Run one threaded baseline (same sessions, threads and payload) and record it."""
         with run_.progress(label, events) as advance:
-            result = baselines.raw_lmdb_group_commit(
-                run_.fresh_dir("append-raw-group"),
+            result = write(
+                path,
                 sessions,
                 threads=threads,
                 events=events,
@@ -195,41 +208,41 @@ def run(run_: BenchRun, args: argparse.Namespace) -> None:
         records.append(
             dict(
                 scenario=NAME,
-                system="lmdb-raw",
+                system=system,
                 operation="append",
                 label=label,
                 ops=result.ops,
                 seconds=result.seconds,
                 latencies_ns=result.latencies_ns,
-                params={"threads": threads, "sessions": len(sessions), "series": "lmdb-raw gc"},
-                note="bare writer thread, one durable commit per group, no validation",
+                params={"threads": threads, "sessions": len(sessions), "series": series},
+                note=note,
             )
         )
 
+    def raw_group_commit(threads: int, events: int, max_seconds: float) -> None:
+        threaded_baseline(
+            baselines.raw_lmdb_group_commit,
+            run_.fresh_dir("append-raw-group"),
+            label=f"append lmdb-raw group-commit t={threads}",
+            system="lmdb-raw",
+            series="lmdb-raw gc",
+            note="bare writer thread, one durable commit per group, no validation",
+            threads=threads,
+            events=events,
+            max_seconds=max_seconds,
+        )
+
     def sqlite_and_agents(threads: int, events: int, max_seconds: float) -> None:
-        label = f"append sqlite WAL FULL t={threads}"
-        with run_.progress(label, events) as advance:
-            result = baselines.sqlite_appends(
-                run_.fresh_dir("append-sqlite") / "events.db",
-                sessions,
-                threads=threads,
-                events=events,
-                payload=payload,
-                max_seconds=max_seconds,
-                advance=advance,
-            )
-        records.append(
-            dict(
-                scenario=NAME,
-                system="sqlite",
-                operation="append",
-                label=label,
-                ops=result.ops,
-                seconds=result.seconds,
-                latencies_ns=result.latencies_ns,
-                params={"threads": threads, "sessions": len(sessions), "series": "sqlite"},
-                note="one commit per append, synchronous=FULL",
-            )
+        threaded_baseline(
+            baselines.sqlite_appends,
+            run_.fresh_dir("append-sqlite") / "events.db",
+            label=f"append sqlite WAL FULL t={threads}",
+            system="sqlite",
+            series="sqlite",
+            note="one commit per append, synchronous=FULL",
+            threads=threads,
+            events=events,
+            max_seconds=max_seconds,
         )
         if not baselines.agents_available():
             run_.note("openai-agents not installed: its SQLiteSession baseline skipped")
