@@ -59,7 +59,7 @@ from sharedesk.actors._messages import Append, Commit, GetTranscript, Plan, Turn
 from sharedesk.actors.projector import ProjectorActor
 from sharedesk.actors.session import SessionActor
 from sharedesk.actors.sharing import SharingActor
-from sharedesk.protocol.authors import Agent, Operator, Person, SessionAuthor, System, author_key
+from sharedesk.protocol.authors import SessionAuthor, author_key
 from sharedesk.protocol.constants import SESSION_WINDOW
 from sharedesk.protocol.errors import (
     ActorCrashed,
@@ -71,7 +71,7 @@ from sharedesk.protocol.errors import (
 from sharedesk.protocol.events import Event, Text, new_event_id
 from sharedesk.protocol.ports import SessionLog
 from sharedesk.protocol.transcripts import Transcript
-from sharedesk.protocol.validation import check_event_sequence, check_session_id
+from sharedesk.protocol.validation import check_author, check_event_sequence, check_session_id
 from sharedesk.protocol.views import Conversation, Projection, SessionMessage
 from sharedesk.store.memory import MemoryStore
 
@@ -168,14 +168,6 @@ class HubStats(msgspec.Struct, frozen=True):
     failed: list[str]
     restarts: int
     passivated: int
-
-
-def _check_author(viewer: Any) -> SessionAuthor:
-    if not isinstance(viewer, Operator | Person | Agent | System):
-        raise ValidationError(
-            f"viewer must be an Operator, Person, Agent or System, got {type(viewer).__name__}"
-        )
-    return viewer
 
 
 class Hub:
@@ -466,7 +458,7 @@ class Hub:
         key = ActorKey(
             kind="projector",
             session_id=session_id,
-            viewer=author_key(_check_author(viewer)),
+            viewer=author_key(check_author(viewer, "viewer")),
             conversation=conversation,
         )
 
@@ -515,7 +507,7 @@ class Hub:
         tail; no writes.
         """
         conversation = self._conversation(session_id, conversation)
-        viewer = _check_author(viewer)
+        viewer = check_author(viewer, "viewer")
         plan: TurnPlan = self._call(
             ActorKey(kind="sharing", session_id=session_id),
             Plan(viewer=viewer, conversation=conversation),
@@ -533,7 +525,7 @@ class Hub:
         appended since (``TranscriptBuilder.update_from_store``).
         """
         conversation = self._conversation(session_id, None)
-        viewer = _check_author(viewer)
+        viewer = check_author(viewer, "viewer")
         key = ActorKey(
             kind="projector",
             session_id=session_id,
@@ -984,7 +976,7 @@ class SessionHandle:
         if not isinstance(content, str):
             raise ValidationError(f"content must be a str, got {type(content).__name__}")
         event = Event(
-            _check_author(author),
+            check_author(author),
             Text(content),
             id=new_event_id() if id is None else id,
             parent=parent,

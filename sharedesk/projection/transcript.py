@@ -67,8 +67,6 @@ from typing import TYPE_CHECKING, Any, Final
 
 from sharedesk.protocol.authors import (
     Agent,
-    Operator,
-    Person,
     SessionAuthor,
     System,
     author_key,
@@ -87,7 +85,7 @@ from sharedesk.protocol.events import (
 )
 from sharedesk.protocol.ports import EventStore
 from sharedesk.protocol.transcripts import Transcript, TranscriptMessage
-from sharedesk.protocol.validation import check_optional_int, check_session_id
+from sharedesk.protocol.validation import check_author, check_optional_int, check_session_id
 
 if TYPE_CHECKING:
     from datetime import datetime
@@ -99,8 +97,6 @@ _VIEWER_KEY: Final = "viewer"
 _OPEN_TEXT_KEY: Final = "open_text"
 _OPEN_RUN_KEY: Final = "open_run_id"
 _CUT_CALLS_KEY: Final = "cut_pending_calls"
-
-_AUTHOR_TYPES: Final = (Operator, Person, Agent, System)
 
 
 class _Budget:
@@ -322,11 +318,7 @@ def _json_chars(value: Any, what: str) -> int:
 
 
 def _check_viewer(viewer: Any) -> SessionAuthor | None:
-    if viewer is None or isinstance(viewer, _AUTHOR_TYPES):
-        return viewer
-    raise ValidationError(
-        f"viewer must be an Operator, Person, Agent, System or None, got {type(viewer).__name__}"
-    )
+    return None if viewer is None else check_author(viewer, "viewer")
 
 
 def _check_events(events: Any) -> list[Event]:

@@ -7,6 +7,7 @@ from typing import Any, Final, cast
 
 import msgspec
 
+from sharedesk.protocol.authors import Agent, Operator, Person, SessionAuthor, System
 from sharedesk.protocol.errors import ValidationError
 from sharedesk.protocol.events import RUN_STATUSES, Event, RunFinished
 
@@ -37,6 +38,25 @@ def check_session_id(session_id: Any) -> str:
             f"session_id is {size} UTF-8 bytes; at most {MAX_SESSION_ID_BYTES} are allowed"
         )
     return session_id
+
+
+def check_author(value: Any, name: str = "author") -> SessionAuthor:
+    """Return ``value`` if it is an author (``Operator``, ``Person``, ``Agent``, ``System``).
+
+    Args:
+        value: The value to check.
+        name: What to call it in the error message (``"viewer"``, ``"author"``).
+
+    Raises:
+        ValidationError: Not an author.
+
+    Cost: O(1).
+    """
+    if not isinstance(value, Operator | Person | Agent | System):
+        raise ValidationError(
+            f"{name} must be an Operator, Person, Agent or System, got {type(value).__name__}"
+        )
+    return value
 
 
 def check_optional_int(name: str, value: Any, *, minimum: int = 0) -> int | None:

@@ -100,6 +100,12 @@ class TestStorePort:
 
         assert 0 == hub.last_sequence("desk")
 
+    def test_a_post_by_a_non_author_is_refused_naming_the_author(self, hub: Hub) -> None:
+        with pytest.raises(ValidationError, match=r"^author must be"):
+            hub.session("desk").post("ana", "hi")  # type: ignore[arg-type]
+
+        assert 0 == hub.last_sequence("desk")
+
     def test_last_sequence_of_an_unknown_session_is_zero(self, hub: Hub) -> None:
         assert 0 == hub.last_sequence("nobody")
 

@@ -6,6 +6,7 @@ from sharedesk.protocol import Event, Operator, RunFinished, Text, ValidationErr
 from sharedesk.protocol.validation import (
     MAX_SESSION_ID_BYTES,
     check_append_args,
+    check_author,
     check_event_sequence,
     check_events,
     check_optional_int,
@@ -113,3 +114,16 @@ class TestAppendArgs:
     def test_a_negative_expected_version_is_refused(self) -> None:
         with pytest.raises(ValidationError, match="expected_version"):
             check_append_args("s", [], -1)
+
+
+class TestAuthor:
+    def test_every_author_kind_passes(self) -> None:
+        from sharedesk.protocol import Agent, Person, System
+
+        authors = [Operator(), Person("p", "P"), Agent("a", "A"), System("k", "K")]
+
+        assert authors == [check_author(a) for a in authors]
+
+    def test_anything_else_is_refused_under_the_name_given(self) -> None:
+        with pytest.raises(ValidationError, match=r"^viewer must be an Operator"):
+            check_author("agent:a", "viewer")
