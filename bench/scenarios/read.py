@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -136,20 +137,15 @@ def run(run_: BenchRun, args: argparse.Namespace) -> None:
                         build_desk(run_, hub, None, rows, payload)
                         _cold(run_, hub.log(DESK), rows, repeat, " memory")
                     _warm(run_, hub, rows, repeat, hubs[-1][1])
-                with run_.progress(f"last30 sqlite n={rows:,}", repeat) as advance:
-                    seconds, lat = time_calls(repeat, calling(mirror.last30), advance)
-                run_.measurements.append(
-                    measurement(
-                        scenario=NAME,
-                        system="sqlite",
-                        operation="read30",
-                        label=f"last30 sqlite n={rows}",
-                        ops=repeat,
-                        seconds=seconds,
-                        latencies_ns=lat,
-                        params={"rows": rows, "compare": f"rows={rows}", "baseline": True},
-                        note="ORDER BY seq DESC LIMIT 30 + json.loads per row",
-                    )
+                _time_read30(
+                    run_,
+                    "last30 sqlite",
+                    calling(mirror.last30),
+                    system="sqlite",
+                    rows=rows,
+                    repeat=repeat,
+                    note="ORDER BY seq DESC LIMIT 30 + json.loads per row",
+                    baseline=True,
                 )
             finally:
                 mirror.close()
@@ -161,25 +157,53 @@ def run(run_: BenchRun, args: argparse.Namespace) -> None:
     _targets(run_, sizes, turn_medians)
 
 
+def _time_read30(
+    run_: BenchRun,
+    name: str,
+    call: Callable[[int], object],
+    *,
+    system: str,
+    rows: int,
+    repeat: int,
+    note: str,
+    suffix: str = "",
+    baseline: bool = False,
+) -> None:
+    """Time ``call(i)`` ``repeat`` times and record it as a 30-row read of an ``rows`` desk."""
+    with run_.progress(f"{name} n={rows:,}{suffix}", repeat) as advance:
+        seconds, lat = time_calls(repeat, call, advance)
+    params: dict[str, Any] = {"rows": rows, "compare": f"rows={rows}"}
+    if baseline:
+        params["baseline"] = True
+    run_.measurements.append(
+        measurement(
+            scenario=NAME,
+            system=system,
+            operation="read30",
+            label=f"{name} n={rows}{suffix}",
+            ops=repeat,
+            seconds=seconds,
+            latencies_ns=lat,
+            params=params,
+            note=note,
+        )
+    )
+
+
 def _cold(run_: BenchRun, log: SessionLog, rows: int, repeat: int, suffix: str) -> None:
     """Time ``project_session`` over ``log`` (channel, window 30) ``repeat`` times."""
     from sharedesk import Conversation, SessionQuery, project_session
 
     query = SessionQuery(Conversation(DESK))
-    with run_.progress(f"project cold n={rows:,}{suffix}", repeat) as advance:
-        seconds, lat = time_calls(repeat, calling(project_session, log, query), advance)
-    run_.measurements.append(
-        measurement(
-            scenario=NAME,
-            system="sharedesk",
-            operation="read30",
-            label=f"project cold n={rows}{suffix}",
-            ops=repeat,
-            seconds=seconds,
-            latencies_ns=lat,
-            params={"rows": rows, "compare": f"rows={rows}"},
-            note="project_session over the store's log, channel, window 30",
-        )
+    _time_read30(
+        run_,
+        "project cold",
+        calling(project_session, log, query),
+        system="sharedesk",
+        rows=rows,
+        repeat=repeat,
+        note="project_session over the store's log, channel, window 30",
+        suffix=suffix,
     )
 
 
@@ -189,20 +213,15 @@ def _warm(run_: BenchRun, hub: Hub, rows: int, repeat: int, suffix: str) -> None
 
     viewer = Person(id="ana", label="Ana")
     hub.view(DESK, viewer)
-    with run_.progress(f"view warm n={rows:,}{suffix}", repeat) as advance:
-        seconds, lat = time_calls(repeat, calling(hub.view, DESK, viewer), advance)
-    run_.measurements.append(
-        measurement(
-            scenario=NAME,
-            system="sharedesk",
-            operation="read30",
-            label=f"view warm n={rows}{suffix}",
-            ops=repeat,
-            seconds=seconds,
-            latencies_ns=lat,
-            params={"rows": rows, "compare": f"rows={rows}"},
-            note="hub.view, channel, window 30, projector already built",
-        )
+    _time_read30(
+        run_,
+        "view warm",
+        calling(hub.view, DESK, viewer),
+        system="sharedesk",
+        rows=rows,
+        repeat=repeat,
+        note="hub.view, channel, window 30, projector already built",
+        suffix=suffix,
     )
 
 
