@@ -71,7 +71,12 @@ from sharedesk.protocol.errors import (
 from sharedesk.protocol.events import Event, Text, new_event_id
 from sharedesk.protocol.ports import SessionLog
 from sharedesk.protocol.transcripts import Transcript
-from sharedesk.protocol.validation import check_author, check_event_sequence, check_session_id
+from sharedesk.protocol.validation import (
+    check_author,
+    check_conversation,
+    check_event_sequence,
+    check_session_id,
+)
 from sharedesk.protocol.views import Conversation, Projection, SessionMessage
 from sharedesk.store.memory import MemoryStore
 
@@ -714,10 +719,7 @@ class Hub:
         check_session_id(session_id)
         if conversation is None:
             return Conversation(desk=session_id)
-        if not isinstance(conversation, Conversation):
-            raise ValidationError(
-                f"conversation must be a Conversation or None, got {type(conversation).__name__}"
-            )
+        check_conversation(conversation)
         if conversation.desk != session_id:
             raise ValidationError(
                 f"conversation of desk {conversation.desk!r} asked of session {session_id!r}"

@@ -52,6 +52,7 @@ from sharedesk.protocol.errors import (
     ValidationError,
 )
 from sharedesk.protocol.ports import SessionLog
+from sharedesk.protocol.validation import check_conversation
 from sharedesk.protocol.views import (
     Conversation,
     LogMessage,
@@ -380,31 +381,6 @@ def check_log(log: object) -> None:
         raise ValidationError(
             f"log must be a SessionLog with a read_before method, got {type(log).__name__}"
         )
-
-
-def check_conversation(conversation: object, name: str) -> Conversation:
-    """Return ``conversation`` if it is a well-typed :class:`Conversation`.
-
-    Args:
-        conversation: The value to check.
-        name: How to call it in the error message.
-
-    Raises:
-        ValidationError: Not a ``Conversation``, a non-``str`` desk, or a ``thread_root``
-            that is neither ``None`` nor an ``int``.
-
-    Cost: O(1).
-    """
-    if not isinstance(conversation, Conversation):
-        raise ValidationError(f"{name} must be a Conversation, got {type(conversation).__name__}")
-    if not isinstance(conversation.desk, str):
-        raise ValidationError(f"{name}.desk must be a str, got {type(conversation.desk).__name__}")
-    root = conversation.thread_root
-    if root is not None and type(root) is not int:
-        raise ValidationError(
-            f"{name}.thread_root must be an int or None, got {type(root).__name__}"
-        )
-    return conversation
 
 
 def check_int(name: str, value: object, *, minimum: int | None = None) -> int:

@@ -10,6 +10,7 @@ import msgspec
 from sharedesk.protocol.authors import Agent, Operator, Person, SessionAuthor, System
 from sharedesk.protocol.errors import ValidationError
 from sharedesk.protocol.events import RUN_STATUSES, Event, RunFinished
+from sharedesk.protocol.views import Conversation
 
 _EVENT_DECODER: Final = msgspec.msgpack.Decoder(Event)
 _ENCODER: Final = msgspec.msgpack.Encoder()
@@ -57,6 +58,31 @@ def check_author(value: Any, name: str = "author") -> SessionAuthor:
             f"{name} must be an Operator, Person, Agent or System, got {type(value).__name__}"
         )
     return value
+
+
+def check_conversation(conversation: object, name: str = "conversation") -> Conversation:
+    """Return ``conversation`` if it is a well-typed :class:`Conversation`.
+
+    Args:
+        conversation: The value to check.
+        name: How to call it in the error message.
+
+    Raises:
+        ValidationError: Not a ``Conversation``, a non-``str`` desk, or a ``thread_root``
+            that is neither ``None`` nor an ``int``.
+
+    Cost: O(1).
+    """
+    if not isinstance(conversation, Conversation):
+        raise ValidationError(f"{name} must be a Conversation, got {type(conversation).__name__}")
+    if not isinstance(conversation.desk, str):
+        raise ValidationError(f"{name}.desk must be a str, got {type(conversation.desk).__name__}")
+    root = conversation.thread_root
+    if root is not None and type(root) is not int:
+        raise ValidationError(
+            f"{name}.thread_root must be an int or None, got {type(root).__name__}"
+        )
+    return conversation
 
 
 def check_optional_int(name: str, value: Any, *, minimum: int = 0) -> int | None:

@@ -10,7 +10,7 @@ import msgspec
 from sharedesk.protocol.errors import ValidationError
 from sharedesk.protocol.events import Event, Text
 from sharedesk.protocol.validation import check_optional_int
-from sharedesk.protocol.views import Conversation, LogMessage, SharingState
+from sharedesk.protocol.views import LogMessage, SharingState
 
 
 class SessionInfo(msgspec.Struct, frozen=True):
@@ -118,18 +118,3 @@ def to_log_message(session_id: str, event: Event) -> LogMessage:
         desk=session_id,
         parent=event.parent,
     )
-
-
-def check_conversation(conversation: Any) -> Conversation:
-    """Return ``conversation`` if it is a :class:`Conversation`.
-
-    Raises:
-        ValidationError: Otherwise.
-
-    Cost: O(1).
-    """
-    if not isinstance(conversation, Conversation):
-        raise ValidationError(
-            f"conversation must be a Conversation, got {type(conversation).__name__}"
-        )
-    return conversation

@@ -102,13 +102,13 @@ from sharedesk.protocol.errors import (
 from sharedesk.protocol.events import Event, Text
 from sharedesk.protocol.validation import (
     check_append_args,
+    check_conversation,
     check_optional_int,
     check_session_id,
 )
 from sharedesk.protocol.views import Conversation, LogMessage, SessionPage, SharingState
 from sharedesk.store._common import (
     SessionInfo,
-    check_conversation,
     check_log_args,
     check_read_args,
     check_sharing_args,

@@ -15,13 +15,13 @@ from sharedesk.protocol.errors import ConcurrencyError, SharingStateConflict, St
 from sharedesk.protocol.events import Event, Text
 from sharedesk.protocol.validation import (
     check_append_args,
+    check_conversation,
     check_parents,
     check_session_id,
 )
 from sharedesk.protocol.views import Conversation, SessionPage, SharingState
 from sharedesk.store._common import (
     SessionInfo,
-    check_conversation,
     check_log_args,
     check_read_args,
     check_sharing_args,

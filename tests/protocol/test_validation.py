@@ -7,6 +7,7 @@ from sharedesk.protocol.validation import (
     MAX_SESSION_ID_BYTES,
     check_append_args,
     check_author,
+    check_conversation,
     check_event_sequence,
     check_events,
     check_optional_int,
@@ -127,3 +128,24 @@ class TestAuthor:
     def test_anything_else_is_refused_under_the_name_given(self) -> None:
         with pytest.raises(ValidationError, match=r"^viewer must be an Operator"):
             check_author("agent:a", "viewer")
+
+
+class TestConversation:
+    def test_a_channel_and_a_thread_pass(self) -> None:
+        from sharedesk.protocol import Conversation
+
+        assert [Conversation("d"), Conversation("d", 3)] == [
+            check_conversation(Conversation("d")),
+            check_conversation(Conversation("d", 3)),
+        ]
+
+    @pytest.mark.parametrize("value", ["d", None, {"desk": "d"}])
+    def test_anything_but_a_conversation_is_refused(self, value: object) -> None:
+        with pytest.raises(ValidationError, match="must be a Conversation"):
+            check_conversation(value)
+
+    def test_a_thread_root_that_is_not_an_int_is_refused(self) -> None:
+        from sharedesk.protocol import Conversation
+
+        with pytest.raises(ValidationError, match="thread_root"):
+            check_conversation(Conversation("d", "3"))  # type: ignore[arg-type]
