@@ -73,6 +73,7 @@ what the page costs, not the history.
 
 from __future__ import annotations
 
+import collections
 import hashlib
 import os
 import struct
@@ -187,13 +188,19 @@ class _Request:
     The caller blocks on ``_done``, a lock acquired at creation and released once the
     outcome is settled: the cheapest wake-up CPython offers, which matters when sixteen
     callers wait on every commit. After a commit the writer wakes only the first caller
-    of the group and each caller wakes the next (``_next``) as soon as it runs, so the
-    callers take the interpreter one after another instead of all fighting for it at
-    once. Callers on the main thread are woken directly and never relay: only there can
-    a signal (``KeyboardInterrupt``) interrupt the wait and break the relay.
+    of the group; each woken caller hands its successor (``_next``) on as a *baton*. With
+    ``_batons`` set (requests made by :meth:`LmdbStore._submit`), the baton goes to the
+    store's queue of batons and the next thread to block in the store wakes it just
+    before it blocks, so the successor finds the interpreter free and runs at once
+    (one thread switch per caller, not two); the writer wakes any baton nobody took
+    within one gathering window (see ``_run_writer``). Without ``_batons`` the caller
+    wakes its successor as soon as it runs. Callers on the main thread are woken
+    directly and never relay: only there can a signal (``KeyboardInterrupt``) interrupt
+    the wait and break the relay.
     """
 
     __slots__ = (
+        "_batons",
         "_done",
         "_main",
         "_next",
@@ -223,6 +230,7 @@ class _Request:
         self.error: BaseException | None = None
         self.settled = False
         self._next: _Request | None = None
+        self._batons: collections.deque[_Request] | None = None
         self._main = threading.current_thread() is threading.main_thread()
         self._done = threading.Lock()
         self._done.acquire()
@@ -239,12 +247,15 @@ class _Request:
         self._done.release()
 
     def wait(self) -> list[Event]:
-        """Block until woken; relay the wake-up; return the result or raise (repeatable)."""
+        """Block until woken; hand on the baton; return the result or raise (repeatable)."""
         self._done.acquire()
         relay = self._next
         if relay is not None:
             self._next = None
-            relay._done.release()
+            if self._batons is None:
+                relay._done.release()
+            else:
+                self._batons.append(relay)
         self._done.release()
         if self.error is not None:
             raise self.error
@@ -252,17 +263,43 @@ class _Request:
         return self.result
 
 
-def _wake(group: list[_Request]) -> None:
-    """Wake the callers of a settled group: main-thread callers directly, others in relay."""
+def _wake(group: list[_Request]) -> int:
+    """Wake the callers of a settled group: main-thread callers directly, others in relay.
+
+    Returns how many callers will wait for a baton in the store's queue (successors of
+    requests that hand theirs on there).
+    """
     relay: _Request | None = None
+    handed = 0
     for request in reversed(group):
         if request._main:
             request._done.release()
         else:
+            if relay is not None and request._batons is not None:
+                handed += 1
             request._next = relay
             relay = request
     if relay is not None:
         relay._done.release()
+    return handed
+
+
+def _wake_all(batons: collections.deque[_Request]) -> int:
+    """Wake every request waiting for a baton and every successor in its chain.
+
+    Returns the number of requests woken.
+    """
+    woken = 0
+    while True:
+        try:
+            request: _Request | None = batons.popleft()
+        except IndexError:
+            return woken
+        while request is not None:
+            successor, request._next = request._next, None
+            request._done.release()
+            request = successor
+            woken += 1
 
 
 class _StaleMeta(Exception):
@@ -340,6 +377,11 @@ class LmdbStore:
         self._dbs = self._shared.dbs
         self._cond = threading.Condition(threading.Lock())
         self._queue: list[_Request] = []
+        # Relay successors handed on as batons (see _Request; woken callers append
+        # without the lock), and how many callers of woken groups still wait for their
+        # baton (under _cond).
+        self._batons: collections.deque[_Request] = collections.deque()
+        self._relaying = 0
         # (last sequence, Text rows) per session prefix as of this store's last commit;
         # valid only while no other writer committed in between (checked by txn id).
         self._meta_cache: dict[bytes, tuple[int, int]] = {}
@@ -460,6 +502,11 @@ class LmdbStore:
             # or the group it is gathering is complete.
             if len(queue) == 1 or len(queue) >= self._target:
                 self._cond.notify()
+            if self._group_wait > 0:
+                request._batons = self._batons
+            if self._batons:  # this thread is about to block: a woken caller runs instead
+                self._batons.popleft()._done.release()
+                self._relaying -= 1
         return request.wait()
 
     def _run_writer(self) -> None:
@@ -470,12 +517,21 @@ class LmdbStore:
         group held, but no longer than the last commit took (waiting longer than a
         commit costs more than committing twice) nor than ``group_wait``. One caller
         alone never waits (its last group held one request).
+
+        Batons: a woken caller's successor waits for the next thread that blocks in the
+        store (see ``_Request``). When no request arrives within that same window, or
+        when the writer takes a group, it wakes every baton still waiting, so a caller
+        whose predecessor never comes back waits at most one window longer.
         """
         cond = self._cond
+        batons = self._batons
         while True:
             with cond:
                 while not self._queue and not self._closed:
-                    cond.wait()
+                    if self._relaying <= 0:
+                        cond.wait()
+                    elif not cond.wait(min(self._group_wait, self._last_commit or 1.0)):
+                        self._relaying -= _wake_all(batons)
                 if self._queue and len(self._queue) < self._target and not self._closed:
                     deadline = time.monotonic() + min(self._group_wait, self._last_commit)
                     while len(self._queue) < self._target and not self._closed:
@@ -483,7 +539,11 @@ class LmdbStore:
                         if remaining <= 0:
                             break
                         cond.wait(remaining)
+                self._relaying -= _wake_all(batons)
                 if not self._queue:
+                    while self._relaying > 0:  # closed: see every woken group's relay through
+                        cond.wait(0.001)
+                        self._relaying -= _wake_all(batons)
                     return
                 group, self._queue = self._queue, []
                 self._target = len(group)
@@ -500,7 +560,10 @@ class LmdbStore:
             for request in group:
                 if not request.settled:
                     request.settle(error=exc)
-        _wake(group)
+        handed = _wake(group)
+        if handed:
+            with self._cond:
+                self._relaying += handed
 
     def _settle_group(self, group: list[_Request]) -> None:
         while True:

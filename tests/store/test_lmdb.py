@@ -365,6 +365,61 @@ class TestLmdbStoreGroupCommit:
         assert (False, False, True) == tuple(r._done.locked() for r in group)
         assert ["1", "2"] == [r.wait()[0].body.content for r in group[1:]]  # type: ignore[union-attr]
 
+    @staticmethod
+    def settled_chain(store: LmdbStore, size: int) -> list[_Request]:
+        """A settled group of ``size`` worker-thread requests of ``store``, woken by
+        ``_wake`` and counted as the writer counts them (the writer is not told)."""
+        group = [_Request("s", [text()], None, None) for _ in range(size)]
+        for index, request in enumerate(group):
+            request._main = False
+            request._batons = store._batons
+            request.settle(result=[text(str(index))])
+        with store._cond:
+            store._relaying += _wake(group)
+        return group
+
+    def test_a_woken_caller_leaves_its_successor_to_the_next_thread_that_blocks(
+        self, store: LmdbStore
+    ) -> None:
+        entered, release = gate_writer(store)  # the writer is busy: only a caller can wake
+        busy, _ = in_thread(lambda: store.append("s", [text()]))
+        assert entered.wait(30)
+        first, second = self.settled_chain(store, 2)
+        first.wait()
+        waiting_for_baton = second._done.locked()
+
+        blocker, _ = in_thread(lambda: store.append("t", [text()]))
+        wait_until(lambda: not second._done.locked())
+        release.set()
+        for thread in (busy, blocker):
+            thread.join(30)
+
+        assert (True, 0) == (waiting_for_baton, store._relaying)
+
+    def test_the_writer_wakes_a_caller_whose_predecessor_never_comes_back(
+        self, store: LmdbStore
+    ) -> None:
+        entered, release = gate_writer(store)
+        first, _ = in_thread(lambda: store.append("s", [text()]))
+        assert entered.wait(30)
+        group = [in_thread(functools.partial(append_one, store, index)) for index in range(2)]
+        wait_until(lambda: len(store._queue) == 2)
+
+        release.set()  # the two queued appends commit as one group; nobody appends again
+        for thread, _ in [(first, None), *group]:
+            thread.join(30)
+
+        assert [False, False] == [thread.is_alive() for thread, _ in group]
+        assert all(isinstance(outcome[0], list) for _, outcome in group)
+
+    def test_close_wakes_callers_still_waiting_for_a_baton(self, store: LmdbStore) -> None:
+        first, second = self.settled_chain(store, 2)
+        first.wait()
+
+        store.close()
+
+        assert (False, 0) == (second._done.locked(), store._relaying)
+
     def test_main_thread_callers_are_woken_directly_not_in_relay(self) -> None:
         main, other = _Request("s", [text()], None, None), _Request("s", [text()], None, None)
         other._main = False
