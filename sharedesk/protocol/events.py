@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import uuid
+import os
 from datetime import datetime
-from typing import Any
+from typing import Any, Final
 
 import msgspec
 
@@ -113,9 +113,19 @@ class SessionStarted(_Body, frozen=True, tag="session_started"):
 EventBody = Text | TextDelta | ToolCall | ToolResult | RunStarted | RunFinished | SessionStarted
 
 
+# A uuid4 is 128 random bits with the version (4 bits at bit 76) and the RFC 4122
+# variant (2 bits at bit 62) fixed; ``uuid.uuid4().hex`` builds the same string through a
+# ``UUID`` object at about twice the cost, paid for every event a caller makes.
+_UUID4_CLEAR: Final = ~((0xF << 76) | (0x3 << 62))
+_UUID4_SET: Final = (0x4 << 76) | (0x2 << 62)
+
+
 def new_event_id() -> str:
-    """Return a fresh event id (a uuid4 in hex)."""
-    return uuid.uuid4().hex
+    """Return a fresh event id: a random (version 4) UUID as 32 lowercase hex digits.
+
+    Cost: 16 bytes from ``os.urandom``; about 1.5 µs.
+    """
+    return f"{int.from_bytes(os.urandom(16), 'big') & _UUID4_CLEAR | _UUID4_SET:032x}"
 
 
 class _EventHead(msgspec.Struct, frozen=True):
