@@ -63,6 +63,23 @@ def event_row(session_id: str, sequence: int, payload: str) -> dict[str, Any]:
     }
 
 
+def last_sequences(txn: lmdb.Transaction, db: Any, prefixes: Sequence[bytes]) -> list[int]:
+    """Return each session's last stored sequence (0 when none) in a baseline's ``db``.
+
+    Keys are ``prefix + sequence`` (8 bytes, big-endian), as the raw baselines write them.
+    Cost: one cursor seek per session.
+    """
+    cursor = txn.cursor(db=db)
+    last: list[int] = []
+    for prefix in prefixes:
+        # The first key past the session's range, then one back (or the very last key).
+        moved = cursor.prev() if cursor.set_range(prefix + b"\xff" * 8) else cursor.last()
+        key = bytes(cursor.key()) if moved else b""
+        own = key.startswith(prefix) and len(key) == len(prefix) + 8
+        last.append(int.from_bytes(key[len(prefix) :], "big") if own else 0)
+    return last
+
+
 def raw_lmdb_appends(
     path: Path,
     sessions: Sequence[str],
@@ -75,8 +92,12 @@ def raw_lmdb_appends(
 ) -> tuple[int, float]:
     """Write ``events`` events with raw py-lmdb, ``per_txn`` per durable transaction.
 
+    Continues what earlier calls wrote at ``path``: each session's next event gets the
+    sequence after its last one (read before the clock starts), so a run split into
+    rounds writes the same database as one long run.
+
     Args:
-        path: A fresh directory.
+        path: The baseline's directory (created if missing).
         sessions: Session ids the events are spread over (round robin).
         events: Events to write at most.
         per_txn: Events per write transaction (each commit fsyncs).
@@ -92,7 +113,8 @@ def raw_lmdb_appends(
         events_db = env.open_db(b"events")
         ids_db = env.open_db(b"ids")
         prefixes = [session_key(s) for s in sessions]
-        last = [0] * len(sessions)
+        with env.begin() as txn:
+            last = last_sequences(txn, events_db, prefixes)
         encode = msgspec.msgpack.encode
         written = 0
         start = time.perf_counter()
@@ -131,10 +153,11 @@ def raw_lmdb_group_commit(
 
     Each call hands one pre-encoded event to a writer thread and blocks until the
     transaction holding it is committed (fsync'd); the writer takes every waiting call at
-    once. The rows written are those of :func:`raw_lmdb_appends`.
+    once. The rows written are those of :func:`raw_lmdb_appends`, continuing what earlier
+    calls wrote at ``path`` as it does.
 
     Args:
-        path: A fresh directory.
+        path: The baseline's directory (created if missing).
         sessions: Session ids the events are spread over (as the sharedesk writes are).
         threads: Writer threads.
         events: Events to write at most.
@@ -149,7 +172,8 @@ def raw_lmdb_group_commit(
     events_db = env.open_db(b"events")
     ids_db = env.open_db(b"ids")
     prefixes = [session_key(s) for s in sessions]
-    last = [0] * len(sessions)
+    with env.begin() as txn:
+        last = last_sequences(txn, events_db, prefixes)
     encode = msgspec.msgpack.encode
     waiting: list[tuple[int, bytes, str, threading.Lock]] = []
     cond = threading.Condition()
@@ -233,7 +257,7 @@ def sqlite_appends(
     ``COMMIT``: the same work as one sharedesk append of one event.
 
     Args:
-        path: The database file (created).
+        path: The database file (created if missing; appends continue what is there).
         sessions: Session ids, spread over as in the sharedesk run.
         threads: Writer threads (one connection each).
         events: Events in total at most.

@@ -6,16 +6,21 @@ deployment. The same writes are done by the baselines of :mod:`bench.baselines`.
 headline (largest) thread count runs in ``--rounds`` rounds, each one raw py-lmdb, then
 sharedesk, then sqlite (and openai-agents), and each figure sums its rounds: a shared
 machine's disk and CPU drift over minutes, and alternating spreads that drift over every
-system instead of handing it to whichever ran last.
+system instead of handing it to whichever ran last. The rounds are time slices of one
+workload: each system keeps its database (and sharedesk its open store or Hub) from one
+round to the next, so the figures are those of one run of ``--events`` events. An LMDB
+commit costs more as the tree grows (a group's keys land on more distinct pages), so
+small fresh databases would flatter the page-bound raw baselines.
 Headlines (issues 3 and 4), at the largest thread count and durable:
 
 - store >= 0.4x raw py-lmdb at 16 events per durable transaction;
 - store >= 1.2x sqlite3 WAL ``synchronous=FULL``, one commit per append;
 - via the Hub >= 0.5x the store alone.
 
-Each sharedesk measurement starts with an untimed warm-up of one append per session
-through the same path, so both sharedesk figures are steady-state throughput (the first
-touch of a session through a Hub starts its actor: ``scale`` measures that).
+Every system, baselines included, first writes an untimed warm-up of one event per
+session, so all of them time their writes on the same shape of database, and both
+sharedesk figures are steady-state throughput (the first touch of a session through a Hub
+starts its actor: ``scale`` measures that).
 """
 
 from __future__ import annotations
@@ -93,21 +98,44 @@ def run(run_: BenchRun, args: argparse.Namespace) -> None:
 
     from sharedesk import Agent, Event, MemoryStore, Text
 
+    # Each system writes one database for the whole run: the headline's rounds are time
+    # slices of one workload, not separate small ones (an LMDB commit costs more as the
+    # tree grows, so fresh small databases would flatter the page-bound raw baselines).
+    # Every system first writes one untimed event per session, so all start timing from
+    # the same shape of database (and a Hub has started every session's actor).
+    dirs: dict[str, Path] = {}
+    targets: dict[str, tuple[Any, Callable[[str, list[Any]], Any]]] = {}
+
+    def place(name: str) -> tuple[Path, bool]:
+        """Return the directory of ``name`` and whether it was just created."""
+        fresh = name not in dirs
+        if fresh:
+            dirs[name] = run_.fresh_dir(name)
+        return dirs[name], fresh
+
+    def warm_up(threads: int, op: Callable[[int, int], None]) -> None:
+        run_threads(threads, -(-len(sessions) // threads), op, max_seconds=60.0)
+
     def sharedesk_writes(
         path_kind: str, mode: str, threads: int, events: int, max_seconds: float
     ) -> None:
-        directory = run_.fresh_dir(f"append-{path_kind}-{mode}-t{threads}")
-        target: Any
-        if path_kind == "store":
-            target = MemoryStore() if mode == "memory" else open_store(directory, mode)
-            append = target.append
-        else:
-            target = open_hub(None if mode == "memory" else directory, mode)
-
-            def append(session_id: str, batch: list[Any]) -> Any:
-                return target.session(session_id).append(batch)
-
+        label = f"append sharedesk {path_kind} {mode} t={threads}"
         authors = [Agent(id=f"w{t}", label=f"writer {t}") for t in range(threads)]
+        fresh = label not in targets
+        if fresh:
+            directory, _ = place(f"append-{path_kind}-{mode}-t{threads}")
+            target: Any
+            if path_kind == "store":
+                target = MemoryStore() if mode == "memory" else open_store(directory, mode)
+                append = target.append
+            else:
+                target = open_hub(None if mode == "memory" else directory, mode)
+
+                def append(session_id: str, batch: list[Any]) -> Any:
+                    return target.session(session_id).append(batch)
+
+            targets[label] = (target, append)
+        append = targets[label][1]
 
         def op(thread: int, j: int) -> None:
             session_id = sessions[(thread + j * threads) % len(sessions)]
@@ -117,18 +145,12 @@ def run(run_: BenchRun, args: argparse.Namespace) -> None:
             )
 
         calls = -(-events // per_call)
-        label = f"append sharedesk {path_kind} {mode} t={threads}"
-        try:
-            # Untimed warm-up: one call per session, so the timed part measures steady
-            # throughput, not the first touch of each session (a Hub starts that
-            # session's actor and reads its last sequence; `scale` measures that cost).
-            run_threads(threads, -(-len(sessions) // threads), op, max_seconds=max_seconds)
-            with run_.progress(label, calls) as advance:
-                result = run_threads(
-                    threads, -(-calls // threads), op, max_seconds=max_seconds, advance=advance
-                )
-        finally:
-            target.close()
+        if fresh:
+            warm_up(threads, op)
+        with run_.progress(label, calls) as advance:
+            result = run_threads(
+                threads, -(-calls // threads), op, max_seconds=max_seconds, advance=advance
+            )
         records.append(
             dict(
                 scenario=NAME,
@@ -155,9 +177,19 @@ def run(run_: BenchRun, args: argparse.Namespace) -> None:
             label = f"append lmdb-raw {per_txn}/txn"
             # At 1 event per fsync'd commit, a full budget would only measure the disk.
             budget = events if per_txn > 1 else min(events, cap_1)
+            path, fresh = place(f"append-raw-{per_txn}")
+            if fresh:  # the warm-up: one event per session, as every system writes first
+                baselines.raw_lmdb_appends(
+                    path,
+                    sessions,
+                    events=len(sessions),
+                    per_txn=16,
+                    payload=payload,
+                    max_seconds=60.0,
+                )
             with run_.progress(label, budget) as advance:
                 written, seconds = baselines.raw_lmdb_appends(
-                    run_.fresh_dir(f"append-raw-{per_txn}"),
+                    path,
                     sessions,
                     events=budget,
                     per_txn=per_txn,
@@ -184,7 +216,7 @@ def run(run_: BenchRun, args: argparse.Namespace) -> None:
 
     def threaded_baseline(
         write: Callable[..., ThreadedResult],
-        path: Path,
+        name: str,
         *,
         label: str,
         system: str,
@@ -194,7 +226,21 @@ def run(run_: BenchRun, args: argparse.Namespace) -> None:
         events: int,
         max_seconds: float,
     ) -> None:
-        """Run one threaded baseline (same sessions, threads and payload) and record it."""
+        """Run one threaded baseline (same sessions, threads and payload) and record it.
+
+        ``name`` names its directory; the first call writes the warm-up there first.
+        """
+        directory, fresh = place(name)
+        path = directory / "events.db" if system == "sqlite" else directory
+        if fresh:
+            write(
+                path,
+                sessions,
+                threads=threads,
+                events=len(sessions),
+                payload=payload,
+                max_seconds=60.0,
+            )
         with run_.progress(label, events) as advance:
             result = write(
                 path,
@@ -222,7 +268,7 @@ def run(run_: BenchRun, args: argparse.Namespace) -> None:
     def raw_group_commit(threads: int, events: int, max_seconds: float) -> None:
         threaded_baseline(
             baselines.raw_lmdb_group_commit,
-            run_.fresh_dir("append-raw-group"),
+            f"append-raw-group-t{threads}",
             label=f"append lmdb-raw group-commit t={threads}",
             system="lmdb-raw",
             series="lmdb-raw gc",
@@ -235,7 +281,7 @@ def run(run_: BenchRun, args: argparse.Namespace) -> None:
     def sqlite_and_agents(threads: int, events: int, max_seconds: float) -> None:
         threaded_baseline(
             baselines.sqlite_appends,
-            run_.fresh_dir("append-sqlite") / "events.db",
+            f"append-sqlite-t{threads}",
             label=f"append sqlite WAL FULL t={threads}",
             system="sqlite",
             series="sqlite",
@@ -248,17 +294,21 @@ def run(run_: BenchRun, args: argparse.Namespace) -> None:
             run_.note("openai-agents not installed: its SQLiteSession baseline skipped")
         else:
             label = f"append openai-agents SQLiteSession t={threads}"
+            directory, fresh = place(f"append-agents-t{threads}")
+            request = {
+                "kind": "append",
+                "path": str(directory / "agents.db"),
+                "sessions": sessions,
+                "threads": threads,
+                "events": len(sessions),
+                "payload": payload,
+                "max_seconds": 60.0,
+            }
             with run_.progress(label + " (child process)", 1) as advance:
+                if fresh:
+                    baselines.run_agents_child(request)  # the warm-up
                 agents = baselines.run_agents_child(
-                    {
-                        "kind": "append",
-                        "path": str(run_.fresh_dir("append-agents") / "agents.db"),
-                        "sessions": sessions,
-                        "threads": threads,
-                        "events": events,
-                        "payload": payload,
-                        "max_seconds": max_seconds,
-                    }
+                    {**request, "events": events, "max_seconds": max_seconds}
                 )
                 advance(1)
             records.append(
@@ -275,20 +325,24 @@ def run(run_: BenchRun, args: argparse.Namespace) -> None:
                 )
             )
 
-    for threads in thread_counts:
-        # The headline thread count runs in rounds that alternate every system, so slow
-        # drifts of the shared disk and CPU reach all of them alike.
-        here = rounds if threads == headline else 1
-        events_r, seconds_r = max(1, events // here), max_seconds / here
-        for _ in range(here):
-            if threads == headline and not args.no_baselines:
-                raw_baselines(events_r, seconds_r, max(1, 2000 // here))
-                raw_group_commit(threads, events_r, seconds_r)
-            for mode in modes:
-                for path_kind in paths:
-                    sharedesk_writes(path_kind, mode, threads, events_r, seconds_r)
-            if not args.no_baselines:
-                sqlite_and_agents(threads, events_r, seconds_r)
+    try:
+        for threads in thread_counts:
+            # The headline thread count runs in rounds that alternate every system, so
+            # slow drifts of the shared disk and CPU reach all of them alike.
+            here = rounds if threads == headline else 1
+            events_r, seconds_r = max(1, events // here), max_seconds / here
+            for _ in range(here):
+                if threads == headline and not args.no_baselines:
+                    raw_baselines(events_r, seconds_r, max(1, 2000 // here))
+                    raw_group_commit(threads, events_r, seconds_r)
+                for mode in modes:
+                    for path_kind in paths:
+                        sharedesk_writes(path_kind, mode, threads, events_r, seconds_r)
+                if not args.no_baselines:
+                    sqlite_and_agents(threads, events_r, seconds_r)
+    finally:
+        for target, _ in targets.values():
+            target.close()
 
     merged: dict[str, dict[str, Any]] = {}
     for record in records:

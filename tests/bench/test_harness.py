@@ -119,6 +119,46 @@ class TestRawLmdbBaseline:
             env.close()
         assert (100, 100, 100) == (written, events, ids)
 
+    def test_a_second_call_continues_each_session_after_its_last_sequence(
+        self, tmp_path: Path
+    ) -> None:
+        sessions = ["a", "ab", "b"]  # "a" is a prefix of "ab": their sequences stay apart
+
+        for events in (7, 5):
+            baselines.raw_lmdb_appends(
+                tmp_path, sessions, events=events, per_txn=4, payload="p", max_seconds=60
+            )
+
+        env = lmdb.open(str(tmp_path), max_dbs=2, readonly=True)
+        try:
+            with env.begin() as txn:
+                db = env.open_db(b"events", txn=txn)
+                keys = [bytes(k) for k, _ in txn.cursor(db=db)]
+                last = baselines.last_sequences(
+                    txn, db, [baselines.session_key(s) for s in [*sessions, "c"]]
+                )
+        finally:
+            env.close()
+        assert (12, [5, 4, 3, 0]) == (len(keys), last)
+
+    def test_the_group_commit_baseline_continues_an_existing_database(self, tmp_path: Path) -> None:
+        for _ in range(2):
+            baselines.raw_lmdb_group_commit(
+                tmp_path, ["a", "b"], threads=2, events=6, payload="p", max_seconds=60
+            )
+
+        env = lmdb.open(str(tmp_path), max_dbs=2, readonly=True)
+        try:
+            with env.begin() as txn:
+                db = env.open_db(b"events", txn=txn)
+                last = baselines.last_sequences(
+                    txn, db, [baselines.session_key("a"), baselines.session_key("b")]
+                )
+                entries = txn.stat(db)["entries"]
+        finally:
+            env.close()
+        assert (12, [6, 6]) == (entries, last)
+
     def test_session_keys_never_collide(self) -> None:
         assert baselines.session_key("a") != baselines.session_key("a\x00")
         assert not baselines.session_key("ab").startswith(baselines.session_key("a"))

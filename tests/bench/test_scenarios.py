@@ -8,12 +8,14 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
+import lmdb
 import msgspec
 import pytest
 import structlog
 
 from bench.__main__ import build_parser, main
 from bench.report import Report
+from sharedesk import LmdbStore
 
 CHECKOUT = Path(__file__).resolve().parents[2]
 
@@ -82,6 +84,25 @@ class TestAppend:
         assert 3 == rounds["append sharedesk store durable t=2"] == rounds["append lmdb-raw 16/txn"]
         assert 1 == rounds["append sharedesk store durable t=1"]
         assert {90} == {m.ops for m in report.measurements}
+
+    def test_rounds_continue_one_database_per_system_after_one_warm_up(
+        self, tmp_path: Path
+    ) -> None:
+        run_bench(tmp_path, "append", "--rounds", "3", "--threads", "2", "--events", "90")
+
+        data = tmp_path / "data"
+        (store_dir,) = data.glob("*-append-store-durable-t2")
+        (raw_dir,) = data.glob("*-append-raw-16")
+        with LmdbStore(store_dir) as store:
+            stored = sum(info.last_sequence for info in store.session_infos())
+        env = lmdb.open(str(raw_dir), max_dbs=2, readonly=True)
+        try:
+            with env.begin() as txn:
+                raw = txn.stat(env.open_db(b"events", txn=txn))["entries"]
+        finally:
+            env.close()
+        quick_sessions = 20
+        assert (quick_sessions + 90, quick_sessions + 90) == (stored, raw)
 
     def test_append_without_baselines_has_only_sharedesk_figures(self, tmp_path: Path) -> None:
         report = run_bench(tmp_path, "append", "--no-baselines", "--via", "store")
