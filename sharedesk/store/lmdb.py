@@ -40,25 +40,32 @@ store's own commits (dropped whenever the transaction id shows that another writ
 this process or another, committed in between) and written once per session per group.
 
 Where the time goes (16 threads, 1000 sessions, one event per append, durable, on a
-2-core VM; one group of 16 per cycle of about 1.0-1.5 ms): the commit, two syncs (data,
-then LMDB's meta page), 0.5-0.7 ms; the callers' own Python between wake-up and the next
-request (about 14 us each, a third of it building the ``Event``) plus the thread
-hand-offs of the relay, 0.3-0.6 ms; the writer's checks and puts, 0.15-0.25 ms. The
-commit alone takes 0.35-0.5 ms when the same groups are written from one thread, as raw
-py-lmdb does; dropping the ``Text`` and meta puts saves only ~25 us of it, so the page
-count is not what costs. Everything but the syncs runs under the GIL one thread at a
-time, so moving work from the writer into the callers gains nothing (building the id
-keys in the callers measured 5% slower). Also measured and left out: ``writemap`` (no
-change to raw py-lmdb either), waking every caller at once instead of in relay (same),
-gathering for the full ``group_wait`` rather than at most the last commit's time (same),
-and starting the gathering window when the commit ends so that returning callers need
-not wake the writer for their first request (same here, but ~10% slower through the Hub,
-whose callers come back later and so found the window shorter). A leader/follower
-design (the first waiting caller commits the group on its own thread, no writer thread)
-was prototyped bare, without validation or event objects: no faster than a bare writer
-thread (11.6-13.4k vs 13.1-15.4k events/s). The bench's ``append lmdb-raw group-commit``
-baseline is that bare writer-thread design; it reaches about 0.35x the single-threaded
-raw ceiling, which bounds what any threaded Python design gets here.
+2-core VM; one group of 16 per cycle of about 1.1-1.4 ms): the commit (two syncs: data,
+then LMDB's meta page), 0.45-0.55 ms; the writer's checks and puts, about 0.2 ms; the
+callers between wake-up and their next request, about 0.6 ms. A caller's own Python is
+only ~7 us of that (building the ``Event`` ~2 us, the checks ~2.5 us, the request ~1
+us); the rest is the thread switch: on this VM a blocked thread costs ~17 us of CPU to
+wake (one caller alone shows 24 us of CPU per append for 7 us of Python), and the
+switches run one after another because the woken callers need the GIL in turn. Handing
+the wake-up on as a baton (see ``_Request``) halved the switches per append (3.2 to
+1.9) and gained ~8%. Everything but the syncs runs under the GIL one thread at a time,
+so moving work from the writer into the callers gains nothing (building the id keys in
+the callers measured 5% slower).
+
+Measured and left out (alternating A/B runs of ``python -m bench append``; the machine
+drifts +-15% within minutes): ``writemap`` (no change to raw py-lmdb either);
+``metasync=False`` with an explicit sync after each commit (no change); dropping the
+meta or ``Text`` index puts (+1% and +2%, within noise; both together +13% but noisy, and
+the layout would need another way to page ``Text`` rows); gathering for the full
+``group_wait`` rather than at most the last commit's time (same); starting the gathering
+window when the commit ends, or not waking the writer for the first request of a relay
+(6-10% slower); committing whatever waits at once, so that one half-group's callers run
+while the other half's commit syncs (``group_wait=0``: 15-25% slower, twice the commits);
+a leader/follower design (the first waiting caller commits the group on its own thread,
+no writer thread), prototyped bare: no faster than a bare writer thread (11.6-13.4k vs
+13.1-15.4k events/s). The bench's ``append lmdb-raw group-commit`` baseline is a bare
+writer-thread design with no validation or event objects; the store runs at 0.9-1.0x of
+it.
 
 Growth. The map starts at ``map_size`` and doubles when LMDB reports it full: new
 transactions are held off, the transaction is aborted, the map is resized with no
@@ -339,7 +346,10 @@ class LmdbStore:
         group_wait: Most seconds the writer waits, once a request is queued, for as
             many requests as its last group held (0 commits at once); it also never
             waits longer than its last commit took. Larger groups share one fsync; one
-            caller alone never waits. ``None``: 2 ms when durable, 0.5 ms when relaxed.
+            caller alone never waits. The callers of a group are woken one after
+            another, each by the next thread that blocks in the store; one that no
+            thread wakes is woken by the writer after the same window. ``None``: 2 ms
+            when durable, 0.5 ms when relaxed.
 
     Raises:
         ValidationError: A bad option, or a durability that differs from the one this
