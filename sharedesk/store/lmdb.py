@@ -61,9 +61,13 @@ the layout would need another way to page ``Text`` rows); gathering for the full
 window when the commit ends, or not waking the writer for the first request of a relay
 (6-10% slower); committing whatever waits at once, so that one half-group's callers run
 while the other half's commit syncs (``group_wait=0``: 15-25% slower, twice the commits);
-a leader/follower design (the first waiting caller commits the group on its own thread,
-no writer thread), prototyped bare: no faster than a bare writer thread (11.6-13.4k vs
-13.1-15.4k events/s). The bench's ``append lmdb-raw group-commit`` baseline is a bare
+one ``log`` database holding each session's records, ``Text`` index, ids and metadata
+side by side (a third fewer page writes per commit, 12.7 instead of 18.6, and 18-22%
+faster commits from one thread with raw py-lmdb, but the same 500-570 us commits under
+16 threads, where the syncs and thread wake-ups dominate; not worth a new on-disk
+layout); a leader/follower design (the first waiting caller commits the group on its own
+thread, no writer thread), prototyped bare: no faster than a bare writer thread
+(11.6-13.4k vs 13.1-15.4k events/s). The bench's ``append lmdb-raw group-commit`` baseline is a bare
 writer-thread design with no validation or event objects; the store runs at 0.9-1.0x of
 it.
 
