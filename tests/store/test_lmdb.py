@@ -412,6 +412,26 @@ class TestLmdbStoreGroupCommit:
         assert [False, False] == [thread.is_alive() for thread, _ in group]
         assert all(isinstance(outcome[0], list) for _, outcome in group)
 
+    def test_a_caller_waiting_for_its_baton_stays_in_line_when_the_writer_takes_a_group(
+        self, store_path: Path
+    ) -> None:
+        with LmdbStore(store_path, group_wait=1.0) as store:
+            store._last_commit = 1.0  # the writer gathers for a whole second
+            store._target = 2
+            entered, release = gate_writer(store)
+            lone, _ = in_thread(lambda: store.append("s", [text()]))
+            wait_until(lambda: len(store._queue) == 1)
+            first, second = self.settled_chain(store, 2)
+            first.wait()
+
+            assert entered.wait(30)  # the writer gave up gathering and took the lone append
+            still_waiting = second._done.locked()
+            release.set()
+            lone.join(30)
+            wait_until(lambda: not second._done.locked())  # woken once the writer idles
+
+        assert still_waiting
+
     def test_close_wakes_callers_still_waiting_for_a_baton(self, store: LmdbStore) -> None:
         first, second = self.settled_chain(store, 2)
         first.wait()
