@@ -48,9 +48,10 @@ us); the rest is the thread switch: on this VM a blocked thread costs ~17 us of 
 wake (one caller alone shows 24 us of CPU per append for 7 us of Python), and the
 switches run one after another because the woken callers need the GIL in turn. Handing
 the wake-up on as a baton (see ``_Request``) halved the switches per append (3.2 to
-1.9) and gained ~8%. Everything but the syncs runs under the GIL one thread at a time,
-so moving work from the writer into the callers gains nothing (building the id keys in
-the callers measured 5% slower).
+1.9) and gained ~8%; leaving a caller still waiting for its baton in line when the
+writer takes the next group gained ~7% more. Everything but the syncs runs under the GIL
+one thread at a time, so moving work from the writer into the callers gains nothing
+(building the id keys in the callers measured 5% slower).
 
 Measured and left out (alternating A/B runs of ``python -m bench append``; the machine
 drifts +-15% within minutes): ``writemap`` (no change to raw py-lmdb either);
@@ -67,9 +68,9 @@ faster commits from one thread with raw py-lmdb, but the same 500-570 us commits
 16 threads, where the syncs and thread wake-ups dominate; not worth a new on-disk
 layout); a leader/follower design (the first waiting caller commits the group on its own
 thread, no writer thread), prototyped bare: no faster than a bare writer thread
-(11.6-13.4k vs 13.1-15.4k events/s). The bench's ``append lmdb-raw group-commit`` baseline is a bare
-writer-thread design with no validation or event objects; the store runs at 0.9-1.0x of
-it.
+(11.6-13.4k vs 13.1-15.4k events/s). The bench's ``append lmdb-raw group-commit``
+baseline is a bare writer-thread design with no validation or event objects; the store
+runs at 0.9-1.1x of it.
 
 Growth. The map starts at ``map_size`` and doubles when LMDB reports it full: new
 transactions are held off, the transaction is aborted, the map is resized with no
