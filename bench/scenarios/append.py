@@ -10,7 +10,8 @@ system instead of handing it to whichever ran last. The rounds are time slices o
 workload: each system keeps its database (and sharedesk its open store or Hub) from one
 round to the next, so the figures are those of one run of ``--events`` events. An LMDB
 commit costs more as the tree grows (a group's keys land on more distinct pages), so
-small fresh databases would flatter the page-bound raw baselines.
+small fresh databases would flatter the page-bound raw baselines. A note gives the issue 3
+headline ratio of each round as well, so one run shows how far the machine drifted.
 Headlines (issues 3 and 4), at the largest thread count and durable:
 
 - store >= 0.4x raw py-lmdb at 16 events per durable transaction;
@@ -343,6 +344,18 @@ def run(run_: BenchRun, args: argparse.Namespace) -> None:
     finally:
         for target, _ in targets.values():
             target.close()
+
+    def per_round(label: str) -> list[float]:
+        return [r["ops"] / r["seconds"] for r in records if r["label"] == label and r["seconds"]]
+
+    ours_rounds = per_round(f"append sharedesk store durable t={headline}")
+    raw_rounds = per_round("append lmdb-raw 16/txn")
+    if len(ours_rounds) > 1 and len(ours_rounds) == len(raw_rounds):
+        ratios = ", ".join(
+            f"{o / r:.2f}x ({o:,.0f} / {r:,.0f})"
+            for o, r in zip(ours_rounds, raw_rounds, strict=True)
+        )
+        run_.note(f"store durable t={headline} vs raw lmdb 16 events/txn, round by round: {ratios}")
 
     merged: dict[str, dict[str, Any]] = {}
     for record in records:

@@ -85,6 +85,12 @@ class TestAppend:
         assert 1 == rounds["append sharedesk store durable t=1"]
         assert {90} == {m.ops for m in report.measurements}
 
+    def test_the_headline_ratio_is_also_reported_round_by_round(self, tmp_path: Path) -> None:
+        report = run_bench(tmp_path, "append", "--rounds", "3", "--threads", "2", "--via", "store")
+
+        (line,) = [n for n in report.notes if "round by round" in n]
+        assert 3 == line.count("x (")
+
     def test_rounds_continue_one_database_per_system_after_one_warm_up(
         self, tmp_path: Path
     ) -> None:
