@@ -33,7 +33,7 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import lmdb
 import msgspec
@@ -61,6 +61,30 @@ def event_row(session_id: str, sequence: int, payload: str) -> dict[str, Any]:
         "timestamp": time.time(),
         "session": session_id,
     }
+
+
+class RawDatabase(NamedTuple):
+    """A raw baseline's environment, opened to continue what earlier calls wrote."""
+
+    env: lmdb.Environment
+    events_db: Any
+    ids_db: Any
+    prefixes: list[bytes]
+    last: list[int]
+
+
+def open_raw(path: Path, sessions: Sequence[str]) -> RawDatabase:
+    """Open (or create) a raw baseline's environment at ``path``, durable (``sync=True``).
+
+    ``last`` holds each session's last stored sequence, read before any clock starts.
+    The caller closes ``env``.
+    """
+    env = lmdb.open(str(path), map_size=RAW_LMDB_MAP_SIZE, max_dbs=2, sync=True)
+    events_db = env.open_db(b"events")
+    prefixes = [session_key(s) for s in sessions]
+    with env.begin() as txn:
+        last = last_sequences(txn, events_db, prefixes)
+    return RawDatabase(env, events_db, env.open_db(b"ids"), prefixes, last)
 
 
 def last_sequences(txn: lmdb.Transaction, db: Any, prefixes: Sequence[bytes]) -> list[int]:
@@ -108,13 +132,8 @@ def raw_lmdb_appends(
     Returns:
         Events written and wall seconds.
     """
-    env = lmdb.open(str(path), map_size=RAW_LMDB_MAP_SIZE, max_dbs=2, sync=True)
+    env, events_db, ids_db, prefixes, last = open_raw(path, sessions)
     try:
-        events_db = env.open_db(b"events")
-        ids_db = env.open_db(b"ids")
-        prefixes = [session_key(s) for s in sessions]
-        with env.begin() as txn:
-            last = last_sequences(txn, events_db, prefixes)
         encode = msgspec.msgpack.encode
         written = 0
         start = time.perf_counter()
@@ -168,12 +187,7 @@ def raw_lmdb_group_commit(
     Returns:
         The calls completed, wall time and per-call latencies.
     """
-    env = lmdb.open(str(path), map_size=RAW_LMDB_MAP_SIZE, max_dbs=2, sync=True)
-    events_db = env.open_db(b"events")
-    ids_db = env.open_db(b"ids")
-    prefixes = [session_key(s) for s in sessions]
-    with env.begin() as txn:
-        last = last_sequences(txn, events_db, prefixes)
+    env, events_db, ids_db, prefixes, last = open_raw(path, sessions)
     encode = msgspec.msgpack.encode
     waiting: list[tuple[int, bytes, str, threading.Lock]] = []
     cond = threading.Condition()

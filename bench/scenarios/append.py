@@ -226,13 +226,16 @@ def run(run_: BenchRun, args: argparse.Namespace) -> None:
         threads: int,
         events: int,
         max_seconds: float,
+        file: str | None = None,
     ) -> None:
         """Run one threaded baseline (same sessions, threads and payload) and record it.
 
-        ``name`` names its directory; the first call writes the warm-up there first.
+        ``name`` names its directory, and ``file`` the database file in it for a
+        baseline that writes one file (``None``: the directory itself); the first call
+        writes the warm-up there first.
         """
         directory, fresh = place(name)
-        path = directory / "events.db" if system == "sqlite" else directory
+        path = directory if file is None else directory / file
         if fresh:
             write(
                 path,
@@ -283,6 +286,7 @@ def run(run_: BenchRun, args: argparse.Namespace) -> None:
         threaded_baseline(
             baselines.sqlite_appends,
             f"append-sqlite-t{threads}",
+            file="events.db",
             label=f"append sqlite WAL FULL t={threads}",
             system="sqlite",
             series="sqlite",
