@@ -333,6 +333,13 @@ def write_plots(report: Report, directory: Path) -> tuple[list[Path], str | None
     stamp = report.started.strftime("%Y%m%dT%H%M%SZ")
     written: list[Path] = []
 
+    def save(fig: Any, name: str) -> None:
+        path = directory / f"{report.scenario}-{stamp}-{name}.png"
+        fig.tight_layout()
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        written.append(path)
+
     series: dict[str, list[tuple[int, float]]] = {}
     for m in report.measurements:
         threads = m.params.get("threads")
@@ -358,11 +365,7 @@ def write_plots(report: Report, directory: Path) -> tuple[list[Path], str | None
         ax.set_title("append throughput against writer threads")
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize="small")
-        path = directory / f"{report.scenario}-{stamp}-throughput.png"
-        fig.tight_layout()
-        fig.savefig(path, dpi=110)
-        plt.close(fig)
-        written.append(path)
+        save(fig, "throughput")
 
     by_operation: dict[str, list[Measurement]] = {}
     for m in report.measurements:
@@ -381,11 +384,7 @@ def write_plots(report: Report, directory: Path) -> tuple[list[Path], str | None
         ax.set_yscale("log")
         ax.set_title(f"{name.replace('-', ' ')} latency")
         ax.legend(fontsize="x-small")
-        path = directory / f"{report.scenario}-{stamp}-{name}-latency.png"
-        fig.tight_layout()
-        fig.savefig(path, dpi=110)
-        plt.close(fig)
-        written.append(path)
+        save(fig, f"{name}-latency")
     return written, None
 
 
