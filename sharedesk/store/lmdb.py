@@ -27,10 +27,14 @@ waiting (after gathering for up to ``group_wait``), checks each one against the 
 inside a single write transaction (``expected_version``, the sharing-state
 compare-and-swap, idempotency, parents; earlier requests of the same group are visible),
 writes the ones that pass, commits once (one fsync when durable), then answers every
-caller (woken in relay, see ``_Request``). A request that fails its checks gets its own
-error and leaves nothing behind (the ids, records and ``Text`` rows it wrote are deleted
-again before the commit); the others commit. If the transaction itself fails, the whole
-group gets the error.
+caller (woken in relay, see ``_Request``). Under load the writer pipelines: when
+requests are already waiting as a commit ends, it takes them at once and wakes the
+callers just committed only once the new group is written, right before its commit, so
+that they run while that commit syncs (see ``_commit_group``); two groups then
+alternate, one syncing while the other's callers come back with their next appends. A
+request that fails its checks gets its own error and leaves nothing behind (the ids,
+records and ``Text`` rows it wrote are deleted again before the commit); the others
+commit. If the transaction itself fails, the whole group gets the error.
 
 py-lmdb releases the GIL around every get and put, and each release lets a waiting
 thread take the interpreter from the writer, so the writer keeps its calls few: an id
@@ -40,34 +44,39 @@ store's own commits (dropped whenever the transaction id shows that another writ
 this process or another, committed in between) and written once per session per group.
 
 Where the time goes (16 threads, 1000 sessions, one event per append, durable, on a
-2-core VM; one group of 16 per cycle of about 1.1-1.4 ms): the commit (two syncs: data,
-then LMDB's meta page), 0.45-0.55 ms; the writer's checks and puts, about 0.2 ms; the
-callers between wake-up and their next request, about 0.6 ms. A caller's own Python is
-only ~7 us of that (building the ``Event`` ~2 us, the checks ~2.5 us, the request ~1
-us); the rest is the thread switch: on this VM a blocked thread costs ~17 us of CPU to
-wake (one caller alone shows 24 us of CPU per append for 7 us of Python), and the
-switches run one after another because the woken callers need the GIL in turn. Handing
-the wake-up on as a baton (see ``_Request``) halved the switches per append (3.2 to
-1.9) and gained ~8%; leaving a caller still waiting for its baton in line when the
-writer takes the next group gained ~7% more. Everything but the syncs runs under the GIL
-one thread at a time, so moving work from the writer into the callers gains nothing
-(building the id keys in the callers measured 5% slower).
+2-core VM). Everything but the syncs runs under the GIL, one thread at a time. Committing
+one group of 16 at a time, a cycle took 1.1-1.4 ms: the commit (two syncs: data, then
+LMDB's meta page), 0.45-0.55 ms; the writer's checks and puts, about 0.2 ms; the callers
+between wake-up and their next request, about 0.6 ms, all one after another. A caller's
+own Python is only ~7 us of its share (building the ``Event`` ~2 us, the checks ~2.5 us,
+the request ~1 us); the rest is the thread switch: on this VM a blocked thread costs ~17
+us of CPU to wake (one caller alone shows 24 us of CPU per append for 7 us of Python), and
+the switches run one after another because the woken callers need the GIL in turn.
+Handing the wake-up on as a baton (see ``_Request``) halved the switches per append (3.2
+to 1.9) and gained ~8%; leaving a caller still waiting for its baton in line when the
+writer takes the next group gained ~7% more. Pipelining (above) overlaps the callers with
+the commit: groups of about 8 alternate, and a cycle is the writer's puts for one group
+(~0.13 ms) and its commit (0.4-0.5 ms), while the other group's callers come back in
+~0.3 ms; the writer no longer waits for requests. It gained 3-38% in alternating runs
+(durable and relaxed, through the store and the Hub; no change with one or four threads).
+The callers are woken only after the next group is written because py-lmdb releases the
+GIL in every put: a caller running then takes the interpreter from the writer at each
+put (committing each group at once and waking its callers straight away,
+``group_wait=0``, was 15-25% slower).
 
 Measured and left out (alternating A/B runs of ``python -m bench append``; the machine
 drifts +-15% within minutes): ``writemap`` (no change to raw py-lmdb either);
 ``metasync=False`` with an explicit sync after each commit (no change); dropping the
-meta or ``Text`` index puts (+1% and +2%, within noise; both together +13% but noisy, and
-the layout would need another way to page ``Text`` rows); gathering for the full
+meta or ``Text`` index puts (+1% and +2%, within noise; both together +13% but noisy,
+and the layout would need another way to page ``Text`` rows); gathering for the full
 ``group_wait`` rather than at most the last commit's time (same); starting the gathering
 window when the commit ends, or not waking the writer for the first request of a relay
-(6-10% slower); committing whatever waits at once, so that one half-group's callers run
-while the other half's commit syncs (``group_wait=0``: 15-25% slower, twice the commits);
-one ``log`` database holding each session's records, ``Text`` index, ids and metadata
-side by side (a third fewer page writes per commit, 12.7 instead of 18.6, and 18-22%
-faster commits from one thread with raw py-lmdb, but the same 500-570 us commits under
-16 threads, where the syncs and thread wake-ups dominate; not worth a new on-disk
-layout); a leader/follower design (the first waiting caller commits the group on its own
-thread, no writer thread), prototyped bare: no faster than a bare writer thread
+(6-10% slower); one ``log`` database holding each session's records, ``Text`` index, ids
+and metadata side by side (a third fewer page writes per commit, 12.7 instead of 18.6,
+and 18-22% faster commits from one thread with raw py-lmdb, but the same 500-570 us
+commits under 16 threads, where the syncs and thread wake-ups dominate; not worth a new
+on-disk layout); a leader/follower design (the first waiting caller commits the group on
+its own thread, no writer thread), prototyped bare: no faster than a bare writer thread
 (11.6-13.4k vs 13.1-15.4k events/s). The bench's ``append lmdb-raw group-commit``
 baseline is a bare writer-thread design with no validation or event objects; the store
 runs at 0.9-1.1x of it.
@@ -351,7 +360,8 @@ class LmdbStore:
         group_wait: Most seconds the writer waits, once a request is queued, for as
             many requests as its last group held (0 commits at once); it also never
             waits longer than its last commit took. Larger groups share one fsync; one
-            caller alone never waits. The callers of a group are woken one after
+            caller alone never waits, and when requests are waiting as a commit ends
+            the writer takes them at once. The callers of a group are woken one after
             another, each by the next thread that blocks in the store; one that no
             thread wakes is woken by the writer after the same window (plus the commit
             in progress, if any). ``None``: 2 ms when durable, 0.5 ms when relaxed.
@@ -404,6 +414,9 @@ class LmdbStore:
         self._target = 1
         self._group_wait = group_wait
         self._last_commit = 0.0
+        # A committed group whose callers are woken just before the next commit (the
+        # writer's only; see _commit_group).
+        self._pending: list[_Request] | None = None
         self._closed = False
         self._writer = threading.Thread(
             target=self._run_writer, name=f"sharedesk-lmdb-writer:{self._path}", daemon=True
@@ -531,7 +544,9 @@ class LmdbStore:
         so once a request is waiting the writer waits for as many requests as the last
         group held, but no longer than the last commit took (waiting longer than a
         commit costs more than committing twice) nor than ``group_wait``. One caller
-        alone never waits (its last group held one request).
+        alone never waits (its last group held one request). While the callers of the
+        last group are left asleep for the next commit (see ``_commit_group``), requests
+        are waiting already: the writer takes them at once, without gathering.
 
         Batons: a woken caller's successor waits for the next thread that blocks in the
         store (see ``_Request``). A caller still waiting for its baton when the writer
@@ -546,12 +561,16 @@ class LmdbStore:
         batons = self._batons
         while True:
             with cond:
+                if self._pending is not None and not self._queue:  # emptied by close
+                    self._relaying += _wake(self._pending)
+                    self._pending = None
                 while not self._queue and not self._closed:
                     if self._relaying <= 0:
                         cond.wait()
                     elif not cond.wait(min(self._group_wait, self._last_commit or 1.0)):
                         self._relaying -= _wake_all(batons)
-                if self._queue and len(self._queue) < self._target and not self._closed:
+                gather = self._pending is None and len(self._queue) < self._target
+                if self._queue and gather and not self._closed:
                     deadline = time.monotonic() + min(self._group_wait, self._last_commit)
                     while len(self._queue) < self._target and not self._closed:
                         remaining = deadline - time.monotonic()
@@ -571,7 +590,14 @@ class LmdbStore:
             self._last_commit = time.monotonic() - started
 
     def _commit_group(self, group: list[_Request]) -> None:
-        """Commit ``group``, settle every request, then wake every caller (never raises)."""
+        """Commit ``group`` and settle every request (never raises).
+
+        This group's callers are woken now, unless requests are already waiting: then
+        they are left asleep (``_pending``) while the writer takes the waiting requests
+        and writes them, and are woken just before that next commit (or as soon as it
+        fails), so they run while it syncs instead of taking the GIL from the writer at
+        each put. No caller waits for more than the writing of the group after its own.
+        """
         try:
             self._settle_group(group)
         except BaseException as exc:  # never leave a caller hanging
@@ -579,10 +605,21 @@ class LmdbStore:
             for request in group:
                 if not request.settled:
                     request.settle(error=exc)
-        handed = _wake(group)
-        if handed:
-            with self._cond:
-                self._relaying += handed
+        self._wake_pending()  # in case this group failed before its commit
+        with self._cond:
+            defer = bool(self._queue) and not self._closed
+        self._pending = group
+        if not defer:
+            self._wake_pending()
+
+    def _wake_pending(self) -> None:
+        """Wake the callers of the group left for the next commit, if any."""
+        group, self._pending = self._pending, None
+        if group is not None:
+            handed = _wake(group)
+            if handed:
+                with self._cond:
+                    self._relaying += handed
 
     def _settle_group(self, group: list[_Request]) -> None:
         while True:
@@ -671,8 +708,10 @@ class LmdbStore:
             for prefix, (last, texts) in overlay.items():
                 txn.put(prefix, _META.pack(last, texts, micros), db=meta_db)
             txn_id = txn.id()
+            self._wake_pending()
             txn.commit()
         except BaseException as exc:
+            self._wake_pending()
             paused = lock.pause()  # see ResizeLock.pause: abort only with readers held off
             try:
                 txn.abort()

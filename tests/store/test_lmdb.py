@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -124,6 +125,59 @@ def append_one(store: LmdbStore, index: int) -> list[Event]:
 def last_txnid(store: LmdbStore) -> int:
     txnid: int = store._shared.env.info()["last_txnid"]
     return txnid
+
+
+def _no_hook(stage: str) -> None:
+    """The hook of a write transaction no test scripts."""
+
+
+class _ScriptedEnv:
+    """Wraps an environment so that write transaction ``n`` (counted from 1) calls
+    ``hooks[n](stage)`` at its ``"begin"``, before each ``"put"`` and before ``"commit"``."""
+
+    def __init__(self, env: Any, hooks: dict[int, Callable[[str], None]]) -> None:
+        self._env = env
+        self._hooks = hooks
+        self._writes = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._env, name)
+
+    def begin(self, **options: Any) -> Any:
+        if not options.get("write"):
+            return self._env.begin(**options)
+        self._writes += 1
+        hook = self._hooks.get(self._writes, _no_hook)
+        hook("begin")
+        return _ScriptedTxn(self._env.begin(**options), hook)
+
+
+class _ScriptedTxn:
+    def __init__(self, txn: Any, hook: Callable[[str], None]) -> None:
+        self._txn = txn
+        self._hook = hook
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._txn, name)
+
+    def put(self, *args: Any, **options: Any) -> Any:
+        self._hook("put")
+        return self._txn.put(*args, **options)
+
+    def commit(self) -> None:
+        self._hook("commit")
+        self._txn.commit()
+
+
+@contextlib.contextmanager
+def scripted(store: LmdbStore, hooks: dict[int, Callable[[str], None]]) -> Iterator[None]:
+    """Run the store's write transactions through :class:`_ScriptedEnv` while inside."""
+    env = store._shared.env
+    store._shared.env = _ScriptedEnv(env, hooks)
+    try:
+        yield
+    finally:
+        store._shared.env = env
 
 
 class TestLmdbStoreReopen:
@@ -314,6 +368,86 @@ class TestLmdbStoreGroupCommit:
         assert before + 2 == last_txnid(store)
         assert [5, 3, 3] == [store.last_sequence(f"s{index}") for index in range(3)]
         assert list(range(1, 6)) == [e.sequence for e in store.read("s0")]
+
+    @staticmethod
+    def queue_behind_a_held_group(
+        store: LmdbStore,
+    ) -> tuple[threading.Event, list[tuple[threading.Thread, list[Any]]]]:
+        """Hold the writer before it commits an append to ``s``, queue one to ``t`` behind
+        it; returns the release event and the two (thread, outcome) pairs."""
+        entered, release = gate_writer(store)
+        first = in_thread(lambda: store.append("s", [text("first")]))
+        assert entered.wait(30)
+        second = in_thread(lambda: store.append("t", [text("second")]))
+        wait_until(lambda: len(store._queue) == 1)
+        return release, [first, second]
+
+    def test_a_group_is_answered_before_the_group_behind_it_commits(self, store: LmdbStore) -> None:
+        committing, finish = threading.Event(), threading.Event()
+
+        def hold_commit(stage: str) -> None:
+            if stage == "commit":
+                committing.set()
+                assert finish.wait(30)
+
+        with scripted(store, {2: hold_commit}):
+            release, [(first, first_outcome), (second, second_outcome)] = (
+                self.queue_behind_a_held_group(store)
+            )
+            release.set()
+            assert committing.wait(30)  # the second group's commit has not happened
+            first.join(30)
+            answered_first = not first.is_alive()
+            finish.set()
+            second.join(30)
+
+        assert answered_first
+        assert ([1], [1]) == (
+            [e.sequence for e in first_outcome[0]],
+            [e.sequence for e in second_outcome[0]],
+        )
+
+    def test_a_group_committed_while_appends_wait_is_woken_once_they_are_written(
+        self, store: LmdbStore
+    ) -> None:
+        """Its callers then run while the next commit syncs, not against the writer."""
+        first_outcomes: list[list[Any]] = []
+        answered_at_first_put: list[bool] = []
+
+        def note_first(stage: str) -> None:
+            if stage == "put" and not answered_at_first_put:
+                time.sleep(0.2)  # ample time for a woken caller to return
+                answered_at_first_put.append(bool(first_outcomes[0]))
+
+        with scripted(store, {2: note_first}):
+            release, [(first, first_outcome), (second, _)] = self.queue_behind_a_held_group(store)
+            first_outcomes.append(first_outcome)
+            release.set()
+            for thread in (first, second):
+                thread.join(30)
+
+        assert [False] == answered_at_first_put
+        assert [1] == [e.sequence for e in first_outcome[0]]
+
+    @pytest.mark.parametrize("stage", ["begin", "put"])
+    def test_a_group_is_answered_when_the_group_behind_it_fails_at_its_stage(
+        self, store: LmdbStore, stage: str
+    ) -> None:
+        def fail(at: str) -> None:
+            if at == stage:
+                raise lmdb.Error("simulated disk failure")
+
+        with scripted(store, {2: fail}):
+            release, [(first, first_outcome), (second, second_outcome)] = (
+                self.queue_behind_a_held_group(store)
+            )
+            release.set()
+            for thread in (first, second):
+                thread.join(30)
+
+        assert [1] == [e.sequence for e in first_outcome[0]]
+        assert isinstance(second_outcome[0], StoreIOError)
+        assert [1] == [e.sequence for e in store.append("t", [text()])]
 
     def test_one_failing_append_does_not_spoil_its_group(self, store: LmdbStore) -> None:
         store.append("s", [text()])
