@@ -79,7 +79,7 @@ on-disk layout); a leader/follower design (the first waiting caller commits the 
 its own thread, no writer thread), prototyped bare: no faster than a bare writer thread
 (11.6-13.4k vs 13.1-15.4k events/s). The bench's ``append lmdb-raw group-commit``
 baseline is a bare writer-thread design with no validation or event objects; the store
-runs at 0.9-1.1x of it.
+ran at 0.9-1.1x of it before pipelining, and at 1.06-1.29x since.
 
 Growth. The map starts at ``map_size`` and doubles when LMDB reports it full: new
 transactions are held off, the transaction is aborted, the map is resized with no
