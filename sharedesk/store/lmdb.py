@@ -596,7 +596,9 @@ class LmdbStore:
         they are left asleep (``_pending``) while the writer takes the waiting requests
         and writes them, and are woken just before that next commit (or as soon as it
         fails), so they run while it syncs instead of taking the GIL from the writer at
-        each put. No caller waits for more than the writing of the group after its own.
+        each put. No caller waits for more than the writing of the group after its own
+        (and, when another store or process holds LMDB's write lock, for that writer's
+        transaction, which the next group's ``begin`` waits for).
         """
         try:
             self._settle_group(group)
