@@ -208,8 +208,9 @@ class _Request:
 
     The caller blocks on ``_done``, a lock acquired at creation and released once the
     outcome is settled: the cheapest wake-up CPython offers, which matters when sixteen
-    callers wait on every commit. After a commit the writer wakes only the first caller
-    of the group; each woken caller hands its successor (``_next``) on as a *baton*. With
+    callers wait on every commit. Once a group is committed (right away, or just before
+    the next commit: see :meth:`LmdbStore._commit_group`) the writer wakes only its first
+    caller; each woken caller hands its successor (``_next``) on as a *baton*. With
     ``_batons`` set (requests made by :meth:`LmdbStore._submit`), the baton goes to the
     store's queue of batons and the next thread to block in the store wakes it just
     before it blocks, so the successor finds the interpreter free and runs at once
