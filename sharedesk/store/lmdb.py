@@ -475,7 +475,8 @@ class LmdbStore:
 
         Cost: blocks until the writer thread commits the group this append joins: one
         write transaction and (durable) one fsync shared by the group; O(len(events))
-        index lookups and writes.
+        index lookups and writes. Under load the writer answers a group once it has
+        written the next one, just before that one's commit.
         """
         batch = check_append_args(session_id, events, expected_version)
         return self._submit(_Request(session_id, batch, expected_version, None))
