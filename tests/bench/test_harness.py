@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 import threading
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import lmdb
 import pytest
@@ -17,6 +20,17 @@ from bench.report import measurement
 
 def make_run(tmp_path: Path) -> BenchRun:
     return BenchRun(console=Console(file=None, quiet=True), workdir=tmp_path, show_progress=False)
+
+
+@contextlib.contextmanager
+def raw_read(path: Path) -> Iterator[tuple[Any, Any, Any]]:
+    """A read transaction on a raw baseline's database: (txn, events db, ids db)."""
+    env = lmdb.open(str(path), max_dbs=2, readonly=True)
+    try:
+        with env.begin() as txn:
+            yield txn, env.open_db(b"events", txn=txn), env.open_db(b"ids", txn=txn)
+    finally:
+        env.close()
 
 
 class TestRunThreads:
@@ -110,13 +124,8 @@ class TestRawLmdbBaseline:
             tmp_path, sessions, events=100, per_txn=16, payload="p", max_seconds=60
         )
 
-        env = lmdb.open(str(tmp_path), max_dbs=2, readonly=True)
-        try:
-            with env.begin() as txn:
-                events = txn.stat(env.open_db(b"events", txn=txn))["entries"]
-                ids = txn.stat(env.open_db(b"ids", txn=txn))["entries"]
-        finally:
-            env.close()
+        with raw_read(tmp_path) as (txn, events_db, ids_db):
+            events, ids = txn.stat(events_db)["entries"], txn.stat(ids_db)["entries"]
         assert (100, 100, 100) == (written, events, ids)
 
     def test_a_second_call_continues_each_session_after_its_last_sequence(
@@ -129,16 +138,11 @@ class TestRawLmdbBaseline:
                 tmp_path, sessions, events=events, per_txn=4, payload="p", max_seconds=60
             )
 
-        env = lmdb.open(str(tmp_path), max_dbs=2, readonly=True)
-        try:
-            with env.begin() as txn:
-                db = env.open_db(b"events", txn=txn)
-                keys = [bytes(k) for k, _ in txn.cursor(db=db)]
-                last = baselines.last_sequences(
-                    txn, db, [baselines.session_key(s) for s in [*sessions, "c"]]
-                )
-        finally:
-            env.close()
+        with raw_read(tmp_path) as (txn, db, _):
+            keys = [bytes(k) for k, _ in txn.cursor(db=db)]
+            last = baselines.last_sequences(
+                txn, db, [baselines.session_key(s) for s in [*sessions, "c"]]
+            )
         assert (12, [5, 4, 3, 0]) == (len(keys), last)
 
     def test_the_group_commit_baseline_continues_an_existing_database(self, tmp_path: Path) -> None:
@@ -147,16 +151,11 @@ class TestRawLmdbBaseline:
                 tmp_path, ["a", "b"], threads=2, events=6, payload="p", max_seconds=60
             )
 
-        env = lmdb.open(str(tmp_path), max_dbs=2, readonly=True)
-        try:
-            with env.begin() as txn:
-                db = env.open_db(b"events", txn=txn)
-                last = baselines.last_sequences(
-                    txn, db, [baselines.session_key("a"), baselines.session_key("b")]
-                )
-                entries = txn.stat(db)["entries"]
-        finally:
-            env.close()
+        with raw_read(tmp_path) as (txn, db, _):
+            last = baselines.last_sequences(
+                txn, db, [baselines.session_key("a"), baselines.session_key("b")]
+            )
+            entries = txn.stat(db)["entries"]
         assert (12, [6, 6]) == (entries, last)
 
     def test_session_keys_never_collide(self) -> None:
@@ -223,13 +222,8 @@ class TestRawGroupCommitBaseline:
             tmp_path, sessions, threads=4, events=100, payload="p", max_seconds=60
         )
 
-        env = lmdb.open(str(tmp_path), max_dbs=2, readonly=True)
-        try:
-            with env.begin() as txn:
-                events = txn.stat(env.open_db(b"events", txn=txn))["entries"]
-                ids = txn.stat(env.open_db(b"ids", txn=txn))["entries"]
-        finally:
-            env.close()
+        with raw_read(tmp_path) as (txn, events_db, ids_db):
+            events, ids = txn.stat(events_db)["entries"], txn.stat(ids_db)["entries"]
         assert (100, 100, 100) == (result.ops, events, ids)
 
     def test_it_leaves_no_thread_behind(self, tmp_path: Path) -> None:
