@@ -351,10 +351,11 @@ def write_plots(report: Report, directory: Path) -> tuple[list[Path], str | None
             points.sort()
             ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=name)
         for m in report.measurements:
-            if m.system == "lmdb-raw" and m.operation == "append" and m.ops_per_s > 0:
+            per_txn = m.params.get("per_txn")
+            if m.system == "lmdb-raw" and per_txn is not None and m.ops_per_s > 0:
                 ax.axhline(m.ops_per_s, linestyle="--", linewidth=0.8, color="grey")
                 ax.annotate(
-                    f"raw lmdb {m.params.get('per_txn')}/txn",
+                    f"raw lmdb {per_txn}/txn",
                     (1, m.ops_per_s),
                     fontsize="x-small",
                     color="grey",

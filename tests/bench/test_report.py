@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from bench.options import int_list, pick
 from bench.report import (
     MAX_KEPT_SAMPLES,
+    Measurement,
     Report,
     Target,
     machine_info,
@@ -209,3 +210,44 @@ class TestPlots:
         assert None is skipped
         assert 2 == len(written)
         assert all(p.read_bytes().startswith(b"\x89PNG") for p in written)
+
+    def test_the_throughput_plot_marks_only_the_raw_per_transaction_ceilings(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        from matplotlib.axes import Axes
+
+        def append_run(system: str, threads: int, **params: object) -> Measurement:
+            return measurement(
+                scenario="append",
+                system=system,
+                operation="append",
+                label=f"{system} t={threads} {params}",
+                ops=100,
+                seconds=1.0,
+                latencies_ns=[],
+                params={"threads": threads, **params},
+            )
+
+        annotations: list[str] = []
+        monkeypatch.setattr(
+            Axes, "annotate", lambda self, text, *args, **kw: annotations.append(text)
+        )
+        report = Report(
+            scenario="append",
+            started=utc_now(),
+            argv=[],
+            machine={},
+            measurements=[
+                append_run("sharedesk", 1, series="sharedesk store durable"),
+                append_run("sharedesk", 16, series="sharedesk store durable"),
+                append_run("lmdb-raw", 1, per_txn=16),
+                append_run("lmdb-raw", 16, series="lmdb-raw gc"),  # a threaded baseline
+            ],
+            targets=[],
+            figures={},
+            notes=[],
+        )
+
+        write_plots(report, tmp_path)
+
+        assert ["raw lmdb 16/txn"] == annotations
