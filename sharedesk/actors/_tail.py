@@ -27,7 +27,7 @@ from typing import Final
 from sharedesk.protocol.constants import PAGE_SIZE, SCAN_LIMIT
 from sharedesk.protocol.events import Event, Text
 from sharedesk.protocol.ports import EventStore, SessionLog
-from sharedesk.protocol.views import LogMessage, SessionPage
+from sharedesk.protocol.views import LogMessage, SessionPage, to_log_message
 
 #: Most rows a tail keeps.
 MIRROR_LIMIT: Final = SCAN_LIMIT + PAGE_SIZE
@@ -137,13 +137,7 @@ class Tail:
                 return None
             self.through = sequence
             if isinstance(event.body, Text):
-                row = LogMessage(
-                    sequence=sequence,
-                    author=event.author,
-                    content=event.body.content,
-                    desk=self.session_id,
-                    parent=event.parent,
-                )
+                row = to_log_message(self.session_id, event)
                 self._rows.add_newest(row)
                 added.append(row)
         return added

@@ -9,6 +9,7 @@ import msgspec
 from sharedesk.protocol.authors import SessionAuthor
 from sharedesk.protocol.constants import PRESENT_SET_LIMIT, SESSION_WINDOW
 from sharedesk.protocol.errors import PresentSetTooLarge
+from sharedesk.protocol.events import Event, Text
 
 
 class Conversation(msgspec.Struct, frozen=True):
@@ -39,6 +40,18 @@ class LogMessage(msgspec.Struct, frozen=True):
     content: str
     desk: str
     parent: int | None = None
+
+
+def to_log_message(session_id: str, event: Event) -> LogMessage:
+    """Turn a stored ``Text`` event (sequence set) into a log row of desk ``session_id``."""
+    assert isinstance(event.body, Text) and event.sequence is not None
+    return LogMessage(
+        sequence=event.sequence,
+        author=event.author,
+        content=event.body.content,
+        desk=session_id,
+        parent=event.parent,
+    )
 
 
 class SessionPage(msgspec.Struct, frozen=True):

@@ -8,9 +8,8 @@ from typing import Any
 import msgspec
 
 from sharedesk.protocol.errors import ValidationError
-from sharedesk.protocol.events import Event, Text
 from sharedesk.protocol.validation import check_optional_int
-from sharedesk.protocol.views import LogMessage, SharingState
+from sharedesk.protocol.views import SharingState
 
 
 class SessionInfo(msgspec.Struct, frozen=True):
@@ -106,15 +105,3 @@ def check_log_args(before: int | None, limit: int) -> tuple[int | None, int]:
     if checked_limit is None:
         raise ValidationError("limit must be an int, got None")
     return checked_before, checked_limit
-
-
-def to_log_message(session_id: str, event: Event) -> LogMessage:
-    """Turn a stored ``Text`` event into a log row of desk ``session_id``."""
-    assert isinstance(event.body, Text) and event.sequence is not None
-    return LogMessage(
-        sequence=event.sequence,
-        author=event.author,
-        content=event.body.content,
-        desk=session_id,
-        parent=event.parent,
-    )

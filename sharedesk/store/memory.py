@@ -19,14 +19,13 @@ from sharedesk.protocol.validation import (
     check_parents,
     check_session_id,
 )
-from sharedesk.protocol.views import Conversation, SessionPage, SharingState
+from sharedesk.protocol.views import Conversation, SessionPage, SharingState, to_log_message
 from sharedesk.store._common import (
     SessionInfo,
     check_log_args,
     check_read_args,
     check_sharing_args,
     check_viewer,
-    to_log_message,
     watermark_of,
 )
 
