@@ -187,7 +187,12 @@ def check_parents(events: Sequence[Event], first_sequence: int, where: str = "ev
     for index, event in enumerate(events):
         own = first_sequence + index
         if event.parent is not None and event.parent >= own:
-            raise ValidationError(
-                f"{where}[{index}].parent={event.parent} must name an earlier row "
-                f"(this event gets sequence {own})"
-            )
+            raise parent_error(index, event.parent, own, where)
+
+
+def parent_error(index: int, parent: int, own: int, where: str = "events") -> ValidationError:
+    """Return the error for ``where[index]``, whose ``parent`` is not below its sequence ``own``."""
+    return ValidationError(
+        f"{where}[{index}].parent={parent} must name an earlier row "
+        f"(this event gets sequence {own})"
+    )

@@ -127,6 +127,7 @@ from sharedesk.protocol.validation import (
     check_conversation,
     check_optional_int,
     check_session_id,
+    parent_error,
 )
 from sharedesk.protocol.views import Conversation, LogMessage, SessionPage, SharingState
 from sharedesk.store._common import (
@@ -786,10 +787,7 @@ class LmdbStore:
                 inserted.append(id_key)
                 parent = event.parent
                 if parent is not None and parent >= next_sequence:
-                    raise ValidationError(  # worded as validation.check_parents words it
-                        f"events[{len(written)}].parent={parent} must name an earlier row "
-                        f"(this event gets sequence {next_sequence})"
-                    )
+                    raise parent_error(len(written), parent, next_sequence)
                 stored = msgspec.structs.replace(event, sequence=next_sequence, timestamp=now)
                 key = prefix + seq
                 if not put(key, _ENCODER.encode(stored), overwrite=False, db=events_db):
