@@ -202,6 +202,24 @@ class _LogRecord(msgspec.Struct, frozen=True):
 
 
 _LOG_DECODER: Final = msgspec.msgpack.Decoder(_LogRecord)
+_Record = TypeVar("_Record", Event, _LogRecord)
+
+
+def _decode_record(
+    decoder: msgspec.msgpack.Decoder[_Record], session_id: str, sequence: int, raw: bytes
+) -> _Record:
+    """Decode the record stored at ``sequence``.
+
+    Raises:
+        CorruptRecordError: It does not decode, or holds another sequence.
+    """
+    try:
+        record = decoder.decode(raw)
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise CorruptRecordError(session_id, sequence, str(exc)) from exc
+    if record.sequence != sequence:
+        raise CorruptRecordError(session_id, sequence, f"record holds sequence {record.sequence}")
+    return record
 
 
 class _Request:
@@ -699,7 +717,8 @@ class LmdbStore:
             lock.release_shared()
             raise
         try:
-            if txn.id() != self._last_txn + 1:
+            txn_id = txn.id()
+            if txn_id != self._last_txn + 1:
                 self._meta_cache.clear()  # another writer committed since our last commit
             overlay: dict[bytes, tuple[int, int]] = {}
             outcomes: list[tuple[_Request, list[Event] | SharedeskError]] = []
@@ -712,7 +731,6 @@ class LmdbStore:
             meta_db = self._dbs[b"meta"]
             for prefix, (last, texts) in overlay.items():
                 txn.put(prefix, _META.pack(last, texts, micros), db=meta_db)
-            txn_id = txn.id()
             self._wake_pending()
             txn.commit()
         except BaseException as exc:
@@ -847,19 +865,7 @@ class LmdbStore:
         sequence = _SEQ.unpack(raw_seq)[0]
         if raw is None:
             raise CorruptRecordError(session_id, sequence, "indexed but missing")
-        return self._decode_event(session_id, sequence, raw)
-
-    @staticmethod
-    def _decode_event(session_id: str, sequence: int, raw: bytes) -> Event:
-        try:
-            event: Event = _EVENT_DECODER.decode(raw)
-        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-            raise CorruptRecordError(session_id, sequence, str(exc)) from exc
-        if event.sequence != sequence:
-            raise CorruptRecordError(
-                session_id, sequence, f"record holds sequence {event.sequence}"
-            )
-        return event
+        return _decode_record(_EVENT_DECODER, session_id, sequence, raw)
 
     @staticmethod
     def _decode_state(session_id: str, raw: bytes) -> SharingState:
@@ -914,7 +920,7 @@ class LmdbStore:
             )
             events: list[Event] = []
             for sequence, raw in rows:
-                events.append(self._decode_event(session_id, sequence, raw))
+                events.append(_decode_record(_EVENT_DECODER, session_id, sequence, raw))
                 if limit is not None and len(events) >= limit:
                     break
             return events
@@ -1038,14 +1044,7 @@ class LmdbStore:
                 raw = get(key, db=events_db)
                 if raw is None:
                     raise CorruptRecordError(session_id, sequence, "indexed but missing")
-                try:
-                    record = _LOG_DECODER.decode(raw)
-                except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-                    raise CorruptRecordError(session_id, sequence, str(exc)) from exc
-                if record.sequence != sequence:
-                    raise CorruptRecordError(
-                        session_id, sequence, f"record holds sequence {record.sequence}"
-                    )
+                record = _decode_record(_LOG_DECODER, session_id, sequence, raw)
                 rows.append(
                     LogMessage(
                         sequence=sequence,
