@@ -345,7 +345,7 @@ def run_inspect(console: Console, path: Path, session_id: str | None, *, as_json
                 after = page[-1].sequence
             sys.stdout.flush()
             return
-        infos = sorted(store.session_infos(), key=lambda info: info.session_id)
+        infos = store.session_infos()  # sorted by id
         if as_json:
             for info in infos:
                 sys.stdout.write(
