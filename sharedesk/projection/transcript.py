@@ -85,7 +85,11 @@ from sharedesk.protocol.events import (
 )
 from sharedesk.protocol.ports import EventStore
 from sharedesk.protocol.transcripts import Transcript, TranscriptMessage
-from sharedesk.protocol.validation import check_author, check_optional_int, check_session_id
+from sharedesk.protocol.validation import (
+    check_optional_author,
+    check_optional_int,
+    check_session_id,
+)
 
 if TYPE_CHECKING:
     from datetime import datetime
@@ -317,10 +321,6 @@ def _json_chars(value: Any, what: str) -> int:
         raise ValidationError(f"{what} cannot be counted: it is not JSON-encodable") from exc
 
 
-def _check_viewer(viewer: Any) -> SessionAuthor | None:
-    return None if viewer is None else check_author(viewer, "viewer")
-
-
 def _check_events(events: Any) -> list[Event]:
     if isinstance(events, Event | str | bytes) or not isinstance(events, Iterable):
         raise ValidationError(f"events must be an iterable of Event, got {type(events).__name__}")
@@ -527,7 +527,7 @@ class TranscriptBuilder:
                 "needs it as an argument"
             )
         checked_id = check_session_id(session_id)
-        checked_viewer = _check_viewer(viewer)
+        checked_viewer = check_optional_author(viewer, "viewer")
         budget = _Budget(max_messages, max_chars, max_tokens_approx)
         return _build(checked_id, _check_events(events), checked_viewer, budget)
 
@@ -567,7 +567,7 @@ class TranscriptBuilder:
         """
         checked_id = check_session_id(session_id)
         checked_limit = check_optional_int("limit", limit)
-        checked_viewer = _check_viewer(viewer)
+        checked_viewer = check_optional_author(viewer, "viewer")
         budget = _Budget(max_messages, max_chars, max_tokens_approx)
         if checked_limit is None:
             events = store.read(checked_id)
@@ -620,7 +620,7 @@ class TranscriptBuilder:
                 f"transcript must be a Transcript, got {type(transcript).__name__}"
             )
         checked_id = check_session_id(transcript.session_id)
-        checked_viewer = _check_viewer(viewer)
+        checked_viewer = check_optional_author(viewer, "viewer")
         budget = _Budget(max_messages, max_chars, max_tokens_approx)
         viewer_key = None if checked_viewer is None else author_key(checked_viewer)
         if _VIEWER_KEY in transcript.metadata and transcript.metadata[_VIEWER_KEY] != viewer_key:

@@ -60,6 +60,21 @@ def check_author(value: Any, name: str = "author") -> SessionAuthor:
     return value
 
 
+def check_optional_author(value: Any, name: str) -> SessionAuthor | None:
+    """Return ``value`` if it is an author or ``None`` (as :func:`check_author`).
+
+    Raises:
+        ValidationError: Neither an author nor ``None``.
+
+    Cost: O(1).
+    """
+    if value is not None and not isinstance(value, Operator | Person | Agent | System):
+        raise ValidationError(
+            f"{name} must be an Operator, Person, Agent, System or None, got {type(value).__name__}"
+        )
+    return value
+
+
 def check_conversation(conversation: object, name: str = "conversation") -> Conversation:
     """Return ``conversation`` if it is a well-typed :class:`Conversation`.
 

@@ -218,7 +218,10 @@ class TestArgumentChecks:
             build([text(ALICE, "hi"), "hello"])  # type: ignore[list-item]
 
     def test_a_viewer_that_is_not_an_author_raises_validation_error(self) -> None:
-        with pytest.raises(ValidationError, match="viewer"):
+        with pytest.raises(
+            ValidationError,
+            match=r"^viewer must be an Operator, Person, Agent, System or None, got str$",
+        ):
             build([], viewer="bot")
 
     def test_update_from_store_rejects_what_is_not_a_transcript(
