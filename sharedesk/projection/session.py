@@ -305,19 +305,17 @@ def _checked_page(
         return rows, None
     bound = before
     for index, row in enumerate(rows):
-        # Exact types first (the common case); a subclass of LogMessage or str is looked
-        # at again, and accepted, by _check_row.
-        if type(row) is not LogMessage:
-            _check_row(row, index)
-        seq = row.sequence
-        parent = row.parent
+        # Exact types first (the common case); anything else, a subclass of LogMessage
+        # or str included, is looked at again, and accepted or refused, by _check_row.
         if (
-            type(seq) is not int
+            type(row) is not LogMessage
+            or type(row.sequence) is not int
             or type(row.content) is not str
             or type(row.desk) is not str
-            or (parent is not None and type(parent) is not int)
+            or (row.parent is not None and type(row.parent) is not int)
         ):
             _check_row(row, index)
+        seq = row.sequence
         if bound is not None and seq >= bound:
             _raise_order_error(rows, index, before, seen)
         bound = seq
