@@ -337,7 +337,7 @@ class Hub:
 
         Cost: one message round trip (none when run inline); blocks the caller.
         """
-        return self._call(key, message, inline=inline and self._options.inline_writes)
+        return self._call(key, message, inline=inline)
 
     # -- the store port ----------------------------------------------------------------
 
@@ -367,7 +367,7 @@ class Hub:
         result: list[Event] = self._call(
             ActorKey(kind="session", session_id=session_id),
             Append(events=batch, expected_version=expected_version),
-            inline=self._options.inline_writes,
+            inline=True,
         )
         return result
 
@@ -561,7 +561,7 @@ class Hub:
         stored: Event | None = self._call(
             ActorKey(kind="sharing", session_id=turn.session_id),
             Commit(viewer=turn.viewer, plan=turn.plan, reply=event),
-            inline=self._options.inline_writes,
+            inline=True,
         )
         return stored
 
@@ -869,6 +869,12 @@ class Hub:
         *,
         inline: bool = False,
     ) -> Any:
+        """Send ``message`` to ``key``'s actor (resent to a fresh one after a crash).
+
+        ``fast`` may answer from the slot without a message; ``inline``: the message
+        is a write that may run on this thread when the actor is idle (only with the
+        ``inline_writes`` option).
+        """
         for _attempt in range(_RESEND_ATTEMPTS):
             slot = self._acquire(key)
             try:
@@ -878,7 +884,7 @@ class Hub:
                         return hit
                 actor = slot.actor
                 assert actor is not None and slot.ref is not None
-                if inline:
+                if inline and self._options.inline_writes:
                     ran, answer = actor.run_inline(message)
                     if ran:
                         return answer
