@@ -223,6 +223,16 @@ class HubActor(pykka.ThreadingActor, abc.ABC):
                 self._stop()
             return True
 
+    def stop_soon(self) -> pykka.Future[Any] | None:
+        """Ask the actor to stop once its queued messages are handled.
+
+        Returns the stop's future, or ``None`` when its thread never started (it is
+        stopped at once instead, see :meth:`halt_unstarted`). Cost: O(1), no wait.
+        """
+        if self.halt_unstarted():
+            return None
+        return self.actor_ref.stop(block=False)
+
     def deliver(self, message: Any) -> None:
         """Queue ``message`` without waiting for an answer, starting the thread if needed.
 

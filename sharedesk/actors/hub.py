@@ -313,8 +313,8 @@ class Hub:
                     period=self._options.restart_period,
                 )
         for victim in victims:
-            if victim.actor is not None and not victim.actor.halt_unstarted():
-                victim.actor.actor_ref.stop(block=False)
+            if victim.actor is not None:
+                victim.actor.stop_soon()
 
     def call(self, key: ActorKey, message: Any, *, inline: bool = False) -> Any:
         """Send ``message`` to the actor named ``key`` and return its answer.
@@ -843,12 +843,14 @@ class Hub:
         timeout = self._options.ask_timeout
         for slot in slots:
             slot.started.wait(timeout)  # one being started (only at close) is stopped too
-        pending = [
-            (slot, slot.actor.actor_ref.stop(block=False))
+        stopping = [
+            (slot, slot.actor.stop_soon())
             for slot in slots
-            if slot.actor is not None and slot.ref is not None and not slot.actor.halt_unstarted()
+            if slot.actor is not None and slot.ref is not None
         ]
-        for slot, future in pending:
+        for slot, future in stopping:
+            if future is None:
+                continue
             try:
                 future.get(timeout=timeout)
             except pykka.Timeout:
