@@ -747,16 +747,15 @@ class Hub:
     def _acquire(self, key: ActorKey) -> Slot:
         # Fast path, no lock: a running actor is pinned with an atomic list append. An
         # evictor may pick it in between; the request then meets a stopped actor and
-        # is resent (see _call and _wait).
+        # is resent (see _call and _wait). A failed session is refused by the slow path.
         slot = self._slots.get(key)
         if slot is not None and slot.ref is not None and not self._closed:
             slot.pins.append(None)
-            if self._slots.get(key) is slot and slot.ref.is_alive():
-                if key.session_id in self._failed:
-                    slot.pins.pop()
-                    raise SessionFailed(
-                        key.session_id, self._options.max_restarts, self._options.restart_period
-                    )
+            if (
+                self._slots.get(key) is slot
+                and slot.ref.is_alive()
+                and key.session_id not in self._failed
+            ):
                 slot.touched = True
                 return slot
             slot.pins.pop()
