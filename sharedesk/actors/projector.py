@@ -35,7 +35,7 @@ import structlog
 
 from sharedesk.actors._base import HubActor, ViewSnapshot
 from sharedesk.actors._messages import GetTranscript, Push, View
-from sharedesk.actors._tail import MIRROR_LIMIT, Tail
+from sharedesk.actors._tail import Tail
 from sharedesk.projection import project_session
 from sharedesk.protocol.constants import PAGE_SIZE, SCAN_LIMIT
 from sharedesk.protocol.events import Event
@@ -208,4 +208,4 @@ class ProjectorActor(HubActor):
         return self.transcript
 
 
-__all__ = ["MIRROR_LIMIT", "ProjectorActor"]
+__all__ = ["ProjectorActor"]

@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sharedesk.actors import Hub
-from sharedesk.actors.projector import MIRROR_LIMIT
+from sharedesk.actors._tail import MIRROR_LIMIT
 from sharedesk.projection import project_session
 from sharedesk.protocol import (
     SCAN_LIMIT,
