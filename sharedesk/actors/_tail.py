@@ -125,9 +125,9 @@ class Tail:
         nothing is applied then). Cost: O(len(events)).
         """
         added: list[LogMessage] = []
+        if self.through is None or self._rows is None:
+            return added
         for event in events:
-            if self.through is None or self._rows is None:
-                return added
             sequence = event.sequence
             assert sequence is not None
             if sequence <= self.through:
@@ -156,18 +156,17 @@ class Tail:
         """
         last = store.last_sequence(self.session_id)
         through = self.through
-        if through is None or last < through or last - through > SCAN_LIMIT:
-            self.through = last
-            self._rows = _Rows(last)
-            return last, True
-        changed = False
-        if last > through:
+        if through is not None and through <= last <= through + SCAN_LIMIT:
+            if last == through:
+                return last, False
             changed = self.apply(store.read(self.session_id, after=through, before=last + 1))
-            if self.through is None:  # a gap inside one read: the store moved on
-                self.through = last
-                self._rows = _Rows(last)
-                changed = True
-        return last, changed
+            if self.through is not None:
+                return last, changed
+            # a gap inside one read: the store moved on
+        # Not built, too far behind, or the store holds less than the tail: rebuild.
+        self.through = last
+        self._rows = _Rows(last)
+        return last, True
 
     def log(self, store: EventStore) -> SessionLog:
         """Return a log over the tail (built by :meth:`catch_up` first). Cost: O(1)."""
