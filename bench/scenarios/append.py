@@ -122,9 +122,8 @@ def run(run_: BenchRun, args: argparse.Namespace) -> None:
     ) -> None:
         label = f"append sharedesk {path_kind} {mode} t={threads}"
         authors = [Agent(id=f"w{t}", label=f"writer {t}") for t in range(threads)]
-        fresh = label not in targets
+        directory, fresh = place(f"append-{path_kind}-{mode}-t{threads}")
         if fresh:
-            directory, _ = place(f"append-{path_kind}-{mode}-t{threads}")
             target: Any
             if path_kind == "store":
                 target = MemoryStore() if mode == "memory" else open_store(directory, mode)
