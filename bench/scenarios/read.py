@@ -122,21 +122,22 @@ def run(run_: BenchRun, args: argparse.Namespace) -> None:
             mirror = baselines.SqliteDesk(directory / "mirror.db", DESK)
             try:
                 for kind in backends:
+                    suffix = "" if kind == "lmdb" else " memory"
                     if kind == "lmdb":
                         store = open_store(directory / "store", "relaxed")
                         try:
                             build_desk(run_, store, mirror, rows, payload)
-                            _cold(run_, store.log(DESK), rows, repeat, "")
+                            _cold(run_, store.log(DESK), rows, repeat, suffix)
                         finally:
                             store.close()
                         hub = open_hub(directory / "store", "durable")
-                        hubs.append((rows, "", hub))
+                        hubs.append((rows, suffix, hub))
                     else:
                         hub = open_hub(None, "durable")
-                        hubs.append((rows, " memory", hub))
+                        hubs.append((rows, suffix, hub))
                         build_desk(run_, hub, None, rows, payload)
-                        _cold(run_, hub.log(DESK), rows, repeat, " memory")
-                    _warm(run_, hub, rows, repeat, hubs[-1][1])
+                        _cold(run_, hub.log(DESK), rows, repeat, suffix)
+                    _warm(run_, hub, rows, repeat, suffix)
                 _time_read30(
                     run_,
                     "last30 sqlite",
