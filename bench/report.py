@@ -271,7 +271,7 @@ def print_summary(console: Console, report: Report) -> None:
         console.print(f"  {figure}: {value}")
     for target in report.targets:
         style = {"PASS": "green", "SHORT": "red", "N/A": "yellow"}[target.status]
-        shown = "-" if target.value is None else f"{_fmt_value(target.value, target.unit)}"
+        shown = "-" if target.value is None else _fmt_value(target.value, target.unit)
         relation = ">=" if target.at_least else "<="
         bound = _fmt_value(target.bound, target.unit)
         console.print(
