@@ -41,6 +41,18 @@ class _Stream:
         self.text_sequences: list[int] = []
 
 
+def _info(session_id: str, stream: _Stream) -> SessionInfo:
+    """Return what ``stream`` (holding at least one event) says about ``session_id``."""
+    newest = stream.events[-1]
+    assert newest.sequence is not None and newest.timestamp is not None
+    return SessionInfo(
+        session_id=session_id,
+        last_sequence=newest.sequence,
+        text_count=len(stream.text_sequences),
+        last_activity=newest.timestamp,
+    )
+
+
 class MemoryStore:
     """An in-memory event store; thread-safe, with the full store interface.
 
@@ -278,16 +290,7 @@ class MemoryStore:
         with self._lock:
             self._live()
             stream = self._streams.get(session_id)
-            if stream is None:
-                return None
-            newest = stream.events[-1]
-            assert newest.sequence is not None and newest.timestamp is not None
-            return SessionInfo(
-                session_id=session_id,
-                last_sequence=newest.sequence,
-                text_count=len(stream.text_sequences),
-                last_activity=newest.timestamp,
-            )
+            return None if stream is None else _info(session_id, stream)
 
     def session_infos(self) -> list[SessionInfo]:
         """Return :class:`SessionInfo` for every session holding events, sorted by id.
@@ -299,9 +302,9 @@ class MemoryStore:
         """
         with self._lock:
             self._live()
-            ids = sorted(self._streams)
-        infos = [self.session_info(session_id) for session_id in ids]
-        return [info for info in infos if info is not None]
+            return [
+                _info(session_id, self._streams[session_id]) for session_id in sorted(self._streams)
+            ]
 
     def log(self, session_id: str) -> _MemoryLog:
         """Return the session's ``Text`` rows as a :class:`~sharedesk.SessionLog`.
