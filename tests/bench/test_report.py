@@ -180,29 +180,54 @@ class TestOptions:
         assert (5, 1, 2) == (pick(5, 1, 2, True), pick(None, 1, 2, False), pick(None, 1, 2, True))
 
 
+def append_run(
+    system: str,
+    threads: int,
+    *,
+    seconds: float = 1.0,
+    latencies_ns: list[int] | None = None,
+    **params: object,
+) -> Measurement:
+    """One ``append`` measurement of ``system`` at ``threads`` (100 operations)."""
+    return measurement(
+        scenario="append",
+        system=system,
+        operation="append",
+        label=f"{system} t={threads} {params}",
+        ops=100,
+        seconds=seconds,
+        latencies_ns=latencies_ns or [],
+        params={"threads": threads, **params},
+    )
+
+
+def append_report(*runs: Measurement) -> Report:
+    """A report of the ``append`` scenario holding ``runs`` and nothing else."""
+    return Report(
+        scenario="append",
+        started=utc_now(),
+        argv=[],
+        machine={},
+        measurements=list(runs),
+        targets=[],
+        figures={},
+        notes=[],
+    )
+
+
 class TestPlots:
     def test_throughput_and_latency_plots_are_written_as_png(self, tmp_path: Path) -> None:
-        report = Report(
-            scenario="append",
-            started=utc_now(),
-            argv=[],
-            machine={},
-            measurements=[
-                measurement(
-                    scenario="append",
-                    system="sharedesk",
-                    operation="append",
-                    label=f"append t={threads}",
-                    ops=100,
+        report = append_report(
+            *(
+                append_run(
+                    "sharedesk",
+                    threads,
                     seconds=1.0 / threads,
                     latencies_ns=[1000 * (k + 1) for k in range(100)],
-                    params={"threads": threads, "series": "sharedesk store durable"},
+                    series="sharedesk store durable",
                 )
                 for threads in (1, 4, 16)
-            ],
-            targets=[],
-            figures={},
-            notes=[],
+            )
         )
 
         written, skipped = write_plots(report, tmp_path)
@@ -216,36 +241,15 @@ class TestPlots:
     ) -> None:
         from matplotlib.axes import Axes
 
-        def append_run(system: str, threads: int, **params: object) -> Measurement:
-            return measurement(
-                scenario="append",
-                system=system,
-                operation="append",
-                label=f"{system} t={threads} {params}",
-                ops=100,
-                seconds=1.0,
-                latencies_ns=[],
-                params={"threads": threads, **params},
-            )
-
         annotations: list[str] = []
         monkeypatch.setattr(
             Axes, "annotate", lambda self, text, *args, **kw: annotations.append(text)
         )
-        report = Report(
-            scenario="append",
-            started=utc_now(),
-            argv=[],
-            machine={},
-            measurements=[
-                append_run("sharedesk", 1, series="sharedesk store durable"),
-                append_run("sharedesk", 16, series="sharedesk store durable"),
-                append_run("lmdb-raw", 1, per_txn=16),
-                append_run("lmdb-raw", 16, series="lmdb-raw gc"),  # a threaded baseline
-            ],
-            targets=[],
-            figures={},
-            notes=[],
+        report = append_report(
+            append_run("sharedesk", 1, series="sharedesk store durable"),
+            append_run("sharedesk", 16, series="sharedesk store durable"),
+            append_run("lmdb-raw", 1, per_txn=16),
+            append_run("lmdb-raw", 16, series="lmdb-raw gc"),  # a threaded baseline
         )
 
         write_plots(report, tmp_path)
