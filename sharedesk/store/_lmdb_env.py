@@ -24,8 +24,9 @@ from sharedesk.protocol.errors import StoreIOError, ValidationError
 
 _log = structlog.get_logger()
 
-#: The sub-databases of a store, by purpose.
-DATABASES: Final = (b"events", b"ids", b"meta", b"texts", b"sharing")
+#: The sub-databases of a store, by purpose. ``replies`` came later: opening a database
+#: written before it creates it empty (LmdbStore treats roots it lacks as older ones).
+DATABASES: Final = (b"events", b"ids", b"meta", b"texts", b"sharing", b"replies")
 
 
 class ResizeLock:

@@ -24,6 +24,7 @@ from sharedesk.protocol import (
     Text,
     ValidationError,
     author_key,
+    same_participant,
 )
 from tests.actors.conftest import HubFactory
 
@@ -52,12 +53,38 @@ class TestFirstTurn:
 
         assert ("initial", []) == (turn.reason, turn.messages)
 
-    def test_a_turn_never_offers_the_viewers_own_rows(self, hub: Hub) -> None:
+    def test_a_first_turn_is_the_viewers_view_own_rows_included(self, hub: Hub) -> None:
+        """An agent that lost its state must see what it said itself (issue case 1)."""
         desk = hub.session("desk")
-        desk.post(BOT, "mine")
+        desk.post(BOT, "hi all")
         desk.post(ANA, "theirs")
 
-        assert ["theirs"] == texts(hub.turn("desk", BOT).messages)
+        turn = hub.turn("desk", BOT)
+
+        assert ["hi all", "theirs"] == texts(turn.messages)
+        assert hub.view("desk", BOT).messages == turn.messages
+
+    def test_a_full_window_of_a_thread_is_its_view_own_reply_included(self, hub: Hub) -> None:
+        desk = hub.session("desk")
+        root = desk.post(ANA, "question").sequence
+        desk.post(BOT, "my earlier answer", parent=root)
+        thread = Conversation("desk", root)
+
+        turn = hub.turn("desk", BOT, thread)
+
+        assert hub.view("desk", BOT, thread).messages == turn.messages
+        assert ["question", "my earlier answer"] == texts(turn.messages)
+
+    def test_a_delta_never_offers_the_viewers_own_rows(self, hub: Hub) -> None:
+        desk = hub.session("desk")
+        hub.turn("desk", BOT).commit()
+        desk.post(BOT, "mine, posted outside a turn")
+        desk.post(Agent(id="bot", label="another label"), "mine too")
+        desk.post(ANA, "theirs")
+
+        turn = hub.turn("desk", BOT)
+
+        assert (None, ["theirs"]) == (turn.reason, texts(turn.messages))
 
 
 class TestDeltas:
@@ -142,14 +169,42 @@ class TestDeltas:
         assert ReinitializeReason.GAP_TOO_LARGE.value == turn.reason
         assert "root after the flood" == turn.messages[-1].content
 
-    def test_a_channel_delta_offers_roots_and_not_thread_replies(self, hub: Hub) -> None:
+    def test_a_channel_delta_offers_a_first_reply_whose_root_is_below_the_watermark(
+        self, hub: Hub
+    ) -> None:
+        """The channel view shows a root's first reply, so a delta offers it (case 2)."""
         desk = hub.session("desk")
         root = desk.post(ANA, "root").sequence
         hub.turn("desk", BOT).commit()
-        desk.post(EVE, "in the thread", parent=root)
+        desk.post(EVE, "first in the thread", parent=root)
         desk.post(EVE, "new root")
 
-        assert ["new root"] == texts(hub.turn("desk", BOT).messages)
+        turn = hub.turn("desk", BOT)
+
+        assert (None, ["first in the thread", "new root"]) == (turn.reason, texts(turn.messages))
+        assert ["root", "first in the thread", "new root"] == texts(hub.view("desk", BOT).messages)
+
+    def test_a_channel_delta_leaves_out_second_replies_and_blank_first_ones(self, hub: Hub) -> None:
+        desk = hub.session("desk")
+        root = desk.post(ANA, "root").sequence
+        desk.post(EVE, "first", parent=root)
+        hub.turn("desk", BOT).commit()
+        desk.post(EVE, "second", parent=root)
+        other = desk.post(ANA, "other root").sequence
+        desk.post(EVE, "   ", parent=other)
+        desk.post(EVE, "first non-blank", parent=other)
+
+        assert ["other root", "first non-blank"] == texts(hub.turn("desk", BOT).messages)
+
+    def test_a_channel_delta_offers_a_first_reply_once_across_turns(self, hub: Hub) -> None:
+        desk = hub.session("desk")
+        root = desk.post(ANA, "root").sequence
+        hub.turn("desk", BOT).commit()
+        desk.post(EVE, "first", parent=root)
+        hub.turn("desk", BOT).commit()
+        desk.post(ANA, "second", parent=root)
+
+        assert [] == hub.turn("desk", BOT).messages
 
 
 class TestWritersOutsideTheHub:
@@ -289,7 +344,11 @@ class Model:
 
     def deliver(self, viewer: SessionAuthor, conversation: Conversation, turn: object) -> None:
         key = (author_key(viewer), conversation)
-        got = [m.sequence for m in turn.messages]  # type: ignore[attr-defined]
+        messages = turn.messages  # type: ignore[attr-defined]
+        own = [m.sequence for m in messages if author_key(m.author) == key[0]]
+        if turn.reason is None:  # type: ignore[attr-defined]
+            assert [] == own, "a delta offered the viewer its own rows"
+        got = [m.sequence for m in messages if m.sequence not in own]
         already = self.delivered.setdefault(key, [])
         assert [] == [seq for seq in got if seq in already], "a row was delivered twice"
         if key not in self.first_watermark:
@@ -297,8 +356,11 @@ class Model:
         already.extend(got)
 
     def expected(self, viewer: str, conversation: Conversation) -> list[int]:
-        """Every row the viewer must have been delivered, replaying the whole log."""
-        first = self.first_watermark[(viewer, conversation)]
+        """Every row of the viewer's view, other than its own, replaying the whole log.
+
+        The examples stay below the window, so the first (full) turn shows every row
+        that qualifies up to its watermark, and the deltas every one above it.
+        """
         root = conversation.thread_root
         wanted: list[int] = []
         answered: set[int] = set()
@@ -306,10 +368,9 @@ class Model:
             if blank:
                 continue
             if root is None:
-                in_window = parent is None or parent not in answered
+                qualifies = parent is None or parent not in answered
                 if parent is not None:
                     answered.add(parent)
-                qualifies = parent is None if sequence > first else in_window
             else:
                 qualifies = sequence == root or parent == root
             if qualifies and author != viewer:
@@ -392,16 +453,19 @@ class TestExactlyOnce:
         delivered: dict[str, list[int]] = {author_key(p): [] for p in PARTICIPANTS}
         errors: list[BaseException] = []
 
+        def others(me: SessionAuthor, turn: Turn) -> list[int]:
+            return [m.sequence for m in turn.messages if not same_participant(m.author, me)]
+
         def participant(me: SessionAuthor) -> None:
             try:
                 for n in range(15):
                     hub.session("desk").post(me, f"{author_key(me)} {n}")
                     turn = hub.turn("desk", me)
                     turn.commit("reply" if n % 3 == 0 else None)
-                    delivered[author_key(me)].extend(m.sequence for m in turn.messages)
+                    delivered[author_key(me)].extend(others(me, turn))
                 final = hub.turn("desk", me)
                 final.commit()
-                delivered[author_key(me)].extend(m.sequence for m in final.messages)
+                delivered[author_key(me)].extend(others(me, final))
             except BaseException as exc:  # pragma: no cover - reported below
                 errors.append(exc)
 
@@ -414,7 +478,7 @@ class TestExactlyOnce:
         for me in PARTICIPANTS:
             turn = hub.turn("desk", me)
             turn.commit()
-            delivered[author_key(me)].extend(m.sequence for m in turn.messages)
+            delivered[author_key(me)].extend(others(me, turn))
 
         events = hub.read("desk")
         for me in PARTICIPANTS:
