@@ -453,7 +453,7 @@ class TestExactlyOnce:
         delivered: dict[str, list[int]] = {author_key(p): [] for p in PARTICIPANTS}
         errors: list[BaseException] = []
 
-        def others(me: SessionAuthor, turn: Turn) -> list[int]:
+        def not_mine(me: SessionAuthor, turn: Turn) -> list[int]:
             return [m.sequence for m in turn.messages if not same_participant(m.author, me)]
 
         def participant(me: SessionAuthor) -> None:
@@ -462,10 +462,10 @@ class TestExactlyOnce:
                     hub.session("desk").post(me, f"{author_key(me)} {n}")
                     turn = hub.turn("desk", me)
                     turn.commit("reply" if n % 3 == 0 else None)
-                    delivered[author_key(me)].extend(others(me, turn))
+                    delivered[author_key(me)].extend(not_mine(me, turn))
                 final = hub.turn("desk", me)
                 final.commit()
-                delivered[author_key(me)].extend(others(me, final))
+                delivered[author_key(me)].extend(not_mine(me, final))
             except BaseException as exc:  # pragma: no cover - reported below
                 errors.append(exc)
 
@@ -478,7 +478,7 @@ class TestExactlyOnce:
         for me in PARTICIPANTS:
             turn = hub.turn("desk", me)
             turn.commit()
-            delivered[author_key(me)].extend(others(me, turn))
+            delivered[author_key(me)].extend(not_mine(me, turn))
 
         events = hub.read("desk")
         for me in PARTICIPANTS:
