@@ -228,6 +228,22 @@ class TestFolding:
 
         assert (1, fresh(hub, thread, 2)) == (len(walks), view)
 
+    def test_a_thread_view_opened_before_its_root_exists_shows_the_root(
+        self, open_hub: HubFactory
+    ) -> None:
+        """The projector picks up a thread's root whenever it arrives (issue case 3)."""
+        hub = open_hub()
+        desk = hub.session("desk")
+        desk.post(ANA, "before the thread")
+        thread = Conversation("desk", thread_root=2)
+        hub.view("desk", VIEWERS[0], thread)
+        desk.post(ANA, "the root")
+        desk.post(ANA, "a reply", parent=2)
+
+        view = hub.view("desk", VIEWERS[0], thread)
+
+        assert ([2, 3], fresh(hub, thread, 30)) == ([m.sequence for m in view.messages], view)
+
     def test_a_reply_in_the_channel_is_walked_again(
         self, open_hub: HubFactory, walks: list[SessionQuery]
     ) -> None:

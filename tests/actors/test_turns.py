@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
+from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sharedesk.actors import Hub, Turn
+from sharedesk.actors import Hub, HubOptions, Turn
 from sharedesk.protocol import (
     SCAN_LIMIT,
     Agent,
@@ -26,6 +27,7 @@ from sharedesk.protocol import (
     author_key,
     same_participant,
 )
+from sharedesk.store import MemoryStore
 from tests.actors.conftest import HubFactory
 
 ANA = Person(id="ana", label="Ana")
@@ -229,6 +231,81 @@ class TestWritersOutsideTheHub:
         assert ["from another process"] == texts(hub.turn("desk", BOT).messages)
 
 
+class _OtherProcessStore(MemoryStore):
+    """A store another process appends to right before every commit reaches it."""
+
+    def append_and_share(self, session_id: str, events: Any, **kwargs: Any) -> list[Event]:
+        self.append(session_id, [Event(EVE, Text("from another process"))])
+        return super().append_and_share(session_id, events, **kwargs)
+
+
+class TestCommitWhileOthersWrite:
+    def test_a_commit_never_fails_because_another_process_appended_meanwhile(self) -> None:
+        """Only the viewer's own sharing state is checked inside the commit (case 7)."""
+        with Hub(_OtherProcessStore(), HubOptions(ask_timeout=10.0)) as hub:
+            hub.session("desk").post(ANA, "question")
+            for n in range(3):
+                hub.turn("desk", BOT).commit(f"answer {n}")
+
+            turn = hub.turn("desk", BOT)
+
+            assert ["from another process"] == texts(turn.messages)
+            assert 7 == hub.last_sequence("desk")
+
+    def test_a_thread_of_writers_straight_to_the_store_never_fails_a_commit(self, hub: Hub) -> None:
+        hub.session("desk").post(ANA, "question")
+        stop = threading.Event()
+
+        def outsider() -> None:
+            while not stop.is_set():
+                hub.store.append("desk", [Event(EVE, Text("outside"))])
+
+        writer = threading.Thread(target=outsider)
+        writer.start()
+        try:
+            replies = [hub.turn("desk", BOT).commit(f"answer {n}") for n in range(20)]
+        finally:
+            stop.set()
+            writer.join()
+
+        assert 20 == len([r for r in replies if r is not None])
+
+
+class TestParents:
+    def test_a_post_replying_to_a_reply_is_refused_and_nothing_is_written(self, hub: Hub) -> None:
+        """A reply to a reply would show in no view, so it is refused (case 4)."""
+        desk = hub.session("desk")
+        root = desk.post(ANA, "root").sequence
+        reply = desk.post(EVE, "reply", parent=root).sequence
+
+        with pytest.raises(ValidationError):
+            desk.post(ANA, "reply to a reply", parent=reply)
+
+        assert (2, 0, []) == (hub.last_sequence("desk"), hub.stats().restarts, hub.stats().failed)
+
+    def test_a_commit_whose_reply_names_a_reply_is_refused_and_moves_nothing(
+        self, hub: Hub
+    ) -> None:
+        desk = hub.session("desk")
+        root = desk.post(ANA, "root").sequence
+        reply = desk.post(EVE, "reply", parent=root).sequence
+        turn = hub.turn("desk", BOT)
+
+        with pytest.raises(ValidationError):
+            turn.commit(Event(BOT, Text("deeper"), parent=reply))
+
+        assert ("initial", 2) == (hub.turn("desk", BOT).reason, hub.last_sequence("desk"))
+
+    def test_a_post_replying_to_a_run_event_is_refused(self, hub: Hub) -> None:
+        desk = hub.session("desk")
+        desk.append([Event(BOT, RunStarted(provider="p"))])
+
+        with pytest.raises(ValidationError):
+            desk.post(ANA, "reply to a run", parent=1)
+
+        assert 1 == hub.last_sequence("desk")
+
+
 class TestThreads:
     def test_a_thread_reply_goes_to_its_root(self, hub: Hub) -> None:
         root = hub.session("desk").post(ANA, "question").sequence
@@ -250,6 +327,21 @@ class TestThreads:
         turn = hub.turn("desk", BOT, Conversation("desk", second))
 
         assert (None, ["on second"]) == (turn.reason, texts(turn.messages))
+
+    def test_a_thread_taken_before_its_root_exists_offers_the_root_when_it_comes(
+        self, hub: Hub
+    ) -> None:
+        desk = hub.session("desk")
+        desk.post(ANA, "before")
+        thread = Conversation("desk", 2)
+        hub.turn("desk", BOT, thread).commit()
+        desk.post(ANA, "the root")
+        desk.post(EVE, "a reply", parent=2)
+
+        turn = hub.turn("desk", BOT, thread)
+
+        assert (None, ["the root", "a reply"]) == (turn.reason, texts(turn.messages))
+        assert turn.messages == hub.view("desk", BOT, thread).messages
 
     def test_switching_threads_never_reinitializes(self, hub: Hub) -> None:
         desk = hub.session("desk")
