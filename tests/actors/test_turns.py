@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import tempfile
 import threading
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sharedesk.actors import Hub, HubOptions, Turn
 from sharedesk.protocol import (
     SCAN_LIMIT,
+    SESSION_WINDOW,
     Agent,
     Conversation,
     Event,
@@ -576,3 +579,166 @@ class TestExactlyOnce:
         for me in PARTICIPANTS:
             others = [e.sequence for e in events if author_key(e.author) != author_key(me)]
             assert ([], others) == (errors, sorted(delivered[author_key(me)]))
+
+
+# -- every row a view shows is offered once, across restarts and both stores ----------
+
+AGENTS: list[SessionAuthor] = [BOT, EVE]
+AUTHORS: list[SessionAuthor] = [ANA, BOT, EVE]
+
+
+class _KeptMemoryStore(MemoryStore):
+    """A MemoryStore that outlives the Hubs over it (a "restart" keeps its rows)."""
+
+    def close(self) -> None:
+        """Leave the rows for the next Hub; ``release`` closes it."""
+
+    def release(self) -> None:
+        super().close()
+
+
+viewed_ops = st.lists(
+    st.one_of(
+        st.tuples(
+            st.just("post"),
+            st.sampled_from(AUTHORS),
+            st.integers(0, 6),  # 0: a new root, else a reply to a root
+            st.booleans(),  # blank
+        ),
+        st.tuples(
+            st.just("turn"),
+            st.sampled_from(AGENTS),
+            st.integers(0, 6),  # 0: the channel, else a thread
+            st.sampled_from(["commit", "reply", "abandon", "conflict"]),
+        ),
+        st.tuples(st.just("view"), st.sampled_from(AGENTS), st.integers(0, 6)),
+        st.tuples(st.just("restart")),
+    ),
+    max_size=28,
+)
+
+
+class _Desk:
+    """One example's Hub (reopened on restarts) and what each agent was shown and offered."""
+
+    def __init__(self, backend: str, path: Path) -> None:
+        self.backend = backend
+        self.path = path
+        self.kept = _KeptMemoryStore()
+        self.hub = self.open()
+        self.roots: list[int] = []
+        self.rows = 0
+        self.offered: dict[tuple[str, Conversation], list[int]] = {}
+        self.shown: dict[tuple[str, Conversation], set[int]] = {}
+        self.replies: dict[tuple[str, Conversation], set[int]] = {}
+
+    def open(self) -> Hub:
+        if self.backend == "lmdb":
+            return Hub.open(self.path, durability="relaxed", ask_timeout=10.0)
+        return Hub(self.kept, HubOptions(ask_timeout=10.0))
+
+    def restart(self) -> None:
+        self.hub.close()
+        self.hub = self.open()
+
+    def close(self) -> None:
+        self.hub.close()
+        self.kept.release()
+
+    def conversation(self, choice: int) -> Conversation:
+        if choice == 0 or not self.roots:
+            return CHANNEL
+        if choice == 6:  # a thread whose root is the next row: taken before it exists
+            return Conversation("desk", self.hub.last_sequence("desk") + 1)
+        return Conversation("desk", self.roots[choice % len(self.roots)])
+
+    def post(self, author: SessionAuthor, choice: int, blank: bool) -> None:
+        parent = None if choice == 0 or not self.roots else self.roots[choice % len(self.roots)]
+        stored = self.hub.session("desk").post(author, " " if blank else "text", parent=parent)
+        assert stored.sequence is not None
+        self.rows += 1
+        if parent is None:
+            self.roots.append(stored.sequence)
+
+    def view(self, agent: SessionAuthor, conversation: Conversation) -> None:
+        me = author_key(agent)
+        view = self.hub.view("desk", agent, conversation)
+        others = {m.sequence for m in view.messages if author_key(m.author) != me}
+        self.shown.setdefault((me, conversation), set()).update(others)
+
+    def turn(self, agent: SessionAuthor, conversation: Conversation, mode: str) -> None:
+        turn = self.hub.turn("desk", agent, conversation)
+        if conversation.thread_root not in (None, *self.roots):
+            mode = "commit"  # no root (yet): a reply to it would be refused
+        if mode == "abandon":
+            return
+        if mode == "conflict":
+            rival = self.hub.turn("desk", agent, conversation)
+            self.commit(rival, "rival's reply")
+            with pytest.raises(SharingStateConflict):
+                turn.commit("too late")
+            return
+        self.commit(turn, "reply" if mode == "reply" else None)
+
+    def commit(self, turn: Turn, reply: str | None) -> None:
+        me = author_key(turn.viewer)
+        key = (me, turn.conversation)
+        first = key not in self.offered
+        assert turn.reason == ("initial" if first else None)
+        own = {m.sequence for m in turn.messages if author_key(m.author) == me}
+        if first:  # a full window is the view, own rows included
+            assert self.hub.view("desk", turn.viewer, turn.conversation).messages == turn.messages
+        else:
+            assert set() == own, "a delta offered the agent its own rows"
+        mine = self.replies.setdefault(key, set())
+        assert set() == own & mine, "a committed reply came back to its author"
+        stored = turn.commit(reply)
+        got = [m.sequence for m in turn.messages if m.sequence not in own]
+        offered = self.offered.setdefault(key, [])
+        assert [] == [seq for seq in got if seq in offered], "a row was offered twice"
+        offered.extend(got)
+        if stored is not None:
+            assert stored.sequence is not None
+            self.rows += 1
+            mine.add(stored.sequence)
+            if stored.parent is None:
+                self.roots.append(stored.sequence)
+        # What the turn showed is what the agent's view showed (a full window), or new.
+        self.view(turn.viewer, turn.conversation)
+
+
+class TestEveryViewedRowIsOfferedOnce:
+    @pytest.mark.parametrize("backend", ["memory", "lmdb"])
+    @settings(max_examples=20, deadline=None)
+    @given(ops=viewed_ops)
+    def test_every_row_shown_in_a_view_is_offered_by_exactly_one_turn(
+        self, backend: str, ops: list[tuple[Any, ...]]
+    ) -> None:
+        """Posts, turns, commits, views and restarts in any order, on both stores.
+
+        Fewer rows than a window, so no view ever drops a row it showed: every row other
+        than the agent's own that any view of an agent showed is offered by exactly one
+        of its committed turns, none twice, and none of its committed replies back.
+        """
+        with tempfile.TemporaryDirectory() as directory:
+            desk = _Desk(backend, Path(directory) / "store")
+            try:
+                for op in ops:
+                    if op[0] == "post" and desk.rows < SESSION_WINDOW - 4:
+                        desk.post(op[1], op[2], op[3])
+                    elif op[0] == "turn" and desk.rows < SESSION_WINDOW - 4:
+                        desk.turn(op[1], desk.conversation(op[2]), op[3])
+                    elif op[0] == "view":
+                        desk.view(op[1], desk.conversation(op[2]))
+                    elif op[0] == "restart":
+                        desk.restart()
+                for me, conversation in list(desk.shown):
+                    agent = next(a for a in AGENTS if author_key(a) == me)
+                    desk.commit(desk.hub.turn("desk", agent, conversation), None)
+                    desk.view(agent, conversation)
+
+                for key, shown in desk.shown.items():
+                    offered = desk.offered[key]
+                    assert (sorted(shown), len(offered)) == (sorted(offered), len(set(offered)))
+            finally:
+                desk.close()
