@@ -811,7 +811,7 @@ class StoreContract(ABC):
         with pytest.raises(ValidationError):
             store.append("s", [text("fine", parent=1), text("reply to a reply", parent=2)])
 
-        assert (2, {1: 2}) == (store.last_sequence("s"), store.first_replies("s", [1]))
+        assert 2 == store.last_sequence("s")
 
     def test_a_commit_whose_reply_names_a_reply_stores_no_state(self, store: ContractStore) -> None:
         store.append("s", [text("root"), text("reply", parent=1)])
