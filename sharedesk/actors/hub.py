@@ -40,7 +40,6 @@ ends early with ``HubClosed`` when the Hub closes.
 
 from __future__ import annotations
 
-import importlib
 import os
 import threading
 import time
@@ -48,14 +47,14 @@ from collections import OrderedDict, deque
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from types import MappingProxyType, TracebackType
-from typing import Any, Final, Self, TypeVar
+from typing import Any, Final, Self, TypeVar, cast
 
 import msgspec
 import pykka
 import structlog
 
 from sharedesk.actors._base import THREAD_PREFIX, ActorKey, HubActor, HubStore, Slot
-from sharedesk.actors._messages import Append, Commit, GetTranscript, Plan, TurnPlan, View
+from sharedesk.actors._messages import Append, Commit, GetTranscript, Plan, Request, TurnPlan, View
 from sharedesk.actors.projector import ProjectorActor
 from sharedesk.actors.session import SessionActor
 from sharedesk.actors.sharing import SharingActor
@@ -78,6 +77,7 @@ from sharedesk.protocol.validation import (
     check_session_id,
 )
 from sharedesk.protocol.views import Conversation, Projection, SessionMessage
+from sharedesk.runs.queue import RunQueue
 from sharedesk.store.memory import MemoryStore
 
 _log = structlog.get_logger()
@@ -181,6 +181,13 @@ class Hub:
     Writes go through each session's actor; reads (``read``, ``last_sequence``,
     ``log``) go straight to the store. Thread-safe: call it from any number of threads.
     A context manager: leaving the block closes it.
+
+    Every method that reaches an actor may also raise:
+
+    - ``HubClosed``: the Hub is closed (or closed while the caller waited);
+    - ``SessionFailed``: the session exceeded its restart intensity;
+    - ``ActorTimeout``: no answer within ``ask_timeout``;
+    - ``ActorCrashed``: the handler failed; the actor was restarted.
     """
 
     def __init__(
@@ -211,7 +218,7 @@ class Hub:
         self._passivated = 0
         self._closing = False
         self._closed = False
-        self._runs: Any = None
+        self._runs: RunQueue | None = None
         self._stopping = threading.Event()
         self._reaper: threading.Thread | None = None
         if self._options.idle_timeout is not None:
@@ -250,8 +257,9 @@ class Hub:
             store = MemoryStore()
             where = None
         else:
-            lmdb_module = importlib.import_module("sharedesk.store.lmdb")
-            store = lmdb_module.LmdbStore(path, **options)
+            from sharedesk.store.lmdb import LmdbStore  # a memory-only Hub never loads LMDB
+
+            store = LmdbStore(path, **options)
             where = os.fspath(path)
         return cls(store, settings, path=where)
 
@@ -272,14 +280,14 @@ class Hub:
         """Whether ``close()`` was called."""
         return self._closing
 
-    def subscribers(self, session_id: str) -> tuple[HubActor, ...]:
+    def _subscribers_of(self, session_id: str) -> tuple[HubActor, ...]:
         """Return the actors ``session_id`` pushes events to (projectors, sharing).
 
         Cost: O(1); takes no lock.
         """
         return self._pushed_to.get(session_id, ())
 
-    def crashed(self, key: ActorKey, ref: pykka.ActorRef[Any]) -> None:
+    def _crashed(self, key: ActorKey, actor: HubActor) -> None:
         """Forget a failed actor and count its restart (called by the failing handler).
 
         Past the restart intensity, marks the session failed and stops its other actors.
@@ -290,7 +298,7 @@ class Hub:
         victims: list[Slot] = []
         with self._lock:
             slot = self._slots.get(key)
-            if slot is not None and slot.ref is ref:
+            if slot is not None and slot.ref is actor:
                 self._forget_locked(slot)
                 if slot.thread is not None:
                     self._retired.append(slot.thread)
@@ -316,29 +324,6 @@ class Hub:
             if victim.actor is not None:
                 victim.actor.stop_soon()
 
-    def call(self, key: ActorKey, message: Any, *, inline: bool = False) -> Any:
-        """Send ``message`` to the actor named ``key`` and return its answer.
-
-        Args:
-            key: The actor.
-            message: The request.
-            inline: Run it on the caller's thread if the actor is idle (writes only,
-                and only with the ``inline_writes`` option).
-
-        Returns:
-            The actor's answer.
-
-        Raises:
-            HubClosed: The Hub is closed (or closed while waiting).
-            SessionFailed: The session exceeded its restart intensity.
-            ActorTimeout: No answer within ``ask_timeout``.
-            ActorCrashed: The handler failed; the actor was restarted.
-            SharedeskError: Whatever the handler raised.
-
-        Cost: one message round trip (none when run inline); blocks the caller.
-        """
-        return self._call(key, message, inline=inline)
-
     # -- the store port ----------------------------------------------------------------
 
     def append(
@@ -357,7 +342,7 @@ class Hub:
         Raises:
             ValidationError: Malformed input; nothing was written.
             ConcurrencyError: ``expected_version`` differs from the last sequence.
-            HubClosed, SessionFailed, ActorTimeout, ActorCrashed: See :meth:`call`.
+            HubClosed, SessionFailed, ActorTimeout, ActorCrashed: See :class:`Hub`.
 
         Cost: one round trip to the session actor plus the store's append (LMDB: one
         group-committed fsync, shared with appends of other sessions).
@@ -450,7 +435,7 @@ class Hub:
 
         Raises:
             ValidationError: A malformed argument, or a conversation of another desk.
-            HubClosed, SessionFailed, ActorTimeout, ActorCrashed: See :meth:`call`.
+            HubClosed, SessionFailed, ActorTimeout, ActorCrashed: See :class:`Hub`.
 
         Cost: O(1) when nothing was appended since the last view of this window (the
         projector's published view, checked against the store's last sequence); else one
@@ -499,7 +484,7 @@ class Hub:
         Raises:
             ValidationError: A malformed argument.
             PageError, LogReadError: The store's log misbehaved.
-            HubClosed, SessionFailed, ActorTimeout, ActorCrashed: See :meth:`call`.
+            HubClosed, SessionFailed, ActorTimeout, ActorCrashed: See :class:`Hub`.
 
         A log that ends above the watermark (a young desk whose first turn came before
         its first row, or a watermark on run events below every message) has had its
@@ -524,7 +509,7 @@ class Hub:
 
         Raises:
             ValidationError: A malformed argument.
-            HubClosed, SessionFailed, ActorTimeout, ActorCrashed: See :meth:`call`.
+            HubClosed, SessionFailed, ActorTimeout, ActorCrashed: See :class:`Hub`.
 
         Cost: the first call reads the whole session; later calls read only the events
         appended since (``TranscriptBuilder.update_from_store``).
@@ -572,8 +557,7 @@ class Hub:
             if self._closing:
                 raise HubClosed(self._path)
             if self._runs is None:
-                queue_module = importlib.import_module("sharedesk.runs.queue")
-                self._runs = queue_module.RunQueue(
+                self._runs = RunQueue(
                     self,
                     max_concurrent_runs=self._options.max_concurrent_runs,
                     max_queued_runs=self._options.max_queued_runs,
@@ -865,16 +849,30 @@ class Hub:
     def _call(
         self,
         key: ActorKey,
-        message: Any,
+        message: Request[T],
         fast: Callable[[Slot], T | None] | None = None,
         *,
         inline: bool = False,
-    ) -> Any:
-        """Send ``message`` to ``key``'s actor (resent to a fresh one after a crash).
+    ) -> T:
+        """Send ``message`` to the actor named ``key`` and return its answer.
 
-        ``fast`` may answer from the slot without a message; ``inline``: the message
-        is a write that may run on this thread when the actor is idle (only with the
-        ``inline_writes`` option).
+        A request that reaches an actor which stopped before handling it is resent to
+        a fresh one (the actors reach the Hub through this method too, as their
+        ``Supervisor``).
+
+        Args:
+            key: The actor (started if needed).
+            message: The request; its type parameter is the answer's type.
+            fast: May answer from the slot without a message (``None``: no answer).
+            inline: Run it on the caller's thread if the actor is idle (writes only,
+                and only with the ``inline_writes`` option).
+
+        Raises:
+            HubClosed, SessionFailed, ActorTimeout, ActorCrashed: See :class:`Hub`.
+            SharedeskError: Whatever the handler raised.
+
+        Cost: one message round trip (none when run inline or answered by ``fast``);
+        blocks the caller.
         """
         for _attempt in range(_RESEND_ATTEMPTS):
             slot = self._acquire(key)
@@ -888,10 +886,10 @@ class Hub:
                 if inline and self._options.inline_writes:
                     ran, answer = actor.run_inline(message)
                     if ran:
-                        return answer
+                        return cast(T, answer)  # the handler answers a Request[T] with a T
                 if not actor.ensure_running():
                     continue  # stopped meanwhile: resend to a fresh actor
-                return self._wait(slot.ref.ask(message, block=False), slot)
+                return cast(T, self._wait(actor.ask(message), slot))
             except pykka.ActorDeadError:
                 continue  # stopped before handling it: resend to a fresh actor
             finally:
@@ -978,7 +976,7 @@ class SessionHandle:
 
         Raises:
             ValidationError: Malformed input.
-            HubClosed, SessionFailed, ActorTimeout, ActorCrashed: See :meth:`Hub.call`.
+            HubClosed, SessionFailed, ActorTimeout, ActorCrashed: See :class:`Hub`.
 
         Cost: as :meth:`Hub.append` of one event.
         """
@@ -1061,7 +1059,7 @@ class Turn:
                 so a turn whose rival left the state as it was (no reply, nothing new)
                 commits; its messages are then empty, so nothing is delivered twice.
             ValidationError: A malformed reply, or an ``Event`` by someone else.
-            HubClosed, SessionFailed, ActorTimeout, ActorCrashed: See :meth:`Hub.call`.
+            HubClosed, SessionFailed, ActorTimeout, ActorCrashed: See :class:`Hub`.
 
         Cost: one store transaction holding reply and state (LMDB: one fsync); with
         ``inline_writes`` it runs on the caller's thread when the session's actors are
