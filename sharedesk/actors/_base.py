@@ -30,15 +30,15 @@ from typing import Any, ClassVar, Final, Protocol
 
 import msgspec
 import pykka
-import structlog
 from pykka._envelope import Envelope
 from structlog.contextvars import bind_contextvars, reset_contextvars
 
+from sharedesk.logconfig import logger
 from sharedesk.protocol.errors import ActorCrashed, SharedeskError
 from sharedesk.protocol.ports import EventStore, SharingStateStore
 from sharedesk.protocol.views import Conversation, Projection
 
-_log = structlog.get_logger()
+_log = logger()
 
 #: Prefix of the name of every thread the Hub starts (actors and the idle reaper).
 THREAD_PREFIX: Final = "sharedesk-"
@@ -169,6 +169,9 @@ class HubActor(pykka.ThreadingActor, abc.ABC):
 
     #: The actor kind, as in :class:`ActorKey`.
     kind: ClassVar[str] = "actor"
+    #: pykka's switch: actor threads never keep the interpreter alive (a script that
+    #: forgets ``close()`` still exits; the Hub's exit hook stops what is left).
+    use_daemon_thread: ClassVar[bool] = True
 
     def __init__(self, hub: Supervisor, key: ActorKey, slot: Slot) -> None:
         super().__init__()
@@ -189,7 +192,7 @@ class HubActor(pykka.ThreadingActor, abc.ABC):
         self.slot.thread = threading.Thread(
             target=self._actor_loop,
             name=f"{THREAD_PREFIX}{self.kind}-{next(_thread_numbers)}",
-            daemon=False,
+            daemon=self.use_daemon_thread,
         )
 
     def ensure_running(self) -> bool:
