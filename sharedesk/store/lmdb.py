@@ -107,8 +107,8 @@ from typing import Any, Final, Literal, Self, TypeVar
 
 import lmdb
 import msgspec
-import structlog
 
+from sharedesk.logconfig import logger
 from sharedesk.protocol.authors import SessionAuthor
 from sharedesk.protocol.codec import encode_msgpack
 from sharedesk.protocol.errors import (
@@ -147,7 +147,7 @@ T = TypeVar("T")
 #: ``"durable"``: every acknowledged append is fsync'd. ``"relaxed"``: no fsync per commit.
 Durability = Literal["durable", "relaxed"]
 
-_log = structlog.get_logger()
+_log = logger()
 
 _SEQ: Final = struct.Struct(">Q")
 _META: Final = struct.Struct(">QQq")
