@@ -1,16 +1,31 @@
-"""The messages the Hub's actors exchange (frozen Structs, handled with ``match``)."""
+"""The messages the Hub's actors exchange (frozen Structs, handled with ``match``).
+
+A request is a :class:`Request` parametrized by the type of its answer, so
+``Hub._call(key, View(window=30))`` is typed ``Projection``; a told message (``Push``)
+has no answer and is a plain Struct.
+"""
 
 from __future__ import annotations
+
+from typing import Generic, TypeVar
 
 import msgspec
 
 from sharedesk.projection.turns import TurnPlan
 from sharedesk.protocol.authors import SessionAuthor
 from sharedesk.protocol.events import Event
-from sharedesk.protocol.views import Conversation
+from sharedesk.protocol.transcripts import Transcript
+from sharedesk.protocol.views import Conversation, Projection
+
+#: The type of a request's answer.
+R = TypeVar("R")
 
 
-class Append(msgspec.Struct, frozen=True):
+class Request(msgspec.Struct, Generic[R], frozen=True):
+    """Base of the messages asked of an actor; ``R`` is the type of the answer."""
+
+
+class Append(Request[list[Event]], frozen=True):
     """Ask a session actor to append events (answer: the stored events).
 
     Attributes:
@@ -22,7 +37,7 @@ class Append(msgspec.Struct, frozen=True):
     expected_version: int | None = None
 
 
-class Commit(msgspec.Struct, frozen=True):
+class Commit(Request[Event | None], frozen=True):
     """Ask a session actor to commit a planned turn (answer: the stored reply or ``None``).
 
     The actor appends the reply and stores ``plan.next_state`` in one ``append_and_share``
@@ -50,7 +65,7 @@ class Push(msgspec.Struct, frozen=True):
     events: tuple[Event, ...]
 
 
-class View(msgspec.Struct, frozen=True):
+class View(Request[Projection], frozen=True):
     """Ask a projector for its view (answer: a ``Projection``).
 
     Attributes:
@@ -60,7 +75,7 @@ class View(msgspec.Struct, frozen=True):
     window: int
 
 
-class GetTranscript(msgspec.Struct, frozen=True):
+class GetTranscript(Request[Transcript], frozen=True):
     """Ask a projector for its viewer's transcript, brought up to date (answer: ``Transcript``).
 
     Attributes:
@@ -70,7 +85,7 @@ class GetTranscript(msgspec.Struct, frozen=True):
     viewer: SessionAuthor
 
 
-class Plan(msgspec.Struct, frozen=True):
+class Plan(Request[TurnPlan], frozen=True):
     """Ask the sharing actor to plan a turn (answer: a ``TurnPlan``).
 
     Attributes:
@@ -82,4 +97,4 @@ class Plan(msgspec.Struct, frozen=True):
     conversation: Conversation
 
 
-__all__ = ["Append", "Commit", "GetTranscript", "Plan", "Push", "TurnPlan", "View"]
+__all__ = ["Append", "Commit", "GetTranscript", "Plan", "Push", "Request", "TurnPlan", "View"]

@@ -25,14 +25,13 @@ from __future__ import annotations
 
 from typing import Any
 
-import structlog
-
 from sharedesk.actors._base import HubActor
 from sharedesk.actors._messages import Append, Commit, Push
+from sharedesk.logconfig import logger
 from sharedesk.protocol.errors import SharedeskError
 from sharedesk.protocol.events import Event
 
-_log = structlog.get_logger()
+_log = logger()
 
 
 class SessionActor(HubActor):
@@ -125,7 +124,7 @@ class SessionActor(HubActor):
                 fresh.append(event)
                 last = _sequence_of(event)
         self.last = last
-        projectors = self.hub.subscribers(self.key.session_id)
+        projectors = self.hub._subscribers_of(self.key.session_id)
         if not fresh or not projectors:
             return
         push = Push(events=tuple(fresh))

@@ -17,16 +17,15 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import Any
 
-import structlog
-
 from sharedesk.actors._base import HubActor, HubStore
 from sharedesk.actors._messages import Plan, Push
 from sharedesk.actors._tail import Tail
+from sharedesk.logconfig import logger
 from sharedesk.projection.turns import TurnPlan, plan_turn
 from sharedesk.protocol.authors import SessionAuthor, author_key
 from sharedesk.protocol.views import Conversation
 
-_log = structlog.get_logger()
+_log = logger()
 
 
 class _StoreReplies:
