@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import tempfile
 import threading
 from dataclasses import dataclass, field
@@ -32,6 +35,8 @@ from sharedesk.protocol import (
 )
 from sharedesk.store import MemoryStore
 from tests.actors.conftest import HubFactory
+
+REPOSITORY = Path(__file__).resolve().parents[2]
 
 ANA = Person(id="ana", label="Ana")
 BOT = Agent(id="bot", label="Bot")
@@ -272,6 +277,55 @@ class TestCommitWhileOthersWrite:
             writer.join()
 
         assert 20 == len([r for r in replies if r is not None])
+
+
+OUTSIDE_WRITER = """
+import sys
+from sharedesk.protocol import Event, Person, Text
+from sharedesk.store import LmdbStore
+
+with LmdbStore(sys.argv[1], durability="relaxed") as store:
+    print("ready", flush=True)
+    for n in range(int(sys.argv[2])):
+        store.append("desk", [Event(Person("pat", "Pat"), Text(f"outside {n}"))])
+"""
+
+
+class TestCommitWhileAnotherProcessWrites:
+    def test_commits_never_fail_and_every_outside_row_is_offered_once(
+        self, open_hub: HubFactory, tmp_path: Path
+    ) -> None:
+        """Another process appends all along; no commit fails, no row is missed (case 7)."""
+        hub = open_hub(path=tmp_path / "store", durability="relaxed", ask_timeout=10.0)
+        hub.session("desk").post(ANA, "question")
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPOSITORY), env.get("PYTHONPATH")]))
+        child = subprocess.Popen(
+            [sys.executable, "-c", OUTSIDE_WRITER, str(tmp_path / "store"), "2000"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=env,
+        )
+        offered: list[int] = []
+        try:
+            assert child.stdout is not None
+            assert b"ready\n" in iter(child.stdout.readline, b"")
+            while child.poll() is None:
+                turn = hub.turn("desk", BOT)
+                turn.commit("answer")
+                offered.extend(m.sequence for m in turn.messages if m.author != BOT)
+            _, err = child.communicate(timeout=60)
+            assert 0 == child.returncode, err.decode()
+        finally:
+            if child.poll() is None:
+                child.kill()
+                child.communicate()
+        last = hub.turn("desk", BOT)
+        last.commit()
+        offered.extend(m.sequence for m in last.messages if m.author != BOT)
+
+        others = [e.sequence for e in hub.read("desk") if e.author != BOT]
+        assert (2001, others) == (len(others), offered)
 
 
 class TestParents:
