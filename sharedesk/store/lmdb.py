@@ -49,7 +49,8 @@ commit. If the transaction itself fails, the whole group gets the error.
 py-lmdb releases the GIL around every get and put, and each release lets a waiting
 thread take the interpreter from the writer, so the writer keeps its calls few: an id
 is checked and claimed with one ``put(overwrite=False)``, each event costs three puts
-(id, record, ``Text`` row) in one pass, and per-session metadata is cached between this
+(id, record, ``Text`` row) in one pass (a root or a first reply one more, the
+``replies`` entry, and a reply one get, its parent's entry), and per-session metadata is cached between this
 store's own commits (dropped whenever the transaction id shows that another writer, in
 this process or another, committed in between) and written once per session per group.
 
