@@ -50,9 +50,10 @@ py-lmdb releases the GIL around every get and put, and each release lets a waiti
 thread take the interpreter from the writer, so the writer keeps its calls few: an id
 is checked and claimed with one ``put(overwrite=False)``, each event costs three puts
 (id, record, ``Text`` row) in one pass (a root or a first reply one more, the
-``replies`` entry, and a reply one get, its parent's entry), and per-session metadata is cached between this
-store's own commits (dropped whenever the transaction id shows that another writer, in
-this process or another, committed in between) and written once per session per group.
+``replies`` entry, and a reply one get, its parent's entry), and per-session metadata
+is cached between this store's own commits (dropped whenever the transaction id shows
+that another writer, in this process or another, committed in between) and written
+once per session per group.
 
 Where the time goes (16 threads, 1000 sessions, one event per append, durable, on a
 2-core VM). Everything but the syncs runs under the GIL, one thread at a time. Committing
