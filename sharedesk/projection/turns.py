@@ -124,9 +124,9 @@ def plan_turn(
         LogReadError: The log failed.
         WatermarkRegression: ``last`` lies below the stored watermark.
 
-    Cost: one walk of the log from ``last`` down to the watermark (a delta) or to a full
-    window, at most ``SCAN_LIMIT`` rows each; one ``replies.first_replies`` call for a
-    channel delta with replies in it; no writes.
+    Cost: one walk of the log from ``last`` down to the watermark (a delta; none when
+    ``last`` is the watermark) or to a full window, at most ``SCAN_LIMIT`` rows each; one
+    ``replies.first_replies`` call for a channel delta with replies in it; no writes.
     """
     messages: list[SessionMessage] | None = None
     reason: str | None = "initial"
@@ -135,7 +135,11 @@ def plan_turn(
         carried = frozenset(seq for seq in state.present_above_watermark if seq > last)
         if last < state.watermark:
             raise WatermarkRegression(last, state.watermark)
-        walked = rows_above_watermark(log, last + 1, state.watermark, log_ends_at_watermark=True)
+        walked = (
+            []  # nothing was appended since: no read
+            if last == state.watermark
+            else rows_above_watermark(log, last + 1, state.watermark, log_ends_at_watermark=True)
+        )
         if isinstance(walked, list):
             messages = delta_messages(walked, state, conversation, viewer, replies)
             reason = None

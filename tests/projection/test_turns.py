@@ -196,6 +196,13 @@ class TestLogEnds:
         assert isinstance(walked, list)
         assert (list(range(191, 200)), 64) == (sequences(walked), log.rows_read)
 
+    def test_a_turn_with_nothing_new_reads_nothing(self) -> None:
+        log = RecordingLog([row(1), row(2)])
+
+        turn = plan_turn(log, state(2), CHANNEL, BOT, 2, DictReplies([]))
+
+        assert (None, [], []) == (turn.reason, turn.messages, log.reads)
+
     def test_a_last_sequence_below_the_watermark_raises(self) -> None:
         with pytest.raises(WatermarkRegression):
             plan([row(1)], state(4), last=3)
