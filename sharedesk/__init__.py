@@ -9,6 +9,8 @@ ports), ``projection`` (pure folds), ``store`` (backends), ``runs`` and ``actors
 import logging
 
 from sharedesk.actors import (
+    AsyncHub,
+    AsyncTurn,
     Hub,
     HubOptions,
     HubStats,
@@ -128,6 +130,8 @@ __all__ = [
     "Adapter",
     "AdapterResult",
     "Agent",
+    "AsyncHub",
+    "AsyncTurn",
     "ConcurrencyError",
     "Conversation",
     "CorruptRecordError",
