@@ -74,12 +74,21 @@ T = TypeVar("T")
 
 #: Worker threads of one AsyncHub (reads, actor waits, writes that cannot be submitted).
 WORKERS: Final = 8
+#: Most submitted writes resolved in one callback of the loop (see ``_LoopSink``).
+RESOLVE_CHUNK: Final = 32
 #: Prefix of the worker threads' names (the Hub's ``sharedesk-`` prefix included).
 WORKER_PREFIX: Final = "sharedesk-aio"
 
 
 class _LoopSink:
-    """A ``CompletionSink`` of one event loop: one ``call_soon_threadsafe`` per delivery."""
+    """A ``CompletionSink`` of one event loop: one ``call_soon_threadsafe`` per delivery.
+
+    The callback resolves at most :data:`RESOLVE_CHUNK` tickets and schedules the rest
+    with ``call_soon``: each resolved future resumes its task in the next iteration of
+    the loop, so resolving a group of a thousand at once would make one iteration run
+    a thousand tasks while timers (and every other task) wait. In chunks, each
+    iteration runs one chunk's tasks, and the loop's stalls stay a chunk long.
+    """
 
     __slots__ = ("_loop",)
 
@@ -87,16 +96,18 @@ class _LoopSink:
         self._loop = loop
 
     def deliver(self, tickets: Sequence[WriteTicket]) -> None:
-        """Resolve ``tickets`` in the loop, all in one callback (writer thread; never blocks)."""
+        """Resolve ``tickets`` in the loop, from one hop into it (writer thread; never blocks)."""
         try:
-            self._loop.call_soon_threadsafe(_resolve_all, tickets)
+            self._loop.call_soon_threadsafe(self._resolve, tickets, 0)
         except RuntimeError:  # the loop is closed: nobody awaits these any more
             _log.debug("aio.loop_closed", tickets=len(tickets))
 
-
-def _resolve_all(tickets: Sequence[WriteTicket]) -> None:
-    for ticket in tickets:
-        ticket.resolve()
+    def _resolve(self, tickets: Sequence[WriteTicket], start: int) -> None:
+        end = start + RESOLVE_CHUNK
+        for ticket in tickets[start:end]:
+            ticket.resolve()
+        if end < len(tickets):
+            self._loop.call_soon(self._resolve, tickets, end)
 
 
 class _Ticket:
