@@ -13,6 +13,7 @@ from sharedesk.runs.scripted import ScriptedAdapter
 from sharedesk.runs.types import (
     Adapter,
     AdapterResult,
+    AsyncEmit,
     Emit,
     Run,
     RunQueueStatus,
@@ -24,6 +25,7 @@ from sharedesk.runs.types import (
 __all__ = [
     "Adapter",
     "AdapterResult",
+    "AsyncEmit",
     "Emit",
     "OpenAIChatAdapter",
     "Run",
