@@ -53,10 +53,9 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from types import TracebackType
 from typing import Any, Final, TypeVar
 
-import structlog
-
 from sharedesk.actors._messages import Push
 from sharedesk.actors.hub import Hub, Turn
+from sharedesk.logconfig import logger
 from sharedesk.protocol.authors import SessionAuthor
 from sharedesk.protocol.constants import SESSION_WINDOW
 from sharedesk.protocol.errors import HubClosed, ValidationError
@@ -68,7 +67,7 @@ from sharedesk.protocol.views import Conversation, Projection, SessionMessage
 
 __all__ = ["AsyncHub", "AsyncTurn"]
 
-_log = structlog.get_logger()
+_log = logger()
 
 T = TypeVar("T")
 

@@ -24,17 +24,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import structlog
-
 from sharedesk.actors._base import HubActor
 from sharedesk.actors._messages import Append, AppendAndShare, Push
+from sharedesk.logconfig import logger
 from sharedesk.projection import note_present
 from sharedesk.protocol.errors import ConcurrencyError, SharedeskError, SharingStateConflict
 from sharedesk.protocol.events import Event
 from sharedesk.protocol.ports import CompletionSink, SubmittingStore, WriteTicket
 from sharedesk.protocol.views import SharingState
 
-_log = structlog.get_logger()
+_log = logger()
 
 #: Attempts of a commit when a writer outside the Hub moved the session meanwhile.
 _COMMIT_ATTEMPTS = 3
@@ -203,7 +202,7 @@ class SessionActor(HubActor):
                 fresh.append(event)
                 last = _sequence_of(event)
         self.last = last
-        projectors = self.hub.subscribers(self.key.session_id)
+        projectors = self.hub._subscribers_of(self.key.session_id)
         if not fresh or not projectors:
             return
         push = Push(events=tuple(fresh))

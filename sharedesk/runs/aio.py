@@ -35,8 +35,7 @@ from concurrent.futures import Future
 from types import TracebackType
 from typing import Any, Final, Self, TypeVar
 
-import structlog
-
+from sharedesk.logconfig import logger
 from sharedesk.protocol.constants import PAGE_SIZE
 from sharedesk.protocol.errors import RunStateError, SharedeskError
 from sharedesk.protocol.events import Event, Text
@@ -46,7 +45,7 @@ from sharedesk.runs.types import AdapterResult, Emit, Run, RunResult, Session
 
 T = TypeVar("T")
 
-_log = structlog.get_logger()
+_log = logger()
 
 #: Prefix of the threads that run an async run's bookkeeping.
 THREAD_PREFIX: Final = "sharedesk-arun"

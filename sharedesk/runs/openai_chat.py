@@ -28,7 +28,7 @@ from sharedesk.runs.types import AdapterResult, AsyncEmit, Emit, Run, Session
 
 #: ``adapter_opts`` keys copied into the request body as they are.
 PASSTHROUGH_OPTS: Final = ("temperature", "max_tokens", "top_p", "stop", "seed")
-#: HTTP timeout in seconds when ``adapter_opts`` has no ``"timeout"`` (ms).
+#: HTTP timeout in seconds when ``adapter_opts`` has no ``"timeout"``.
 DEFAULT_HTTP_TIMEOUT_S: Final = 60.0
 _DETAIL_MAX: Final = 500
 #: What :meth:`OpenAIChatAdapter._chunk` returns for the stream's ``[DONE]`` line.
@@ -46,7 +46,7 @@ def _deltas(chunk: Mapping[str, Any]) -> Iterator[str]:
 class OpenAIChatAdapter:
     """An adapter for an OpenAI-compatible ``/chat/completions`` endpoint.
 
-    ``adapter_opts`` it reads: ``"stream"`` (bool), ``"timeout"`` (ms, also the HTTP
+    ``adapter_opts`` it reads: ``"stream"`` (bool), ``"timeout"`` (seconds, also the HTTP
     timeout), the keys in :data:`PASSTHROUGH_OPTS`, and ``"extra_body"`` (a mapping
     merged into the request body). Thread-safe: each call opens its own HTTP client.
     """
@@ -130,18 +130,10 @@ class OpenAIChatAdapter:
         Cost: one HTTP request; one emit per streamed chunk plus one. Blocks.
         """
         body = self.request_body(run, session.context.get("transcript"), opts)
-        headers = {"Accept": "text/event-stream" if body.get("stream") else "application/json"}
-        if self._api_key:
-            headers["Authorization"] = f"Bearer {self._api_key}"
-        timeout_ms = opts.get("timeout")
-        timeout = (
-            timeout_ms / 1000
-            if isinstance(timeout_ms, int | float) and not isinstance(timeout_ms, bool)
-            else DEFAULT_HTTP_TIMEOUT_S
-        )
+        headers = self._headers(body)
         agent = Agent(id=self._name, label=self._name)
         try:
-            with httpx.Client(timeout=timeout, headers=headers) as client:
+            with httpx.Client(timeout=self._timeout(opts), headers=headers) as client:
                 if body.get("stream"):
                     return self._streamed(client, body, emit, agent)
                 response = client.post(f"{self.base_url}/chat/completions", json=body)
@@ -177,8 +169,6 @@ class OpenAIChatAdapter:
 
         Cost: one HTTP request; one emit per streamed chunk plus one; never blocks.
         """
-        import httpx
-
         body = self.request_body(run, session.context.get("transcript"), opts)
         headers = self._headers(body)
         agent = Agent(id=self._name, label=self._name)
@@ -221,9 +211,9 @@ class OpenAIChatAdapter:
 
     @staticmethod
     def _timeout(opts: Mapping[str, Any]) -> float:
-        timeout_ms = opts.get("timeout")
-        if isinstance(timeout_ms, int | float) and not isinstance(timeout_ms, bool):
-            return float(timeout_ms) / 1000
+        asked = opts.get("timeout")
+        if isinstance(asked, int | float) and not isinstance(asked, bool):
+            return float(asked)
         return DEFAULT_HTTP_TIMEOUT_S
 
     def _chunk(self, line: str, status: int) -> dict[str, Any] | None:

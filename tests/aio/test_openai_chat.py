@@ -204,7 +204,7 @@ class TestPlain:
     ) -> None:
         async def body(hub: AsyncHub) -> None:
             await SessionManager.arun_once(
-                hub, adapter("http://127.0.0.1:9/v1"), "hello", adapter_opts={"timeout": 2000}
+                hub, adapter("http://127.0.0.1:9/v1"), "hello", adapter_opts={"timeout": 2}
             )
 
         with pytest.raises(RunFailed) as caught:

@@ -147,7 +147,7 @@ class TestCoroutineAdapters:
             run = await asyncio.to_thread(SessionManager.start_run, hub.hub, "desk", "hi")
             try:
                 await SessionManager.aexecute_run(
-                    hub, adapter, run.id, adapter_opts={"timeout": 100}
+                    hub, adapter, run.id, adapter_opts={"timeout": 0.1}
                 )
                 timed_out = False
             except RunTimeout:
