@@ -90,6 +90,13 @@ that do not fit get ``StoreFullError``; nothing partial is ever written.
 Reads run in the caller's thread, in a read-only transaction, and walk a cursor from the
 requested end, so ``read(newest_first=True, limit=n)`` and ``log().read_before`` cost
 what the page costs, not the history.
+
+Several processes (see ``_lmdb_env``): a read or write that finds the map grown by
+another process adopts it and runs again; a read that finds the reader table full
+reclaims the slots of dead processes and runs once more; the writer reclaims them every
+``READER_CHECK_COMMITS`` commits too, since one dead reader's slot stops LMDB reusing
+pages. A full disk (ENOSPC at commit) is handled like a full map at its ceiling:
+request by request, and only those that do not fit get ``StoreFullError``.
 """
 
 from __future__ import annotations
