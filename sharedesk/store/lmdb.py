@@ -90,6 +90,13 @@ that do not fit get ``StoreFullError``; nothing partial is ever written.
 Reads run in the caller's thread, in a read-only transaction, and walk a cursor from the
 requested end, so ``read(newest_first=True, limit=n)`` and ``log().read_before`` cost
 what the page costs, not the history.
+
+Several processes (see ``_lmdb_env``): a read or write that finds the map grown by
+another process adopts it and runs again; a read that finds the reader table full
+reclaims the slots of dead processes and runs once more; the writer reclaims them every
+``READER_CHECK_COMMITS`` commits too, since one dead reader's slot stops LMDB reusing
+pages. A full disk (ENOSPC at commit) is handled like a full map at its ceiling:
+request by request, and only those that do not fit get ``StoreFullError``.
 """
 
 from __future__ import annotations
@@ -440,13 +447,20 @@ class LmdbStore:
             another, each by the next thread that blocks in the store; one that no
             thread wakes is woken by the writer after the same window (plus the commit
             in progress, if any). ``None``: 2 ms when durable, 0.5 ms when relaxed.
+        verify: Walk every page of the file with py-lmdb's offline verifier before
+            trusting it. Without it the open checks the meta pages and the file size
+            (so a truncated, zeroed or garbled-meta file is refused), but LMDB trusts
+            what the pages hold, and a page damaged inside the file can make LMDB abort
+            the process on a later read. ``sharedesk inspect`` verifies.
 
     Raises:
         ValidationError: A bad option, or a durability that differs from the one this
             path is already open with in this process.
+        CorruptRecordError: The data file is damaged (``session_id`` is ``""``).
         StoreIOError: LMDB could not open the environment.
 
-    Cost: opens (or shares) the environment and starts one writer thread.
+    Cost: opens (or shares) the environment and starts one writer thread; with
+    ``verify``, reads the whole file (about 16 ms per MB).
     """
 
     def __init__(
@@ -457,6 +471,7 @@ class LmdbStore:
         map_size: int = _DEFAULT_MAP_SIZE,
         max_map_size: int | None = None,
         group_wait: float | None = None,
+        verify: bool = False,
     ) -> None:
         if durability not in ("durable", "relaxed"):
             raise ValidationError(f"durability must be 'durable' or 'relaxed', got {durability!r}")
@@ -472,7 +487,11 @@ class LmdbStore:
             raise ValidationError(f"map_size={map_size} exceeds max_map_size={max_map_size}")
         self._durability = durability
         self._max_map_size = max_map_size
-        self._shared = REGISTRY.acquire(os.fspath(path), durability=durability, map_size=map_size)
+        if not isinstance(verify, bool):
+            raise ValidationError(f"verify must be a bool, got {verify!r}")
+        self._shared = REGISTRY.acquire(
+            os.fspath(path), durability=durability, map_size=map_size, verify=verify
+        )
         self._path = self._shared.path
         self._dbs = self._shared.dbs
         self._cond = threading.Condition(threading.Lock())
