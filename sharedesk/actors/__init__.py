@@ -7,6 +7,7 @@ the session actor.
 """
 
 from sharedesk.actors._base import ActorKey
+from sharedesk.actors.aio import AsyncHub, AsyncTurn
 from sharedesk.actors.hub import HUB_OPTION_NAMES, Hub, HubOptions, HubStats, SessionHandle, Turn
 from sharedesk.actors.projector import ProjectorActor
 from sharedesk.actors.session import SessionActor
@@ -15,6 +16,8 @@ from sharedesk.projection.turns import plan_turn
 
 __all__ = [
     "ActorKey",
+    "AsyncHub",
+    "AsyncTurn",
     "HUB_OPTION_NAMES",
     "Hub",
     "HubOptions",
