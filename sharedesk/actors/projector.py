@@ -36,7 +36,7 @@ import structlog
 from sharedesk.actors._base import HubActor, ViewSnapshot
 from sharedesk.actors._messages import GetTranscript, Push, View
 from sharedesk.actors._tail import Tail
-from sharedesk.projection import project_session
+from sharedesk.projection import TranscriptBuilder, project_session
 from sharedesk.protocol.constants import PAGE_SIZE, SCAN_LIMIT
 from sharedesk.protocol.events import Event
 from sharedesk.protocol.ports import SessionLog
@@ -194,8 +194,6 @@ class ProjectorActor(HubActor):
         return view
 
     def _transcript(self, viewer: Any) -> Transcript:
-        from sharedesk.projection import TranscriptBuilder  # lands with the runs work
-
         store = self.hub.store
         if self.transcript is None:
             self.transcript = TranscriptBuilder.from_store(
