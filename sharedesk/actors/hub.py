@@ -349,6 +349,12 @@ class Hub:
         """
         check_session_id(session_id)
         batch = list(check_event_sequence(events))
+        for event in batch:  # checked here: the actor reads them before the store does
+            if not isinstance(event, Event):
+                raise ValidationError(
+                    f"events must be a sequence of Event, got an element of type "
+                    f"{type(event).__name__}"
+                )
         result: list[Event] = self._call(
             ActorKey(kind="session", session_id=session_id),
             Append(events=batch, expected_version=expected_version),
