@@ -9,7 +9,7 @@ Actors, named by :class:`~sharedesk.actors._base.ActorKey`:
 Projectors and the sharing actor keep the session's tail in memory, fed by the events
 the session actor pushes after each commit (see :mod:`sharedesk.actors._tail`).
 
-Threads: an actor's pykka thread starts with the first message queued for it. Writes
+Threads: an actor's thread starts with the first message queued for it. Writes
 (appends, turn commits) to an idle session run on the caller's thread under the actor's
 lock (option ``inline_writes``): the same one-at-a-time order, two thread switches fewer,
 and a session only written to costs no thread. Reads (views, turn plans, transcripts)
@@ -18,9 +18,9 @@ are asked of the actor's thread and bounded by ``ask_timeout``.
 Routing: every request pins its actor (``Slot.pins``) for the time it is in flight, so
 an actor serving a request is not passivated under it; pinning a running actor takes no
 lock (a list append is atomic), so requests to different actors never queue on the Hub.
-A request that reaches an actor which stopped before handling it (pykka's
-``ActorDeadError``, or an actor thread that ended without answering: passivation or a
-restart raced it) was not handled, so the Hub resends it to a fresh actor.
+A request that reaches an actor which stopped before handling it (``ActorDeadError``, or
+an actor thread that ended without answering: passivation or a restart raced it) was not
+handled, so the Hub resends it to a fresh actor.
 
 Supervision: see :mod:`sharedesk.actors._base`. The Hub counts the restarts of each
 session's actors; more than ``max_restarts`` within ``restart_period`` seconds marks the
@@ -785,9 +785,9 @@ class Hub:
         return slot
 
     def _start(self, slot: Slot) -> None:
-        # Outside the lock: creating an actor takes pykka's registry lock and builds its
-        # inbox; callers of other actors need not wait for that. (Its thread starts
-        # later, with the first message queued for it.)
+        # Outside the lock: creating an actor builds its inbox and state; callers of
+        # other actors need not wait for that. (Its thread starts later, with the first
+        # message queued for it.)
         key = slot.key
         try:
             ref = _ACTOR_CLASSES[key.kind].start(self, key, slot)
