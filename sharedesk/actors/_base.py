@@ -38,15 +38,15 @@ from typing import Any, ClassVar, Final, Protocol, Self, TypeVar
 
 import msgspec
 import pykka
-import structlog
 from structlog.contextvars import bind_contextvars, reset_contextvars
 
 from sharedesk.actors._messages import Request
+from sharedesk.logconfig import logger
 from sharedesk.protocol.errors import ActorCrashed, SharedeskError
 from sharedesk.protocol.ports import EventStore, SharingStateStore
 from sharedesk.protocol.views import Conversation, Projection
 
-_log = structlog.get_logger()
+_log = logger()
 
 #: Prefix of the name of every thread the Hub starts (actors and the idle reaper).
 THREAD_PREFIX: Final = "sharedesk-"
@@ -188,9 +188,9 @@ class HubActor(abc.ABC):
 
     #: The actor kind, as in :class:`ActorKey`.
     kind: ClassVar[str] = "actor"
-    #: Whether the actor's thread is a daemon thread (as pykka's ``ThreadingActor``):
-    #: read when the thread is created; a daemon thread does not keep the process alive.
-    use_daemon_thread: ClassVar[bool] = False
+    #: pykka's switch: actor threads never keep the interpreter alive (a script that
+    #: forgets ``close()`` still exits; the Hub's exit hook stops what is left).
+    use_daemon_thread: ClassVar[bool] = True
 
     def __init__(self, hub: Supervisor, key: ActorKey, slot: Slot) -> None:
         self.hub = hub

@@ -36,13 +36,24 @@ one per actor, plus the reaper, plus the store's and the run queue's own.
 
 Every wait for an actor's thread is bounded by ``ask_timeout`` (``ActorTimeout``) and
 ends early with ``HubClosed`` when the Hub closes.
+
+Lifecycle in a host process: every thread of ours is a daemon thread, so none keeps the
+interpreter alive, and every wait of a caller is taken in slices of ``_POLL`` seconds, so
+Ctrl-C (``KeyboardInterrupt``) reaches a caller blocked in the Hub. A Hub not closed
+when the interpreter exits is closed by an exit hook (:mod:`atexit`): each open Hub
+registers one small callable holding only a weak reference to it, and ``close()``
+unregisters it. That keeps no state of ours at module level (the registry is the
+interpreter's), and a Hub already collected is simply skipped. Acknowledged appends do not
+depend on the hook: they are durable when ``append`` returns.
 """
 
 from __future__ import annotations
 
+import atexit
 import os
 import threading
 import time
+import weakref
 from collections import OrderedDict, deque
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
@@ -51,13 +62,13 @@ from typing import Any, Final, Self, TypeVar, cast
 
 import msgspec
 import pykka
-import structlog
 
 from sharedesk.actors._base import THREAD_PREFIX, ActorKey, HubActor, HubStore, Slot
 from sharedesk.actors._messages import Append, Commit, GetTranscript, Plan, Request, TurnPlan, View
 from sharedesk.actors.projector import ProjectorActor
 from sharedesk.actors.session import SessionActor
 from sharedesk.actors.sharing import SharingActor
+from sharedesk.logconfig import logger
 from sharedesk.protocol.authors import SessionAuthor, author_key
 from sharedesk.protocol.constants import SESSION_WINDOW
 from sharedesk.protocol.errors import (
@@ -80,12 +91,15 @@ from sharedesk.protocol.views import Conversation, Projection, SessionMessage
 from sharedesk.runs.queue import RunQueue
 from sharedesk.store.memory import MemoryStore
 
-_log = structlog.get_logger()
+_log = logger()
 
 T = TypeVar("T")
 
 #: How often a waiting caller checks whether the Hub closed meanwhile, in seconds.
 _POLL: Final = 0.25
+#: Longest wait for each actor when the exit hook closes a Hub left open, in seconds: a
+#: stuck actor must not hold the exiting process for ``ask_timeout``.
+_EXIT_GRACE: Final = 2.0
 #: Times a request is resent when its actor stopped before handling it.
 _RESEND_ATTEMPTS: Final = 5
 
@@ -223,9 +237,11 @@ class Hub:
         self._reaper: threading.Thread | None = None
         if self._options.idle_timeout is not None:
             self._reaper = threading.Thread(
-                target=self._reap, name=f"{THREAD_PREFIX}reaper", daemon=False
+                target=self._reap, name=f"{THREAD_PREFIX}reaper", daemon=True
             )
             self._reaper.start()
+        self._exit_hook = _CloseAtExit(self)
+        atexit.register(self._exit_hook)
         _log.info("hub.opened", path=path, max_active=self._options.max_active)
 
     @classmethod
@@ -663,11 +679,16 @@ class Hub:
         Cost: blocks until the actors stop (at most ``ask_timeout`` each); closes the
         store (LMDB: stops its writer thread).
         """
+        self._close(self._options.ask_timeout)
+
+    def _close(self, timeout: float) -> None:
+        # close(), with every wait for an actor or thread bounded by ``timeout``.
         with self._lock:
             if self._closing:
                 return
             self._closing = True
             runs = self._runs
+        atexit.unregister(self._exit_hook)
         if runs is not None:
             runs.close()
         with self._lock:
@@ -679,9 +700,8 @@ class Hub:
             retired, self._retired = self._retired, []
         self._stopping.set()
         if self._reaper is not None:
-            self._reaper.join()
-        self._stop_slots(slots)
-        timeout = self._options.ask_timeout
+            self._reaper.join(timeout)
+        self._stop_slots(slots, timeout)
         for thread in retired:
             if thread.ident is not None:
                 thread.join(timeout)
@@ -778,7 +798,10 @@ class Hub:
         if starting:
             self._start(slot)
         else:
-            slot.started.wait()
+            while not slot.started.wait(_POLL):  # in slices: Ctrl-C reaches the caller
+                if self._closed:
+                    slot.pins.pop()
+                    raise HubClosed(self._path)
             if slot.ref is None:  # its start failed
                 slot.pins.pop()
                 raise ActorCrashed(key.kind, key.session_id, "the actor could not be started")
@@ -828,8 +851,9 @@ class Hub:
         self._passivated += len(victims)
         return victims
 
-    def _stop_slots(self, slots: list[Slot]) -> None:
-        timeout = self._options.ask_timeout
+    def _stop_slots(self, slots: list[Slot], timeout: float | None = None) -> None:
+        if timeout is None:
+            timeout = self._options.ask_timeout
         for slot in slots:
             slot.started.wait(timeout)  # one being started (only at close) is stopped too
         stopping = [
@@ -942,6 +966,28 @@ class Hub:
             if victims:
                 _log.debug("hub.passivated", actors=len(victims))
                 self._stop_slots(victims)
+
+
+class _CloseAtExit:
+    """The exit hook of one open Hub: closes it if still open; holds it only weakly.
+
+    Each wait is bounded by ``_EXIT_GRACE``: an actor stuck in a store call is left to
+    die with the process (its thread is a daemon) rather than hold the exit.
+    """
+
+    __slots__ = ("_hub",)
+
+    def __init__(self, hub: Hub) -> None:
+        self._hub = weakref.ref(hub)
+
+    def __call__(self) -> None:
+        hub = self._hub()
+        if hub is None:
+            return
+        try:
+            hub._close(min(hub.options.ask_timeout, _EXIT_GRACE))
+        except Exception:  # at exit there is no caller left to hand an error to
+            _log.warning("hub.close_at_exit_failed", path=hub._path, exc_info=True)
 
 
 class SessionHandle:

@@ -521,23 +521,31 @@ class SessionFailed(HubError):
 
 
 class StoreFullError(StoreError):
-    """Raised when an append would grow the store past its ``max_map_size``.
+    """Raised when an append would grow the store past its ``max_map_size``, or the disk is full.
 
     Nothing from the failing append was written.
 
     Attributes:
         path: Where the store lives.
         map_size: The store's current map size in bytes.
-        max_map_size: The configured ceiling in bytes.
+        max_map_size: The configured ceiling in bytes (0: none).
+        disk_full: The file system holding the store had no space left.
     """
 
-    path: str
-    map_size: int
-    max_map_size: int
-    template = (
-        "store at {path} is full: map size {map_size} bytes may not grow past "
-        "max_map_size={max_map_size}"
-    )
+    _figures = ("path", "map_size", "max_map_size", "disk_full")
+
+    def __init__(
+        self, path: str, map_size: int, max_map_size: int, disk_full: bool = False
+    ) -> None:
+        if disk_full:
+            reason = f"the disk has no space left (map size {map_size} bytes)"
+        else:
+            reason = f"map size {map_size} bytes may not grow past max_map_size={max_map_size}"
+        super().__init__(f"store at {path} is full: {reason}")
+        self.path = path
+        self.map_size = map_size
+        self.max_map_size = max_map_size
+        self.disk_full = disk_full
 
 
 class CorruptRecordError(StoreError):

@@ -40,8 +40,8 @@ from types import MappingProxyType
 from typing import Any, Final
 
 import msgspec
-import structlog
 
+from sharedesk.logconfig import logger
 from sharedesk.projection.transcript import TranscriptBuilder
 from sharedesk.protocol.authors import Agent, Operator, SessionAuthor, System
 from sharedesk.protocol.constants import PAGE_SIZE
@@ -484,7 +484,7 @@ class SessionManager:
                 f"session {sid!r} was already started with other metadata "
                 f"({stored.body.metadata!r})"
             )
-        structlog.get_logger().debug("session.started", session_id=sid)
+        logger().debug("session.started", session_id=sid)
         return fold_session(sid, store.read(sid))
 
     @staticmethod
@@ -533,7 +533,7 @@ class SessionManager:
                 Event(author, Text(message["content"]), id=_input_id(hexid, index), run_id=run_id)
             )
         store.append(session_id, events)
-        structlog.get_logger().debug("run.created", session_id=session_id, run_id=run_id)
+        logger().debug("run.created", session_id=session_id, run_id=run_id)
         return Run(id=run_id, session_id=session_id, status="pending", input=messages)
 
     @staticmethod
@@ -608,7 +608,7 @@ class SessionManager:
             raise RunNotFound(run_id)
         if run.status != "pending":
             raise RunStateError(run_id, run.status, "execute")
-        log = structlog.get_logger().bind(session_id=session_id, run_id=run_id)
+        log = logger().bind(session_id=session_id, run_id=run_id)
         session = fold_session(session_id, events)
         try:
             _check_adapter(adapter)
@@ -820,9 +820,7 @@ class SessionManager:
         if not won:
             assert isinstance(stored.body, RunFinished)
             raise RunStateError(run_id, stored.body.status, "cancel")
-        structlog.get_logger().info(
-            "run.cancelled", session_id=run.session_id, run_id=run_id, was=run.status
-        )
+        logger().info("run.cancelled", session_id=run.session_id, run_id=run_id, was=run.status)
         return msgspec.structs.replace(
             run, status="cancelled", error_code="cancelled", error_message="cancelled"
         )

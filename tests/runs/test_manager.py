@@ -9,7 +9,6 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from structlog.testing import capture_logs
 
 from sharedesk.protocol.authors import Agent, Operator, System
 from sharedesk.protocol.errors import (
@@ -25,6 +24,7 @@ from sharedesk.protocol.ports import EventStore, SessionLog
 from sharedesk.runs import ScriptedAdapter, SessionManager
 from sharedesk.runs.manager import parse_run_id
 from sharedesk.store.memory import MemoryStore
+from tests.logs import capture_logs
 from tests.runs.conftest import BlockingAdapter, FailingAdapter, RecordingAdapter
 
 
