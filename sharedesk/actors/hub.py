@@ -89,6 +89,7 @@ from sharedesk.protocol.validation import (
 )
 from sharedesk.protocol.views import Conversation, Projection, SessionMessage
 from sharedesk.runs.queue import RunQueue
+from sharedesk.runs.types import RunQueueStatus
 from sharedesk.store.memory import MemoryStore
 
 _log = logger()
@@ -574,7 +575,7 @@ class Hub:
 
     # -- runs --------------------------------------------------------------------------
 
-    def _run_queue(self) -> Any:
+    def _run_queue(self) -> RunQueue:
         with self._lock:
             if self._closing:
                 raise HubClosed(self._path)
@@ -628,8 +629,8 @@ class Hub:
             return True
         return bool(runs.drain(timeout))
 
-    def status(self, session_id: str) -> Any:
-        """Return the run queue's status of ``session_id`` (``RunQueueStatus``). Cost: O(1)."""
+    def status(self, session_id: str) -> RunQueueStatus:
+        """Return the run queue's status of ``session_id``. Cost: O(1)."""
         return self._run_queue().status(session_id)
 
     # -- introspection and lifecycle ---------------------------------------------------
