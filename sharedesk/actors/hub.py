@@ -920,14 +920,14 @@ class Hub:
                         return cast(T, answer)  # the handler answers a Request[T] with a T
                 if not actor.ensure_running():
                     continue  # stopped meanwhile: resend to a fresh actor
-                return cast(T, self._wait(actor.ask(message), slot))
+                return self._wait(actor.ask(message), slot)
             except pykka.ActorDeadError:
                 continue  # stopped before handling it: resend to a fresh actor
             finally:
                 self._release(slot)
         raise ActorCrashed(key.kind, key.session_id, "stopped before handling the request")
 
-    def _wait(self, future: pykka.Future[Any], slot: Slot) -> Any:
+    def _wait(self, future: pykka.Future[T], slot: Slot) -> T:
         timeout = self._options.ask_timeout
         deadline = time.monotonic() + timeout
         while True:

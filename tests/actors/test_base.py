@@ -7,6 +7,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+import msgspec
 import pykka
 import pytest
 
@@ -19,12 +20,17 @@ from tests.logs import capture_logs
 KEY = ActorKey(kind="session", session_id="desk")
 
 
-class Hold:
-    """A message the echo actor handles by waiting for ``release``."""
+class Say(Request[tuple[object, str]], frozen=True):
+    """Answered with ``(what, the handling thread's name)``; some values fail."""
 
-    def __init__(self) -> None:
-        self.entered = threading.Event()
-        self.release = threading.Event()
+    what: object
+
+
+class Hold(Request[tuple[object, str]], frozen=True):
+    """Handled by waiting for ``release`` (after setting ``entered``)."""
+
+    entered: threading.Event = msgspec.field(default_factory=threading.Event)
+    release: threading.Event = msgspec.field(default_factory=threading.Event)
 
 
 class FakeSupervisor:
@@ -45,7 +51,7 @@ class FakeSupervisor:
 
 
 class EchoActor(HubActor):
-    """Answers each message with (message, handling thread's name); some messages fail."""
+    """Answers ``Say`` and ``Hold`` with (what, the handling thread's name)."""
 
     kind = "session"
 
@@ -54,15 +60,17 @@ class EchoActor(HubActor):
         self.handled: list[object] = []
 
     def handle(self, message: Any) -> Any:
-        if isinstance(message, Hold):
-            message.entered.set()
-            message.release.wait(10.0)
-        elif message == "bad input":
-            raise ValidationError("bad input")
-        elif message == "fault":
-            raise RuntimeError("fault")
+        match message:
+            case Hold():
+                message.entered.set()
+                message.release.wait(10.0)
+            case Say(what="bad input"):
+                raise ValidationError("bad input")
+            case Say(what="fault"):
+                raise RuntimeError("fault")
         self.handled.append(message)
-        return message, threading.current_thread().name
+        what = message.what if isinstance(message, Say) else message
+        return what, threading.current_thread().name
 
 
 @pytest.fixture
@@ -80,7 +88,7 @@ def actor() -> Iterator[EchoActor]:
 
 class TestMailbox:
     def test_an_actor_costs_no_thread_until_a_message_is_queued(self, actor: EchoActor) -> None:
-        ran, answer = actor.run_inline("hello")
+        ran, answer = actor.run_inline(Say("hello"))
 
         assert (True, "hello", False) == (ran, answer[0], actor.slot.thread.is_alive())  # type: ignore[union-attr]
 
@@ -88,7 +96,7 @@ class TestMailbox:
         self, actor: EchoActor
     ) -> None:
         assert actor.ensure_running()
-        futures = [actor.ask(n) for n in range(5)]
+        futures = [actor.ask(Say(n)) for n in range(5)]
 
         answers = [future.get(timeout=10.0) for future in futures]
 
@@ -101,7 +109,7 @@ class TestMailbox:
         held = actor.ask(hold)
         hold.entered.wait(10.0)
 
-        ran = actor.run_inline("meanwhile")
+        ran = actor.run_inline(Say("meanwhile"))
         hold.release.set()
         held.get(timeout=10.0)
 
@@ -112,16 +120,16 @@ class TestMailbox:
     ) -> None:
         assert actor.ensure_running()
         with pytest.raises(ValidationError):
-            actor.ask("bad input").get(timeout=10.0)
+            actor.ask(Say("bad input")).get(timeout=10.0)
 
-        assert "after" == actor.ask("after").get(timeout=10.0)[0]
+        assert "after" == actor.ask(Say("after")).get(timeout=10.0)[0]
 
     def test_stop_soon_serves_the_queued_messages_first(self, actor: EchoActor) -> None:
         hold = Hold()
         assert actor.ensure_running()
         held = actor.ask(hold)
         hold.entered.wait(10.0)
-        queued = actor.ask("queued")
+        queued = actor.ask(Say("queued"))
         stopped = actor.stop_soon()
         hold.release.set()
 
@@ -137,7 +145,7 @@ class TestMailbox:
         stopped.get(timeout=10.0)
 
         with pytest.raises(pykka.ActorDeadError):
-            actor.ask("late")
+            actor.ask(Say("late"))
 
     def test_requests_queued_behind_a_fault_are_answered_actor_dead_error(
         self, actor: EchoActor
@@ -146,8 +154,8 @@ class TestMailbox:
         assert actor.ensure_running()
         held = actor.ask(hold)
         hold.entered.wait(10.0)
-        failing = actor.ask("fault")
-        behind = actor.ask("behind")
+        failing = actor.ask(Say("fault"))
+        behind = actor.ask(Say("behind"))
         hold.release.set()
         held.get(timeout=10.0)
 
@@ -168,7 +176,7 @@ class TestMailbox:
         self, actor: EchoActor
     ) -> None:
         with capture_logs() as logs:
-            actor.deliver("bad input")
+            actor.deliver(Say("bad input"))
             actor.slot.thread.join(10.0)  # type: ignore[union-attr]
 
         assert (False, ["actor.tell_failed"]) == (
