@@ -265,7 +265,13 @@ class TestAsync:
     def test_async_checks_three_ratios_and_two_stall_bounds(self, tmp_path: Path) -> None:
         report = run_bench(tmp_path, "async")
 
-        assert [14] * 5 == [t.issue for t in report.targets]
+        assert [
+            "async-append-vs-raw-lmdb",
+            "async-append-vs-threaded-store",
+            "async-append-vs-sqlite-session",
+            "async-loop-stall-max",
+            "async-loop-stall-p99",
+        ] == [t.name for t in report.targets]
         assert ["x", "x", "x", "ms", "ms"] == [t.unit for t in report.targets]
 
 
