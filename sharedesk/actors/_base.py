@@ -136,22 +136,25 @@ class Slot:
 
 
 class Supervisor(Protocol):
-    """What an actor may ask of the Hub that started it (private to the actor runtime)."""
+    """What an actor may ask of the supervisor that started it (the Hub's runtime).
+
+    Implemented by :class:`~sharedesk.actors.supervisor.ActorSupervisor`.
+    """
 
     @property
     def store(self) -> HubStore:
         """The store (shared by every actor of the Hub)."""
         ...
 
-    def _crashed(self, key: ActorKey, actor: HubActor) -> None:
+    def crashed(self, key: ActorKey, actor: HubActor) -> None:
         """Record that ``actor``, named ``key``, failed and is stopping."""
         ...
 
-    def _subscribers_of(self, session_id: str) -> tuple[HubActor, ...]:
+    def subscribers_of(self, session_id: str) -> tuple[HubActor, ...]:
         """Return the actors subscribed to ``session_id``'s committed events."""
         ...
 
-    def _call(self, key: ActorKey, message: Request[R], *, inline: bool = False) -> R:
+    def call(self, key: ActorKey, message: Request[R], *, inline: bool = False) -> R:
         """Send ``message`` to the actor ``key`` (started if needed) and return its answer."""
         ...
 
@@ -452,7 +455,7 @@ class HubActor(abc.ABC):
             raise
         except Exception as exc:
             _log.error("actor.crashed", exc_info=True)
-            self.hub._crashed(self.key, self)
+            self.hub.crashed(self.key, self)
             self._halt()
             raise ActorCrashed(self.kind, self.key.session_id, repr(exc)) from exc
         finally:

@@ -1,8 +1,8 @@
 """The messages the Hub's actors exchange (frozen Structs, handled with ``match``).
 
 A request is a :class:`Request` parametrized by the type of its answer, so
-``Hub._call(key, View(window=30))`` is typed ``Projection``; a told message (``Push``)
-has no answer and is a plain Struct.
+``ActorSupervisor.call(key, View(window=30))`` is typed ``Projection``; a told message
+(``Push``) has no answer and is a plain Struct.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The Hub: the in-process supervisor that starts, routes, passivates and restarts actors.
+"""The Hub: the public face of a desk's actors (``Hub``, ``SessionHandle``, ``Turn``).
 
 Actors, named by :class:`~sharedesk.actors._base.ActorKey`:
 
@@ -9,36 +9,24 @@ Actors, named by :class:`~sharedesk.actors._base.ActorKey`:
 Projectors and the sharing actor keep the session's tail in memory, fed by the events
 the session actor pushes after each commit (see :mod:`sharedesk.actors._tail`).
 
+The Hub checks every input on the caller's thread (``ValidationError``, nothing sent)
+and hands each request to its :class:`~sharedesk.actors.supervisor.ActorSupervisor`,
+which starts, routes, passivates and restarts the actors (slots, CLOCK passivation,
+restart intensity, the idle reaper, bounded waits: see :mod:`sharedesk.actors.supervisor`).
+Reads (``read``, ``last_sequence``, ``log``) go straight to the store.
+
 Threads: an actor's thread starts with the first message queued for it. Writes
 (appends, turn commits) to an idle session run on the caller's thread under the actor's
 lock (option ``inline_writes``): the same one-at-a-time order, two thread switches fewer,
 and a session only written to costs no thread. Reads (views, turn plans, transcripts)
-are asked of the actor's thread and bounded by ``ask_timeout``.
-
-Routing: every request pins its actor (``Slot.pins``) for the time it is in flight, so
-an actor serving a request is not passivated under it; pinning a running actor takes no
-lock (a list append is atomic), so requests to different actors never queue on the Hub.
-A request that reaches an actor which stopped before handling it (``ActorDeadError``, or
-an actor thread that ended without answering: passivation or a restart raced it) was not
-handled, so the Hub resends it to a fresh actor.
-
-Supervision: see :mod:`sharedesk.actors._base`. The Hub counts the restarts of each
-session's actors; more than ``max_restarts`` within ``restart_period`` seconds marks the
-session failed (its actors are stopped and every call on it raises ``SessionFailed``)
-while other sessions go on. A restarted actor is started again on its next request and
-recovers its state from the store.
-
-Passivation: at most ``max_active`` actors exist at once; starting one more stops an
-idle one chosen by CLOCK (least recently used, approximately: an actor used since the
-clock hand last passed it gets a second chance). With ``idle_timeout``, a reaper thread
-stops actors unused for that long. Reactivation is transparent. Threads of ours: at most
+are asked of the actor's thread and bounded by ``ask_timeout``. Threads of ours: at most
 one per actor, plus the reaper, plus the store's and the run queue's own.
 
 Every wait for an actor's thread is bounded by ``ask_timeout`` (``ActorTimeout``) and
 ends early with ``HubClosed`` when the Hub closes.
 
 Lifecycle in a host process: every thread of ours is a daemon thread, so none keeps the
-interpreter alive, and every wait of a caller is taken in slices of ``_POLL`` seconds, so
+interpreter alive, and every wait of a caller is taken in slices of a quarter second, so
 Ctrl-C (``KeyboardInterrupt``) reaches a caller blocked in the Hub. A Hub not closed
 when the interpreter exits is closed by an exit hook (:mod:`atexit`): each open Hub
 registers one small callable holding only a weak reference to it, and ``close()``
@@ -52,41 +40,29 @@ from __future__ import annotations
 import atexit
 import os
 import threading
-import time
 import weakref
-from collections import OrderedDict, deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
-from types import MappingProxyType, TracebackType
-from typing import Any, Final, Protocol, Self, TypeVar, cast
+from types import TracebackType
+from typing import Any, Final, Self
 
 import msgspec
-import pykka
 
-from sharedesk.actors._base import THREAD_PREFIX, ActorKey, HubActor, HubStore, Slot
+from sharedesk.actors._base import ActorKey, HubStore, Slot
 from sharedesk.actors._messages import (
     Append,
     Commit,
     GetTranscript,
     Plan,
-    Push,
-    Request,
     TurnPlan,
     View,
 )
-from sharedesk.actors.projector import ProjectorActor
 from sharedesk.actors.session import SessionActor
-from sharedesk.actors.sharing import SharingActor
+from sharedesk.actors.supervisor import ActorSupervisor, HubOptions, HubStats, Listener
 from sharedesk.logconfig import logger
 from sharedesk.protocol.authors import SessionAuthor, author_key
 from sharedesk.protocol.constants import SESSION_WINDOW
-from sharedesk.protocol.errors import (
-    ActorCrashed,
-    ActorTimeout,
-    HubClosed,
-    SessionFailed,
-    ValidationError,
-)
+from sharedesk.protocol.errors import HubClosed, ValidationError
 from sharedesk.protocol.events import Event, Text, new_event_id
 from sharedesk.protocol.ports import SessionLog, WriteTicket
 from sharedesk.protocol.transcripts import Transcript
@@ -101,111 +77,24 @@ from sharedesk.runs.queue import RunQueue
 from sharedesk.runs.types import RunQueueStatus
 from sharedesk.store.memory import MemoryStore
 
+__all__ = [
+    "HUB_OPTION_NAMES",
+    "Hub",
+    "HubOptions",
+    "HubStats",
+    "Listener",
+    "SessionHandle",
+    "Turn",
+]
+
 _log = logger()
 
-T = TypeVar("T")
-
-#: How often a waiting caller checks whether the Hub closed meanwhile, in seconds.
-_POLL: Final = 0.25
 #: Longest wait for each actor when the exit hook closes a Hub left open, in seconds: a
 #: stuck actor must not hold the exiting process for ``ask_timeout``.
 _EXIT_GRACE: Final = 2.0
-#: Times a request is resent when its actor stopped before handling it.
-_RESEND_ATTEMPTS: Final = 5
-
-#: The kinds of actor the session actor pushes committed events to.
-_SUBSCRIBER_KINDS: Final = frozenset({"projector", "sharing"})
-
-
-class Listener(Protocol):
-    """Told the events committed to a session (see :meth:`Hub.listen`)."""
-
-    def deliver(self, message: Push) -> None:
-        """Take one push (consecutive stored events); quick, never blocks or raises."""
-        ...
-
-
-_ACTOR_CLASSES: Final[Mapping[str, type[HubActor]]] = MappingProxyType(
-    {"session": SessionActor, "projector": ProjectorActor, "sharing": SharingActor}
-)
-
-
-class HubOptions(msgspec.Struct, frozen=True, kw_only=True):
-    """How a Hub runs its actors.
-
-    Attributes:
-        ask_timeout: Longest wait for an actor's answer, in seconds (``ActorTimeout``).
-        idle_timeout: Stop actors unused for this many seconds (``None``: never).
-        max_active: Most actors running at once (least recently used stop first).
-        max_restarts: Restarts of a session's actors allowed within ``restart_period``;
-            one more marks the session failed.
-        restart_period: The period of the restart intensity, in seconds.
-        max_concurrent_runs: Passed to the run queue.
-        max_queued_runs: Passed to the run queue.
-        inline_writes: Let a write (append, turn commit) to an idle session actor run
-            on the caller's thread, under the actor's lock, instead of waiting for the
-            actor's thread: the same one-at-a-time order, two thread switches fewer.
-            Such a write waits as long as the store takes (no ``ask_timeout``); set
-            ``False`` to bound every write by ``ask_timeout``.
-
-    Raises:
-        ValidationError: A value out of range.
-    """
-
-    ask_timeout: float = 30.0
-    idle_timeout: float | None = None
-    max_active: int = 1024
-    max_restarts: int = 5
-    restart_period: float = 10.0
-    max_concurrent_runs: int = 1
-    max_queued_runs: int = 100
-    inline_writes: bool = True
-
-    def __post_init__(self) -> None:
-        positive = {
-            "ask_timeout": self.ask_timeout,
-            "restart_period": self.restart_period,
-            "max_active": self.max_active,
-            "max_concurrent_runs": self.max_concurrent_runs,
-            "max_queued_runs": self.max_queued_runs,
-        }
-        if self.idle_timeout is not None:
-            positive["idle_timeout"] = self.idle_timeout
-        for name, value in positive.items():
-            if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-                raise ValidationError(f"{name} must be a positive number, got {value!r}")
-        if self.max_active < 3:
-            raise ValidationError(f"max_active must be at least 3, got {self.max_active}")
-        if isinstance(self.max_restarts, bool) or self.max_restarts < 0:
-            raise ValidationError(f"max_restarts must be >= 0, got {self.max_restarts!r}")
-        if not isinstance(self.inline_writes, bool):
-            raise ValidationError(f"inline_writes must be a bool, got {self.inline_writes!r}")
-
 
 #: The option names ``Hub.open`` keeps for the Hub; the others go to the store.
 HUB_OPTION_NAMES: Final = frozenset(HubOptions.__struct_fields__)
-
-
-class HubStats(msgspec.Struct, frozen=True):
-    """A snapshot of a Hub's actors.
-
-    Attributes:
-        active: Actors running.
-        sessions: Session actors running.
-        projectors: Projector actors running.
-        sharing: Sharing actors running.
-        failed: Sessions marked failed, sorted.
-        restarts: Actor restarts since the Hub opened.
-        passivated: Actors stopped by passivation since the Hub opened.
-    """
-
-    active: int
-    sessions: int
-    projectors: int
-    sharing: int
-    failed: list[str]
-    restarts: int
-    passivated: int
 
 
 class Hub:
@@ -238,29 +127,11 @@ class Hub:
         self._store = store
         self._options = options if options is not None else HubOptions()
         self._path = path
+        # Guards the run queue and the closing flag; the actors' slots have their own.
         self._lock = threading.Lock()
-        self._slots: OrderedDict[ActorKey, Slot] = OrderedDict()
-        self._subscribers: dict[str, dict[ActorKey, HubActor]] = {}
-        # What subscribers() returns: tuples replaced (never mutated) under the lock, so
-        # the session actors read them without taking it.
-        self._pushed_to: dict[str, tuple[HubActor, ...]] = {}
-        # Listeners of committed events besides the actors (see listen()).
-        self._listeners: dict[str, dict[object, Listener]] = {}
-        self._restarts: dict[str, deque[float]] = {}
-        self._failed: set[str] = set()
-        self._retired: list[threading.Thread] = []
-        self._restart_count = 0
-        self._passivated = 0
         self._closing = False
-        self._closed = False
         self._runs: RunQueue | None = None
-        self._stopping = threading.Event()
-        self._reaper: threading.Thread | None = None
-        if self._options.idle_timeout is not None:
-            self._reaper = threading.Thread(
-                target=self._reap, name=f"{THREAD_PREFIX}reaper", daemon=True
-            )
-            self._reaper.start()
+        self._supervisor = ActorSupervisor(store, self._options, path)
         self._exit_hook = _CloseAtExit(self)
         atexit.register(self._exit_hook)
         _log.info("hub.opened", path=path, max_active=self._options.max_active)
@@ -300,7 +171,7 @@ class Hub:
             where = os.fspath(path)
         return cls(store, settings, path=where)
 
-    # -- the supervisor interface of the actors ----------------------------------------
+    # -- what the Hub runs on ---------------------------------------------------------
 
     @property
     def store(self) -> HubStore:
@@ -316,50 +187,6 @@ class Hub:
     def closed(self) -> bool:
         """Whether ``close()`` was called."""
         return self._closing
-
-    def _subscribers_of(self, session_id: str) -> tuple[HubActor, ...]:
-        """Return the actors ``session_id`` pushes events to (projectors, sharing).
-
-        Cost: O(1); takes no lock.
-        """
-        return self._pushed_to.get(session_id, ())
-
-    def _crashed(self, key: ActorKey, actor: HubActor) -> None:
-        """Forget a failed actor and count its restart (called by the failing handler).
-
-        Past the restart intensity, marks the session failed and stops its other actors.
-
-        Cost: O(actors of the Hub) when the session fails, else O(1); never blocks.
-        """
-        now = time.monotonic()
-        victims: list[Slot] = []
-        with self._lock:
-            slot = self._slots.get(key)
-            if slot is not None and slot.ref is actor:
-                self._forget_locked(slot)
-                if slot.thread is not None:
-                    self._retired.append(slot.thread)
-            self._restart_count += 1
-            window = self._restarts.setdefault(key.session_id, deque())
-            window.append(now)
-            while window and now - window[0] > self._options.restart_period:
-                window.popleft()
-            if len(window) > self._options.max_restarts and key.session_id not in self._failed:
-                self._failed.add(key.session_id)
-                victims = [s for k, s in self._slots.items() if k.session_id == key.session_id]
-                for victim in victims:
-                    self._forget_locked(victim)
-                    if victim.thread is not None:
-                        self._retired.append(victim.thread)
-                _log.error(
-                    "session.failed",
-                    session_id=key.session_id,
-                    restarts=len(window),
-                    period=self._options.restart_period,
-                )
-        for victim in victims:
-            if victim.actor is not None:
-                victim.actor.stop_soon()
 
     def try_submit(
         self,
@@ -393,7 +220,7 @@ class Hub:
         """
         if not self._options.inline_writes:
             return False
-        slot = self._pin_running(ActorKey(kind="session", session_id=session_id))
+        slot = self._supervisor.pin_running(ActorKey(kind="session", session_id=session_id))
         if slot is None:
             return False
         actor = slot.actor
@@ -401,13 +228,13 @@ class Hub:
             if isinstance(actor, SessionActor) and actor.try_submit(
                 Append(events=events, expected_version=expected_version),
                 ticket,
-                lambda: self._release(slot),
+                lambda: self._supervisor.release(slot),
             ):
                 return True
         except BaseException:
-            self._release(slot)
+            self._supervisor.release(slot)
             raise
-        self._release(slot)
+        self._supervisor.release(slot)
         return False
 
     def listen(self, session_id: str, listener: Listener) -> Callable[[], None]:
@@ -423,22 +250,7 @@ class Hub:
         Cost: O(subscribers of the session) under the Hub's lock, now and on removal.
         """
         check_session_id(session_id)
-        token = object()
-        with self._lock:
-            self._live()
-            self._listeners.setdefault(session_id, {})[token] = listener
-            self._publish_subscribers_locked(session_id)
-
-        def remove() -> None:
-            with self._lock:
-                listeners = self._listeners.get(session_id)
-                if listeners is None or listeners.pop(token, None) is None:
-                    return
-                if not listeners:
-                    del self._listeners[session_id]
-                self._publish_subscribers_locked(session_id)
-
-        return remove
+        return self._supervisor.add_listener(session_id, listener)
 
     # -- the store port ----------------------------------------------------------------
 
@@ -471,7 +283,7 @@ class Hub:
                     f"events must be a sequence of Event, got an element of type "
                     f"{type(event).__name__}"
                 )
-        result: list[Event] = self._call(
+        result: list[Event] = self._supervisor.call(
             ActorKey(kind="session", session_id=session_id),
             Append(events=batch, expected_version=expected_version),
             inline=True,
@@ -584,7 +396,7 @@ class Hub:
                 return snapshot.projection
             return None
 
-        view: Projection = self._call(key, View(window=window), fast=published)
+        view: Projection = self._supervisor.call(key, View(window=window), fast=published)
         # The projector keeps serving this view: hand out a list of one's own.
         return Projection(messages=list(view.messages), partial=view.partial)
 
@@ -624,7 +436,7 @@ class Hub:
         """
         conversation = self._conversation(session_id, conversation)
         viewer = check_author(viewer, "viewer")
-        plan: TurnPlan = self._call(
+        plan: TurnPlan = self._supervisor.call(
             ActorKey(kind="sharing", session_id=session_id),
             Plan(viewer=viewer, conversation=conversation),
         )
@@ -648,7 +460,7 @@ class Hub:
             viewer=author_key(viewer),
             conversation=conversation,
         )
-        transcript: Transcript = self._call(key, GetTranscript(viewer=viewer))
+        transcript: Transcript = self._supervisor.call(key, GetTranscript(viewer=viewer))
         # The projector keeps updating this transcript: hand out a list of one's own.
         return msgspec.structs.replace(transcript, messages=list(transcript.messages))
 
@@ -669,7 +481,7 @@ class Hub:
             event = reply
         else:
             raise ValidationError(f"reply must be a str, an Event or None, got {type(reply)}")
-        stored: Event | None = self._call(
+        stored: Event | None = self._supervisor.call(
             ActorKey(kind="session", session_id=turn.session_id),
             Commit(viewer=author_key(turn.viewer), plan=turn.plan, reply=event),
             inline=True,
@@ -737,20 +549,9 @@ class Hub:
         return self._run_queue().status(session_id)
 
     # -- introspection and lifecycle ---------------------------------------------------
-
     def stats(self) -> HubStats:
         """Return how many actors run, by kind, and which sessions failed. Cost: O(actors)."""
-        with self._lock:
-            kinds = [key.kind for key in self._slots]
-            return HubStats(
-                active=len(kinds),
-                sessions=kinds.count("session"),
-                projectors=kinds.count("projector"),
-                sharing=kinds.count("sharing"),
-                failed=sorted(self._failed),
-                restarts=self._restart_count,
-                passivated=self._passivated,
-            )
+        return self._supervisor.stats()
 
     def recover(self, session_id: str) -> bool:
         """Clear a failed session's mark and restart count, so calls on it go on again.
@@ -760,18 +561,11 @@ class Hub:
 
         Cost: O(1); the session's actors start again on their next request.
         """
-        with self._lock:
-            self._restarts.pop(session_id, None)
-            if session_id not in self._failed:
-                return False
-            self._failed.discard(session_id)
-        _log.info("session.recovered", session_id=session_id)
-        return True
+        return self._supervisor.recover(session_id)
 
     def active(self) -> list[ActorKey]:
         """Return the running actors, least recently used first. Cost: O(actors)."""
-        with self._lock:
-            return list(self._slots)
+        return self._supervisor.active()
 
     def close(self) -> None:
         """Stop the run queue, every actor and the reaper, then close the store. Idempotent.
@@ -795,21 +589,7 @@ class Hub:
         atexit.unregister(self._exit_hook)
         if runs is not None:
             runs.close()
-        with self._lock:
-            self._closed = True
-            slots = list(self._slots.values())
-            self._slots.clear()
-            self._subscribers.clear()
-            self._listeners.clear()
-            self._pushed_to = {}
-            retired, self._retired = self._retired, []
-        self._stopping.set()
-        if self._reaper is not None:
-            self._reaper.join(timeout)
-        self._stop_slots(slots, timeout)
-        for thread in retired:
-            if thread.ident is not None:
-                thread.join(timeout)
+        self._supervisor.close(timeout)
         self._store.close()
         _log.info("hub.closed", path=self._path)
 
@@ -827,7 +607,7 @@ class Hub:
     # -- internals ---------------------------------------------------------------------
 
     def _live(self) -> None:
-        if self._closed:
+        if self._supervisor.closed:
             raise HubClosed(self._path)
 
     def _conversation(self, session_id: str, conversation: Conversation | None) -> Conversation:
@@ -840,245 +620,6 @@ class Hub:
                 f"conversation of desk {conversation.desk!r} asked of session {session_id!r}"
             )
         return conversation
-
-    def _forget_locked(self, slot: Slot) -> None:
-        key = slot.key
-        if self._slots.get(key) is slot:
-            del self._slots[key]
-        if key.kind in _SUBSCRIBER_KINDS:
-            subs = self._subscribers.get(key.session_id)
-            if subs is not None and subs.get(key) is slot.actor:
-                del subs[key]
-                self._publish_subscribers_locked(key.session_id)
-
-    def _publish_subscribers_locked(self, session_id: str) -> None:
-        subs = self._subscribers.get(session_id)
-        listeners = self._listeners.get(session_id)
-        if subs or listeners:
-            pushed: tuple[Any, ...] = tuple(subs.values()) if subs else ()
-            if listeners:
-                pushed += tuple(listeners.values())
-            self._pushed_to[session_id] = pushed
-        else:
-            self._subscribers.pop(session_id, None)
-            self._pushed_to.pop(session_id, None)
-
-    def _acquire(self, key: ActorKey) -> Slot:
-        slot = self._pin_running(key)
-        return slot if slot is not None else self._acquire_slow(key)
-
-    def _pin_running(self, key: ActorKey) -> Slot | None:
-        # Fast path, no lock: a running actor is pinned with an atomic list append. An
-        # evictor may pick it in between; the request then meets a stopped actor and
-        # is resent (see _call and _wait). A failed session is refused by the slow path.
-        slot = self._slots.get(key)
-        if slot is not None and slot.ref is not None and not self._closed:
-            slot.pins.append(None)
-            if (
-                self._slots.get(key) is slot
-                and slot.ref.is_alive()
-                and key.session_id not in self._failed
-            ):
-                slot.touched = True
-                return slot
-            slot.pins.pop()
-        return None
-
-    def _acquire_slow(self, key: ActorKey) -> Slot:
-        victims: list[Slot] = []
-        starting = False
-        with self._lock:
-            if self._closed:
-                raise HubClosed(self._path)
-            if key.session_id in self._failed:
-                raise SessionFailed(
-                    key.session_id, self._options.max_restarts, self._options.restart_period
-                )
-            now = time.monotonic()
-            slot = self._slots.get(key)
-            if slot is not None and (slot.ref is None or slot.ref.is_alive()):
-                slot.touched = True  # running, or being started by another caller
-            else:
-                if slot is not None:
-                    self._forget_locked(slot)
-                victims = self._make_room_locked()
-                slot = Slot(key, now)
-                self._slots[key] = slot
-                starting = True
-            slot.pins.append(None)
-        if victims:
-            self._stop_slots(victims)
-        if starting:
-            self._start(slot)
-        else:
-            while not slot.started.wait(_POLL):  # in slices: Ctrl-C reaches the caller
-                if self._closed:
-                    slot.pins.pop()
-                    raise HubClosed(self._path)
-            if slot.ref is None:  # its start failed
-                slot.pins.pop()
-                raise ActorCrashed(key.kind, key.session_id, "the actor could not be started")
-        return slot
-
-    def _start(self, slot: Slot) -> None:
-        # Outside the lock: creating an actor builds its inbox and state; callers of
-        # other actors need not wait for that. (Its thread starts later, with the first
-        # message queued for it.)
-        key = slot.key
-        try:
-            ref = _ACTOR_CLASSES[key.kind].start(self, key, slot)
-        except BaseException:
-            with self._lock:
-                self._forget_locked(slot)
-            slot.pins.pop()
-            slot.started.set()
-            raise
-        with self._lock:
-            slot.ref = ref
-            if key.kind in _SUBSCRIBER_KINDS and self._slots.get(key) is slot and slot.actor:
-                self._subscribers.setdefault(key.session_id, {})[key] = slot.actor
-                self._publish_subscribers_locked(key.session_id)
-        slot.started.set()
-
-    def _release(self, slot: Slot) -> None:
-        slot.last_used = time.monotonic()
-        slot.pins.pop()
-
-    def _make_room_locked(self) -> list[Slot]:
-        # CLOCK, an O(1) approximation of least recently used: from the oldest end, an
-        # actor used since it was last passed over gets a second chance (moves to the
-        # young end); one in use is skipped; the first other one is stopped.
-        excess = len(self._slots) + 1 - self._options.max_active
-        victims: list[Slot] = []
-        budget = 2 * len(self._slots)
-        while excess > len(victims) and budget > 0:
-            budget -= 1
-            key = next(iter(self._slots))
-            slot = self._slots[key]
-            if slot.pins or slot.touched:
-                slot.touched = False
-                self._slots.move_to_end(key)
-                continue
-            victims.append(slot)
-            self._forget_locked(slot)
-        self._passivated += len(victims)
-        return victims
-
-    def _stop_slots(self, slots: list[Slot], timeout: float | None = None) -> None:
-        if timeout is None:
-            timeout = self._options.ask_timeout
-        for slot in slots:
-            slot.started.wait(timeout)  # one being started (only at close) is stopped too
-        stopping = [
-            (slot, slot.actor.stop_soon())
-            for slot in slots
-            if slot.actor is not None and slot.ref is not None
-        ]
-        for slot, future in stopping:
-            if future is None:
-                continue
-            try:
-                future.get(timeout=timeout)
-            except pykka.Timeout:
-                _log.warning(
-                    "actor.stop_timeout", actor=slot.key.kind, session_id=slot.key.session_id
-                )
-        current = threading.current_thread()
-        for slot in slots:
-            thread = slot.thread
-            if thread is not None and thread.ident is not None and thread is not current:
-                thread.join(timeout)
-
-    def _call(
-        self,
-        key: ActorKey,
-        message: Request[T],
-        fast: Callable[[Slot], T | None] | None = None,
-        *,
-        inline: bool = False,
-    ) -> T:
-        """Send ``message`` to the actor named ``key`` and return its answer.
-
-        A request that reaches an actor which stopped before handling it is resent to
-        a fresh one (the actors reach the Hub through this method too, as their
-        ``Supervisor``).
-
-        Args:
-            key: The actor (started if needed).
-            message: The request; its type parameter is the answer's type.
-            fast: May answer from the slot without a message (``None``: no answer).
-            inline: Run it on the caller's thread if the actor is idle (writes only,
-                and only with the ``inline_writes`` option).
-
-        Raises:
-            HubClosed, SessionFailed, ActorTimeout, ActorCrashed: See :class:`Hub`.
-            SharedeskError: Whatever the handler raised.
-
-        Cost: one message round trip (none when run inline or answered by ``fast``);
-        blocks the caller.
-        """
-        for _attempt in range(_RESEND_ATTEMPTS):
-            slot = self._acquire(key)
-            try:
-                if fast is not None:
-                    hit = fast(slot)
-                    if hit is not None:
-                        return hit
-                actor = slot.actor
-                assert actor is not None and slot.ref is not None
-                if inline and self._options.inline_writes:
-                    ran, answer = actor.run_inline(message)
-                    if ran:
-                        return cast(T, answer)  # the handler answers a Request[T] with a T
-                if not actor.ensure_running():
-                    continue  # stopped meanwhile: resend to a fresh actor
-                return self._wait(actor.ask(message), slot)
-            except pykka.ActorDeadError:
-                continue  # stopped before handling it: resend to a fresh actor
-            finally:
-                self._release(slot)
-        raise ActorCrashed(key.kind, key.session_id, "stopped before handling the request")
-
-    def _wait(self, future: pykka.Future[T], slot: Slot) -> T:
-        timeout = self._options.ask_timeout
-        deadline = time.monotonic() + timeout
-        while True:
-            remaining = deadline - time.monotonic()
-            try:
-                return future.get(timeout=max(0.0, min(remaining, _POLL)))
-            except pykka.Timeout:
-                if self._closed:
-                    raise HubClosed(self._path) from None
-                thread = slot.thread
-                if thread is not None and thread.ident is not None and not thread.is_alive():
-                    # The actor's thread ended: whatever it answered is set by now. No
-                    # answer means the request reached the inbox after it was drained,
-                    # so it was never handled: resend it.
-                    try:
-                        return future.get(timeout=0)
-                    except pykka.Timeout:
-                        raise pykka.ActorDeadError(f"{slot.key.kind} actor ended") from None
-                if time.monotonic() >= deadline:
-                    key = slot.key
-                    raise ActorTimeout(key.kind, key.session_id, timeout) from None
-
-    def _reap(self) -> None:
-        idle = self._options.idle_timeout
-        assert idle is not None
-        interval = max(0.01, min(idle / 4, 1.0))
-        while not self._stopping.wait(interval):
-            now = time.monotonic()
-            victims: list[Slot] = []
-            with self._lock:
-                for slot in self._slots.values():
-                    if not slot.pins and slot.ref is not None and now - slot.last_used >= idle:
-                        victims.append(slot)
-                for victim in victims:
-                    self._forget_locked(victim)
-                self._passivated += len(victims)
-            if victims:
-                _log.debug("hub.passivated", actors=len(victims))
-                self._stop_slots(victims)
 
 
 class _CloseAtExit:

@@ -40,13 +40,13 @@ class FakeSupervisor:
         self.store: HubStore = MemoryStore()
         self.crashes: list[ActorKey] = []
 
-    def _crashed(self, key: ActorKey, actor: HubActor) -> None:
+    def crashed(self, key: ActorKey, actor: HubActor) -> None:
         self.crashes.append(key)
 
-    def _subscribers_of(self, session_id: str) -> tuple[HubActor, ...]:
+    def subscribers_of(self, session_id: str) -> tuple[HubActor, ...]:
         return ()
 
-    def _call(self, key: ActorKey, message: Request[Any], *, inline: bool = False) -> Any:
+    def call(self, key: ActorKey, message: Request[Any], *, inline: bool = False) -> Any:
         raise AssertionError("not used")
 
 

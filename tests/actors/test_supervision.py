@@ -54,7 +54,7 @@ def wait_until(condition: object, what: str) -> None:
 
 
 def inbox_size(hub: Hub, key: ActorKey) -> int:
-    slot = hub._slots.get(key)
+    slot = hub._supervisor.slot(key)
     if slot is None or slot.ref is None:
         return 0
     return slot.ref.queued()
@@ -217,7 +217,9 @@ class TestInlineWrites:
         hub = make_hub()
         desk = hub.session("desk")
         desk.post(ANA, "one")
-        actor = hub._slots[ActorKey("session", "desk")].actor
+        slot = hub._supervisor.slot(ActorKey("session", "desk"))
+        assert slot is not None
+        actor = slot.actor
         assert actor is not None and actor.ensure_running()  # as if a write had queued
         started = our_threads()
         store.fail["append"] = 1
