@@ -1,50 +1,25 @@
 r"""LmdbStore: the durable, group-committed event store every session's stream lives in.
 
-Layout. One LMDB environment (a directory) holds six sub-databases. Every key starts
-with the session's *prefix*: the UTF-8 session id preceded by its length as 2 big-endian
-bytes. Because the length comes first, no session's keys can fall inside another's range,
-whatever the ids hold (ids that prefix each other, ``/``, ``\x00``, non-ASCII).
-
-=========  ==========================================  ===============================
-database   key                                         value
-=========  ==========================================  ===============================
-events     prefix + sequence (8 bytes, big-endian)     the stored event (msgpack map)
-ids        prefix + 0x00 + id, or 0x01 + blake2b(id)   sequence (8 bytes)
-meta       prefix                                      last sequence, Text rows, last
-                                                       activity (3 x 8 bytes)
-texts      prefix + sequence                           empty: the ``Text`` row index
-sharing    prefix + blake2b(viewer, conversation)      the sharing state (msgpack)
-replies    prefix + sequence of a root ``Text`` row    its first non-blank reply's
-                                                       sequence (8 bytes), or empty
-=========  ==========================================  ===============================
-
-The ``replies`` index is written in the transaction that appends the root (empty) and
-the one that appends its first non-blank reply, so a turn learns whether a reply is its
-root's first with one key read, however far down the root lies, and a reply's parent is
-checked to be a root ``Text`` row with the same read. A database written before the index
-existed opens unchanged (the sub-database is created empty); a root it lacks is checked
-from its record and indexed by the first reply appended to it since, and until then its
-first reply is found by a walk up from it.
-
-Ids up to ``_MAX_RAW_ID`` bytes are kept as they are; longer ones are hashed (32-byte
-blake2b) so every key stays under LMDB's 511-byte limit. Events are stored as msgpack
-maps, so a record written before a field was added still decodes (the field takes its
-default).
+Layout. One LMDB environment (a directory) holds the store's sub-databases (``events``,
+``ids``, ``meta``, ``texts``, ``sharing``, ``replies``); every key starts with its
+session's prefix, so no session's keys can fall inside another's range. The keys, the
+records and the cursor walks are :mod:`sharedesk.store._lmdb_layout`'s.
 
 Writes. ``append`` and ``append_and_share`` validate their input in the caller's thread,
-put a request on a queue and wait. One writer thread per store takes every request
-waiting (after gathering for up to ``group_wait``), checks each one against the state
-inside a single write transaction (``expected_version``, the sharing-state
+put a request on the store's group committer (:mod:`sharedesk.store._group_commit`) and
+wait. Its writer thread takes every request waiting (after gathering for up to
+``group_wait``) and hands the group to this store, which checks each request against the
+state inside a single write transaction (``expected_version``, the sharing-state
 compare-and-swap, idempotency, parents; earlier requests of the same group are visible),
-writes the ones that pass, commits once (one fsync when durable), then answers every
-caller (woken in relay, see ``_Request``). Under load the writer pipelines: when
-requests are already waiting as a commit ends, it takes them at once and wakes the
-callers just committed only once the new group is written, right before its commit, so
-that they run while that commit syncs (see ``_commit_group``); two groups then
-alternate, one syncing while the other's callers come back with their next appends. A
-request that fails its checks gets its own error and leaves nothing behind (the ids,
-records and ``Text`` rows it wrote are deleted again before the commit); the others
-commit. If the transaction itself fails, the whole group gets the error.
+writes the ones that pass and commits once (one fsync when durable); then the committer
+answers every caller (woken in relay). Under load the writer pipelines: when requests
+are already waiting as a commit ends, it takes them at once and wakes the callers just
+committed only once the new group is written, right before its commit, so that they run
+while that commit syncs; two groups then alternate, one syncing while the other's
+callers come back with their next appends. A request that fails its checks gets its own
+error and leaves nothing behind (the ids, records and ``Text`` rows it wrote are deleted
+again before the commit); the others commit. If the transaction itself fails, the whole
+group gets the error.
 
 py-lmdb releases the GIL around every get and put, and each release lets a waiting
 thread take the interpreter from the writer, so the writer keeps its calls few: an id
@@ -78,14 +53,9 @@ request by request, and only those that do not fit get ``StoreFullError``.
 
 from __future__ import annotations
 
-import collections
-import hashlib
 import os
-import struct
-import threading
-import time
-from collections.abc import Callable, Collection, Iterator, Sequence
-from datetime import UTC, datetime, timedelta
+from collections.abc import Callable, Collection, Sequence
+from datetime import UTC, datetime
 from types import TracebackType
 from typing import Any, Final, Literal, Self, TypeVar
 
@@ -95,8 +65,6 @@ import msgspec
 from sharedesk.logconfig import logger
 from sharedesk.projection.session import is_blank
 from sharedesk.projection.sharing import note_present
-from sharedesk.protocol.authors import SessionAuthor
-from sharedesk.protocol.codec import encode_msgpack
 from sharedesk.protocol.errors import (
     ConcurrencyError,
     CorruptRecordError,
@@ -108,7 +76,7 @@ from sharedesk.protocol.errors import (
     ValidationError,
 )
 from sharedesk.protocol.events import Event, Text
-from sharedesk.protocol.ports import CompletionSink, WriteTicket
+from sharedesk.protocol.ports import WriteTicket
 from sharedesk.protocol.validation import (
     check_append_args,
     check_conversation,
@@ -127,7 +95,29 @@ from sharedesk.store._common import (
     not_a_root_error,
     watermark_of,
 )
+from sharedesk.store._group_commit import GroupCommitter, Request
 from sharedesk.store._lmdb_env import READER_CHECK_COMMITS, REGISTRY
+from sharedesk.store._lmdb_layout import (
+    ENCODER,
+    EPOCH,
+    EVENT_DECODER,
+    LOG_DECODER,
+    MAX_SEQ,
+    META,
+    MICROSECOND,
+    SEQ,
+    LogRecord,
+    decode_info,
+    decode_record,
+    decode_state,
+    event_id_key,
+    position_below,
+    session_of,
+    session_prefix,
+    sharing_key,
+    walk_down,
+    walk_up,
+)
 
 __all__ = ["Durability", "LmdbStore"]
 
@@ -138,15 +128,6 @@ Durability = Literal["durable", "relaxed"]
 
 _log = logger()
 
-_SEQ: Final = struct.Struct(">Q")
-_META: Final = struct.Struct(">QQq")
-_MAX_SEQ: Final = 2**64 - 1
-_MAX_RAW_ID: Final = 100
-_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
-_MICROSECOND: Final = timedelta(microseconds=1)
-_EVENT_DECODER: Final = msgspec.msgpack.Decoder(Event)
-_STATE_DECODER: Final = msgspec.msgpack.Decoder(SharingState)
-_ENCODER: Final = msgspec.msgpack.Encoder()
 _DEFAULT_MAP_SIZE: Final = 64 * 2**20
 _META_CACHE_SIZE: Final = 100_000
 # Measured with 16 threads x 1000 sessions on 2 cores: under load, callers answered by
@@ -156,98 +137,20 @@ _GROUP_WAIT_DURABLE: Final = 0.002
 _GROUP_WAIT_RELAXED: Final = 0.0005
 
 
-def _prefix(session_id: str) -> bytes:
-    raw = session_id.encode("utf-8")
-    return len(raw).to_bytes(2, "big") + raw
+class _Request(Request):
+    """One append (or append-and-share) for the writer: what it writes, and its outcome.
 
-
-def _session_of(key: bytes) -> str:
-    length = int.from_bytes(key[:2], "big")
-    return key[2 : 2 + length].decode("utf-8")
-
-
-def _id_key(prefix: bytes, event_id: str) -> bytes:
-    raw = event_id.encode("utf-8")
-    if len(raw) <= _MAX_RAW_ID:
-        return prefix + b"\x00" + raw
-    return prefix + b"\x01" + hashlib.blake2b(raw, digest_size=32).digest()
-
-
-def _sharing_key(prefix: bytes, viewer: str, conversation: Conversation) -> bytes:
-    raw = viewer.encode("utf-8")
-    digest = hashlib.blake2b(digest_size=32)
-    digest.update(len(raw).to_bytes(4, "big") + raw)
-    digest.update(encode_msgpack(conversation))
-    return prefix + digest.digest()
-
-
-class _LogRecord(msgspec.Struct, frozen=True):
-    """The fields of a stored ``Text`` event that a log row needs (others are skipped)."""
-
-    author: SessionAuthor
-    body: Text
-    sequence: int
-    parent: int | None = None
-
-
-_LOG_DECODER: Final = msgspec.msgpack.Decoder(_LogRecord)
-_Record = TypeVar("_Record", Event, _LogRecord)
-
-
-def _decode_record(
-    decoder: msgspec.msgpack.Decoder[_Record], session_id: str, sequence: int, raw: bytes
-) -> _Record:
-    """Decode the record stored at ``sequence``.
-
-    Raises:
-        CorruptRecordError: It does not decode, or holds another sequence.
-    """
-    try:
-        record = decoder.decode(raw)
-    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-        raise CorruptRecordError(session_id, sequence, str(exc)) from exc
-    if record.sequence != sequence:
-        raise CorruptRecordError(session_id, sequence, f"record holds sequence {record.sequence}")
-    return record
-
-
-class _Request:
-    """One caller's append, waiting for the writer thread.
-
-    The caller blocks on ``_done``, a lock acquired at creation and released once the
-    outcome is settled: the cheapest wake-up CPython offers, which matters when sixteen
-    callers wait on every commit. Once a group is committed (right away, or just before
-    the next commit: see :meth:`LmdbStore._commit_group`) the writer wakes only its first
-    caller; each woken caller hands its successor (``_next``) on as a *baton*. With
-    ``_batons`` set (requests made by :meth:`LmdbStore._submit`), the baton goes to the
-    store's queue of batons and the next thread to block in the store wakes it just
-    before it blocks, so the successor finds the interpreter free and runs at once
-    (one thread switch per caller, not two); the writer wakes any baton nobody took
-    within one gathering window (see ``_run_writer``). Without ``_batons`` the caller
-    wakes its successor as soon as it runs. Callers on the main thread are woken
-    directly and never relay: only there can a signal (``KeyboardInterrupt``) interrupt
-    the wait and break the relay.
-
-    A request with a ``ticket`` (:meth:`LmdbStore.submit_append`) has no waiting thread
-    and no lock: once its group is committed the writer settles the ticket, and hands
-    the group's tickets to their sinks, one ``deliver`` per sink (see :func:`_wake`).
+    Made on the caller's thread; waiting, waking and tickets are
+    :class:`~sharedesk.store._group_commit.Request`'s.
     """
 
     __slots__ = (
-        "_batons",
-        "_done",
-        "_main",
-        "_next",
-        "error",
         "events",
         "expected_version",
         "prefix",
         "reply_present",
-        "result",
         "session_id",
-        "settled",
         "sharing",
-        "ticket",
     )
 
     def __init__(
@@ -259,130 +162,13 @@ class _Request:
         ticket: WriteTicket | None = None,
         reply_present: bool = False,
     ) -> None:
+        super().__init__(ticket)
         self.session_id = session_id
         self.reply_present = reply_present
-        self.prefix = _prefix(session_id)
+        self.prefix = session_prefix(session_id)
         self.events = events
         self.expected_version = expected_version
         self.sharing = sharing
-        self.result: list[Event] | None = None
-        self.error: BaseException | None = None
-        self.settled = False
-        self._next: _Request | None = None
-        self._batons: collections.deque[_Request] | None = None
-        self.ticket = ticket
-        self._main = threading.current_thread() is threading.main_thread()
-        self._done = threading.Lock()
-        if ticket is None:
-            self._done.acquire()
-
-    def settle(self, result: list[Event] | None = None, error: BaseException | None = None) -> None:
-        """Record the outcome (a result or an error); the caller is woken by :func:`_wake`."""
-        self.result = result
-        self.error = error
-        self.settled = True
-
-    def fail(self, error: BaseException) -> None:
-        """Settle with ``error`` and wake the caller now (requests never taken by the writer)."""
-        self.settle(error=error)
-        ticket = self.ticket
-        if ticket is None:
-            self._done.release()
-        else:
-            _hand_over([self])
-
-    def wait(self) -> list[Event]:
-        """Block until woken; hand on the baton; return the result or raise (repeatable)."""
-        self._done.acquire()
-        relay = self._next
-        if relay is not None:
-            self._next = None
-            if self._batons is None:
-                relay._done.release()
-            else:
-                self._batons.append(relay)
-        self._done.release()
-        if self.error is not None:
-            raise self.error
-        assert self.result is not None
-        return self.result
-
-
-def _hand_over(requests: list[_Request]) -> None:
-    """Settle the tickets of settled ``requests`` and deliver them: one call per sink.
-
-    Never raises: a failing ticket or sink is logged (its awaiting side is lost, the
-    writer goes on).
-    """
-    by_sink: dict[int, tuple[CompletionSink, list[WriteTicket]]] = {}
-    for request in requests:
-        ticket = request.ticket
-        assert ticket is not None
-        try:
-            ticket.settle(request.result, request.error)
-            sink = ticket.sink
-        except Exception:
-            _log.exception("store.ticket_failed")
-            continue
-        entry = by_sink.get(id(sink))
-        if entry is None:
-            by_sink[id(sink)] = (sink, [ticket])
-        else:
-            entry[1].append(ticket)
-    for sink, tickets in by_sink.values():
-        try:
-            sink.deliver(tickets)
-        except Exception:
-            _log.exception("store.sink_failed")
-
-
-def _wake(group: list[_Request]) -> int:
-    """Wake the callers of a settled group: main-thread callers directly, others in relay.
-
-    Requests with a ticket have no caller waiting: their tickets are settled, in group
-    order, and delivered to their sinks, one ``deliver`` per sink (:func:`_hand_over`).
-
-    Returns how many callers will wait for a baton in the store's queue (successors of
-    requests that hand theirs on there).
-    """
-    relay: _Request | None = None
-    handed = 0
-    submitted = [request for request in group if request.ticket is not None]
-    if submitted:
-        _hand_over(submitted)
-        if len(submitted) == len(group):
-            return 0
-    for request in reversed(group):
-        if request.ticket is not None:
-            continue
-        if request._main:
-            request._done.release()
-        else:
-            if relay is not None and request._batons is not None:
-                handed += 1
-            request._next = relay
-            relay = request
-    if relay is not None:
-        relay._done.release()
-    return handed
-
-
-def _wake_all(batons: collections.deque[_Request]) -> int:
-    """Wake every request waiting for a baton and every successor in its chain.
-
-    Returns the number of requests woken.
-    """
-    woken = 0
-    while True:
-        try:
-            request: _Request | None = batons.popleft()
-        except IndexError:
-            return woken
-        while request is not None:
-            successor, request._next = request._next, None
-            request._done.release()
-            request = successor
-            woken += 1
 
 
 class _StaleMeta(Exception):
@@ -478,29 +264,18 @@ class LmdbStore:
         )
         self._path = self._shared.path
         self._dbs = self._shared.dbs
-        self._cond = threading.Condition(threading.Lock())
-        self._queue: list[_Request] = []
-        # Relay successors handed on as batons (see _Request; woken callers append
-        # without the lock), and how many callers of woken groups still wait for their
-        # baton (under _cond).
-        self._batons: collections.deque[_Request] = collections.deque()
-        self._relaying = 0
         # (last sequence, Text rows) per session prefix as of this store's last commit;
         # valid only while no other writer committed in between (checked by txn id).
         self._meta_cache: dict[bytes, tuple[int, int]] = {}
         self._last_txn = -1
         self._commits = 0
-        self._target = 1
-        self._group_wait = group_wait
-        self._last_commit = 0.0
-        # A committed group whose callers are woken just before the next commit (the
-        # writer's only; see _commit_group).
-        self._pending: list[_Request] | None = None
-        self._closed = False
-        self._writer = threading.Thread(
-            target=self._run_writer, name=f"sharedesk-lmdb-writer:{self._path}", daemon=True
+        self._committer: GroupCommitter[_Request] = GroupCommitter(
+            self._commit,
+            group_wait=group_wait,
+            name=f"sharedesk-lmdb-writer:{self._path}",
+            closed_error=lambda: StoreClosedError(self._path),
+            path=self._path,
         )
-        self._writer.start()
 
     @property
     def path(self) -> str:
@@ -557,7 +332,7 @@ class LmdbStore:
         written the next one, just before that one's commit.
         """
         batch = check_append_args(session_id, events, expected_version)
-        return self._submit(_Request(session_id, batch, expected_version, None))
+        return self._committer.submit(_Request(session_id, batch, expected_version, None))
 
     def append_and_share(
         self,
@@ -603,7 +378,7 @@ class LmdbStore:
         """
         batch = check_append_args(session_id, events, expected_version)
         sharing = check_sharing_args(viewer, state, expected_state)
-        return self._submit(
+        return self._committer.submit(
             _Request(session_id, batch, expected_version, sharing, reply_present=reply_present)
         )
 
@@ -630,7 +405,7 @@ class LmdbStore:
         never blocks on the writer.
         """
         batch = check_append_args(session_id, events, expected_version)
-        self._enqueue(_Request(session_id, batch, expected_version, None, ticket))
+        self._committer.enqueue(_Request(session_id, batch, expected_version, None, ticket))
 
     def submit_append_and_share(
         self,
@@ -654,128 +429,23 @@ class LmdbStore:
         """
         batch = check_append_args(session_id, events, expected_version)
         sharing = check_sharing_args(viewer, state, expected_state)
-        self._enqueue(
+        self._committer.enqueue(
             _Request(
                 session_id, batch, expected_version, sharing, ticket, reply_present=reply_present
             )
         )
 
-    def _enqueue(self, request: _Request) -> None:
-        with self._cond:
-            if self._closed:
-                raise StoreClosedError(self._path)
-            queue = self._queue
-            queue.append(request)
-            if len(queue) == 1 or len(queue) >= self._target:
-                self._cond.notify()
+    def _commit(self, group: list[_Request], before_commit: Callable[[], None]) -> None:
+        """Write ``group`` in one transaction, commit it, settle every request.
 
-    def _submit(self, request: _Request) -> list[Event]:
-        with self._cond:
-            if self._closed:
-                raise StoreClosedError(self._path)
-            queue = self._queue
-            queue.append(request)
-            # Wake the writer only when it has something to decide: the first request,
-            # or the group it is gathering is complete.
-            if len(queue) == 1 or len(queue) >= self._target:
-                self._cond.notify()
-            if self._group_wait > 0:
-                request._batons = self._batons
-            if self._batons:  # this thread is about to block: a woken caller runs instead
-                self._batons.popleft()._done.release()
-                self._relaying -= 1
-        return request.wait()
-
-    def _run_writer(self) -> None:
-        """Body of the writer thread: gather waiting requests, commit them as a group.
-
-        Gathering: the callers answered by the last commit usually come straight back,
-        so once a request is waiting the writer waits for as many requests as the last
-        group held, but no longer than the last commit took (waiting longer than a
-        commit costs more than committing twice) nor than ``group_wait``. One caller
-        alone never waits (its last group held one request). While the callers of the
-        last group are left asleep for the next commit (see ``_commit_group``), requests
-        are waiting already: the writer takes them at once, without gathering.
-
-        Batons: a woken caller's successor waits for the next thread that blocks in the
-        store (see ``_Request``). A caller still waiting for its baton when the writer
-        takes a group stays in line (the first caller woken after that group's commit
-        hands it on): waking it at once would set it running against the writer, and
-        would split the next group (measured: 7% fewer appends per second). When no
-        request arrives within the gathering window, the writer wakes every baton still
-        waiting, so a caller whose predecessor never comes back waits at most one window
-        (and one commit) longer.
+        The committer's commit function: ``before_commit()`` is called just before the
+        commit, or as soon as the transaction fails. A full map is grown and the group
+        retried; at the ceiling (or on a full disk) the group is retried one request per
+        transaction. Raises nothing LMDB raises: such failures settle the group.
         """
-        cond = self._cond
-        batons = self._batons
-        while True:
-            with cond:
-                if self._pending is not None and not self._queue:  # emptied by close
-                    self._relaying += _wake(self._pending)
-                    self._pending = None
-                while not self._queue and not self._closed:
-                    if self._relaying <= 0:
-                        cond.wait()
-                    elif not cond.wait(min(self._group_wait, self._last_commit or 1.0)):
-                        self._relaying -= _wake_all(batons)
-                gather = self._pending is None and len(self._queue) < self._target
-                if self._queue and gather and not self._closed:
-                    deadline = time.monotonic() + min(self._group_wait, self._last_commit)
-                    while len(self._queue) < self._target and not self._closed:
-                        remaining = deadline - time.monotonic()
-                        if remaining <= 0:
-                            break
-                        cond.wait(remaining)
-                if not self._queue:
-                    self._relaying -= _wake_all(batons)
-                    while self._relaying > 0:  # closed: see every woken group's relay through
-                        cond.wait(0.001)
-                        self._relaying -= _wake_all(batons)
-                    return
-                group, self._queue = self._queue, []
-                self._target = len(group)
-            started = time.monotonic()
-            self._commit_group(group)
-            self._last_commit = time.monotonic() - started
-
-    def _commit_group(self, group: list[_Request]) -> None:
-        """Commit ``group`` and settle every request (never raises).
-
-        This group's callers are woken now, unless requests are already waiting: then
-        they are left asleep (``_pending``) while the writer takes the waiting requests
-        and writes them, and are woken just before that next commit (or as soon as it
-        fails), so they run while it syncs instead of taking the GIL from the writer at
-        each put. No caller waits for more than the writing of the group after its own
-        (and, when another store or process holds LMDB's write lock, for that writer's
-        transaction, which the next group's ``begin`` waits for).
-        """
-        try:
-            self._settle_group(group)
-        except BaseException as exc:  # never leave a caller hanging
-            _log.exception("store.writer_failed", path=self._path)
-            for request in group:
-                if not request.settled:
-                    request.settle(error=exc)
-        self._wake_pending()  # in case this group failed before its commit
-        with self._cond:
-            defer = bool(self._queue) and not self._closed
-        self._pending = group
-        if not defer:
-            self._wake_pending()
-
-    def _wake_pending(self) -> None:
-        """Wake the callers of the group left for the next commit, if any."""
-        group, self._pending = self._pending, None
-        if group is not None:
-            handed = _wake(group)
-            if handed:
-                with self._cond:
-                    self._relaying += handed
-
-    def _settle_group(self, group: list[_Request]) -> None:
         while True:
             try:
-                outcomes = self._write(group)
+                outcomes = self._write(group, before_commit)
             except _MapFull as full:
                 if full.disk:
                     if full.paused:
@@ -784,7 +454,7 @@ class LmdbStore:
                     continue
                 if len(group) > 1:
                     for request in group:
-                        self._settle_group([request])
+                        self._commit([request], before_commit)
                     return
                 full_error = StoreFullError(
                     self._path,
@@ -834,7 +504,9 @@ class LmdbStore:
         shared.resize(target, paused=paused)
         return True
 
-    def _write(self, group: list[_Request]) -> list[tuple[_Request, list[Event] | SharedeskError]]:
+    def _write(
+        self, group: list[_Request], before_commit: Callable[[], None]
+    ) -> list[tuple[_Request, list[Event] | SharedeskError]]:
         """Plan and write every request of ``group`` in one transaction, then commit.
 
         Raises:
@@ -861,14 +533,14 @@ class LmdbStore:
                     outcomes.append((request, self._write_request(txn, request, now, overlay)))
                 except SharedeskError as exc:
                     outcomes.append((request, exc))
-            micros = (now - _EPOCH) // _MICROSECOND
+            micros = (now - EPOCH) // MICROSECOND
             meta_db = self._dbs[b"meta"]
             for prefix, (last, texts) in overlay.items():
-                txn.put(prefix, _META.pack(last, texts, micros), db=meta_db)
-            self._wake_pending()
+                txn.put(prefix, META.pack(last, texts, micros), db=meta_db)
+            before_commit()
             txn.commit()
         except BaseException as exc:
-            self._wake_pending()
+            before_commit()
             paused = lock.pause()  # see ResizeLock.pause: abort only with readers held off
             try:
                 txn.abort()
@@ -907,17 +579,17 @@ class LmdbStore:
         counts = overlay.get(prefix) or self._meta_cache.get(prefix)
         if counts is None:
             raw_meta = txn.get(prefix, db=dbs[b"meta"])
-            counts = (0, 0) if raw_meta is None else _META.unpack(raw_meta)[:2]
+            counts = (0, 0) if raw_meta is None else META.unpack(raw_meta)[:2]
         last, text_count = counts
         if request.expected_version is not None and request.expected_version != last:
             raise ConcurrencyError(request.expected_version, last)
         sharing: tuple[bytes, SharingState] | None = None
         if request.sharing is not None:
             viewer, state, expected_state = request.sharing
-            key = _sharing_key(prefix, viewer, state.conversation)
+            key = sharing_key(prefix, viewer, state.conversation)
             raw_state = txn.get(key, db=dbs[b"sharing"])
             stored_state = (
-                None if raw_state is None else self._decode_state(request.session_id, raw_state)
+                None if raw_state is None else decode_state(request.session_id, raw_state)
             )
             if stored_state != expected_state:
                 raise SharingStateConflict(watermark_of(expected_state), watermark_of(stored_state))
@@ -934,8 +606,8 @@ class LmdbStore:
             # One pass per event: claim the id, check the parent, write the event. An id
             # repeated within the batch finds the claim and the event written just before.
             for event in request.events:
-                id_key = _id_key(prefix, event.id)
-                seq = _SEQ.pack(next_sequence)
+                id_key = event_id_key(prefix, event.id)
+                seq = SEQ.pack(next_sequence)
                 # Check and claim the id in one call: put refuses an existing key.
                 if not put(id_key, seq, overwrite=False, db=ids_db):
                     raw_seq = get(id_key, db=ids_db)
@@ -950,7 +622,7 @@ class LmdbStore:
                     first = self._root_entry(txn, request.session_id, prefix, parent, len(written))
                 stored = msgspec.structs.replace(event, sequence=next_sequence, timestamp=now)
                 key = prefix + seq
-                if not put(key, _ENCODER.encode(stored), overwrite=False, db=events_db):
+                if not put(key, ENCODER.encode(stored), overwrite=False, db=events_db):
                     raise _StaleMeta  # never overwrite an event: redo the group from the disk
                 written.append(key)
                 body = stored.body
@@ -961,7 +633,7 @@ class LmdbStore:
                         put(key, b"", db=replies_db)  # a root, with no reply yet
                         indexed.append((key, None))
                     elif first == b"" and not is_blank(body.content):
-                        root_key = prefix + _SEQ.pack(parent)
+                        root_key = prefix + SEQ.pack(parent)
                         put(root_key, seq, db=replies_db)  # its first non-blank reply
                         indexed.append((root_key, first))
                 next_sequence += 1
@@ -973,7 +645,7 @@ class LmdbStore:
                     reply = result[0].sequence
                     assert reply is not None
                     state = note_present(state, reply)
-                encoded = _ENCODER.encode(state)
+                encoded = ENCODER.encode(state)
         except SharedeskError:
             for id_key in inserted:
                 txn.delete(id_key, db=ids_db)
@@ -1009,7 +681,7 @@ class LmdbStore:
         rows from it up to its first non-blank reply (once per such root).
         """
         dbs = self._dbs
-        root_key = prefix + _SEQ.pack(parent)
+        root_key = prefix + SEQ.pack(parent)
         entry = txn.get(root_key, db=dbs[b"replies"])
         if entry is not None:
             return bytes(entry)
@@ -1017,22 +689,22 @@ class LmdbStore:
             raw = txn.get(root_key, db=dbs[b"events"])
             what = "missing" if raw is None else "not a Text row"
             if raw is not None:
-                record = _decode_record(_EVENT_DECODER, session_id, parent, raw)
+                record = decode_record(EVENT_DECODER, session_id, parent, raw)
                 what = f"a {type(record.body).__name__} event"
             raise not_a_root_error(index, parent, what)
         row = self._log_record(txn, session_id, root_key, parent)
         if row.parent is not None:
             raise not_a_root_error(index, parent, f"a reply to row {row.parent}")
         found = self._walk_first_reply(txn, session_id, prefix, parent)
-        entry = b"" if found is None else _SEQ.pack(found)
+        entry = b"" if found is None else SEQ.pack(found)
         txn.put(root_key, entry, db=dbs[b"replies"])
         return entry
 
-    def _log_record(self, txn: Any, session_id: str, key: bytes, sequence: int) -> _LogRecord:
+    def _log_record(self, txn: Any, session_id: str, key: bytes, sequence: int) -> LogRecord:
         raw = txn.get(key, db=self._dbs[b"events"])
         if raw is None:
             raise CorruptRecordError(session_id, sequence, "indexed but missing")
-        return _decode_record(_LOG_DECODER, session_id, sequence, raw)
+        return decode_record(LOG_DECODER, session_id, sequence, raw)
 
     def _walk_first_reply(self, txn: Any, session_id: str, prefix: bytes, root: int) -> int | None:
         """Return the first non-blank reply to ``root`` by walking the ``Text`` rows above it.
@@ -1041,8 +713,8 @@ class LmdbStore:
         between the root and its first non-blank reply), one decode each.
         """
         cursor = txn.cursor(db=self._dbs[b"texts"])
-        for sequence, _value in _walk_up(cursor, prefix, root, _MAX_SEQ):
-            record = self._log_record(txn, session_id, prefix + _SEQ.pack(sequence), sequence)
+        for sequence, _value in walk_up(cursor, prefix, root, MAX_SEQ):
+            record = self._log_record(txn, session_id, prefix + SEQ.pack(sequence), sequence)
             if record.parent == root and not is_blank(record.body.content):
                 return sequence
         return None
@@ -1066,18 +738,18 @@ class LmdbStore:
         """
         check_session_id(session_id)
         wanted = check_roots(roots)
-        prefix = _prefix(session_id)
+        prefix = session_prefix(session_id)
 
         def body(txn: Any) -> dict[int, int]:
             found: dict[int, int] = {}
             replies_db, texts_db = self._dbs[b"replies"], self._dbs[b"texts"]
             for root in wanted:
-                key = prefix + _SEQ.pack(root)
+                key = prefix + SEQ.pack(root)
                 entry = txn.get(key, db=replies_db)
                 first: int | None = None
                 if entry is not None:
                     if entry:
-                        first = _SEQ.unpack(entry)[0]
+                        first = SEQ.unpack(entry)[0]
                 elif (
                     txn.get(key, db=texts_db) is not None
                     and self._log_record(txn, session_id, key, root).parent is None
@@ -1093,9 +765,8 @@ class LmdbStore:
         return self._in_read(body)
 
     # -- reads ---------------------------------------------------------------------------
-
     def _live(self) -> None:
-        if self._closed:
+        if self._committer.closed:
             raise StoreClosedError(self._path)
 
     def _in_read(self, body: Callable[[Any], T]) -> T:
@@ -1110,11 +781,11 @@ class LmdbStore:
         shared = self._shared
         reclaimed = False
         while True:
-            if self._closed:
+            if self._committer.closed:
                 raise StoreClosedError(self._path)
             shared.lock.acquire_shared()
             try:
-                if self._closed or shared.closed:
+                if self._committer.closed or shared.closed:
                     raise StoreClosedError(self._path)
                 with shared.env.begin(buffers=False) as txn:
                     return body(txn)
@@ -1136,18 +807,10 @@ class LmdbStore:
 
     def _get_event(self, txn: Any, session_id: str, prefix: bytes, raw_seq: bytes) -> Event:
         raw = txn.get(prefix + raw_seq, db=self._dbs[b"events"])
-        sequence = _SEQ.unpack(raw_seq)[0]
+        sequence = SEQ.unpack(raw_seq)[0]
         if raw is None:
             raise CorruptRecordError(session_id, sequence, "indexed but missing")
-        return _decode_record(_EVENT_DECODER, session_id, sequence, raw)
-
-    @staticmethod
-    def _decode_state(session_id: str, raw: bytes) -> SharingState:
-        try:
-            state: SharingState = _STATE_DECODER.decode(raw)
-        except (msgspec.DecodeError, msgspec.ValidationError, SharedeskError) as exc:
-            raise CorruptRecordError(session_id, 0, f"sharing state: {exc}") from exc
-        return state
+        return decode_record(EVENT_DECODER, session_id, sequence, raw)
 
     def read(
         self,
@@ -1178,9 +841,9 @@ class LmdbStore:
         """
         check_session_id(session_id)
         after, before, limit = check_read_args(after, before, limit)
-        prefix = _prefix(session_id)
+        prefix = session_prefix(session_id)
         low = 0 if after is None else after
-        high = _MAX_SEQ if before is None or before > _MAX_SEQ else before
+        high = MAX_SEQ if before is None or before > MAX_SEQ else before
         if limit == 0 or high <= low + 1:
             self._live()
             return []
@@ -1188,13 +851,13 @@ class LmdbStore:
         def body(txn: Any) -> list[Event]:
             cursor = txn.cursor(db=self._dbs[b"events"])
             rows = (
-                _walk_down(cursor, prefix, high, low)
+                walk_down(cursor, prefix, high, low)
                 if newest_first
-                else _walk_up(cursor, prefix, low, high)
+                else walk_up(cursor, prefix, low, high)
             )
             events: list[Event] = []
             for sequence, raw in rows:
-                events.append(_decode_record(_EVENT_DECODER, session_id, sequence, raw))
+                events.append(decode_record(EVENT_DECODER, session_id, sequence, raw))
                 if limit is not None and len(events) >= limit:
                     break
             return events
@@ -1211,9 +874,9 @@ class LmdbStore:
         Cost: one key read; no writes.
         """
         check_session_id(session_id)
-        prefix = _prefix(session_id)
+        prefix = session_prefix(session_id)
         raw = self._in_read(lambda txn: txn.get(prefix, db=self._dbs[b"meta"]))
-        return 0 if raw is None else int(_META.unpack(raw)[0])
+        return 0 if raw is None else int(META.unpack(raw)[0])
 
     def session_info(self, session_id: str) -> SessionInfo | None:
         """Return what the store knows about ``session_id``, or ``None`` if it has no events.
@@ -1225,9 +888,9 @@ class LmdbStore:
         Cost: one key read; no writes.
         """
         check_session_id(session_id)
-        prefix = _prefix(session_id)
+        prefix = session_prefix(session_id)
         raw = self._in_read(lambda txn: txn.get(prefix, db=self._dbs[b"meta"]))
-        return None if raw is None else _info(session_id, raw)
+        return None if raw is None else decode_info(session_id, raw)
 
     def sessions(self) -> list[str]:
         """Return the ids of the sessions holding at least one event, sorted.
@@ -1240,7 +903,7 @@ class LmdbStore:
 
         def body(txn: Any) -> list[str]:
             cursor = txn.cursor(db=self._dbs[b"meta"])
-            return sorted(_session_of(key) for key in cursor.iternext(keys=True, values=False))
+            return sorted(session_of(key) for key in cursor.iternext(keys=True, values=False))
 
         return self._in_read(body)
 
@@ -1255,7 +918,7 @@ class LmdbStore:
 
         def body(txn: Any) -> list[SessionInfo]:
             cursor = txn.cursor(db=self._dbs[b"meta"])
-            return [_info(_session_of(key), raw) for key, raw in cursor.iternext()]
+            return [decode_info(session_of(key), raw) for key, raw in cursor.iternext()]
 
         return sorted(self._in_read(body), key=lambda info: info.session_id)
 
@@ -1274,9 +937,9 @@ class LmdbStore:
         check_session_id(session_id)
         check_viewer(viewer)
         check_conversation(conversation)
-        key = _sharing_key(_prefix(session_id), viewer, conversation)
+        key = sharing_key(session_prefix(session_id), viewer, conversation)
         raw = self._in_read(lambda txn: txn.get(key, db=self._dbs[b"sharing"]))
-        return None if raw is None else self._decode_state(session_id, raw)
+        return None if raw is None else decode_state(session_id, raw)
 
     def log(self, session_id: str) -> _LmdbLog:
         """Return the session's ``Text`` rows as a :class:`~sharedesk.SessionLog`.
@@ -1294,18 +957,18 @@ class LmdbStore:
 
     def _read_text_before(self, session_id: str, before: int | None, limit: int) -> SessionPage:
         before, limit = check_log_args(before, limit)
-        prefix = _prefix(session_id)
-        high = _MAX_SEQ if before is None or before > _MAX_SEQ else before
+        prefix = session_prefix(session_id)
+        high = MAX_SEQ if before is None or before > MAX_SEQ else before
         if limit == 0 or high <= 1:
             self._live()
             return SessionPage(messages=[], next_before=None)
 
         def body(txn: Any) -> tuple[list[LogMessage], bool]:
             # The Text index and the events share their keys (prefix + sequence), so
-            # each index key fetches its event directly; rows decode into _LogRecord,
+            # each index key fetches its event directly; rows decode into LogRecord,
             # which skips the fields a log row does not carry.
             cursor = txn.cursor(db=self._dbs[b"texts"])
-            if not _position_below(cursor, prefix, high):
+            if not position_below(cursor, prefix, high):
                 return [], False
             get, events_db = txn.get, self._dbs[b"events"]
             size, rows = len(prefix) + 8, list[LogMessage]()
@@ -1318,7 +981,7 @@ class LmdbStore:
                 raw = get(key, db=events_db)
                 if raw is None:
                     raise CorruptRecordError(session_id, sequence, "indexed but missing")
-                record = _decode_record(_LOG_DECODER, session_id, sequence, raw)
+                record = decode_record(LOG_DECODER, session_id, sequence, raw)
                 rows.append(
                     LogMessage(
                         sequence=sequence,
@@ -1344,15 +1007,8 @@ class LmdbStore:
 
         Cost: waits for the group in progress, if any.
         """
-        with self._cond:
-            if self._closed:
-                return
-            self._closed = True
-            pending, self._queue = self._queue, []
-            self._cond.notify_all()
-        for request in pending:
-            request.fail(StoreClosedError(self._path))
-        self._writer.join()
+        if not self._committer.close():
+            return
         REGISTRY.release(self._shared)
 
     def __enter__(self) -> Self:
@@ -1367,53 +1023,8 @@ class LmdbStore:
         self.close()
 
     def __repr__(self) -> str:
-        state = "closed" if self._closed else "open"
+        state = "closed" if self._committer.closed else "open"
         return f"LmdbStore({self._path!r}, durability={self._durability!r}) [{state}]"
-
-
-def _info(session_id: str, raw: bytes) -> SessionInfo:
-    last, texts, micros = _META.unpack(raw)
-    return SessionInfo(
-        session_id=session_id,
-        last_sequence=last,
-        text_count=texts,
-        last_activity=_EPOCH + micros * _MICROSECOND,
-    )
-
-
-def _position_below(cursor: Any, prefix: bytes, high: int) -> bool:
-    """Put ``cursor`` on the last key below ``prefix + high``; return whether there is one."""
-    if cursor.set_range(prefix + _SEQ.pack(high)):
-        return bool(cursor.prev())
-    return bool(cursor.last())
-
-
-def _walk_down(cursor: Any, prefix: bytes, high: int, low: int) -> Iterator[tuple[int, bytes]]:
-    """Yield (sequence, value) of ``prefix``'s keys with ``low < sequence < high``, newest first."""
-    if not _position_below(cursor, prefix, high):
-        return
-    size = len(prefix) + 8
-    for key, value in cursor.iterprev(keys=True, values=True):
-        if len(key) != size or not key.startswith(prefix):
-            return
-        sequence = int.from_bytes(key[-8:], "big")
-        if sequence <= low:
-            return
-        yield sequence, value
-
-
-def _walk_up(cursor: Any, prefix: bytes, low: int, high: int) -> Iterator[tuple[int, bytes]]:
-    """Yield (sequence, value) of ``prefix``'s keys with ``low < sequence < high``, oldest first."""
-    if low >= _MAX_SEQ or not cursor.set_range(prefix + _SEQ.pack(low + 1)):
-        return
-    size = len(prefix) + 8
-    for key, value in cursor.iternext(keys=True, values=True):
-        if len(key) != size or not key.startswith(prefix):
-            return
-        sequence = int.from_bytes(key[-8:], "big")
-        if sequence >= high:
-            return
-        yield sequence, value
 
 
 class _LmdbLog:

@@ -33,8 +33,10 @@ from sharedesk.protocol import (
     ValidationError,
 )
 from sharedesk.store import LmdbStore
+from sharedesk.store._group_commit import wake
 from sharedesk.store._lmdb_env import READER_CHECK_COMMITS
-from sharedesk.store.lmdb import _SEQ, _prefix, _Request, _sharing_key, _wake
+from sharedesk.store._lmdb_layout import SEQ, session_prefix, sharing_key
+from sharedesk.store.lmdb import _Request
 from tests.store.conftest import ChildFactory, run_child
 from tests.store.contract import ContractStore, StoreContract, delta, text
 
@@ -78,21 +80,25 @@ def raw_put(path: Path, db: bytes, key: bytes, value: bytes) -> None:
 
 
 def gate_writer(store: LmdbStore) -> tuple[threading.Event, threading.Event]:
-    """Make the store's writer stop before committing its next group until released.
+    """Make the store's writer stop as it begins its next group's transaction until released.
 
     Returns (entered, release): ``entered`` is set once the writer holds a group.
     """
     entered, release = threading.Event(), threading.Event()
-    commit = store._commit_group
 
-    def gated(group: list[_Request]) -> None:
-        if not entered.is_set():
+    def gated(stage: str) -> None:
+        if stage == "begin" and not entered.is_set():
             entered.set()
             assert release.wait(30)
-        commit(group)
 
-    store._commit_group = gated  # type: ignore[method-assign]
+    store._shared.env = _ScriptedEnv(store._shared.env, {1: gated})
     return entered, release
+
+
+def commit_as_one_group(store: LmdbStore, group: list[_Request]) -> None:
+    """Write ``group`` in one transaction as the writer does (it is idle), then wake it."""
+    store._commit(group, lambda: None)
+    wake(group)
 
 
 def in_thread(call: Callable[[], Any]) -> tuple[threading.Thread, list[Any]]:
@@ -382,7 +388,7 @@ class TestLmdbStoreLifecycle:
 
         store.close()
 
-        assert not store._writer.is_alive()
+        assert not store._committer.writer.is_alive()
 
     def test_appends_queued_at_close_get_store_closed_error(self, store: LmdbStore) -> None:
         """The group being written completes; appends still queued fail instead of hanging."""
@@ -390,7 +396,7 @@ class TestLmdbStoreLifecycle:
         first, first_outcome = in_thread(lambda: store.append("s", [text("in group")]))
         assert entered.wait(30)
         queued, queued_outcome = in_thread(lambda: store.append("s", [text("queued")]))
-        wait_until(lambda: len(store._queue) == 1)
+        wait_until(lambda: store._committer.queued == 1)
 
         closer, _ = in_thread(store.close)
         wait_until(lambda: queued_outcome != [])
@@ -414,7 +420,7 @@ class TestLmdbStoreGroupCommit:
         first, _ = in_thread(lambda: store.append("s0", [text()]))
         assert entered.wait(30)
         waiting = [in_thread(functools.partial(append_one, store, index)) for index in range(10)]
-        wait_until(lambda: len(store._queue) == 10)
+        wait_until(lambda: store._committer.queued == 10)
         before = last_txnid(store)
 
         release.set()
@@ -435,7 +441,7 @@ class TestLmdbStoreGroupCommit:
         first = in_thread(lambda: store.append("s", [text("first")]))
         assert entered.wait(30)
         second = in_thread(lambda: store.append("t", [text("second")]))
-        wait_until(lambda: len(store._queue) == 1)
+        wait_until(lambda: store._committer.queued == 1)
         return release, [first, second]
 
     def test_a_group_is_answered_before_the_group_behind_it_commits(self, store: LmdbStore) -> None:
@@ -514,7 +520,7 @@ class TestLmdbStoreGroupCommit:
             _Request("t", [text("other")], None, None),
         )
 
-        store._commit_group([good, stale, bad, other])
+        commit_as_one_group(store, [good, stale, bad, other])
 
         assert [2] == [e.sequence for e in good.wait()]
         with pytest.raises(ConcurrencyError):
@@ -530,7 +536,7 @@ class TestLmdbStoreGroupCommit:
         refused = _Request("s", [text("a", id="a"), text("b", id="b", parent=2)], None, None)
         after = _Request("s", [msgspec.structs.replace(delta(), id="a")], None, None)
 
-        store._commit_group([refused, after])
+        commit_as_one_group(store, [refused, after])
 
         with pytest.raises(ValidationError, match=r"events\[1\]\.parent=2"):
             refused.wait()
@@ -539,144 +545,13 @@ class TestLmdbStoreGroupCommit:
         with store._shared.env.begin() as txn:
             ids = [k for k, _ in txn.cursor(db=store._dbs[b"ids"])]
             texts = [k for k, _ in txn.cursor(db=store._dbs[b"texts"])]
-        assert ([_prefix("s") + b"\x00a"], []) == (ids, texts)
-
-    def test_callers_of_a_group_are_woken_in_relay(self) -> None:
-        """The writer wakes the first caller; each caller wakes the next when it runs."""
-        group = [_Request("s", [text()], None, None) for _ in range(3)]
-        for index, request in enumerate(group):
-            request._main = False
-            request.settle(result=[text(str(index))])
-
-        _wake(group)
-
-        assert (False, True, True) == tuple(r._done.locked() for r in group)
-        group[0].wait()
-        assert (False, False, True) == tuple(r._done.locked() for r in group)
-        assert ["1", "2"] == [r.wait()[0].body.content for r in group[1:]]  # type: ignore[union-attr]
-
-    @staticmethod
-    def settled_chain(store: LmdbStore, size: int) -> list[_Request]:
-        """A settled group of ``size`` worker-thread requests of ``store``, woken by
-        ``_wake`` and counted as the writer counts them (the writer is not told)."""
-        group = [_Request("s", [text()], None, None) for _ in range(size)]
-        for index, request in enumerate(group):
-            request._main = False
-            request._batons = store._batons
-            request.settle(result=[text(str(index))])
-        with store._cond:
-            store._relaying += _wake(group)
-        return group
-
-    def test_a_woken_caller_leaves_its_successor_to_the_next_thread_that_blocks(
-        self, store: LmdbStore
-    ) -> None:
-        entered, release = gate_writer(store)  # the writer is busy: only a caller can wake
-        busy, _ = in_thread(lambda: store.append("s", [text()]))
-        assert entered.wait(30)
-        first, second = self.settled_chain(store, 2)
-        first.wait()
-        waiting_for_baton = second._done.locked()
-
-        blocker, _ = in_thread(lambda: store.append("t", [text()]))
-        wait_until(lambda: not second._done.locked())
-        release.set()
-        for thread in (busy, blocker):
-            thread.join(30)
-
-        assert (True, 0) == (waiting_for_baton, store._relaying)
-
-    def test_the_writer_wakes_a_caller_whose_predecessor_never_comes_back(
-        self, store: LmdbStore
-    ) -> None:
-        entered, release = gate_writer(store)
-        first, _ = in_thread(lambda: store.append("s", [text()]))
-        assert entered.wait(30)
-        group = [in_thread(functools.partial(append_one, store, index)) for index in range(2)]
-        wait_until(lambda: len(store._queue) == 2)
-
-        release.set()  # the two queued appends commit as one group; nobody appends again
-        for thread, _ in [(first, None), *group]:
-            thread.join(30)
-
-        assert [False, False] == [thread.is_alive() for thread, _ in group]
-        assert all(isinstance(outcome[0], list) for _, outcome in group)
-
-    def test_a_caller_waiting_for_its_baton_stays_in_line_when_the_writer_takes_a_group(
-        self, store_path: Path
-    ) -> None:
-        with LmdbStore(store_path, group_wait=1.0) as store:
-            store._last_commit = 1.0  # the writer gathers for a whole second
-            store._target = 2
-            entered, release = gate_writer(store)
-            lone, _ = in_thread(lambda: store.append("s", [text()]))
-            wait_until(lambda: len(store._queue) == 1)
-            first, second = self.settled_chain(store, 2)
-            first.wait()
-
-            assert entered.wait(30)  # the writer gave up gathering and took the lone append
-            still_waiting = second._done.locked()
-            release.set()
-            lone.join(30)
-            wait_until(lambda: not second._done.locked())  # woken once the writer idles
-
-        assert still_waiting
-
-    def test_close_wakes_callers_still_waiting_for_a_baton(self, store: LmdbStore) -> None:
-        first, second = self.settled_chain(store, 2)
-        first.wait()
-
-        store.close()
-
-        assert (False, 0) == (second._done.locked(), store._relaying)
-
-    def test_main_thread_callers_are_woken_directly_not_in_relay(self) -> None:
-        main, other = _Request("s", [text()], None, None), _Request("s", [text()], None, None)
-        other._main = False
-        for request in (main, other):
-            request.settle(result=[])
-
-        _wake([other, main])
-
-        assert (False, False) == (main._done.locked(), other._done.locked())
-
-    def test_main_and_worker_threads_in_one_group_all_return(self, store: LmdbStore) -> None:
-        entered, release = gate_writer(store)
-        first, _ = in_thread(lambda: store.append("s", [text()]))
-        assert entered.wait(30)
-        workers = [in_thread(functools.partial(append_one, store, index)) for index in range(3)]
-        wait_until(lambda: len(store._queue) == 3)
-
-        def release_when_all_queued() -> None:
-            wait_until(lambda: len(store._queue) == 4)
-            release.set()
-
-        releaser, _ = in_thread(release_when_all_queued)
-        (mine,) = store.append("s", [text("main")])
-        for thread, _ in [(first, None), (releaser, None), *workers]:
-            thread.join()
-
-        assert all(outcome and not isinstance(outcome[0], BaseException) for _, outcome in workers)
-        assert (2, Text("main")) == (mine.sequence, mine.body)
-
-    def test_a_lone_append_completes_when_the_writer_expects_a_larger_group(
-        self, store: LmdbStore
-    ) -> None:
-        store.append("s", [text()])
-        with store._cond:
-            store._target = 8  # as if the last group had held eight requests
-
-        late, outcome = in_thread(lambda: store.append("s", [text("late")]))
-        late.join(30)
-
-        assert not late.is_alive()
-        assert [2] == [e.sequence for e in outcome[0]]
+        assert ([session_prefix("s") + b"\x00a"], []) == (ids, texts)
 
     def test_later_appends_in_a_group_see_the_earlier_ones(self, store: LmdbStore) -> None:
         first = _Request("s", [text(id="x")], 0, None)
         repeat = _Request("s", [text(id="x"), text(id="y")], 1, None)
 
-        store._commit_group([first, repeat])
+        commit_as_one_group(store, [first, repeat])
 
         assert [1, 2] == [e.sequence for e in repeat.wait()]
         assert first.wait()[0] == repeat.wait()[0]
@@ -900,7 +775,7 @@ class TestLmdbStoreGrowth:
             huge = _Request("s", [text("h" * 400_000)], None, None)
             other = _Request("t", [text("other")], None, None)
 
-            store._commit_group([small, huge, other])
+            commit_as_one_group(store, [small, huge, other])
 
             assert [1] == [e.sequence for e in small.wait()]
             with pytest.raises(StoreFullError):
@@ -984,7 +859,7 @@ class TestLmdbStoreRecords:
     ) -> None:
         with LmdbStore(store_path) as store:
             store.append("s", [text("one"), text("two"), text("three")])
-        raw_put(store_path, b"events", _prefix("s") + _SEQ.pack(2), b"\xc1garbage")
+        raw_put(store_path, b"events", session_prefix("s") + SEQ.pack(2), b"\xc1garbage")
 
         with LmdbStore(store_path) as store:
             with pytest.raises(CorruptRecordError) as caught:
@@ -998,7 +873,9 @@ class TestLmdbStoreRecords:
     def test_record_holding_another_sequence_is_corrupt(self, store_path: Path) -> None:
         with LmdbStore(store_path) as store:
             first, _second = store.append("s", [text(), text()])
-        raw_put(store_path, b"events", _prefix("s") + _SEQ.pack(2), msgspec.msgpack.encode(first))
+        raw_put(
+            store_path, b"events", session_prefix("s") + SEQ.pack(2), msgspec.msgpack.encode(first)
+        )
 
         with LmdbStore(store_path) as store, pytest.raises(CorruptRecordError) as caught:
             store.read("s", after=1)
@@ -1011,7 +888,7 @@ class TestLmdbStoreRecords:
             store.append_and_share(
                 "s", [], viewer="v", state=SharingState(conversation, 1), expected_state=None
             )
-        key = _sharing_key(_prefix("s"), "v", conversation)
+        key = sharing_key(session_prefix("s"), "v", conversation)
         raw_put(store_path, b"sharing", key, b"\x92\x01")
 
         with LmdbStore(store_path) as store, pytest.raises(CorruptRecordError) as caught:
@@ -1033,7 +910,10 @@ class TestLmdbStoreRecords:
             "timestamp": "2024-01-01T00:00:00Z",
         }
         raw_put(
-            store_path, b"events", _prefix("s") + _SEQ.pack(1), msgspec.msgpack.encode(old_shape)
+            store_path,
+            b"events",
+            session_prefix("s") + SEQ.pack(1),
+            msgspec.msgpack.encode(old_shape),
         )
 
         with LmdbStore(store_path) as store:
