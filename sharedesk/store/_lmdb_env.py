@@ -45,11 +45,11 @@ from typing import Any, Final
 
 import lmdb
 import lmdb.verify
-import structlog
 
+from sharedesk.logconfig import logger
 from sharedesk.protocol.errors import CorruptRecordError, StoreIOError, ValidationError
 
-_log = structlog.get_logger()
+_log = logger()
 
 #: The sub-databases of a store, by purpose.
 DATABASES: Final = (b"events", b"ids", b"meta", b"texts", b"sharing")

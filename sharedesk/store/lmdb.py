@@ -114,8 +114,8 @@ from typing import Any, Final, Literal, Self, TypeVar
 
 import lmdb
 import msgspec
-import structlog
 
+from sharedesk.logconfig import logger
 from sharedesk.protocol.authors import SessionAuthor
 from sharedesk.protocol.codec import encode_msgpack
 from sharedesk.protocol.errors import (
@@ -129,6 +129,7 @@ from sharedesk.protocol.errors import (
     ValidationError,
 )
 from sharedesk.protocol.events import Event, Text
+from sharedesk.protocol.ports import CompletionSink, WriteTicket
 from sharedesk.protocol.validation import (
     check_append_args,
     check_conversation,
@@ -154,7 +155,7 @@ T = TypeVar("T")
 #: ``"durable"``: every acknowledged append is fsync'd. ``"relaxed"``: no fsync per commit.
 Durability = Literal["durable", "relaxed"]
 
-_log = structlog.get_logger()
+_log = logger()
 
 _SEQ: Final = struct.Struct(">Q")
 _META: Final = struct.Struct(">QQq")
@@ -245,6 +246,10 @@ class _Request:
     wakes its successor as soon as it runs. Callers on the main thread are woken
     directly and never relay: only there can a signal (``KeyboardInterrupt``) interrupt
     the wait and break the relay.
+
+    A request with a ``ticket`` (:meth:`LmdbStore.submit_append`) has no waiting thread
+    and no lock: once its group is committed the writer settles the ticket, and hands
+    the group's tickets to their sinks, one ``deliver`` per sink (see :func:`_wake`).
     """
 
     __slots__ = (
@@ -260,6 +265,7 @@ class _Request:
         "session_id",
         "settled",
         "sharing",
+        "ticket",
     )
 
     def __init__(
@@ -268,6 +274,7 @@ class _Request:
         events: list[Event],
         expected_version: int | None,
         sharing: tuple[str, SharingState, SharingState | None] | None,
+        ticket: WriteTicket | None = None,
     ) -> None:
         self.session_id = session_id
         self.prefix = _prefix(session_id)
@@ -279,9 +286,11 @@ class _Request:
         self.settled = False
         self._next: _Request | None = None
         self._batons: collections.deque[_Request] | None = None
+        self.ticket = ticket
         self._main = threading.current_thread() is threading.main_thread()
         self._done = threading.Lock()
-        self._done.acquire()
+        if ticket is None:
+            self._done.acquire()
 
     def settle(self, result: list[Event] | None = None, error: BaseException | None = None) -> None:
         """Record the outcome (a result or an error); the caller is woken by :func:`_wake`."""
@@ -292,7 +301,11 @@ class _Request:
     def fail(self, error: BaseException) -> None:
         """Settle with ``error`` and wake the caller now (requests never taken by the writer)."""
         self.settle(error=error)
-        self._done.release()
+        ticket = self.ticket
+        if ticket is None:
+            self._done.release()
+        else:
+            _hand_over([self])
 
     def wait(self) -> list[Event]:
         """Block until woken; hand on the baton; return the result or raise (repeatable)."""
@@ -311,15 +324,53 @@ class _Request:
         return self.result
 
 
+def _hand_over(requests: list[_Request]) -> None:
+    """Settle the tickets of settled ``requests`` and deliver them: one call per sink.
+
+    Never raises: a failing ticket or sink is logged (its awaiting side is lost, the
+    writer goes on).
+    """
+    by_sink: dict[int, tuple[CompletionSink, list[WriteTicket]]] = {}
+    for request in requests:
+        ticket = request.ticket
+        assert ticket is not None
+        try:
+            ticket.settle(request.result, request.error)
+            sink = ticket.sink
+        except Exception:
+            _log.exception("store.ticket_failed")
+            continue
+        entry = by_sink.get(id(sink))
+        if entry is None:
+            by_sink[id(sink)] = (sink, [ticket])
+        else:
+            entry[1].append(ticket)
+    for sink, tickets in by_sink.values():
+        try:
+            sink.deliver(tickets)
+        except Exception:
+            _log.exception("store.sink_failed")
+
+
 def _wake(group: list[_Request]) -> int:
     """Wake the callers of a settled group: main-thread callers directly, others in relay.
+
+    Requests with a ticket have no caller waiting: their tickets are settled, in group
+    order, and delivered to their sinks, one ``deliver`` per sink (:func:`_hand_over`).
 
     Returns how many callers will wait for a baton in the store's queue (successors of
     requests that hand theirs on there).
     """
     relay: _Request | None = None
     handed = 0
+    submitted = [request for request in group if request.ticket is not None]
+    if submitted:
+        _hand_over(submitted)
+        if len(submitted) == len(group):
+            return 0
     for request in reversed(group):
+        if request.ticket is not None:
+            continue
         if request._main:
             request._done.release()
         else:
@@ -564,6 +615,63 @@ class LmdbStore:
         batch = check_append_args(session_id, events, expected_version)
         sharing = check_sharing_args(viewer, state, expected_state)
         return self._submit(_Request(session_id, batch, expected_version, sharing))
+
+    def submit_append(
+        self,
+        session_id: str,
+        events: Sequence[Event],
+        *,
+        expected_version: int | None = None,
+        ticket: WriteTicket,
+    ) -> None:
+        """Queue an append that no thread waits for; ``ticket`` gets its outcome.
+
+        The ``SubmittingStore`` port: the write joins the same group commit as
+        :meth:`append` (same transaction, same fsync); after the commit the writer
+        settles the ticket (the stored events, or the error :meth:`append` would raise)
+        and delivers the group's tickets to their sinks, one ``deliver`` per sink.
+
+        Raises:
+            ValidationError: Malformed input; nothing was queued.
+            StoreClosedError: The store is closed; nothing was queued.
+
+        Cost: O(len(events)) validation and one queue append under the store's lock;
+        never blocks on the writer.
+        """
+        batch = check_append_args(session_id, events, expected_version)
+        self._enqueue(_Request(session_id, batch, expected_version, None, ticket))
+
+    def submit_append_and_share(
+        self,
+        session_id: str,
+        events: Sequence[Event],
+        *,
+        viewer: str,
+        state: SharingState,
+        expected_state: SharingState | None,
+        expected_version: int | None = None,
+        ticket: WriteTicket,
+    ) -> None:
+        """Queue an :meth:`append_and_share` that no thread waits for (as :meth:`submit_append`).
+
+        Raises:
+            ValidationError: Malformed input; nothing was queued.
+            StoreClosedError: The store is closed; nothing was queued.
+
+        Cost: as :meth:`submit_append`.
+        """
+        batch = check_append_args(session_id, events, expected_version)
+        sharing = check_sharing_args(viewer, state, expected_state)
+        self._enqueue(_Request(session_id, batch, expected_version, sharing, ticket))
+
+    def _enqueue(self, request: _Request) -> None:
+        with self._cond:
+            if self._closed:
+                raise StoreClosedError(self._path)
+            queue = self._queue
+            queue.append(request)
+            if len(queue) == 1 or len(queue) >= self._target:
+                self._cond.notify()
 
     def _submit(self, request: _Request) -> list[Event]:
         with self._cond:
