@@ -14,7 +14,6 @@ does ``LmdbStore`` (with py-lmdb), so a program on ``MemoryStore`` never loads L
 import logging
 from typing import TYPE_CHECKING, Any
 
-from sharedesk._lazy import load_lazy
 from sharedesk.actors import (
     Hub,
     HubOptions,
@@ -103,6 +102,7 @@ from sharedesk.protocol import (
     ValidationError,
     WatermarkRegression,
 )
+from sharedesk.protocol._lazy import load_lazy
 from sharedesk.runs import (
     Adapter,
     AdapterResult,

@@ -33,7 +33,7 @@ import pykka
 from pykka._envelope import Envelope
 from structlog.contextvars import bind_contextvars, reset_contextvars
 
-from sharedesk.logconfig import logger
+from sharedesk.protocol._log import logger
 from sharedesk.protocol.errors import ActorCrashed, SharedeskError
 from sharedesk.protocol.ports import EventStore, SharingStateStore
 from sharedesk.protocol.views import Conversation, Projection

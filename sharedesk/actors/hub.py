@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import atexit
 import importlib
+import inspect
 import os
 import threading
 import time
@@ -69,7 +70,7 @@ from sharedesk.actors._messages import Append, Commit, GetTranscript, Plan, Turn
 from sharedesk.actors.projector import ProjectorActor
 from sharedesk.actors.session import SessionActor
 from sharedesk.actors.sharing import SharingActor
-from sharedesk.logconfig import logger
+from sharedesk.protocol._log import logger
 from sharedesk.protocol.authors import SessionAuthor, author_key
 from sharedesk.protocol.constants import SESSION_WINDOW
 from sharedesk.protocol.errors import (
@@ -83,9 +84,12 @@ from sharedesk.protocol.events import Event, Text, new_event_id
 from sharedesk.protocol.ports import SessionLog
 from sharedesk.protocol.transcripts import Transcript
 from sharedesk.protocol.validation import (
+    check_append_args,
     check_author,
     check_conversation,
-    check_event_sequence,
+    check_events,
+    check_int,
+    check_path,
     check_session_id,
 )
 from sharedesk.protocol.views import Conversation, Projection, SessionMessage
@@ -157,8 +161,7 @@ class HubOptions(msgspec.Struct, frozen=True, kw_only=True):
                 raise ValidationError(f"{name} must be a positive number, got {value!r}")
         if self.max_active < 3:
             raise ValidationError(f"max_active must be at least 3, got {self.max_active}")
-        if isinstance(self.max_restarts, bool) or self.max_restarts < 0:
-            raise ValidationError(f"max_restarts must be >= 0, got {self.max_restarts!r}")
+        check_int("max_restarts", self.max_restarts)
         if not isinstance(self.inline_writes, bool):
             raise ValidationError(f"inline_writes must be a bool, got {self.inline_writes!r}")
 
@@ -267,6 +270,14 @@ class Hub:
             where = None
         else:
             lmdb_module = importlib.import_module("sharedesk.store.lmdb")
+            check_path(path)
+            known = inspect.signature(lmdb_module.LmdbStore).parameters
+            unknown = sorted(name for name in options if name not in known or name == "path")
+            if unknown:
+                raise ValidationError(
+                    f"unknown options {unknown}: Hub options are {sorted(HUB_OPTION_NAMES)}, "
+                    f"store options {sorted(n for n in known if n != 'path')}"
+                )
             store = lmdb_module.LmdbStore(path, **options)
             where = os.fspath(path)
         return cls(store, settings, path=where)
@@ -378,8 +389,8 @@ class Hub:
         Cost: one round trip to the session actor plus the store's append (LMDB: one
         group-committed fsync, shared with appends of other sessions).
         """
-        check_session_id(session_id)
-        batch = list(check_event_sequence(events))
+        # Checked here, before the actor: bad input never reaches it (never a crash).
+        batch = check_append_args(session_id, events, expected_version)
         result: list[Event] = self._call(
             ActorKey(kind="session", session_id=session_id),
             Append(events=batch, expected_version=expected_version),
@@ -474,8 +485,7 @@ class Hub:
         the log is read only to build a projector or to reach rows older than it holds.
         """
         conversation = self._conversation(session_id, conversation)
-        if isinstance(window, bool) or not isinstance(window, int) or window < 0:
-            raise ValidationError(f"window must be an int >= 0, got {window!r}")
+        check_int("window", window)
         key = ActorKey(
             kind="projector",
             session_id=session_id,
@@ -574,6 +584,8 @@ class Hub:
             event = reply
         else:
             raise ValidationError(f"reply must be a str, an Event or None, got {type(reply)}")
+        if event is not None:  # checked here, before the actor (see append)
+            (event,) = check_events([event])
         stored: Event | None = self._call(
             ActorKey(kind="sharing", session_id=turn.session_id),
             Commit(viewer=turn.viewer, plan=turn.plan, reply=event),

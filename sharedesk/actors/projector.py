@@ -35,8 +35,8 @@ import msgspec
 from sharedesk.actors._base import HubActor, ViewSnapshot
 from sharedesk.actors._messages import GetTranscript, Push, View
 from sharedesk.actors._tail import Tail
-from sharedesk.logconfig import logger
 from sharedesk.projection import project_session
+from sharedesk.protocol._log import logger
 from sharedesk.protocol.constants import PAGE_SIZE, SCAN_LIMIT
 from sharedesk.protocol.events import Event
 from sharedesk.protocol.ports import SessionLog

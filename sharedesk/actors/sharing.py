@@ -45,8 +45,8 @@ from typing import Any
 from sharedesk.actors._base import ActorKey, HubActor
 from sharedesk.actors._messages import AppendAndShare, Commit, Plan, Push, TurnPlan
 from sharedesk.actors._tail import Tail
-from sharedesk.logconfig import logger
 from sharedesk.projection import prepare_delta, project_session
+from sharedesk.protocol._log import logger
 from sharedesk.protocol.authors import SessionAuthor, System, author_key, same_participant
 from sharedesk.protocol.constants import SESSION_WINDOW
 from sharedesk.protocol.events import Event

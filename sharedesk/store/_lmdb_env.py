@@ -19,7 +19,7 @@ from typing import Any, Final
 
 import lmdb
 
-from sharedesk.logconfig import logger
+from sharedesk.protocol._log import logger
 from sharedesk.protocol.errors import StoreIOError, ValidationError
 
 _log = logger()

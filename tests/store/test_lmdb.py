@@ -32,6 +32,7 @@ from sharedesk.protocol import (
     TextDelta,
     ValidationError,
 )
+from sharedesk.protocol.validation import MAX_SESSION_ID_BYTES
 from sharedesk.store import LmdbStore
 from sharedesk.store.lmdb import _SEQ, _prefix, _Request, _sharing_key, _wake
 from tests.store.conftest import ChildFactory, run_child
@@ -856,7 +857,7 @@ class TestLmdbStoreRecords:
         assert (first, 2) == (again, near.sequence)
 
     def test_longest_session_id_and_long_viewer_fit_in_keys(self, store: LmdbStore) -> None:
-        session_id = "界" * 133
+        session_id = "界" * (MAX_SESSION_ID_BYTES // 3)  # the longest: 255 UTF-8 bytes
         conversation = Conversation(session_id, thread_root=1)
         state = SharingState(conversation, 1)
 
