@@ -35,7 +35,7 @@ import msgspec
 from sharedesk.protocol.authors import Agent, Operator, Person, SessionAuthor, System
 from sharedesk.protocol.errors import ValidationError
 from sharedesk.protocol.events import RUN_STATUSES, Event, RunFinished
-from sharedesk.protocol.views import Conversation
+from sharedesk.protocol.views import Conversation, SharingState
 
 _EVENT_DECODER: Final = msgspec.msgpack.Decoder(Event)
 _ENCODER: Final = msgspec.msgpack.Encoder()
@@ -246,6 +246,24 @@ def check_conversation(conversation: object, name: str = "conversation") -> Conv
     if conversation.thread_root is not None:
         check_int(f"{name}.thread_root", conversation.thread_root)
     return conversation
+
+
+def check_sharing_state(state: Any, name: str = "state") -> SharingState:
+    """Return ``state`` if it is a :class:`SharingState` with valid fields.
+
+    Raises:
+        ValidationError: Not a ``SharingState``; a bad conversation; a watermark or a
+            present sequence outside ``[0, 2**63)``.
+
+    Cost: O(len(present_above_watermark)).
+    """
+    if not isinstance(state, SharingState):
+        raise ValidationError(f"{name} must be a SharingState, got {type(state).__name__}")
+    check_conversation(state.conversation, f"{name}.conversation")
+    check_int(f"{name}.watermark", state.watermark)
+    for sequence in state.present_above_watermark:
+        check_int(f"{name}.present_above_watermark item", sequence)
+    return state
 
 
 def check_optional_int(name: str, value: Any, *, minimum: int = 0) -> int | None:

@@ -9,7 +9,7 @@ import msgspec
 
 from sharedesk.protocol.errors import ValidationError
 from sharedesk.protocol.events import Event, RunStarted, Text, TextDelta
-from sharedesk.protocol.validation import check_optional_int, check_text
+from sharedesk.protocol.validation import check_optional_int, check_sharing_state, check_text
 from sharedesk.protocol.views import SharingState
 
 
@@ -59,21 +59,21 @@ def check_sharing_args(
     """Validate ``append_and_share``'s sharing arguments.
 
     Raises:
-        ValidationError: ``viewer`` not a non-empty ``str``; ``state`` not a
-            :class:`SharingState`; ``expected_state`` neither ``None`` nor a
-            ``SharingState`` of the same conversation.
+        ValidationError: ``viewer`` not a non-empty ``str``; ``state`` not a valid
+            :class:`SharingState` (see ``check_sharing_state``); ``expected_state``
+            neither ``None`` nor a valid ``SharingState`` of the same conversation.
 
     Cost: O(1).
     """
     check_viewer(viewer)
-    if not isinstance(state, SharingState):
-        raise ValidationError(f"state must be a SharingState, got {type(state).__name__}")
+    check_sharing_state(state)
     if expected_state is not None:
         if not isinstance(expected_state, SharingState):
             raise ValidationError(
                 f"expected_state must be a SharingState or None, "
                 f"got {type(expected_state).__name__}"
             )
+        check_sharing_state(expected_state, "expected_state")
         if expected_state.conversation != state.conversation:
             raise ValidationError(
                 f"expected_state tracks {expected_state.conversation}, "
