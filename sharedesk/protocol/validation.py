@@ -9,8 +9,8 @@ desk is never marked failed by it). The rules:
   ``minimum <= n < 2**63`` (``MAX_INT``): sequences, ``parent``, ``thread_root``,
   ``expected_version``, windows, limits. 2**63 is what every backend can store.
 - **text**: a ``str`` without lone surrogates (it must encode to UTF-8): ids, labels,
-  kinds, contents, session ids, viewer ids, and every string (keys included) inside
-  ``metadata``, ``tool_input``, ``output``, ``token_usage``.
+  kinds, session ids, viewer ids (checked one by one), and every other string of an
+  event, keys included (refused by the encoding round trip).
 - **nesting**: containers (dicts, lists, tuples, sets) nested at most ``MAX_DEPTH`` = 64
   deep inside any event field; deeper input would exhaust the encoder's recursion.
 - **authors**: a ``Person``/``Agent`` id and a ``System`` kind must not be empty.
@@ -122,50 +122,62 @@ def check_path(value: Any, name: str = "path") -> str:
     return check_text(name, text)
 
 
-def check_value(name: str, value: Any) -> None:
-    """Check every string and the nesting depth of ``value`` (a field of an event).
+#: The containers whose nesting :func:`check_depth` counts (a struct inside a value too).
+_CONTAINERS: Final = (dict, list, tuple, set, frozenset, msgspec.Struct)
 
-    Walks iteratively (never recursing): structs (authors, bodies) count no depth,
-    containers (dict, list, tuple, set, frozenset) count one level each.
+
+def check_depth(name: str, value: Any) -> None:
+    """Check that containers in ``value`` nest at most ``MAX_DEPTH`` levels deep.
+
+    Walks iteratively (never recursing), so any depth is refused cleanly; ``value``
+    itself, when a container, is the first level. Strings are not looked at: the
+    encoding round trip of :func:`check_events` refuses lone surrogates anywhere.
 
     Raises:
-        ValidationError: A container deeper than ``MAX_DEPTH``, or a string (key or
-            value) holding a lone surrogate; the message names where.
+        ValidationError: A container deeper than ``MAX_DEPTH``; the message names where.
 
-    Cost: O(size of ``value``).
+    Cost: O(number of containers and items in ``value``).
     """
     # Each entry: (value, depth, where), ``where`` a chain (parent's where, key) that is
-    # spelled out only for an error; a 1-tuple key is literal text (a field, a dict key).
+    # spelled out only for an error.
     stack: list[tuple[Any, int, Any]] = [(value, 0, name)]
     while stack:
         item, depth, where = stack.pop()
-        if isinstance(item, str):
-            if not item.isascii():
-                _utf8(_spell(where), item)
-        elif isinstance(item, dict):
-            if depth >= MAX_DEPTH:
-                raise ValidationError(f"{_spell(where)} nests deeper than {MAX_DEPTH} levels")
-            for key, inner in item.items():
-                if isinstance(key, str):
-                    stack.append((key, depth, (where, (" (a key)",))))
-                stack.append((inner, depth + 1, (where, key)))
-        elif isinstance(item, list | tuple | set | frozenset):
-            if depth >= MAX_DEPTH:
-                raise ValidationError(f"{_spell(where)} nests deeper than {MAX_DEPTH} levels")
-            stack.extend((inner, depth + 1, (where, i)) for i, inner in enumerate(item))
-        elif isinstance(item, msgspec.Struct):
+        if depth >= MAX_DEPTH:
+            raise ValidationError(f"{_spell(where)} nests deeper than {MAX_DEPTH} levels")
+        if isinstance(item, msgspec.Struct):
+            item = {field: getattr(item, field) for field in item.__struct_fields__}
+        if isinstance(item, dict):
             stack.extend(
-                (getattr(item, field), depth, (where, (f".{field}",)))
-                for field in item.__struct_fields__
+                (inner, depth + 1, (where, key))
+                for key, inner in item.items()
+                if isinstance(inner, _CONTAINERS)
+            )
+        else:
+            stack.extend(
+                (inner, depth + 1, (where, i))
+                for i, inner in enumerate(item)
+                if isinstance(inner, _CONTAINERS)
             )
 
 
+def _check_nesting(where: str, event: Event) -> None:
+    """Run :func:`check_depth` over the container fields of ``event`` (only those)."""
+    if event.metadata:
+        check_depth(f"{where}.metadata", event.metadata)
+    body = event.body
+    for field in body.__struct_fields__:
+        value = getattr(body, field)
+        if value and isinstance(value, _CONTAINERS):
+            check_depth(f"{where}.body.{field}", value)
+
+
 def _spell(where: Any) -> str:
-    """Spell out a ``where`` chain built by :func:`check_value`: ``events[0].metadata['a'][3]``."""
+    """Spell out a ``where`` chain built by :func:`check_depth`: ``events[0].metadata['a'][3]``."""
     parts: list[str] = []
     while isinstance(where, tuple):
         where, key = where
-        parts.append(key[0] if isinstance(key, tuple) else f"[{key!r}]")
+        parts.append(f"[{key!r}]")
     parts.append(where)
     return "".join(reversed(parts))
 
@@ -323,8 +335,8 @@ def check_events(events: Any) -> list[Event]:
     Every element must be an :class:`Event` whose fields have their declared types, with
     ``sequence`` and ``timestamp`` left ``None``, a non-empty ``id``, a valid author
     (:func:`check_author`), a ``parent`` in ``[1, 2**63)`` when set, text without lone
-    surrogates and nesting of at most ``MAX_DEPTH`` in every field (:func:`check_value`),
-    and a known ``RunFinished.status``.
+    surrogates anywhere (the encoding refuses them) and nesting of at most ``MAX_DEPTH``
+    in every field (:func:`check_depth`), and a known ``RunFinished.status``.
 
     Returns:
         Private copies: each event decoded from its own encoding (see the module header),
@@ -333,7 +345,8 @@ def check_events(events: Any) -> list[Event]:
     Raises:
         ValidationError: The first problem found, naming the event's index.
 
-    Cost: one walk and one msgpack round trip per event; no I/O.
+    Cost: one msgpack round trip per event, plus a walk over the containers of its
+    non-empty ``metadata`` and body containers; no I/O.
     """
     checked: list[Event] = []
     for index, event in enumerate(check_event_sequence(events)):
@@ -348,9 +361,13 @@ def check_events(events: Any) -> list[Event]:
         check_text(f"{where}.id", event.id, empty=False)
         if event.parent is not None:
             check_int(f"{where}.parent", event.parent, minimum=1)
-        check_value(where, event)
+        _check_nesting(where, event)
         try:
             copy = _EVENT_DECODER.decode(_ENCODER.encode(event))
+        except UnicodeEncodeError as exc:
+            raise ValidationError(
+                f"{where} holds a lone surrogate {exc.object[exc.start : exc.end]!r}"
+            ) from exc
         except (msgspec.EncodeError, TypeError, ValueError, OverflowError) as exc:
             raise ValidationError(f"{where} is malformed: {exc}") from exc
         if isinstance(event.body, RunFinished) and event.body.status not in RUN_STATUSES:
