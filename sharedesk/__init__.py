@@ -15,6 +15,8 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from sharedesk.actors import (
+    AsyncHub,
+    AsyncTurn,
     Hub,
     HubOptions,
     HubStats,
@@ -146,6 +148,8 @@ __all__ = [
     "Adapter",
     "AdapterResult",
     "Agent",
+    "AsyncHub",
+    "AsyncTurn",
     "ConcurrencyError",
     "Conversation",
     "CorruptRecordError",

@@ -50,7 +50,6 @@ depend on the hook: they are durable when ``append`` returns.
 from __future__ import annotations
 
 import atexit
-import importlib
 import inspect
 import os
 import threading
@@ -60,13 +59,22 @@ from collections import OrderedDict, deque
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from types import MappingProxyType, TracebackType
-from typing import Any, Final, Self, TypeVar
+from typing import Any, Final, Protocol, Self, TypeVar, cast
 
 import msgspec
 import pykka
 
 from sharedesk.actors._base import THREAD_PREFIX, ActorKey, HubActor, HubStore, Slot
-from sharedesk.actors._messages import Append, Commit, GetTranscript, Plan, TurnPlan, View
+from sharedesk.actors._messages import (
+    Append,
+    Commit,
+    GetTranscript,
+    Plan,
+    Push,
+    Request,
+    TurnPlan,
+    View,
+)
 from sharedesk.actors.projector import ProjectorActor
 from sharedesk.actors.session import SessionActor
 from sharedesk.actors.sharing import SharingActor
@@ -81,7 +89,7 @@ from sharedesk.protocol.errors import (
     ValidationError,
 )
 from sharedesk.protocol.events import Event, Text, new_event_id
-from sharedesk.protocol.ports import SessionLog
+from sharedesk.protocol.ports import SessionLog, WriteTicket
 from sharedesk.protocol.transcripts import Transcript
 from sharedesk.protocol.validation import (
     check_append_args,
@@ -93,6 +101,7 @@ from sharedesk.protocol.validation import (
     check_session_id,
 )
 from sharedesk.protocol.views import Conversation, Projection, SessionMessage
+from sharedesk.runs.queue import RunQueue
 from sharedesk.store.memory import MemoryStore
 
 _log = logger()
@@ -109,6 +118,15 @@ _RESEND_ATTEMPTS: Final = 5
 
 #: The kinds of actor the session actor pushes committed events to.
 _SUBSCRIBER_KINDS: Final = frozenset({"projector", "sharing"})
+
+
+class Listener(Protocol):
+    """Told the events committed to a session (see :meth:`Hub.listen`)."""
+
+    def deliver(self, message: Push) -> None:
+        """Take one push (consecutive stored events); quick, never blocks or raises."""
+        ...
+
 
 _ACTOR_CLASSES: Final[Mapping[str, type[HubActor]]] = MappingProxyType(
     {"session": SessionActor, "projector": ProjectorActor, "sharing": SharingActor}
@@ -198,6 +216,13 @@ class Hub:
     Writes go through each session's actor; reads (``read``, ``last_sequence``,
     ``log``) go straight to the store. Thread-safe: call it from any number of threads.
     A context manager: leaving the block closes it.
+
+    Every method that reaches an actor may also raise:
+
+    - ``HubClosed``: the Hub is closed (or closed while the caller waited);
+    - ``SessionFailed``: the session exceeded its restart intensity;
+    - ``ActorTimeout``: no answer within ``ask_timeout``;
+    - ``ActorCrashed``: the handler failed; the actor was restarted.
     """
 
     def __init__(
@@ -221,6 +246,8 @@ class Hub:
         # What subscribers() returns: tuples replaced (never mutated) under the lock, so
         # the session actors read them without taking it.
         self._pushed_to: dict[str, tuple[HubActor, ...]] = {}
+        # Listeners of committed events besides the actors (see listen()).
+        self._listeners: dict[str, dict[object, Listener]] = {}
         self._restarts: dict[str, deque[float]] = {}
         self._failed: set[str] = set()
         self._retired: list[threading.Thread] = []
@@ -228,7 +255,7 @@ class Hub:
         self._passivated = 0
         self._closing = False
         self._closed = False
-        self._runs: Any = None
+        self._runs: RunQueue | None = None
         self._stopping = threading.Event()
         self._reaper: threading.Thread | None = None
         if self._options.idle_timeout is not None:
@@ -269,16 +296,17 @@ class Hub:
             store = MemoryStore()
             where = None
         else:
-            lmdb_module = importlib.import_module("sharedesk.store.lmdb")
+            from sharedesk.store.lmdb import LmdbStore  # a memory-only Hub never loads LMDB
+
             check_path(path)
-            known = inspect.signature(lmdb_module.LmdbStore).parameters
+            known = inspect.signature(LmdbStore).parameters
             unknown = sorted(name for name in options if name not in known or name == "path")
             if unknown:
                 raise ValidationError(
                     f"unknown options {unknown}: Hub options are {sorted(HUB_OPTION_NAMES)}, "
                     f"store options {sorted(n for n in known if n != 'path')}"
                 )
-            store = lmdb_module.LmdbStore(path, **options)
+            store = LmdbStore(path, **options)
             where = os.fspath(path)
         return cls(store, settings, path=where)
 
@@ -299,14 +327,14 @@ class Hub:
         """Whether ``close()`` was called."""
         return self._closing
 
-    def subscribers(self, session_id: str) -> tuple[HubActor, ...]:
+    def _subscribers_of(self, session_id: str) -> tuple[HubActor, ...]:
         """Return the actors ``session_id`` pushes events to (projectors, sharing).
 
         Cost: O(1); takes no lock.
         """
         return self._pushed_to.get(session_id, ())
 
-    def crashed(self, key: ActorKey, ref: pykka.ActorRef[Any]) -> None:
+    def _crashed(self, key: ActorKey, actor: HubActor) -> None:
         """Forget a failed actor and count its restart (called by the failing handler).
 
         Past the restart intensity, marks the session failed and stops its other actors.
@@ -317,7 +345,7 @@ class Hub:
         victims: list[Slot] = []
         with self._lock:
             slot = self._slots.get(key)
-            if slot is not None and slot.ref is ref:
+            if slot is not None and slot.ref is actor:
                 self._forget_locked(slot)
                 if slot.thread is not None:
                     self._retired.append(slot.thread)
@@ -343,28 +371,84 @@ class Hub:
             if victim.actor is not None:
                 victim.actor.stop_soon()
 
-    def call(self, key: ActorKey, message: Any, *, inline: bool = False) -> Any:
-        """Send ``message`` to the actor named ``key`` and return its answer.
+    def try_submit(
+        self,
+        session_id: str,
+        events: list[Event],
+        expected_version: int | None,
+        ticket: WriteTicket,
+    ) -> bool:
+        """Hand an append to a running, idle session actor without waiting for it.
+
+        For front ends that must not block (``AsyncHub``): the actor submits the write
+        to the store's writer (:meth:`SessionActor.try_submit`) and ``ticket`` is settled
+        once it is committed, its events pushed as after any append. Only with the
+        ``inline_writes`` option and a store that takes submitted writes.
 
         Args:
-            key: The actor.
-            message: The request.
-            inline: Run it on the caller's thread if the actor is idle (writes only,
-                and only with the ``inline_writes`` option).
+            session_id: The session (checked by the caller).
+            events: Checked events (:func:`check_event_sequence`).
+            expected_version: As :meth:`append`.
+            ticket: Gets the outcome.
 
         Returns:
-            The actor's answer.
+            ``True`` when submitted; ``False`` when the session's actor is not running,
+            is busy or does not know its last sequence yet (write with :meth:`append`).
 
         Raises:
-            HubClosed: The Hub is closed (or closed while waiting).
-            SessionFailed: The session exceeded its restart intensity.
-            ActorTimeout: No answer within ``ask_timeout``.
-            ActorCrashed: The handler failed; the actor was restarted.
-            SharedeskError: Whatever the handler raised.
+            ValidationError: Malformed input; nothing was queued.
+            StoreClosedError: The store is closed.
 
-        Cost: one message round trip (none when run inline); blocks the caller.
+        Cost: O(len(events)); takes no lock of the Hub; never blocks.
         """
-        return self._call(key, message, inline=inline)
+        if not self._options.inline_writes:
+            return False
+        slot = self._pin_running(ActorKey(kind="session", session_id=session_id))
+        if slot is None:
+            return False
+        actor = slot.actor
+        try:
+            if isinstance(actor, SessionActor) and actor.try_submit(
+                Append(events=events, expected_version=expected_version),
+                ticket,
+                lambda: self._release(slot),
+            ):
+                return True
+        except BaseException:
+            self._release(slot)
+            raise
+        self._release(slot)
+        return False
+
+    def listen(self, session_id: str, listener: Listener) -> Callable[[], None]:
+        """Have ``listener.deliver(Push)`` called with the events committed to ``session_id``.
+
+        The listener is told what projectors are told (consecutive stored events, on
+        the thread that committed them, in commit order) until the returned function is
+        called. It must be quick and must not block or raise.
+
+        Returns:
+            The function that removes the listener (idempotent).
+
+        Cost: O(subscribers of the session) under the Hub's lock, now and on removal.
+        """
+        check_session_id(session_id)
+        token = object()
+        with self._lock:
+            self._live()
+            self._listeners.setdefault(session_id, {})[token] = listener
+            self._publish_subscribers_locked(session_id)
+
+        def remove() -> None:
+            with self._lock:
+                listeners = self._listeners.get(session_id)
+                if listeners is None or listeners.pop(token, None) is None:
+                    return
+                if not listeners:
+                    del self._listeners[session_id]
+                self._publish_subscribers_locked(session_id)
+
+        return remove
 
     # -- the store port ----------------------------------------------------------------
 
@@ -384,7 +468,7 @@ class Hub:
         Raises:
             ValidationError: Malformed input; nothing was written.
             ConcurrencyError: ``expected_version`` differs from the last sequence.
-            HubClosed, SessionFailed, ActorTimeout, ActorCrashed: See :meth:`call`.
+            HubClosed, SessionFailed, ActorTimeout, ActorCrashed: See :class:`Hub`.
 
         Cost: one round trip to the session actor plus the store's append (LMDB: one
         group-committed fsync, shared with appends of other sessions).
@@ -477,7 +561,7 @@ class Hub:
 
         Raises:
             ValidationError: A malformed argument, or a conversation of another desk.
-            HubClosed, SessionFailed, ActorTimeout, ActorCrashed: See :meth:`call`.
+            HubClosed, SessionFailed, ActorTimeout, ActorCrashed: See :class:`Hub`.
 
         Cost: O(1) when nothing was appended since the last view of this window (the
         projector's published view, checked against the store's last sequence); else one
@@ -525,7 +609,7 @@ class Hub:
         Raises:
             ValidationError: A malformed argument.
             PageError, LogReadError: The store's log misbehaved.
-            HubClosed, SessionFailed, ActorTimeout, ActorCrashed: See :meth:`call`.
+            HubClosed, SessionFailed, ActorTimeout, ActorCrashed: See :class:`Hub`.
 
         A log that ends above the watermark (a young desk whose first turn came before
         its first row, or a watermark on run events below every message) has had its
@@ -550,7 +634,7 @@ class Hub:
 
         Raises:
             ValidationError: A malformed argument.
-            HubClosed, SessionFailed, ActorTimeout, ActorCrashed: See :meth:`call`.
+            HubClosed, SessionFailed, ActorTimeout, ActorCrashed: See :class:`Hub`.
 
         Cost: the first call reads the whole session; later calls read only the events
         appended since (``TranscriptBuilder.update_from_store``).
@@ -600,8 +684,7 @@ class Hub:
             if self._closing:
                 raise HubClosed(self._path)
             if self._runs is None:
-                queue_module = importlib.import_module("sharedesk.runs.queue")
-                self._runs = queue_module.RunQueue(
+                self._runs = RunQueue(
                     self,
                     max_concurrent_runs=self._options.max_concurrent_runs,
                     max_queued_runs=self._options.max_queued_runs,
@@ -718,6 +801,7 @@ class Hub:
             slots = list(self._slots.values())
             self._slots.clear()
             self._subscribers.clear()
+            self._listeners.clear()
             self._pushed_to = {}
             retired, self._retired = self._retired, []
         self._stopping.set()
@@ -770,13 +854,21 @@ class Hub:
 
     def _publish_subscribers_locked(self, session_id: str) -> None:
         subs = self._subscribers.get(session_id)
-        if subs:
-            self._pushed_to[session_id] = tuple(subs.values())
+        listeners = self._listeners.get(session_id)
+        if subs or listeners:
+            pushed: tuple[Any, ...] = tuple(subs.values()) if subs else ()
+            if listeners:
+                pushed += tuple(listeners.values())
+            self._pushed_to[session_id] = pushed
         else:
             self._subscribers.pop(session_id, None)
             self._pushed_to.pop(session_id, None)
 
     def _acquire(self, key: ActorKey) -> Slot:
+        slot = self._pin_running(key)
+        return slot if slot is not None else self._acquire_slow(key)
+
+    def _pin_running(self, key: ActorKey) -> Slot | None:
         # Fast path, no lock: a running actor is pinned with an atomic list append. An
         # evictor may pick it in between; the request then meets a stopped actor and
         # is resent (see _call and _wait). A failed session is refused by the slow path.
@@ -791,7 +883,7 @@ class Hub:
                 slot.touched = True
                 return slot
             slot.pins.pop()
-        return self._acquire_slow(key)
+        return None
 
     def _acquire_slow(self, key: ActorKey) -> Slot:
         victims: list[Slot] = []
@@ -901,16 +993,30 @@ class Hub:
     def _call(
         self,
         key: ActorKey,
-        message: Any,
+        message: Request[T],
         fast: Callable[[Slot], T | None] | None = None,
         *,
         inline: bool = False,
-    ) -> Any:
-        """Send ``message`` to ``key``'s actor (resent to a fresh one after a crash).
+    ) -> T:
+        """Send ``message`` to the actor named ``key`` and return its answer.
 
-        ``fast`` may answer from the slot without a message; ``inline``: the message
-        is a write that may run on this thread when the actor is idle (only with the
-        ``inline_writes`` option).
+        A request that reaches an actor which stopped before handling it is resent to
+        a fresh one (the actors reach the Hub through this method too, as their
+        ``Supervisor``).
+
+        Args:
+            key: The actor (started if needed).
+            message: The request; its type parameter is the answer's type.
+            fast: May answer from the slot without a message (``None``: no answer).
+            inline: Run it on the caller's thread if the actor is idle (writes only,
+                and only with the ``inline_writes`` option).
+
+        Raises:
+            HubClosed, SessionFailed, ActorTimeout, ActorCrashed: See :class:`Hub`.
+            SharedeskError: Whatever the handler raised.
+
+        Cost: one message round trip (none when run inline or answered by ``fast``);
+        blocks the caller.
         """
         for _attempt in range(_RESEND_ATTEMPTS):
             slot = self._acquire(key)
@@ -924,10 +1030,10 @@ class Hub:
                 if inline and self._options.inline_writes:
                     ran, answer = actor.run_inline(message)
                     if ran:
-                        return answer
+                        return cast(T, answer)  # the handler answers a Request[T] with a T
                 if not actor.ensure_running():
                     continue  # stopped meanwhile: resend to a fresh actor
-                return self._wait(slot.ref.ask(message, block=False), slot)
+                return cast(T, self._wait(actor.ask(message), slot))
             except pykka.ActorDeadError:
                 continue  # stopped before handling it: resend to a fresh actor
             finally:
@@ -1036,7 +1142,7 @@ class SessionHandle:
 
         Raises:
             ValidationError: Malformed input.
-            HubClosed, SessionFailed, ActorTimeout, ActorCrashed: See :meth:`Hub.call`.
+            HubClosed, SessionFailed, ActorTimeout, ActorCrashed: See :class:`Hub`.
 
         Cost: as :meth:`Hub.append` of one event.
         """
@@ -1119,7 +1225,7 @@ class Turn:
                 so a turn whose rival left the state as it was (no reply, nothing new)
                 commits; its messages are then empty, so nothing is delivered twice.
             ValidationError: A malformed reply, or an ``Event`` by someone else.
-            HubClosed, SessionFailed, ActorTimeout, ActorCrashed: See :meth:`Hub.call`.
+            HubClosed, SessionFailed, ActorTimeout, ActorCrashed: See :class:`Hub`.
 
         Cost: one store transaction holding reply and state (LMDB: one fsync); with
         ``inline_writes`` it runs on the caller's thread when the session's actors are

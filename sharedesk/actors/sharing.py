@@ -207,7 +207,7 @@ class SharingActor(HubActor):
             state=plan.next_state,
             expected_state=plan.expected_state,
         )
-        stored: list[Event] = self.hub.call(
+        stored: list[Event] = self.hub._call(
             ActorKey(kind="session", session_id=self.key.session_id), message, inline=True
         )
         _log.info(

@@ -330,7 +330,7 @@ def _check_timeout(adapter_opts: Any) -> float | None:
         return None
     if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0:
         raise ValidationError(
-            f"adapter_opts['timeout'] must be a positive number of milliseconds, got {timeout!r}"
+            f"adapter_opts['timeout'] must be a positive number of seconds, got {timeout!r}"
         )
     return float(timeout)
 
@@ -580,7 +580,7 @@ class SessionManager:
             continuation_opts: ``limit``, ``max_messages``, ``max_chars``,
                 ``max_tokens_approx`` (ints or ``None``).
             adapter_opts: Passed to ``adapter.execute`` unchanged (``None``: an empty
-                dict); ``"timeout"`` (ms) bounds the run.
+                dict); ``"timeout"`` (seconds) bounds the run.
 
         Returns:
             The run's result.
@@ -614,7 +614,7 @@ class SessionManager:
             _check_adapter(adapter)
             mode = _check_continuation(continuation, adapter)
             budget = _check_continuation_opts(continuation_opts)
-            timeout_ms = _check_timeout(adapter_opts)
+            timeout = _check_timeout(adapter_opts)
         except ValidationError as exc:
             _finish(
                 store,
@@ -680,16 +680,16 @@ class SessionManager:
         worker = threading.Thread(target=work, name=f"sharedesk-run-{hexid[:8]}", daemon=True)
         worker.start()
         try:
-            return SessionManager._wait(execution, timeout_ms, log)
+            return SessionManager._wait(execution, timeout, log)
         finally:
             if execution.done.is_set():
                 worker.join()  # it has returned; only a timed-out or cancelled one is left
 
     @staticmethod
-    def _wait(execution: _Execution, timeout_ms: float | None, log: Any) -> RunResult:
+    def _wait(execution: _Execution, timeout: float | None, log: Any) -> RunResult:
         """Wait for the adapter, a cancel or the timeout, and finish the run once."""
         run_id = execution.run_id
-        deadline = None if timeout_ms is None else time.monotonic() + timeout_ms / 1000
+        deadline = None if timeout is None else time.monotonic() + timeout
         interval = _FIRST_POLL_S
         with execution.lock:
             execution.check_store()
@@ -707,17 +707,17 @@ class SessionManager:
                 and time.monotonic() >= deadline
                 and not execution.done.is_set()
             ):
-                assert timeout_ms is not None
+                assert timeout is not None
                 _, won = execution.finish(
                     RunFinished(
                         status="timeout",
                         error_code="timeout",
-                        error_message=f"no result within {timeout_ms} ms",
+                        error_message=f"no result within {timeout} s",
                     )
                 )
                 if won:
-                    log.info("run.timeout", timeout_ms=timeout_ms)
-                    raise RunTimeout(run_id, timeout_ms)
+                    log.info("run.timeout", timeout=timeout)
+                    raise RunTimeout(run_id, timeout)
                 break
         if execution.finished is None:
             # The adapter returned (or raised) before any other writer finished the run.
@@ -781,6 +781,66 @@ class SessionManager:
             store,
             adapter,
             run.id,
+            continuation=continuation,
+            continuation_opts=continuation_opts,
+            adapter_opts=adapter_opts,
+        )
+
+    @staticmethod
+    async def aexecute_run(
+        store: Any,
+        adapter: Any,
+        run_id: str,
+        *,
+        continuation: str | bool = False,
+        continuation_opts: Mapping[str, Any] | None = _NO_OPTS,
+        adapter_opts: Mapping[str, Any] | None = _NO_OPTS,
+    ) -> RunResult:
+        """:meth:`execute_run` for asyncio code: never blocks the event loop.
+
+        ``store`` may be an ``AsyncEventStore`` (an ``AsyncHub``) or an ``EventStore``;
+        ``adapter.execute`` (or ``adapter.aexecute``, preferred when present) may be a
+        coroutine function, handed a coroutine ``emit``. See :mod:`sharedesk.runs.aio`.
+
+        Raises:
+            As :meth:`execute_run`; ``CancelledError`` when the awaiting task is
+            cancelled (the run is then cancelled as by :meth:`cancel_run`).
+
+        Cost: as :meth:`execute_run`, on a thread of its own; the loop stays free.
+        """
+        from sharedesk.runs import aio
+
+        return await aio.aexecute_run(
+            store,
+            adapter,
+            run_id,
+            continuation=continuation,
+            continuation_opts=continuation_opts,
+            adapter_opts=adapter_opts,
+        )
+
+    @staticmethod
+    async def arun_once(
+        store: Any,
+        adapter: Any,
+        input: Any,
+        *,
+        session_id: str | None = None,
+        continuation: str | bool = False,
+        continuation_opts: Mapping[str, Any] | None = _NO_OPTS,
+        adapter_opts: Mapping[str, Any] | None = _NO_OPTS,
+    ) -> RunResult:
+        """:meth:`run_once` for asyncio code (see :meth:`aexecute_run`).
+
+        Cost: as :meth:`run_once`; the loop stays free.
+        """
+        from sharedesk.runs import aio
+
+        return await aio.arun_once(
+            store,
+            adapter,
+            input,
+            session_id=session_id,
             continuation=continuation,
             continuation_opts=continuation_opts,
             adapter_opts=adapter_opts,
