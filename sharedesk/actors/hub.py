@@ -59,7 +59,7 @@ from collections import OrderedDict, deque
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from types import MappingProxyType, TracebackType
-from typing import Any, Final, Protocol, Self, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Final, Protocol, Self, TypeVar, cast
 
 import msgspec
 import pykka
@@ -101,8 +101,10 @@ from sharedesk.protocol.validation import (
     check_session_id,
 )
 from sharedesk.protocol.views import Conversation, Projection, SessionMessage
-from sharedesk.runs.queue import RunQueue
 from sharedesk.store.memory import MemoryStore
+
+if TYPE_CHECKING:
+    from sharedesk.runs.queue import RunQueue
 
 _log = logger()
 
@@ -684,6 +686,8 @@ class Hub:
             if self._closing:
                 raise HubClosed(self._path)
             if self._runs is None:
+                from sharedesk.runs.queue import RunQueue  # the runs API loads on first use
+
                 self._runs = RunQueue(
                     self,
                     max_concurrent_runs=self._options.max_concurrent_runs,
