@@ -258,7 +258,7 @@ async def aexecute_run(
         except BaseException as exc:
             job.set_exception(exc)
 
-    thread = threading.Thread(target=thread_body, name=f"{THREAD_PREFIX}-{run_id[:8]}")
+    thread = threading.Thread(target=thread_body, name=f"{THREAD_PREFIX}-{run_id[:8]}", daemon=True)
     thread.start()
     waiting = asyncio.wrap_future(job)
     try:
