@@ -2,8 +2,8 @@
 
 ``Hub.open(path=None, **options)`` opens a Hub over an in-memory or LMDB store; the Hub
 routes writes through each session's actor, serves views from projector actors kept
-current by pushed rows, and plans and commits turns through a sharing actor.
-``AsyncHub``/``AsyncTurn`` (asyncio) are imported on first use.
+current by pushed rows, plans turns through a sharing actor and commits them through
+the session actor. ``AsyncHub``/``AsyncTurn`` (asyncio) are imported on first use.
 """
 
 from typing import TYPE_CHECKING, Any
@@ -12,7 +12,8 @@ from sharedesk.actors._base import ActorKey
 from sharedesk.actors.hub import HUB_OPTION_NAMES, Hub, HubOptions, HubStats, SessionHandle, Turn
 from sharedesk.actors.projector import ProjectorActor
 from sharedesk.actors.session import SessionActor
-from sharedesk.actors.sharing import SharingActor, plan_turn
+from sharedesk.actors.sharing import SharingActor
+from sharedesk.projection.turns import plan_turn
 from sharedesk.protocol._lazy import load_lazy
 
 if TYPE_CHECKING:
