@@ -46,7 +46,7 @@ from typing import Any, Final
 import lmdb
 import lmdb.verify
 
-from sharedesk.logconfig import logger
+from sharedesk.protocol._log import logger
 from sharedesk.protocol.errors import CorruptRecordError, StoreIOError, ValidationError
 
 _log = logger()
