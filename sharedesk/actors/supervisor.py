@@ -47,7 +47,7 @@ from sharedesk.actors._messages import Push, Request
 from sharedesk.actors.projector import ProjectorActor
 from sharedesk.actors.session import SessionActor
 from sharedesk.actors.sharing import SharingActor
-from sharedesk.logconfig import logger
+from sharedesk.protocol._log import logger
 from sharedesk.protocol.errors import (
     ActorCrashed,
     ActorTimeout,
@@ -55,6 +55,7 @@ from sharedesk.protocol.errors import (
     SessionFailed,
     ValidationError,
 )
+from sharedesk.protocol.validation import check_int
 
 _log = logger()
 
@@ -128,8 +129,7 @@ class HubOptions(msgspec.Struct, frozen=True, kw_only=True):
                 raise ValidationError(f"{name} must be a positive number, got {value!r}")
         if self.max_active < 3:
             raise ValidationError(f"max_active must be at least 3, got {self.max_active}")
-        if isinstance(self.max_restarts, bool) or self.max_restarts < 0:
-            raise ValidationError(f"max_restarts must be >= 0, got {self.max_restarts!r}")
+        check_int("max_restarts", self.max_restarts)
         if not isinstance(self.inline_writes, bool):
             raise ValidationError(f"inline_writes must be a bool, got {self.inline_writes!r}")
 

@@ -49,7 +49,7 @@ import time
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
-from sharedesk.logconfig import logger
+from sharedesk.protocol._log import logger
 from sharedesk.protocol.events import Event
 from sharedesk.protocol.ports import CompletionSink, WriteTicket
 
