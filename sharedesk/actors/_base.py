@@ -35,7 +35,7 @@ from pykka._envelope import Envelope
 from structlog.contextvars import bind_contextvars, reset_contextvars
 
 from sharedesk.protocol.errors import ActorCrashed, SharedeskError
-from sharedesk.protocol.ports import EventStore, SharingStateStore
+from sharedesk.protocol.ports import RunIndexStore, SharingStateStore
 from sharedesk.protocol.views import Conversation, Projection
 
 _log = structlog.get_logger()
@@ -46,8 +46,8 @@ THREAD_PREFIX: Final = "sharedesk-"
 _thread_numbers = itertools.count(1)
 
 
-class HubStore(EventStore, SharingStateStore, Protocol):
-    """What the Hub needs of a store: the event-store and the sharing-state ports."""
+class HubStore(RunIndexStore, SharingStateStore, Protocol):
+    """What the Hub needs of a store: the event-store, sharing-state and run-index ports."""
 
 
 class ActorKey(msgspec.Struct, frozen=True):

@@ -15,10 +15,12 @@ class Append(msgspec.Struct, frozen=True):
     Attributes:
         events: The events to append.
         expected_version: As ``EventStore.append``.
+        unless_stored: As ``MemoryStore.append``: refused when that id is stored.
     """
 
     events: list[Event]
     expected_version: int | None = None
+    unless_stored: str | None = None
 
 
 class AppendAndShare(msgspec.Struct, frozen=True):

@@ -70,11 +70,13 @@ from sharedesk.protocol.errors import (
 )
 from sharedesk.protocol.events import Event, Text, new_event_id
 from sharedesk.protocol.ports import SessionLog
+from sharedesk.protocol.sessions import SessionState
 from sharedesk.protocol.transcripts import Transcript
 from sharedesk.protocol.validation import (
     check_author,
     check_conversation,
     check_event_sequence,
+    check_optional_str,
     check_session_id,
 )
 from sharedesk.protocol.views import Conversation, Projection, SessionMessage
@@ -342,7 +344,12 @@ class Hub:
     # -- the store port ----------------------------------------------------------------
 
     def append(
-        self, session_id: str, events: Sequence[Event], *, expected_version: int | None = None
+        self,
+        session_id: str,
+        events: Sequence[Event],
+        *,
+        expected_version: int | None = None,
+        unless_stored: str | None = None,
     ) -> list[Event]:
         """Append ``events`` through the session's actor (the ``EventStore`` contract).
 
@@ -350,6 +357,8 @@ class Hub:
             session_id: The session.
             events: Events with ``sequence`` and ``timestamp`` left ``None``.
             expected_version: Append only if the session's last sequence equals it.
+            unless_stored: Append only if the session holds no event with this id
+                (``AlreadyStored`` otherwise; checked inside the write transaction).
 
         Returns:
             The events as stored, once durable.
@@ -366,10 +375,38 @@ class Hub:
         batch = list(check_event_sequence(events))
         result: list[Event] = self._call(
             ActorKey(kind="session", session_id=session_id),
-            Append(events=batch, expected_version=expected_version),
+            Append(
+                events=batch,
+                expected_version=expected_version,
+                unless_stored=check_optional_str("unless_stored", unless_stored),
+            ),
             inline=True,
         )
         return result
+
+    def run_events(self, session_id: str, run_id: str) -> list[Event]:
+        """Return the events carrying ``run_id``, oldest first, from the store's run index.
+
+        Raises:
+            HubClosed: The Hub is closed.
+            ValidationError: A malformed argument.
+
+        Cost: the store's ``run_events`` (O(the run's events)); no actor involved.
+        """
+        self._live()
+        return self._store.run_events(session_id, run_id)
+
+    def session_state(self, session_id: str) -> SessionState:
+        """Return the session's state, folded by the store as events were appended.
+
+        Raises:
+            HubClosed: The Hub is closed.
+            ValidationError: A malformed session id.
+
+        Cost: one key read; no actor involved.
+        """
+        self._live()
+        return self._store.session_state(session_id)
 
     def read(
         self,

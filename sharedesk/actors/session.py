@@ -65,8 +65,8 @@ class SessionActor(HubActor):
     def handle(self, message: Any) -> Any:
         """Serve :class:`Append` and :class:`AppendAndShare`."""
         match message:
-            case Append(events=events, expected_version=expected_version):
-                return self._append(events, expected_version)
+            case Append(events=events, expected_version=expected_version, unless_stored=guard):
+                return self._append(events, expected_version, guard)
             case AppendAndShare():
                 return self._append_and_share(message)
         raise TypeError(f"unexpected message {type(message).__name__}")
@@ -76,12 +76,22 @@ class SessionActor(HubActor):
             self.last = self.hub.store.last_sequence(self.key.session_id)
         return self.last
 
-    def _append(self, events: list[Event], expected_version: int | None) -> list[Event]:
+    def _append(
+        self, events: list[Event], expected_version: int | None, unless_stored: str | None = None
+    ) -> list[Event]:
         self._known_last()
         try:
-            stored = self.hub.store.append(
-                self.key.session_id, events, expected_version=expected_version
-            )
+            if unless_stored is None:
+                stored = self.hub.store.append(
+                    self.key.session_id, events, expected_version=expected_version
+                )
+            else:
+                stored = self.hub.store.append(
+                    self.key.session_id,
+                    events,
+                    expected_version=expected_version,
+                    unless_stored=unless_stored,
+                )
         except SharedeskError:
             self.last = None
             raise

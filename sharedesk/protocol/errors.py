@@ -79,6 +79,26 @@ class SharingStateConflict(ConcurrencyError):
         self.actual = actual
 
 
+class AlreadyStored(SharedeskError):
+    """Raised when an append guarded by ``unless_stored`` finds that event already stored.
+
+    The guard is checked inside the write transaction (a run's emit is refused once the
+    run's ``RunFinished`` is stored, whatever else was appended meanwhile). Nothing was
+    written.
+
+    Attributes:
+        session_id: The session.
+        event_id: The id the guard named.
+    """
+
+    _figures = ("session_id", "event_id")
+
+    def __init__(self, session_id: str, event_id: str) -> None:
+        super().__init__(f"session {session_id!r} already holds event {event_id!r}")
+        self.session_id = session_id
+        self.event_id = event_id
+
+
 class LogReadError(SharedeskError):
     """Raised when a host :class:`~sharedesk.SessionLog` raised while being read.
 

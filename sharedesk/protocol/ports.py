@@ -7,6 +7,7 @@ from types import TracebackType
 from typing import Protocol, Self, runtime_checkable
 
 from sharedesk.protocol.events import Event
+from sharedesk.protocol.sessions import SessionState
 from sharedesk.protocol.views import Conversation, SessionPage, SharingState
 
 
@@ -111,4 +112,33 @@ class SharingStateStore(Protocol):
             SharingStateConflict: The stored state is not ``expected_state``
                 (``None``: no state stored); nothing was written.
         """
+        ...
+
+
+@runtime_checkable
+class RunIndexStore(EventStore, Protocol):
+    """A store that keeps each session's state and run index as events are appended.
+
+    ``MemoryStore``, ``LmdbStore`` and the ``Hub`` implement it; ``SessionManager`` uses
+    it, when a store has it, to read only what an answer needs (never the history).
+    """
+
+    def append(
+        self,
+        session_id: str,
+        events: Sequence[Event],
+        *,
+        expected_version: int | None = None,
+        unless_stored: str | None = None,
+    ) -> list[Event]:
+        """As ``EventStore.append``; with ``unless_stored``, refused (``AlreadyStored``,
+        nothing written) when the session holds an event with that id."""
+        ...
+
+    def run_events(self, session_id: str, run_id: str) -> list[Event]:
+        """Return the events carrying ``run_id``, oldest first."""
+        ...
+
+    def session_state(self, session_id: str) -> SessionState:
+        """Return the session's state, folded as its events were appended."""
         ...

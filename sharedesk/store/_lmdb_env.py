@@ -25,7 +25,7 @@ from sharedesk.protocol.errors import StoreIOError, ValidationError
 _log = structlog.get_logger()
 
 #: The sub-databases of a store, by purpose.
-DATABASES: Final = (b"events", b"ids", b"meta", b"texts", b"sharing")
+DATABASES: Final = (b"events", b"ids", b"meta", b"texts", b"sharing", b"runs")
 
 
 class ResizeLock:
