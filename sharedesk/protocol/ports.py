@@ -131,8 +131,12 @@ class RunIndexStore(EventStore, Protocol):
         expected_version: int | None = None,
         unless_stored: str | None = None,
     ) -> list[Event]:
-        """As ``EventStore.append``; with ``unless_stored``, refused (``AlreadyStored``,
-        nothing written) when the session holds an event with that id."""
+        """Append as ``EventStore.append`` does, refused when ``unless_stored`` is stored.
+
+        Raises:
+            AlreadyStored: The session holds an event with the id ``unless_stored``;
+                nothing was written (checked inside the write transaction).
+        """
         ...
 
     def run_events(self, session_id: str, run_id: str) -> list[Event]:
