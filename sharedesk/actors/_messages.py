@@ -64,9 +64,17 @@ class GetTranscript(msgspec.Struct, frozen=True):
 
     Attributes:
         viewer: The participant whose roles the transcript takes.
+        limit: Fold only the newest ``limit`` events (``None``: all).
+        max_messages: As ``TranscriptBuilder.from_store``.
+        max_chars: As ``TranscriptBuilder.from_store``.
+        max_tokens_approx: As ``TranscriptBuilder.from_store``.
     """
 
     viewer: SessionAuthor
+    limit: int | None = None
+    max_messages: int | None = None
+    max_chars: int | None = None
+    max_tokens_approx: int | None = None
 
 
 class TurnPlan(msgspec.Struct, frozen=True):
