@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 import pytest
 
@@ -310,7 +311,7 @@ class TestTranscript:
         ],
     )
     def test_a_limited_transcript_is_what_the_builder_gives(
-        self, hub: Hub, budget: dict[str, int]
+        self, hub: Hub, budget: dict[str, Any]
     ) -> None:
         desk = hub.session("desk")
         for n in range(6):
