@@ -1,0 +1,318 @@
+"""``long``: long and crowded desks: runs, transcripts and posts cost the answer, not the history.
+
+Four parts, each a ratio measured in this run (issue 16):
+
+- ``history``: one Hub on LMDB (relaxed: this measures reads, not fsync) holds a small
+  desk (2,000 events) and a large one (200,000), both written with batched appends of
+  1,000 events (posts by four participants). On each, timed one after another:
+  ``SessionManager.run_once`` with ``continuation="replay"`` and ``max_messages=200``;
+  ``SessionManager.get_session``; ``hub.transcript(desk, viewer, limit=500)`` with one
+  post (not timed) before each call, so the transcript is always recomputed. Target:
+  large / small median at most 1.5x for each.
+- ``crowd``: posts per second from one thread to a desk whose channel view is held warm
+  by 1 viewer, then by 200 viewers (each asked for its view once); at least 0.7x.
+  Peak threads during the crowded posts: at most ``max_active`` + 16.
+- ``stream``: on a durable Hub, ``run_once`` with an adapter that streams 300
+  ``TextDelta`` chunks then the closing ``Text``, against ``run_once`` with an adapter
+  that posts the final text alone; median wall time at most 2x.
+- ``rss``: resident memory after touching 100,000 desks with ``max_active=1024`` (the
+  ``scale`` scenario's loop); under 500 MiB. Run first, so the other parts' data does
+  not count.
+"""
+
+from __future__ import annotations
+
+import argparse
+import threading
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from bench.harness import BenchRun, open_hub, time_calls
+from bench.options import pick
+from bench.report import Target, measurement, ratio_target
+from bench.scenarios.scale import THREAD_SLACK, touch_sessions
+
+NAME = "long"
+HELP = "runs, get_session and transcripts on 2k vs 200k-event desks; posts with 200 viewers"
+
+BATCH = 1000
+ISSUE = 16
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--small", type=int, help="events of the small desk (default 2000)")
+    parser.add_argument("--large", type=int, help="events of the large desk (default 200000)")
+    parser.add_argument("--repeat", type=int, help="timed calls per measurement (default 50)")
+    parser.add_argument("--viewers", type=int, help="warm viewers of the crowd (default 200)")
+    parser.add_argument("--posts", type=int, help="timed posts per crowd (default 2000)")
+    parser.add_argument("--chunks", type=int, help="chunks of the streamed reply (default 300)")
+    parser.add_argument("--sessions", type=int, help="desks touched for RSS (default 100000)")
+    parser.add_argument("--max-active", type=int, help="Hub max_active (default 1024)")
+
+
+class _Streamer:
+    """An adapter that streams ``chunks`` deltas, then the whole reply as one ``Text``."""
+
+    native_continuation = False
+
+    def __init__(self, name: str, author: Any, chunks: int) -> None:
+        self.name = name
+        self.author = author
+        self.chunks = chunks
+
+    def execute(self, run: Any, session: Any, emit: Any, opts: Mapping[str, Any]) -> Any:
+        from sharedesk import Event, Text, TextDelta
+
+        parts = [f"word{i} " for i in range(self.chunks)]
+        for part in parts:
+            emit(Event(self.author, TextDelta(part)))
+        emit(Event(self.author, Text("".join(parts))))
+        return None
+
+
+def _build(hub: Any, desk: str, events: int, authors: list[Any]) -> None:
+    from sharedesk import Event, SessionManager, Text
+
+    SessionManager.start_session(hub, session_id=desk, metadata={"bench": "long"})
+    payload = "x" * 100
+    written = 1
+    while written < events:
+        size = min(BATCH, events - written)
+        batch = [
+            Event(authors[(written + i) % len(authors)], Text(f"{written + i} {payload}"))
+            for i in range(size)
+        ]
+        hub.append(desk, batch)
+        written += size
+
+
+def _median(latencies: list[int]) -> float:
+    ordered = sorted(latencies)
+    return ordered[len(ordered) // 2] / 1000.0 if ordered else 0.0
+
+
+def _history(run_: BenchRun, small: int, large: int, repeat: int) -> None:
+    from sharedesk import Agent, Operator, Person, ScriptedAdapter, SessionManager
+
+    ada = Agent(id="ada", label="Ada")
+    authors: list[Any] = [
+        Operator(),
+        Person(id="pat", label="Pat"),
+        ada,
+        Agent(id="bob", label="Bob"),
+    ]
+    hub = open_hub(run_.fresh_dir("long-history") / "store", "relaxed")
+    try:
+        sizes = {"small": small, "large": large}
+        with run_.progress(f"build desks of {small:,} and {large:,} events", small + large) as adv:
+            for name, events in sizes.items():
+                _build(hub, name, events, authors)
+                adv(events)
+        medians: dict[tuple[str, str], float] = {}
+        for name, events in sizes.items():
+            adapter = ScriptedAdapter(["ok"] * (repeat + 1), name="scripted", author=ada)
+
+            def replay(_: int, desk: str = name, adapter: Any = adapter) -> None:
+                SessionManager.run_once(
+                    hub,
+                    adapter,
+                    "next?",
+                    session_id=desk,
+                    continuation="replay",
+                    continuation_opts={"max_messages": 200},
+                )
+
+            def session(_: int, desk: str = name) -> None:
+                SessionManager.get_session(hub, desk)
+
+            timed: list[int] = []
+
+            def transcript(i: int, desk: str = name, timed: list[int] = timed) -> None:
+                hub.session(desk).post(authors[1], f"poke {i}")
+                t0 = time.perf_counter_ns()
+                hub.transcript(desk, ada, limit=500)
+                timed.append(time.perf_counter_ns() - t0)
+
+            for operation, fn in (("run_once replay", replay), ("get_session", session)):
+                with run_.progress(f"{operation} on {events:,} events", repeat) as adv:
+                    seconds, latencies = time_calls(repeat, fn, adv)
+                medians[(operation, name)] = _median(latencies)
+                _record(run_, operation, events, repeat, seconds, latencies)
+            with run_.progress(f"hub.transcript(limit=500) on {events:,} events", repeat) as adv:
+                time_calls(repeat, transcript, adv)
+            medians[("transcript limit=500", name)] = _median(timed)
+            _record(run_, "transcript limit=500", events, repeat, sum(timed) / 1e9, timed)
+        for operation in ("run_once replay", "get_session", "transcript limit=500"):
+            run_.targets.append(
+                ratio_target(
+                    issue=ISSUE,
+                    claim=f"{operation}: {large:,}-event desk within 1.5x of {small:,}",
+                    numerator=medians[(operation, "large")],
+                    denominator=medians[(operation, "small")],
+                    bound=1.5,
+                    at_least=False,
+                    what="median µs",
+                )
+            )
+    finally:
+        hub.close()
+
+
+def _record(
+    run_: BenchRun, operation: str, events: int, ops: int, seconds: float, latencies: list[int]
+) -> None:
+    run_.measurements.append(
+        measurement(
+            scenario=NAME,
+            system="sharedesk",
+            operation=operation,
+            label=f"long {operation} desk={events}",
+            ops=ops,
+            seconds=seconds,
+            latencies_ns=latencies,
+            params={"events": events},
+        )
+    )
+
+
+def _crowd(run_: BenchRun, viewers: int, posts: int, max_active: int) -> None:
+    from sharedesk import Agent, Person
+
+    poster = Person(id="pat", label="Pat")
+    rates: dict[int, float] = {}
+    peak = 0
+    threads_before = threading.active_count()
+    for crowd in (1, viewers):
+        hub = open_hub(
+            run_.fresh_dir(f"long-crowd-{crowd}") / "store", "relaxed", max_active=max_active
+        )
+        try:
+            desk = hub.session("desk")
+            desk.post(poster, "hello")
+            for n in range(crowd):
+                hub.view("desk", Agent(id=f"v{n}", label=f"V{n}"))
+            latencies: list[int] = []
+            with run_.progress(f"{posts:,} posts, {crowd} warm viewers", posts) as adv:
+                start = time.perf_counter()
+                for i in range(posts):
+                    t0 = time.perf_counter_ns()
+                    desk.post(poster, f"post {i}")
+                    latencies.append(time.perf_counter_ns() - t0)
+                    if i % 64 == 0:
+                        peak = max(peak, threading.active_count())
+                        adv(64)
+                seconds = time.perf_counter() - start
+            rates[crowd] = posts / seconds
+            run_.measurements.append(
+                measurement(
+                    scenario=NAME,
+                    system="sharedesk",
+                    operation="post",
+                    label=f"long post viewers={crowd}",
+                    ops=posts,
+                    seconds=seconds,
+                    latencies_ns=latencies,
+                    params={"viewers": crowd},
+                )
+            )
+        finally:
+            hub.close()
+    run_.targets.append(
+        ratio_target(
+            issue=ISSUE,
+            claim=f"posts/s with {viewers} warm viewers at least 0.7x of 1 viewer",
+            numerator=rates[viewers],
+            denominator=rates[1],
+            bound=0.7,
+            at_least=True,
+            what="posts/s",
+        )
+    )
+    run_.targets.append(
+        Target(
+            issue=ISSUE,
+            claim=f"{viewers} warm viewers posting: peak threads",
+            value=float(peak - threads_before),
+            bound=float(max_active + THREAD_SLACK),
+            at_least=False,
+            detail=f"peak {peak} - {threads_before} before; bound max_active + {THREAD_SLACK}",
+            unit=" threads",
+        )
+    )
+
+
+def _stream(run_: BenchRun, chunks: int, repeat: int) -> None:
+    from sharedesk import Agent, ScriptedAdapter, SessionManager
+
+    ada = Agent(id="ada", label="Ada")
+    hub = open_hub(run_.fresh_dir("long-stream") / "store", "durable")
+    medians: dict[str, float] = {}
+    try:
+        reply = "".join(f"word{i} " for i in range(chunks))
+        plain = ScriptedAdapter([reply] * repeat, name="plain", author=ada)
+        streamer = _Streamer("streamer", ada, chunks)
+        for label, adapter in (("final text alone", plain), (f"{chunks} chunks", streamer)):
+
+            def once(_: int, adapter: Any = adapter) -> None:
+                SessionManager.run_once(hub, adapter, "go", session_id="desk")
+
+            with run_.progress(f"run_once, {label}", repeat) as adv:
+                seconds, latencies = time_calls(repeat, once, adv)
+            medians[label] = _median(latencies)
+            run_.measurements.append(
+                measurement(
+                    scenario=NAME,
+                    system="sharedesk",
+                    operation="run_once",
+                    label=f"long run_once durable {label}",
+                    ops=repeat,
+                    seconds=seconds,
+                    latencies_ns=latencies,
+                    params={"chunks": chunks if adapter is streamer else 0},
+                )
+            )
+    finally:
+        hub.close()
+    run_.targets.append(
+        ratio_target(
+            issue=ISSUE,
+            claim=f"a streamed {chunks}-chunk reply within 2x of the final text alone",
+            numerator=medians[f"{chunks} chunks"],
+            denominator=medians["final text alone"],
+            bound=2.0,
+            at_least=False,
+            what="median µs per run_once (durable)",
+        )
+    )
+
+
+def run(run_: BenchRun, args: argparse.Namespace) -> None:
+    q = run_.quick
+    small: int = pick(args.small, 2_000, 200, q)
+    large: int = pick(args.large, 200_000, 2_000, q)
+    repeat: int = pick(args.repeat, 50, 5, q)
+    viewers: int = pick(args.viewers, 200, 5, q)
+    posts: int = pick(args.posts, 2_000, 50, q)
+    chunks: int = pick(args.chunks, 300, 30, q)
+    sessions: int = pick(args.sessions, 100_000, 300, q)
+    max_active: int = pick(args.max_active, 1024, 16, q)
+
+    touched = touch_sessions(run_, NAME, sessions, max_active, "write", "relaxed")
+    run_.figures["long RSS before / peak (MiB)"] = (
+        f"{touched.rss_before:,.0f} / {touched.peak_rss:,.0f}"
+    )
+    run_.targets.append(
+        Target(
+            issue=ISSUE,
+            claim=f"{sessions:,} desks touched, max_active={max_active}: resident memory",
+            value=touched.peak_rss,
+            bound=500.0,
+            at_least=False,
+            detail=f"peak sampled every 500 touches; {touched.rss_before:,.0f} MiB before",
+            unit=" MiB",
+        )
+    )
+    _history(run_, small, large, repeat)
+    _crowd(run_, viewers, posts, max_active)
+    _stream(run_, chunks, repeat)
