@@ -7,14 +7,15 @@ Four parts, each a ratio measured in this run (issue 16):
   1,000 events (posts by four participants). On each, timed one after another:
   ``SessionManager.run_once`` with ``continuation="replay"`` and ``max_messages=200``;
   ``SessionManager.get_session``; ``hub.transcript(desk, viewer, limit=500)`` with one
-  post (not timed) before each call, so the transcript is always recomputed. Target:
-  large / small median at most 1.5x for each.
+  post (not timed) before each call, so the transcript is always recomputed. The two
+  desks take turns call by call, so both see the same load. Target: large / small
+  median at most 1.5x for each.
 - ``crowd``: posts per second from one thread to a desk whose channel view is held warm
   by 1 viewer, then by 200 viewers (each asked for its view once); at least 0.7x.
   Peak threads during the crowded posts: at most ``max_active`` + 16.
 - ``stream``: on a durable Hub, ``run_once`` with an adapter that streams 300
   ``TextDelta`` chunks then the closing ``Text``, against ``run_once`` with an adapter
-  that posts the final text alone; median wall time at most 2x.
+  that posts the final text alone (taking turns); median wall time at most 2x.
 - ``rss``: resident memory after touching 100,000 desks with ``max_active=1024`` (the
   ``scale`` scenario's loop); under 500 MiB. Run first, so the other parts' data does
   not count.
@@ -28,7 +29,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from bench.harness import BenchRun, open_hub, time_calls
+from bench.harness import BenchRun, open_hub
 from bench.options import pick
 from bench.report import Target, measurement, ratio_target
 from bench.scenarios.scale import THREAD_SLACK, touch_sessions
@@ -87,11 +88,6 @@ def _build(hub: Any, desk: str, events: int, authors: list[Any]) -> None:
         written += size
 
 
-def _median(latencies: list[int]) -> float:
-    ordered = sorted(latencies)
-    return ordered[len(ordered) // 2] / 1000.0 if ordered else 0.0
-
-
 def _history(run_: BenchRun, small: int, large: int, repeat: int) -> None:
     from sharedesk import Agent, Operator, Person, ScriptedAdapter, SessionManager
 
@@ -109,40 +105,51 @@ def _history(run_: BenchRun, small: int, large: int, repeat: int) -> None:
             for name, events in sizes.items():
                 _build(hub, name, events, authors)
                 adv(events)
+        adapters = {
+            name: ScriptedAdapter(["ok"] * (repeat + 1), name="scripted", author=ada)
+            for name in sizes
+        }
+
+        def replay(desk: str) -> None:
+            SessionManager.run_once(
+                hub,
+                adapters[desk],
+                "next?",
+                session_id=desk,
+                continuation="replay",
+                continuation_opts={"max_messages": 200},
+            )
+
+        def session(desk: str) -> None:
+            SessionManager.get_session(hub, desk)
+
+        def transcript(desk: str) -> None:
+            hub.transcript(desk, ada, limit=500)
+
+        def poke(desk: str) -> None:
+            hub.session(desk).post(authors[1], "poke")  # so the transcript is recomputed
+
         medians: dict[tuple[str, str], float] = {}
-        for name, events in sizes.items():
-            adapter = ScriptedAdapter(["ok"] * (repeat + 1), name="scripted", author=ada)
-
-            def replay(_: int, desk: str = name, adapter: Any = adapter) -> None:
-                SessionManager.run_once(
-                    hub,
-                    adapter,
-                    "next?",
-                    session_id=desk,
-                    continuation="replay",
-                    continuation_opts={"max_messages": 200},
-                )
-
-            def session(_: int, desk: str = name) -> None:
-                SessionManager.get_session(hub, desk)
-
-            timed: list[int] = []
-
-            def transcript(i: int, desk: str = name, timed: list[int] = timed) -> None:
-                hub.session(desk).post(authors[1], f"poke {i}")
-                t0 = time.perf_counter_ns()
-                hub.transcript(desk, ada, limit=500)
-                timed.append(time.perf_counter_ns() - t0)
-
-            for operation, fn in (("run_once replay", replay), ("get_session", session)):
-                with run_.progress(f"{operation} on {events:,} events", repeat) as adv:
-                    seconds, latencies = time_calls(repeat, fn, adv)
-                medians[(operation, name)] = _median(latencies)
-                _record(run_, operation, events, repeat, seconds, latencies)
-            with run_.progress(f"hub.transcript(limit=500) on {events:,} events", repeat) as adv:
-                time_calls(repeat, transcript, adv)
-            medians[("transcript limit=500", name)] = _median(timed)
-            _record(run_, "transcript limit=500", events, repeat, sum(timed) / 1e9, timed)
+        for operation, fn, before in (
+            ("run_once replay", replay, None),
+            ("get_session", session, None),
+            ("transcript limit=500", transcript, poke),
+        ):
+            # The desks take turns, call by call, so both see the same load.
+            latencies: dict[str, list[int]] = {name: [] for name in sizes}
+            with run_.progress(f"{operation}, both desks in turn", 2 * repeat) as adv:
+                for _ in range(repeat):
+                    for name in sizes:
+                        if before is not None:
+                            before(name)
+                        t0 = time.perf_counter_ns()
+                        fn(name)
+                        latencies[name].append(time.perf_counter_ns() - t0)
+                    adv(2)
+            for name, events in sizes.items():
+                timed = latencies[name]
+                _record(run_, operation, events, repeat, sum(timed) / 1e9, timed)
+                medians[(operation, name)] = run_.median(f"long {operation} desk={events}") or 0.0
         for operation in ("run_once replay", "get_session", "transcript limit=500"):
             run_.targets.append(
                 ratio_target(
@@ -252,14 +259,17 @@ def _stream(run_: BenchRun, chunks: int, repeat: int) -> None:
         reply = "".join(f"word{i} " for i in range(chunks))
         plain = ScriptedAdapter([reply] * repeat, name="plain", author=ada)
         streamer = _Streamer("streamer", ada, chunks)
-        for label, adapter in (("final text alone", plain), (f"{chunks} chunks", streamer)):
-
-            def once(_: int, adapter: Any = adapter) -> None:
-                SessionManager.run_once(hub, adapter, "go", session_id="desk")
-
-            with run_.progress(f"run_once, {label}", repeat) as adv:
-                seconds, latencies = time_calls(repeat, once, adv)
-            medians[label] = _median(latencies)
+        kinds: dict[str, Any] = {"final text alone": plain, f"{chunks} chunks": streamer}
+        latencies: dict[str, list[int]] = {label: [] for label in kinds}
+        with run_.progress("run_once, the two replies in turn", 2 * repeat) as adv:
+            for _ in range(repeat):  # in turn, so both see the same load
+                for label, adapter in kinds.items():
+                    t0 = time.perf_counter_ns()
+                    SessionManager.run_once(hub, adapter, "go", session_id="desk")
+                    latencies[label].append(time.perf_counter_ns() - t0)
+                adv(2)
+        for label, adapter in kinds.items():
+            timed = latencies[label]
             run_.measurements.append(
                 measurement(
                     scenario=NAME,
@@ -267,11 +277,12 @@ def _stream(run_: BenchRun, chunks: int, repeat: int) -> None:
                     operation="run_once",
                     label=f"long run_once durable {label}",
                     ops=repeat,
-                    seconds=seconds,
-                    latencies_ns=latencies,
+                    seconds=sum(timed) / 1e9,
+                    latencies_ns=timed,
                     params={"chunks": chunks if adapter is streamer else 0},
                 )
             )
+            medians[label] = run_.median(f"long run_once durable {label}") or 0.0
     finally:
         hub.close()
     run_.targets.append(
