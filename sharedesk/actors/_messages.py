@@ -40,7 +40,7 @@ class AppendAndShare(msgspec.Struct, frozen=True):
 
 
 class Push(msgspec.Struct, frozen=True):
-    """Told to projectors: committed events, in order, without gap or duplicate.
+    """Told to the sharing actor: committed events, in order, without gap or duplicate.
 
     Attributes:
         events: Consecutive stored events, oldest first.

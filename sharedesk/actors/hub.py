@@ -279,7 +279,7 @@ class Hub:
         return self._closing
 
     def subscribers(self, session_id: str) -> tuple[HubActor, ...]:
-        """Return the actors ``session_id`` pushes events to (projectors, sharing).
+        """Return the actors ``session_id`` pushes events to (its sharing actor, if running).
 
         Cost: O(1); takes no lock.
         """

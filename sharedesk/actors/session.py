@@ -2,9 +2,9 @@
 
 The actor knows its session's last sequence (read once, O(1), on first use), appends
 through the store, answers once the store says the events are durable, and then hands
-every subscribed actor (projectors, the sharing actor) the newly committed events, in
-sequence order, with no gap and no duplicate (events the store returned for known ids
-are not pushed again). Pushes are queued while the write still holds the actor's
+every subscribed actor (the sharing actor; projectors catch up by themselves) the newly
+committed events, in sequence order, with no gap and no duplicate (events the store
+returned for known ids are not pushed again). Pushes are queued while the write still holds the actor's
 ``turn_lock``, so they leave in commit order.
 
 Writes to different sessions never wait on one another: a write to an idle session runs
@@ -158,12 +158,12 @@ class SessionActor(HubActor):
                 fresh.append(event)
                 last = _sequence_of(event)
         self.last = last
-        projectors = self.hub.subscribers(self.key.session_id)
-        if not fresh or not projectors:
+        subscribers = self.hub.subscribers(self.key.session_id)
+        if not fresh or not subscribers:
             return
         push = Push(events=tuple(fresh))
-        for projector in projectors:
-            projector.deliver(push)  # one that stopped rebuilds when it is next started
+        for subscriber in subscribers:
+            subscriber.deliver(push)  # one that stopped rebuilds when it is next started
 
 
 def _sequence_of(event: Event) -> int:
