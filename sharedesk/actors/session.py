@@ -4,8 +4,8 @@ The actor knows its session's last sequence (read once, O(1), on first use), app
 through the store, answers once the store says the events are durable, and then hands
 every subscribed actor (the sharing actor; projectors catch up by themselves) the newly
 committed events, in sequence order, with no gap and no duplicate (events the store
-returned for known ids are not pushed again). Pushes are queued while the write still holds the actor's
-``turn_lock``, so they leave in commit order.
+returned for known ids are not pushed again). Pushes are queued while the write still
+holds the actor's ``turn_lock``, so they leave in commit order.
 
 Writes to different sessions never wait on one another: a write to an idle session runs
 on its caller's thread (see :mod:`sharedesk.actors._base`), so the store's group commit
@@ -158,7 +158,7 @@ class SessionActor(HubActor):
                 fresh.append(event)
                 last = _sequence_of(event)
         self.last = last
-        subscribers = self.hub.subscribers(self.key.session_id)
+        subscribers = self.hub._subscribers_of(self.key.session_id)
         if not fresh or not subscribers:
             return
         push = Push(events=tuple(fresh))

@@ -3,10 +3,16 @@
 Imports ``protocol`` and ``projection`` only, and reaches storage only through the
 :class:`~sharedesk.EventStore` port, so it works the same over ``MemoryStore``,
 ``LmdbStore`` and a ``Hub``.
+
+Adapters that need an optional dependency (``OpenAIChatAdapter``: httpx, the ``http``
+extra) are imported on first use of their name, so importing ``sharedesk`` never
+imports them.
 """
 
+from typing import TYPE_CHECKING, Any
+
+from sharedesk._lazy import load_lazy
 from sharedesk.runs.manager import SessionManager
-from sharedesk.runs.openai_chat import OpenAIChatAdapter
 from sharedesk.runs.queue import RunFuture, RunQueue
 from sharedesk.runs.render import to_anthropic_messages, to_openai_messages
 from sharedesk.runs.scripted import ScriptedAdapter
@@ -20,6 +26,14 @@ from sharedesk.runs.types import (
     ScriptedCall,
     Session,
 )
+
+if TYPE_CHECKING:
+    from sharedesk.runs.openai_chat import OpenAIChatAdapter
+
+
+def __getattr__(name: str) -> Any:
+    return load_lazy(name, __name__)
+
 
 __all__ = [
     "Adapter",

@@ -339,7 +339,7 @@ class TestPostingCost:
             hub.view("desk", Agent(id=f"v{n}", label=f"V{n}"))
         hub.turn("desk", BOT)
 
-        assert ["sharing"] == [actor.kind for actor in hub.subscribers("desk")]
+        assert ["sharing"] == [actor.kind for actor in hub._subscribers_of("desk")]
 
     def test_views_catch_up_with_posts_made_while_nobody_looked(self, hub: Hub) -> None:
         desk = hub.session("desk")
