@@ -318,7 +318,15 @@ def _order_key(item: tuple[int, Event]) -> tuple[Any, ...]:
 
 
 def _ordered(events: Sequence[Event]) -> list[Event]:
-    return [event for _, event in sorted(enumerate(events), key=_order_key)]
+    # Events read from a store come with strictly ascending sequences: already in order
+    # (the full key, with its timestamp normalisation, is only needed otherwise).
+    previous = 0
+    for event in events:
+        sequence = event.sequence
+        if sequence is None or sequence <= previous:
+            return [event for _, event in sorted(enumerate(events), key=_order_key)]
+        previous = sequence
+    return list(events)
 
 
 def _latest(stamps: Iterable[datetime | None]) -> datetime | None:
