@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -29,7 +30,7 @@ from sharedesk.protocol.events import (
 )
 from sharedesk.protocol.ports import EventStore, SessionLog
 from sharedesk.runs import ScriptedAdapter, SessionManager
-from sharedesk.runs.manager import SYSTEM_PROMPT_AUTHOR, parse_run_id
+from sharedesk.runs.manager import STREAM_FLUSH_S, SYSTEM_PROMPT_AUTHOR, parse_run_id
 from sharedesk.store.memory import MemoryStore
 from tests.logs import capture_logs
 from tests.runs.conftest import BlockingAdapter, FailingAdapter, RecordingAdapter
@@ -915,6 +916,12 @@ class TestParticipants:
         assert [SYSTEM_PROMPT_AUTHOR, PAT] == [e.author for e in store.read("s1")]
         assert run.input == SessionManager.get_run(store, run.id).input
 
+    def test_a_bad_author_is_refused_and_nothing_is_written(self, store: EventStore) -> None:
+        with pytest.raises(ValidationError):
+            SessionManager.start_run(store, "s1", "hi", author="pat")  # type: ignore[arg-type]
+
+        assert 0 == store.last_sequence("s1")
+
     def test_a_scripted_adapter_replies_as_its_author(self, store: EventStore) -> None:
         result = SessionManager.run_once(
             store, ScriptedAdapter(["hello"], name="scripted", author=ADA), "hi", session_id="s1"
@@ -1095,6 +1102,26 @@ class TestStreaming:
             type(e.body) for e in result.events if isinstance(e.body, TextDelta)
         ]
         assert all(e.sequence is not None for e in result.events)
+
+    def test_chunks_older_than_the_flush_age_are_stored_while_the_stream_goes_on(
+        self, store: EventStore
+    ) -> None:
+        seen: list[list[str]] = []
+
+        class Slow(RecordingAdapter):
+            def execute(self, run: Any, session: Any, emit: Any, opts: Any) -> Any:
+                emit(Event(ADA, TextDelta("a")))
+                time.sleep(STREAM_FLUSH_S * 1.2)
+                emit(Event(ADA, TextDelta("b")))
+                seen.append(
+                    [e.body.delta for e in store.read("s1") if isinstance(e.body, TextDelta)]
+                )
+                emit(Event(ADA, Text("ab")))
+                return None
+
+        SessionManager.run_once(store, Slow(), "go", session_id="s1")
+
+        assert [["a", "b"]] == seen
 
     def test_a_stream_left_unclosed_is_stored_before_the_finish(self, store: EventStore) -> None:
         class Unclosed(RecordingAdapter):
