@@ -151,7 +151,7 @@ class SessionActor(HubActor):
 
     def _publish(self, stored: list[Event]) -> None:
         last = self._known_last()
-        ordered = stored if len(stored) == 1 else sorted(stored, key=_sequence_of)
+        ordered = stored if _ascending(stored) else sorted(stored, key=_sequence_of)
         fresh: list[Event] = []
         for event in ordered:
             if _sequence_of(event) > last:
@@ -164,6 +164,17 @@ class SessionActor(HubActor):
         push = Push(events=tuple(fresh))
         for subscriber in subscribers:
             subscriber.deliver(push)  # one that stopped rebuilds when it is next started
+
+
+def _ascending(events: list[Event]) -> bool:
+    """Whether ``events`` are in strictly ascending sequence order (the usual case)."""
+    previous = 0
+    for event in events:
+        sequence = _sequence_of(event)
+        if sequence <= previous:
+            return False
+        previous = sequence
+    return True
 
 
 def _sequence_of(event: Event) -> int:

@@ -830,6 +830,8 @@ class LmdbStore:
         written: list[bytes] = []  # the events keys this request wrote
         run_keys: list[bytes] = []  # the run index keys this request wrote
         session_state: SessionState | None = None  # folded, written once at the end
+        last_run_id: str | None = None
+        run_base = b""
         next_sequence = last + 1
         try:
             # One pass per event: claim the id, check the parent, write the event. An id
@@ -854,8 +856,11 @@ class LmdbStore:
                 if isinstance(stored.body, Text):
                     put(key, b"", db=texts_db)
                     text_count += 1
-                if stored.run_id is not None:
-                    run_key = _run_key(prefix, stored.run_id) + seq
+                run_id = stored.run_id
+                if run_id is not None:
+                    if run_id != last_run_id:  # a batch is usually one run's: hash it once
+                        last_run_id, run_base = run_id, _run_key(prefix, run_id)
+                    run_key = run_base + seq
                     put(run_key, b"", db=runs_db)
                     run_keys.append(run_key)
                 if moves_session_state(stored):
