@@ -73,6 +73,11 @@ class _Streamer:
         return None
 
 
+def _in_turn(items: list[Any], round_: int) -> list[Any]:
+    """Return ``items`` in order on even rounds and reversed on odd ones (no first-mover bias)."""
+    return items if round_ % 2 == 0 else items[::-1]
+
+
 def _build(hub: Any, desk: str, events: int, authors: list[Any]) -> None:
     from sharedesk import Event, SessionManager, Text
 
@@ -136,11 +141,12 @@ def _history(run_: BenchRun, small: int, large: int, repeat: int) -> None:
             ("get_session", session, None),
             ("transcript limit=500", transcript, poke),
         ):
-            # The desks take turns, call by call, so both see the same load.
+            # The desks take turns, call by call (who goes first alternates), so both
+            # see the same load.
             latencies: dict[str, list[int]] = {name: [] for name in sizes}
             with run_.progress(f"{operation}, both desks in turn", 2 * repeat) as adv:
-                for _ in range(repeat):
-                    for name in sizes:
+                for i in range(repeat):
+                    for name in _in_turn(list(sizes), i):
                         if before is not None:
                             before(name)
                         t0 = time.perf_counter_ns()
@@ -206,8 +212,8 @@ def _crowd(run_: BenchRun, viewers: int, posts: int, max_active: int) -> None:
                 hub.view("desk", Agent(id=f"v{n}", label=f"V{n}"))
         with run_.progress(f"{posts:,} posts to each crowd, in turn", 2 * posts) as adv:
             for start in range(0, posts, block):  # the crowds take turns, block by block
-                for crowd, hub in hubs.items():
-                    desk = hub.session("desk")
+                for crowd in _in_turn(list(crowds), start // block):
+                    desk = hubs[crowd].session("desk")
                     for i in range(start, min(start + block, posts)):
                         t0 = time.perf_counter_ns()
                         desk.post(poster, f"post {i}")
@@ -271,8 +277,9 @@ def _stream(run_: BenchRun, chunks: int, repeat: int) -> None:
         kinds: dict[str, Any] = {"final text alone": plain, f"{chunks} chunks": streamer}
         latencies: dict[str, list[int]] = {label: [] for label in kinds}
         with run_.progress("run_once, the two replies in turn", 2 * repeat) as adv:
-            for _ in range(repeat):  # in turn, so both see the same load
-                for label, adapter in kinds.items():
+            for i in range(repeat):  # in turn, so both see the same load
+                for label in _in_turn(list(kinds), i):
+                    adapter = kinds[label]
                     t0 = time.perf_counter_ns()
                     SessionManager.run_once(hub, adapter, "go", session_id="desk")
                     latencies[label].append(time.perf_counter_ns() - t0)
