@@ -24,6 +24,7 @@ from sharedesk.protocol import (
     ValidationError,
 )
 from sharedesk.protocol.errors import HubClosed
+from sharedesk.store.memory import MemoryStore
 from tests.actors.conftest import HubFactory, our_threads
 
 ANA = Person(id="ana", label="Ana")
@@ -323,6 +324,19 @@ class TestTranscript:
             hub.store, "desk", viewer=BOT, **budget
         ) == hub.transcript("desk", BOT, **budget)
 
+    def test_a_limited_transcript_reads_only_the_newest_events(self) -> None:
+        store = ReadRecordingStore()
+        hub = Hub(store, HubOptions())
+        try:
+            hub.append("desk", [Event(ANA, Text(f"m{n}")) for n in range(2000)])
+            store.reads.clear()
+
+            transcript = hub.transcript("desk", BOT, limit=100)
+
+            assert (100, [(100, True)]) == (len(transcript.messages), store.reads)
+        finally:
+            hub.close()
+
     def test_a_bad_limit_is_refused_before_any_actor(self, hub: Hub) -> None:
         with pytest.raises(ValidationError):
             hub.transcript("desk", BOT, limit=-1)
@@ -351,6 +365,18 @@ class TestPostingCost:
         assert project_session(
             hub.log("desk"), SessionQuery(conversation=Conversation("desk"))
         ) == hub.view("desk", BOT)
+
+
+class ReadRecordingStore(MemoryStore):
+    """A MemoryStore that records the ``limit`` and order of every ``read``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reads: list[tuple[int | None, bool]] = []
+
+    def read(self, session_id: str, **bounds: Any) -> list[Event]:
+        self.reads.append((bounds.get("limit"), bounds.get("newest_first", False)))
+        return super().read(session_id, **bounds)
 
 
 class TestOnDisk:
