@@ -19,6 +19,7 @@ from sharedesk.runs.scripted import ScriptedAdapter
 from sharedesk.runs.types import (
     Adapter,
     AdapterResult,
+    AsyncEmit,
     Emit,
     Run,
     RunQueueStatus,
@@ -38,6 +39,7 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "Adapter",
     "AdapterResult",
+    "AsyncEmit",
     "Emit",
     "OpenAIChatAdapter",
     "Run",
