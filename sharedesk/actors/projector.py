@@ -1,10 +1,10 @@
 """ProjectorActor: one viewer's view of one conversation, kept current from the tail.
 
 The projector keeps the session's :class:`~sharedesk.actors._tail.Tail` (its newest
-``Text`` rows) and builds a view by running
-the very fold the contract defines, :func:`project_session`, over the tail's log, so
-the rules (first non-blank reply, roots the walk reached, the exact window, the scan
-limit and ``partial``) hold by construction. Views are cached per window.
+``Text`` rows) and builds a view by running the very fold the contract defines,
+:func:`project_session`, over the tail's log, so the rules (first non-blank reply, roots
+the walk reached, the exact window, the scan limit and ``partial``) hold by
+construction. Views are cached per window.
 
 Nothing is pushed to a projector: a post must not cost one thread wake-up per viewer.
 When asked for a view, the projector catches up from the session's tail (one O(1)
@@ -12,24 +12,11 @@ When asked for a view, the projector catches up from the session's tail (one O(1
 :meth:`~sharedesk.actors._tail.Tail.catch_up_rows`), so a post costs the same with one
 warm viewer or a thousand, and a viewer that never asks again costs nothing.
 
-A row it catches up on is then folded into each cached view without a walk when that is provably
-what a fresh walk would give; otherwise the view is dropped and walked again (in
-memory) on the next request. With ``needed`` an upper bound on the rows a fresh walk
-must inspect (the rows the last walk read, plus one per row folded since):
-
-- a blank row qualifies nowhere: the view is unchanged;
-- in a thread, a non-blank reply to its root is appended and the oldest message dropped
-  past the window (the root, when present, is the oldest: "the newest ``window``
-  replies without the root"); any other row is not part of the thread: unchanged;
-- in the channel, a non-blank root is appended likewise (a new root changes no other
-  row's standing, and a full, non-partial view is the newest ``window`` of everything
-  that qualifies); a reply is dropped to a walk (whether it is its root's first
-  non-blank reply needs the log).
-
-The fold applies only while the view is not ``partial`` and ``needed + 1`` stays a page
-below ``SCAN_LIMIT``, so the fresh walk could not have been cut by the scan limit.
-Each view it serves is published in the Hub's slot with the sequence it reflects, so a
-``hub.view`` with nothing appended since needs no thread switch.
+A row it catches up on is then folded into each cached view by the pure
+:func:`~sharedesk.projection.turns.fold_view` (its rules are stated there) when that is
+provably what a fresh walk would give; otherwise the view is dropped and walked again
+(in memory). Each view it serves is published in the Hub's slot with the sequence it
+reflects, so a ``hub.view`` with nothing appended since needs no thread switch.
 
 Transcripts (``hub.transcript``) are cached per budget the same way: the unbudgeted one
 is extended with the events appended since (``update_from_store``); one with a ``limit``
@@ -41,21 +28,17 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-import msgspec
-
 from sharedesk.actors._base import HubActor, ViewSnapshot
 from sharedesk.actors._messages import GetTranscript, View
 from sharedesk.actors._tail import Tail
 from sharedesk.logconfig import logger
 from sharedesk.projection import project_session
-from sharedesk.protocol.constants import PAGE_SIZE, SCAN_LIMIT
+from sharedesk.projection.turns import CachedView, fold_views
 from sharedesk.protocol.ports import SessionLog
 from sharedesk.protocol.transcripts import Transcript
 from sharedesk.protocol.views import (
     Conversation,
-    LogMessage,
     Projection,
-    SessionMessage,
     SessionPage,
     SessionQuery,
 )
@@ -66,15 +49,6 @@ _log = logger()
 _CACHED_WINDOWS: Final = 4
 #: Most distinct budgets whose transcripts a projector caches at once.
 _CACHED_TRANSCRIPTS: Final = 4
-#: Most rows a fresh walk may need for a pushed row to be folded in without one.
-_FOLD_LIMIT: Final = SCAN_LIMIT - PAGE_SIZE
-
-
-class _Cached(msgspec.Struct, frozen=True):
-    """A cached view and an upper bound on the rows a fresh walk for it must read."""
-
-    projection: Projection
-    needed: int
 
 
 class _CountingLog:
@@ -92,36 +66,13 @@ class _CountingLog:
         return page
 
 
-def _fold(
-    cached: _Cached, row: LogMessage, conversation: Conversation, window: int
-) -> _Cached | None:
-    """Fold one new row into a cached view; ``None`` when a fresh walk is needed."""
-    needed = cached.needed + 1
-    if cached.projection.partial or needed > _FOLD_LIMIT:
-        return None
-    if window == 0 or not row.content.strip():
-        return _Cached(cached.projection, needed)
-    root = conversation.thread_root
-    if root is None:
-        if row.parent is not None:
-            return None
-    elif row.parent != root:
-        return _Cached(cached.projection, needed)
-    message = SessionMessage(
-        sequence=row.sequence, author=row.author, content=row.content, parent=row.parent
-    )
-    messages = [*cached.projection.messages, message][-window:]
-    return _Cached(Projection(messages=messages, partial=False), needed)
-
-
 class ProjectorActor(HubActor):
     """Keeps one viewer's view of one conversation (and the viewer's transcript) current.
 
     Hooks: ``on_start``/``on_stop`` only log. The view is built lazily, on the first
     request; each request first catches up from the session's tail (nothing is pushed
     to a projector). A store error reaches the caller and leaves the actor as it was. A
-    failure other than a
-    ``SharedeskError`` while answering restarts the actor (see
+    failure other than a ``SharedeskError`` while answering restarts the actor (see
     :mod:`sharedesk.actors._base`); the fresh one rebuilds from the log.
     """
 
@@ -132,7 +83,7 @@ class ProjectorActor(HubActor):
         assert self.key.conversation is not None
         self.conversation: Conversation = self.key.conversation
         self.tail = Tail(self.key.session_id)
-        self.views: dict[int, _Cached] = {}
+        self.views: dict[int, CachedView] = {}
         self.transcripts: dict[tuple[int | None, ...], Transcript] = {}
 
     def context(self, message: Any) -> dict[str, Any]:
@@ -148,14 +99,6 @@ class ProjectorActor(HubActor):
                 return self._transcript(message)
         raise TypeError(f"unexpected message {type(message).__name__}")
 
-    def _fold_all(self, cached: _Cached, rows: list[LogMessage], window: int) -> _Cached | None:
-        folded: _Cached | None = cached
-        for row in rows:
-            if folded is None:
-                return None
-            folded = _fold(folded, row, self.conversation, window)
-        return folded
-
     def _view(self, window: int) -> Projection:
         store = self.hub.store
         through, rows = self.tail.catch_up_rows(store)
@@ -165,13 +108,13 @@ class ProjectorActor(HubActor):
             self.views = {
                 w: folded
                 for w, cached in self.views.items()
-                if (folded := self._fold_all(cached, rows, w)) is not None
+                if (folded := fold_views(cached, rows, self.conversation, w)) is not None
             }
         cached = self.views.get(window)
         if cached is None:
             query = SessionQuery(conversation=self.conversation, window=window)
             counting = _CountingLog(self.tail.log(store))
-            cached = _Cached(project_session(counting, query), counting.rows_read)
+            cached = CachedView(project_session(counting, query), counting.rows_read)
             if len(self.views) >= _CACHED_WINDOWS:
                 self.views = {}
             self.views[window] = cached
