@@ -39,7 +39,6 @@ NAME = "long"
 HELP = "runs, get_session and transcripts on 2k vs 200k-event desks; posts with 200 viewers"
 
 BATCH = 1000
-ISSUE = 16
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -157,10 +156,14 @@ def _history(run_: BenchRun, small: int, large: int, repeat: int) -> None:
                 timed = latencies[name]
                 _record(run_, operation, events, repeat, sum(timed) / 1e9, timed)
                 medians[(operation, name)] = run_.median(f"long {operation} desk={events}") or 0.0
-        for operation in ("run_once replay", "get_session", "transcript limit=500"):
+        for operation, target in (
+            ("run_once replay", "long-run-once-flat-in-history"),
+            ("get_session", "long-get-session-flat-in-history"),
+            ("transcript limit=500", "long-transcript-flat-in-history"),
+        ):
             run_.targets.append(
                 ratio_target(
-                    issue=ISSUE,
+                    name=target,
                     claim=f"{operation}: {large:,}-event desk within 1.5x of {small:,}",
                     numerator=medians[(operation, "large")],
                     denominator=medians[(operation, "small")],
@@ -242,7 +245,7 @@ def _crowd(run_: BenchRun, viewers: int, posts: int, max_active: int) -> None:
         )
     run_.targets.append(
         ratio_target(
-            issue=ISSUE,
+            name="long-posts-with-warm-viewers",
             claim=f"posts/s with {viewers} warm viewers at least 0.7x of 1 viewer",
             numerator=rates[viewers],
             denominator=rates[1],
@@ -253,7 +256,7 @@ def _crowd(run_: BenchRun, viewers: int, posts: int, max_active: int) -> None:
     )
     run_.targets.append(
         Target(
-            issue=ISSUE,
+            name="long-posting-peak-threads",
             claim=f"{viewers} warm viewers (and 1, on a second Hub) posting: peak threads",
             value=float(peak - threads_before),
             bound=float(max_active + THREAD_SLACK),
@@ -303,7 +306,7 @@ def _stream(run_: BenchRun, chunks: int, repeat: int) -> None:
         hub.close()
     run_.targets.append(
         ratio_target(
-            issue=ISSUE,
+            name="long-streamed-reply-vs-final-text",
             claim=f"a streamed {chunks}-chunk reply within 2x of the final text alone",
             numerator=medians[f"{chunks} chunks"],
             denominator=medians["final text alone"],
@@ -331,7 +334,7 @@ def run(run_: BenchRun, args: argparse.Namespace) -> None:
     )
     run_.targets.append(
         Target(
-            issue=ISSUE,
+            name="long-rss-after-many-desks",
             claim=f"{sessions:,} desks touched, max_active={max_active}: resident memory",
             value=touched.peak_rss,
             bound=500.0,

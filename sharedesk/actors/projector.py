@@ -32,7 +32,7 @@ from sharedesk.actors._base import HubActor, ViewSnapshot
 from sharedesk.actors._messages import GetTranscript, View
 from sharedesk.actors._tail import Tail
 from sharedesk.logconfig import logger
-from sharedesk.projection import project_session
+from sharedesk.projection import TranscriptBuilder, project_session
 from sharedesk.projection.turns import CachedView, fold_views
 from sharedesk.protocol.ports import SessionLog
 from sharedesk.protocol.transcripts import Transcript
@@ -123,8 +123,6 @@ class ProjectorActor(HubActor):
         return view
 
     def _transcript(self, ask: GetTranscript) -> Transcript:
-        from sharedesk.projection import TranscriptBuilder  # lands with the runs work
-
         store = self.hub.store
         session_id = self.key.session_id
         key = (ask.limit, ask.max_messages, ask.max_chars, ask.max_tokens_approx)
