@@ -1031,18 +1031,13 @@ class ListingContract(_Fixture):
             call(store)
 
 
-class StoreContract(EventsContract, SharingContract, ListingContract):
-    """Every store rule of the contract; a backend subclasses it and implements ``make_store``."""
+class RunIndexContract(_Fixture):
+    """The run-index capability (``RunIndexStore``): run events, session state, guards.
 
-    @abstractmethod
-    def make_store(self, path: Path) -> ContractStore:
-        """Return a new, empty store; ``path`` is a fresh directory it may use."""
-
-    def test_store_implements_both_ports(self, store: ContractStore) -> None:
-        assert isinstance(store, EventStore)
-        assert isinstance(store, SharingStateStore)
-
-    # -- run index, session state, guarded appends --------------------------------------
+    Each run's events, each session's state folded as events are appended, and appends
+    guarded by ``unless_stored``. Every store runs it, and so does the Hub, which reads both from its store and writes
+    guarded appends through its session actors.
+    """
 
     def test_run_events_are_the_events_carrying_the_run_id_in_order(
         self, store: ContractStore
@@ -1132,6 +1127,18 @@ class StoreContract(EventsContract, SharingContract, ListingContract):
         assert fold_session_events(
             EMPTY_SESSION_STATE, store.read(session_id)
         ) == store.session_state(session_id)
+
+
+class StoreContract(EventsContract, SharingContract, ListingContract, RunIndexContract):
+    """Every store rule of the contract; a backend subclasses it and implements ``make_store``."""
+
+    @abstractmethod
+    def make_store(self, path: Path) -> ContractStore:
+        """Return a new, empty store; ``path`` is a fresh directory it may use."""
+
+    def test_store_implements_both_ports(self, store: ContractStore) -> None:
+        assert isinstance(store, EventStore)
+        assert isinstance(store, SharingStateStore)
 
 
 def run_threads(work: Callable[[], None], count: int) -> None:
