@@ -1035,8 +1035,8 @@ class RunIndexContract(_Fixture):
     """The run-index capability (``RunIndexStore``): run events, session state, guards.
 
     Each run's events, each session's state folded as events are appended, and appends
-    guarded by ``unless_stored``. Every store runs it, and so does the Hub, which reads both from its store and writes
-    guarded appends through its session actors.
+    guarded by ``unless_stored``. Every store runs it, and so does the Hub, which reads
+    both from its store and writes guarded appends through its session actors.
     """
 
     def test_run_events_are_the_events_carrying_the_run_id_in_order(
