@@ -30,7 +30,12 @@ from sharedesk.protocol.events import (
 )
 from sharedesk.protocol.ports import EventStore, SessionLog
 from sharedesk.runs import ScriptedAdapter, SessionManager
-from sharedesk.runs.manager import STREAM_FLUSH_S, SYSTEM_PROMPT_AUTHOR, parse_run_id
+from sharedesk.runs.manager import (
+    STREAM_FLUSH_S,
+    SYSTEM_PROMPT_AUTHOR,
+    coalesce_chunks,
+    parse_run_id,
+)
 from sharedesk.store.memory import MemoryStore
 from tests.logs import capture_logs
 from tests.runs.conftest import BlockingAdapter, FailingAdapter, RecordingAdapter
@@ -1086,21 +1091,38 @@ class Streaming(RecordingAdapter):
 
 
 class TestStreaming:
-    def test_chunks_are_stored_in_order_with_the_closing_text_in_one_append(self) -> None:
+    @pytest.fixture
+    def slow_flush(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """No chunk gets old enough to be flushed on its own, however slow the machine."""
+        monkeypatch.setattr("sharedesk.runs.manager.STREAM_FLUSH_S", 3600.0)
+
+    @pytest.mark.usefixtures("slow_flush")
+    def test_buffered_chunks_are_stored_joined_with_the_closing_text_in_one_append(
+        self,
+    ) -> None:
         with CountingAppends() as store:
             result = SessionManager.run_once(store, Streaming(300), "go", session_id="s1")
 
             stored = [e for e in store.read("s1") if e.run_id == result.run_id]
             deltas = [e.body.delta for e in stored if isinstance(e.body, TextDelta)]
-            assert [f"{i} " for i in range(300)] == deltas
-            assert 301 in store.sizes
+            assert ["".join(f"{i} " for i in range(300))] == deltas
+            assert [1, 1, 2, 1] == store.sizes  # input, RunStarted, chunks + Text, RunFinished
 
-    def test_the_result_lists_the_stored_chunks(self, store: EventStore) -> None:
+    def test_a_streamed_run_replays_as_the_same_message_as_its_text(
+        self, store: EventStore
+    ) -> None:
+        SessionManager.run_once(store, Streaming(5), "go", session_id="s1")
+        adapter = ScriptedAdapter(["ok"])
+
+        SessionManager.run_once(store, adapter, "again", session_id="s1", continuation="replay")
+
+        assert [("user", "go"), ("user", "0 1 2 3 4 ")] == replayed(adapter)
+
+    @pytest.mark.usefixtures("slow_flush")
+    def test_the_result_lists_the_stored_events(self, store: EventStore) -> None:
         result = SessionManager.run_once(store, Streaming(3), "go", session_id="s1")
 
-        assert [TextDelta, TextDelta, TextDelta] == [
-            type(e.body) for e in result.events if isinstance(e.body, TextDelta)
-        ]
+        assert [RunStarted, TextDelta, Text, RunFinished] == [type(e.body) for e in result.events]
         assert all(e.sequence is not None for e in result.events)
 
     def test_chunks_older_than_the_flush_age_are_stored_while_the_stream_goes_on(
@@ -1121,7 +1143,7 @@ class TestStreaming:
 
         SessionManager.run_once(store, Slow(), "go", session_id="s1")
 
-        assert [["a", "b"]] == seen
+        assert [["ab"]] == seen  # stored (joined) before the closing Text
 
     def test_a_stream_left_unclosed_is_stored_before_the_finish(self, store: EventStore) -> None:
         class Unclosed(RecordingAdapter):
@@ -1132,6 +1154,30 @@ class TestStreaming:
         result = SessionManager.run_once(store, Unclosed(), "go", session_id="s1")
 
         assert [RunStarted, TextDelta, RunFinished] == [type(e.body) for e in result.events]
+
+
+class TestCoalesceChunks:
+    def test_consecutive_chunks_of_one_author_join_under_the_first_id(self) -> None:
+        chunks = [Event(ADA, TextDelta(t), id=f"c{n}", run_id="r") for n, t in enumerate("abc")]
+
+        assert [Event(ADA, TextDelta("abc"), id="c0", run_id="r")] == coalesce_chunks(chunks)
+
+    def test_chunks_of_another_author_or_metadata_start_a_new_row(self) -> None:
+        chunks = [
+            Event(ADA, TextDelta("a"), id="1"),
+            Event(ADA, TextDelta("b"), id="2"),
+            Event(BOB, TextDelta("c"), id="3"),
+            Event(BOB, TextDelta("d"), id="4", metadata={"k": 1}),
+            Event(BOB, TextDelta("e"), id="5", metadata={"k": 1}),
+        ]
+
+        assert [("1", "ab"), ("3", "c"), ("4", "de")] == [
+            (e.id, e.body.delta)  # type: ignore[union-attr]
+            for e in coalesce_chunks(chunks)
+        ]
+
+    def test_no_chunks_give_no_rows(self) -> None:
+        assert [] == coalesce_chunks([])
 
 
 class TestReadsWhatTheAnswerNeeds:
