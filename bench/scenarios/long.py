@@ -10,10 +10,11 @@ Four parts, each a ratio measured in this run (issue 16):
   post (not timed) before each call, so the transcript is always recomputed. The two
   desks take turns call by call, so both see the same load. Target: large / small
   median at most 1.5x for each.
-- ``crowd``: posts per second from one thread to a desk whose channel view is held warm
-  by 1 viewer, and to one on a second Hub held warm by 200 viewers (each asked for its
-  view once), the two taking turns 50 posts at a time; at least 0.7x. Peak threads
-  while posting (both Hubs open): at most ``max_active`` + 16.
+- ``crowd``: posts per second (at the median post) from one thread to a desk whose
+  channel view is held warm by 1 viewer, and to one held warm by 200 viewers (each asked
+  for its view once), on two in-memory Hubs, the two taking turns post by post; at least
+  0.7x. (Pushing each post to every projector, as before, gave 0.29x here: 200 wake-ups
+  per post.) Peak threads while posting: at most ``max_active`` + 16.
 - ``stream``: on a durable Hub, ``run_once`` with an adapter that streams 300
   ``TextDelta`` chunks then the closing ``Text``, against ``run_once`` with an adapter
   that posts the final text alone (taking turns); median wall time at most 2x.
@@ -200,37 +201,31 @@ def _crowd(run_: BenchRun, viewers: int, posts: int, max_active: int) -> None:
     crowds = (1, viewers)
     threads_before = threading.active_count()
     peak = threads_before
-    hubs = {
-        crowd: open_hub(
-            run_.fresh_dir(f"long-crowd-{crowd}") / "store", "relaxed", max_active=max_active
-        )
-        for crowd in crowds
-    }
+    # In-memory Hubs: no writer thread whose scheduling could favour one of them; every
+    # post runs on this thread, so what a post costs the poster is all that is timed.
+    hubs = {crowd: open_hub(None, "relaxed", max_active=max_active) for crowd in crowds}
     latencies: dict[int, list[int]] = {crowd: [] for crowd in crowds}
-    block = 50
     try:
         for crowd, hub in hubs.items():
             hub.session("desk").post(poster, "hello")
             for n in range(crowd):
                 hub.view("desk", Agent(id=f"v{n}", label=f"V{n}"))
-        with run_.progress(f"{posts:,} posts to each crowd, in turn", 2 * posts) as adv:
-            for start in range(0, posts, block):  # the crowds take turns, block by block
-                for crowd in _in_turn(list(crowds), start // block):
-                    desk = hubs[crowd].session("desk")
-                    for i in range(start, min(start + block, posts)):
-                        t0 = time.perf_counter_ns()
-                        desk.post(poster, f"post {i}")
-                        latencies[crowd].append(time.perf_counter_ns() - t0)
+        desks = {crowd: hub.session("desk") for crowd, hub in hubs.items()}
+        with run_.progress(f"{posts:,} posts to each desk, in turn", 2 * posts) as adv:
+            for i in range(posts):  # the desks take turns post by post
+                for crowd in _in_turn(list(crowds), i):
+                    t0 = time.perf_counter_ns()
+                    desks[crowd].post(poster, f"post {i}")
+                    latencies[crowd].append(time.perf_counter_ns() - t0)
+                if i % 64 == 0:
                     peak = max(peak, threading.active_count())
-                adv(2 * block)
+                    adv(128)
     finally:
         for hub in hubs.values():
             hub.close()
     rates: dict[int, float] = {}
     for crowd in crowds:
         timed = latencies[crowd]
-        seconds = sum(timed) / 1e9
-        rates[crowd] = len(timed) / seconds if seconds > 0 else 0.0
         run_.measurements.append(
             measurement(
                 scenario=NAME,
@@ -238,11 +233,15 @@ def _crowd(run_: BenchRun, viewers: int, posts: int, max_active: int) -> None:
                 operation="post",
                 label=f"long post viewers={crowd}",
                 ops=len(timed),
-                seconds=seconds,
+                seconds=sum(timed) / 1e9,
                 latencies_ns=timed,
                 params={"viewers": crowd},
             )
         )
+        median = run_.median(f"long post viewers={crowd}") or 0.0
+        # Posts/s at the median post: a stall of the machine (other processes) that
+        # lands on one side's few posts cannot decide the ratio.
+        rates[crowd] = 1e6 / median if median > 0 else 0.0
     run_.targets.append(
         ratio_target(
             name="long-posts-with-warm-viewers",
@@ -251,13 +250,13 @@ def _crowd(run_: BenchRun, viewers: int, posts: int, max_active: int) -> None:
             denominator=rates[1],
             bound=0.7,
             at_least=True,
-            what="posts/s",
+            what="posts/s at the median post",
         )
     )
     run_.targets.append(
         Target(
             name="long-posting-peak-threads",
-            claim=f"{viewers} warm viewers (and 1, on a second Hub) posting: peak threads",
+            claim=f"{viewers} warm viewers (and 1 on another Hub) posting: peak threads",
             value=float(peak - threads_before),
             bound=float(max_active + THREAD_SLACK),
             at_least=False,
