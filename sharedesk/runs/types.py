@@ -146,7 +146,8 @@ class RunQueueStatus(msgspec.Struct, frozen=True):
 #: ``emit(event)`` appends ``event`` to the run's session (``run_id`` set to the run's)
 #: and returns it as stored. A ``TextDelta`` is buffered instead and returned at once,
 #: unstamped (``sequence`` ``None``): it is stored, in order, with the run's next event,
-#: joined with the chunks buffered beside it (see ``SessionManager``). It raises ``RunStateError`` once the run has finished.
+#: joined with the chunks buffered beside it (see ``SessionManager``). It raises
+#: ``RunStateError`` once the run has finished.
 Emit = Callable[[Event], Event]
 
 #: ``await emit(event)``: the emit a coroutine adapter gets from
