@@ -33,18 +33,18 @@ T = TypeVar("T")
 TRIAGE = Agent(id="triage", label="Triage")
 BILLING = Agent(id="billing", label="Billing")
 QA = Agent(id="qa", label="QA")
-USER_MSG: dict[str, Any] = {"role": "user", "content": "I was charged twice"}
-CALL: dict[str, Any] = {
+USER_MSG: Any = {"role": "user", "content": "I was charged twice"}
+CALL: Any = {
     "type": "function_call",
     "call_id": "call_1",
     "name": "lookup",
     "arguments": "{}",
     "id": "fc_1",
 }
-OUTPUT: dict[str, Any] = {"type": "function_call_output", "call_id": "call_1", "output": "ok"}
+OUTPUT: Any = {"type": "function_call_output", "call_id": "call_1", "output": "ok"}
 
 
-def reply(text: str, item_id: str = "msg_1") -> dict[str, Any]:
+def reply(text: str, item_id: str = "msg_1") -> Any:
     return {
         "id": item_id,
         "type": "message",
@@ -94,7 +94,7 @@ class TestOwnItems:
 
     def test_limit_returns_the_newest_items_oldest_first(self, hub: ThreadedAsyncHub) -> None:
         session = DeskSession(hub, "desk", TRIAGE)
-        items = [{"role": "user", "content": str(n)} for n in range(5)]
+        items: list[Any] = [{"role": "user", "content": str(n)} for n in range(5)]
 
         async def scenario() -> list[Any]:
             await session.add_items(items)
@@ -126,7 +126,8 @@ class TestOwnItems:
         async def scenario() -> list[Any]:
             await session.add_items([reply("Refunded.")])
             (got,) = await session.get_items()
-            got["content"][0]["text"] = "changed"
+            changed: Any = got
+            changed["content"][0]["text"] = "changed"
             return await session.get_items()
 
         assert [reply("Refunded.")] == run(scenario())
