@@ -5,8 +5,11 @@ Imports ``protocol`` and ``projection`` only, and reaches storage only through t
 ``LmdbStore`` and a ``Hub``.
 """
 
+from sharedesk.runs._http import FunctionTool
+from sharedesk.runs.anthropic import AnthropicMessagesAdapter
 from sharedesk.runs.manager import SessionManager
 from sharedesk.runs.openai_chat import OpenAIChatAdapter
+from sharedesk.runs.openai_responses import OpenAIResponsesAdapter, to_responses_input
 from sharedesk.runs.queue import RunFuture, RunQueue
 from sharedesk.runs.render import to_anthropic_messages, to_openai_messages
 from sharedesk.runs.scripted import ScriptedAdapter
@@ -24,8 +27,11 @@ from sharedesk.runs.types import (
 __all__ = [
     "Adapter",
     "AdapterResult",
+    "AnthropicMessagesAdapter",
     "Emit",
+    "FunctionTool",
     "OpenAIChatAdapter",
+    "OpenAIResponsesAdapter",
     "Run",
     "RunFuture",
     "RunQueue",
@@ -37,4 +43,5 @@ __all__ = [
     "SessionManager",
     "to_anthropic_messages",
     "to_openai_messages",
+    "to_responses_input",
 ]
