@@ -4,10 +4,17 @@ Each participant gets its own attributed view of a desk, exactly the delta it ha
 seen, and a transcript rebuilt from persisted events. This module only re-exports the
 public contract; the code lives in the subpackages ``protocol`` (types, errors, codecs,
 ports), ``projection`` (pure folds), ``store`` (backends), ``runs`` and ``actors``.
+
+Importing it imports only core dependencies (pykka, msgspec, structlog; lmdb on use):
+names whose code needs an extra (``OpenAIChatAdapter``: httpx) and ``__version__``
+(package metadata) resolve on first use, through the module ``__getattr__``, and so
+does ``LmdbStore`` (with py-lmdb), so a program on ``MemoryStore`` never loads LMDB.
 """
 
 import logging
+from typing import TYPE_CHECKING, Any
 
+from sharedesk._lazy import load_lazy
 from sharedesk.actors import (
     Hub,
     HubOptions,
@@ -102,7 +109,6 @@ from sharedesk.runs import (
     Adapter,
     AdapterResult,
     Emit,
-    OpenAIChatAdapter,
     Run,
     RunFuture,
     RunQueue,
@@ -116,13 +122,25 @@ from sharedesk.runs import (
     to_openai_messages,
 )
 from sharedesk.store import (
-    LmdbStore,
     MemoryStore,
     SessionInfo,
 )
 
+if TYPE_CHECKING:
+    from sharedesk.runs.openai_chat import OpenAIChatAdapter
+    from sharedesk.store.lmdb import LmdbStore
+
 # A library never configures logging for the application.
 logging.getLogger("sharedesk").addHandler(logging.NullHandler())
+
+
+def __getattr__(name: str) -> Any:
+    if name == "__version__":
+        from importlib.metadata import version
+
+        return version("sharedesk")
+    return load_lazy(name, __name__)
+
 
 __all__ = [
     "ActorCrashed",

@@ -1,4 +1,4 @@
-"""The ``sharedesk`` command: a demo desk, and inspection of a store on disk.
+r"""The ``sharedesk`` command: a demo desk, and inspection of a store on disk.
 
 - ``sharedesk demo [--path DIR]``: a scripted shared desk on LMDB (an operator, a person
   and two agents answering through ``ScriptedAdapter``, in the channel and one thread).
@@ -14,6 +14,15 @@ Bad input (a missing path, an unknown session, a malformed ``--as``) and every
 :class:`~sharedesk.SharedeskError` end with one line on standard error and exit status 2,
 never a traceback. This module is the one place that configures logging (through
 :func:`sharedesk.logconfig.configure_logging`).
+
+Human-readable output never passes text from a store to the terminal raw: control
+characters (C0, DEL, C1, so every ESC, CSI and OSC sequence such as OSC 52, and the
+bidirectional overrides) in contents, labels, ids and session ids are shown as visible
+escapes (``\x1b``, ``\u202e``), and styles are applied to text segments, never parsed
+from them (no markup injection). ``--json`` output is unchanged (JSON escapes control
+characters itself). Colour and layout come from rich when it is installed (the ``cli``
+extra) and standard output is a terminal; otherwise the output is plain text, written
+line by line with no wrapping.
 """
 
 from __future__ import annotations
@@ -21,14 +30,11 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, NoReturn
-
-from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
+from types import MappingProxyType
+from typing import IO, TYPE_CHECKING, Any, Final, NoReturn
 
 from sharedesk.protocol.authors import Agent, Operator, Person, SessionAuthor, System
 from sharedesk.protocol.codec import encode_json
@@ -57,6 +63,130 @@ _AUTHOR_STYLE = {
     "agent": "bold magenta",
     "system": "dim",
 }
+
+
+#: Characters shown as escapes: C0 controls, DEL, C1 controls, bidirectional overrides
+#: and isolates (a name could otherwise reorder what follows it on the line).
+_UNSAFE: Final = frozenset(
+    [*range(0x00, 0x20), *range(0x7F, 0xA0), *range(0x202A, 0x202F), *range(0x2066, 0x206A)]
+)
+_ESCAPES: Final = MappingProxyType({0x09: "\\t", 0x0A: "\\n", 0x0D: "\\r"})
+
+
+def safe_text(text: str) -> str:
+    r"""Return ``text`` with every control character shown as a visible escape.
+
+    ESC ``]52;c;...`` BEL (OSC 52, set the clipboard) becomes the literal text
+    ``\x1b]52;c;...\x07``; a newline becomes ``\n``, so one message stays one line.
+
+    Cost: O(len(text)).
+    """
+    if not any(ord(ch) in _UNSAFE for ch in text):
+        return text
+    parts = []
+    for ch in text:
+        code = ord(ch)
+        if code not in _UNSAFE:
+            parts.append(ch)
+        elif code in _ESCAPES:
+            parts.append(_ESCAPES[code])
+        elif code <= 0xFF:
+            parts.append(f"\\x{code:02x}")
+        else:
+            parts.append(f"\\u{code:04x}")
+    return "".join(parts)
+
+
+#: A piece of a line: text, or (text, style) with a rich style name.
+Segment = str | tuple[str, str]
+
+
+class Output:
+    """Where the command prints: styled on a terminal with rich, else plain lines.
+
+    Every segment is passed through :func:`safe_text`; styles are attached to segments
+    (rich ``Text``), never parsed out of them.
+    """
+
+    def __init__(self, stream: IO[str] | None = None, *, styled: bool | None = None) -> None:
+        """Print to ``stream`` (default: standard output at the time of the call).
+
+        Args:
+            stream: The text stream.
+            styled: Use rich (colour, tables) if installed; default: ``stream`` is a
+                terminal, or ``FORCE_COLOR`` is set.
+        """
+        self._stream = stream if stream is not None else sys.stdout
+        self._console: Any = None
+        if styled is None:  # FORCE_COLOR: rich's own switch for colour off a terminal
+            styled = self._stream.isatty() or bool(os.environ.get("FORCE_COLOR"))
+        if styled:
+            try:
+                from rich.console import Console
+            except ImportError:
+                pass
+            else:
+                self._console = Console(file=self._stream, highlight=False, soft_wrap=True)
+
+    def line(self, *segments: Segment) -> None:
+        """Print one line made of ``segments``. Cost: O(length of the line)."""
+        if self._console is None:
+            text = "".join(safe_text(s if isinstance(s, str) else s[0]) for s in segments)
+            self._stream.write(text + "\n")
+            return
+        from rich.text import Text
+
+        self._console.print(
+            Text.assemble(
+                *(safe_text(s) if isinstance(s, str) else (safe_text(s[0]), s[1]) for s in segments)
+            )
+        )
+
+    def rule(self, title: str) -> None:
+        """Print a section title across the line. Cost: O(width)."""
+        if self._console is None:
+            self._stream.write(f"-- {safe_text(title)} --\n")
+            return
+        from rich.text import Text
+
+        self._console.rule(Text(safe_text(title), style="bold"))
+
+    def table(
+        self,
+        title: str,
+        columns: Sequence[str],
+        rows: Sequence[Sequence[str]],
+        *,
+        right: Collection[int] = (),
+    ) -> None:
+        """Print a table; the columns whose index is in ``right`` are right-aligned.
+
+        Cost: O(cells).
+        """
+        cells = [[safe_text(c) for c in row] for row in rows]
+        if self._console is not None:
+            from rich.table import Table
+
+            table = Table(title=safe_text(title))
+            for i, name in enumerate(columns):
+                table.add_column(name, justify="right" if i in right else "left")
+            for row in cells:
+                table.add_row(*row)
+            self._console.print(table)
+            return
+        widths = [
+            max([len(name), *(len(row[i]) for row in cells)]) for i, name in enumerate(columns)
+        ]
+
+        def fmt(row: Sequence[str]) -> str:
+            return "  ".join(
+                c.rjust(w) if i in right else c.ljust(w)
+                for i, (c, w) in enumerate(zip(row, widths, strict=True))
+            ).rstrip()
+
+        self._stream.write(safe_text(title) + "\n" + fmt(columns) + "\n")
+        for row in cells:
+            self._stream.write(fmt(row) + "\n")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -151,10 +281,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     parser = build_parser()
     args = parser.parse_args(argv)
-    err = Console(stderr=True, highlight=False, soft_wrap=True)
+    err = Output(sys.stderr, styled=False)
     try:
         _configure_logging(args.log_json, args.log_level)
-        console = Console(highlight=False)
+        console = Output()
         if args.command == "demo":
             run_demo(console, args.path)
         elif args.command == "inspect":
@@ -170,13 +300,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                 as_json=args.json,
             )
     except SharedeskError as exc:
-        err.print(f"sharedesk: error: {escape(_one_line(exc))}")
+        err.line(f"sharedesk: error: {_one_line(exc)}")
         return EXIT_USAGE
     except OSError as exc:
-        err.print(f"sharedesk: error: {escape(_one_line(exc))}")
+        err.line(f"sharedesk: error: {_one_line(exc)}")
         return EXIT_USAGE
     except KeyboardInterrupt:
-        err.print("sharedesk: interrupted")
+        err.line("sharedesk: interrupted")
         return 130
     except BrokenPipeError:
         # Output piped into a pager or `head` that stopped reading: not an error.
@@ -257,20 +387,23 @@ def _same(a: SessionAuthor, b: SessionAuthor) -> bool:
     return same_participant(a, b)
 
 
-def render_message(console: Console, message: SessionMessage, viewer: SessionAuthor | None) -> None:
+def render_message(console: Output, message: SessionMessage, viewer: SessionAuthor | None) -> None:
     """Print one message: sequence, attributed author, ``(you)`` mark, content.
 
-    Replies are indented under their thread root.
+    Replies are indented under their thread root; control characters are escaped.
 
     Cost: O(len(content)).
     """
     style = _AUTHOR_STYLE[author_kind(message.author)]
     mine = viewer is not None and _same(message.author, viewer)
     indent = "    ↳ " if message.parent is not None else ""
-    you = " [green](you)[/green]" if mine else ""
-    console.print(
-        f"  {indent}[dim]#{message.sequence:<4}[/dim] [{style}]{escape(describe(message.author))}"
-        f"[/{style}]{you}: {escape(message.content)}"
+    console.line(
+        f"  {indent}",
+        (f"#{message.sequence:<4}", "dim"),
+        " ",
+        (describe(message.author), style),
+        (" (you)", "green") if mine else "",
+        f": {message.content}",
     )
 
 
@@ -317,7 +450,7 @@ def _require_session(store: LmdbStore, path: Path, session_id: str) -> None:
 # -- inspect -----------------------------------------------------------------------------
 
 
-def run_inspect(console: Console, path: Path, session_id: str | None, *, as_json: bool) -> None:
+def run_inspect(console: Output, path: Path, session_id: str | None, *, as_json: bool) -> None:
     """List the store's sessions, or print one session's events as JSON lines.
 
     Args:
@@ -361,21 +494,19 @@ def run_inspect(console: Console, path: Path, session_id: str | None, *, as_json
                 )
             sys.stdout.flush()
             return
-        table = Table(title=f"sessions in {path}")
-        table.add_column("session")
-        table.add_column("events", justify="right")
-        table.add_column("messages", justify="right")
-        table.add_column("last activity (UTC)")
-        for info in infos:
-            table.add_row(
-                escape(info.session_id),
+        rows = [
+            (
+                info.session_id,
                 f"{info.last_sequence:,}",
                 f"{info.text_count:,}",
                 info.last_activity.strftime("%Y-%m-%d %H:%M:%S"),
             )
-        console.print(table)
+            for info in infos
+        ]
+        columns = ("session", "events", "messages", "last activity (UTC)")
+        console.table(f"sessions in {path}", columns, rows, right={1, 2})
         if not infos:
-            console.print("no sessions")
+            console.line("no sessions")
 
 
 # -- view --------------------------------------------------------------------------------
@@ -391,7 +522,7 @@ def _known_label(store: LmdbStore, session_id: str, who: SessionAuthor) -> Sessi
 
 
 def run_view(
-    console: Console,
+    console: Output,
     path: Path,
     session_id: str,
     viewer: SessionAuthor,
@@ -442,11 +573,13 @@ def run_view(
         sys.stdout.flush()
         return
     where = "channel" if thread is None else f"thread #{thread}"
-    console.print(
-        f"[bold]{escape(session_id)}[/bold] {where} as [bold]{escape(describe(viewer))}[/bold]"
+    console.line(
+        (session_id, "bold"),
+        f" {where} as ",
+        (describe(viewer), "bold"),
         f" ({len(projection.messages)} messages"
         + (", partial: scan limit reached" if projection.partial else "")
-        + ")"
+        + ")",
     )
     for message in projection.messages:
         render_message(console, message, viewer)
@@ -500,19 +633,19 @@ def _scripted_reply(adapter: ScriptedAdapter, turn: Turn, round_no: int) -> str:
     return texts[-1] if texts else ""
 
 
-def _show_turn(console: Console, who: SessionAuthor, where: str, turn: Turn) -> None:
+def _show_turn(console: Output, who: SessionAuthor, where: str, turn: Turn) -> None:
     reason = "new since last turn" if turn.reason is None else f"full window: {turn.reason}"
     style = _AUTHOR_STYLE[author_kind(who)]
-    console.print(
-        f"[{style}]{escape(describe(who))}[/{style}] takes a turn in {where}: "
-        f"{len(turn.messages)} message(s) ({reason})"
+    console.line(
+        (describe(who), style),
+        f" takes a turn in {where}: {len(turn.messages)} message(s) ({reason})",
     )
     for message in turn.messages:
         render_message(console, message, who)
 
 
 def _agent_turn(
-    console: Console,
+    console: Output,
     hub: Hub,
     agent: Agent,
     bot: ScriptedAdapter,
@@ -525,12 +658,13 @@ def _agent_turn(
     _show_turn(console, agent, where, turn)
     reply = turn.commit(_scripted_reply(bot, turn, round_no) or None)
     if reply is None:
-        console.print("  [green]committed[/green] (no reply)\n")
+        console.line("  ", ("committed", "green"), " (no reply)")
     else:
-        console.print(f"  [green]committed[/green] #{reply.sequence}\n")
+        console.line("  ", ("committed", "green"), f" #{reply.sequence}")
+    console.line()
 
 
-def run_demo(console: Console, path: Path) -> None:
+def run_demo(console: Output, path: Path) -> None:
     """Play one round of the scripted desk at ``path`` and print what each participant sees.
 
     Each run appends one round: the operator opens it, Ana files a ticket (a thread
@@ -556,7 +690,7 @@ def run_demo(console: Console, path: Path) -> None:
     with Hub.open(path) as hub:
         round_no = _round_number(hub)
         ticket = 100 + round_no
-        console.rule(f"[bold]sharedesk demo: round {round_no} on {escape(str(path))}")
+        console.rule(f"sharedesk demo: round {round_no} on {path}")
         triage_bot = ScriptedAdapter(
             [
                 f"On it: ticket #{ticket} goes to Researcher. Details in the thread.",
@@ -577,32 +711,31 @@ def run_demo(console: Console, path: Path) -> None:
         root = desk.post(ANA, f"Ticket #{ticket}: checkout times out for EU customers.")
         thread = Conversation(DEMO_DESK, thread_root=root.sequence)
         where_thread = f"thread #{root.sequence}"
-        console.print(
-            f"[dim]operator and Ana posted; Ana's ticket is thread #{root.sequence}[/dim]\n"
-        )
+        console.line((f"operator and Ana posted; Ana's ticket is thread #{root.sequence}", "dim"))
+        console.line()
 
         _agent_turn(console, hub, TRIAGE, triage_bot, None, "the channel", round_no)
         _agent_turn(console, hub, RESEARCHER, researcher_bot, thread, where_thread, round_no)
 
         answer = desk.post(ANA, "Thanks! Retry with backoff sounds right.", parent=root.sequence)
-        console.print(f"[dim]Ana answered in {where_thread} (#{answer.sequence})[/dim]\n")
+        console.line((f"Ana answered in {where_thread} (#{answer.sequence})", "dim"))
+        console.line()
 
         _agent_turn(console, hub, TRIAGE, triage_bot, thread, where_thread, round_no)
         _agent_turn(console, hub, RESEARCHER, researcher_bot, thread, where_thread, round_no)
 
-        console.rule("[bold]what each participant sees in the channel")
+        console.rule("what each participant sees in the channel")
         for who in (OPERATOR, ANA, TRIAGE, RESEARCHER):
             projection = hub.view(DEMO_DESK, who, window=8)
-            console.print(f"[bold]{escape(describe(who))}[/bold]")
+            console.line((describe(who), "bold"))
             for message in projection.messages:
                 render_message(console, message, who)
-        console.rule(f"[bold]{where_thread} as Ana")
+        console.rule(f"{where_thread} as Ana")
         for message in hub.view(DEMO_DESK, ANA, thread, window=8).messages:
             render_message(console, message, ANA)
-        console.print(
-            f"\n[dim]Run it again to continue the desk; inspect it with "
-            f"`sharedesk inspect {escape(str(path))}`.[/dim]"
-        )
+        console.line()
+        hint = f"Run it again to continue the desk; inspect it with `sharedesk inspect {path}`."
+        console.line((hint, "dim"))
 
 
 if __name__ == "__main__":  # pragma: no cover - the installed entry point calls main()

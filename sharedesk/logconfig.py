@@ -1,9 +1,21 @@
-"""Logging set-up for applications and the CLI: the one place sharedesk configures structlog.
+"""Logging: sharedesk logs through the standard library logger ``sharedesk``, silently by default.
 
-Library code never configures logging: every module only calls
-``structlog.get_logger()`` and logs dotted event names (``turn.committed``) with figures as
-key/values. An application either configures structlog itself or calls
+Library code never configures logging, neither :mod:`logging` nor structlog's global
+configuration: every module logs through :func:`logger`, a structlog logger wrapping
+``logging.getLogger("sharedesk")`` with its own fixed processor chain (structlog's stdlib
+integration, passed to ``structlog.wrap_logger``, so the application's structlog set-up
+is neither used nor changed). The package adds a ``NullHandler`` to that logger, so until
+the application configures logging nothing is printed: a level below the logger's
+effective level (``WARNING`` by default) is dropped first, and nothing that passes goes
+to standard output or standard error. An application that configures :mod:`logging`
+(``logging.basicConfig``, ``dictConfig``, ...) gets sharedesk's lines in its handlers,
+filtered by its levels; one that wants sharedesk's own format calls
 :func:`configure_logging` once at start-up (``sharedesk.cli`` does).
+
+Each record's message is the event and its key/values (``turn.committed watermark=3``),
+so any :class:`logging.Formatter` shows it readably; the message is also the event
+dictionary itself, so a :class:`structlog.stdlib.ProcessorFormatter` (as
+:func:`configure_logging` installs) renders it as structured data.
 
 What is logged, by level:
 
@@ -24,15 +36,79 @@ from __future__ import annotations
 
 import logging
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, MutableMapping
 from types import MappingProxyType
-from typing import Final
+from typing import Any, Final
 
 import structlog
 
 from sharedesk.protocol.errors import ValidationError
 
-__all__ = ["configure_logging"]
+__all__ = ["LOGGER_NAME", "configure_logging", "logger"]
+
+#: The standard library logger every line of sharedesk goes through.
+LOGGER_NAME: Final = "sharedesk"
+
+
+class _EventMessage(dict[str, Any]):
+    """A record's message: the event dictionary, shown as ``event key=value ...``."""
+
+    def __str__(self) -> str:
+        figures = " ".join(
+            f"{key}={value!r}" for key, value in self.items() if key not in ("event", "exc_info")
+        )
+        event = str(self.get("event", ""))
+        return f"{event} {figures}" if figures else event
+
+
+def _to_record(
+    logger: Any, method_name: str, event_dict: MutableMapping[str, Any]
+) -> tuple[tuple[_EventMessage], dict[str, Any]]:
+    """Last processor: hand the event to :mod:`logging` (as ``wrap_for_formatter`` does).
+
+    The extras are those :class:`structlog.stdlib.ProcessorFormatter` looks for; an
+    ``exc_info`` goes on the record too, so a plain formatter prints the traceback.
+    """
+    kwargs: dict[str, Any] = {"extra": {"_logger": logger, "_name": method_name}}
+    exc_info = event_dict.get("exc_info")
+    if exc_info:
+        if exc_info is True:
+            exc_info = sys.exc_info()
+            event_dict["exc_info"] = exc_info
+        kwargs["exc_info"] = exc_info
+    return (_EventMessage(event_dict),), kwargs
+
+
+_PROCESSORS: Final = (
+    structlog.stdlib.filter_by_level,  # first: a dropped level costs one level check
+    structlog.contextvars.merge_contextvars,
+    _to_record,
+)
+
+
+def logger() -> structlog.stdlib.BoundLogger:
+    """Return a structlog logger over the standard library logger ``sharedesk``.
+
+    Its processors are fixed here (level filter, the context bound with
+    ``bound_contextvars``, hand-off to :mod:`logging`); structlog's global
+    configuration is not consulted, so the application's set-up never changes what
+    sharedesk logs, nor sharedesk the application's.
+
+    Cost: O(1); nothing is resolved until the first line is logged.
+    """
+    wrapped: structlog.stdlib.BoundLogger = structlog.wrap_logger(
+        logging.getLogger(LOGGER_NAME),
+        processors=list(_PROCESSORS),
+        wrapper_class=structlog.stdlib.BoundLogger,
+        context_class=dict,
+        cache_logger_on_first_use=True,
+    )
+    return wrapped
+
+
+class _Handler(logging.StreamHandler):  # type: ignore[type-arg]
+    """The handler :func:`configure_logging` puts on the ``sharedesk`` logger."""
+
 
 _LEVELS: Final[Mapping[str, int]] = MappingProxyType(
     {
@@ -56,11 +132,13 @@ def _level_number(level: str | int) -> int:
 
 
 def configure_logging(json: bool = False, level: str | int = "info") -> None:
-    """Configure structlog for an application that uses sharedesk.
+    """Configure structlog and the ``sharedesk`` logger for an application that uses sharedesk.
 
     Lines go to standard error, filtered at ``level``, each with an ISO timestamp, the
     level and the context bound by the actors (``session_id``, ``viewer``, ``run_id``,
-    ...). Calling it again replaces the previous configuration.
+    ...): sharedesk's own (the ``sharedesk`` logger gets a handler of its own and no
+    longer propagates, so they are not printed twice) and the application's structlog
+    lines. Calling it again replaces the previous configuration.
 
     Args:
         json: Render one JSON object per line (for log collectors) instead of the
@@ -80,15 +158,31 @@ def configure_logging(json: bool = False, level: str | int = "info") -> None:
         if json
         else structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())
     )
+    decorate: list[structlog.typing.Processor] = [
+        structlog.processors.add_log_level,
+        structlog.processors.TimeStamper(fmt="iso", utc=True),
+        structlog.processors.StackInfoRenderer(),
+        structlog.processors.format_exc_info if json else structlog.dev.set_exc_info,
+    ]
+    handler = _Handler(sys.stderr)
+    handler.setFormatter(
+        structlog.stdlib.ProcessorFormatter(
+            processors=[
+                structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+                *decorate,
+                renderer,
+            ],
+            foreign_pre_chain=[structlog.contextvars.merge_contextvars],
+        )
+    )
+    ours = logging.getLogger(LOGGER_NAME)
+    for old in [h for h in ours.handlers if isinstance(h, _Handler)]:
+        ours.removeHandler(old)
+    ours.addHandler(handler)
+    ours.setLevel(number)
+    ours.propagate = False
     structlog.configure(
-        processors=[
-            structlog.contextvars.merge_contextvars,
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
-            structlog.processors.StackInfoRenderer(),
-            structlog.processors.format_exc_info if json else structlog.dev.set_exc_info,
-            renderer,
-        ],
+        processors=[structlog.contextvars.merge_contextvars, *decorate, renderer],
         wrapper_class=structlog.make_filtering_bound_logger(number),
         logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
         cache_logger_on_first_use=False,

@@ -2,7 +2,7 @@
 
 Sessions are touched one after another (an append of one event, or ``--touch read`` for
 the operator's ``hub.view``), so every touch past ``max_active`` passivates the least recently
-used actor. Sampled during the run: Python threads (every touch), live pykka actors and
+used actor. Sampled during the run: Python threads (every touch), the Hub's live actors and
 resident memory (every 500 touches and at the end). Issue 4 holds the peak thread count
 to ``max_active`` plus a small constant (:data:`THREAD_SLACK` here) above the threads
 alive before the Hub opened, and resident memory under 1 GiB.
@@ -15,10 +15,14 @@ import os
 import resource
 import threading
 import time
+from typing import TYPE_CHECKING
 
 from bench.harness import BenchRun, open_hub
 from bench.options import pick
 from bench.report import Target, measurement
+
+if TYPE_CHECKING:
+    from sharedesk import Hub
 
 NAME = "scale"
 HELP = "touch N sessions through a Hub with max_active: peak actors, threads, RSS"
@@ -53,13 +57,9 @@ def rss_mib() -> float:
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def live_actors() -> int | None:
-    """Return how many pykka actors are alive, or None without pykka."""
-    try:
-        import pykka
-    except ImportError:
-        return None
-    return len(pykka.ActorRegistry.get_all())
+def live_actors(hub: Hub) -> int:
+    """Return how many actors the Hub holds (running or ready to run)."""
+    return hub.stats().active
 
 
 def run(run_: BenchRun, args: argparse.Namespace) -> None:
@@ -74,7 +74,7 @@ def run(run_: BenchRun, args: argparse.Namespace) -> None:
     rss_before = rss_mib()
     hub = open_hub(run_.fresh_dir("scale") / "store", durability, max_active=max_active)
     peak_threads = threading.active_count()
-    peak_actors = live_actors() or 0
+    peak_actors = live_actors(hub)
     peak_rss = rss_mib()
     latencies: list[int] = []
     author = Operator()
@@ -91,12 +91,12 @@ def run(run_: BenchRun, args: argparse.Namespace) -> None:
                 latencies.append(time.perf_counter_ns() - t0)
                 peak_threads = max(peak_threads, threading.active_count())
                 if i % SAMPLE_EVERY == SAMPLE_EVERY - 1:
-                    peak_actors = max(peak_actors, live_actors() or 0)
+                    peak_actors = max(peak_actors, live_actors(hub))
                     peak_rss = max(peak_rss, rss_mib())
                     advance(SAMPLE_EVERY)
             seconds = time.perf_counter() - start
             advance(sessions % SAMPLE_EVERY)
-        peak_actors = max(peak_actors, live_actors() or 0)
+        peak_actors = max(peak_actors, live_actors(hub))
         peak_rss = max(peak_rss, rss_mib())
     finally:
         hub.close()

@@ -1,15 +1,30 @@
-"""The messages the Hub's actors exchange (frozen Structs, handled with ``match``)."""
+"""The messages the Hub's actors exchange (frozen Structs, handled with ``match``).
+
+A request is a :class:`Request` parametrized by the type of its answer, so
+``Hub._call(key, View(window=30))`` is typed ``Projection``; a told message (``Push``)
+has no answer and is a plain Struct.
+"""
 
 from __future__ import annotations
+
+from typing import Generic, TypeVar
 
 import msgspec
 
 from sharedesk.protocol.authors import SessionAuthor
 from sharedesk.protocol.events import Event
-from sharedesk.protocol.views import Conversation, SessionMessage, SharingState
+from sharedesk.protocol.transcripts import Transcript
+from sharedesk.protocol.views import Conversation, Projection, SessionMessage, SharingState
+
+#: The type of a request's answer.
+R = TypeVar("R")
 
 
-class Append(msgspec.Struct, frozen=True):
+class Request(msgspec.Struct, Generic[R], frozen=True):
+    """Base of the messages asked of an actor; ``R`` is the type of the answer."""
+
+
+class Append(Request[list[Event]], frozen=True):
     """Ask a session actor to append events (answer: the stored events).
 
     Attributes:
@@ -21,7 +36,7 @@ class Append(msgspec.Struct, frozen=True):
     expected_version: int | None = None
 
 
-class AppendAndShare(msgspec.Struct, frozen=True):
+class AppendAndShare(Request[list[Event]], frozen=True):
     """Ask a session actor to commit a turn: append its reply and store the next state.
 
     Attributes:
@@ -47,7 +62,7 @@ class Push(msgspec.Struct, frozen=True):
     events: tuple[Event, ...]
 
 
-class View(msgspec.Struct, frozen=True):
+class View(Request[Projection], frozen=True):
     """Ask a projector for its view (answer: a ``Projection``).
 
     Attributes:
@@ -57,7 +72,7 @@ class View(msgspec.Struct, frozen=True):
     window: int
 
 
-class GetTranscript(msgspec.Struct, frozen=True):
+class GetTranscript(Request[Transcript], frozen=True):
     """Ask a projector for its viewer's transcript, brought up to date (answer: ``Transcript``).
 
     Attributes:
@@ -86,7 +101,7 @@ class TurnPlan(msgspec.Struct, frozen=True):
     next_state: SharingState
 
 
-class Plan(msgspec.Struct, frozen=True):
+class Plan(Request[TurnPlan], frozen=True):
     """Ask the sharing actor to plan a turn (answer: a ``TurnPlan``).
 
     Attributes:
@@ -98,7 +113,7 @@ class Plan(msgspec.Struct, frozen=True):
     conversation: Conversation
 
 
-class Commit(msgspec.Struct, frozen=True):
+class Commit(Request[Event | None], frozen=True):
     """Ask the sharing actor to commit a planned turn (answer: the stored reply or ``None``).
 
     Attributes:

@@ -36,29 +36,39 @@ one per actor, plus the reaper, plus the store's and the run queue's own.
 
 Every wait for an actor's thread is bounded by ``ask_timeout`` (``ActorTimeout``) and
 ends early with ``HubClosed`` when the Hub closes.
+
+Lifecycle in a host process: every thread of ours is a daemon thread, so none keeps the
+interpreter alive, and every wait of a caller is taken in slices of ``_POLL`` seconds, so
+Ctrl-C (``KeyboardInterrupt``) reaches a caller blocked in the Hub. A Hub not closed
+when the interpreter exits is closed by an exit hook (:mod:`atexit`): each open Hub
+registers one small callable holding only a weak reference to it, and ``close()``
+unregisters it. That keeps no state of ours at module level (the registry is the
+interpreter's), and a Hub already collected is simply skipped. Acknowledged appends do not
+depend on the hook: they are durable when ``append`` returns.
 """
 
 from __future__ import annotations
 
-import importlib
+import atexit
 import os
 import threading
 import time
+import weakref
 from collections import OrderedDict, deque
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from types import MappingProxyType, TracebackType
-from typing import Any, Final, Self, TypeVar
+from typing import Any, Final, Self, TypeVar, cast
 
 import msgspec
 import pykka
-import structlog
 
 from sharedesk.actors._base import THREAD_PREFIX, ActorKey, HubActor, HubStore, Slot
-from sharedesk.actors._messages import Append, Commit, GetTranscript, Plan, TurnPlan, View
+from sharedesk.actors._messages import Append, Commit, GetTranscript, Plan, Request, TurnPlan, View
 from sharedesk.actors.projector import ProjectorActor
 from sharedesk.actors.session import SessionActor
 from sharedesk.actors.sharing import SharingActor
+from sharedesk.logconfig import logger
 from sharedesk.protocol.authors import SessionAuthor, author_key
 from sharedesk.protocol.constants import SESSION_WINDOW
 from sharedesk.protocol.errors import (
@@ -78,14 +88,18 @@ from sharedesk.protocol.validation import (
     check_session_id,
 )
 from sharedesk.protocol.views import Conversation, Projection, SessionMessage
+from sharedesk.runs.queue import RunQueue
 from sharedesk.store.memory import MemoryStore
 
-_log = structlog.get_logger()
+_log = logger()
 
 T = TypeVar("T")
 
 #: How often a waiting caller checks whether the Hub closed meanwhile, in seconds.
 _POLL: Final = 0.25
+#: Longest wait for each actor when the exit hook closes a Hub left open, in seconds: a
+#: stuck actor must not hold the exiting process for ``ask_timeout``.
+_EXIT_GRACE: Final = 2.0
 #: Times a request is resent when its actor stopped before handling it.
 _RESEND_ATTEMPTS: Final = 5
 
@@ -181,6 +195,13 @@ class Hub:
     Writes go through each session's actor; reads (``read``, ``last_sequence``,
     ``log``) go straight to the store. Thread-safe: call it from any number of threads.
     A context manager: leaving the block closes it.
+
+    Every method that reaches an actor may also raise:
+
+    - ``HubClosed``: the Hub is closed (or closed while the caller waited);
+    - ``SessionFailed``: the session exceeded its restart intensity;
+    - ``ActorTimeout``: no answer within ``ask_timeout``;
+    - ``ActorCrashed``: the handler failed; the actor was restarted.
     """
 
     def __init__(
@@ -211,14 +232,16 @@ class Hub:
         self._passivated = 0
         self._closing = False
         self._closed = False
-        self._runs: Any = None
+        self._runs: RunQueue | None = None
         self._stopping = threading.Event()
         self._reaper: threading.Thread | None = None
         if self._options.idle_timeout is not None:
             self._reaper = threading.Thread(
-                target=self._reap, name=f"{THREAD_PREFIX}reaper", daemon=False
+                target=self._reap, name=f"{THREAD_PREFIX}reaper", daemon=True
             )
             self._reaper.start()
+        self._exit_hook = _CloseAtExit(self)
+        atexit.register(self._exit_hook)
         _log.info("hub.opened", path=path, max_active=self._options.max_active)
 
     @classmethod
@@ -250,8 +273,9 @@ class Hub:
             store = MemoryStore()
             where = None
         else:
-            lmdb_module = importlib.import_module("sharedesk.store.lmdb")
-            store = lmdb_module.LmdbStore(path, **options)
+            from sharedesk.store.lmdb import LmdbStore  # a memory-only Hub never loads LMDB
+
+            store = LmdbStore(path, **options)
             where = os.fspath(path)
         return cls(store, settings, path=where)
 
@@ -272,14 +296,14 @@ class Hub:
         """Whether ``close()`` was called."""
         return self._closing
 
-    def subscribers(self, session_id: str) -> tuple[HubActor, ...]:
+    def _subscribers_of(self, session_id: str) -> tuple[HubActor, ...]:
         """Return the actors ``session_id`` pushes events to (projectors, sharing).
 
         Cost: O(1); takes no lock.
         """
         return self._pushed_to.get(session_id, ())
 
-    def crashed(self, key: ActorKey, ref: pykka.ActorRef[Any]) -> None:
+    def _crashed(self, key: ActorKey, actor: HubActor) -> None:
         """Forget a failed actor and count its restart (called by the failing handler).
 
         Past the restart intensity, marks the session failed and stops its other actors.
@@ -290,7 +314,7 @@ class Hub:
         victims: list[Slot] = []
         with self._lock:
             slot = self._slots.get(key)
-            if slot is not None and slot.ref is ref:
+            if slot is not None and slot.ref is actor:
                 self._forget_locked(slot)
                 if slot.thread is not None:
                     self._retired.append(slot.thread)
@@ -316,29 +340,6 @@ class Hub:
             if victim.actor is not None:
                 victim.actor.stop_soon()
 
-    def call(self, key: ActorKey, message: Any, *, inline: bool = False) -> Any:
-        """Send ``message`` to the actor named ``key`` and return its answer.
-
-        Args:
-            key: The actor.
-            message: The request.
-            inline: Run it on the caller's thread if the actor is idle (writes only,
-                and only with the ``inline_writes`` option).
-
-        Returns:
-            The actor's answer.
-
-        Raises:
-            HubClosed: The Hub is closed (or closed while waiting).
-            SessionFailed: The session exceeded its restart intensity.
-            ActorTimeout: No answer within ``ask_timeout``.
-            ActorCrashed: The handler failed; the actor was restarted.
-            SharedeskError: Whatever the handler raised.
-
-        Cost: one message round trip (none when run inline); blocks the caller.
-        """
-        return self._call(key, message, inline=inline)
-
     # -- the store port ----------------------------------------------------------------
 
     def append(
@@ -357,7 +358,7 @@ class Hub:
         Raises:
             ValidationError: Malformed input; nothing was written.
             ConcurrencyError: ``expected_version`` differs from the last sequence.
-            HubClosed, SessionFailed, ActorTimeout, ActorCrashed: See :meth:`call`.
+            HubClosed, SessionFailed, ActorTimeout, ActorCrashed: See :class:`Hub`.
 
         Cost: one round trip to the session actor plus the store's append (LMDB: one
         group-committed fsync, shared with appends of other sessions).
@@ -450,7 +451,7 @@ class Hub:
 
         Raises:
             ValidationError: A malformed argument, or a conversation of another desk.
-            HubClosed, SessionFailed, ActorTimeout, ActorCrashed: See :meth:`call`.
+            HubClosed, SessionFailed, ActorTimeout, ActorCrashed: See :class:`Hub`.
 
         Cost: O(1) when nothing was appended since the last view of this window (the
         projector's published view, checked against the store's last sequence); else one
@@ -499,7 +500,7 @@ class Hub:
         Raises:
             ValidationError: A malformed argument.
             PageError, LogReadError: The store's log misbehaved.
-            HubClosed, SessionFailed, ActorTimeout, ActorCrashed: See :meth:`call`.
+            HubClosed, SessionFailed, ActorTimeout, ActorCrashed: See :class:`Hub`.
 
         A log that ends above the watermark (a young desk whose first turn came before
         its first row, or a watermark on run events below every message) has had its
@@ -524,7 +525,7 @@ class Hub:
 
         Raises:
             ValidationError: A malformed argument.
-            HubClosed, SessionFailed, ActorTimeout, ActorCrashed: See :meth:`call`.
+            HubClosed, SessionFailed, ActorTimeout, ActorCrashed: See :class:`Hub`.
 
         Cost: the first call reads the whole session; later calls read only the events
         appended since (``TranscriptBuilder.update_from_store``).
@@ -572,8 +573,7 @@ class Hub:
             if self._closing:
                 raise HubClosed(self._path)
             if self._runs is None:
-                queue_module = importlib.import_module("sharedesk.runs.queue")
-                self._runs = queue_module.RunQueue(
+                self._runs = RunQueue(
                     self,
                     max_concurrent_runs=self._options.max_concurrent_runs,
                     max_queued_runs=self._options.max_queued_runs,
@@ -673,11 +673,16 @@ class Hub:
         Cost: blocks until the actors stop (at most ``ask_timeout`` each); closes the
         store (LMDB: stops its writer thread).
         """
+        self._close(self._options.ask_timeout)
+
+    def _close(self, timeout: float) -> None:
+        # close(), with every wait for an actor or thread bounded by ``timeout``.
         with self._lock:
             if self._closing:
                 return
             self._closing = True
             runs = self._runs
+        atexit.unregister(self._exit_hook)
         if runs is not None:
             runs.close()
         with self._lock:
@@ -689,9 +694,8 @@ class Hub:
             retired, self._retired = self._retired, []
         self._stopping.set()
         if self._reaper is not None:
-            self._reaper.join()
-        self._stop_slots(slots)
-        timeout = self._options.ask_timeout
+            self._reaper.join(timeout)
+        self._stop_slots(slots, timeout)
         for thread in retired:
             if thread.ident is not None:
                 thread.join(timeout)
@@ -788,7 +792,10 @@ class Hub:
         if starting:
             self._start(slot)
         else:
-            slot.started.wait()
+            while not slot.started.wait(_POLL):  # in slices: Ctrl-C reaches the caller
+                if self._closed:
+                    slot.pins.pop()
+                    raise HubClosed(self._path)
             if slot.ref is None:  # its start failed
                 slot.pins.pop()
                 raise ActorCrashed(key.kind, key.session_id, "the actor could not be started")
@@ -838,8 +845,9 @@ class Hub:
         self._passivated += len(victims)
         return victims
 
-    def _stop_slots(self, slots: list[Slot]) -> None:
-        timeout = self._options.ask_timeout
+    def _stop_slots(self, slots: list[Slot], timeout: float | None = None) -> None:
+        if timeout is None:
+            timeout = self._options.ask_timeout
         for slot in slots:
             slot.started.wait(timeout)  # one being started (only at close) is stopped too
         stopping = [
@@ -865,16 +873,30 @@ class Hub:
     def _call(
         self,
         key: ActorKey,
-        message: Any,
+        message: Request[T],
         fast: Callable[[Slot], T | None] | None = None,
         *,
         inline: bool = False,
-    ) -> Any:
-        """Send ``message`` to ``key``'s actor (resent to a fresh one after a crash).
+    ) -> T:
+        """Send ``message`` to the actor named ``key`` and return its answer.
 
-        ``fast`` may answer from the slot without a message; ``inline``: the message
-        is a write that may run on this thread when the actor is idle (only with the
-        ``inline_writes`` option).
+        A request that reaches an actor which stopped before handling it is resent to
+        a fresh one (the actors reach the Hub through this method too, as their
+        ``Supervisor``).
+
+        Args:
+            key: The actor (started if needed).
+            message: The request; its type parameter is the answer's type.
+            fast: May answer from the slot without a message (``None``: no answer).
+            inline: Run it on the caller's thread if the actor is idle (writes only,
+                and only with the ``inline_writes`` option).
+
+        Raises:
+            HubClosed, SessionFailed, ActorTimeout, ActorCrashed: See :class:`Hub`.
+            SharedeskError: Whatever the handler raised.
+
+        Cost: one message round trip (none when run inline or answered by ``fast``);
+        blocks the caller.
         """
         for _attempt in range(_RESEND_ATTEMPTS):
             slot = self._acquire(key)
@@ -888,10 +910,10 @@ class Hub:
                 if inline and self._options.inline_writes:
                     ran, answer = actor.run_inline(message)
                     if ran:
-                        return answer
+                        return cast(T, answer)  # the handler answers a Request[T] with a T
                 if not actor.ensure_running():
                     continue  # stopped meanwhile: resend to a fresh actor
-                return self._wait(slot.ref.ask(message, block=False), slot)
+                return cast(T, self._wait(actor.ask(message), slot))
             except pykka.ActorDeadError:
                 continue  # stopped before handling it: resend to a fresh actor
             finally:
@@ -940,6 +962,28 @@ class Hub:
                 self._stop_slots(victims)
 
 
+class _CloseAtExit:
+    """The exit hook of one open Hub: closes it if still open; holds it only weakly.
+
+    Each wait is bounded by ``_EXIT_GRACE``: an actor stuck in a store call is left to
+    die with the process (its thread is a daemon) rather than hold the exit.
+    """
+
+    __slots__ = ("_hub",)
+
+    def __init__(self, hub: Hub) -> None:
+        self._hub = weakref.ref(hub)
+
+    def __call__(self) -> None:
+        hub = self._hub()
+        if hub is None:
+            return
+        try:
+            hub._close(min(hub.options.ask_timeout, _EXIT_GRACE))
+        except Exception:  # at exit there is no caller left to hand an error to
+            _log.warning("hub.close_at_exit_failed", path=hub._path, exc_info=True)
+
+
 class SessionHandle:
     """A handle to one session of a Hub: writes go through the session's actor.
 
@@ -978,7 +1022,7 @@ class SessionHandle:
 
         Raises:
             ValidationError: Malformed input.
-            HubClosed, SessionFailed, ActorTimeout, ActorCrashed: See :meth:`Hub.call`.
+            HubClosed, SessionFailed, ActorTimeout, ActorCrashed: See :class:`Hub`.
 
         Cost: as :meth:`Hub.append` of one event.
         """
@@ -1061,7 +1105,7 @@ class Turn:
                 so a turn whose rival left the state as it was (no reply, nothing new)
                 commits; its messages are then empty, so nothing is delivered twice.
             ValidationError: A malformed reply, or an ``Event`` by someone else.
-            HubClosed, SessionFailed, ActorTimeout, ActorCrashed: See :meth:`Hub.call`.
+            HubClosed, SessionFailed, ActorTimeout, ActorCrashed: See :class:`Hub`.
 
         Cost: one store transaction holding reply and state (LMDB: one fsync); with
         ``inline_writes`` it runs on the caller's thread when the session's actors are

@@ -31,11 +31,11 @@ from __future__ import annotations
 from typing import Any, Final
 
 import msgspec
-import structlog
 
 from sharedesk.actors._base import HubActor, ViewSnapshot
 from sharedesk.actors._messages import GetTranscript, Push, View
 from sharedesk.actors._tail import Tail
+from sharedesk.logconfig import logger
 from sharedesk.projection import project_session
 from sharedesk.protocol.constants import PAGE_SIZE, SCAN_LIMIT
 from sharedesk.protocol.events import Event
@@ -50,7 +50,7 @@ from sharedesk.protocol.views import (
     SessionQuery,
 )
 
-_log = structlog.get_logger()
+_log = logger()
 
 #: Most distinct windows whose views a projector caches at once.
 _CACHED_WINDOWS: Final = 4

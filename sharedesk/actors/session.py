@@ -148,7 +148,7 @@ class SessionActor(HubActor):
                 fresh.append(event)
                 last = _sequence_of(event)
         self.last = last
-        projectors = self.hub.subscribers(self.key.session_id)
+        projectors = self.hub._subscribers_of(self.key.session_id)
         if not fresh or not projectors:
             return
         push = Push(events=tuple(fresh))

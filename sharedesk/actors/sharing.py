@@ -42,11 +42,10 @@ from __future__ import annotations
 
 from typing import Any
 
-import structlog
-
 from sharedesk.actors._base import ActorKey, HubActor
 from sharedesk.actors._messages import AppendAndShare, Commit, Plan, Push, TurnPlan
 from sharedesk.actors._tail import Tail
+from sharedesk.logconfig import logger
 from sharedesk.projection import prepare_delta, project_session
 from sharedesk.protocol.authors import SessionAuthor, System, author_key, same_participant
 from sharedesk.protocol.constants import SESSION_WINDOW
@@ -62,7 +61,7 @@ from sharedesk.protocol.views import (
     SharingState,
 )
 
-_log = structlog.get_logger()
+_log = logger()
 
 _MARKER_AUTHOR = System(kind="sharedesk.marker", label="")
 
@@ -208,7 +207,7 @@ class SharingActor(HubActor):
             state=plan.next_state,
             expected_state=plan.expected_state,
         )
-        stored: list[Event] = self.hub.call(
+        stored: list[Event] = self.hub._call(
             ActorKey(kind="session", session_id=self.key.session_id), message, inline=True
         )
         _log.info(

@@ -4,6 +4,22 @@ Every error sharedesk raises derives from :class:`SharedeskError`. Each error ta
 figures that describe the failure as arguments, keeps them as attributes of the same
 name, and builds its message from them (what was expected, what was found, where).
 
+An error is declared once: its figures as annotated class attributes (in the order of
+the constructor's arguments, a base class's first) and its message as a ``template``,
+formatted with the figures (and any property of the error). The base class builds the
+constructor (typed for mypy through ``dataclass_transform``) and ``__reduce__``, so an
+error pickles with its figures::
+
+    class PageTooLarge(PageError):
+        requested: int
+        actual: int
+        template = "page holds {actual} rows, but at most {requested} were requested"
+
+A subclass without a ``template`` of its own inherits its parent's figures and message;
+one that only changes the message declares a new ``template``. A class written the
+plain way (its own ``__init__`` calling ``super().__init__(message)`` and a ``_figures``
+tuple naming its constructor's arguments, for pickling) is accepted too.
+
 ``SharedeskError`` derives from :class:`Exception`, not :class:`ValueError`: msgspec
 rewraps ``ValueError``/``TypeError`` raised in ``__post_init__`` while decoding, and our
 invariants (``PresentSetTooLarge``) must reach the caller unchanged. Note that
@@ -13,16 +29,86 @@ package always write msgspec's in full.
 
 from __future__ import annotations
 
-from typing import Any
+import inspect
+from typing import Any, ClassVar, dataclass_transform
 
 
+def _declared_figures(cls: type) -> tuple[str, ...]:
+    """Return the figures (annotated, non-``ClassVar`` attributes) of ``cls``, bases first."""
+    names: list[str] = []
+    for klass in reversed(cls.__mro__):
+        for name, annotation in vars(klass).get("__annotations__", {}).items():
+            if name.startswith("_") or "ClassVar" in str(annotation) or name in names:
+                continue
+            names.append(name)
+    return tuple(names)
+
+
+class _Figures(dict[str, Any]):
+    """The values a message template is formatted with: the error's attributes."""
+
+    def __init__(self, error: SharedeskError) -> None:
+        super().__init__()
+        self._error = error
+
+    def __missing__(self, name: str) -> Any:
+        return getattr(self._error, name)
+
+
+def _declared_init(self: SharedeskError, *args: Any, **kwargs: Any) -> None:
+    """Bind the figures of a declared error, keep them as attributes, build the message."""
+    cls = type(self)
+    names = cls._figures
+    if len(args) > len(names):
+        raise TypeError(f"{cls.__name__}() takes {len(names)} arguments, got {len(args)}")
+    values = dict(zip(names, args, strict=False))
+    for name, value in kwargs.items():
+        if name not in names or name in values:
+            raise TypeError(f"{cls.__name__}() got an unexpected or repeated argument {name!r}")
+        values[name] = value
+    missing = [name for name in names if name not in values]
+    if missing:
+        raise TypeError(f"{cls.__name__}() is missing the arguments {missing}")
+    for name in names:
+        setattr(self, name, values[name])
+    template = cls.template
+    assert template is not None
+    Exception.__init__(self, template.format_map(_Figures(self)))
+
+
+@dataclass_transform()
 class SharedeskError(Exception):
     """Base class of every error raised by sharedesk."""
 
-    #: Names of the constructor arguments kept as attributes (used to pickle the error).
-    _figures: tuple[str, ...] = ()
+    #: The message, formatted with the figures; a class that declares one gets a
+    #: constructor taking its figures (see the module docstring).
+    template: ClassVar[str | None] = None
+    #: Names of the constructor's arguments, kept as attributes (used to pickle the error).
+    _figures: ClassVar[tuple[str, ...]] = ()
 
-    def __reduce__(self) -> tuple[Any, ...]:
+    def __init__(self, *args: object) -> None:
+        super().__init__(*args)
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        own = vars(cls)
+        if "__init__" in own:
+            return  # written the plain way: it keeps its own __init__ and _figures
+        if cls.template is not None and ("template" in own or "__annotations__" in own):
+            cls._figures = _declared_figures(cls)
+        if own.get("template") is not None:
+            cls.__init__ = _declared_init  # type: ignore[method-assign]
+        if cls.__init__ is _declared_init:
+            cls.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+                [
+                    inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+                    for name in cls._figures
+                ]
+            )
+
+    def __reduce__(self) -> str | tuple[Any, ...]:
+        if not self._figures:  # a family base raised with a plain message
+            return super().__reduce__()
         return (type(self), tuple(getattr(self, name) for name in self._figures))
 
 
@@ -33,11 +119,8 @@ class ValidationError(SharedeskError):
         message: What is wrong, naming the offending field or value.
     """
 
-    _figures = ("message",)
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message)
-        self.message = message
+    message: str
+    template = "{message}"
 
 
 class ConcurrencyError(SharedeskError):
@@ -50,12 +133,9 @@ class ConcurrencyError(SharedeskError):
         actual: The session's last sequence at the time of the append.
     """
 
-    _figures = ("expected", "actual")
-
-    def __init__(self, expected: int, actual: int) -> None:
-        super().__init__(f"expected version {expected}, but the session is at {actual}")
-        self.expected = expected
-        self.actual = actual
+    expected: int
+    actual: int
+    template = "expected version {expected}, but the session is at {actual}"
 
 
 class SharingStateConflict(ConcurrencyError):
@@ -69,14 +149,10 @@ class SharingStateConflict(ConcurrencyError):
         actual: The stored watermark (-1 for no state).
     """
 
-    def __init__(self, expected: int, actual: int) -> None:
-        SharedeskError.__init__(
-            self,
-            f"sharing state moved: the turn planned from watermark {expected}, "
-            f"but the stored watermark is {actual}",
-        )
-        self.expected = expected
-        self.actual = actual
+    template = (
+        "sharing state moved: the turn planned from watermark {expected}, "
+        "but the stored watermark is {actual}"
+    )
 
 
 class LogReadError(SharedeskError):
@@ -89,12 +165,9 @@ class LogReadError(SharedeskError):
         limit: The number of rows that was asked for.
     """
 
-    _figures = ("before", "limit")
-
-    def __init__(self, before: int | None, limit: int) -> None:
-        super().__init__(f"session log failed to read {limit} rows before {before}")
-        self.before = before
-        self.limit = limit
+    before: int | None
+    limit: int
+    template = "session log failed to read {limit} rows before {before}"
 
 
 class PageError(SharedeskError):
@@ -109,12 +182,9 @@ class PageTooLarge(PageError):
         actual: The number of rows the page held.
     """
 
-    _figures = ("requested", "actual")
-
-    def __init__(self, requested: int, actual: int) -> None:
-        super().__init__(f"page holds {actual} rows, but at most {requested} were requested")
-        self.requested = requested
-        self.actual = actual
+    requested: int
+    actual: int
+    template = "page holds {actual} rows, but at most {requested} were requested"
 
 
 class EmptyPageCursor(PageError):
@@ -124,11 +194,8 @@ class EmptyPageCursor(PageError):
         next_before: The cursor the empty page gave.
     """
 
-    _figures = ("next_before",)
-
-    def __init__(self, next_before: int) -> None:
-        super().__init__(f"empty page gives cursor next_before={next_before}; expected None")
-        self.next_before = next_before
+    next_before: int
+    template = "empty page gives cursor next_before={next_before}; expected None"
 
 
 class DuplicateSequence(PageError):
@@ -138,11 +205,8 @@ class DuplicateSequence(PageError):
         sequence: The repeated sequence.
     """
 
-    _figures = ("sequence",)
-
-    def __init__(self, sequence: int) -> None:
-        super().__init__(f"sequence {sequence} was already returned in this walk")
-        self.sequence = sequence
+    sequence: int
+    template = "sequence {sequence} was already returned in this walk"
 
 
 class PageOutOfRange(PageError):
@@ -153,12 +217,9 @@ class PageOutOfRange(PageError):
         before: The exclusive cursor asked for.
     """
 
-    _figures = ("sequence", "before")
-
-    def __init__(self, sequence: int, before: int) -> None:
-        super().__init__(f"row {sequence} is not below the exclusive cursor {before}")
-        self.sequence = sequence
-        self.before = before
+    sequence: int
+    before: int
+    template = "row {sequence} is not below the exclusive cursor {before}"
 
 
 class PageNotDescending(PageError):
@@ -169,12 +230,9 @@ class PageNotDescending(PageError):
         next: The offending row's sequence.
     """
 
-    _figures = ("previous", "next")
-
-    def __init__(self, previous: int, next: int) -> None:
-        super().__init__(f"row {next} follows row {previous}; rows must be newest first")
-        self.previous = previous
-        self.next = next
+    previous: int
+    next: int
+    template = "row {next} follows row {previous}; rows must be newest first"
 
 
 class CursorDidNotAdvance(PageError):
@@ -185,12 +243,9 @@ class CursorDidNotAdvance(PageError):
         next_before: The cursor the page gave.
     """
 
-    _figures = ("before", "next_before")
-
-    def __init__(self, before: int, next_before: int) -> None:
-        super().__init__(f"next_before={next_before} does not advance past before={before}")
-        self.before = before
-        self.next_before = next_before
+    before: int
+    next_before: int
+    template = "next_before={next_before} does not advance past before={before}"
 
 
 class CursorAfterOldest(PageError):
@@ -201,15 +256,11 @@ class CursorAfterOldest(PageError):
         oldest: The sequence of the page's oldest row.
     """
 
-    _figures = ("next_before", "oldest")
-
-    def __init__(self, next_before: int, oldest: int) -> None:
-        super().__init__(
-            f"next_before={next_before} lies above the page's oldest row {oldest}; "
-            "rows would be skipped"
-        )
-        self.next_before = next_before
-        self.oldest = oldest
+    next_before: int
+    oldest: int
+    template = (
+        "next_before={next_before} lies above the page's oldest row {oldest}; rows would be skipped"
+    )
 
 
 class WatermarkRegression(SharedeskError):
@@ -220,12 +271,9 @@ class WatermarkRegression(SharedeskError):
         watermark: The state's watermark.
     """
 
-    _figures = ("before", "watermark")
-
-    def __init__(self, before: int, watermark: int) -> None:
-        super().__init__(f"before={before} lies below the watermark {watermark}")
-        self.before = before
-        self.watermark = watermark
+    before: int
+    watermark: int
+    template = "before={before} lies below the watermark {watermark}"
 
 
 class PresentSetOverflow(SharedeskError):
@@ -236,12 +284,9 @@ class PresentSetOverflow(SharedeskError):
         sequence: The sequence that did not fit.
     """
 
-    _figures = ("limit", "sequence")
-
-    def __init__(self, limit: int, sequence: int) -> None:
-        super().__init__(f"present set is full ({limit} sequences); cannot add {sequence}")
-        self.limit = limit
-        self.sequence = sequence
+    limit: int
+    sequence: int
+    template = "present set is full ({limit} sequences); cannot add {sequence}"
 
 
 class PresentSetTooLarge(SharedeskError):
@@ -252,12 +297,9 @@ class PresentSetTooLarge(SharedeskError):
         actual: The number of sequences the state holds.
     """
 
-    _figures = ("limit", "actual")
-
-    def __init__(self, limit: int, actual: int) -> None:
-        super().__init__(f"present set holds {actual} sequences; at most {limit} are allowed")
-        self.limit = limit
-        self.actual = actual
+    limit: int
+    actual: int
+    template = "present set holds {actual} sequences; at most {limit} are allowed"
 
 
 class RunError(SharedeskError):
@@ -273,11 +315,7 @@ class RunNotFound(RunError):
         run_id: The id that was looked up.
     """
 
-    _figures = ("run_id",)
-
-    def __init__(self, run_id: str) -> None:
-        super().__init__(f"no run with id {run_id!r}")
-        self.run_id = run_id
+    template = "no run with id {run_id!r}"
 
 
 class RunStateError(RunError):
@@ -292,13 +330,9 @@ class RunStateError(RunError):
         action: What was refused (``"cancel"``, ``"execute"``, ``"emit"``).
     """
 
-    _figures = ("run_id", "status", "action")
-
-    def __init__(self, run_id: str, status: str, action: str) -> None:
-        super().__init__(f"cannot {action} run {run_id!r}: it is {status}")
-        self.run_id = run_id
-        self.status = status
-        self.action = action
+    status: str
+    action: str
+    template = "cannot {action} run {run_id!r}: it is {status}"
 
 
 class RunTimeout(RunError):
@@ -306,15 +340,11 @@ class RunTimeout(RunError):
 
     Attributes:
         run_id: The run.
-        timeout_ms: The timeout that was exceeded, in milliseconds.
+        timeout: The timeout that was exceeded, in seconds.
     """
 
-    _figures = ("run_id", "timeout_ms")
-
-    def __init__(self, run_id: str, timeout_ms: float) -> None:
-        super().__init__(f"run {run_id!r} did not finish within {timeout_ms} ms")
-        self.run_id = run_id
-        self.timeout_ms = timeout_ms
+    timeout: float
+    template = "run {run_id!r} did not finish within {timeout} s"
 
 
 class RunFailed(RunError):
@@ -328,13 +358,9 @@ class RunFailed(RunError):
         error_message: The recorded error message.
     """
 
-    _figures = ("run_id", "error_code", "error_message")
-
-    def __init__(self, run_id: str, error_code: str, error_message: str) -> None:
-        super().__init__(f"run {run_id!r} failed: {error_code}: {error_message}")
-        self.run_id = run_id
-        self.error_code = error_code
-        self.error_message = error_message
+    error_code: str
+    error_message: str
+    template = "run {run_id!r} failed: {error_code}: {error_message}"
 
 
 class RunCancelled(RunError):
@@ -344,11 +370,7 @@ class RunCancelled(RunError):
         run_id: The run.
     """
 
-    _figures = ("run_id",)
-
-    def __init__(self, run_id: str) -> None:
-        super().__init__(f"run {run_id!r} was cancelled")
-        self.run_id = run_id
+    template = "run {run_id!r} was cancelled"
 
 
 class QueueFull(SharedeskError):
@@ -359,15 +381,12 @@ class QueueFull(SharedeskError):
         max_queued_runs: The most runs that may wait per session.
     """
 
-    _figures = ("session_id", "max_queued_runs")
-
-    def __init__(self, session_id: str, max_queued_runs: int) -> None:
-        super().__init__(
-            f"session {session_id!r} already has {max_queued_runs} queued runs "
-            f"(max_queued_runs={max_queued_runs})"
-        )
-        self.session_id = session_id
-        self.max_queued_runs = max_queued_runs
+    session_id: str
+    max_queued_runs: int
+    template = (
+        "session {session_id!r} already has {max_queued_runs} queued runs "
+        "(max_queued_runs={max_queued_runs})"
+    )
 
 
 class QueueClosed(SharedeskError):
@@ -377,11 +396,8 @@ class QueueClosed(SharedeskError):
         session_id: The session the run was submitted for.
     """
 
-    _figures = ("session_id",)
-
-    def __init__(self, session_id: str) -> None:
-        super().__init__(f"the run queue is closed; cannot submit a run for {session_id!r}")
-        self.session_id = session_id
+    session_id: str
+    template = "the run queue is closed; cannot submit a run for {session_id!r}"
 
 
 class ProviderError(SharedeskError):
@@ -431,12 +447,12 @@ class StoreClosedError(StoreError):
         path: Where the store lives, or ``None`` for an in-memory store.
     """
 
-    _figures = ("path",)
+    path: str | None
+    template = "the {_where} is closed"
 
-    def __init__(self, path: str | None) -> None:
-        where = "in-memory store" if path is None else f"store at {path}"
-        super().__init__(f"the {where} is closed")
-        self.path = path
+    @property
+    def _where(self) -> str:
+        return "in-memory store" if self.path is None else f"store at {self.path}"
 
 
 class HubClosed(StoreClosedError):
@@ -449,12 +465,11 @@ class HubClosed(StoreClosedError):
         path: Where the Hub's store lives, or ``None`` for an in-memory Hub.
     """
 
-    _figures = ("path",)
+    template = "the {_where} is closed"
 
-    def __init__(self, path: str | None) -> None:
-        where = "in-memory hub" if path is None else f"hub at {path}"
-        StoreError.__init__(self, f"the {where} is closed")
-        self.path = path
+    @property
+    def _where(self) -> str:
+        return "in-memory hub" if self.path is None else f"hub at {self.path}"
 
 
 class HubError(SharedeskError):
@@ -473,15 +488,10 @@ class ActorTimeout(HubError):
         timeout: The time waited, in seconds.
     """
 
-    _figures = ("actor", "session_id", "timeout")
-
-    def __init__(self, actor: str, session_id: str, timeout: float) -> None:
-        super().__init__(
-            f"{actor} actor of session {session_id!r} did not answer within {timeout} s"
-        )
-        self.actor = actor
-        self.session_id = session_id
-        self.timeout = timeout
+    actor: str
+    session_id: str
+    timeout: float
+    template = "{actor} actor of session {session_id!r} did not answer within {timeout} s"
 
 
 class ActorCrashed(HubError):
@@ -497,15 +507,10 @@ class ActorCrashed(HubError):
         detail: The failure, as ``repr`` of the original exception.
     """
 
-    _figures = ("actor", "session_id", "detail")
-
-    def __init__(self, actor: str, session_id: str, detail: str) -> None:
-        super().__init__(
-            f"{actor} actor of session {session_id!r} failed and was restarted: {detail}"
-        )
-        self.actor = actor
-        self.session_id = session_id
-        self.detail = detail
+    actor: str
+    session_id: str
+    detail: str
+    template = "{actor} actor of session {session_id!r} failed and was restarted: {detail}"
 
 
 class SessionFailed(HubError):
@@ -521,39 +526,41 @@ class SessionFailed(HubError):
         period: The period of the restart intensity, in seconds.
     """
 
-    _figures = ("session_id", "restarts", "period")
-
-    def __init__(self, session_id: str, restarts: int, period: float) -> None:
-        super().__init__(
-            f"session {session_id!r} failed: its actors restarted more than {restarts} "
-            f"times within {period} s"
-        )
-        self.session_id = session_id
-        self.restarts = restarts
-        self.period = period
+    session_id: str
+    restarts: int
+    period: float
+    template = (
+        "session {session_id!r} failed: its actors restarted more than {restarts} "
+        "times within {period} s"
+    )
 
 
 class StoreFullError(StoreError):
-    """Raised when an append would grow the store past its ``max_map_size``.
+    """Raised when an append would grow the store past its ``max_map_size``, or the disk is full.
 
     Nothing from the failing append was written.
 
     Attributes:
         path: Where the store lives.
         map_size: The store's current map size in bytes.
-        max_map_size: The configured ceiling in bytes.
+        max_map_size: The configured ceiling in bytes (0: none).
+        disk_full: The file system holding the store had no space left.
     """
 
-    _figures = ("path", "map_size", "max_map_size")
+    _figures = ("path", "map_size", "max_map_size", "disk_full")
 
-    def __init__(self, path: str, map_size: int, max_map_size: int) -> None:
-        super().__init__(
-            f"store at {path} is full: map size {map_size} bytes may not grow past "
-            f"max_map_size={max_map_size}"
-        )
+    def __init__(
+        self, path: str, map_size: int, max_map_size: int, disk_full: bool = False
+    ) -> None:
+        if disk_full:
+            reason = f"the disk has no space left (map size {map_size} bytes)"
+        else:
+            reason = f"map size {map_size} bytes may not grow past max_map_size={max_map_size}"
+        super().__init__(f"store at {path} is full: {reason}")
         self.path = path
         self.map_size = map_size
         self.max_map_size = max_map_size
+        self.disk_full = disk_full
 
 
 class CorruptRecordError(StoreError):
@@ -565,13 +572,10 @@ class CorruptRecordError(StoreError):
         detail: What the decoder reported.
     """
 
-    _figures = ("session_id", "sequence", "detail")
-
-    def __init__(self, session_id: str, sequence: int, detail: str) -> None:
-        super().__init__(f"record {sequence} of session {session_id!r} cannot be decoded: {detail}")
-        self.session_id = session_id
-        self.sequence = sequence
-        self.detail = detail
+    session_id: str
+    sequence: int
+    detail: str
+    template = "record {sequence} of session {session_id!r} cannot be decoded: {detail}"
 
 
 class StoreIOError(StoreError):
@@ -582,9 +586,6 @@ class StoreIOError(StoreError):
         operation: What was being done (``"open"``, ``"append"``, ``"read"``, ...).
     """
 
-    _figures = ("path", "operation")
-
-    def __init__(self, path: str, operation: str) -> None:
-        super().__init__(f"store at {path} failed during {operation}")
-        self.path = path
-        self.operation = operation
+    path: str
+    operation: str
+    template = "store at {path} failed during {operation}"

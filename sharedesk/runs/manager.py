@@ -40,8 +40,8 @@ from types import MappingProxyType
 from typing import Any, Final
 
 import msgspec
-import structlog
 
+from sharedesk.logconfig import logger
 from sharedesk.projection.transcript import TranscriptBuilder
 from sharedesk.protocol.authors import Agent, Operator, SessionAuthor, System
 from sharedesk.protocol.constants import PAGE_SIZE
@@ -330,7 +330,7 @@ def _check_timeout(adapter_opts: Any) -> float | None:
         return None
     if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0:
         raise ValidationError(
-            f"adapter_opts['timeout'] must be a positive number of milliseconds, got {timeout!r}"
+            f"adapter_opts['timeout'] must be a positive number of seconds, got {timeout!r}"
         )
     return float(timeout)
 
@@ -484,7 +484,7 @@ class SessionManager:
                 f"session {sid!r} was already started with other metadata "
                 f"({stored.body.metadata!r})"
             )
-        structlog.get_logger().debug("session.started", session_id=sid)
+        logger().debug("session.started", session_id=sid)
         return fold_session(sid, store.read(sid))
 
     @staticmethod
@@ -533,7 +533,7 @@ class SessionManager:
                 Event(author, Text(message["content"]), id=_input_id(hexid, index), run_id=run_id)
             )
         store.append(session_id, events)
-        structlog.get_logger().debug("run.created", session_id=session_id, run_id=run_id)
+        logger().debug("run.created", session_id=session_id, run_id=run_id)
         return Run(id=run_id, session_id=session_id, status="pending", input=messages)
 
     @staticmethod
@@ -580,7 +580,7 @@ class SessionManager:
             continuation_opts: ``limit``, ``max_messages``, ``max_chars``,
                 ``max_tokens_approx`` (ints or ``None``).
             adapter_opts: Passed to ``adapter.execute`` unchanged (``None``: an empty
-                dict); ``"timeout"`` (ms) bounds the run.
+                dict); ``"timeout"`` (seconds) bounds the run.
 
         Returns:
             The run's result.
@@ -608,13 +608,13 @@ class SessionManager:
             raise RunNotFound(run_id)
         if run.status != "pending":
             raise RunStateError(run_id, run.status, "execute")
-        log = structlog.get_logger().bind(session_id=session_id, run_id=run_id)
+        log = logger().bind(session_id=session_id, run_id=run_id)
         session = fold_session(session_id, events)
         try:
             _check_adapter(adapter)
             mode = _check_continuation(continuation, adapter)
             budget = _check_continuation_opts(continuation_opts)
-            timeout_ms = _check_timeout(adapter_opts)
+            timeout = _check_timeout(adapter_opts)
         except ValidationError as exc:
             _finish(
                 store,
@@ -680,16 +680,16 @@ class SessionManager:
         worker = threading.Thread(target=work, name=f"sharedesk-run-{hexid[:8]}", daemon=True)
         worker.start()
         try:
-            return SessionManager._wait(execution, timeout_ms, log)
+            return SessionManager._wait(execution, timeout, log)
         finally:
             if execution.done.is_set():
                 worker.join()  # it has returned; only a timed-out or cancelled one is left
 
     @staticmethod
-    def _wait(execution: _Execution, timeout_ms: float | None, log: Any) -> RunResult:
+    def _wait(execution: _Execution, timeout: float | None, log: Any) -> RunResult:
         """Wait for the adapter, a cancel or the timeout, and finish the run once."""
         run_id = execution.run_id
-        deadline = None if timeout_ms is None else time.monotonic() + timeout_ms / 1000
+        deadline = None if timeout is None else time.monotonic() + timeout
         interval = _FIRST_POLL_S
         with execution.lock:
             execution.check_store()
@@ -707,17 +707,17 @@ class SessionManager:
                 and time.monotonic() >= deadline
                 and not execution.done.is_set()
             ):
-                assert timeout_ms is not None
+                assert timeout is not None
                 _, won = execution.finish(
                     RunFinished(
                         status="timeout",
                         error_code="timeout",
-                        error_message=f"no result within {timeout_ms} ms",
+                        error_message=f"no result within {timeout} s",
                     )
                 )
                 if won:
-                    log.info("run.timeout", timeout_ms=timeout_ms)
-                    raise RunTimeout(run_id, timeout_ms)
+                    log.info("run.timeout", timeout=timeout)
+                    raise RunTimeout(run_id, timeout)
                 break
         if execution.finished is None:
             # The adapter returned (or raised) before any other writer finished the run.
@@ -820,9 +820,7 @@ class SessionManager:
         if not won:
             assert isinstance(stored.body, RunFinished)
             raise RunStateError(run_id, stored.body.status, "cancel")
-        structlog.get_logger().info(
-            "run.cancelled", session_id=run.session_id, run_id=run_id, was=run.status
-        )
+        logger().info("run.cancelled", session_id=run.session_id, run_id=run_id, was=run.status)
         return msgspec.structs.replace(
             run, status="cancelled", error_code="cancelled", error_message="cancelled"
         )

@@ -27,7 +27,7 @@ from sharedesk.runs.types import AdapterResult, Emit, Run, Session
 
 #: ``adapter_opts`` keys copied into the request body as they are.
 PASSTHROUGH_OPTS: Final = ("temperature", "max_tokens", "top_p", "stop", "seed")
-#: HTTP timeout in seconds when ``adapter_opts`` has no ``"timeout"`` (ms).
+#: HTTP timeout in seconds when ``adapter_opts`` has no ``"timeout"``.
 DEFAULT_HTTP_TIMEOUT_S: Final = 60.0
 _DETAIL_MAX: Final = 500
 
@@ -35,7 +35,7 @@ _DETAIL_MAX: Final = 500
 class OpenAIChatAdapter:
     """An adapter for an OpenAI-compatible ``/chat/completions`` endpoint.
 
-    ``adapter_opts`` it reads: ``"stream"`` (bool), ``"timeout"`` (ms, also the HTTP
+    ``adapter_opts`` it reads: ``"stream"`` (bool), ``"timeout"`` (seconds, also the HTTP
     timeout), the keys in :data:`PASSTHROUGH_OPTS`, and ``"extra_body"`` (a mapping
     merged into the request body). Thread-safe: each call opens its own HTTP client.
     """
@@ -122,10 +122,10 @@ class OpenAIChatAdapter:
         headers = {"Accept": "text/event-stream" if body.get("stream") else "application/json"}
         if self._api_key:
             headers["Authorization"] = f"Bearer {self._api_key}"
-        timeout_ms = opts.get("timeout")
+        asked = opts.get("timeout")
         timeout = (
-            timeout_ms / 1000
-            if isinstance(timeout_ms, int | float) and not isinstance(timeout_ms, bool)
+            float(asked)
+            if isinstance(asked, int | float) and not isinstance(asked, bool)
             else DEFAULT_HTTP_TIMEOUT_S
         )
         agent = Agent(id=self._name, label=self._name)

@@ -25,8 +25,7 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Self
 
-import structlog
-
+from sharedesk.logconfig import logger
 from sharedesk.protocol.errors import (
     QueueClosed,
     QueueFull,
@@ -166,9 +165,7 @@ class RunQueue:
             if lane.drivers >= self._max_concurrent and waiting >= self._max_queued:
                 if lane.idle():  # pragma: no cover - a full lane is never idle
                     del self._lanes[session_id]
-                structlog.get_logger().info(
-                    "queue.full", session_id=session_id, max_queued_runs=self._max_queued
-                )
+                logger().info("queue.full", session_id=session_id, max_queued_runs=self._max_queued)
                 raise QueueFull(session_id, self._max_queued)
             lane.reserved += 1
         with lane.submitting:
@@ -200,7 +197,7 @@ class RunQueue:
             self._on_done(job)
             raise QueueClosed(session_id)
         job.future.add_done_callback(lambda _: self._on_done(job))
-        structlog.get_logger().debug("queue.submitted", session_id=session_id, run_id=run.id)
+        logger().debug("queue.submitted", session_id=session_id, run_id=run.id)
         return job.future
 
     def status(self, session_id: str) -> RunQueueStatus:
@@ -267,14 +264,12 @@ class RunQueue:
             try:
                 SessionManager.cancel_run(self._store, job.run.id)
             except SharedeskError as exc:  # it finished meanwhile, or the store closed
-                structlog.get_logger().debug(
-                    "queue.cancel_skipped", run_id=job.run.id, error=str(exc)
-                )
+                logger().debug("queue.cancel_skipped", run_id=job.run.id, error=str(exc))
         for thread in threads:
             thread.join(max(timeout, 1.0))
             if thread.is_alive():  # pragma: no cover - a store that hangs
-                structlog.get_logger().warning("queue.thread_stuck", thread=thread.name)
-        structlog.get_logger().debug("queue.closed", cancelled=len(waiting) + len(running))
+                logger().warning("queue.thread_stuck", thread=thread.name)
+        logger().debug("queue.closed", cancelled=len(waiting) + len(running))
 
     def __enter__(self) -> Self:
         return self
@@ -355,4 +350,4 @@ class RunQueue:
         try:
             SessionManager.cancel_run(self._store, job.run.id)
         except SharedeskError as exc:  # already cancelled, or the store closed
-            structlog.get_logger().debug("queue.cancel_skipped", run_id=job.run.id, error=str(exc))
+            logger().debug("queue.cancel_skipped", run_id=job.run.id, error=str(exc))

@@ -1,7 +1,20 @@
-"""Store backends behind the :class:`~sharedesk.EventStore` port."""
+"""Store backends behind the :class:`~sharedesk.EventStore` port.
 
+``LmdbStore`` is imported on first use (with py-lmdb), see :mod:`sharedesk._lazy`.
+"""
+
+from typing import TYPE_CHECKING, Any
+
+from sharedesk._lazy import load_lazy
 from sharedesk.store._common import SessionInfo
-from sharedesk.store.lmdb import LmdbStore
 from sharedesk.store.memory import MemoryStore
+
+if TYPE_CHECKING:
+    from sharedesk.store.lmdb import LmdbStore
+
+
+def __getattr__(name: str) -> Any:
+    return load_lazy(name, __name__)
+
 
 __all__ = ["LmdbStore", "MemoryStore", "SessionInfo"]

@@ -9,23 +9,160 @@ Resizing the map (``set_mapsize``) is only safe while no transaction of this pro
 open, because LMDB remaps the file. Every transaction, read or write, therefore holds
 the environment's :class:`ResizeLock` in shared mode, and a resize (or adopting a map
 grown by another process) holds it exclusively.
+
+Several processes. The sub-databases are opened in an explicit write transaction:
+``begin(write=True)`` waits for LMDB's write lock with the GIL released, so while
+another process writes, only the opening thread waits (py-lmdb's ``open_db`` without a
+transaction takes the lock while holding the GIL, which froze every thread of the
+opener). A read-only transaction cannot do it: py-lmdb 3.0 resets a read-only
+transaction on commit, so a handle opened in one is never published to the
+environment. The write transaction writes nothing unless it creates them. A map
+grown by another process (``MapResizedError``) is adopted (``set_mapsize(0)``) and the
+open or transaction retried. Reader slots left by processes that died are reclaimed
+(``reader_check``) at open, whenever a read finds the reader table full, and by each
+store's writer every ``READER_CHECK_COMMITS`` commits (a stale slot pins the oldest
+snapshot: until it is reclaimed no page is reused and the file grows).
+
+The data file is checked before LMDB reads through its map (:func:`check_data_file`):
+a file shorter than its committed meta page says would raise SIGBUS at the first read
+of a missing page, so it is refused as :class:`CorruptRecordError` (after py-lmdb's
+offline verifier, reading with plain file I/O, confirms that a missing page is in use:
+LMDB legitimately leaves a short tail of free pages unwritten now and then). A zeroed
+or garbled meta page is refused the same way. An empty ``data.mdb`` is a new
+environment (LMDB's own rule: it creates the file empty and writes the meta pages).
 """
 
 from __future__ import annotations
 
 import os
+import struct
 import threading
 from typing import Any, Final
 
 import lmdb
-import structlog
+import lmdb.verify
 
-from sharedesk.protocol.errors import StoreIOError, ValidationError
+from sharedesk.logconfig import logger
+from sharedesk.protocol.errors import CorruptRecordError, StoreIOError, ValidationError
 
-_log = structlog.get_logger()
+_log = logger()
 
 #: The sub-databases of a store, by purpose.
 DATABASES: Final = (b"events", b"ids", b"meta", b"texts", b"sharing")
+
+#: A store's writer reclaims dead processes' reader slots once per this many commits.
+READER_CHECK_COMMITS: Final = 32
+
+#: The slots of LMDB's reader table (one per open read transaction, in every process).
+MAX_READERS: Final = 1024
+
+#: The data file in an environment directory.
+DATA_FILE: Final = "data.mdb"
+
+# LMDB's meta page (64-bit builds, host byte order), after the page header: magic,
+# version, fixed address, map size, the free and main databases' records (48 bytes each;
+# the page size is the free database's first field), last used page, transaction id.
+_MAGIC: Final = 0xBEEFC0DE
+_META_PAGE: Final = struct.Struct("=IIQQI44x48xQQ")
+_P_META: Final = 0x08
+# Page header size -> the data version it goes with: LMDB 0.9 (16 bytes), 1.0 (24).
+_LAYOUTS: Final = {16: 1, 24: 3}
+_VERIFY_ATTEMPTS: Final = 3
+
+
+def _damaged(path: str, detail: str) -> CorruptRecordError:
+    """Return the error for a damaged data file (no session: ``session_id`` is ``""``)."""
+    return CorruptRecordError("", 0, f"{os.path.join(path, DATA_FILE)}: {detail}")
+
+
+def _committed_meta(head: bytes, size: int) -> tuple[int, int] | str:
+    """Parse both meta pages from the file's first bytes.
+
+    Returns:
+        (page size, last used page) of the committed meta (the higher transaction id),
+        or what is wrong.
+    """
+    header = next(
+        (
+            size_
+            for size_ in _LAYOUTS
+            if len(head) >= size_ + _META_PAGE.size
+            and _META_PAGE.unpack_from(head, size_)[0] == _MAGIC
+        ),
+        None,
+    )
+    if header is None:
+        return f"no LMDB meta page at the start ({size} bytes)"
+    version = _LAYOUTS[header]
+    page_size = _META_PAGE.unpack_from(head, header)[4]
+    if page_size < 256 or page_size & (page_size - 1) or page_size > 65536:
+        return f"meta page 0 holds an implausible page size {page_size}"
+    metas = []
+    for number in (0, 1):
+        offset = number * page_size
+        if len(head) < offset + header + _META_PAGE.size:
+            return f"{size} bytes end before meta page {number}"
+        (flags,) = struct.unpack_from("=H", head, offset + 10)
+        magic, found, _at, _map, _psize, last, txn_id = _META_PAGE.unpack_from(
+            head, offset + header
+        )
+        if magic != _MAGIC or not flags & _P_META:
+            return f"meta page {number} is damaged"
+        if found != version:
+            return f"meta page {number} holds data version {found}, not {version}"
+        metas.append((txn_id, last))
+    _txn, last = max(metas)
+    if last < 1:
+        return f"the committed meta page names last page {last}"
+    return page_size, last
+
+
+def check_data_file(path: str) -> None:
+    """Refuse a data file that LMDB could not read without a signal.
+
+    The committed meta page (read with plain file I/O, never through a map) says how many
+    pages the file holds; a file that ends before them is walked by py-lmdb's offline
+    verifier, and refused unless every page in use is within the file.
+
+    Args:
+        path: The environment directory.
+
+    Raises:
+        CorruptRecordError: The meta pages are damaged, or pages in use are missing.
+        StoreIOError: The file cannot be read.
+
+    Cost: one read of the first two pages and one ``fstat``; a full read of the file
+    only when it is shorter than its meta page says (rare, see the module comment).
+    """
+    data = os.path.join(path, DATA_FILE)
+    for _attempt in range(_VERIFY_ATTEMPTS):
+        try:
+            with open(data, "rb") as file:
+                head = file.read(2 * 65536)
+                size = os.fstat(file.fileno()).st_size  # after the metas: it only grows
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            raise StoreIOError(path, "open") from exc
+        if size == 0:
+            return
+        meta = _committed_meta(head, size)
+        if isinstance(meta, str):
+            raise _damaged(path, meta)
+        page_size, last = meta
+        if size >= (last + 1) * page_size:
+            return
+        try:
+            problems: list[str] = lmdb.verify.verify(path)  # type: ignore[no-untyped-call]
+        except (lmdb.verify.VerifyError, OSError) as exc:
+            problems = [str(exc)]
+        if not problems:
+            return
+    raise _damaged(
+        path,
+        f"{size} bytes hold {size // page_size} of the {last + 1} pages its meta page "
+        f"names, and the verifier reports: {problems[0]}",
+    )
 
 
 class ResizeLock:
@@ -118,6 +255,19 @@ class SharedEnvironment:
         size: int = self.env.info()["map_size"]
         return size
 
+    def reclaim_readers(self) -> int:
+        """Free the reader slots of processes that died; return how many were freed.
+
+        Cost: one scan of the reader table and one lock probe per other process.
+        """
+        try:
+            freed: int = self.env.reader_check()
+        except lmdb.Error as exc:
+            raise StoreIOError(self.path, "reader check") from exc
+        if freed:
+            _log.info("store.readers_reclaimed", path=self.path, slots=freed)
+        return freed
+
     def resize(self, new_size: int, *, paused: bool = False) -> None:
         """Set the map size to ``new_size`` (0: adopt the size another process set).
 
@@ -198,21 +348,51 @@ class _Registry:
                 real,
                 map_size=map_size,
                 max_dbs=len(DATABASES),
-                max_readers=1024,
+                max_readers=MAX_READERS,
                 sync=durable,
                 metasync=durable,
                 readahead=False,
                 lock=True,
             )
+        except (lmdb.InvalidError, lmdb.CorruptedError, lmdb.VersionMismatchError) as exc:
+            check_data_file(real)  # names the damage, if it can
+            raise _damaged(real, str(exc)) from exc
         except (lmdb.Error, OSError) as exc:
             raise StoreIOError(real, "open") from exc
         try:
-            dbs = {name: env.open_db(name) for name in DATABASES}
-        except lmdb.Error as exc:
+            # LMDB read the meta pages with pread and holds the lock file, so the file
+            # is initialised; nothing has been read through the map yet.
+            check_data_file(real)
+            shared = SharedEnvironment(real, env, {}, durability)
+            shared.reclaim_readers()
+            shared.dbs.update(_open_databases(shared))
+        except BaseException:
             env.close()
-            raise StoreIOError(real, "open") from exc
+            raise
         _log.debug("store.env_opened", path=real, durability=durability, map_size=map_size)
-        return SharedEnvironment(real, env, dbs, durability)
+        return shared
+
+
+def _open_databases(shared: SharedEnvironment) -> dict[bytes, Any]:
+    """Open the sub-databases (creating them the first time) in an explicit write transaction.
+
+    Waits for LMDB's write lock if another process holds it, with the GIL released, so
+    the opener's other threads keep running (see the module comment).
+
+    Raises:
+        StoreIOError: LMDB failed.
+
+    Cost: one write transaction; it writes (and syncs) only when it creates them.
+    """
+    env = shared.env
+    while True:
+        try:
+            with env.begin(write=True) as txn:
+                return {name: env.open_db(name, txn=txn) for name in DATABASES}
+        except lmdb.MapResizedError:
+            env.set_mapsize(0)  # another process grew the map: adopt its size
+        except lmdb.Error as exc:
+            raise StoreIOError(shared.path, "open") from exc
 
 
 #: The process-wide registry (see the module comment for why it exists).

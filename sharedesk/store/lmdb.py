@@ -107,8 +107,8 @@ from typing import Any, Final, Literal, Self, TypeVar
 
 import lmdb
 import msgspec
-import structlog
 
+from sharedesk.logconfig import logger
 from sharedesk.protocol.authors import SessionAuthor
 from sharedesk.protocol.codec import encode_msgpack
 from sharedesk.protocol.errors import (
@@ -138,7 +138,7 @@ from sharedesk.store._common import (
     check_viewer,
     watermark_of,
 )
-from sharedesk.store._lmdb_env import REGISTRY
+from sharedesk.store._lmdb_env import READER_CHECK_COMMITS, REGISTRY
 
 __all__ = ["Durability", "LmdbStore"]
 
@@ -147,7 +147,7 @@ T = TypeVar("T")
 #: ``"durable"``: every acknowledged append is fsync'd. ``"relaxed"``: no fsync per commit.
 Durability = Literal["durable", "relaxed"]
 
-_log = structlog.get_logger()
+_log = logger()
 
 _SEQ: Final = struct.Struct(">Q")
 _META: Final = struct.Struct(">QQq")
@@ -348,11 +348,15 @@ class _StaleMeta(Exception):
 
 
 class _MapFull(Exception):
-    """Internal: the map was full; ``paused`` says whether the writer paused readers."""
+    """Internal: the map (or, ``disk``, the disk) was full.
 
-    def __init__(self, paused: bool) -> None:
-        super().__init__("map full")
+    ``paused`` says whether the writer paused readers.
+    """
+
+    def __init__(self, paused: bool, *, disk: bool = False) -> None:
+        super().__init__("disk full" if disk else "map full")
         self.paused = paused
+        self.disk = disk
 
 
 class LmdbStore:
@@ -431,6 +435,7 @@ class LmdbStore:
         # valid only while no other writer committed in between (checked by txn id).
         self._meta_cache: dict[bytes, tuple[int, int]] = {}
         self._last_txn = -1
+        self._commits = 0
         self._target = 1
         self._group_wait = group_wait
         self._last_commit = 0.0
@@ -649,17 +654,23 @@ class LmdbStore:
             try:
                 outcomes = self._write(group)
             except _MapFull as full:
-                if self._grow(paused=full.paused):
+                if full.disk:
+                    if full.paused:
+                        self._shared.lock.release_exclusive()
+                elif self._grow(paused=full.paused):
                     continue
                 if len(group) > 1:
                     for request in group:
                         self._settle_group([request])
                     return
-                group[0].settle(
-                    error=StoreFullError(
-                        self._path, self._shared.map_size(), self._max_map_size or 0
-                    )
+                full_error = StoreFullError(
+                    self._path,
+                    self._shared.map_size(),
+                    self._max_map_size or 0,
+                    disk_full=full.disk,
                 )
+                full_error.__cause__ = full.__cause__
+                group[0].settle(error=full_error)
                 return
             except lmdb.MapResizedError:
                 self._shared.resize(0)
@@ -740,13 +751,16 @@ class LmdbStore:
                 txn.abort()
             finally:
                 lock.release_shared()
-            if isinstance(exc, lmdb.MapFullError):
-                raise _MapFull(paused) from exc
+            if isinstance(exc, lmdb.MapFullError | lmdb.DiskError):
+                raise _MapFull(paused, disk=isinstance(exc, lmdb.DiskError)) from exc
             if paused:
                 lock.release_exclusive()
             raise
         lock.release_shared()
         self._last_txn = txn_id
+        self._commits += 1
+        if self._commits % READER_CHECK_COMMITS == 0:
+            shared.reclaim_readers()  # a dead reader's slot would stop page reuse
         cache = self._meta_cache
         if len(cache) + len(overlay) > _META_CACHE_SIZE:
             cache.clear()
@@ -838,11 +852,14 @@ class LmdbStore:
     def _in_read(self, body: Callable[[Any], T]) -> T:
         """Run ``body(txn)`` in a read-only transaction, adopting a map grown elsewhere.
 
+        A full reader table is retried once after freeing the slots of dead processes.
+
         Raises:
             StoreClosedError: The store is closed.
             StoreIOError: LMDB failed; the cause is chained.
         """
         shared = self._shared
+        reclaimed = False
         while True:
             if self._closed:
                 raise StoreClosedError(self._path)
@@ -853,12 +870,20 @@ class LmdbStore:
                 with shared.env.begin(buffers=False) as txn:
                     return body(txn)
             except lmdb.MapResizedError:
-                pass
+                full = False
+            except lmdb.ReadersFullError as exc:
+                if reclaimed:
+                    raise StoreIOError(self._path, "read") from exc
+                full = True
             except lmdb.Error as exc:
                 raise StoreIOError(self._path, "read") from exc
             finally:
                 shared.lock.release_shared()
-            shared.resize(0)
+            if full:  # slots of dead processes: free them and try once more
+                reclaimed = True
+                shared.reclaim_readers()
+            else:
+                shared.resize(0)
 
     def _get_event(self, txn: Any, session_id: str, prefix: bytes, raw_seq: bytes) -> Event:
         raw = txn.get(prefix + raw_seq, db=self._dbs[b"events"])

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import structlog
-from structlog.contextvars import merge_contextvars
-from structlog.testing import capture_logs
 
 from sharedesk.actors import Hub, HubOptions
 from sharedesk.logconfig import configure_logging
@@ -16,6 +18,7 @@ from sharedesk.protocol import Agent, Event, Person, Text, ValidationError
 from sharedesk.protocol.errors import ActorCrashed
 from tests.actors.conftest import HubFactory
 from tests.actors.faults import FaultyStore
+from tests.logs import capture_logs
 
 ANA = Person(id="ana", label="Ana")
 BOT = Agent(id="bot", label="Bot")
@@ -36,7 +39,7 @@ class TestActorLogs:
     ) -> None:
         hub = open_hub()
         hub.session("desk").post(ANA, "question")
-        with capture_logs(processors=[merge_contextvars]) as logs:
+        with capture_logs() as logs:
             hub.turn("desk", BOT).commit(SECRET)
 
         committed = [e for e in logs if e["event"] == "turn.committed"]
@@ -54,7 +57,7 @@ class TestActorLogs:
 
     def test_no_message_content_is_logged_at_info_or_above(self, open_hub: HubFactory) -> None:
         hub = open_hub()
-        with capture_logs(processors=[merge_contextvars]) as logs:
+        with capture_logs() as logs:
             hub.session("desk").post(ANA, SECRET)
             hub.view("desk", BOT)
             hub.turn("desk", BOT).commit(SECRET)
@@ -64,7 +67,7 @@ class TestActorLogs:
 
     def test_each_message_logs_with_its_own_viewer(self, open_hub: HubFactory) -> None:
         hub = open_hub()
-        with capture_logs(processors=[merge_contextvars]) as logs:
+        with capture_logs() as logs:
             hub.turn("desk", BOT)
             hub.turn("desk", EVE)
 
@@ -76,7 +79,7 @@ class TestActorLogs:
         store.fail["append"] = 1
         hub = Hub(store, HubOptions())
         try:
-            with capture_logs(processors=[merge_contextvars]) as logs, pytest.raises(ActorCrashed):
+            with capture_logs() as logs, pytest.raises(ActorCrashed):
                 hub.append("desk", [Event(BOT, Text("x"), run_id="run-7")])
         finally:
             hub.close()
@@ -135,3 +138,76 @@ class TestConfigureLogging:
     def test_an_unknown_level_is_refused(self, level: object) -> None:
         with pytest.raises(ValidationError):
             configure_logging(level=level)  # type: ignore[arg-type]
+
+
+USE_A_HUB = """
+import logging, sys
+import structlog
+{setup}
+from sharedesk import Agent, Event, Hub, HubOptions, Person, Text
+from sharedesk.protocol.errors import ActorCrashed
+from tests.actors.faults import FaultyStore
+
+ana, bot = Person(id="ana", label="Ana"), Agent(id="bot", label="Bot")
+with Hub.open() as hub:
+    hub.session("desk").post(ana, "hello")
+    hub.view("desk", bot)
+    hub.turn("desk", bot).commit("hi")
+store = FaultyStore()
+store.fail["append"] = 1
+with Hub(store, HubOptions()) as hub:
+    try:
+        hub.append("desk", [Event(bot, Text("x"))])  # logs actor.crashed at error level
+    except ActorCrashed:
+        pass
+print(structlog.is_configured(), file=sys.stderr if {to_stderr} else sys.stdout)
+"""
+
+
+def run_child(setup: str = "", *, to_stderr: bool = True) -> tuple[str, str]:
+    root = Path(__file__).resolve().parents[2]
+    script = USE_A_HUB.format(setup=setup, to_stderr=to_stderr)
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        env={**os.environ, "PYTHONPATH": str(root)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    return done.stdout, done.stderr
+
+
+class TestSilentByDefault:
+    def test_nothing_reaches_stdout_or_stderr_until_the_application_configures_logging(
+        self,
+    ) -> None:
+        out, err = run_child()
+
+        assert ("", "False\n") == (out, err)
+
+    def test_an_application_at_warning_gets_no_debug_or_info_line_and_nothing_on_stdout(
+        self,
+    ) -> None:
+        out, err = run_child("logging.basicConfig(level=logging.WARNING)")
+        lines = err.splitlines()
+
+        assert ("", [], True) == (
+            out,
+            [line for line in lines if line.startswith(("DEBUG", "INFO"))],
+            any(line.startswith("ERROR:sharedesk:actor.crashed") for line in lines),
+        )
+
+    def test_an_application_at_debug_gets_readable_lines_with_their_context(self) -> None:
+        _, err = run_child("logging.basicConfig(level=logging.DEBUG)")
+
+        assert any(
+            line.startswith("INFO:sharedesk:turn.committed") and "session_id='desk'" in line
+            for line in err.splitlines()
+        )
+
+    def test_the_applications_structlog_configuration_is_left_alone(self) -> None:
+        setup = "structlog.configure(processors=[structlog.processors.KeyValueRenderer()])"
+        out, err = run_child(setup, to_stderr=False)
+
+        assert ("True\n", "") == (out, err)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import queue
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -58,8 +57,7 @@ def inbox_size(hub: Hub, key: ActorKey) -> int:
     slot = hub._slots.get(key)
     if slot is None or slot.ref is None:
         return 0
-    inbox: queue.Queue[object] = slot.ref.actor_inbox  # type: ignore[assignment]
-    return inbox.qsize()
+    return slot.ref.queued()
 
 
 class TestRestart:

@@ -240,11 +240,22 @@ class TestCrash:
         assert ["PASS", "PASS"] == [t.status for t in report.targets]
 
 
+class TestImports:
+    def test_import_time_is_reported_as_a_ratio_to_the_core_dependencies(
+        self, tmp_path: Path
+    ) -> None:
+        report = run_bench(tmp_path, "imports")
+
+        (target,) = report.targets
+        assert (12, 3) == (target.issue, len(report.measurements))
+        assert target.value is not None and target.value > 0
+
+
 class TestAll:
     def test_all_runs_every_scenario_into_one_report(self, tmp_path: Path) -> None:
         report = run_bench(tmp_path, "all")
 
-        assert {"append", "desk", "read", "scale", "crash"} == {
+        assert {"append", "desk", "read", "scale", "crash", "imports"} == {
             m.scenario for m in report.measurements
         }
         assert "all" == report.scenario
@@ -254,7 +265,7 @@ class TestCommandLine:
     def test_every_scenario_and_all_are_subcommands(self) -> None:
         parser = build_parser()
 
-        for name in ("append", "desk", "read", "scale", "crash", "all"):
+        for name in ("append", "desk", "read", "scale", "crash", "imports", "all"):
             assert name == parser.parse_args([name]).scenario
 
     def test_help_runs_from_the_checkout(self) -> None:

@@ -316,3 +316,104 @@ class TestDescribe:
             describe(Person(id="ana", label="Ana")),
             describe(Agent(id="b", label="Bot")),
         ]
+
+
+HOSTILE = {
+    "clear screen": "\x1b[2J\x1b[H",
+    "retitle": "\x1b]0;pwned\x07",
+    "clipboard (OSC 52)": "\x1b]52;c;cm0gLXJmIH4=\x07",
+    "C1 CSI": "\x9b31m",
+    "bell and backspace": "\x07\x08",
+    "bidi override": "\u202e",
+}
+
+
+@pytest.fixture
+def hostile_store(tmp_path: Path) -> Path:
+    """A desk whose session id, labels, ids and contents all carry control sequences."""
+    path = tmp_path / "store"
+    with LmdbStore(path, durability="relaxed") as store:
+        for name, seq in HOSTILE.items():
+            store.append(
+                f"desk{seq}",
+                [Event(Person(id=f"ana{seq}", label=f"Ana{seq}"), Text(f"{name}: {seq}"))],
+            )
+    return path
+
+
+def controls(text: str) -> list[str]:
+    """The control characters in ``text`` other than the newlines ending its lines."""
+    return [ch for ch in text.replace("\n", "") if ord(ch) < 0x20 or 0x7F <= ord(ch) < 0xA0]
+
+
+class TestHostileContent:
+    def test_inspect_lists_session_ids_with_their_control_characters_escaped(
+        self, hostile_store: Path
+    ) -> None:
+        result = sharedesk("inspect", str(hostile_store))
+
+        assert (0, [], True) == (
+            result.returncode,
+            controls(result.stdout),
+            "desk\\x1b]52;c;cm0gLXJmIH4=\\x07" in result.stdout,
+        )
+
+    @pytest.mark.parametrize("name", sorted(HOSTILE))
+    def test_view_escapes_control_characters_in_labels_and_content(
+        self, hostile_store: Path, name: str
+    ) -> None:
+        seq = HOSTILE[name]
+        result = sharedesk("view", str(hostile_store), f"desk{seq}", "--as", "operator")
+
+        assert (0, [], "\u202e" in result.stdout) == (
+            result.returncode,
+            controls(result.stdout),
+            False,
+        )
+
+    def test_view_escapes_control_characters_even_in_colour(self, hostile_store: Path) -> None:
+        seq = HOSTILE["retitle"]
+        result = sharedesk(
+            "view", str(hostile_store), f"desk{seq}", "--as", "operator", env={"FORCE_COLOR": "1"}
+        )
+
+        assert (0, True, False) == (
+            result.returncode,
+            "\\x1b]0;pwned\\x07" in result.stdout,
+            "\x1b]" in result.stdout,
+        )
+
+    def test_json_output_keeps_the_content_exactly(self, hostile_store: Path) -> None:
+        seq = HOSTILE["clipboard (OSC 52)"]
+        result = sharedesk("inspect", str(hostile_store), f"desk{seq}")
+
+        assert f"clipboard (OSC 52): {seq}" == json.loads(result.stdout)["body"]["content"]
+
+    def test_an_error_naming_a_hostile_session_is_escaped(self, hostile_store: Path) -> None:
+        result = sharedesk("view", str(hostile_store), "nope\x1b[2J", "--as", "operator")
+
+        assert (EXIT_USAGE, []) == (result.returncode, controls(result.stderr))
+
+
+class TestPipedOutput:
+    def test_a_long_message_is_one_line_when_stdout_is_not_a_terminal(self, tmp_path: Path) -> None:
+        path = tmp_path / "store"
+        long = " ".join(["word"] * 100)
+        with LmdbStore(path, durability="relaxed") as store:
+            store.append(DESK, [Event(Operator(), Text(long))])
+        result = sharedesk("view", str(path), DESK, "--as", "operator", env={"COLUMNS": "40"})
+
+        assert 1 == sum(long in line for line in result.stdout.splitlines())
+
+    def test_output_is_plain_text_when_rich_is_not_installed(self, store_path: Path) -> None:
+        script = (
+            "import sys; sys.modules['rich'] = None\n"
+            "from sharedesk.cli import main\n"
+            f"sys.exit(main(['view', {str(store_path)!r}, {DESK!r}, '--as', 'operator']))\n"
+        )
+        env = {**os.environ, "FORCE_COLOR": "1"}
+        result = subprocess.run(
+            [sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=60
+        )
+
+        assert (0, True) == (result.returncode, "Ticket: login fails" in result.stdout)

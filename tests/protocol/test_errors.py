@@ -95,3 +95,64 @@ class TestErrorTree:
 
         assert (64, 65) == (caught.value.limit, caught.value.actual)
         assert not isinstance(caught.value, msgspec.ValidationError)
+
+
+def _every_error() -> list[type[errors.SharedeskError]]:
+    found = [
+        value
+        for value in vars(errors).values()
+        if isinstance(value, type) and issubclass(value, errors.SharedeskError)
+    ]
+    return sorted(found, key=lambda cls: cls.__name__)
+
+
+def _sample_figures(cls: type[errors.SharedeskError]) -> dict[str, object]:
+    return {name: f"{name}-{n}" if n % 2 else n + 7 for n, name in enumerate(cls._figures)}
+
+
+class Plain(errors.StoreError):
+    """An error written the plain way (its own ``__init__``), as older branches do."""
+
+    _figures = ("where", "count")
+
+    def __init__(self, where: str, count: int) -> None:
+        super().__init__(f"{count} locks held at {where}")
+        self.where = where
+        self.count = count
+
+
+class TestDeclaredErrors:
+    @pytest.mark.parametrize("cls", _every_error(), ids=lambda cls: cls.__name__)
+    def test_every_error_in_the_tree_round_trips_through_pickle_with_figures_and_message(
+        self, cls: type[errors.SharedeskError]
+    ) -> None:
+        figures = _sample_figures(cls)
+        error = cls(**figures) if figures else cls("a plain message")
+
+        copy = pickle.loads(pickle.dumps(error))
+
+        assert (cls, str(error), figures) == (
+            type(copy),
+            str(copy),
+            {name: getattr(copy, name) for name in figures},
+        )
+
+    def test_a_declared_error_takes_its_figures_positionally_or_by_name(self) -> None:
+        assert str(errors.PageTooLarge(64, 65)) == str(errors.PageTooLarge(actual=65, requested=64))
+
+    def test_a_declared_error_refuses_a_missing_figure(self) -> None:
+        with pytest.raises(TypeError, match="actual"):
+            errors.PageTooLarge(64)  # type: ignore[call-arg]
+
+    def test_a_subclass_with_a_new_template_keeps_its_parents_figures(self) -> None:
+        error = errors.SharingStateConflict(3, 5)
+
+        assert ((3, 5), "sharing state moved") == (
+            (error.expected, error.actual),
+            str(error).split(":")[0],
+        )
+
+    def test_an_error_written_the_plain_way_still_pickles_with_its_figures(self) -> None:
+        copy = pickle.loads(pickle.dumps(Plain("/x", 2)))
+
+        assert ("2 locks held at /x", "/x", 2) == (str(copy), copy.where, copy.count)

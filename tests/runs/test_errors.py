@@ -12,7 +12,7 @@ from sharedesk.protocol import errors
 CASES: list[tuple[type[errors.SharedeskError], dict[str, Any]]] = [
     (errors.RunNotFound, {"run_id": "r1"}),
     (errors.RunStateError, {"run_id": "r1", "status": "completed", "action": "cancel"}),
-    (errors.RunTimeout, {"run_id": "r1", "timeout_ms": 250}),
+    (errors.RunTimeout, {"run_id": "r1", "timeout": 0.25}),
     (errors.RunFailed, {"run_id": "r1", "error_code": "RuntimeError", "error_message": "boom"}),
     (errors.RunCancelled, {"run_id": "r1"}),
     (errors.QueueFull, {"session_id": "s1", "max_queued_runs": 100}),

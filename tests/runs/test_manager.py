@@ -9,7 +9,6 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from structlog.testing import capture_logs
 
 from sharedesk.protocol.authors import Agent, Operator, System
 from sharedesk.protocol.errors import (
@@ -25,6 +24,7 @@ from sharedesk.protocol.ports import EventStore, SessionLog
 from sharedesk.runs import ScriptedAdapter, SessionManager
 from sharedesk.runs.manager import parse_run_id
 from sharedesk.store.memory import MemoryStore
+from tests.logs import capture_logs
 from tests.runs.conftest import BlockingAdapter, FailingAdapter, RecordingAdapter
 
 
@@ -213,7 +213,7 @@ class TestExecuteRun:
 
     def test_adapter_opts_reach_execute_unchanged(self, store: EventStore) -> None:
         adapter = RecordingAdapter()
-        opts = {"temperature": 0.2, "tools": ["a"], "timeout": 10_000}
+        opts = {"temperature": 0.2, "tools": ["a"], "timeout": 10.0}
         run = SessionManager.start_run(store, "s1", "hello")
 
         SessionManager.execute_run(store, adapter, run.id, adapter_opts=opts)
@@ -344,9 +344,9 @@ class TestTimeout:
         run = SessionManager.start_run(store, "s1", "hello")
 
         with pytest.raises(RunTimeout) as info:
-            SessionManager.execute_run(store, blocking, run.id, adapter_opts={"timeout": 50})
+            SessionManager.execute_run(store, blocking, run.id, adapter_opts={"timeout": 0.05})
 
-        assert (run.id, 50) == (info.value.run_id, info.value.timeout_ms)
+        assert (run.id, 0.05) == (info.value.run_id, info.value.timeout)
 
     def test_a_run_that_overruns_its_timeout_finishes_as_timeout(
         self, store: EventStore, blocking: BlockingAdapter
@@ -354,7 +354,7 @@ class TestTimeout:
         run = SessionManager.start_run(store, "s1", "hello")
 
         with pytest.raises(RunTimeout):
-            SessionManager.execute_run(store, blocking, run.id, adapter_opts={"timeout": 50})
+            SessionManager.execute_run(store, blocking, run.id, adapter_opts={"timeout": 0.05})
 
         assert "timeout" == SessionManager.get_run(store, run.id).status
 
@@ -363,7 +363,7 @@ class TestTimeout:
     ) -> None:
         run = SessionManager.start_run(store, "s1", "hello")
         with pytest.raises(RunTimeout):
-            SessionManager.execute_run(store, blocking, run.id, adapter_opts={"timeout": 50})
+            SessionManager.execute_run(store, blocking, run.id, adapter_opts={"timeout": 0.05})
 
         blocking.finish()
 

@@ -1,0 +1,52 @@
+"""Names exported on first use, so ``import sharedesk`` imports only what it needs.
+
+A package lists a lazy name in :data:`LAZY` and defines
+``def __getattr__(name): return load_lazy(name, __name__)``; its ``TYPE_CHECKING`` block
+imports the name for type checkers. ``OpenAIChatAdapter`` needs httpx (the ``http``
+extra); ``LmdbStore`` needs nothing optional but is imported with its backend (py-lmdb)
+only when used, since many programs run on ``MemoryStore`` alone.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Any, Final
+
+#: Lazily exported name -> (defining module, the extra that installs its dependency).
+LAZY: Final[Mapping[str, tuple[str, str | None]]] = MappingProxyType(
+    {
+        "LmdbStore": ("sharedesk.store.lmdb", None),
+        "OpenAIChatAdapter": ("sharedesk.runs.openai_chat", "http"),
+    }
+)
+
+
+def load_lazy(name: str, owner: str) -> Any:
+    """Import and return the lazily exported ``name`` (the module ``__getattr__`` of ``owner``).
+
+    Args:
+        name: The attribute asked for.
+        owner: The package asking (``sharedesk`` resolves every lazy name, a subpackage
+            only its own).
+
+    Raises:
+        AttributeError: ``owner`` exports no such name.
+        ImportError: Its optional dependency is missing (the message names the extra).
+
+    Cost: the module's import the first time; a dict lookup afterwards.
+    """
+    entry = LAZY.get(name)
+    if entry is None or not (owner == "sharedesk" or entry[0].startswith(owner + ".")):
+        raise AttributeError(f"module {owner!r} has no attribute {name!r}")
+    module, extra = entry
+    try:
+        return getattr(importlib.import_module(module), name)
+    except ModuleNotFoundError as exc:
+        if extra is None or exc.name is None or exc.name.startswith("sharedesk"):
+            raise
+        raise ImportError(
+            f"{name} needs {exc.name}, which is not installed: pip install 'sharedesk[{extra}]'",
+            name=exc.name,
+        ) from exc

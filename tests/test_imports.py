@@ -1,0 +1,66 @@
+"""``import sharedesk`` imports only the core dependencies; optional ones load on first use."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from importlib.metadata import version
+
+import sharedesk
+
+#: Top-level packages only an extra installs.
+OPTIONAL = ("httpx", "httpcore", "anyio", "h11", "rich", "matplotlib")
+
+
+def run(script: str) -> str:
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True
+    )
+    return done.stdout.strip()
+
+
+class TestImportSharedesk:
+    def test_it_imports_no_optional_dependency_beyond_the_core_ones(self) -> None:
+        # structlog imports rich itself when rich is installed: only what sharedesk adds
+        # on top of the core dependencies counts.
+        added = run(
+            "import sys\n"
+            "import msgspec, lmdb, pykka, structlog\n"
+            "core = set(sys.modules)\n"
+            "import sharedesk\n"
+            "print(' '.join(sorted({m.split('.')[0] for m in set(sys.modules) - core})))\n"
+        ).split()
+
+        assert [] == [name for name in added if name in OPTIONAL]
+
+    def test_it_works_with_every_optional_dependency_missing(self) -> None:
+        blocked = "; ".join(f"sys.modules[{name!r}] = None" for name in OPTIONAL)
+        missing = run(
+            f"import sys; {blocked}\n"
+            "import sharedesk\n"
+            "missing = []\n"
+            "for name in sharedesk.__all__:\n"
+            "    try:\n"
+            "        getattr(sharedesk, name)\n"
+            "    except ImportError as exc:\n"
+            "        missing.append(f'{name}: {exc}')\n"
+            "print('|'.join(missing))\n"
+        )
+
+        assert (
+            "OpenAIChatAdapter: OpenAIChatAdapter needs httpx, which is not installed: "
+            "pip install 'sharedesk[http]'"
+        ) == missing
+
+    def test_the_adapter_resolves_when_its_extra_is_installed(self) -> None:
+        from sharedesk.runs.openai_chat import OpenAIChatAdapter
+
+        assert OpenAIChatAdapter is sharedesk.OpenAIChatAdapter
+
+    def test_an_unknown_name_is_an_attribute_error(self) -> None:
+        assert not hasattr(sharedesk, "NoSuchName")
+
+
+class TestVersion:
+    def test_version_is_the_installed_package_version(self) -> None:
+        assert version("sharedesk") == sharedesk.__version__
