@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 #: ``emit`` of an async run: stores one event of the run and returns it stored.
 AsyncEmit = Callable[[Event], Awaitable[Event]]
 
-#: HTTP timeout in seconds when ``adapter_opts`` has no ``"timeout"`` (ms).
+#: HTTP timeout in seconds when ``adapter_opts`` has no ``"timeout"`` (seconds).
 DEFAULT_HTTP_TIMEOUT_S: Final = 60.0
 #: Most model calls one run makes while answering tool calls (``"max_tool_rounds"``).
 DEFAULT_TOOL_ROUNDS: Final = 8
@@ -100,10 +100,10 @@ def output_text(output: Any) -> str:
 
 
 def http_timeout(opts: Mapping[str, Any]) -> float:
-    """Return the HTTP timeout in seconds: ``opts["timeout"]`` (ms) or the default."""
-    timeout_ms = opts.get("timeout")
-    if isinstance(timeout_ms, int | float) and not isinstance(timeout_ms, bool):
-        return float(timeout_ms) / 1000
+    """Return the HTTP timeout in seconds: ``opts["timeout"]`` (seconds) or the default."""
+    timeout = opts.get("timeout")
+    if isinstance(timeout, int | float) and not isinstance(timeout, bool) and timeout > 0:
+        return float(timeout)
     return DEFAULT_HTTP_TIMEOUT_S
 
 

@@ -65,8 +65,8 @@ _USAGE_KEYS: Final = ("input_tokens", "output_tokens")
 class AnthropicMessagesAdapter:
     """An async adapter for Anthropic's Messages API.
 
-    ``adapter_opts`` it reads: ``"stream"`` (bool), ``"timeout"`` (ms, also the HTTP
-    timeout), ``"max_tokens"`` (default :data:`DEFAULT_MAX_TOKENS`),
+    ``adapter_opts`` it reads: ``"stream"`` (bool), ``"timeout"`` (seconds, also the
+    HTTP timeout), ``"max_tokens"`` (default :data:`DEFAULT_MAX_TOKENS`),
     ``"max_tool_rounds"``, the keys in :data:`PASSTHROUGH_OPTS`, and ``"extra_body"``
     (merged into each request body). Safe to share between tasks.
     """
@@ -81,6 +81,7 @@ class AnthropicMessagesAdapter:
         system: str | None = None,
         tools: Sequence[FunctionTool] = (),
         author: SessionAuthor | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         """Create the adapter; nothing is sent until a run executes.
 
@@ -92,6 +93,8 @@ class AnthropicMessagesAdapter:
             system: The system prompt, before any the transcript or input carries.
             tools: Functions the model may call.
             author: Author of the emitted events (default ``Agent(id=name, label=name)``).
+            transport: The httpx transport of each run's client (default: the network),
+                e.g. ``httpx.MockTransport`` to answer without a server.
 
         Raises:
             ValidationError: An empty ``base_url``, ``model`` or ``name``; bad tools or
@@ -109,6 +112,7 @@ class AnthropicMessagesAdapter:
         )
         self._api_key = api_key
         self._name = name
+        self._transport = transport
 
     @property
     def name(self) -> str:
@@ -203,7 +207,9 @@ class AnthropicMessagesAdapter:
         usage: dict[str, Any] = {}
         reply: str | None = None
         try:
-            async with httpx.AsyncClient(timeout=http_timeout(opts), headers=headers) as client:
+            async with httpx.AsyncClient(
+                timeout=http_timeout(opts), headers=headers, transport=self._transport
+            ) as client:
                 for _ in range(rounds):
                     body = self.request_body(system, messages, opts)
                     message = await self._call(client, body, emit)

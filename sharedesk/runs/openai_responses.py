@@ -118,8 +118,8 @@ def _is_call(message: TranscriptMessage) -> bool:
 class OpenAIResponsesAdapter:
     """An async adapter for OpenAI's Responses API, with native continuation.
 
-    ``adapter_opts`` it reads: ``"stream"`` (bool), ``"timeout"`` (ms, also the HTTP
-    timeout), ``"max_tool_rounds"`` (int), the keys in :data:`PASSTHROUGH_OPTS`, and
+    ``adapter_opts`` it reads: ``"stream"`` (bool), ``"timeout"`` (seconds, also the
+    HTTP timeout), ``"max_tool_rounds"`` (int), the keys in :data:`PASSTHROUGH_OPTS`, and
     ``"extra_body"`` (a mapping merged into each request body). Safe to share between
     tasks: each run opens its own HTTP client.
     """
@@ -134,6 +134,7 @@ class OpenAIResponsesAdapter:
         instructions: str | None = None,
         tools: Sequence[FunctionTool] = (),
         author: SessionAuthor | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         """Create the adapter; nothing is sent until a run executes.
 
@@ -145,6 +146,8 @@ class OpenAIResponsesAdapter:
             instructions: Sent as ``instructions`` with every request.
             tools: Functions the model may call.
             author: Author of the emitted events (default ``Agent(id=name, label=name)``).
+            transport: The httpx transport of each run's client (default: the network),
+                e.g. ``httpx.MockTransport`` to answer without a server.
 
         Raises:
             ValidationError: An empty ``base_url``, ``model`` or ``name``; bad tools or
@@ -162,6 +165,7 @@ class OpenAIResponsesAdapter:
         )
         self._api_key = api_key
         self._name = name
+        self._transport = transport
 
     @property
     def name(self) -> str:
@@ -257,7 +261,9 @@ class OpenAIResponsesAdapter:
         reply: str | None = None
         response_id: str | None = None
         try:
-            async with httpx.AsyncClient(timeout=http_timeout(opts), headers=headers) as client:
+            async with httpx.AsyncClient(
+                timeout=http_timeout(opts), headers=headers, transport=self._transport
+            ) as client:
                 for _ in range(rounds):
                     body = self.request_body(items, previous, opts)
                     response = await self._call(client, body, emit)

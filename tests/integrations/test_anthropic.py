@@ -6,6 +6,7 @@ import asyncio
 from collections.abc import Iterator
 from typing import Any
 
+import httpx
 import pytest
 
 from sharedesk.projection.transcript import TranscriptBuilder
@@ -116,6 +117,16 @@ class TestPlain:
         asyncio.run(adapter.execute(run, desk.session(), desk.emit, {}))
 
         assert "Be brief.\n\nSay ok." == server.bodies()[0]["system"]
+
+    def test_a_given_transport_answers_in_place_of_the_network(self, desk: Desk) -> None:
+        def answer(request: httpx.Request) -> httpx.Response:
+            return httpx.Response(200, json=message(text("mocked")))
+
+        adapter = AnthropicMessagesAdapter(
+            "http://nowhere.invalid/v1", "m", transport=httpx.MockTransport(answer)
+        )
+
+        assert "mocked" == execute(adapter, desk, "hi").output
 
     def test_the_adapter_cannot_continue_natively(self) -> None:
         assert not AnthropicMessagesAdapter("http://127.0.0.1:1", "m").native_continuation

@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 
 import pytest
 from agents import Agent as SdkAgent
-from agents import Runner
+from agents import RunConfig, Runner
 from agents.memory import Session, SessionSettings
 from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
 
@@ -328,7 +328,13 @@ class TestRunHooks:
         session = DeskSession(hub, "desk", TRIAGE)
 
         async def scenario() -> list[Event]:
-            await Runner.run(triage, "refund", session=session, hooks=DeskRunHooks(session))
+            await Runner.run(
+                triage,
+                "refund",
+                session=session,
+                hooks=DeskRunHooks(session),
+                run_config=RunConfig(tracing_disabled=True),
+            )
             return await hub.read("desk")
 
         authors = [(type(e.body).__name__, e.author) for e in run(scenario())]

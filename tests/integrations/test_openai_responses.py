@@ -7,6 +7,7 @@ import socket
 from collections.abc import Iterator
 from typing import Any
 
+import httpx
 import pytest
 
 from sharedesk.projection.transcript import TranscriptBuilder
@@ -113,6 +114,16 @@ class TestPlain:
         ] == desk.bodies()
         assert [AGENT, AGENT] == [e.author for e in desk.emitted]
         assert ("Hi!", USAGE) == (result.output, result.token_usage)
+
+    def test_a_given_transport_answers_in_place_of_the_network(self, desk: Desk) -> None:
+        def answer(request: httpx.Request) -> httpx.Response:
+            return httpx.Response(200, json=response("resp_9", message("mocked")))
+
+        adapter = OpenAIResponsesAdapter(
+            "http://nowhere.invalid/v1", "m", transport=httpx.MockTransport(answer)
+        )
+
+        assert "mocked" == execute(adapter, desk, "hi").output
 
     def test_instructions_are_sent_with_the_request(self, server: FakeServer, desk: Desk) -> None:
         server.replies.append(Reply(json_body=response("resp_1", message("Hi!"))))
