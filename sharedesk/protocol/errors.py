@@ -423,7 +423,7 @@ class ProviderError(SharedeskError):
         retry_after: float | None = None,
     ) -> None:
         status = "no response" if status_code is None else f"HTTP {status_code}"
-        wait = "" if retry_after is None else f", retry after {retry_after:g} s"
+        wait = "" if retry_after is None else f", retry after {retry_after} s"
         super().__init__(f"provider {provider!r} failed ({status}{wait}): {detail}")
         self.provider = provider
         self.status_code = status_code
