@@ -32,6 +32,20 @@ def main(argv: list[str] | None = None) -> int:
             "seconds": result.seconds,
             "latencies_ns": result.latencies_ns,
         }
+    elif request["kind"] == "async_append":
+        result = baselines.agents_async_appends(
+            path,
+            request["sessions"],
+            coroutines=request["coroutines"],
+            events=request["events"],
+            payload=request["payload"],
+            max_seconds=request["max_seconds"],
+        )
+        figures = {
+            "ops": result.ops,
+            "seconds": result.seconds,
+            "latencies_ns": result.latencies_ns,
+        }
     else:
         seconds, latencies = baselines.agents_reads(
             path, rows=request["rows"], repeat=request["repeat"], payload=request["payload"]

@@ -408,6 +408,52 @@ def agents_appends(
             loop.close()
 
 
+def agents_async_appends(
+    path: Path,
+    sessions: Sequence[str],
+    *,
+    coroutines: int,
+    events: int,
+    payload: str,
+    max_seconds: float,
+) -> ThreadedResult:
+    """Append with ``SQLiteSession.add_items`` from ``coroutines`` coroutines on one loop.
+
+    Coroutine ``c``'s ``j``-th call goes to session ``(c + j * coroutines) % sessions``,
+    one item per call, one ``SQLiteSession`` per session id over one database file, as
+    an asyncio agent runtime would use it. Run it in a child process
+    (:func:`run_agents_child`).
+
+    Raises:
+        ImportError: openai-agents is not installed.
+    """
+    sqlite_session = _sqlite_session_class()
+    by_id: dict[str, Any] = {s: sqlite_session(s, str(path)) for s in sessions}
+    per = -(-events // coroutines)
+    latencies: list[int] = []
+
+    async def writer(c: int, deadline: float) -> None:
+        for j in range(per):
+            session = by_id[sessions[(c + j * coroutines) % len(sessions)]]
+            t0 = time.perf_counter_ns()
+            await session.add_items([{"role": "user", "content": payload}])
+            latencies.append(time.perf_counter_ns() - t0)
+            if time.perf_counter() > deadline:
+                return
+
+    async def main() -> float:
+        start = time.perf_counter()
+        await asyncio.gather(*(writer(c, start + max_seconds) for c in range(coroutines)))
+        return time.perf_counter() - start
+
+    try:
+        seconds = asyncio.run(main())
+    finally:
+        for session in by_id.values():
+            session.close()
+    return ThreadedResult(ops=len(latencies), seconds=seconds, latencies_ns=latencies)
+
+
 def agents_reads(path: Path, *, rows: int, repeat: int, payload: str) -> tuple[float, list[int]]:
     """Fill one ``SQLiteSession`` with ``rows`` items, then time ``get_items(limit=30)``.
 
@@ -446,7 +492,9 @@ def run_agents_child(request: dict[str, Any]) -> ThreadedResult:
 
     Args:
         request: ``{"kind": "append", "path", "sessions", "threads", "events", "payload",
-            "max_seconds"}`` or ``{"kind": "read", "path", "rows", "repeat", "payload"}``.
+            "max_seconds"}``, ``{"kind": "async_append", "path", "sessions",
+            "coroutines", "events", "payload", "max_seconds"}`` or ``{"kind": "read",
+            "path", "rows", "repeat", "payload"}``.
 
     Returns:
         The child's figures.

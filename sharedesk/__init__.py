@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 from sharedesk._lazy import load_lazy
 from sharedesk.actors import (
+    AsyncHub,
+    AsyncTurn,
     Hub,
     HubOptions,
     HubStats,
@@ -148,6 +150,8 @@ __all__ = [
     "Adapter",
     "AdapterResult",
     "Agent",
+    "AsyncHub",
+    "AsyncTurn",
     "ConcurrencyError",
     "Conversation",
     "CorruptRecordError",

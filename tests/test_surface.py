@@ -26,6 +26,8 @@ CONTRACT_NAMES = {
     "SessionManager", "RunResult", "ScriptedAdapter", "ScriptedCall",
     # Actors
     "Hub",
+    # Async
+    "AsyncHub", "AsyncTurn",
     # Errors
     "SharedeskError", "ValidationError", "ConcurrencyError", "LogReadError", "PageError",
     "PageTooLarge", "EmptyPageCursor", "DuplicateSequence", "PageOutOfRange",

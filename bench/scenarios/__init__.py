@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from bench.scenarios import append, crash, desk, imports, read, scale
+from bench.scenarios import aio, append, crash, desk, imports, read, scale
 
 #: Every scenario module, in the order ``all`` runs them: ``scale`` before ``read``, whose
 #: million-row desk would otherwise leave its memory in the RSS that ``scale`` reports.
-SCENARIOS = (append, desk, scale, read, crash, imports)
+SCENARIOS = (append, aio, desk, scale, read, crash, imports)

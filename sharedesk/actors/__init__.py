@@ -6,6 +6,7 @@ current by pushed rows, and plans and commits turns through a sharing actor.
 """
 
 from sharedesk.actors._base import ActorKey
+from sharedesk.actors.aio import AsyncHub, AsyncTurn
 from sharedesk.actors.hub import HUB_OPTION_NAMES, Hub, HubOptions, HubStats, SessionHandle, Turn
 from sharedesk.actors.projector import ProjectorActor
 from sharedesk.actors.session import SessionActor
@@ -13,6 +14,8 @@ from sharedesk.actors.sharing import SharingActor, plan_turn
 
 __all__ = [
     "ActorKey",
+    "AsyncHub",
+    "AsyncTurn",
     "HUB_OPTION_NAMES",
     "Hub",
     "HubOptions",

@@ -412,6 +412,26 @@ class HubActor(abc.ABC):
         finally:
             self.turn_lock.release()
 
+    def hold(self) -> bool:
+        """Take :attr:`turn_lock` if the actor is idle, for a write settled on another thread.
+
+        Idle means what it means for :meth:`run_inline`. The caller hands the lock on
+        (e.g. to the store's writer, which releases it once the write is settled), so
+        the actor keeps handling one message at a time while no thread waits.
+
+        Returns:
+            Whether the lock is now held (the caller must see it released).
+
+        Cost: O(1); never blocks.
+        """
+        inbox = self._inbox
+        if not inbox.empty() or not self.turn_lock.acquire(blocking=False):
+            return False
+        if not inbox.empty() or self._stopped.is_set():
+            self.turn_lock.release()
+            return False
+        return True
+
     def _supervised(self, message: Any, **bind: Any) -> Any:
         """Run :meth:`handle` inside the message's log context, supervising it.
 

@@ -58,13 +58,22 @@ from collections import OrderedDict, deque
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from types import MappingProxyType, TracebackType
-from typing import Any, Final, Self, TypeVar, cast
+from typing import Any, Final, Protocol, Self, TypeVar, cast
 
 import msgspec
 import pykka
 
 from sharedesk.actors._base import THREAD_PREFIX, ActorKey, HubActor, HubStore, Slot
-from sharedesk.actors._messages import Append, Commit, GetTranscript, Plan, Request, TurnPlan, View
+from sharedesk.actors._messages import (
+    Append,
+    Commit,
+    GetTranscript,
+    Plan,
+    Push,
+    Request,
+    TurnPlan,
+    View,
+)
 from sharedesk.actors.projector import ProjectorActor
 from sharedesk.actors.session import SessionActor
 from sharedesk.actors.sharing import SharingActor
@@ -79,7 +88,7 @@ from sharedesk.protocol.errors import (
     ValidationError,
 )
 from sharedesk.protocol.events import Event, Text, new_event_id
-from sharedesk.protocol.ports import SessionLog
+from sharedesk.protocol.ports import SessionLog, WriteTicket
 from sharedesk.protocol.transcripts import Transcript
 from sharedesk.protocol.validation import (
     check_author,
@@ -105,6 +114,15 @@ _RESEND_ATTEMPTS: Final = 5
 
 #: The kinds of actor the session actor pushes committed events to.
 _SUBSCRIBER_KINDS: Final = frozenset({"projector", "sharing"})
+
+
+class Listener(Protocol):
+    """Told the events committed to a session (see :meth:`Hub.listen`)."""
+
+    def deliver(self, message: Push) -> None:
+        """Take one push (consecutive stored events); quick, never blocks or raises."""
+        ...
+
 
 _ACTOR_CLASSES: Final[Mapping[str, type[HubActor]]] = MappingProxyType(
     {"session": SessionActor, "projector": ProjectorActor, "sharing": SharingActor}
@@ -225,6 +243,8 @@ class Hub:
         # What subscribers() returns: tuples replaced (never mutated) under the lock, so
         # the session actors read them without taking it.
         self._pushed_to: dict[str, tuple[HubActor, ...]] = {}
+        # Listeners of committed events besides the actors (see listen()).
+        self._listeners: dict[str, dict[object, Listener]] = {}
         self._restarts: dict[str, deque[float]] = {}
         self._failed: set[str] = set()
         self._retired: list[threading.Thread] = []
@@ -339,6 +359,85 @@ class Hub:
         for victim in victims:
             if victim.actor is not None:
                 victim.actor.stop_soon()
+
+    def try_submit(
+        self,
+        session_id: str,
+        events: list[Event],
+        expected_version: int | None,
+        ticket: WriteTicket,
+    ) -> bool:
+        """Hand an append to a running, idle session actor without waiting for it.
+
+        For front ends that must not block (``AsyncHub``): the actor submits the write
+        to the store's writer (:meth:`SessionActor.try_submit`) and ``ticket`` is settled
+        once it is committed, its events pushed as after any append. Only with the
+        ``inline_writes`` option and a store that takes submitted writes.
+
+        Args:
+            session_id: The session (checked by the caller).
+            events: Checked events (:func:`check_event_sequence`).
+            expected_version: As :meth:`append`.
+            ticket: Gets the outcome.
+
+        Returns:
+            ``True`` when submitted; ``False`` when the session's actor is not running,
+            is busy or does not know its last sequence yet (write with :meth:`append`).
+
+        Raises:
+            ValidationError: Malformed input; nothing was queued.
+            StoreClosedError: The store is closed.
+
+        Cost: O(len(events)); takes no lock of the Hub; never blocks.
+        """
+        if not self._options.inline_writes:
+            return False
+        slot = self._pin_running(ActorKey(kind="session", session_id=session_id))
+        if slot is None:
+            return False
+        actor = slot.actor
+        try:
+            if isinstance(actor, SessionActor) and actor.try_submit(
+                Append(events=events, expected_version=expected_version),
+                ticket,
+                lambda: self._release(slot),
+            ):
+                return True
+        except BaseException:
+            self._release(slot)
+            raise
+        self._release(slot)
+        return False
+
+    def listen(self, session_id: str, listener: Listener) -> Callable[[], None]:
+        """Have ``listener.deliver(Push)`` called with the events committed to ``session_id``.
+
+        The listener is told what projectors are told (consecutive stored events, on
+        the thread that committed them, in commit order) until the returned function is
+        called. It must be quick and must not block or raise.
+
+        Returns:
+            The function that removes the listener (idempotent).
+
+        Cost: O(subscribers of the session) under the Hub's lock, now and on removal.
+        """
+        check_session_id(session_id)
+        token = object()
+        with self._lock:
+            self._live()
+            self._listeners.setdefault(session_id, {})[token] = listener
+            self._publish_subscribers_locked(session_id)
+
+        def remove() -> None:
+            with self._lock:
+                listeners = self._listeners.get(session_id)
+                if listeners is None or listeners.pop(token, None) is None:
+                    return
+                if not listeners:
+                    del self._listeners[session_id]
+                self._publish_subscribers_locked(session_id)
+
+        return remove
 
     # -- the store port ----------------------------------------------------------------
 
@@ -690,6 +789,7 @@ class Hub:
             slots = list(self._slots.values())
             self._slots.clear()
             self._subscribers.clear()
+            self._listeners.clear()
             self._pushed_to = {}
             retired, self._retired = self._retired, []
         self._stopping.set()
@@ -742,13 +842,21 @@ class Hub:
 
     def _publish_subscribers_locked(self, session_id: str) -> None:
         subs = self._subscribers.get(session_id)
-        if subs:
-            self._pushed_to[session_id] = tuple(subs.values())
+        listeners = self._listeners.get(session_id)
+        if subs or listeners:
+            pushed: tuple[Any, ...] = tuple(subs.values()) if subs else ()
+            if listeners:
+                pushed += tuple(listeners.values())
+            self._pushed_to[session_id] = pushed
         else:
             self._subscribers.pop(session_id, None)
             self._pushed_to.pop(session_id, None)
 
     def _acquire(self, key: ActorKey) -> Slot:
+        slot = self._pin_running(key)
+        return slot if slot is not None else self._acquire_slow(key)
+
+    def _pin_running(self, key: ActorKey) -> Slot | None:
         # Fast path, no lock: a running actor is pinned with an atomic list append. An
         # evictor may pick it in between; the request then meets a stopped actor and
         # is resent (see _call and _wait). A failed session is refused by the slow path.
@@ -763,7 +871,7 @@ class Hub:
                 slot.touched = True
                 return slot
             slot.pins.pop()
-        return self._acquire_slow(key)
+        return None
 
     def _acquire_slow(self, key: ActorKey) -> Slot:
         victims: list[Slot] = []

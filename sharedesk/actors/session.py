@@ -21,14 +21,19 @@ cannot make that guess wrong (it retries with the new last sequence).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from sharedesk.actors._base import HubActor
 from sharedesk.actors._messages import Append, AppendAndShare, Push
+from sharedesk.logconfig import logger
 from sharedesk.projection import note_present
 from sharedesk.protocol.errors import ConcurrencyError, SharedeskError, SharingStateConflict
 from sharedesk.protocol.events import Event
+from sharedesk.protocol.ports import CompletionSink, SubmittingStore, WriteTicket
 from sharedesk.protocol.views import SharingState
+
+_log = logger()
 
 #: Attempts of a commit when a writer outside the Hub moved the session meanwhile.
 _COMMIT_ATTEMPTS = 3
@@ -87,6 +92,55 @@ class SessionActor(HubActor):
             raise
         self._publish(stored)
         return stored
+
+    def try_submit(self, message: Append, ticket: WriteTicket, release: Callable[[], None]) -> bool:
+        """Hand an append to the store's writer without waiting, if the actor is idle.
+
+        Takes :attr:`turn_lock` (see :meth:`HubActor.hold`) and submits the write to a
+        :class:`~sharedesk.protocol.ports.SubmittingStore`; once the write is settled,
+        on the writer's thread, the committed events are pushed as after any append,
+        the lock is released, ``release`` is called, and only then is ``ticket``
+        settled. The actor must know its last sequence already (it does after its
+        first write), so nothing is read here.
+
+        Returns:
+            ``True`` when submitted (``release`` will be called), ``False`` when the
+            actor is busy, does not know its last sequence, or its store cannot take
+            submitted writes (nothing was done; write the usual way).
+
+        Raises:
+            ValidationError: Malformed input; nothing was queued.
+            StoreClosedError: The store is closed.
+
+        Cost: O(len(events)) validation and one queue append; never blocks.
+        """
+        store = self.hub.store
+        if self.last is None or not isinstance(store, SubmittingStore) or not self.hold():
+            return False
+        if self.last is None:
+            self.turn_lock.release()
+            return False
+        try:
+            store.submit_append(
+                self.key.session_id,
+                message.events,
+                expected_version=message.expected_version,
+                ticket=_Held(self, ticket, release),
+            )
+        except BaseException:
+            self.turn_lock.release()
+            raise
+        return True
+
+    def _settled(self, result: list[Event] | None, error: BaseException | None) -> None:
+        # The end of a submitted write, on the store's writer thread (turn_lock held).
+        try:
+            if error is None and result is not None:
+                self._publish(result)
+            else:
+                self.last = None
+        finally:
+            self.turn_lock.release()
 
     def _append_and_share(self, message: AppendAndShare) -> list[Event]:
         store = self.hub.store
@@ -154,6 +208,38 @@ class SessionActor(HubActor):
         push = Push(events=tuple(fresh))
         for projector in projectors:
             projector.deliver(push)  # one that stopped rebuilds when it is next started
+
+
+class _Held:
+    """A ticket submitted by the session actor: settling it ends the actor's write first."""
+
+    __slots__ = ("_actor", "_inner", "_release")
+
+    def __init__(
+        self, actor: SessionActor, inner: WriteTicket, release: Callable[[], None]
+    ) -> None:
+        self._actor = actor
+        self._inner = inner
+        self._release = release
+
+    @property
+    def sink(self) -> CompletionSink:
+        """The sink of the caller's ticket."""
+        return self._inner.sink
+
+    def settle(self, result: list[Event] | None, error: BaseException | None) -> None:
+        """Push the committed events, release the actor and its pin, then settle the caller's."""
+        try:
+            self._actor._settled(result, error)
+        except Exception:  # never lose the caller's outcome
+            _log.exception("session.push_failed", session_id=self._actor.key.session_id)
+        finally:
+            self._release()
+            self._inner.settle(result, error)
+
+    def resolve(self) -> None:
+        """Resolve the caller's ticket."""
+        self._inner.resolve()
 
 
 def _sequence_of(event: Event) -> int:

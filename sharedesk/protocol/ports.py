@@ -112,3 +112,111 @@ class SharingStateStore(Protocol):
                 (``None``: no state stored); nothing was written.
         """
         ...
+
+
+class CompletionSink(Protocol):
+    """Where a store hands the settled writes submitted without a waiting thread.
+
+    An asyncio front end keeps one sink per event loop: ``deliver`` makes one hop into
+    the loop (``loop.call_soon_threadsafe``) that resolves every ticket it was given.
+    """
+
+    def deliver(self, tickets: Sequence[WriteTicket]) -> None:
+        """Arrange for ``ticket.resolve()`` of each ticket, in order, on the sink's side.
+
+        Called on the store's writer thread, once per commit group for the tickets of
+        that group that name this sink. Must not block and must not raise.
+        """
+        ...
+
+
+class WriteTicket(Protocol):
+    """One write submitted to a :class:`SubmittingStore`: no thread waits for it."""
+
+    @property
+    def sink(self) -> CompletionSink:
+        """The sink the ticket is delivered to once settled."""
+        ...
+
+    def settle(self, result: list[Event] | None, error: BaseException | None) -> None:
+        """Record the outcome (the stored events, or the error); called once, writer thread.
+
+        Runs right after the commit (or failure) and before the ticket is delivered to
+        its sink; must be quick, must not block and must not raise.
+        """
+        ...
+
+    def resolve(self) -> None:
+        """Hand the recorded outcome to whoever awaits it (on the sink's side)."""
+        ...
+
+
+@runtime_checkable
+class SubmittingStore(Protocol):
+    """A store that also takes writes without a waiting thread (``LmdbStore``).
+
+    ``submit_append`` and ``submit_append_and_share`` validate their input at once (a bad
+    one raises ``ValidationError`` and nothing is queued), queue the write and return;
+    the writer settles the ticket after the group holding it is committed (or fails),
+    then delivers it to its sink: one ``deliver`` call per sink per group.
+    """
+
+    def submit_append(
+        self,
+        session_id: str,
+        events: Sequence[Event],
+        *,
+        expected_version: int | None,
+        ticket: WriteTicket,
+    ) -> None:
+        """Queue ``append(session_id, events, expected_version=...)``; settle ``ticket``."""
+        ...
+
+    def submit_append_and_share(
+        self,
+        session_id: str,
+        events: Sequence[Event],
+        *,
+        viewer: str,
+        state: SharingState,
+        expected_state: SharingState | None,
+        expected_version: int | None,
+        ticket: WriteTicket,
+    ) -> None:
+        """Queue ``append_and_share(...)``; settle ``ticket`` with its outcome."""
+        ...
+
+
+@runtime_checkable
+class AsyncEventStore(Protocol):
+    """The store port of async runs: ``EventStore``'s reads and writes as coroutines.
+
+    ``AsyncHub`` implements it; ``sharedesk.runs.aio`` also accepts a plain
+    :class:`EventStore`, whose calls it runs on a worker thread.
+    """
+
+    async def append(
+        self,
+        session_id: str,
+        events: Sequence[Event],
+        *,
+        expected_version: int | None = None,
+    ) -> list[Event]:
+        """Append ``events`` and return them as stored (as :meth:`EventStore.append`)."""
+        ...
+
+    async def read(
+        self,
+        session_id: str,
+        *,
+        after: int | None = None,
+        before: int | None = None,
+        limit: int | None = None,
+        newest_first: bool = False,
+    ) -> list[Event]:
+        """Return stored events with ``after < sequence < before`` (as ``EventStore.read``)."""
+        ...
+
+    async def last_sequence(self, session_id: str) -> int:
+        """Return the session's last sequence (0 when it has no events)."""
+        ...

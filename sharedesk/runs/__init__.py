@@ -22,6 +22,7 @@ from sharedesk.runs.scripted import ScriptedAdapter
 from sharedesk.runs.types import (
     Adapter,
     AdapterResult,
+    AsyncEmit,
     Emit,
     Run,
     RunQueueStatus,
@@ -42,6 +43,7 @@ __all__ = [
     "Adapter",
     "AdapterResult",
     "AnthropicMessagesAdapter",
+    "AsyncEmit",
     "Emit",
     "FunctionTool",
     "OpenAIChatAdapter",

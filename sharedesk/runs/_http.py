@@ -8,20 +8,16 @@ from __future__ import annotations
 
 import inspect
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from email.utils import parsedate_to_datetime
 from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
 
 from sharedesk.protocol.errors import ProviderError, ValidationError
-from sharedesk.protocol.events import Event
 
 if TYPE_CHECKING:
     import httpx
-
-#: ``emit`` of an async run: stores one event of the run and returns it stored.
-AsyncEmit = Callable[[Event], Awaitable[Event]]
 
 #: HTTP timeout in seconds when ``adapter_opts`` has no ``"timeout"`` (seconds).
 DEFAULT_HTTP_TIMEOUT_S: Final = 60.0

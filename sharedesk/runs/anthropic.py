@@ -36,7 +36,6 @@ from sharedesk.protocol.transcripts import Transcript
 from sharedesk.protocol.validation import check_author
 from sharedesk.runs._http import (
     DEFAULT_TOOL_ROUNDS,
-    AsyncEmit,
     FunctionTool,
     call_tool,
     check_status,
@@ -48,7 +47,7 @@ from sharedesk.runs._http import (
     transport_error,
 )
 from sharedesk.runs.render import to_anthropic_messages
-from sharedesk.runs.types import AdapterResult, Run, Session
+from sharedesk.runs.types import AdapterResult, AsyncEmit, Run, Session
 
 if TYPE_CHECKING:
     import httpx

@@ -787,6 +787,66 @@ class SessionManager:
         )
 
     @staticmethod
+    async def aexecute_run(
+        store: Any,
+        adapter: Any,
+        run_id: str,
+        *,
+        continuation: str | bool = False,
+        continuation_opts: Mapping[str, Any] | None = _NO_OPTS,
+        adapter_opts: Mapping[str, Any] | None = _NO_OPTS,
+    ) -> RunResult:
+        """:meth:`execute_run` for asyncio code: never blocks the event loop.
+
+        ``store`` may be an ``AsyncEventStore`` (an ``AsyncHub``) or an ``EventStore``;
+        ``adapter.execute`` (or ``adapter.aexecute``, preferred when present) may be a
+        coroutine function, handed a coroutine ``emit``. See :mod:`sharedesk.runs.aio`.
+
+        Raises:
+            As :meth:`execute_run`; ``CancelledError`` when the awaiting task is
+            cancelled (the run is then cancelled as by :meth:`cancel_run`).
+
+        Cost: as :meth:`execute_run`, on a thread of its own; the loop stays free.
+        """
+        from sharedesk.runs import aio
+
+        return await aio.aexecute_run(
+            store,
+            adapter,
+            run_id,
+            continuation=continuation,
+            continuation_opts=continuation_opts,
+            adapter_opts=adapter_opts,
+        )
+
+    @staticmethod
+    async def arun_once(
+        store: Any,
+        adapter: Any,
+        input: Any,
+        *,
+        session_id: str | None = None,
+        continuation: str | bool = False,
+        continuation_opts: Mapping[str, Any] | None = _NO_OPTS,
+        adapter_opts: Mapping[str, Any] | None = _NO_OPTS,
+    ) -> RunResult:
+        """:meth:`run_once` for asyncio code (see :meth:`aexecute_run`).
+
+        Cost: as :meth:`run_once`; the loop stays free.
+        """
+        from sharedesk.runs import aio
+
+        return await aio.arun_once(
+            store,
+            adapter,
+            input,
+            session_id=session_id,
+            continuation=continuation,
+            continuation_opts=continuation_opts,
+            adapter_opts=adapter_opts,
+        )
+
+    @staticmethod
     def cancel_run(store: EventStore, session_or_run_id: str, run_id: str | None = None) -> Run:
         """Cancel a pending or running run.
 

@@ -7,7 +7,8 @@ Each run sends one ``POST {base_url}/chat/completions`` with the replayed transc
 read as server-sent events: each content chunk is emitted as a ``TextDelta`` as it
 arrives, then the whole reply as the final ``Text``. The response's ``usage`` becomes
 the run's ``token_usage``. The endpoint keeps no conversation state, so the adapter
-has no native continuation: continue with ``"replay"`` (or ``"auto"``).
+has no native continuation: continue with ``"replay"`` (or ``"auto"``). ``aexecute`` is
+the same over ``httpx.AsyncClient``, for ``SessionManager.aexecute_run``.
 """
 
 from __future__ import annotations
@@ -23,13 +24,23 @@ from sharedesk.protocol.errors import ProviderError, ValidationError
 from sharedesk.protocol.events import Event, Text, TextDelta
 from sharedesk.protocol.transcripts import Transcript
 from sharedesk.runs.render import to_openai_messages
-from sharedesk.runs.types import AdapterResult, Emit, Run, Session
+from sharedesk.runs.types import AdapterResult, AsyncEmit, Emit, Run, Session
 
 #: ``adapter_opts`` keys copied into the request body as they are.
 PASSTHROUGH_OPTS: Final = ("temperature", "max_tokens", "top_p", "stop", "seed")
 #: HTTP timeout in seconds when ``adapter_opts`` has no ``"timeout"``.
 DEFAULT_HTTP_TIMEOUT_S: Final = 60.0
 _DETAIL_MAX: Final = 500
+#: What :meth:`OpenAIChatAdapter._chunk` returns for the stream's ``[DONE]`` line.
+_DONE: Final[dict[str, Any]] = {}
+
+
+def _deltas(chunk: Mapping[str, Any]) -> Iterator[str]:
+    """Yield the non-empty content deltas of one streamed chunk."""
+    for choice in chunk.get("choices") or []:
+        delta = (choice.get("delta") or {}).get("content") if isinstance(choice, dict) else None
+        if isinstance(delta, str) and delta:
+            yield delta
 
 
 class OpenAIChatAdapter:
@@ -119,18 +130,10 @@ class OpenAIChatAdapter:
         Cost: one HTTP request; one emit per streamed chunk plus one. Blocks.
         """
         body = self.request_body(run, session.context.get("transcript"), opts)
-        headers = {"Accept": "text/event-stream" if body.get("stream") else "application/json"}
-        if self._api_key:
-            headers["Authorization"] = f"Bearer {self._api_key}"
-        asked = opts.get("timeout")
-        timeout = (
-            float(asked)
-            if isinstance(asked, int | float) and not isinstance(asked, bool)
-            else DEFAULT_HTTP_TIMEOUT_S
-        )
+        headers = self._headers(body)
         agent = Agent(id=self._name, label=self._name)
         try:
-            with httpx.Client(timeout=timeout, headers=headers) as client:
+            with httpx.Client(timeout=self._timeout(opts), headers=headers) as client:
                 if body.get("stream"):
                     return self._streamed(client, body, emit, agent)
                 response = client.post(f"{self.base_url}/chat/completions", json=body)
@@ -140,6 +143,93 @@ class OpenAIChatAdapter:
             raise ProviderError(self._name, None, f"{type(exc).__name__}: {exc}") from exc
         emit(Event(agent, Text(content)))
         return AdapterResult(output=content, token_usage=usage)
+
+    async def aexecute(
+        self, run: Run, session: Session, emit: AsyncEmit, opts: Mapping[str, Any]
+    ) -> AdapterResult:
+        """Send the run and emit the reply, as :meth:`execute`, over ``httpx.AsyncClient``.
+
+        ``SessionManager.aexecute_run`` prefers it to :meth:`execute`. With
+        ``adapter_opts={"stream": True}`` each content chunk is emitted as a
+        ``TextDelta`` of the run as it arrives, and the whole reply closes them as the
+        final ``Text``; the loop is never blocked (the HTTP client is asyncio's, and
+        ``emit`` is awaited).
+
+        Args:
+            run: The run; its input follows the transcript.
+            session: ``context["transcript"]`` is sent first when present.
+            emit: The run's coroutine emit.
+            opts: ``adapter_opts`` (see the class docstring).
+
+        Returns:
+            The reply text as ``output`` and the response's ``usage`` as ``token_usage``.
+
+        Raises:
+            ProviderError: As :meth:`execute`.
+
+        Cost: one HTTP request; one emit per streamed chunk plus one; never blocks.
+        """
+        body = self.request_body(run, session.context.get("transcript"), opts)
+        headers = self._headers(body)
+        agent = Agent(id=self._name, label=self._name)
+        url = f"{self.base_url}/chat/completions"
+        try:
+            async with httpx.AsyncClient(timeout=self._timeout(opts), headers=headers) as client:
+                if body.get("stream"):
+                    parts: list[str] = []
+                    usage: dict[str, Any] = {}
+                    async with client.stream("POST", url, json=body) as response:
+                        if response.status_code >= 400:
+                            await response.aread()
+                            self._check(response)
+                        async for line in response.aiter_lines():
+                            chunk = self._chunk(line, response.status_code)
+                            if chunk is None:
+                                continue
+                            if chunk is _DONE:
+                                break
+                            if isinstance(chunk.get("usage"), dict):
+                                usage = chunk["usage"]
+                            for delta in _deltas(chunk):
+                                parts.append(delta)
+                                await emit(Event(agent, TextDelta(delta)))
+                    content = "".join(parts)
+                else:
+                    response = await client.post(url, json=body)
+                    self._check(response)
+                    content, usage = self._parse_reply(response)
+        except httpx.HTTPError as exc:
+            raise ProviderError(self._name, None, f"{type(exc).__name__}: {exc}") from exc
+        await emit(Event(agent, Text(content)))
+        return AdapterResult(output=content, token_usage=usage)
+
+    def _headers(self, body: Mapping[str, Any]) -> dict[str, str]:
+        headers = {"Accept": "text/event-stream" if body.get("stream") else "application/json"}
+        if self._api_key:
+            headers["Authorization"] = f"Bearer {self._api_key}"
+        return headers
+
+    @staticmethod
+    def _timeout(opts: Mapping[str, Any]) -> float:
+        asked = opts.get("timeout")
+        if isinstance(asked, int | float) and not isinstance(asked, bool):
+            return float(asked)
+        return DEFAULT_HTTP_TIMEOUT_S
+
+    def _chunk(self, line: str, status: int) -> dict[str, Any] | None:
+        """Decode one server-sent line: its JSON payload, :data:`_DONE`, or ``None`` to skip."""
+        if not line.startswith("data:"):
+            return None  # blank separators, comments, event names
+        data = line[len("data:") :].strip()
+        if data == "[DONE]":
+            return _DONE
+        try:
+            chunk = json.loads(data)
+        except ValueError as exc:
+            raise ProviderError(
+                self._name, status, f"malformed stream chunk: {data[:80]!r}"
+            ) from exc
+        return chunk if isinstance(chunk, dict) else None
 
     def _check(self, response: httpx.Response) -> None:
         if response.status_code >= 400:

@@ -42,7 +42,6 @@ from sharedesk.protocol.transcripts import Transcript, TranscriptMessage
 from sharedesk.protocol.validation import check_author
 from sharedesk.runs._http import (
     DEFAULT_TOOL_ROUNDS,
-    AsyncEmit,
     FunctionTool,
     call_tool,
     check_status,
@@ -53,7 +52,7 @@ from sharedesk.runs._http import (
     sse_events,
     transport_error,
 )
-from sharedesk.runs.types import AdapterResult, Run, Session
+from sharedesk.runs.types import AdapterResult, AsyncEmit, Run, Session
 
 if TYPE_CHECKING:
     import httpx

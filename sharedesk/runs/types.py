@@ -7,7 +7,7 @@ imports ``protocol`` and ``projection`` only, so nothing below ``runs/`` needs i
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol, runtime_checkable
 
 import msgspec
@@ -150,6 +150,10 @@ class RunQueueStatus(msgspec.Struct, frozen=True):
 #: ``emit(event)`` appends ``event`` to the run's session (``run_id`` set to the run's)
 #: and returns it as stored. It raises ``RunStateError`` once the run has finished.
 Emit = Callable[[Event], Event]
+
+#: ``await emit(event)``: the emit a coroutine adapter gets from
+#: ``SessionManager.aexecute_run`` (as :data:`Emit`, awaited).
+AsyncEmit = Callable[[Event], Awaitable[Event]]
 
 
 @runtime_checkable

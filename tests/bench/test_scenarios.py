@@ -240,6 +240,33 @@ class TestCrash:
         assert ["PASS", "PASS"] == [t.status for t in report.targets]
 
 
+class TestAsync:
+    def test_async_measures_the_async_hub_next_to_raw_lmdb_and_the_threaded_store(
+        self, tmp_path: Path
+    ) -> None:
+        report = run_bench(tmp_path, "async")
+
+        assert {
+            "async sharedesk AsyncHub c=20",
+            "async lmdb-raw 16/txn",
+            "async sharedesk store t=2",
+            "async wait_turn wake-up",
+        } <= labels(report)
+
+    def test_async_reports_the_loops_stalls_and_wait_turn_wake_ups(self, tmp_path: Path) -> None:
+        report = run_bench(tmp_path, "async")
+
+        stall = report.figures["async_loop_stall_ms"]
+        assert stall["heartbeats"] > 0 and stall["max"] >= stall["p99"] >= 0
+        assert {"median", "p99"} == set(report.figures["async_wait_turn_wakeup_us"])
+
+    def test_async_checks_three_ratios_and_two_stall_bounds(self, tmp_path: Path) -> None:
+        report = run_bench(tmp_path, "async")
+
+        assert [14] * 5 == [t.issue for t in report.targets]
+        assert ["x", "x", "x", "ms", "ms"] == [t.unit for t in report.targets]
+
+
 class TestImports:
     def test_import_time_is_reported_as_a_ratio_to_the_core_dependencies(
         self, tmp_path: Path
@@ -255,7 +282,7 @@ class TestAll:
     def test_all_runs_every_scenario_into_one_report(self, tmp_path: Path) -> None:
         report = run_bench(tmp_path, "all")
 
-        assert {"append", "desk", "read", "scale", "crash", "imports"} == {
+        assert {"append", "async", "desk", "read", "scale", "crash", "imports"} == {
             m.scenario for m in report.measurements
         }
         assert "all" == report.scenario
@@ -265,7 +292,7 @@ class TestCommandLine:
     def test_every_scenario_and_all_are_subcommands(self) -> None:
         parser = build_parser()
 
-        for name in ("append", "desk", "read", "scale", "crash", "imports", "all"):
+        for name in ("append", "async", "desk", "read", "scale", "crash", "imports", "all"):
             assert name == parser.parse_args([name]).scenario
 
     def test_help_runs_from_the_checkout(self) -> None:

@@ -9,10 +9,12 @@ from typing import Any
 import httpx
 import pytest
 
+from sharedesk.actors.aio import AsyncHub
 from sharedesk.projection.transcript import TranscriptBuilder
 from sharedesk.protocol.authors import Agent, Person, System
-from sharedesk.protocol.errors import ProviderError
+from sharedesk.protocol.errors import ProviderError, RunFailed
 from sharedesk.protocol.events import Event, Text, TextDelta, ToolCall, ToolResult
+from sharedesk.runs import SessionManager
 from sharedesk.runs._http import FunctionTool
 from sharedesk.runs.anthropic import ANTHROPIC_VERSION, AnthropicMessagesAdapter
 from tests.integrations.fake_http import Desk, FakeServer, Reply, fake_server
@@ -305,3 +307,44 @@ class TestErrors:
         with pytest.raises(ProviderError, match="malformed"):
             execute(AnthropicMessagesAdapter(server.url, "m"), desk, "hi", {"stream": stream})
         assert [] == desk.emitted
+
+
+class TestThroughTheManager:
+    """The adapter driven by ``SessionManager.arun_once`` on an AsyncHub."""
+
+    def test_replay_names_the_peers_of_the_desk(self, server: FakeServer, hub: AsyncHub) -> None:
+        server.replies.append(Reply(events=streamed_text("Noted.")))
+        adapter = AnthropicMessagesAdapter(server.url, "m")
+
+        async def scenario() -> Any:
+            await hub.post("d", Person(id="alice", label="Alice"), "My invoice is wrong")
+            return await SessionManager.arun_once(
+                hub, adapter, "Summarise", session_id="d", continuation="auto",
+                adapter_opts={"stream": True},
+            )  # fmt: skip
+
+        result = asyncio.run(scenario())
+
+        assert [
+            {"role": "user", "content": [text("[Alice] My invoice is wrong"), text("Summarise")]}
+        ] == server.bodies()[0]["messages"]
+        assert [TextDelta("Noted."), Text("Noted.")] == [
+            e.body for e in result.events if isinstance(e.body, Text | TextDelta)
+        ]
+
+    def test_a_provider_error_fails_the_run_and_leaves_only_its_lifecycle_on_the_desk(
+        self, server: FakeServer, hub: AsyncHub
+    ) -> None:
+        server.replies.append(Reply(status=500, json_body={"type": "error"}))
+
+        async def scenario() -> list[Event]:
+            with pytest.raises(RunFailed) as info:
+                await SessionManager.arun_once(
+                    hub, AnthropicMessagesAdapter(server.url, "m"), "hi", session_id="d"
+                )
+            assert isinstance(info.value.__cause__, ProviderError)
+            return await hub.read("d")
+
+        bodies = [type(e.body).__name__ for e in asyncio.run(scenario())]
+
+        assert ["Text", "RunStarted", "RunFinished"] == bodies

@@ -14,6 +14,7 @@ from agents import RunConfig, Runner
 from agents.memory import Session, SessionSettings
 from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
 
+from sharedesk.actors.aio import AsyncHub
 from sharedesk.integrations.openai_agents import (
     ITEM_KEY,
     SESSION_KEY,
@@ -26,7 +27,6 @@ from sharedesk.protocol.authors import Agent, Operator, Person
 from sharedesk.protocol.errors import ValidationError
 from sharedesk.protocol.events import Event, Item, Retracted, Text
 from sharedesk.protocol.views import Conversation
-from tests.integrations.conftest import ThreadedAsyncHub
 
 T = TypeVar("T")
 
@@ -59,17 +59,17 @@ def run(coroutine: Coroutine[Any, Any, T]) -> T:
 
 
 class TestProtocol:
-    def test_a_desk_session_is_an_sdk_session(self, hub: ThreadedAsyncHub) -> None:
+    def test_a_desk_session_is_an_sdk_session(self, hub: AsyncHub) -> None:
         assert isinstance(DeskSession(hub, "desk", TRIAGE), Session)
 
     def test_its_session_id_is_the_desk_and_settings_default_to_the_sdks(
-        self, hub: ThreadedAsyncHub
+        self, hub: AsyncHub
     ) -> None:
         session = DeskSession(hub, "desk", TRIAGE)
 
         assert ("desk", SessionSettings()) == (session.session_id, session.session_settings)
 
-    def test_a_conversation_of_another_desk_is_refused(self, hub: ThreadedAsyncHub) -> None:
+    def test_a_conversation_of_another_desk_is_refused(self, hub: AsyncHub) -> None:
         with pytest.raises(ValidationError):
             DeskSession(hub, "desk", TRIAGE, conversation=Conversation("other"))
 
@@ -81,7 +81,7 @@ class TestProtocol:
 
 
 class TestOwnItems:
-    def test_items_come_back_exactly_in_the_order_added(self, hub: ThreadedAsyncHub) -> None:
+    def test_items_come_back_exactly_in_the_order_added(self, hub: AsyncHub) -> None:
         session = DeskSession(hub, "desk", TRIAGE)
         items = [USER_MSG, CALL, OUTPUT, reply("Refunded.")]
 
@@ -92,7 +92,7 @@ class TestOwnItems:
 
         assert items == run(scenario())
 
-    def test_limit_returns_the_newest_items_oldest_first(self, hub: ThreadedAsyncHub) -> None:
+    def test_limit_returns_the_newest_items_oldest_first(self, hub: AsyncHub) -> None:
         session = DeskSession(hub, "desk", TRIAGE)
         items: list[Any] = [{"role": "user", "content": str(n)} for n in range(5)]
 
@@ -102,7 +102,7 @@ class TestOwnItems:
 
         assert items[3:] == run(scenario())
 
-    def test_session_settings_limit_is_the_default_limit(self, hub: ThreadedAsyncHub) -> None:
+    def test_session_settings_limit_is_the_default_limit(self, hub: AsyncHub) -> None:
         session = DeskSession(hub, "desk", TRIAGE, session_settings=SessionSettings(limit=1))
 
         async def scenario() -> list[Any]:
@@ -111,16 +111,14 @@ class TestOwnItems:
 
         assert [reply("hi")] == run(scenario())
 
-    def test_a_new_session_of_the_same_agent_reads_the_same_items(
-        self, hub: ThreadedAsyncHub
-    ) -> None:
+    def test_a_new_session_of_the_same_agent_reads_the_same_items(self, hub: AsyncHub) -> None:
         async def scenario() -> list[Any]:
             await DeskSession(hub, "desk", TRIAGE).add_items([USER_MSG, CALL])
             return await DeskSession(hub, "desk", TRIAGE).get_items()
 
         assert [USER_MSG, CALL] == run(scenario())
 
-    def test_changing_a_returned_item_changes_nothing_stored(self, hub: ThreadedAsyncHub) -> None:
+    def test_changing_a_returned_item_changes_nothing_stored(self, hub: AsyncHub) -> None:
         session = DeskSession(hub, "desk", TRIAGE)
 
         async def scenario() -> list[Any]:
@@ -132,9 +130,7 @@ class TestOwnItems:
 
         assert [reply("Refunded.")] == run(scenario())
 
-    def test_a_non_mapping_item_is_refused_and_nothing_is_stored(
-        self, hub: ThreadedAsyncHub
-    ) -> None:
+    def test_a_non_mapping_item_is_refused_and_nothing_is_stored(self, hub: AsyncHub) -> None:
         session = DeskSession(hub, "desk", TRIAGE)
 
         async def scenario() -> int:
@@ -147,7 +143,7 @@ class TestOwnItems:
 
 class TestStorage:
     def test_text_messages_are_text_rows_keeping_the_item_and_others_are_item_rows(
-        self, hub: ThreadedAsyncHub
+        self, hub: AsyncHub
     ) -> None:
         async def scenario() -> list[Event]:
             await DeskSession(hub, "desk", TRIAGE).add_items([USER_MSG, CALL, reply("Done.")])
@@ -159,16 +155,14 @@ class TestStorage:
         assert [USER_MSG, None, reply("Done.")] == [e.metadata.get(ITEM_KEY) for e in rows]
         assert {"agent:triage"} == {e.metadata[SESSION_KEY] for e in rows}
 
-    def test_user_messages_are_the_users_and_the_rest_the_agents(
-        self, hub: ThreadedAsyncHub
-    ) -> None:
+    def test_user_messages_are_the_users_and_the_rest_the_agents(self, hub: AsyncHub) -> None:
         async def scenario() -> list[Event]:
             await DeskSession(hub, "desk", TRIAGE).add_items([USER_MSG, reply("Done.")])
             return await hub.read("desk")
 
         assert [Operator(), TRIAGE] == [e.author for e in run(scenario())]
 
-    def test_the_user_author_can_be_a_person(self, hub: ThreadedAsyncHub) -> None:
+    def test_the_user_author_can_be_a_person(self, hub: AsyncHub) -> None:
         alice = Person(id="alice", label="Alice")
 
         async def scenario() -> list[Event]:
@@ -187,9 +181,7 @@ class TestStorage:
             message_text(CALL),
         )
 
-    def test_item_rows_give_no_view_row_and_no_transcript_message(
-        self, hub: ThreadedAsyncHub
-    ) -> None:
+    def test_item_rows_give_no_view_row_and_no_transcript_message(self, hub: AsyncHub) -> None:
         async def scenario() -> list[Event]:
             session = DeskSession(hub, "desk", TRIAGE)
             await session.add_items([USER_MSG, CALL, OUTPUT])
@@ -205,7 +197,7 @@ class TestStorage:
 
 class TestOtherAgents:
     def test_another_agents_message_reaches_an_agent_as_a_named_user_message(
-        self, hub: ThreadedAsyncHub
+        self, hub: AsyncHub
     ) -> None:
         async def scenario() -> list[Any]:
             await DeskSession(hub, "desk", BILLING).add_items([reply("Refund issued.")])
@@ -213,16 +205,14 @@ class TestOtherAgents:
 
         assert [{"role": "user", "content": "[Billing] Refund issued."}] == run(scenario())
 
-    def test_another_agents_tool_calls_and_outputs_stay_with_it(
-        self, hub: ThreadedAsyncHub
-    ) -> None:
+    def test_another_agents_tool_calls_and_outputs_stay_with_it(self, hub: AsyncHub) -> None:
         async def scenario() -> list[Any]:
             await DeskSession(hub, "desk", BILLING).add_items([USER_MSG, CALL, OUTPUT])
             return await DeskSession(hub, "desk", TRIAGE).get_items()
 
         assert [USER_MSG] == run(scenario())
 
-    def test_posted_messages_are_relative_to_the_viewer(self, hub: ThreadedAsyncHub) -> None:
+    def test_posted_messages_are_relative_to_the_viewer(self, hub: AsyncHub) -> None:
         hub.hub.session("desk").post(Person(id="alice", label="Alice"), "hello")
         hub.hub.session("desk").post(TRIAGE, "hi Alice")
         hub.hub.session("desk").post(Operator(), "ops here")
@@ -235,7 +225,7 @@ class TestOtherAgents:
             {"role": "user", "content": "ops here"},
         ] == got
 
-    def test_a_thread_session_reads_only_its_thread(self, hub: ThreadedAsyncHub) -> None:
+    def test_a_thread_session_reads_only_its_thread(self, hub: AsyncHub) -> None:
         root = hub.hub.session("desk").post(Person(id="alice", label="Alice"), "about my bill")
         hub.hub.session("desk").post(Person(id="bob", label="Bob"), "unrelated")
         assert root.sequence is not None
@@ -252,7 +242,7 @@ class TestOtherAgents:
 
 
 class TestRetraction:
-    def test_pop_item_returns_the_newest_item_and_retracts_it(self, hub: ThreadedAsyncHub) -> None:
+    def test_pop_item_returns_the_newest_item_and_retracts_it(self, hub: AsyncHub) -> None:
         session = DeskSession(hub, "desk", TRIAGE)
 
         async def scenario() -> tuple[Any, list[Any]]:
@@ -261,11 +251,11 @@ class TestRetraction:
 
         assert (reply("Done."), [USER_MSG]) == run(scenario())
 
-    def test_pop_item_of_an_empty_session_is_none(self, hub: ThreadedAsyncHub) -> None:
+    def test_pop_item_of_an_empty_session_is_none(self, hub: AsyncHub) -> None:
         assert None is run(DeskSession(hub, "desk", TRIAGE).pop_item())
 
     def test_clear_session_retracts_every_item_so_far_but_not_later_ones(
-        self, hub: ThreadedAsyncHub
+        self, hub: AsyncHub
     ) -> None:
         session = DeskSession(hub, "desk", TRIAGE)
 
@@ -278,7 +268,7 @@ class TestRetraction:
         assert [OUTPUT] == run(scenario())
 
     def test_retractions_are_appended_and_the_retracted_rows_stay_in_the_store(
-        self, hub: ThreadedAsyncHub
+        self, hub: AsyncHub
     ) -> None:
         session = DeskSession(hub, "desk", TRIAGE)
 
@@ -297,7 +287,7 @@ class TestRetraction:
         assert 4 == len(bodies)
 
     def test_a_retraction_hides_the_item_from_every_session_on_the_desk(
-        self, hub: ThreadedAsyncHub
+        self, hub: AsyncHub
     ) -> None:
         async def scenario() -> list[Any]:
             qa = DeskSession(hub, "desk", QA)
@@ -311,9 +301,7 @@ class TestRetraction:
 
 
 class TestRunHooks:
-    def test_after_a_handoff_the_new_agents_items_carry_its_author(
-        self, hub: ThreadedAsyncHub
-    ) -> None:
+    def test_after_a_handoff_the_new_agents_items_carry_its_author(self, hub: AsyncHub) -> None:
         billing = SdkAgent(
             name="billing",
             model=ScriptedModel([ModelStep(output=[assistant_message("Refund issued.")])]),
@@ -346,7 +334,7 @@ class TestRunHooks:
             ("Text", Agent(id="billing", label="billing")),
         ] == authors
 
-    def test_hooks_map_sdk_agents_to_the_authors_given(self, hub: ThreadedAsyncHub) -> None:
+    def test_hooks_map_sdk_agents_to_the_authors_given(self, hub: AsyncHub) -> None:
         hooks = DeskRunHooks(DeskSession(hub, "desk", TRIAGE), authors={"billing": BILLING})
 
         assert (BILLING, TRIAGE, Agent(id="other", label="other")) == (

@@ -10,9 +10,10 @@ from typing import Any
 import httpx
 import pytest
 
+from sharedesk.actors.aio import AsyncHub
 from sharedesk.projection.transcript import TranscriptBuilder
 from sharedesk.protocol.authors import Agent, Person
-from sharedesk.protocol.errors import ProviderError, ValidationError
+from sharedesk.protocol.errors import ProviderError, RunFailed, ValidationError
 from sharedesk.protocol.events import (
     Event,
     RunStarted,
@@ -21,6 +22,7 @@ from sharedesk.protocol.events import (
     ToolCall,
     ToolResult,
 )
+from sharedesk.runs import SessionManager
 from sharedesk.runs._http import FunctionTool
 from sharedesk.runs.openai_responses import OpenAIResponsesAdapter, to_responses_input
 from tests.integrations.fake_http import Desk, FakeServer, Reply, fake_server
@@ -335,3 +337,75 @@ class TestErrors:
     def test_an_empty_base_url_or_model_is_refused(self, args: tuple[str, str]) -> None:
         with pytest.raises(ValidationError):
             OpenAIResponsesAdapter(*args)
+
+
+class TestThroughTheManager:
+    """The adapter driven by ``SessionManager.arun_once`` on an AsyncHub."""
+
+    def test_auto_continues_natively_once_a_response_id_is_stored(
+        self, server: FakeServer, hub: AsyncHub
+    ) -> None:
+        adapter = OpenAIResponsesAdapter(server.url, "m")
+        server.replies += [
+            Reply(json_body=response("resp_1", message("one"))),
+            Reply(json_body=response("resp_2", message("two"))),
+        ]
+
+        async def scenario() -> None:
+            await SessionManager.arun_once(
+                hub, adapter, "first", session_id="d", continuation="auto"
+            )
+            await SessionManager.arun_once(
+                hub, adapter, "second", session_id="d", continuation="auto"
+            )
+
+        asyncio.run(scenario())
+
+        first, second = server.bodies()
+        assert ("previous_response_id" in first, second.get("previous_response_id")) == (
+            False,
+            "resp_1",
+        )
+        assert [{"role": "user", "content": "second"}] == second["input"]
+
+    def test_native_continuation_is_accepted_and_the_run_records_its_provider_session(
+        self, server: FakeServer, hub: AsyncHub
+    ) -> None:
+        adapter = OpenAIResponsesAdapter(server.url, "m")
+        server.replies += [
+            Reply(json_body=response("resp_1", message("one"))),
+            Reply(events=streamed("resp_2", "t", "wo")),
+        ]
+
+        async def scenario() -> Any:
+            await SessionManager.arun_once(hub, adapter, "first", session_id="d")
+            return await SessionManager.arun_once(
+                hub, adapter, "second", session_id="d", continuation="native",
+                adapter_opts={"stream": True},
+            )  # fmt: skip
+
+        result = asyncio.run(scenario())
+
+        assert "resp_1" == server.bodies()[1]["previous_response_id"]
+        assert [TextDelta("t"), TextDelta("wo"), Text("two")] == [
+            e.body for e in result.events if isinstance(e.body, Text | TextDelta)
+        ]
+        assert "resp_2" == SessionManager.get_run(hub.hub, result.run_id).provider_session_id
+
+    def test_a_provider_error_fails_the_run_and_leaves_only_its_lifecycle_on_the_desk(
+        self, server: FakeServer, hub: AsyncHub
+    ) -> None:
+        server.replies.append(Reply(status=429, headers={"retry-after": "1"}, json_body={}))
+
+        async def scenario() -> list[Event]:
+            with pytest.raises(RunFailed) as info:
+                await SessionManager.arun_once(
+                    hub, OpenAIResponsesAdapter(server.url, "m"), "hi", session_id="d"
+                )
+            assert isinstance(info.value.__cause__, ProviderError)
+            assert 1.0 == info.value.__cause__.retry_after
+            return await hub.read("d")
+
+        bodies = [type(e.body).__name__ for e in asyncio.run(scenario())]
+
+        assert ["Text", "RunStarted", "RunFinished"] == bodies

@@ -6,7 +6,7 @@ by ``tests/integrations/test_sdk_session_suite.py``. Options:
 * ``--sharedesk-mode=sqlite`` leaves ``SQLiteSession`` as it is (the baseline);
   ``--sharedesk-mode=desk`` replaces the name ``SQLiteSession`` in every test module
   (and in ``agents``/``agents.memory``, for imports inside test functions) by a factory
-  that builds a ``DeskSession`` on a fresh in-memory async hub. Sessions built with the
+  that builds a ``DeskSession`` on a fresh in-memory ``AsyncHub``. Sessions built with the
   same ``db_path`` in one test share one hub (as they share one SQLite file);
   ``":memory:"`` gets a hub of its own, as it gets a database of its own.
 * ``--sharedesk-report=PATH`` writes ``{nodeid: {"outcome", "built", "desk"}}`` as
@@ -30,6 +30,7 @@ import pytest
 from agents.memory import SessionSettings, SQLiteSession
 from agents.memory.session_settings import coerce_session_settings
 
+from sharedesk.actors.aio import AsyncHub
 from sharedesk.actors.hub import Hub
 from sharedesk.integrations.openai_agents import DeskSession
 from sharedesk.protocol.authors import Agent
@@ -49,25 +50,9 @@ def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(_Suite(config), "sharedesk-suite")
 
 
-class _ThreadedHub:
-    """Coroutine ``append``/``read``/``close`` over a ``Hub`` (until AsyncHub is on main)."""
-
-    def __init__(self) -> None:
-        self.hub = Hub.open(None)
-
-    async def append(self, session_id: str, events: Any, **kwargs: Any) -> Any:
-        return await asyncio.to_thread(self.hub.append, session_id, events, **kwargs)
-
-    async def read(self, session_id: str, **bounds: Any) -> Any:
-        return await asyncio.to_thread(self.hub.read, session_id, **bounds)
-
-    async def close(self) -> None:
-        self.hub.close()
-
-
-def _open_hub() -> Any:
-    """A fresh in-memory async hub."""
-    return _ThreadedHub()
+def _open_hub() -> AsyncHub:
+    """A fresh in-memory async hub (closed after the test)."""
+    return AsyncHub(Hub.open(None))
 
 
 class _Suite:
@@ -82,8 +67,8 @@ class _Suite:
         )
         self.results: dict[str, dict[str, Any]] = {}
         self.current: str | None = None
-        self.hubs: dict[str, Any] = {}
-        self.anonymous: list[Any] = []
+        self.hubs: dict[str, AsyncHub] = {}
+        self.anonymous: list[AsyncHub] = []
         self._patch_init()
 
     # -- building sessions --------------------------------------------------------------
@@ -105,17 +90,16 @@ class _Suite:
         if self.current is not None:
             self.results.setdefault(self.current, {})[what] = True
 
-    def hub_for(self, db_path: str | Path, sessions_table: str, messages_table: str) -> Any:
+    def hub_for(self, db_path: str | Path, sessions_table: str, messages_table: str) -> AsyncHub:
         """The hub a replaced session with these SQLite arguments uses in this test."""
         if str(db_path) == ":memory:":
-            hub = _open_hub()
-            self.anonymous.append(hub)
-            return hub
+            fresh = _open_hub()
+            self.anonymous.append(fresh)
+            return fresh
         key = f"{Path(db_path).resolve()}|{sessions_table}|{messages_table}"
-        hub = self.hubs.get(key)
-        if hub is None:
-            hub = self.hubs[key] = _open_hub()
-        return hub
+        if key not in self.hubs:
+            self.hubs[key] = _open_hub()
+        return self.hubs[key]
 
     def _factory(self) -> type[DeskSession]:
         suite = self

@@ -1,0 +1,391 @@
+"""``async``: many coroutines appending through ``AsyncHub``, next to its baselines (issue 14).
+
+Durable LMDB, ``--sessions`` desks (default 1,000), one event per call. In each of
+``--rounds`` rounds, side by side:
+
+- ``async sharedesk AsyncHub c=N``: ``N`` coroutines (default 1,000) on one event loop,
+  coroutine ``c``'s ``j``-th append going to desk ``(c + j * N) % desks``; a 1 ms
+  heartbeat task on the same loop records how late each of its wake-ups came (the
+  loop's stalls: longest and p99 are reported);
+- ``async lmdb-raw 16/txn``: raw py-lmdb, 16 events per fsync'd transaction, one id
+  entry each (:func:`bench.baselines.raw_lmdb_appends`, the bench's baseline);
+- ``async sharedesk store t=16``: the threaded ``LmdbStore`` from 16 threads;
+- ``async openai-agents SQLiteSession c=N``: ``SQLiteSession.add_items`` from ``N``
+  coroutines on one loop, in a child process (skipped, with a note, when openai-agents
+  is not installed).
+
+Each system writes one database for the whole run after an untimed warm-up of one
+event per desk; figures sum the rounds. Then ``wait_turn`` wake-up latency: one task
+waits in ``wait_turn`` while another posts to the desk; the time from the post call to
+the waiter's return (which includes the post's durable commit and a turn plan), median
+and p99. Targets: AsyncHub >= 1.0x raw 16/txn, >= 2x the threaded store, >= 10x
+SQLiteSession; longest stall <= 50 ms and p99 <= 10 ms.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import time
+from pathlib import Path
+from typing import Any
+
+from bench import baselines
+from bench.harness import BenchRun, open_store, run_threads
+from bench.options import pick
+from bench.report import Target, measurement, percentile, ratio_target
+
+NAME = "async"
+HELP = "AsyncHub: 1,000 coroutines appending, loop stalls, wait_turn wake-up latency"
+
+#: The heartbeat's sleep, in seconds.
+BEAT = 0.001
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--sessions", type=int, help="desks written to (default 1000)")
+    parser.add_argument("--coroutines", type=int, help="appending coroutines (default 1000)")
+    parser.add_argument("--threads", type=int, help="threads of the store baseline (default 16)")
+    parser.add_argument("--events", type=int, help="events per system at most (default 30000)")
+    parser.add_argument("--max-seconds", type=float, help="time budget per system (default 12)")
+    parser.add_argument("--rounds", type=int, help="rounds alternating the systems (default 3)")
+    parser.add_argument("--payload", type=int, help="message characters per event (default 120)")
+    parser.add_argument("--wakeups", type=int, help="wait_turn wake-ups timed (default 300)")
+
+
+class _Heartbeat:
+    """A task that sleeps ``BEAT`` in a loop and records how late each wake-up came."""
+
+    def __init__(self) -> None:
+        self.late: list[float] = []
+        self._task: asyncio.Task[None] | None = None
+
+    async def _beat(self) -> None:
+        last = time.perf_counter()
+        while True:
+            await asyncio.sleep(BEAT)
+            now = time.perf_counter()
+            self.late.append(max(0.0, now - last - BEAT))
+            last = now
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._beat())
+
+    async def stop(self) -> None:
+        assert self._task is not None
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
+
+
+async def _async_appends(
+    hub: Any,
+    sessions: list[str],
+    *,
+    coroutines: int,
+    events: int,
+    payload: str,
+    max_seconds: float,
+    heartbeat: _Heartbeat | None,
+) -> tuple[int, float, list[int]]:
+    from sharedesk import Agent, Event, Text
+
+    authors = [Agent(id=f"c{c}", label=f"coroutine {c}") for c in range(coroutines)]
+    per = -(-events // coroutines)
+    latencies: list[int] = []
+
+    async def writer(c: int, deadline: float) -> None:
+        author = authors[c]
+        for j in range(per):
+            t0 = time.perf_counter_ns()
+            await hub.append(
+                sessions[(c + j * coroutines) % len(sessions)], [Event(author, Text(payload))]
+            )
+            latencies.append(time.perf_counter_ns() - t0)
+            if time.perf_counter() > deadline:
+                return
+
+    if heartbeat is not None:
+        heartbeat.start()
+    start = time.perf_counter()
+    await asyncio.gather(*(writer(c, start + max_seconds) for c in range(coroutines)))
+    seconds = time.perf_counter() - start
+    if heartbeat is not None:
+        await heartbeat.stop()
+    return len(latencies), seconds, latencies
+
+
+async def _wakeups(hub: Any, count: int) -> tuple[list[int], list[int]]:
+    """Time ``count`` wait_turn wake-ups; return (wake-up, post) latencies in ns."""
+    from sharedesk import Agent, Person
+
+    ann, bot = Person(id="ann", label="Ann"), Agent(id="bot", label="Bot")
+    desk = "wait-turn-desk"
+    await hub.post(desk, ann, "warm")
+    await (await hub.turn(desk, bot)).commit()
+    wake: list[int] = []
+    posts: list[int] = []
+    for i in range(count):
+        waiter = asyncio.create_task(hub.wait_turn(desk, bot, timeout=30))
+        await asyncio.sleep(0.001)  # let it plan and go to sleep
+        t0 = time.perf_counter_ns()
+        await hub.post(desk, ann, f"ping {i}")
+        posts.append(time.perf_counter_ns() - t0)
+        turn = await waiter
+        wake.append(time.perf_counter_ns() - t0)
+        await turn.commit()
+    return wake, posts
+
+
+def run(run_: BenchRun, args: argparse.Namespace) -> None:
+    from sharedesk import Agent, AsyncHub, Event, Text
+
+    q = run_.quick
+    sessions = [f"bench-{i:05d}" for i in range(pick(args.sessions, 1000, 20, q))]
+    coroutines: int = pick(args.coroutines, 1000, 20, q)
+    threads: int = pick(args.threads, 16, 2, q)
+    events: int = pick(args.events, 30_000, 200, q)
+    max_seconds: float = pick(args.max_seconds, 12.0, 2.0, q)
+    rounds: int = pick(args.rounds, 3, 1, q)
+    payload = "x" * pick(args.payload, 120, 40, q)
+    wakeup_count: int = pick(args.wakeups, 300, 10, q)
+    events_r, seconds_r = max(1, events // rounds), max_seconds / rounds
+    records: list[dict[str, Any]] = []
+    late: list[float] = []
+    async_label = f"async sharedesk AsyncHub c={coroutines}"
+    store_label = f"async sharedesk store t={threads}"
+    raw_label = "async lmdb-raw 16/txn"
+    agents_label = f"async openai-agents SQLiteSession c={coroutines}"
+
+    raw_dir = run_.fresh_dir("async-raw-16")
+    baselines.raw_lmdb_appends(
+        raw_dir, sessions, events=len(sessions), per_txn=16, payload=payload, max_seconds=60.0
+    )
+    store = open_store(run_.fresh_dir("async-store") / "store", "durable")
+    writers = [Agent(id=f"w{t}", label=f"writer {t}") for t in range(threads)]
+
+    def store_op(thread: int, j: int) -> None:
+        store.append(
+            sessions[(thread + j * threads) % len(sessions)],
+            [Event(writers[thread], Text(payload))],
+        )
+
+    agents_dir = run_.fresh_dir("async-agents")
+    agents_request: dict[str, Any] = {
+        "kind": "async_append",
+        "path": str(agents_dir / "agents.db"),
+        "sessions": sessions,
+        "coroutines": coroutines,
+        "events": len(sessions),
+        "payload": payload,
+        "max_seconds": 60.0,
+    }
+    agents = baselines.agents_available()
+    if not agents:
+        run_.note("openai-agents not installed: its SQLiteSession baseline skipped")
+
+    runner = asyncio.Runner()
+    hub: Any = None
+    try:
+        hub = runner.run(_open(AsyncHub, run_.fresh_dir("async-hub") / "store"))
+        runner.run(
+            _async_appends(
+                hub,
+                sessions,
+                coroutines=min(coroutines, len(sessions)),
+                events=len(sessions),
+                payload=payload,
+                max_seconds=60.0,
+                heartbeat=None,
+            )
+        )
+        run_threads(threads, -(-len(sessions) // threads), store_op, max_seconds=60.0)
+        if agents:
+            baselines.run_agents_child(agents_request)  # the warm-up
+        for _ in range(rounds):
+            with run_.progress(raw_label, events_r) as advance:
+                written, seconds = baselines.raw_lmdb_appends(
+                    raw_dir,
+                    sessions,
+                    events=events_r,
+                    per_txn=16,
+                    payload=payload,
+                    max_seconds=seconds_r,
+                    advance=advance,
+                )
+            records.append(
+                dict(
+                    system="lmdb-raw",
+                    label=raw_label,
+                    ops=written,
+                    seconds=seconds,
+                    params={"per_txn": 16, "sessions": len(sessions), "baseline": True},
+                    note="one writer thread, sync=True, one idempotency row per event",
+                )
+            )
+            heartbeat = _Heartbeat()
+            with run_.progress(async_label, 1) as advance:
+                ops, seconds, latencies = runner.run(
+                    _async_appends(
+                        hub,
+                        sessions,
+                        coroutines=coroutines,
+                        events=events_r,
+                        payload=payload,
+                        max_seconds=seconds_r,
+                        heartbeat=heartbeat,
+                    )
+                )
+                advance(1)
+            late.extend(heartbeat.late)
+            records.append(
+                dict(
+                    system="sharedesk",
+                    label=async_label,
+                    ops=ops,
+                    seconds=seconds,
+                    latencies_ns=latencies,
+                    params={"coroutines": coroutines, "sessions": len(sessions)},
+                    note="durable; latency per append call",
+                )
+            )
+            with run_.progress(store_label, events_r) as advance:
+                result = run_threads(
+                    threads,
+                    -(-events_r // threads),
+                    store_op,
+                    max_seconds=seconds_r,
+                    advance=advance,
+                )
+            records.append(
+                dict(
+                    system="sharedesk",
+                    label=store_label,
+                    ops=result.ops,
+                    seconds=result.seconds,
+                    latencies_ns=result.latencies_ns,
+                    params={"threads": threads, "sessions": len(sessions)},
+                    note="LmdbStore.append from threads, durable",
+                )
+            )
+            if agents:
+                with run_.progress(agents_label + " (child process)", 1) as advance:
+                    figures = baselines.run_agents_child(
+                        {**agents_request, "events": events_r, "max_seconds": seconds_r}
+                    )
+                    advance(1)
+                records.append(
+                    dict(
+                        system="openai-agents",
+                        label=agents_label,
+                        ops=figures.ops,
+                        seconds=figures.seconds,
+                        latencies_ns=figures.latencies_ns,
+                        params={"coroutines": coroutines},
+                        note="add_items, one item per call, in a child process",
+                    )
+                )
+        with run_.progress("async wait_turn wake-ups", 1) as advance:
+            wake, posts = runner.run(_wakeups(hub, wakeup_count))
+            advance(1)
+    finally:
+        if hub is not None:
+            runner.run(hub.close())
+        runner.close()
+        store.close()
+
+    merged: dict[str, dict[str, Any]] = {}
+    for record in records:
+        known = merged.get(record["label"])
+        if known is None:
+            merged[record["label"]] = {
+                **record,
+                "latencies_ns": list(record.get("latencies_ns", ())),
+                "params": {**record["params"], "rounds": 1},
+            }
+        else:
+            known["ops"] += record["ops"]
+            known["seconds"] += record["seconds"]
+            known["latencies_ns"].extend(record.get("latencies_ns", ()))
+            known["params"]["rounds"] += 1
+    for record in merged.values():
+        run_.measurements.append(measurement(scenario=NAME, operation="append", **record))
+    run_.measurements.append(
+        measurement(
+            scenario=NAME,
+            system="sharedesk",
+            operation="wait_turn",
+            label="async wait_turn wake-up",
+            ops=len(wake),
+            seconds=sum(wake) / 1e9,
+            latencies_ns=wake,
+            params={"durability": "durable"},
+            note="from the post call in another task to wait_turn's return",
+        )
+    )
+    run_.measurements.append(
+        measurement(
+            scenario=NAME,
+            system="sharedesk",
+            operation="post",
+            label="async post (beside wait_turn)",
+            ops=len(posts),
+            seconds=sum(posts) / 1e9,
+            latencies_ns=posts,
+            params={"durability": "durable"},
+            note="the post whose wake-up was timed",
+        )
+    )
+
+    ordered = sorted(late)
+    stall_max = ordered[-1] * 1000 if ordered else None
+    stall_p99 = percentile(ordered, 0.99) * 1000 if ordered else None
+    run_.figures["async_loop_stall_ms"] = {
+        "max": stall_max,
+        "p99": stall_p99,
+        "median": percentile(ordered, 0.5) * 1000 if ordered else None,
+        "heartbeats": len(ordered),
+    }
+    wake_sorted = sorted(wake)
+    run_.figures["async_wait_turn_wakeup_us"] = {
+        "median": percentile(wake_sorted, 0.5) / 1000 if wake_sorted else None,
+        "p99": percentile(wake_sorted, 0.99) / 1000 if wake_sorted else None,
+    }
+
+    ours = run_.rate(async_label)
+    for claim, label, bound in (
+        ("vs raw lmdb 16 events/txn", raw_label, 1.0),
+        (f"vs threaded LmdbStore t={threads}", store_label, 2.0),
+        (f"vs openai-agents SQLiteSession c={coroutines}", agents_label, 10.0),
+    ):
+        run_.targets.append(
+            ratio_target(
+                issue=14,
+                claim=f"append AsyncHub durable c={coroutines} {claim}",
+                numerator=ours,
+                denominator=run_.rate(label),
+                bound=bound,
+                at_least=True,
+                what="events/s",
+            )
+        )
+    for claim, value, bound in (
+        ("longest loop stall during the AsyncHub appends", stall_max, 50.0),
+        ("p99 loop stall during the AsyncHub appends", stall_p99, 10.0),
+    ):
+        run_.targets.append(
+            Target(
+                issue=14,
+                claim=claim,
+                value=value,
+                bound=bound,
+                at_least=False,
+                detail=f"{len(ordered):,} heartbeats of {BEAT * 1000:g} ms",
+                unit="ms",
+            )
+        )
+
+
+async def _open(cls: Any, path: Path) -> Any:
+    return await cls.open(path, durability="durable")

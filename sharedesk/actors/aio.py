@@ -1,0 +1,736 @@
+"""AsyncHub: the Hub for asyncio code, over the same actors and store, never blocking the loop.
+
+Contract: every coroutine of :class:`AsyncHub` leaves the event loop free while it
+waits. Store I/O, fsyncs and actor waits happen on other threads; their outcomes come
+back into the loop through ``loop.call_soon_threadsafe`` (the aiosqlite pattern).
+Nothing here awaits a pykka future (its ``__await__`` blocks in ``get()``).
+
+Two paths lead off the loop:
+
+- **Submitted writes** (``append``, ``post``) to a session whose actor is running,
+  idle and knows its last sequence, over a store that takes submitted writes
+  (``LmdbStore``): the actor's lock is taken without blocking
+  (:meth:`Hub.try_submit`), the write is queued on the store's writer with a ticket,
+  and no thread waits for it. The writer commits it in the same group (one
+  transaction, one fsync) as every other waiting write, sync or async; after the
+  commit it pushes the events to the session's subscribers, releases the actor, and
+  hands all of the group's tickets of one loop to that loop in **one**
+  ``call_soon_threadsafe`` (:class:`_LoopSink`), which resolves their futures. So a
+  thousand coroutines appending at once cost one fsync and one wake-up of the loop
+  per group, not one thread per caller.
+- **Worker threads** for everything else (reads, views, turn plans and commits,
+  transcripts, the first write to a session, writes over a ``MemoryStore``, a busy
+  session): the sync :class:`~sharedesk.actors.hub.Hub` call runs on one of the
+  AsyncHub's own threads (``sharedesk-aio_N``), and its concurrent future is wrapped
+  into the loop. A write that the Hub would run "inline" on its caller's thread thus
+  runs inline on a worker, never on the loop.
+
+Cancellation rule (``append``, ``post``, ``AsyncTurn.commit``): a write is either not
+started or wholly settled by the time its task sees ``CancelledError``. Cancelled
+before the write was handed off (still queued for a worker), nothing is written.
+Cancelled after (queued on the store's writer, or running on a worker), the write
+cannot be recalled: the coroutine waits for its outcome (at most one group commit for
+an append; a commit's actor round trip at most ``ask_timeout``), ignoring further
+cancellation, and then raises ``CancelledError``; the write is then durable or was
+refused as a whole. Either way, retrying with the same event ids is idempotent: the
+store keeps the first event of each id and returns it to every later writer.
+
+``wait_turn`` sleeps on a listener of the session's committed events
+(:meth:`Hub.listen`): every append through this Hub (from any task or thread) wakes
+it, and it plans the turn again; it never polls. Appends made by other processes on
+the same LMDB path are not pushed here: they are seen by the next turn planned after an
+append through this Hub, or after ``timeout``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import threading
+from collections.abc import AsyncIterator, Callable, Generator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from types import TracebackType
+from typing import Any, Final, TypeVar
+
+from sharedesk.actors._messages import Push
+from sharedesk.actors.hub import Hub, Turn
+from sharedesk.logconfig import logger
+from sharedesk.protocol.authors import SessionAuthor
+from sharedesk.protocol.constants import SESSION_WINDOW
+from sharedesk.protocol.errors import HubClosed, ValidationError
+from sharedesk.protocol.events import Event, Text, new_event_id
+from sharedesk.protocol.ports import WriteTicket
+from sharedesk.protocol.transcripts import Transcript
+from sharedesk.protocol.validation import check_author, check_event_sequence, check_session_id
+from sharedesk.protocol.views import Conversation, Projection, SessionMessage
+
+__all__ = ["AsyncHub", "AsyncTurn"]
+
+_log = logger()
+
+T = TypeVar("T")
+
+#: Worker threads of one AsyncHub (reads, actor waits, writes that cannot be submitted).
+WORKERS: Final = 8
+#: Most submitted writes resolved in one callback of the loop (see ``_LoopSink``).
+RESOLVE_CHUNK: Final = 32
+#: Prefix of the worker threads' names (the Hub's ``sharedesk-`` prefix included).
+WORKER_PREFIX: Final = "sharedesk-aio"
+
+
+class _LoopSink:
+    """A ``CompletionSink`` of one event loop: one ``call_soon_threadsafe`` per delivery.
+
+    The callback resolves at most :data:`RESOLVE_CHUNK` tickets and schedules the rest
+    with ``call_soon``: each resolved future resumes its task in the next iteration of
+    the loop, so resolving a group of a thousand at once would make one iteration run
+    a thousand tasks while timers (and every other task) wait. In chunks, each
+    iteration runs one chunk's tasks, and the loop's stalls stay a chunk long.
+    """
+
+    __slots__ = ("_loop",)
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+
+    def deliver(self, tickets: Sequence[WriteTicket]) -> None:
+        """Resolve ``tickets`` in the loop, from one hop into it (writer thread; never blocks)."""
+        try:
+            self._loop.call_soon_threadsafe(self._resolve, tickets, 0)
+        except RuntimeError:  # the loop is closed: nobody awaits these any more
+            _log.debug("aio.loop_closed", tickets=len(tickets))
+
+    def _resolve(self, tickets: Sequence[WriteTicket], start: int) -> None:
+        end = start + RESOLVE_CHUNK
+        for ticket in tickets[start:end]:
+            ticket.resolve()
+        if end < len(tickets):
+            self._loop.call_soon(self._resolve, tickets, end)
+
+
+class _Ticket:
+    """One submitted write awaited in a loop: settled on the writer, resolved in the loop."""
+
+    __slots__ = ("error", "future", "resolved", "result", "sink", "waiter")
+
+    def __init__(self, future: asyncio.Future[list[Event]], sink: _LoopSink) -> None:
+        self.future = future
+        self.sink = sink
+        self.result: list[Event] | None = None
+        self.error: BaseException | None = None
+        self.resolved = False
+        # Set when the awaiting task was cancelled before the outcome came back.
+        self.waiter: asyncio.Future[None] | None = None
+
+    def settle(self, result: list[Event] | None, error: BaseException | None) -> None:
+        """Record the outcome (writer thread)."""
+        self.result = result
+        self.error = error
+
+    def resolve(self) -> None:
+        """Complete the future with the outcome (loop thread)."""
+        self.resolved = True
+        future = self.future
+        if not future.done():
+            if self.error is not None:
+                future.set_exception(self.error)
+            else:
+                assert self.result is not None
+                future.set_result(self.result)
+        waiter = self.waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+
+async def _await_ticket(ticket: _Ticket) -> list[Event]:
+    """Await a submitted write; on cancellation, wait for its outcome, then re-raise."""
+    try:
+        return await ticket.future
+    except asyncio.CancelledError:
+        if not ticket.resolved:
+            waiter = ticket.waiter = asyncio.get_running_loop().create_future()
+            await _settle(waiter)
+        raise
+
+
+async def _settle(future: asyncio.Future[Any]) -> None:
+    """Wait until ``future`` is done, through any number of cancellations."""
+    while not future.done():
+        try:
+            await asyncio.wait((future,))
+        except asyncio.CancelledError:
+            continue
+    if not future.cancelled():
+        future.exception()  # retrieved: the caller raises CancelledError instead
+
+
+class _Watch:
+    """A listener of one session's committed events that wakes one waiting task."""
+
+    __slots__ = ("_event", "_loop", "_pending")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._event = asyncio.Event()
+        self._pending = False
+
+    def deliver(self, message: Push) -> None:
+        """Wake the waiting task (any thread; one hop per wake-up, never blocks)."""
+        if self._pending:
+            return
+        self._pending = True
+        try:
+            self._loop.call_soon_threadsafe(self._fire)
+        except RuntimeError:  # the loop is closed
+            self._pending = False
+
+    def _fire(self) -> None:
+        self._pending = False
+        self._event.set()
+
+    def wake(self) -> None:
+        """Wake the waiting task (loop thread)."""
+        self._event.set()
+
+    def clear(self) -> None:
+        """Forget earlier wake-ups (loop thread)."""
+        self._event.clear()
+
+    async def wait(self) -> None:
+        """Wait for the next wake-up."""
+        await self._event.wait()
+
+
+class AsyncTurn:
+    """An asyncio view of a :class:`~sharedesk.actors.hub.Turn`: commit it with ``await``.
+
+    Nothing moves until :meth:`commit` returns (as for ``Turn``).
+    """
+
+    __slots__ = ("_hub", "turn")
+
+    def __init__(self, hub: AsyncHub, turn: Turn) -> None:
+        self._hub = hub
+        #: The sync turn underneath (for code that mixes both).
+        self.turn = turn
+
+    @property
+    def session_id(self) -> str:
+        """The session (desk)."""
+        return self.turn.session_id
+
+    @property
+    def viewer(self) -> SessionAuthor:
+        """Whose turn it is."""
+        return self.turn.viewer
+
+    @property
+    def conversation(self) -> Conversation:
+        """The channel or thread of the turn."""
+        return self.turn.conversation
+
+    @property
+    def messages(self) -> list[SessionMessage]:
+        """What to read, oldest first (never rows written by the viewer)."""
+        return self.turn.messages
+
+    @property
+    def reason(self) -> str | None:
+        """``None`` for a delta, else ``"initial"`` or the ``ReinitializeReason`` value."""
+        return self.turn.reason
+
+    async def commit(self, reply: str | Event | None = None) -> Event | None:
+        """Append the reply and advance the viewer's sharing state in one durable step.
+
+        As :meth:`Turn.commit`, run on a worker thread.
+
+        Args:
+            reply: ``None``, a ``str`` posted by the viewer, or an ``Event`` by the viewer.
+
+        Returns:
+            The stored reply, or ``None``.
+
+        Raises:
+            SharingStateConflict: Another turn of the same viewer and conversation
+                committed first; nothing was written.
+            ValidationError: A malformed reply.
+            CancelledError: The task was cancelled; the commit is wholly done or not at
+                all (see the module's cancellation rule).
+            HubClosed, SessionFailed, ActorTimeout, ActorCrashed: As for the Hub.
+
+        Cost: as :meth:`Turn.commit` (one transaction, one fsync on LMDB), on a worker
+        thread; one hop back into the loop.
+        """
+        return await self._hub._write(self.turn.commit, reply)
+
+    def __repr__(self) -> str:
+        return (
+            f"AsyncTurn(session_id={self.session_id!r}, reason={self.reason!r}, "
+            f"messages={len(self.messages)})"
+        )
+
+
+class AsyncHub:
+    """The Hub for asyncio: coroutines over the same actors and store as :attr:`hub`.
+
+    Open it with ``hub = await AsyncHub.open(path)`` or ``async with AsyncHub.open(path)
+    as hub:``. Every method is a coroutine that never blocks the event loop (see the
+    module docstring). Safe to use from several event loops and alongside the sync
+    :attr:`hub` from any thread.
+    """
+
+    def __init__(self, hub: Hub) -> None:
+        """Serve ``hub`` to asyncio code; the AsyncHub now owns it (``close()`` closes it).
+
+        Cost: creates the worker pool (threads start on first use); no I/O.
+        """
+        self._hub = hub
+        self._path: str | None = getattr(hub.store, "path", None)
+        self._pool = ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix=WORKER_PREFIX)
+        self._sinks: dict[asyncio.AbstractEventLoop, _LoopSink] = {}
+        self._watches: set[_Watch] = set()
+        self._closed = False
+
+    @classmethod
+    def open(cls, path: str | os.PathLike[str] | None = None, **options: Any) -> _Opening:
+        """Open an AsyncHub over a new store: ``await`` it, or use it in ``async with``.
+
+        Args:
+            path: Where the LMDB store lives; ``None`` keeps everything in memory.
+            **options: As for :meth:`Hub.open`.
+
+        Returns:
+            An awaitable that is also an async context manager (closing the hub on exit).
+
+        Raises:
+            ValidationError: A bad option (when awaited).
+            StoreError: The store could not be opened (when awaited).
+
+        Cost: none until awaited; then ``Hub.open`` on a thread of its own.
+        """
+        return _Opening(path, options)
+
+    @property
+    def hub(self) -> Hub:
+        """The sync Hub underneath: the same actors and store."""
+        return self._hub
+
+    @property
+    def closed(self) -> bool:
+        """Whether ``close()`` was called."""
+        return self._closed
+
+    # -- writes ------------------------------------------------------------------------
+
+    async def append(
+        self, session_id: str, events: Sequence[Event], *, expected_version: int | None = None
+    ) -> list[Event]:
+        """Append ``events`` through the session's actor and return them as stored.
+
+        Args:
+            session_id: The session.
+            events: Events with ``sequence`` and ``timestamp`` left ``None``.
+            expected_version: Append only if the session's last sequence equals it.
+
+        Returns:
+            The events as stored, once durable.
+
+        Raises:
+            ValidationError: Malformed input; nothing was written.
+            ConcurrencyError: ``expected_version`` differs from the last sequence.
+            CancelledError: The task was cancelled; the write is wholly done or not
+                at all (see the module's cancellation rule).
+            HubClosed, SessionFailed, ActorTimeout, ActorCrashed: As for the Hub.
+
+        Cost: one store append, group-committed with every other waiting write (LMDB:
+        one shared fsync); submitted without a thread when the session's actor is
+        running and idle (one loop wake-up per group), else on a worker thread.
+        """
+        check_session_id(session_id)
+        batch = list(check_event_sequence(events))
+        self._live()
+        loop = asyncio.get_running_loop()
+        ticket = _Ticket(loop.create_future(), self._sink(loop))
+        if self._hub.try_submit(session_id, batch, expected_version, ticket):
+            return await _await_ticket(ticket)
+        stored: list[Event] = await self._write(
+            self._hub.append, session_id, batch, expected_version=expected_version
+        )
+        return stored
+
+    async def post(
+        self,
+        session_id: str,
+        author: SessionAuthor,
+        content: str,
+        *,
+        parent: int | None = None,
+        id: str | None = None,
+    ) -> Event:
+        """Post a ``Text`` message and return it as stored.
+
+        Args:
+            session_id: The session.
+            author: Who writes it.
+            content: The text, stored exactly as given.
+            parent: The thread root it replies to, or ``None`` for a new root.
+            id: Idempotency key (default: a fresh uuid4 hex).
+
+        Raises:
+            ValidationError: Malformed input; nothing was written.
+            CancelledError: As for :meth:`append`.
+            HubClosed, SessionFailed, ActorTimeout, ActorCrashed: As for the Hub.
+
+        Cost: as :meth:`append` of one event.
+        """
+        if not isinstance(content, str):
+            raise ValidationError(f"content must be a str, got {type(content).__name__}")
+        event = Event(
+            check_author(author),
+            Text(content),
+            id=new_event_id() if id is None else id,
+            parent=parent,
+        )
+        return (await self.append(session_id, [event]))[0]
+
+    # -- reads -------------------------------------------------------------------------
+
+    async def read(
+        self,
+        session_id: str,
+        *,
+        after: int | None = None,
+        before: int | None = None,
+        limit: int | None = None,
+        newest_first: bool = False,
+    ) -> list[Event]:
+        """Read stored events (as :meth:`Hub.read`), on a worker thread.
+
+        Raises:
+            ValidationError: A bad bound.
+            HubClosed: The hub is closed.
+
+        Cost: the store's read (O(result)) on a worker; one hop back into the loop.
+        """
+        events: list[Event] = await self._call(
+            self._hub.read,
+            session_id,
+            after=after,
+            before=before,
+            limit=limit,
+            newest_first=newest_first,
+        )
+        return events
+
+    async def last_sequence(self, session_id: str) -> int:
+        """Return the session's last sequence (0 for none), read on a worker thread.
+
+        Raises:
+            ValidationError: A malformed session id.
+            HubClosed: The hub is closed.
+
+        Cost: one key read on a worker; one hop back into the loop.
+        """
+        last: int = await self._call(self._hub.last_sequence, session_id)
+        return last
+
+    async def view(
+        self,
+        session_id: str,
+        viewer: SessionAuthor,
+        conversation: Conversation | None = None,
+        *,
+        window: int = SESSION_WINDOW,
+    ) -> Projection:
+        """Return ``viewer``'s view of a conversation (as :meth:`Hub.view`).
+
+        Raises:
+            ValidationError: A malformed argument.
+            HubClosed, SessionFailed, ActorTimeout, ActorCrashed: As for the Hub.
+
+        Cost: as :meth:`Hub.view`, on a worker thread; one hop back into the loop.
+        """
+        view: Projection = await self._call(
+            self._hub.view, session_id, viewer, conversation, window=window
+        )
+        return view
+
+    async def turn(
+        self, session_id: str, viewer: SessionAuthor, conversation: Conversation | None = None
+    ) -> AsyncTurn:
+        """Plan ``viewer``'s next turn (as :meth:`Hub.turn`): what it must read first.
+
+        Returns:
+            The :class:`AsyncTurn`; nothing moves until ``await turn.commit(...)``.
+
+        Raises:
+            ValidationError: A malformed argument.
+            PageError, LogReadError: The store's log misbehaved.
+            HubClosed, SessionFailed, ActorTimeout, ActorCrashed: As for the Hub.
+
+        Cost: as :meth:`Hub.turn` (one round trip to the sharing actor), on a worker
+        thread; one hop back into the loop.
+        """
+        turn: Turn = await self._call(self._hub.turn, session_id, viewer, conversation)
+        return AsyncTurn(self, turn)
+
+    async def wait_turn(
+        self,
+        session_id: str,
+        viewer: SessionAuthor,
+        conversation: Conversation | None = None,
+        *,
+        timeout: float | None = None,
+    ) -> AsyncTurn:
+        """Return ``viewer``'s next turn as soon as it has at least one message.
+
+        Plans the turn; while it is empty, sleeps until the next append to the session
+        through this Hub (any task or thread) and plans again. Never polls.
+
+        Args:
+            session_id: The session (desk).
+            viewer: Whose turn.
+            conversation: A thread or the channel (``None``: the channel).
+            timeout: Most seconds to wait (``None``: no limit).
+
+        Returns:
+            A turn with at least one message; commit it to move on.
+
+        Raises:
+            TimeoutError: No message for the viewer within ``timeout`` seconds.
+            ValidationError: A malformed argument.
+            HubClosed: The hub closed while waiting.
+            SessionFailed, ActorTimeout, ActorCrashed: As for the Hub.
+
+        Cost: one turn plan, plus one per append to the session while it waits.
+        """
+        if timeout is not None and (
+            isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout < 0
+        ):
+            raise ValidationError(f"timeout must be None or seconds >= 0, got {timeout!r}")
+        check_session_id(session_id)
+        self._live()
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        watch = _Watch(loop)
+        remove = self._hub.listen(session_id, watch)
+        self._watches.add(watch)
+        try:
+            while True:
+                watch.clear()
+                turn = await self.turn(session_id, viewer, conversation)
+                if turn.messages:
+                    return turn
+                self._live()
+                remaining = None if deadline is None else deadline - loop.time()
+                if remaining is not None and remaining <= 0:
+                    raise TimeoutError(f"no turn for the viewer within {timeout} s")
+                try:
+                    async with asyncio.timeout(remaining):
+                        await watch.wait()
+                except TimeoutError:
+                    raise TimeoutError(f"no turn for the viewer within {timeout} s") from None
+        finally:
+            self._watches.discard(watch)
+            remove()
+
+    async def turns(
+        self, session_id: str, viewer: SessionAuthor, conversation: Conversation | None = None
+    ) -> AsyncIterator[AsyncTurn]:
+        """Yield ``viewer``'s turns, each as soon as it has a message (:meth:`wait_turn`).
+
+        Commit each turn before asking for the next one (an uncommitted turn is
+        offered again at once). The iteration ends when the hub closes.
+
+        Raises:
+            ValidationError: A malformed argument.
+            SessionFailed, ActorTimeout, ActorCrashed: As for the Hub.
+
+        Cost: as :meth:`wait_turn`, per turn.
+        """
+        while not self._closed:
+            try:
+                turn = await self.wait_turn(session_id, viewer, conversation)
+            except HubClosed:
+                return
+            yield turn
+
+    async def transcript(
+        self,
+        session_id: str,
+        viewer: SessionAuthor,
+        *,
+        limit: int | None = None,
+        max_messages: int | None = None,
+        max_chars: int | None = None,
+        max_tokens_approx: int | None = None,
+    ) -> Transcript:
+        """Return ``viewer``'s transcript of the session (as :meth:`Hub.transcript`).
+
+        Raises:
+            ValidationError: A malformed argument.
+            HubClosed, SessionFailed, ActorTimeout, ActorCrashed: As for the Hub.
+
+        Cost: as :meth:`Hub.transcript`, on a worker thread; one hop back into the loop.
+        """
+        budget = {
+            key: value
+            for key, value in (
+                ("limit", limit),
+                ("max_messages", max_messages),
+                ("max_chars", max_chars),
+                ("max_tokens_approx", max_tokens_approx),
+            )
+            if value is not None
+        }
+        transcript: Transcript = await self._call(
+            self._hub.transcript, session_id, viewer, **budget
+        )
+        return transcript
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    async def close(self) -> None:
+        """Close the Hub underneath and stop the worker threads. Idempotent.
+
+        Tasks waiting in :meth:`wait_turn` get ``HubClosed``; :meth:`turns` ends.
+
+        Cost: ``Hub.close()`` (stops every actor and the store) on a thread of its own;
+        the loop is free meanwhile.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        for watch in list(self._watches):
+            watch.wake()
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[None] = loop.create_future()
+        failure: list[BaseException] = []
+
+        def finish() -> None:
+            if not done.done():
+                done.set_result(None)
+
+        def run() -> None:
+            try:
+                self._hub.close()
+            except BaseException as exc:
+                failure.append(exc)
+            finally:
+                self._pool.shutdown(wait=True)
+                with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+                    loop.call_soon_threadsafe(finish)
+
+        closer = threading.Thread(target=run, name=f"{WORKER_PREFIX}-close")
+        closer.start()
+        await _settle(done)
+        closer.join()
+        if failure:
+            raise failure[0]
+
+    async def __aenter__(self) -> AsyncHub:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    # -- internals ---------------------------------------------------------------------
+
+    def _live(self) -> None:
+        if self._closed:
+            raise HubClosed(self._path)
+
+    def _sink(self, loop: asyncio.AbstractEventLoop) -> _LoopSink:
+        sink = self._sinks.get(loop)
+        if sink is None:
+            sink = self._sinks[loop] = _LoopSink(loop)
+        return sink
+
+    def _offload(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> Future[T]:
+        self._live()
+        try:
+            return self._pool.submit(fn, *args, **kwargs)
+        except RuntimeError:  # the pool shut down: the hub closed meanwhile
+            raise HubClosed(self._path) from None
+
+    async def _call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Run a read (or an actor wait) on a worker; a cancelled one's answer is dropped."""
+        return await asyncio.wrap_future(self._offload(fn, *args, **kwargs))
+
+    async def _write(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Run a write on a worker; cancelled once started, wait for it to settle first."""
+        job = self._offload(fn, *args, **kwargs)
+        future = asyncio.wrap_future(job)
+        try:
+            return await asyncio.shield(future)
+        except asyncio.CancelledError:
+            if not job.cancel():  # it runs already (or ran): it cannot be recalled
+                await _settle(future)
+            raise
+
+
+class _Opening:
+    """What :meth:`AsyncHub.open` returns: awaitable, and an async context manager."""
+
+    __slots__ = ("_hub", "_options", "_path")
+
+    def __init__(self, path: str | os.PathLike[str] | None, options: dict[str, Any]) -> None:
+        self._path = path
+        self._options = options
+        self._hub: AsyncHub | None = None
+
+    async def _open(self) -> AsyncHub:
+        loop = asyncio.get_running_loop()
+        opened: asyncio.Future[Hub] = loop.create_future()
+
+        def deliver(hub: Hub | None, error: BaseException | None) -> None:
+            if opened.done():  # cancelled meanwhile: close what was opened
+                if hub is not None:
+                    threading.Thread(target=hub.close, name=f"{WORKER_PREFIX}-close").start()
+                return
+            if error is not None:
+                opened.set_exception(error)
+            else:
+                assert hub is not None
+                opened.set_result(hub)
+
+        def run() -> None:
+            try:
+                hub = Hub.open(self._path, **self._options)
+            except BaseException as exc:
+                outcome: tuple[Hub | None, BaseException | None] = (None, exc)
+            else:
+                outcome = (hub, None)
+            try:
+                loop.call_soon_threadsafe(deliver, *outcome)
+            except RuntimeError:  # the loop closed meanwhile
+                if outcome[0] is not None:
+                    outcome[0].close()
+
+        opener = threading.Thread(target=run, name=f"{WORKER_PREFIX}-open")
+        opener.start()
+        hub = await opened  # cancelled: the opener closes what it opens
+        opener.join()  # it has delivered: only its return is left
+        return AsyncHub(hub)
+
+    def __await__(self) -> Generator[Any, None, AsyncHub]:
+        return self._open().__await__()
+
+    async def __aenter__(self) -> AsyncHub:
+        self._hub = await self._open()
+        return self._hub
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._hub is not None:
+            await self._hub.close()

@@ -1,0 +1,263 @@
+"""Async runs: SessionManager.aexecute_run / arun_once keep the rules of sync runs.
+
+Adapters are coroutine adapters (``async def execute`` with an awaited ``emit``) or sync
+ones (run on a worker thread); the store is an AsyncHub on either backend, or a plain
+sync store. None of it blocks the loop: a 0.3 s adapter leaves the heartbeat running.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+
+from sharedesk import (
+    AdapterResult,
+    Agent,
+    AsyncHub,
+    Event,
+    MemoryStore,
+    RunCancelled,
+    RunFailed,
+    RunFinished,
+    RunStarted,
+    RunStateError,
+    RunTimeout,
+    ScriptedAdapter,
+    SessionManager,
+    Text,
+    TextDelta,
+)
+from sharedesk.runs.types import AsyncEmit, Run, Session
+from tests.aio.conftest import Heartbeat, Runner, ticks_during
+
+BOT = Agent(id="coro", label="coro")
+
+
+class CoroutineAdapter:
+    """An adapter whose ``execute`` is a coroutine: streams two deltas, then the text."""
+
+    name = "coro"
+    native_continuation = False
+
+    def __init__(self, *, sleep: float = 0.0, fail: bool = False) -> None:
+        self.sleep = sleep
+        self.fail = fail
+        self.cancelled = False
+        self.started = asyncio.Event()
+        self.transcripts: list[Any] = []
+        self.late_emit: BaseException | None = None
+
+    async def execute(
+        self, run: Run, session: Session, emit: AsyncEmit, opts: Mapping[str, Any]
+    ) -> AdapterResult:
+        self.transcripts.append(session.context.get("transcript"))
+        self.started.set()
+        try:
+            await asyncio.sleep(self.sleep)
+        except asyncio.CancelledError:
+            self.cancelled = True
+            raise
+        if self.fail:
+            raise ValueError("the model fell over")
+        await emit(Event(BOT, TextDelta("he")))
+        await emit(Event(BOT, TextDelta("llo")))
+        await emit(Event(BOT, Text("hello")))
+        return AdapterResult(output="hello", token_usage={"total_tokens": 3})
+
+
+class SleepyAdapter:
+    """A sync adapter that blocks its thread for ``sleep`` seconds, then replies."""
+
+    name = "sleepy"
+    native_continuation = False
+
+    def __init__(self, sleep: float) -> None:
+        self.sleep = sleep
+
+    def execute(self, run: Run, session: Session, emit: Any, opts: Mapping[str, Any]) -> None:
+        time.sleep(self.sleep)
+        emit(Event(Agent(id="sleepy", label="sleepy"), Text("awake")))
+
+
+def bodies(events: list[Event]) -> list[Any]:
+    return [type(e.body).__name__ for e in events]
+
+
+class TestCoroutineAdapters:
+    def test_a_coroutine_adapter_runs_and_its_events_are_the_runs(self, arun: Runner) -> None:
+        async def body(hub: AsyncHub) -> Any:
+            return await SessionManager.arun_once(hub, CoroutineAdapter(), "hi")
+
+        result = arun(body)
+
+        assert ["RunStarted", "TextDelta", "TextDelta", "Text", "RunFinished"] == bodies(
+            result.events
+        )
+        assert "hello" == result.output
+        assert {"total_tokens": 3} == result.token_usage
+        assert {result.run_id} == {e.run_id for e in result.events}
+
+    def test_the_run_is_stored_as_a_sync_run_would_store_it(self, arun: Runner) -> None:
+        async def body(hub: AsyncHub) -> Any:
+            result = await SessionManager.arun_once(hub, CoroutineAdapter(), "hi")
+            return result, await hub.read(result.session_id)
+
+        result, stored = arun(body)
+
+        assert result.events == stored[-5:]
+        finished = stored[-1].body
+        assert isinstance(finished, RunFinished) and "completed" == finished.status
+        assert RunStarted(provider="coro") == stored[-5].body
+
+    def test_aexecute_run_executes_a_pending_run(self, arun: Runner) -> None:
+        async def body(hub: AsyncHub) -> Any:
+            run = await asyncio.to_thread(SessionManager.start_run, hub.hub, "desk", "hi")
+            return await SessionManager.aexecute_run(hub, CoroutineAdapter(), run.id)
+
+        assert "hello" == arun(body).output
+
+    def test_replay_hands_the_earlier_runs_to_the_adapter(self, arun: Runner) -> None:
+        async def body(hub: AsyncHub) -> Any:
+            adapter = CoroutineAdapter()
+            first = await SessionManager.arun_once(hub, adapter, "one")
+            await SessionManager.arun_once(
+                hub, adapter, "two", session_id=first.session_id, continuation="replay"
+            )
+            return adapter.transcripts
+
+        first, second = arun(body)
+
+        assert first is None
+        assert ["one", "hello"] == [m.content for m in second.messages]
+
+    def test_an_adapter_that_raises_fails_the_run(self, arun: Runner) -> None:
+        async def body(hub: AsyncHub) -> None:
+            await SessionManager.arun_once(hub, CoroutineAdapter(fail=True), "hi")
+
+        with pytest.raises(RunFailed):
+            arun(body)
+
+    def test_a_time_out_finishes_the_run_and_cancels_the_adapter(self, arun: Runner) -> None:
+        async def body(hub: AsyncHub) -> tuple[bool, str, bool]:
+            adapter = CoroutineAdapter(sleep=30)
+            run = await asyncio.to_thread(SessionManager.start_run, hub.hub, "desk", "hi")
+            try:
+                await SessionManager.aexecute_run(
+                    hub, adapter, run.id, adapter_opts={"timeout": 0.1}
+                )
+                timed_out = False
+            except RunTimeout:
+                timed_out = True
+            status = (await asyncio.to_thread(SessionManager.get_run, hub.hub, run.id)).status
+            return timed_out, status, adapter.cancelled
+
+        assert (True, "timeout", True) == arun(body)
+
+    def test_cancel_run_from_another_task_ends_the_run_as_cancelled(self, arun: Runner) -> None:
+        async def body(hub: AsyncHub) -> tuple[str, bool]:
+            adapter = CoroutineAdapter(sleep=30)
+            run = await asyncio.to_thread(SessionManager.start_run, hub.hub, "desk", "hi")
+            task = asyncio.create_task(SessionManager.aexecute_run(hub, adapter, run.id))
+            await adapter.started.wait()
+            await asyncio.to_thread(SessionManager.cancel_run, hub.hub, run.id)
+            with pytest.raises(RunCancelled):
+                await task
+            await asyncio.sleep(0.05)
+            return (await asyncio.to_thread(SessionManager.get_run, hub.hub, run.id)).status, (
+                adapter.cancelled
+            )
+
+        assert ("cancelled", True) == arun(body)
+
+    def test_cancelling_the_awaiting_task_cancels_the_run(self, arun: Runner) -> None:
+        async def body(hub: AsyncHub) -> tuple[bool, str, bool]:
+            adapter = CoroutineAdapter(sleep=30)
+            run = await asyncio.to_thread(SessionManager.start_run, hub.hub, "desk", "hi")
+            task = asyncio.create_task(SessionManager.aexecute_run(hub, adapter, run.id))
+            await adapter.started.wait()
+            task.cancel()
+            try:
+                await task
+                raised = False
+            except asyncio.CancelledError:
+                raised = True
+            status = (await asyncio.to_thread(SessionManager.get_run, hub.hub, run.id)).status
+            return raised, status, adapter.cancelled
+
+        assert (True, "cancelled", True) == arun(body)
+
+    def test_an_emit_after_the_run_finished_is_refused(self, arun: Runner) -> None:
+        async def body(hub: AsyncHub) -> str:
+            captured: list[AsyncEmit] = []
+
+            class Keeps(CoroutineAdapter):
+                async def execute(
+                    self, run: Run, session: Session, emit: AsyncEmit, opts: Mapping[str, Any]
+                ) -> AdapterResult:
+                    captured.append(emit)
+                    return AdapterResult(output="done")
+
+            await SessionManager.arun_once(hub, Keeps(), "hi")
+            try:
+                await captured[0](Event(BOT, Text("too late")))
+            except RunStateError as exc:
+                return str(exc.status)
+            return "accepted"
+
+        assert "completed" == arun(body)
+
+
+class TestSyncAdapters:
+    def test_a_sync_adapter_runs_on_a_worker_thread(self, arun: Runner) -> None:
+        async def body(hub: AsyncHub) -> Any:
+            return await SessionManager.arun_once(hub, ScriptedAdapter(["hi there"]), "hello")
+
+        assert "hi there" == arun(body).output
+
+    def test_a_plain_sync_store_works_too(self) -> None:
+        async def main() -> Any:
+            with MemoryStore() as store:
+                return await SessionManager.arun_once(store, CoroutineAdapter(), "hi")
+
+        assert "hello" == asyncio.run(main()).output
+
+
+class TestTheLoopStaysFree:
+    def test_the_heartbeat_runs_while_a_slow_sync_adapter_is_awaited(self, arun: Runner) -> None:
+        async def body(hub: AsyncHub) -> int:
+            async with Heartbeat() as heartbeat:
+                _, ticks = await ticks_during(
+                    heartbeat, SessionManager.arun_once(hub, SleepyAdapter(0.3), "hi")
+                )
+            return ticks
+
+        assert arun(body) >= 5
+
+    def test_the_heartbeat_runs_while_a_slow_coroutine_adapter_is_awaited(
+        self, arun: Runner
+    ) -> None:
+        async def body(hub: AsyncHub) -> int:
+            async with Heartbeat() as heartbeat:
+                _, ticks = await ticks_during(
+                    heartbeat, SessionManager.arun_once(hub, CoroutineAdapter(sleep=0.3), "hi")
+                )
+            return ticks
+
+        assert arun(body) >= 5
+
+    def test_the_sync_run_once_blocks_the_loop_which_the_probe_sees(self, arun: Runner) -> None:
+        """The probe above fails what issue 14 measured: a sync run awaited on the loop."""
+
+        async def body(hub: AsyncHub) -> int:
+            async def blocking() -> Any:
+                return SessionManager.run_once(hub.hub, SleepyAdapter(0.3), "hi")
+
+            async with Heartbeat() as heartbeat:
+                _, ticks = await ticks_during(heartbeat, blocking())
+            return ticks
+
+        assert 0 == arun(body)
