@@ -44,7 +44,8 @@ How ``get_items`` reads (relative to the session's ``agent``, the *viewer*):
   parent).
 
 Each session folds the desk incrementally: a call reads only the rows appended since the
-session's last read, so repeated ``get_items`` cost the new rows, not the history.
+session's last read (in pages of ``PAGE_SIZE``), so repeated ``get_items`` cost the new
+rows, not the history; the session keeps the conversation's visible rows in memory.
 """
 
 from __future__ import annotations
@@ -68,6 +69,7 @@ from sharedesk.protocol.authors import (
     author_key,
     same_participant,
 )
+from sharedesk.protocol.constants import PAGE_SIZE
 from sharedesk.protocol.errors import ConcurrencyError, ValidationError
 from sharedesk.protocol.events import Event, Item, Retracted, Text
 from sharedesk.protocol.validation import check_author, check_conversation, check_session_id
@@ -374,8 +376,14 @@ class DeskSession:
         return event.parent == root or event.sequence == root
 
     async def _refresh(self) -> None:
-        """Fold the rows appended since the last read."""
-        new = await self._hub.read(self.session_id, after=self._seen)
+        """Fold the rows appended since the last read, a page of ``PAGE_SIZE`` at a time."""
+        while True:
+            page = await self._hub.read(self.session_id, after=self._seen, limit=PAGE_SIZE)
+            self._fold(page)
+            if len(page) < PAGE_SIZE:
+                return
+
+    def _fold(self, new: list[Event]) -> None:
         for event in new:
             sequence = event.sequence
             assert sequence is not None

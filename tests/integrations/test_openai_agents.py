@@ -24,6 +24,7 @@ from sharedesk.integrations.openai_agents import (
 )
 from sharedesk.projection.transcript import TranscriptBuilder
 from sharedesk.protocol.authors import Agent, Operator, Person
+from sharedesk.protocol.constants import PAGE_SIZE
 from sharedesk.protocol.errors import ValidationError
 from sharedesk.protocol.events import Event, Item, Retracted, Text
 from sharedesk.protocol.views import Conversation
@@ -117,6 +118,38 @@ class TestOwnItems:
             return await DeskSession(hub, "desk", TRIAGE).get_items()
 
         assert [USER_MSG, CALL] == run(scenario())
+
+    def test_a_desk_longer_than_a_page_is_read_whole(self, hub: AsyncHub) -> None:
+        items: list[Any] = [{"role": "user", "content": str(n)} for n in range(PAGE_SIZE + 3)]
+
+        async def scenario() -> list[Any]:
+            await DeskSession(hub, "desk", TRIAGE).add_items(items)
+            return await DeskSession(hub, "desk", TRIAGE).get_items()
+
+        assert items == run(scenario())
+
+    def test_a_later_get_items_reads_only_the_rows_appended_since(self, hub: AsyncHub) -> None:
+        reads: list[int | None] = []
+
+        class Counting:
+            async def append(self, session_id: str, events: Any, **kw: Any) -> list[Event]:
+                return await hub.append(session_id, events, **kw)
+
+            async def read(self, session_id: str, **bounds: Any) -> list[Event]:
+                reads.append(bounds.get("after"))
+                return await hub.read(session_id, **bounds)
+
+        session = DeskSession(Counting(), "desk", TRIAGE)
+
+        async def scenario() -> None:
+            await session.add_items([USER_MSG, CALL])
+            await session.get_items()
+            await session.add_items([OUTPUT])
+            await session.get_items()
+
+        run(scenario())
+
+        assert [0, 2] == reads
 
     def test_changing_a_returned_item_changes_nothing_stored(self, hub: AsyncHub) -> None:
         session = DeskSession(hub, "desk", TRIAGE)

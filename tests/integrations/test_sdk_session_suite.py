@@ -225,7 +225,9 @@ def baseline(root: Path, cache: Path) -> dict[str, dict[str, Any]]:
     if report.exists():
         cached: dict[str, dict[str, Any]] = json.loads(report.read_text())
         return cached
-    partial = cache / f"baseline-{key}.partial.json"
+    for stale in cache.glob("baseline-*.json"):
+        stale.unlink()
+    partial = cache / f"baseline-{key}.partial"
     result = run_sdk_tests(root, "sqlite", partial)
     partial.replace(report)
     return result
