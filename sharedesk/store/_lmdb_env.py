@@ -47,8 +47,9 @@ from sharedesk.protocol.errors import CorruptRecordError, StoreIOError, Validati
 
 _log = logger()
 
-#: The sub-databases of a store, by purpose.
-DATABASES: Final = (b"events", b"ids", b"meta", b"texts", b"sharing")
+#: The sub-databases of a store, by purpose. ``replies`` came later: opening a database
+#: written before it creates it empty (LmdbStore treats roots it lacks as older ones).
+DATABASES: Final = (b"events", b"ids", b"meta", b"texts", b"sharing", b"replies")
 
 #: A store's writer reclaims dead processes' reader slots once per this many commits.
 READER_CHECK_COMMITS: Final = 32

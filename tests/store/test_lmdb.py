@@ -219,6 +219,59 @@ class TestLmdbStoreReopen:
             assert stored == second.read("s")
 
 
+def drop_reply_index(path: Path) -> None:
+    """Make ``path`` look like a database written before the ``replies`` index existed."""
+    env = lmdb.open(str(path), max_dbs=8)
+    try:
+        with env.begin(write=True) as txn:
+            txn.drop(env.open_db(b"replies", txn=txn), delete=True)
+        with env.begin() as txn:
+            assert txn.get(b"replies") is None  # no such sub-database any more
+    finally:
+        env.close()
+
+
+class TestLmdbStoreBeforeTheReplyIndex:
+    """A database written before the ``replies`` index opens and works unchanged."""
+
+    @pytest.fixture
+    def old_path(self, store_path: Path) -> Path:
+        with LmdbStore(store_path) as store:
+            store.append(
+                "s",
+                [text("root"), text(" ", parent=1), text("first", parent=1), text("alone")],
+            )
+            store.append("s", [text("second", parent=1), text("replied", parent=4)])
+        drop_reply_index(store_path)
+        return store_path
+
+    def test_first_replies_of_older_roots_are_found(self, old_path: Path) -> None:
+        with LmdbStore(old_path) as store:
+            assert {1: 3, 4: 6} == store.first_replies("s", [1, 2, 4])
+
+    def test_a_reply_to_an_older_root_keeps_the_first_reply_it_had(self, old_path: Path) -> None:
+        with LmdbStore(old_path) as store:
+            store.append("s", [text("third", parent=1), text("new root"), text("x", parent=8)])
+
+            assert {1: 3, 4: 6, 8: 9} == store.first_replies("s", [1, 4, 8])
+
+    def test_an_older_root_without_replies_gets_its_first_one_indexed(
+        self, store_path: Path
+    ) -> None:
+        with LmdbStore(store_path) as store:
+            store.append("s", [text("root"), text("other")])
+        drop_reply_index(store_path)
+
+        with LmdbStore(store_path) as store:
+            assert {} == store.first_replies("s", [1])
+            store.append("s", [text("  ", parent=1), text("first", parent=1)])
+            assert {1: 4} == store.first_replies("s", [1, 2])
+
+    def test_a_reply_to_an_older_reply_is_refused(self, old_path: Path) -> None:
+        with LmdbStore(old_path) as store, pytest.raises(ValidationError):
+            store.append("s", [text("deeper", parent=3)])
+
+
 class TestLmdbStoreOptions:
     @pytest.mark.parametrize(
         "options",
