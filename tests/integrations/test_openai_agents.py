@@ -334,7 +334,10 @@ class TestRetraction:
 
 
 class TestRunHooks:
-    def test_after_a_handoff_the_new_agents_items_carry_its_author(self, hub: AsyncHub) -> None:
+    @pytest.mark.parametrize("streamed", [False, True], ids=["run", "run_streamed"])
+    def test_after_a_handoff_the_new_agents_items_carry_its_author(
+        self, hub: AsyncHub, streamed: bool
+    ) -> None:
         billing = SdkAgent(
             name="billing",
             model=ScriptedModel([ModelStep(output=[assistant_message("Refund issued.")])]),
@@ -348,14 +351,19 @@ class TestRunHooks:
         )
         session = DeskSession(hub, "desk", TRIAGE)
 
+        options: Any = {
+            "session": session,
+            "hooks": DeskRunHooks(session),
+            "run_config": RunConfig(tracing_disabled=True),
+        }
+
         async def scenario() -> list[Event]:
-            await Runner.run(
-                triage,
-                "refund",
-                session=session,
-                hooks=DeskRunHooks(session),
-                run_config=RunConfig(tracing_disabled=True),
-            )
+            if streamed:
+                result = Runner.run_streamed(triage, "refund", **options)
+                async for _ in result.stream_events():
+                    pass
+            else:
+                await Runner.run(triage, "refund", **options)
             return await hub.read("desk")
 
         authors = [(type(e.body).__name__, e.author) for e in run(scenario())]
