@@ -174,7 +174,10 @@ def sdk_sources(cache: Path) -> Path:
             timeout=_RUN_TIMEOUT_S,
         )
     with tarfile.open(archive) as tar:
-        tar.extractall(cache, filter="data")
+        if hasattr(tarfile, "data_filter"):  # Python 3.11.4+: refuse unsafe members
+            tar.extractall(cache, filter="data")
+        else:  # pragma: no cover - older 3.11 patch releases
+            tar.extractall(cache)
     return root
 
 
