@@ -54,11 +54,19 @@ import copy
 from collections.abc import Mapping, Sequence
 from typing import Any, Final, Protocol
 
-from agents import Agent as SdkAgent
-from agents.items import ModelResponse, TResponseInputItem
-from agents.lifecycle import RunHooks
-from agents.memory import SessionSettings
-from agents.run_context import AgentHookContext, RunContextWrapper
+try:
+    from agents import Agent as SdkAgent
+    from agents.items import ModelResponse, TResponseInputItem
+    from agents.lifecycle import RunHooks
+    from agents.memory import SessionSettings
+    from agents.run_context import AgentHookContext, RunContextWrapper
+except ModuleNotFoundError as exc:
+    if exc.name != "agents":
+        raise
+    raise ImportError(
+        "sharedesk.integrations.openai_agents needs the OpenAI Agents SDK: "
+        "pip install 'sharedesk[agents]'"
+    ) from exc
 
 from sharedesk.protocol.authors import (
     Agent,

@@ -80,6 +80,16 @@ class TestProtocol:
 
         assert "False" == out.stdout.strip()
 
+    def test_without_the_sdk_the_integration_names_the_extra_to_install(self) -> None:
+        code = (
+            "import sys; sys.modules['agents'] = None\n"
+            "try:\n    import sharedesk.integrations.openai_agents\n"
+            "except ImportError as exc:\n    print(exc)"
+        )
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+
+        assert "pip install 'sharedesk[agents]'" in out.stdout
+
 
 class TestOwnItems:
     def test_items_come_back_exactly_in_the_order_added(self, hub: AsyncHub) -> None:
