@@ -214,6 +214,23 @@ class TestStorage:
 
         assert [alice] == [e.author for e in run(scenario())]
 
+    def test_messages_reach_other_participants_turns_and_transcripts_by_their_author(
+        self, hub: AsyncHub
+    ) -> None:
+        async def scenario() -> tuple[Any, Any]:
+            await DeskSession(hub, "desk", BILLING).add_items([USER_MSG, CALL, reply("Done.")])
+            turn = await hub.turn("desk", QA)
+            return turn.messages, await hub.transcript("desk", QA)
+
+        messages, transcript = run(scenario())
+
+        assert [(Operator(), "I was charged twice"), (BILLING, "Done.")] == [
+            (m.author, m.content) for m in messages
+        ]
+        assert [("user", BILLING)] == [
+            (m.role, m.author) for m in transcript.messages if m.content == "Done."
+        ]
+
     def test_message_text_joins_text_parts_and_refuses_other_content(self) -> None:
         image = {"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}
 
