@@ -20,7 +20,8 @@ dictionary itself, so a :class:`structlog.stdlib.ProcessorFormatter` (as
 What is logged, by level:
 
 - ``error``: an actor's handler failed unexpectedly (``actor.crashed``, with the
-  traceback) or a session exceeded its restart intensity (``session.failed``).
+  traceback; ``actor.tell_failed`` for a told message, which has no caller to hand the
+  error to) or a session exceeded its restart intensity (``session.failed``).
 - ``warning``: an actor that did not stop in time when the Hub closed.
 - ``info``: hub lifecycle (``hub.opened``, ``hub.closed``) and committed turns
   (``turn.committed``, with counts, never message content).

@@ -1,4 +1,4 @@
-"""The actor runtime: the Hub supervising session, projector and sharing actors (pykka).
+"""The actor runtime: the Hub supervising session, projector and sharing actors.
 
 ``Hub.open(path=None, **options)`` opens a Hub over an in-memory or LMDB store; the Hub
 routes writes through each session's actor, serves views from projector actors kept

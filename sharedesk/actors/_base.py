@@ -245,7 +245,7 @@ class HubActor(abc.ABC):
                 thread.start()
         return True
 
-    def ask(self, message: Any) -> pykka.Future[Any]:
+    def ask(self, message: Request[R]) -> pykka.Future[R]:
         """Queue ``message``; return the future of its answer (:meth:`ensure_running` first).
 
         Raises:
@@ -253,7 +253,7 @@ class HubActor(abc.ABC):
 
         Cost: O(1); never blocks.
         """
-        future: pykka.Future[Any] = pykka.ThreadingFuture()
+        future: pykka.Future[R] = pykka.ThreadingFuture()
         if self._stopped.is_set() or not self._post(message, future):
             raise self._dead()[1]
         return future

@@ -9,7 +9,7 @@ Actors, named by :class:`~sharedesk.actors._base.ActorKey`:
 Projectors and the sharing actor keep the session's tail in memory, fed by the events
 the session actor pushes after each commit (see :mod:`sharedesk.actors._tail`).
 
-Threads: an actor's pykka thread starts with the first message queued for it. Writes
+Threads: an actor's thread starts with the first message queued for it. Writes
 (appends, turn commits) to an idle session run on the caller's thread under the actor's
 lock (option ``inline_writes``): the same one-at-a-time order, two thread switches fewer,
 and a session only written to costs no thread. Reads (views, turn plans, transcripts)
@@ -18,9 +18,9 @@ are asked of the actor's thread and bounded by ``ask_timeout``.
 Routing: every request pins its actor (``Slot.pins``) for the time it is in flight, so
 an actor serving a request is not passivated under it; pinning a running actor takes no
 lock (a list append is atomic), so requests to different actors never queue on the Hub.
-A request that reaches an actor which stopped before handling it (pykka's
-``ActorDeadError``, or an actor thread that ended without answering: passivation or a
-restart raced it) was not handled, so the Hub resends it to a fresh actor.
+A request that reaches an actor which stopped before handling it (``ActorDeadError``, or
+an actor thread that ended without answering: passivation or a restart raced it) was not
+handled, so the Hub resends it to a fresh actor.
 
 Supervision: see :mod:`sharedesk.actors._base`. The Hub counts the restarts of each
 session's actors; more than ``max_restarts`` within ``restart_period`` seconds marks the
@@ -98,6 +98,7 @@ from sharedesk.protocol.validation import (
 )
 from sharedesk.protocol.views import Conversation, Projection, SessionMessage
 from sharedesk.runs.queue import RunQueue
+from sharedesk.runs.types import RunQueueStatus
 from sharedesk.store.memory import MemoryStore
 
 _log = logger()
@@ -464,6 +465,12 @@ class Hub:
         """
         check_session_id(session_id)
         batch = list(check_event_sequence(events))
+        for event in batch:  # checked here: the actor reads them before the store does
+            if not isinstance(event, Event):
+                raise ValidationError(
+                    f"events must be a sequence of Event, got an element of type "
+                    f"{type(event).__name__}"
+                )
         result: list[Event] = self._call(
             ActorKey(kind="session", session_id=session_id),
             Append(events=batch, expected_version=expected_version),
@@ -671,7 +678,7 @@ class Hub:
 
     # -- runs --------------------------------------------------------------------------
 
-    def _run_queue(self) -> Any:
+    def _run_queue(self) -> RunQueue:
         with self._lock:
             if self._closing:
                 raise HubClosed(self._path)
@@ -725,8 +732,8 @@ class Hub:
             return True
         return bool(runs.drain(timeout))
 
-    def status(self, session_id: str) -> Any:
-        """Return the run queue's status of ``session_id`` (``RunQueueStatus``). Cost: O(1)."""
+    def status(self, session_id: str) -> RunQueueStatus:
+        """Return the run queue's status of ``session_id``. Cost: O(1)."""
         return self._run_queue().status(session_id)
 
     # -- introspection and lifecycle ---------------------------------------------------
@@ -914,9 +921,9 @@ class Hub:
         return slot
 
     def _start(self, slot: Slot) -> None:
-        # Outside the lock: creating an actor takes pykka's registry lock and builds its
-        # inbox; callers of other actors need not wait for that. (Its thread starts
-        # later, with the first message queued for it.)
+        # Outside the lock: creating an actor builds its inbox and state; callers of
+        # other actors need not wait for that. (Its thread starts later, with the first
+        # message queued for it.)
         key = slot.key
         try:
             ref = _ACTOR_CLASSES[key.kind].start(self, key, slot)
@@ -1025,14 +1032,14 @@ class Hub:
                         return cast(T, answer)  # the handler answers a Request[T] with a T
                 if not actor.ensure_running():
                     continue  # stopped meanwhile: resend to a fresh actor
-                return cast(T, self._wait(actor.ask(message), slot))
+                return self._wait(actor.ask(message), slot)
             except pykka.ActorDeadError:
                 continue  # stopped before handling it: resend to a fresh actor
             finally:
                 self._release(slot)
         raise ActorCrashed(key.kind, key.session_id, "stopped before handling the request")
 
-    def _wait(self, future: pykka.Future[Any], slot: Slot) -> Any:
+    def _wait(self, future: pykka.Future[T], slot: Slot) -> T:
         timeout = self._options.ask_timeout
         deadline = time.monotonic() + timeout
         while True:

@@ -6,12 +6,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 from sharedesk.actors.hub import Hub
 from sharedesk.projection.transcript import TranscriptBuilder
 from sharedesk.protocol.authors import Agent, Person
-from sharedesk.protocol.codec import decode_event, decode_event_json, encode_json, encode_msgpack
+from sharedesk.protocol.codec import decode_json_as, encode_json, encode_msgpack
 from sharedesk.protocol.events import Event, Item, Retracted, Text
 from sharedesk.protocol.ports import EventStore
 from sharedesk.store.lmdb import LmdbStore
@@ -60,8 +61,8 @@ class TestStorage:
         event = Event(ADA, body, id="x")
 
         assert (event, event) == (
-            decode_event(encode_msgpack(event)),
-            decode_event_json(encode_json(event)),
+            msgspec.msgpack.decode(encode_msgpack(event), type=Event),
+            decode_json_as(encode_json(event), Event),
         )
 
 

@@ -1,9 +1,19 @@
 """The store contract suite: every store rule of the contract, written once.
 
-``StoreContract`` is not collected by pytest (its name does not start with ``Test``).
-Each backend's test module subclasses it and supplies only ``make_store(path)``; a
-backend may add its own tests next to the inherited ones. A bug fixed in one backend
-gets its regression test here, so the other backend is covered too.
+The rules are grouped by capability, as eventsourcing groups its recorder test cases:
+
+- :class:`EventsContract`: the ``EventStore`` port (sequences, idempotent ids,
+  ``expected_version``, reads, the ``Text`` log, close, threads);
+- :class:`SharingContract`: the ``SharingStateStore`` port (``append_and_share`` and its
+  compare-and-swap);
+- :class:`ListingContract`: ``sessions``, ``session_info`` and ``session_infos``.
+
+:class:`StoreContract` combines the three. None of them is collected by pytest (their
+names do not start with ``Test``). Each backend's test module subclasses
+``StoreContract`` and supplies only ``make_store(path)``; the Hub runs
+``EventsContract``, the capability its store-like methods serve. A backend may add its
+own tests next to the inherited ones. A bug fixed in one backend gets its regression
+test here, so the other backend is covered too.
 """
 
 from __future__ import annotations
@@ -114,24 +124,31 @@ BAD_SESSION_IDS: dict[str, Any] = {
 }
 
 
-class StoreContract(ABC):
-    """The store rules of the contract; subclass and implement ``make_store``."""
+class _Fixture(ABC):
+    """The store under test: one fresh store per test, closed afterwards."""
 
     @abstractmethod
-    def make_store(self, path: Path) -> ContractStore:
+    def make_store(self, path: Path) -> EventStore:
         """Return a new, empty store; ``path`` is a fresh directory it may use."""
 
     @pytest.fixture
-    def store(self, tmp_path: Path) -> Iterator[ContractStore]:
+    def store(self, tmp_path: Path) -> Iterator[EventStore]:
         store = self.make_store(tmp_path / "store")
         try:
             yield store
         finally:
             store.close()
 
-    def test_store_implements_both_ports(self, store: ContractStore) -> None:
+
+class EventsContract(_Fixture):
+    """The events capability (the ``EventStore`` port): sequences, ids, reads, the log.
+
+    Every store runs it, and so does the Hub, whose store-like methods pass it through
+    the session actors.
+    """
+
+    def test_store_implements_the_event_store_port(self, store: ContractStore) -> None:
         assert isinstance(store, EventStore)
-        assert isinstance(store, SharingStateStore)
 
     # -- sequences -------------------------------------------------------------------
 
@@ -297,7 +314,7 @@ class StoreContract(ABC):
         with pytest.raises(ValidationError):
             store.read("s", **bounds)
 
-    # -- last_sequence and sessions --------------------------------------------------
+    # -- last_sequence ---------------------------------------------------------------
 
     def test_last_sequence_is_zero_for_an_unknown_session(self, store: ContractStore) -> None:
         assert 0 == store.last_sequence("nobody")
@@ -306,45 +323,6 @@ class StoreContract(ABC):
         store.append("s", [text(), text(), text()])
 
         assert 3 == store.last_sequence("s")
-
-    def test_sessions_lists_sessions_holding_events_sorted(self, store: ContractStore) -> None:
-        store.append("b", [text()])
-        store.append("a", [text()])
-        store.append("c", [])
-
-        assert ["a", "b"] == store.sessions()
-
-    def test_session_info_reports_counts_and_last_activity(self, store: ContractStore) -> None:
-        store.append("s", [text(), delta()])
-        (newest,) = store.append("s", [text()])
-
-        assert newest.timestamp is not None
-        assert SessionInfo("s", 3, 2, newest.timestamp) == store.session_info("s")
-
-    def test_session_infos_list_every_session_sorted_by_id(self, store: ContractStore) -> None:
-        store.append("b", [delta()])
-        store.append("a", [text(), text()])
-
-        assert [("a", 2, 2), ("b", 1, 0)] == [
-            (info.session_id, info.last_sequence, info.text_count) for info in store.session_infos()
-        ]
-
-    def test_session_info_of_an_unknown_session_is_none(self, store: ContractStore) -> None:
-        assert store.session_info("nobody") is None
-
-    @pytest.mark.parametrize("session_ids", [ODD_SESSION_IDS])
-    def test_session_ids_that_prefix_each_other_or_hold_odd_characters_stay_apart(
-        self, store: ContractStore, session_ids: list[str]
-    ) -> None:
-        for count, session_id in enumerate(session_ids, start=1):
-            store.append(session_id, [text(session_id) for _ in range(count)])
-
-        for count, session_id in enumerate(session_ids, start=1):
-            events = store.read(session_id)
-            assert [session_id] * count == [e.body.content for e in events]  # type: ignore[union-attr]
-            assert count == store.last_sequence(session_id)
-            assert count == sum(len(page.messages) for page in walk_log(store, session_id, 2))
-        assert sorted(session_ids) == store.sessions()
 
     # -- bad input -------------------------------------------------------------------
 
@@ -359,15 +337,6 @@ class StoreContract(ABC):
 
         assert 1 == store.last_sequence("s")
         assert 1 == len(store.read("s"))
-
-    @pytest.mark.parametrize("kind", sorted(BAD_SESSION_IDS))
-    def test_bad_session_id_raises_validation_error_and_writes_nothing(
-        self, store: ContractStore, kind: str
-    ) -> None:
-        with pytest.raises(ValidationError):
-            store.append(BAD_SESSION_IDS[kind], [text()])
-
-        assert [] == store.sessions()
 
     @pytest.mark.parametrize("version", [-1, True, "1", 1.0])
     def test_bad_expected_version_raises_validation_error_and_writes_nothing(
@@ -474,25 +443,13 @@ class StoreContract(ABC):
             lambda s: s.append("s", [text()]),
             lambda s: s.read("s"),
             lambda s: s.last_sequence("s"),
-            lambda s: s.sessions(),
-            lambda s: s.session_info("s"),
-            lambda s: s.session_infos(),
             lambda s: s.log("s").read_before(None, 5),
-            lambda s: s.get_sharing_state("s", "v", Conversation("s")),
-            lambda s: s.append_and_share(
-                "s", [], viewer="v", state=SharingState(Conversation("s"), 0), expected_state=None
-            ),
         ],
         ids=[
             "append",
             "read",
             "last_sequence",
-            "sessions",
-            "session_info",
-            "session_infos",
             "log",
-            "get_sharing_state",
-            "append_and_share",
         ],
     )
     def test_closed_store_raises_store_closed_error(
@@ -580,6 +537,104 @@ class StoreContract(ABC):
 
         assert (1, 7) == (outcomes.count("won"), outcomes.count("lost"))
         assert 2 == store.last_sequence("s")
+
+    # -- property --------------------------------------------------------------------
+
+    # One store per test, a fresh session per example; each backend subclass runs it.
+    @settings(
+        suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.differing_executors]
+    )
+    @given(
+        batches=st.lists(
+            st.tuples(
+                st.lists(st.sampled_from("abcdefgh"), max_size=5),
+                st.one_of(st.none(), st.integers(min_value=0, max_value=12)),
+            ),
+            max_size=8,
+        )
+    )
+    def test_random_batches_match_a_simple_model(
+        self, store: ContractStore, batches: list[tuple[list[str], int | None]]
+    ) -> None:
+        """Appends with repeated ids and expected versions behave like a dict and a list."""
+        session_id = uuid.uuid4().hex
+        model: dict[str, int] = {}
+        for ids, expected_version in batches:
+            last = len(model)
+            batch = [text(f"{id_}@{last}", id=id_) for id_ in ids]
+            if expected_version is not None and expected_version != last:
+                with pytest.raises(ConcurrencyError):
+                    store.append(session_id, batch, expected_version=expected_version)
+                continue
+            result = store.append(session_id, batch, expected_version=expected_version)
+            for id_ in ids:
+                model.setdefault(id_, len(model) + 1)
+            assert [model[id_] for id_ in ids] == sequences(result)
+
+        stored = store.read(session_id)
+        assert sorted(model, key=model.__getitem__) == [e.id for e in stored]
+        assert list(range(1, len(model) + 1)) == sequences(stored)
+        assert len(model) == store.last_sequence(session_id)
+
+    # -- threads: parents -----------------------------------------------------------
+
+    @pytest.mark.parametrize(
+        "batch",
+        [
+            [text("root"), text("reply", parent=1), text("reply to a reply", parent=2)],
+            [text("root"), delta(), text("reply to a delta", parent=2)],
+            [Event(BOT, RunStarted("scripted")), text("reply to a run event", parent=1)],
+        ],
+        ids=["reply_to_a_reply", "reply_to_a_text_delta", "reply_to_a_run_event"],
+    )
+    def test_a_parent_that_is_not_a_root_text_row_is_refused_and_nothing_is_written(
+        self, store: ContractStore, batch: list[Event]
+    ) -> None:
+        """A thread is one level deep: a parent must name an earlier root Text row (case 4)."""
+        with pytest.raises(ValidationError):
+            store.append("s", batch)
+
+        assert 0 == store.last_sequence("s")
+
+    def test_a_reply_to_a_stored_reply_is_refused_and_nothing_is_written(
+        self, store: ContractStore
+    ) -> None:
+        store.append("s", [text("root"), text("reply", parent=1)])
+
+        with pytest.raises(ValidationError):
+            store.append("s", [text("fine", parent=1), text("reply to a reply", parent=2)])
+
+        assert 2 == store.last_sequence("s")
+
+
+class SharingContract(_Fixture):
+    """The sharing-state capability (the ``SharingStateStore`` port), on top of events."""
+
+    @abstractmethod
+    def make_store(self, path: Path) -> ContractStore:
+        """Return a new, empty store with both ports."""
+
+    def test_store_implements_the_sharing_state_port(self, store: ContractStore) -> None:
+        assert isinstance(store, SharingStateStore)
+
+    @pytest.mark.parametrize(
+        "call",
+        [
+            lambda s: s.get_sharing_state("s", "v", Conversation("s")),
+            lambda s: s.append_and_share(
+                "s", [], viewer="v", state=SharingState(Conversation("s"), 0), expected_state=None
+            ),
+        ],
+        ids=["get_sharing_state", "append_and_share"],
+    )
+    def test_closed_store_refuses_sharing_calls(
+        self, store: ContractStore, call: Callable[[ContractStore], object]
+    ) -> None:
+        store.append("s", [text()])
+        store.close()
+
+        with pytest.raises(StoreClosedError):
+            call(store)
 
     # -- sharing states ----------------------------------------------------------------
 
@@ -783,35 +838,7 @@ class StoreContract(ABC):
             for index in range(6)
         )
 
-    # -- threads: parents and first replies ------------------------------------------
-
-    @pytest.mark.parametrize(
-        "batch",
-        [
-            [text("root"), text("reply", parent=1), text("reply to a reply", parent=2)],
-            [text("root"), delta(), text("reply to a delta", parent=2)],
-            [Event(BOT, RunStarted("scripted")), text("reply to a run event", parent=1)],
-        ],
-        ids=["reply_to_a_reply", "reply_to_a_text_delta", "reply_to_a_run_event"],
-    )
-    def test_a_parent_that_is_not_a_root_text_row_is_refused_and_nothing_is_written(
-        self, store: ContractStore, batch: list[Event]
-    ) -> None:
-        """A thread is one level deep: a parent must name an earlier root Text row (case 4)."""
-        with pytest.raises(ValidationError):
-            store.append("s", batch)
-
-        assert 0 == store.last_sequence("s")
-
-    def test_a_reply_to_a_stored_reply_is_refused_and_nothing_is_written(
-        self, store: ContractStore
-    ) -> None:
-        store.append("s", [text("root"), text("reply", parent=1)])
-
-        with pytest.raises(ValidationError):
-            store.append("s", [text("fine", parent=1), text("reply to a reply", parent=2)])
-
-        assert 2 == store.last_sequence("s")
+    # -- threads: first replies ---------------------------------------------------
 
     def test_a_commit_whose_reply_names_a_reply_stores_no_state(self, store: ContractStore) -> None:
         store.append("s", [text("root"), text("reply", parent=1)])
@@ -926,43 +953,90 @@ class StoreContract(ABC):
             store.get_sharing_state("s", "v", Conversation("s")),
         )
 
-    # -- property --------------------------------------------------------------------
 
-    # One store per test, a fresh session per example; each backend subclass runs it.
-    @settings(
-        suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.differing_executors]
-    )
-    @given(
-        batches=st.lists(
-            st.tuples(
-                st.lists(st.sampled_from("abcdefgh"), max_size=5),
-                st.one_of(st.none(), st.integers(min_value=0, max_value=12)),
-            ),
-            max_size=8,
-        )
-    )
-    def test_random_batches_match_a_simple_model(
-        self, store: ContractStore, batches: list[tuple[list[str], int | None]]
+class ListingContract(_Fixture):
+    """The listing capability: which sessions a store holds, and their figures."""
+
+    @abstractmethod
+    def make_store(self, path: Path) -> ContractStore:
+        """Return a new, empty store that lists its sessions."""
+
+    def test_sessions_lists_sessions_holding_events_sorted(self, store: ContractStore) -> None:
+        store.append("b", [text()])
+        store.append("a", [text()])
+        store.append("c", [])
+
+        assert ["a", "b"] == store.sessions()
+
+    def test_session_info_reports_counts_and_last_activity(self, store: ContractStore) -> None:
+        store.append("s", [text(), delta()])
+        (newest,) = store.append("s", [text()])
+
+        assert newest.timestamp is not None
+        assert SessionInfo("s", 3, 2, newest.timestamp) == store.session_info("s")
+
+    def test_session_infos_list_every_session_sorted_by_id(self, store: ContractStore) -> None:
+        store.append("b", [delta()])
+        store.append("a", [text(), text()])
+
+        assert [("a", 2, 2), ("b", 1, 0)] == [
+            (info.session_id, info.last_sequence, info.text_count) for info in store.session_infos()
+        ]
+
+    def test_session_info_of_an_unknown_session_is_none(self, store: ContractStore) -> None:
+        assert store.session_info("nobody") is None
+
+    # Two events rules checked through the listing: odd ids stay apart, and a bad session
+    # id writes no session at all.
+
+    @pytest.mark.parametrize("session_ids", [ODD_SESSION_IDS])
+    def test_session_ids_that_prefix_each_other_or_hold_odd_characters_stay_apart(
+        self, store: ContractStore, session_ids: list[str]
     ) -> None:
-        """Appends with repeated ids and expected versions behave like a dict and a list."""
-        session_id = uuid.uuid4().hex
-        model: dict[str, int] = {}
-        for ids, expected_version in batches:
-            last = len(model)
-            batch = [text(f"{id_}@{last}", id=id_) for id_ in ids]
-            if expected_version is not None and expected_version != last:
-                with pytest.raises(ConcurrencyError):
-                    store.append(session_id, batch, expected_version=expected_version)
-                continue
-            result = store.append(session_id, batch, expected_version=expected_version)
-            for id_ in ids:
-                model.setdefault(id_, len(model) + 1)
-            assert [model[id_] for id_ in ids] == sequences(result)
+        for count, session_id in enumerate(session_ids, start=1):
+            store.append(session_id, [text(session_id) for _ in range(count)])
 
-        stored = store.read(session_id)
-        assert sorted(model, key=model.__getitem__) == [e.id for e in stored]
-        assert list(range(1, len(model) + 1)) == sequences(stored)
-        assert len(model) == store.last_sequence(session_id)
+        for count, session_id in enumerate(session_ids, start=1):
+            events = store.read(session_id)
+            assert [session_id] * count == [e.body.content for e in events]  # type: ignore[union-attr]
+            assert count == store.last_sequence(session_id)
+            assert count == sum(len(page.messages) for page in walk_log(store, session_id, 2))
+        assert sorted(session_ids) == store.sessions()
+
+    @pytest.mark.parametrize("kind", sorted(BAD_SESSION_IDS))
+    def test_bad_session_id_raises_validation_error_and_writes_nothing(
+        self, store: ContractStore, kind: str
+    ) -> None:
+        with pytest.raises(ValidationError):
+            store.append(BAD_SESSION_IDS[kind], [text()])
+
+        assert [] == store.sessions()
+
+    @pytest.mark.parametrize(
+        "call",
+        [lambda s: s.sessions(), lambda s: s.session_info("s"), lambda s: s.session_infos()],
+        ids=["sessions", "session_info", "session_infos"],
+    )
+    def test_closed_store_refuses_listing_calls(
+        self, store: ContractStore, call: Callable[[ContractStore], object]
+    ) -> None:
+        store.append("s", [text()])
+        store.close()
+
+        with pytest.raises(StoreClosedError):
+            call(store)
+
+
+class StoreContract(EventsContract, SharingContract, ListingContract):
+    """Every store rule of the contract; a backend subclasses it and implements ``make_store``."""
+
+    @abstractmethod
+    def make_store(self, path: Path) -> ContractStore:
+        """Return a new, empty store; ``path`` is a fresh directory it may use."""
+
+    def test_store_implements_both_ports(self, store: ContractStore) -> None:
+        assert isinstance(store, EventStore)
+        assert isinstance(store, SharingStateStore)
 
 
 def run_threads(work: Callable[[], None], count: int) -> None:
