@@ -202,7 +202,7 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         """Print ``sharedesk: error: MESSAGE`` and exit with status 2."""
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {safe_text(message)}\n")
 
 
 def build_parser() -> argparse.ArgumentParser:

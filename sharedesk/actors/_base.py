@@ -41,7 +41,7 @@ import pykka
 from structlog.contextvars import bind_contextvars, reset_contextvars
 
 from sharedesk.actors._messages import Request
-from sharedesk.logconfig import logger
+from sharedesk.protocol._log import logger
 from sharedesk.protocol.errors import ActorCrashed, SharedeskError
 from sharedesk.protocol.ports import EventStore, SharingStateStore
 from sharedesk.protocol.views import Conversation, Projection

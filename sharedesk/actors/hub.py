@@ -50,6 +50,7 @@ depend on the hook: they are durable when ``append`` returns.
 from __future__ import annotations
 
 import atexit
+import inspect
 import os
 import threading
 import time
@@ -58,7 +59,7 @@ from collections import OrderedDict, deque
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from types import MappingProxyType, TracebackType
-from typing import Any, Final, Protocol, Self, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Final, Protocol, Self, TypeVar, cast
 
 import msgspec
 import pykka
@@ -77,7 +78,7 @@ from sharedesk.actors._messages import (
 from sharedesk.actors.projector import ProjectorActor
 from sharedesk.actors.session import SessionActor
 from sharedesk.actors.sharing import SharingActor
-from sharedesk.logconfig import logger
+from sharedesk.protocol._log import logger
 from sharedesk.protocol.authors import SessionAuthor, author_key
 from sharedesk.protocol.constants import SESSION_WINDOW
 from sharedesk.protocol.errors import (
@@ -91,15 +92,20 @@ from sharedesk.protocol.events import Event, Text, new_event_id
 from sharedesk.protocol.ports import SessionLog, WriteTicket
 from sharedesk.protocol.transcripts import Transcript
 from sharedesk.protocol.validation import (
+    check_append_args,
     check_author,
     check_conversation,
-    check_event_sequence,
+    check_events,
+    check_int,
+    check_path,
     check_session_id,
 )
 from sharedesk.protocol.views import Conversation, Projection, SessionMessage
-from sharedesk.runs.queue import RunQueue
-from sharedesk.runs.types import RunQueueStatus
 from sharedesk.store.memory import MemoryStore
+
+if TYPE_CHECKING:
+    from sharedesk.runs.queue import RunQueue
+    from sharedesk.runs.types import RunQueueStatus
 
 _log = logger()
 
@@ -176,8 +182,7 @@ class HubOptions(msgspec.Struct, frozen=True, kw_only=True):
                 raise ValidationError(f"{name} must be a positive number, got {value!r}")
         if self.max_active < 3:
             raise ValidationError(f"max_active must be at least 3, got {self.max_active}")
-        if isinstance(self.max_restarts, bool) or self.max_restarts < 0:
-            raise ValidationError(f"max_restarts must be >= 0, got {self.max_restarts!r}")
+        check_int("max_restarts", self.max_restarts)
         if not isinstance(self.inline_writes, bool):
             raise ValidationError(f"inline_writes must be a bool, got {self.inline_writes!r}")
 
@@ -296,6 +301,14 @@ class Hub:
         else:
             from sharedesk.store.lmdb import LmdbStore  # a memory-only Hub never loads LMDB
 
+            check_path(path)
+            known = inspect.signature(LmdbStore).parameters
+            unknown = sorted(name for name in options if name not in known or name == "path")
+            if unknown:
+                raise ValidationError(
+                    f"unknown options {unknown}: Hub options are {sorted(HUB_OPTION_NAMES)}, "
+                    f"store options {sorted(n for n in known if n != 'path')}"
+                )
             store = LmdbStore(path, **options)
             where = os.fspath(path)
         return cls(store, settings, path=where)
@@ -463,14 +476,8 @@ class Hub:
         Cost: one round trip to the session actor plus the store's append (LMDB: one
         group-committed fsync, shared with appends of other sessions).
         """
-        check_session_id(session_id)
-        batch = list(check_event_sequence(events))
-        for event in batch:  # checked here: the actor reads them before the store does
-            if not isinstance(event, Event):
-                raise ValidationError(
-                    f"events must be a sequence of Event, got an element of type "
-                    f"{type(event).__name__}"
-                )
+        # Checked here, before the actor: bad input never reaches it (never a crash).
+        batch = check_append_args(session_id, events, expected_version)
         result: list[Event] = self._call(
             ActorKey(kind="session", session_id=session_id),
             Append(events=batch, expected_version=expected_version),
@@ -565,8 +572,7 @@ class Hub:
         the log is read only to build a projector or to reach rows older than it holds.
         """
         conversation = self._conversation(session_id, conversation)
-        if isinstance(window, bool) or not isinstance(window, int) or window < 0:
-            raise ValidationError(f"window must be an int >= 0, got {window!r}")
+        check_int("window", window)
         key = ActorKey(
             kind="projector",
             session_id=session_id,
@@ -669,6 +675,8 @@ class Hub:
             event = reply
         else:
             raise ValidationError(f"reply must be a str, an Event or None, got {type(reply)}")
+        if event is not None:  # checked here, before the actor (see append)
+            (event,) = check_events([event])
         stored: Event | None = self._call(
             ActorKey(kind="session", session_id=turn.session_id),
             Commit(viewer=author_key(turn.viewer), plan=turn.plan, reply=event),
@@ -683,6 +691,8 @@ class Hub:
             if self._closing:
                 raise HubClosed(self._path)
             if self._runs is None:
+                from sharedesk.runs.queue import RunQueue  # the runs API loads on first use
+
                 self._runs = RunQueue(
                     self,
                     max_concurrent_runs=self._options.max_concurrent_runs,

@@ -11,7 +11,7 @@ imports them.
 
 from typing import TYPE_CHECKING, Any
 
-from sharedesk._lazy import load_lazy
+from sharedesk.protocol._lazy import load_lazy
 from sharedesk.runs._http import FunctionTool
 from sharedesk.runs.anthropic import AnthropicMessagesAdapter
 from sharedesk.runs.manager import SessionManager

@@ -92,9 +92,9 @@ from typing import Any, Final, Literal, Self, TypeVar
 import lmdb
 import msgspec
 
-from sharedesk.logconfig import logger
 from sharedesk.projection.session import is_blank
 from sharedesk.projection.sharing import note_present
+from sharedesk.protocol._log import logger
 from sharedesk.protocol.authors import SessionAuthor
 from sharedesk.protocol.codec import encode_msgpack
 from sharedesk.protocol.errors import (
@@ -113,6 +113,7 @@ from sharedesk.protocol.validation import (
     check_append_args,
     check_conversation,
     check_optional_int,
+    check_path,
     check_session_id,
     parent_error,
 )
@@ -148,6 +149,9 @@ _EVENT_DECODER: Final = msgspec.msgpack.Decoder(Event)
 _STATE_DECODER: Final = msgspec.msgpack.Decoder(SharingState)
 _ENCODER: Final = msgspec.msgpack.Encoder()
 _DEFAULT_MAP_SIZE: Final = 64 * 2**20
+#: The smallest map opened: LMDB cannot create the sub-databases in less (about 40
+#: KiB), so a smaller ``map_size`` starts here and grows as any map does.
+_MIN_MAP_SIZE: Final = 64 * 2**10
 _META_CACHE_SIZE: Final = 100_000
 # Measured with 16 threads x 1000 sessions on 2 cores: under load, callers answered by
 # one commit take more than 0.5 ms to come back, so a durable writer waiting only that
@@ -421,7 +425,8 @@ class LmdbStore:
         durability: ``"durable"`` or ``"relaxed"`` (see above). All stores on one path
             in one process must agree.
         map_size: The initial map size in bytes (ignored when the path is already open
-            in this process, or when the file is already larger).
+            in this process, or when the file is already larger); at least 64 KiB is
+            opened, whatever is asked.
         max_map_size: The ceiling the map may grow to, or ``None`` for no ceiling.
         group_wait: Most seconds the writer waits, once a request is queued, for as
             many requests as its last group held (0 commits at once); it also never
@@ -438,8 +443,10 @@ class LmdbStore:
             the process on a later read. ``sharedesk inspect`` verifies.
 
     Raises:
-        ValidationError: A bad option, or a durability that differs from the one this
-            path is already open with in this process.
+        ValidationError: A bad option (``max_map_size`` under 64 KiB included), a path
+            that is not one (empty, a NUL, not a ``str``/``os.PathLike``), or a
+            durability that differs from the one this path is already open with in this
+            process.
         CorruptRecordError: The data file is damaged (``session_id`` is ``""``).
         StoreIOError: LMDB could not open the environment.
 
@@ -457,12 +464,14 @@ class LmdbStore:
         group_wait: float | None = None,
         verify: bool = False,
     ) -> None:
+        path = check_path(path)
         if durability not in ("durable", "relaxed"):
             raise ValidationError(f"durability must be 'durable' or 'relaxed', got {durability!r}")
         if map_size is None:
             raise ValidationError("map_size must be an int, got None")
         check_optional_int("map_size", map_size, minimum=1)
-        check_optional_int("max_map_size", max_map_size, minimum=1)
+        check_optional_int("max_map_size", max_map_size, minimum=_MIN_MAP_SIZE)
+        map_size = max(map_size, _MIN_MAP_SIZE)
         if group_wait is None:
             group_wait = _GROUP_WAIT_DURABLE if durability == "durable" else _GROUP_WAIT_RELAXED
         if not isinstance(group_wait, int | float) or not 0 <= group_wait <= 1:

@@ -82,6 +82,14 @@ def delta(chunk: str = "chunk") -> Event:
     return Event(BOT, TextDelta(chunk))
 
 
+def nested(depth: int) -> dict[str, Any]:
+    """A dict nested ``depth`` levels deep (built without recursion)."""
+    value: dict[str, Any] = {}
+    for _ in range(depth - 1):
+        value = {"d": value}
+    return value
+
+
 def sequences(events: Sequence[Event]) -> list[int | None]:
     return [event.sequence for event in events]
 
@@ -606,6 +614,149 @@ class EventsContract(_Fixture):
 
         assert 2 == store.last_sequence("s")
 
+    # -- no shared objects, append equals read -----------------------------------------
+
+    def test_changing_the_metadata_handed_to_append_never_changes_history(
+        self, store: ContractStore
+    ) -> None:
+        metadata: dict[str, Any] = {"tags": ["a"]}
+        store.append("s", [Event(ALICE, Text("x"), metadata=metadata)])
+        metadata["tags"].append("b")
+        metadata["new"] = 1
+
+        assert [{"tags": ["a"]}] == [e.metadata for e in store.read("s")]
+
+    def test_changing_what_append_returned_never_changes_history(
+        self, store: ContractStore
+    ) -> None:
+        (stored,) = store.append("s", [Event(BOT, ToolCall("c1", "search", {"q": ["a"]}))])
+        assert isinstance(stored.body, ToolCall)
+        stored.body.tool_input["q"].append("b")
+        stored.metadata["x"] = 1
+
+        (read,) = store.read("s")
+        assert isinstance(read.body, ToolCall)
+        assert ({"q": ["a"]}, {}) == (read.body.tool_input, read.metadata)
+
+    def test_changing_what_read_returned_never_changes_history(self, store: ContractStore) -> None:
+        store.append("s", [Event(BOT, ToolResult("c1", {"rows": [1, 2]}), metadata={"k": "v"})])
+        (first,) = store.read("s")
+        assert isinstance(first.body, ToolResult)
+        first.body.output["rows"].append(3)
+        first.metadata.clear()
+
+        assert [first.id] == [e.id for e in store.read("s")]
+        (again,) = store.read("s")
+        assert isinstance(again.body, ToolResult)
+        assert ({"rows": [1, 2]}, {"k": "v"}) == (again.body.output, again.metadata)
+
+    def test_append_returns_what_read_returns_even_for_non_json_containers(
+        self, store: ContractStore
+    ) -> None:
+        """A set or tuple is stored as its encoding holds it (a list), in every backend."""
+        stored = store.append(
+            "s",
+            [
+                Event(ALICE, Text("x"), metadata={"tags": {"b"}, "pair": (1, 2)}),
+                Event(BOT, ToolResult("c1", output=("a", frozenset({1})))),
+            ],
+        )
+
+        assert store.read("s") == stored
+        assert {"tags": ["b"], "pair": [1, 2]} == stored[0].metadata
+
+    def test_a_duplicate_id_is_answered_with_a_copy_of_the_stored_event(
+        self, store: ContractStore
+    ) -> None:
+        event = Event(ALICE, Text("x"), metadata={"k": ["v"]})
+        store.append("s", [event])
+        (again,) = store.append("s", [event])
+        again.metadata["k"].append("w")
+
+        assert [{"k": ["v"]}] == [e.metadata for e in store.read("s")]
+
+    # -- hostile input: ValidationError, nothing written -----------------------------
+
+    @pytest.mark.parametrize(
+        "event",
+        [
+            pytest.param(Event(ALICE, Text("x"), metadata=nested(65)), id="metadata-65-deep"),
+            pytest.param(Event(ALICE, Text("x"), metadata=nested(5000)), id="metadata-5000-deep"),
+            pytest.param(Event(BOT, ToolCall("c", "t", nested(100))), id="tool-input-deep"),
+            pytest.param(Event(BOT, ToolResult("c", [nested(100)])), id="output-deep"),
+            pytest.param(Event(ALICE, Text("\ud800")), id="surrogate-content"),
+            pytest.param(Event(ALICE, Text("x"), id="\udfff"), id="surrogate-id"),
+            pytest.param(Event(Person(id="a", label="\ud800"), Text("x")), id="surrogate-label"),
+            pytest.param(Event(Person(id="\ud800", label="A"), Text("x")), id="surrogate-author"),
+            pytest.param(Event(System(kind="\ud800", label="S"), Text("x")), id="surrogate-kind"),
+            pytest.param(Event(ALICE, Text("x"), metadata={"\ud800": 1}), id="surrogate-key"),
+            pytest.param(Event(ALICE, Text("x"), run_id="\ud800"), id="surrogate-run-id"),
+            pytest.param(Event(Person(id="", label="A"), Text("x")), id="empty-person-id"),
+            pytest.param(Event(Agent(id="", label="A"), Text("x")), id="empty-agent-id"),
+            pytest.param(Event(System(kind="", label="S"), Text("x")), id="empty-system-kind"),
+            pytest.param(Event(ALICE, Text("x"), parent=2**63), id="parent-2**63"),
+            pytest.param(Event(ALICE, Text("x"), parent=2**64), id="parent-2**64"),
+            pytest.param(Event(ALICE, Text("x"), parent=True), id="parent-bool"),
+        ],
+    )
+    def test_hostile_events_are_refused_and_nothing_is_written(
+        self, store: ContractStore, event: Event
+    ) -> None:
+        with pytest.raises(ValidationError):
+            store.append("s", [text("fine"), event])
+
+        assert 0 == store.last_sequence("s")
+
+    @pytest.mark.parametrize(
+        "version", [2**63, 2**64, -1, True], ids=["2**63", "2**64", "negative", "bool"]
+    )
+    def test_an_expected_version_outside_the_int_range_is_refused(
+        self, store: ContractStore, version: int
+    ) -> None:
+        with pytest.raises(ValidationError):
+            store.append("s", [text()], expected_version=version)
+
+        assert 0 == store.last_sequence("s")
+
+    @pytest.mark.parametrize(
+        "session_id",
+        ["", "\ud800", "x" * 257, "界" * 86, None],
+        ids=["empty", "surrogate", "257-bytes", "258-utf8-bytes", "none"],
+    )
+    def test_a_bad_session_id_is_refused_everywhere(
+        self, store: ContractStore, session_id: Any
+    ) -> None:
+        for call in (
+            lambda: store.append(session_id, [text()]),
+            lambda: store.read(session_id),
+            lambda: store.last_sequence(session_id),
+        ):
+            with pytest.raises(ValidationError):
+                call()
+
+    def test_a_session_id_of_256_utf8_bytes_is_accepted(self, store: ContractStore) -> None:
+        session_id = "x" * 256
+
+        store.append(session_id, [text()])
+
+        assert 1 == store.last_sequence(session_id)
+
+    @pytest.mark.parametrize("bound", ["after", "before", "limit"])
+    @pytest.mark.parametrize("value", [2**63, 2**64, True], ids=["2**63", "2**64", "bool"])
+    def test_read_bounds_outside_the_int_range_are_refused(
+        self, store: ContractStore, bound: str, value: int
+    ) -> None:
+        bounds: dict[str, Any] = {bound: value}
+
+        with pytest.raises(ValidationError):
+            store.read("s", **bounds)
+
+    def test_a_mixed_batch_of_an_event_and_a_dict_is_refused(self, store: ContractStore) -> None:
+        with pytest.raises(ValidationError):
+            store.append("s", [text(), {"author": "x"}])  # type: ignore[list-item]
+
+        assert 0 == store.last_sequence("s")
+
 
 class SharingContract(_Fixture):
     """The sharing-state capability (the ``SharingStateStore`` port), on top of events."""
@@ -635,6 +786,17 @@ class SharingContract(_Fixture):
 
         with pytest.raises(StoreClosedError):
             call(store)
+
+    @pytest.mark.parametrize("viewer", ["", "\ud800"], ids=["empty", "surrogate"])
+    def test_a_bad_viewer_id_is_refused_and_nothing_is_written(
+        self, store: ContractStore, viewer: str
+    ) -> None:
+        state = SharingState(Conversation("s"), 0)
+
+        with pytest.raises(ValidationError):
+            store.append_and_share("s", [text()], viewer=viewer, state=state, expected_state=None)
+
+        assert 0 == store.last_sequence("s")
 
     # -- sharing states ----------------------------------------------------------------
 
