@@ -429,16 +429,31 @@ class ProviderError(SharedeskError):
         provider: The adapter's name.
         status_code: The HTTP status, or ``None`` when no response came back.
         detail: What went wrong (the response body, shortened, or the transport error).
+        retry_after: Seconds the provider asked the caller to wait before retrying (its
+            ``retry-after`` header, e.g. with HTTP 429), or ``None``.
     """
 
-    provider: str
-    status_code: int | None
-    detail: str
-    template = "provider {provider!r} failed ({_status}): {detail}"
+    _figures = ("provider", "status_code", "detail", "retry_after")
+
+    def __init__(
+        self,
+        provider: str,
+        status_code: int | None,
+        detail: str,
+        retry_after: float | None = None,
+    ) -> None:
+        status = "no response" if status_code is None else f"HTTP {status_code}"
+        wait = "" if retry_after is None else f", retry after {retry_after} s"
+        super().__init__(f"provider {provider!r} failed ({status}{wait}): {detail}")
+        self.provider = provider
+        self.status_code = status_code
+        self.detail = detail
+        self.retry_after = retry_after
 
     @property
-    def _status(self) -> str:
-        return "no response" if self.status_code is None else f"HTTP {self.status_code}"
+    def status(self) -> int | None:
+        """The HTTP status (the same as ``status_code``), or ``None``."""
+        return self.status_code
 
 
 class StoreError(SharedeskError):
