@@ -66,8 +66,9 @@ _POLL: Final = 0.25
 #: Times a request is resent when its actor stopped before handling it.
 _RESEND_ATTEMPTS: Final = 5
 
-#: The kinds of actor the session actor pushes committed events to.
-_SUBSCRIBER_KINDS: Final = frozenset({"projector", "sharing"})
+#: The kinds of actor the session actor pushes committed events to (one per session:
+#: projectors catch up from the tail when asked, so a post never wakes one per viewer).
+_SUBSCRIBER_KINDS: Final = frozenset({"sharing"})
 
 
 class Listener(Protocol):
@@ -212,7 +213,7 @@ class ActorSupervisor:
         return self._closed
 
     def subscribers_of(self, session_id: str) -> tuple[HubActor, ...]:
-        """Return the actors ``session_id`` pushes events to (projectors, sharing).
+        """Return the actors ``session_id`` pushes events to (its sharing actor, if running).
 
         Cost: O(1); takes no lock.
         """

@@ -1,6 +1,6 @@
 r"""The key and record layout of an ``LmdbStore``: prefixes, keys, records, cursor walks.
 
-Layout. One LMDB environment (a directory) holds six sub-databases. Every key starts
+Layout. One LMDB environment (a directory) holds seven sub-databases. Every key starts
 with the session's *prefix*: the UTF-8 session id preceded by its length as 2 big-endian
 bytes. Because the length comes first, no session's keys can fall inside another's range,
 whatever the ids hold (ids that prefix each other, ``/``, ``\x00``, non-ASCII).
@@ -16,6 +16,9 @@ texts      prefix + sequence                           empty: the ``Text`` row i
 sharing    prefix + blake2b(viewer, conversation)      the sharing state (msgpack)
 replies    prefix + sequence of a root ``Text`` row    its first non-blank reply's
                                                        sequence (8 bytes), or empty
+runs       prefix                                      the session's state (msgpack,
+                                                       see ``projection/runstate``)
+runs       prefix + 0x01 + blake2b(run id) + sequence  empty: the run index
 =========  ==========================================  ===============================
 
 The ``replies`` index is written in the transaction that appends the root (empty) and
@@ -49,6 +52,7 @@ from sharedesk.protocol.authors import SessionAuthor
 from sharedesk.protocol.codec import encode_msgpack
 from sharedesk.protocol.errors import CorruptRecordError, SharedeskError
 from sharedesk.protocol.events import Event, Text
+from sharedesk.protocol.sessions import SessionState
 from sharedesk.protocol.views import Conversation, SharingState
 from sharedesk.store._common import SessionInfo
 
@@ -64,6 +68,7 @@ EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 MICROSECOND: Final = timedelta(microseconds=1)
 EVENT_DECODER: Final = msgspec.msgpack.Decoder(Event)
 STATE_DECODER: Final = msgspec.msgpack.Decoder(SharingState)
+SESSION_STATE_DECODER: Final = msgspec.msgpack.Decoder(SessionState)
 ENCODER: Final = msgspec.msgpack.Encoder()
 
 
@@ -85,6 +90,11 @@ def event_id_key(prefix: bytes, event_id: str) -> bytes:
     if len(raw) <= MAX_RAW_ID:
         return prefix + b"\x00" + raw
     return prefix + b"\x01" + hashlib.blake2b(raw, digest_size=32).digest()
+
+
+def run_index_key(prefix: bytes, run_id: str) -> bytes:
+    """Return the start of the ``runs`` index keys of ``run_id`` (each adds a sequence)."""
+    return prefix + b"\x01" + hashlib.blake2b(run_id.encode("utf-8"), digest_size=16).digest()
 
 
 def sharing_key(prefix: bytes, viewer: str, conversation: Conversation) -> bytes:
