@@ -45,6 +45,7 @@ append through this Hub, or after ``timeout``.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import os
 import threading
@@ -80,33 +81,51 @@ WORKER_PREFIX: Final = "sharedesk-aio"
 
 
 class _LoopSink:
-    """A ``CompletionSink`` of one event loop: one ``call_soon_threadsafe`` per delivery.
+    """A ``CompletionSink`` of one event loop: at most one hop into it per delivery.
 
-    The callback resolves at most :data:`RESOLVE_CHUNK` tickets and schedules the rest
-    with ``call_soon``: each resolved future resumes its task in the next iteration of
-    the loop, so resolving a group of a thousand at once would make one iteration run
-    a thousand tasks while timers (and every other task) wait. In chunks, each
-    iteration runs one chunk's tasks, and the loop's stalls stay a chunk long.
+    Settled tickets join one queue per loop; a delivery hops into the loop
+    (``call_soon_threadsafe``) only when no drain is scheduled already, so a group
+    costs one hop, and groups settling while the loop is busy cost none. A drain
+    resolves at most :data:`RESOLVE_CHUNK` tickets and schedules itself again
+    (``call_soon``) while tickets remain: each resolved future resumes its task in the
+    next iteration of the loop, so resolving a thousand at once would make one
+    iteration run a thousand tasks while timers and every other task wait. In chunks,
+    an iteration runs one chunk's tasks, however many groups are waiting.
     """
 
-    __slots__ = ("_loop",)
+    __slots__ = ("_loop", "_queue", "_scheduled")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
+        self._queue: collections.deque[WriteTicket] = collections.deque()
+        self._scheduled = False
 
     def deliver(self, tickets: Sequence[WriteTicket]) -> None:
-        """Resolve ``tickets`` in the loop, from one hop into it (writer thread; never blocks)."""
+        """Queue ``tickets`` for the loop; hop into it unless a drain is due (never blocks)."""
+        self._queue.extend(tickets)
+        if self._scheduled:  # the drain will see them (it re-checks after clearing this)
+            return
+        self._scheduled = True
         try:
-            self._loop.call_soon_threadsafe(self._resolve, tickets, 0)
+            self._loop.call_soon_threadsafe(self._drain)
         except RuntimeError:  # the loop is closed: nobody awaits these any more
+            self._queue.clear()
             _log.debug("aio.loop_closed", tickets=len(tickets))
 
-    def _resolve(self, tickets: Sequence[WriteTicket], start: int) -> None:
-        end = start + RESOLVE_CHUNK
-        for ticket in tickets[start:end]:
+    def _drain(self) -> None:
+        queue = self._queue
+        for _ in range(RESOLVE_CHUNK):
+            try:
+                ticket = queue.popleft()
+            except IndexError:
+                break
             ticket.resolve()
-        if end < len(tickets):
-            self._loop.call_soon(self._resolve, tickets, end)
+        if not queue:
+            self._scheduled = False
+            if not queue:  # nothing was queued meanwhile: deliver schedules the next
+                return
+            self._scheduled = True
+        self._loop.call_soon(self._drain)
 
 
 class _Ticket:
