@@ -9,7 +9,7 @@ Two paths lead off the loop:
 
 - **Submitted writes** (``append``, ``post``) to a session whose actor is running,
   idle and knows its last sequence, over a store that takes submitted writes
-  (``LmdbStore``): the actor's lock is taken without blocking
+  (``LmdbStore``, ``MemoryStore``): the actor's lock is taken without blocking
   (:meth:`Hub.try_submit`), the write is queued on the store's writer with a ticket,
   and no thread waits for it. The writer commits it in the same group (one
   transaction, one fsync) as every other waiting write, sync or async; after the
@@ -19,8 +19,8 @@ Two paths lead off the loop:
   thousand coroutines appending at once cost one fsync and one wake-up of the loop
   per group, not one thread per caller.
 - **Worker threads** for everything else (reads, views, turn plans and commits,
-  transcripts, the first write to a session, writes over a ``MemoryStore``, a busy
-  session): the sync :class:`~sharedesk.actors.hub.Hub` call runs on one of the
+  transcripts, the first write to a session, a busy session, a store that takes
+  no submitted writes): the sync :class:`~sharedesk.actors.hub.Hub` call runs on one of the
   AsyncHub's own threads (``sharedesk-aio_N``), and its concurrent future is wrapped
   into the loop. A write that the Hub would run "inline" on its caller's thread thus
   runs inline on a worker, never on the loop.

@@ -122,7 +122,7 @@ from sharedesk.protocol.errors import (
     ValidationError,
 )
 from sharedesk.protocol.events import Event, Text
-from sharedesk.protocol.ports import CompletionSink, WriteTicket
+from sharedesk.protocol.ports import WriteTicket
 from sharedesk.protocol.validation import (
     check_append_args,
     check_conversation,
@@ -137,6 +137,7 @@ from sharedesk.store._common import (
     check_read_args,
     check_sharing_args,
     check_viewer,
+    hand_over,
     watermark_of,
 )
 from sharedesk.store._lmdb_env import READER_CHECK_COMMITS, REGISTRY
@@ -318,31 +319,8 @@ class _Request:
 
 
 def _hand_over(requests: list[_Request]) -> None:
-    """Settle the tickets of settled ``requests`` and deliver them: one call per sink.
-
-    Never raises: a failing ticket or sink is logged (its awaiting side is lost, the
-    writer goes on).
-    """
-    by_sink: dict[int, tuple[CompletionSink, list[WriteTicket]]] = {}
-    for request in requests:
-        ticket = request.ticket
-        assert ticket is not None
-        try:
-            ticket.settle(request.result, request.error)
-            sink = ticket.sink
-        except Exception:
-            _log.exception("store.ticket_failed")
-            continue
-        entry = by_sink.get(id(sink))
-        if entry is None:
-            by_sink[id(sink)] = (sink, [ticket])
-        else:
-            entry[1].append(ticket)
-    for sink, tickets in by_sink.values():
-        try:
-            sink.deliver(tickets)
-        except Exception:
-            _log.exception("store.sink_failed")
+    """Settle the tickets of settled ``requests`` and deliver them: one call per sink."""
+    hand_over((r.ticket, r.result, r.error) for r in requests if r.ticket is not None)
 
 
 def _wake(group: list[_Request]) -> int:
