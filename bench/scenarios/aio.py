@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import gc
 import time
 from pathlib import Path
 from typing import Any
@@ -53,6 +54,32 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rounds", type=int, help="rounds alternating the systems (default 3)")
     parser.add_argument("--payload", type=int, help="message characters per event (default 120)")
     parser.add_argument("--wakeups", type=int, help="wait_turn wake-ups timed (default 300)")
+
+
+class _GcPauses:
+    """Records the collector's pauses while active (``gc.callbacks``), by generation."""
+
+    def __init__(self) -> None:
+        self.pauses: list[tuple[float, int]] = []
+        self._started = 0.0
+        self._active = False
+
+    def _callback(self, phase: str, info: dict[str, Any]) -> None:
+        if not self._active:
+            return
+        if phase == "start":
+            self._started = time.perf_counter()
+        else:
+            self.pauses.append((time.perf_counter() - self._started, int(info["generation"])))
+
+    def __enter__(self) -> _GcPauses:
+        gc.callbacks.append(self._callback)
+        self._active = True
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._active = False
+        gc.callbacks.remove(self._callback)
 
 
 class _Heartbeat:
@@ -164,6 +191,7 @@ def run(run_: BenchRun, args: argparse.Namespace) -> None:
     records: list[dict[str, Any]] = []
     late: list[float] = []
     idle_late: list[float] = []
+    collector = _GcPauses()
     async_label = f"async sharedesk AsyncHub c={coroutines}"
     store_label = f"async sharedesk store t={threads}"
     raw_label = "async lmdb-raw 16/txn"
@@ -237,7 +265,7 @@ def run(run_: BenchRun, args: argparse.Namespace) -> None:
             )
             idle_late.extend(runner.run(_idle(min(1.0, seconds_r / 4))))
             heartbeat = _Heartbeat()
-            with run_.progress(async_label, 1) as advance:
+            with run_.progress(async_label, 1) as advance, collector:
                 ops, seconds, latencies = runner.run(
                     _async_appends(
                         hub,
@@ -371,6 +399,19 @@ def run(run_: BenchRun, args: argparse.Namespace) -> None:
             f"context: the same heartbeat on an idle loop, in the same run, was late by "
             f"{idle[-1] * 1000:.1f} ms at most and {percentile(idle, 0.99) * 1000:.1f} ms "
             f"at p99 (what the machine's other load costs the loop by itself)"
+        )
+    if collector.pauses:
+        longest, generation = max(collector.pauses)
+        run_.figures["async_gc_pauses"] = {
+            "count": len(collector.pauses),
+            "longest_ms": longest * 1000,
+            "longest_generation": generation,
+            "total_ms": sum(p for p, _ in collector.pauses) * 1000,
+        }
+        run_.note(
+            f"context: the garbage collector paused the loop {len(collector.pauses)} times "
+            f"during the AsyncHub rounds, longest {longest * 1000:.1f} ms (generation "
+            f"{generation})"
         )
     wake_sorted = sorted(wake)
     run_.figures["async_wait_turn_wakeup_us"] = {
