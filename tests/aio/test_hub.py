@@ -340,6 +340,7 @@ class TestWaitTurn:
 
     def test_the_viewers_own_rows_do_not_end_the_wait(self, arun: Runner) -> None:
         async def body(hub: AsyncHub) -> list[str]:
+            await (await hub.turn("desk", BOT)).commit()  # from here on, deltas
             waiter = asyncio.create_task(hub.wait_turn("desk", BOT, timeout=10))
             await asyncio.sleep(0.02)
             await hub.post("desk", BOT, "talking to myself")
@@ -363,6 +364,20 @@ class TestWaitTurn:
 
         with pytest.raises(ValidationError):
             arun(body)
+
+    def test_a_waiter_in_a_thread_is_woken_by_a_reply_in_that_thread(self, arun: Runner) -> None:
+        async def body(hub: AsyncHub) -> list[str]:
+            root = await hub.post("desk", ANN, "root")
+            thread = Conversation(desk="desk", thread_root=root.sequence)
+            await (await hub.turn("desk", BOT, thread)).commit()
+            waiter = asyncio.create_task(hub.wait_turn("desk", BOT, thread, timeout=10))
+            await hub.post("desk", ANN, "elsewhere")
+            await asyncio.sleep(0.05)
+            assert not waiter.done()
+            await hub.post("desk", ANN, "in the thread", parent=root.sequence)
+            return texts((await waiter).messages)
+
+        assert ["in the thread"] == arun(body)
 
     def test_a_waiter_gets_hub_closed_when_the_hub_closes(self, arun: Runner) -> None:
         async def body(hub: AsyncHub) -> None:
