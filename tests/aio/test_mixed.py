@@ -27,7 +27,8 @@ class TestMixedWriters:
             for thread in threads:
                 thread.start()
             await asyncio.gather(*(hub.post("desk", ANN, f"async {i}") for i in range(90)))
-            await asyncio.to_thread(lambda: [t.join() for t in threads])
+            for thread in threads:
+                await asyncio.to_thread(thread.join)
             events = await hub.read("desk")
             return [e.sequence for e in events], len({e.id for e in events})
 
