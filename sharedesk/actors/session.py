@@ -12,6 +12,14 @@ on its caller's thread (see :mod:`sharedesk.actors._base`), so the store's group
 sees as many concurrent appends as there are writers and batches them into one fsync;
 a write to a busy session queues behind the one in progress, on the actor's thread.
 
+A write may also be *submitted* (:meth:`SessionActor.try_submit`, for ``AsyncHub``):
+the actor's ``turn_lock`` is taken without blocking, the append is queued on the
+store's writer (the ``SubmittingStore`` port) and no thread waits for it; when the
+writer has settled it, on its own thread, the events are pushed exactly as after an
+append run here, and the lock is released. The store's error, if any, goes to the
+submitter and the actor forgets its last sequence (read again by the next write), as
+after a failed append run here.
+
 A turn's commit also comes here (:class:`~sharedesk.actors._messages.AppendAndShare`):
 being the writer, the actor knows the sequence the reply will get, notes it as present in
 the viewer's next sharing state, and stores reply and state in one ``append_and_share``
