@@ -430,12 +430,13 @@ def open_existing_store(path: Path) -> Iterator[LmdbStore]:
         StoreIOError: LMDB could not open it.
 
     Cost: opens the environment (one more reader process is fine for LMDB) and the
-    store's writer thread; no writes.
+    store's writer thread; reads the whole file once to verify it (a damaged file is
+    ``CorruptRecordError``, never a crash); no writes.
     """
     from sharedesk.store.lmdb import LmdbStore
 
     _check_store_path(path)
-    store = LmdbStore(path)
+    store = LmdbStore(path, verify=True)
     try:
         yield store
     finally:

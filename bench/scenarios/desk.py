@@ -3,9 +3,12 @@
 One Hub on LMDB. The operator opens the desk and a few threads. Each person posts in
 the channel or a thread from a thread of its own; each agent, from its own thread, takes
 ``hub.turn`` (alternating between the channel and a thread), then commits a reply with
-``turn.commit``. Reported: turn and commit latency percentiles, post latency, delta
-sizes, and two integrity counts that must stay 0: replies offered back to their own
-author, and rows delivered twice to one agent in one conversation.
+``turn.commit``, and looks at its view of that conversation. Reported: turn and commit
+latency percentiles, post latency, delta sizes, and three integrity counts that must
+stay 0: replies offered back to their own author, rows delivered twice to one agent in
+one conversation, and rows (written by others) that an agent's view showed after its
+first turn there but no turn ever offered it (counted once every agent has taken a
+last turn in each of its conversations, after the run).
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(run_: BenchRun, args: argparse.Namespace) -> None:
     from sharedesk import Agent, Conversation, Operator, Person
+    from sharedesk.protocol import same_participant
 
     q = run_.quick
     n_agents: int = pick(args.agents, 4, 2, q)
@@ -67,6 +71,9 @@ def run(run_: BenchRun, args: argparse.Namespace) -> None:
         reasons: dict[str, int] = {}
         offered_back = [0]
         twice = [0]
+        # Per (agent, conversation slot): rows by others its views showed, and offered.
+        shown: dict[tuple[int, int], set[int]] = {}
+        offered: dict[tuple[int, int], set[int]] = {}
         errors: list[BaseException] = []
         total = rounds * (n_agents + n_people)
 
@@ -90,6 +97,7 @@ def run(run_: BenchRun, args: argparse.Namespace) -> None:
                 already.update(delivered)
                 if stored is not None and stored.sequence is not None:
                     mine.add(stored.sequence)
+                account(index, slot, turn)
                 with lock:
                     turn_ns.append(t1 - t0)
                     commit_ns.append(t2 - t1)
@@ -99,6 +107,20 @@ def run(run_: BenchRun, args: argparse.Namespace) -> None:
                     offered_back[0] += bad_back
                     twice[0] += dup
                 advance(1)
+
+        def account(index: int, slot: int, turn: Any) -> None:
+            """Record what ``turn`` offered and what the agent's view shows right after."""
+            agent = agents[index]
+            key = (index, slot)
+            if turn.reason not in (None, "initial"):  # a reinitialize starts over
+                shown.pop(key, None)
+                offered.pop(key, None)
+            view = hub.view(DESK, agent, conversations[slot])
+            theirs = {m.sequence for m in turn.messages if not same_participant(m.author, agent)}
+            offered.setdefault(key, set()).update(theirs)
+            shown.setdefault(key, set()).update(
+                m.sequence for m in view.messages if not same_participant(m.author, agent)
+            )
 
         def person_loop(index: int, advance: Any) -> None:
             person = people[index]
@@ -133,6 +155,11 @@ def run(run_: BenchRun, args: argparse.Namespace) -> None:
             seconds = time.perf_counter() - start
         if errors:
             raise errors[0]
+        for index, slot in sorted(offered):  # a last turn offers what came since
+            turn = hub.turn(DESK, agents[index], conversations[slot])
+            turn.commit()
+            account(index, slot, turn)
+        never_offered = sum(len(shown[key] - offered[key]) for key in shown)
     finally:
         hub.close()
 
@@ -164,3 +191,6 @@ def run(run_: BenchRun, args: argparse.Namespace) -> None:
     run_.figures["desk turn reasons"] = reasons
     run_.figures["desk replies offered back to their author (must be 0)"] = offered_back[0]
     run_.figures["desk rows delivered twice in one conversation (must be 0)"] = twice[0]
+    run_.figures["desk rows shown in a view but never offered by a turn (must be 0)"] = (
+        never_offered
+    )

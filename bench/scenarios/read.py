@@ -7,9 +7,10 @@ fifth row a reply in a thread) and mirrored into SQLite. Then, on the same data:
   but the OS page cache: the cost of a projection that starts from nothing;
 - ``last30 sqlite``: ``ORDER BY seq DESC LIMIT 30`` plus a JSON decode of each row;
 - ``view warm``: ``hub.view(desk, viewer)`` after a first call built the projector;
-- ``turn delta``: ``hub.turn`` of an agent after three new posts since its last commit,
-  and its ``commit`` (timed separately), measured last with the desks of every size open
-  and their turns interleaved, so that each size sees the same load (the Hubs of all
+- ``turn delta``: ``hub.turn`` of an agent after three new posts since its last commit
+  (one of them the first reply to a root at the bottom of the desk, which the channel
+  delta offers), and its ``commit`` (timed separately), measured last with the desks of
+  every size open and their turns interleaved, so that each size sees the same load (the Hubs of all
   sizes stay open until then; a 1,000,000-row desk in memory needs about 1 GB).
 
 Headlines: issue 3, cold projection at 20,000 rows within 3x SQLite last-30; issue 4,
@@ -229,8 +230,9 @@ def _warm(run_: BenchRun, hub: Hub, rows: int, repeat: int, suffix: str) -> None
 def _turns(run_: BenchRun, hubs: list[tuple[int, str, Hub]], turns: int) -> dict[int, float]:
     """Time delta turns (and their commits) of one agent on every desk, interleaved.
 
-    Round ``i`` gives each desk three new posts by others, then times the agent's turn
-    and commit there, desk after desk, so every size is measured under the same load.
+    Round ``i`` gives each desk three new posts by others (the second the first reply to
+    root ``5i + 1``, at the bottom of the desk), then times the agent's turn and commit
+    there, desk after desk, so every size is measured under the same load.
 
     Returns:
         The median turn latency in µs of each LMDB desk, by size.
@@ -247,10 +249,14 @@ def _turns(run_: BenchRun, hubs: list[tuple[int, str, Hub]], turns: int) -> dict
         hub.turn(DESK, agent).commit(None)
     with run_.progress("turn delta, desks interleaved", turns * len(hubs)) as advance:
         for i in range(turns):
-            for h, (_, _, hub) in enumerate(hubs):
+            for h, (rows, _, hub) in enumerate(hubs):
                 session = hub.session(DESK)
                 for k in range(3):
-                    session.post(others[k % 2], f"news {i}.{k}")
+                    # The middle post is the first reply to a root at the bottom of the
+                    # desk (roots 5i+1 have none yet): the delta offers it without a
+                    # walk down to its root.
+                    parent = 5 * i + 1 if k == 1 and 5 * i + 1 <= rows else None
+                    session.post(others[k % 2], f"news {i}.{k}", parent=parent)
                 t0 = time.perf_counter_ns()
                 turn = hub.turn(DESK, agent)
                 t1 = time.perf_counter_ns()
@@ -273,7 +279,10 @@ def _turns(run_: BenchRun, hubs: list[tuple[int, str, Hub]], turns: int) -> dict
             seconds=sum(turn_ns[h]) / 1e9,
             latencies_ns=turn_ns[h],
             params={"rows": rows},
-            note="hub.turn with 3 new rows since the last commit; desks interleaved",
+            note=(
+                "hub.turn with 3 new rows (one a first reply to an old root) since the "
+                "last commit; desks interleaved"
+            ),
         )
         run_.measurements.append(turn_m)
         run_.measurements.append(

@@ -2,7 +2,8 @@
 
 ``Hub.open(path=None, **options)`` opens a Hub over an in-memory or LMDB store; the Hub
 routes writes through each session's actor, serves views from projector actors kept
-current by pushed rows, and plans and commits turns through a sharing actor.
+current by pushed rows, plans turns through a sharing actor and commits them through
+the session actor.
 """
 
 from sharedesk.actors._base import ActorKey
@@ -10,7 +11,8 @@ from sharedesk.actors.aio import AsyncHub, AsyncTurn
 from sharedesk.actors.hub import HUB_OPTION_NAMES, Hub, HubOptions, HubStats, SessionHandle, Turn
 from sharedesk.actors.projector import ProjectorActor
 from sharedesk.actors.session import SessionActor
-from sharedesk.actors.sharing import SharingActor, plan_turn
+from sharedesk.actors.sharing import SharingActor
+from sharedesk.projection.turns import plan_turn
 
 __all__ = [
     "ActorKey",

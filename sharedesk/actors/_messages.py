@@ -11,10 +11,11 @@ from typing import Generic, TypeVar
 
 import msgspec
 
+from sharedesk.projection.turns import TurnPlan
 from sharedesk.protocol.authors import SessionAuthor
 from sharedesk.protocol.events import Event
 from sharedesk.protocol.transcripts import Transcript
-from sharedesk.protocol.views import Conversation, Projection, SessionMessage, SharingState
+from sharedesk.protocol.views import Conversation, Projection
 
 #: The type of a request's answer.
 R = TypeVar("R")
@@ -36,20 +37,22 @@ class Append(Request[list[Event]], frozen=True):
     expected_version: int | None = None
 
 
-class AppendAndShare(Request[list[Event]], frozen=True):
-    """Ask a session actor to commit a turn: append its reply and store the next state.
+class Commit(Request[Event | None], frozen=True):
+    """Ask a session actor to commit a planned turn (answer: the stored reply or ``None``).
+
+    The actor appends the reply and stores ``plan.next_state`` in one ``append_and_share``
+    (compare-and-swap on ``plan.expected_state``), the store noting the reply's real
+    sequence as present inside the same transaction.
 
     Attributes:
-        events: The reply (zero or one event).
         viewer: The viewer's author key.
-        state: The state to store, before the reply is noted as present.
-        expected_state: The stored state the turn was planned from (compare-and-swap).
+        plan: The plan being committed.
+        reply: The reply event, if any.
     """
 
-    events: list[Event]
     viewer: str
-    state: SharingState
-    expected_state: SharingState | None
+    plan: TurnPlan
+    reply: Event | None
 
 
 class Push(msgspec.Struct, frozen=True):
@@ -82,25 +85,6 @@ class GetTranscript(Request[Transcript], frozen=True):
     viewer: SessionAuthor
 
 
-class TurnPlan(msgspec.Struct, frozen=True):
-    """What a turn shows and what committing it will store.
-
-    Attributes:
-        conversation: The conversation of the turn.
-        messages: What the viewer must read (never rows the viewer wrote).
-        reason: ``None`` for a delta, else ``"initial"`` or a ``ReinitializeReason`` value.
-        expected_state: The stored state the turn was planned from (``None``: none).
-        next_state: The state committing stores, before the reply is noted as present:
-            the watermark is the last sequence when the turn was planned.
-    """
-
-    conversation: Conversation
-    messages: list[SessionMessage]
-    reason: str | None
-    expected_state: SharingState | None
-    next_state: SharingState
-
-
 class Plan(Request[TurnPlan], frozen=True):
     """Ask the sharing actor to plan a turn (answer: a ``TurnPlan``).
 
@@ -113,15 +97,4 @@ class Plan(Request[TurnPlan], frozen=True):
     conversation: Conversation
 
 
-class Commit(Request[Event | None], frozen=True):
-    """Ask the sharing actor to commit a planned turn (answer: the stored reply or ``None``).
-
-    Attributes:
-        viewer: Whose turn it is.
-        plan: The plan being committed.
-        reply: The reply event, if any.
-    """
-
-    viewer: SessionAuthor
-    plan: TurnPlan
-    reply: Event | None
+__all__ = ["Append", "Commit", "GetTranscript", "Plan", "Push", "Request", "TurnPlan", "View"]

@@ -593,8 +593,11 @@ class Hub:
 
         Returns:
             The :class:`Turn`: the whole window the first time (reason ``"initial"``) or
-            after a reinitialize (its reason), else the delta since the viewer's last
-            committed turn (reason ``None``). Nothing moves until ``Turn.commit``.
+            after a reinitialize (its reason), exactly as ``view`` shows it, the
+            viewer's own rows included; else the delta since the viewer's last committed
+            turn (reason ``None``): every row above the watermark that qualifies for the
+            view (in the channel, roots and first replies, wherever their root lies),
+            except the viewer's own. Nothing moves until ``Turn.commit``.
 
         Raises:
             ValidationError: A malformed argument.
@@ -609,7 +612,8 @@ class Hub:
         walk of the session's tail, held in memory by the sharing actor, down to the
         watermark (a delta: O(rows since the last turn), flat in the desk's history) or
         a full window; at most ``SCAN_LIMIT`` rows, read from the store only beyond the
-        tail; no writes.
+        tail; for a channel delta holding replies, one read of the store's first-reply
+        index (one key per root); no writes.
         """
         conversation = self._conversation(session_id, conversation)
         viewer = check_author(viewer, "viewer")
@@ -659,8 +663,8 @@ class Hub:
         else:
             raise ValidationError(f"reply must be a str, an Event or None, got {type(reply)}")
         stored: Event | None = self._call(
-            ActorKey(kind="sharing", session_id=turn.session_id),
-            Commit(viewer=turn.viewer, plan=turn.plan, reply=event),
+            ActorKey(kind="session", session_id=turn.session_id),
+            Commit(viewer=author_key(turn.viewer), plan=turn.plan, reply=event),
             inline=True,
         )
         return stored
@@ -1182,7 +1186,12 @@ class Turn:
 
     @property
     def messages(self) -> list[SessionMessage]:
-        """What to read, oldest first (never rows written by the viewer)."""
+        """What to read, oldest first.
+
+        A full window (``reason`` not ``None``) is exactly the viewer's view, its own
+        rows included; a delta holds the rows of the view above the watermark, except
+        the viewer's own and its present set.
+        """
         return self.plan.messages
 
     @property
@@ -1208,15 +1217,18 @@ class Turn:
         Raises:
             SharingStateConflict: Another turn of the same viewer and conversation
                 moved the stored state since this one was planned (or this turn was
-                committed already); nothing was written. Take a new turn: it shows what
-                that other turn did not. The compare-and-swap is on the state's value,
-                so a turn whose rival left the state as it was (no reply, nothing new)
-                commits; its messages are then empty, so nothing is delivered twice.
+                committed already); nothing was written. This is the only way a commit
+                fails for what others did: rows appended meanwhile (in this process or
+                another) never make it fail, and are offered by the next turn. Take a
+                new turn: it shows what that other turn did not. The compare-and-swap
+                is on the state's value, so a turn whose rival left the state as it was
+                (no reply, nothing new) commits; its messages are then empty, so
+                nothing is delivered twice.
             ValidationError: A malformed reply, or an ``Event`` by someone else.
             HubClosed, SessionFailed, ActorTimeout, ActorCrashed: See :class:`Hub`.
 
         Cost: one store transaction holding reply and state (LMDB: one fsync); with
-        ``inline_writes`` it runs on the caller's thread when the session's actors are
-        idle, else up to two round trips (sharing, then session actor).
+        ``inline_writes`` it runs on the caller's thread when the session actor is idle,
+        else one round trip to the session actor.
         """
         return self._hub._commit(self, reply)

@@ -6,22 +6,10 @@ the very fold the contract defines, :func:`project_session`, over the tail's log
 the rules (first non-blank reply, roots the walk reached, the exact window, the scan
 limit and ``partial``) hold by construction. Views are cached per window.
 
-A pushed row is then folded into each cached view without a walk when that is provably
-what a fresh walk would give; otherwise the view is dropped and walked again (in
-memory) on the next request. With ``needed`` an upper bound on the rows a fresh walk
-must inspect (the rows the last walk read, plus one per row folded since):
-
-- a blank row qualifies nowhere: the view is unchanged;
-- in a thread, a non-blank reply to its root is appended and the oldest message dropped
-  past the window (the root, when present, is the oldest: "the newest ``window``
-  replies without the root"); any other row is not part of the thread: unchanged;
-- in the channel, a non-blank root is appended likewise (a new root changes no other
-  row's standing, and a full, non-partial view is the newest ``window`` of everything
-  that qualifies); a reply is dropped to a walk (whether it is its root's first
-  non-blank reply needs the log).
-
-The fold applies only while the view is not ``partial`` and ``needed + 1`` stays a page
-below ``SCAN_LIMIT``, so the fresh walk could not have been cut by the scan limit.
+A pushed row is then folded into each cached view by the pure
+:func:`~sharedesk.projection.turns.fold_view` (its rules are stated there) when that is
+provably what a fresh walk would give; otherwise the view is dropped and walked again
+(in memory) on the next request.
 After each push the newest view is published in the Hub's slot with the sequence it
 reflects, so ``hub.view`` after an append usually needs no thread switch either.
 """
@@ -30,22 +18,18 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-import msgspec
-
 from sharedesk.actors._base import HubActor, ViewSnapshot
 from sharedesk.actors._messages import GetTranscript, Push, View
 from sharedesk.actors._tail import Tail
 from sharedesk.logconfig import logger
 from sharedesk.projection import project_session
-from sharedesk.protocol.constants import PAGE_SIZE, SCAN_LIMIT
+from sharedesk.projection.turns import CachedView, fold_views
 from sharedesk.protocol.events import Event
 from sharedesk.protocol.ports import SessionLog
 from sharedesk.protocol.transcripts import Transcript
 from sharedesk.protocol.views import (
     Conversation,
-    LogMessage,
     Projection,
-    SessionMessage,
     SessionPage,
     SessionQuery,
 )
@@ -54,15 +38,6 @@ _log = logger()
 
 #: Most distinct windows whose views a projector caches at once.
 _CACHED_WINDOWS: Final = 4
-#: Most rows a fresh walk may need for a pushed row to be folded in without one.
-_FOLD_LIMIT: Final = SCAN_LIMIT - PAGE_SIZE
-
-
-class _Cached(msgspec.Struct, frozen=True):
-    """A cached view and an upper bound on the rows a fresh walk for it must read."""
-
-    projection: Projection
-    needed: int
 
 
 class _CountingLog:
@@ -78,28 +53,6 @@ class _CountingLog:
         page = self._inner.read_before(before, limit)
         self.rows_read += len(page.messages)
         return page
-
-
-def _fold(
-    cached: _Cached, row: LogMessage, conversation: Conversation, window: int
-) -> _Cached | None:
-    """Fold one new row into a cached view; ``None`` when a fresh walk is needed."""
-    needed = cached.needed + 1
-    if cached.projection.partial or needed > _FOLD_LIMIT:
-        return None
-    if window == 0 or not row.content.strip():
-        return _Cached(cached.projection, needed)
-    root = conversation.thread_root
-    if root is None:
-        if row.parent is not None:
-            return None
-    elif row.parent != root:
-        return _Cached(cached.projection, needed)
-    message = SessionMessage(
-        sequence=row.sequence, author=row.author, content=row.content, parent=row.parent
-    )
-    messages = [*cached.projection.messages, message][-window:]
-    return _Cached(Projection(messages=messages, partial=False), needed)
 
 
 class ProjectorActor(HubActor):
@@ -119,7 +72,7 @@ class ProjectorActor(HubActor):
         assert self.key.conversation is not None
         self.conversation: Conversation = self.key.conversation
         self.tail = Tail(self.key.session_id)
-        self.views: dict[int, _Cached] = {}
+        self.views: dict[int, CachedView] = {}
         self.transcript: Transcript | None = None
 
     def context(self, message: Any) -> dict[str, Any]:
@@ -148,21 +101,13 @@ class ProjectorActor(HubActor):
                 self.views = {
                     window: folded
                     for window, cached in self.views.items()
-                    if (folded := self._fold_all(cached, rows, window)) is not None
+                    if (folded := fold_views(cached, rows, self.conversation, window)) is not None
                 }
             self._publish()
         except Exception:
             _log.debug("projector.dropped", exc_info=True)
             self.tail.reset()
             self.views = {}
-
-    def _fold_all(self, cached: _Cached, rows: list[LogMessage], window: int) -> _Cached | None:
-        folded: _Cached | None = cached
-        for row in rows:
-            if folded is None:
-                return None
-            folded = _fold(folded, row, self.conversation, window)
-        return folded
 
     def _publish(self) -> None:
         # Republish the newest view with the sequence it now reflects, when still cached.
@@ -185,7 +130,7 @@ class ProjectorActor(HubActor):
         if cached is None:
             query = SessionQuery(conversation=self.conversation, window=window)
             counting = _CountingLog(self.tail.log(store))
-            cached = _Cached(project_session(counting, query), counting.rows_read)
+            cached = CachedView(project_session(counting, query), counting.rows_read)
             if len(self.views) >= _CACHED_WINDOWS:
                 self.views = {}
             self.views[window] = cached

@@ -20,11 +20,13 @@ append run here, and the lock is released. The store's error, if any, goes to th
 submitter and the actor forgets its last sequence (read again by the next write), as
 after a failed append run here.
 
-A turn's commit also comes here (:class:`~sharedesk.actors._messages.AppendAndShare`):
-being the writer, the actor knows the sequence the reply will get, notes it as present in
-the viewer's next sharing state, and stores reply and state in one ``append_and_share``
-(one transaction), guarded by ``expected_version`` so that a writer outside the Hub
-cannot make that guess wrong (it retries with the new last sequence).
+A turn's commit comes straight here (:class:`~sharedesk.actors._messages.Commit`, no
+other actor on the way): the actor stores reply and state in one ``append_and_share``
+with ``reply_present=True``, so the store notes the reply's real sequence as present
+inside the same write transaction (one transaction, no guess, no repair). The only check
+is the compare-and-swap on the viewer's own sharing state: rows others appended
+meanwhile (through the Hub or straight to the store, in this process or another) never
+make a commit fail; the next turn offers them.
 """
 
 from __future__ import annotations
@@ -33,18 +35,13 @@ from collections.abc import Callable
 from typing import Any
 
 from sharedesk.actors._base import HubActor
-from sharedesk.actors._messages import Append, AppendAndShare, Push
+from sharedesk.actors._messages import Append, Commit, Push
 from sharedesk.logconfig import logger
-from sharedesk.projection import note_present
-from sharedesk.protocol.errors import ConcurrencyError, SharedeskError, SharingStateConflict
+from sharedesk.protocol.errors import SharedeskError
 from sharedesk.protocol.events import Event
 from sharedesk.protocol.ports import CompletionSink, WriteTicket
-from sharedesk.protocol.views import SharingState
 
 _log = logger()
-
-#: Attempts of a commit when a writer outside the Hub moved the session meanwhile.
-_COMMIT_ATTEMPTS = 3
 
 
 class SessionActor(HubActor):
@@ -66,22 +63,24 @@ class SessionActor(HubActor):
     def context(self, message: Any) -> dict[str, Any]:
         """Bind ``run_id`` (first event carrying one) and ``viewer`` (commits)."""
         extra: dict[str, Any] = {}
-        if isinstance(message, Append | AppendAndShare):
+        if isinstance(message, Append):
             for event in message.events:
                 if event.run_id is not None:
                     extra["run_id"] = event.run_id
                     break
-        if isinstance(message, AppendAndShare):
+        if isinstance(message, Commit):
             extra["viewer"] = message.viewer
+            if message.reply is not None and message.reply.run_id is not None:
+                extra["run_id"] = message.reply.run_id
         return extra
 
     def handle(self, message: Any) -> Any:
-        """Serve :class:`Append` and :class:`AppendAndShare`."""
+        """Serve :class:`Append` and :class:`Commit`."""
         match message:
             case Append(events=events, expected_version=expected_version):
                 return self._append(events, expected_version)
-            case AppendAndShare():
-                return self._append_and_share(message)
+            case Commit():
+                return self._commit(message)
         raise TypeError(f"unexpected message {type(message).__name__}")
 
     def _known_last(self) -> int:
@@ -152,56 +151,30 @@ class SessionActor(HubActor):
         finally:
             self.turn_lock.release()
 
-    def _append_and_share(self, message: AppendAndShare) -> list[Event]:
-        store = self.hub.store
-        session_id = self.key.session_id
-        for attempt in range(_COMMIT_ATTEMPTS):
-            last = self._known_last()
-            state = message.state
-            if message.events:
-                state = note_present(state, last + 1)
-            try:
-                stored = store.append_and_share(
-                    session_id,
-                    message.events,
-                    viewer=message.viewer,
-                    state=state,
-                    expected_state=message.expected_state,
-                    expected_version=last if message.events else None,
-                )
-            except SharingStateConflict:
-                raise
-            except ConcurrencyError:
-                # Someone outside the Hub appended: learn the new last sequence, retry.
-                self.last = None
-                if attempt + 1 == _COMMIT_ATTEMPTS:
-                    raise
-                continue
-            except SharedeskError:
-                self.last = None
-                raise
-            if stored and stored[0].sequence != last + 1:
-                self._correct_present(message, state, stored[0])
-            self._publish(stored)
-            return stored
-        raise AssertionError("unreachable")  # pragma: no cover
-
-    def _correct_present(
-        self, message: AppendAndShare, written: SharingState, reply: Event
-    ) -> None:
-        # The reply's id was already stored, so it kept its old sequence and nothing was
-        # appended: replace the guessed present entry by the reply's real sequence.
-        assert reply.sequence is not None
-        state = message.state
-        if reply.sequence > state.watermark:
-            state = note_present(state, reply.sequence)
-        self.hub.store.append_and_share(
-            self.key.session_id,
-            [],
-            viewer=message.viewer,
-            state=state,
-            expected_state=written,
+    def _commit(self, message: Commit) -> Event | None:
+        plan = message.plan
+        self._known_last()
+        events = [] if message.reply is None else [message.reply]
+        try:
+            stored = self.hub.store.append_and_share(
+                self.key.session_id,
+                events,
+                viewer=message.viewer,
+                state=plan.next_state,
+                expected_state=plan.expected_state,
+                reply_present=bool(events),
+            )
+        except SharedeskError:
+            self.last = None
+            raise
+        self._publish(stored)
+        _log.info(
+            "turn.committed",
+            watermark=plan.next_state.watermark,
+            reply_sequence=stored[0].sequence if stored else None,
+            delivered=len(plan.messages),
         )
+        return stored[0] if stored else None
 
     def _publish(self, stored: list[Event]) -> None:
         last = self._known_last()

@@ -8,11 +8,14 @@ thread (``tests/projection/test_purity.py`` enforces it).
 from sharedesk.projection.session import project_session
 from sharedesk.projection.sharing import initialized_state, note_present, prepare_delta
 from sharedesk.projection.transcript import TranscriptBuilder
+from sharedesk.projection.turns import TurnPlan, plan_turn
 
 __all__ = [
     "TranscriptBuilder",
+    "TurnPlan",
     "initialized_state",
     "note_present",
+    "plan_turn",
     "prepare_delta",
     "project_session",
 ]

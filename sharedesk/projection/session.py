@@ -16,8 +16,8 @@ How the walk works (read this before changing anything in this file or in ``shar
 * A page that is not a ``SessionPage`` of well-typed ``LogMessage`` rows raises
   ``ValidationError`` (malformed input), never ``AttributeError``; page contract
   violations raise the ``PageError`` subclasses; a log that raises gives ``LogReadError``.
-* Blank means ``content.strip() == ""``; ``not content or content.isspace()`` is the same
-  predicate (both use Python's whitespace definition) without copying the string.
+* Blank means ``content.strip() == ""``: :func:`is_blank`, the one blank-row rule of every
+  fold, the projector's and the turn planner's included.
 
 Channel walk. A root qualifies when it is a non-blank row of the desk with no parent. A
 reply qualifies when it is the lowest-sequence non-blank reply of the desk to a root of the
@@ -125,12 +125,12 @@ def _thread(walk: _LogWalk, desk: str, root: int, window: int) -> tuple[list[Log
         seq = row.sequence
         if seq <= root:
             content = row.content
-            if seq == root and row.desk == desk and content and not content.isspace():
+            if seq == root and row.desk == desk and not is_blank(content):
                 found.append(row)
             break
         if row.parent == root and row.desk == desk:
             content = row.content
-            if content and not content.isspace():
+            if not is_blank(content):
                 found.append(row)
                 if len(found) == window:
                     break
@@ -158,7 +158,7 @@ def _channel(walk: _LogWalk, desk: str, window: int) -> tuple[list[LogMessage], 
                 _keep(kept, found, reply, window)
         if row.desk == desk:
             content = row.content
-            if content and not content.isspace():
+            if not is_blank(content):
                 if parent is None:
                     _keep(kept, found, row, window)
                 else:  # a reply lying below its parent stays pending forever: never kept
@@ -191,7 +191,7 @@ def _channel(walk: _LogWalk, desk: str, window: int) -> tuple[list[LogMessage], 
         parent = row.parent
         if parent is not None and parent in live and row.desk == desk:
             content = row.content
-            if content and not content.isspace():
+            if not is_blank(content):
                 del live[parent]  # this lower reply comes first, and it is below the window
         if not live:
             return _oldest_first(kept, found), False
@@ -365,6 +365,18 @@ def _check_row(row: object, index: int) -> None:
             raise ValidationError(
                 f"{where}.{name} is a {type(value).__name__}; expected {expected}"
             )
+
+
+def is_blank(content: str) -> bool:
+    """Return whether ``content`` is blank: ``content.strip() == ""`` (the one rule).
+
+    A blank row qualifies for no view, no delta and no first reply. Written as
+    ``not content or content.isspace()``, the same predicate (both use Python's whitespace
+    definition) without copying the string.
+
+    Cost: O(len(content)) at worst; no allocation.
+    """
+    return not content or content.isspace()
 
 
 def check_log(log: object) -> None:

@@ -18,7 +18,7 @@ below the watermark. Which rows qualify:
 
 from __future__ import annotations
 
-from sharedesk.projection.session import _LogWalk, check_int, check_log
+from sharedesk.projection.session import _LogWalk, check_int, check_log, is_blank
 from sharedesk.protocol.constants import PRESENT_SET_LIMIT
 from sharedesk.protocol.errors import (
     PresentSetOverflow,
@@ -152,34 +152,77 @@ def prepare_delta(
         raise WatermarkRegression(before, watermark)
     if before == watermark:
         return Delta(messages=[], next_state=state)
+    walked = rows_above_watermark(log, before, watermark)
+    if isinstance(walked, Reinitialize):
+        return walked
     present = state.present_above_watermark
     desk = conversation.desk
     root = conversation.thread_root
-    walk = _LogWalk(log, before)
     picked: list[LogMessage] = []
-    for row in walk:
+    for row in walked:
         seq = row.sequence
-        if seq <= watermark:
-            break
-        if row.desk != desk:
+        if row.desk != desk or is_blank(row.content) or seq in present:
             continue
         # Thread: R and its direct replies. Channel: roots only.
-        qualifies = (row.parent is None) if root is None else (seq == root or row.parent == root)
-        if qualifies:
-            content = row.content
-            if content and not content.isspace() and seq not in present:
-                picked.append(row)
-    else:
-        if walk.ended:
-            return Reinitialize(reason=ReinitializeReason.WATERMARK_UNAVAILABLE)
-        return Reinitialize(reason=ReinitializeReason.GAP_TOO_LARGE)
-    picked.reverse()
+        if (row.parent is None) if root is None else (seq == root or row.parent == root):
+            picked.append(row)
     return Delta(
         messages=[SessionMessage(r.sequence, r.author, r.content, r.parent) for r in picked],
         next_state=SharingState(
             conversation, before, frozenset(seq for seq in present if seq > before)
         ),
     )
+
+
+def rows_above_watermark(
+    log: SessionLog, before: int, watermark: int, *, log_ends_at_watermark: bool = False
+) -> list[LogMessage] | Reinitialize:
+    """Walk ``log`` newest first from ``before`` down to ``watermark``; return the rows above it.
+
+    The walk is the one every delta takes (``prepare_delta``, the Hub's turn planner):
+    the same growing reads, page checks and ``SCAN_LIMIT`` as ``project_session``, and
+    it stops at the first row at or below ``watermark``.
+
+    Args:
+        log: The host log, read newest first through ``read_before``.
+        before: The exclusive upper bound (greater than ``watermark``).
+        watermark: Everything at or below it has been shown.
+        log_ends_at_watermark: What a log that ends above ``watermark`` means. ``False``
+            (the seed's rule): the rows up to the watermark are unavailable, so
+            ``Reinitialize(WATERMARK_UNAVAILABLE)``. ``True``: the log holds nothing at
+            or below the watermark that a delta could need (a caller that knows the
+            log is the whole history, e.g. a desk whose first turn came before its
+            first row), so the walk has seen every row above it and returns them.
+
+    Returns:
+        Every row read above ``watermark``, oldest first; or ``Reinitialize`` with
+        ``GAP_TOO_LARGE`` (``SCAN_LIMIT`` rows read without reaching the watermark) or
+        ``WATERMARK_UNAVAILABLE`` (the log ended first, ``log_ends_at_watermark`` off;
+        this wins when the page that reaches ``SCAN_LIMIT`` also ends the log).
+
+    Raises:
+        ValidationError: A page that is not a ``SessionPage`` of well-typed rows.
+        PageError: A page broke the page contract (as in ``project_session``).
+        LogReadError: ``log.read_before`` raised; the original error is the ``__cause__``.
+
+    Cost: reads of 64, 128, 256, then ``PAGE_SIZE`` rows, at most ``SCAN_LIMIT`` rows in
+    all; CPU O(rows read); no writes, never blocks except inside ``log.read_before``.
+    """
+    walk = _LogWalk(log, before)
+    rows: list[LogMessage] = []
+    for row in walk:
+        if row.sequence <= watermark:
+            break
+        rows.append(row)
+    else:
+        if walk.ended:
+            if log_ends_at_watermark:
+                rows.reverse()
+                return rows
+            return Reinitialize(reason=ReinitializeReason.WATERMARK_UNAVAILABLE)
+        return Reinitialize(reason=ReinitializeReason.GAP_TOO_LARGE)
+    rows.reverse()
+    return rows
 
 
 def _check_state(state: object) -> SharingState:

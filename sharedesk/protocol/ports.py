@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
 from types import TracebackType
 from typing import Protocol, Self, runtime_checkable
 
@@ -16,6 +16,19 @@ class SessionLog(Protocol):
 
     def read_before(self, before: int | None, limit: int) -> SessionPage:
         """Return at most ``limit`` rows below ``before`` (``None``: from the newest row)."""
+        ...
+
+
+@runtime_checkable
+class ReplyIndex(Protocol):
+    """A session's first-reply index, lent to the turn planner: root -> first reply."""
+
+    def first_replies(self, roots: Collection[int]) -> Mapping[int, int]:
+        """Return, for each root asked that has one, its first non-blank reply's sequence.
+
+        A sequence that is not a root ``Text`` row, or a root with no non-blank reply
+        yet, is left out.
+        """
         ...
 
 
@@ -99,17 +112,32 @@ class SharingStateStore(Protocol):
         state: SharingState,
         expected_state: SharingState | None,
         expected_version: int | None = None,
+        reply_present: bool = False,
     ) -> list[Event]:
         """Append ``events`` and store ``state`` in one atomic, durable step.
 
         The state is keyed by (session, viewer, ``state.conversation``). ``events`` may
-        be empty (a turn committed without a reply).
+        be empty (a turn committed without a reply). With ``reply_present``, the stored
+        state also notes the first event's real sequence as present (``note_present``),
+        decided inside the same transaction, also when that event's id was stored
+        before (it keeps its old sequence).
 
         Raises:
             ValidationError: Malformed input; nothing was written.
             ConcurrencyError: ``expected_version`` is not the last sequence.
             SharingStateConflict: The stored state is not ``expected_state``
                 (``None``: no state stored); nothing was written.
+            PresentSetOverflow: Noting the reply would overflow the present set;
+                nothing was written.
+        """
+        ...
+
+    def first_replies(self, session_id: str, roots: Collection[int]) -> dict[int, int]:
+        """Return, for each root asked that has one, its first non-blank reply's sequence.
+
+        The store records a root's first non-blank reply when it appends it, so the
+        answer costs one lookup per root, whatever the history. A sequence that is not
+        a root ``Text`` row, or a root with no non-blank reply yet, is left out.
         """
         ...
 
@@ -182,6 +210,7 @@ class SubmittingStore(Protocol):
         expected_state: SharingState | None,
         expected_version: int | None,
         ticket: WriteTicket,
+        reply_present: bool = False,
     ) -> None:
         """Queue ``append_and_share(...)``; settle ``ticket`` with its outcome."""
         ...

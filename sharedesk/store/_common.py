@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from datetime import datetime
 from typing import Any
 
@@ -10,7 +10,7 @@ import msgspec
 
 from sharedesk.logconfig import logger
 from sharedesk.protocol.errors import ValidationError
-from sharedesk.protocol.events import Event
+from sharedesk.protocol.events import Event, Text
 from sharedesk.protocol.ports import CompletionSink, WriteTicket
 from sharedesk.protocol.validation import check_optional_int
 from sharedesk.protocol.views import SharingState
@@ -143,3 +143,44 @@ def check_log_args(before: int | None, limit: int) -> tuple[int | None, int]:
     if checked_limit is None:
         raise ValidationError("limit must be an int, got None")
     return checked_before, checked_limit
+
+
+def not_a_root_error(index: int, parent: int, why: str) -> ValidationError:
+    """Return the error for ``events[index]``, whose ``parent`` row is not a root ``Text``."""
+    return ValidationError(
+        f"events[{index}].parent={parent} must name a root Text row (a thread is one "
+        f"level deep), but row {parent} is {why}"
+    )
+
+
+def check_root(index: int, row: Event) -> None:
+    """Check that ``row``, named as ``events[index].parent``, is a root ``Text`` row.
+
+    Raises:
+        ValidationError: It is a reply, or not a ``Text`` row.
+
+    Cost: O(1).
+    """
+    assert row.sequence is not None
+    if not isinstance(row.body, Text):
+        raise not_a_root_error(index, row.sequence, f"a {type(row.body).__name__} event")
+    if row.parent is not None:
+        raise not_a_root_error(index, row.sequence, f"a reply to row {row.parent}")
+
+
+def check_roots(roots: Any) -> list[int]:
+    """Return ``roots`` (``first_replies``'s argument) as a list of sequences.
+
+    Raises:
+        ValidationError: Not a collection of ints of at least 1.
+
+    Cost: O(len(roots)).
+    """
+    if not isinstance(roots, Collection) or isinstance(roots, str | bytes):
+        raise ValidationError(f"roots must be a collection of ints, got {type(roots).__name__}")
+    checked: list[int] = []
+    for root in roots:
+        if type(root) is not int or not 1 <= root < 2**63:
+            raise ValidationError(f"roots must hold sequences (ints >= 1), got {root!r}")
+        checked.append(root)
+    return checked

@@ -47,8 +47,9 @@ from sharedesk.protocol.errors import CorruptRecordError, StoreIOError, Validati
 
 _log = logger()
 
-#: The sub-databases of a store, by purpose.
-DATABASES: Final = (b"events", b"ids", b"meta", b"texts", b"sharing")
+#: The sub-databases of a store, by purpose. ``replies`` came later: opening a database
+#: written before it creates it empty (LmdbStore treats roots it lacks as older ones).
+DATABASES: Final = (b"events", b"ids", b"meta", b"texts", b"sharing", b"replies")
 
 #: A store's writer reclaims dead processes' reader slots once per this many commits.
 READER_CHECK_COMMITS: Final = 32
@@ -68,6 +69,8 @@ _P_META: Final = 0x08
 # Page header size -> the data version it goes with: LMDB 0.9 (16 bytes), 1.0 (24).
 _LAYOUTS: Final = {16: 1, 24: 3}
 _VERIFY_ATTEMPTS: Final = 3
+# Opens that may each find the map grown by another process before giving up.
+_OPEN_ATTEMPTS: Final = 100
 
 
 def _damaged(path: str, detail: str) -> CorruptRecordError:
@@ -117,24 +120,30 @@ def _committed_meta(head: bytes, size: int) -> tuple[int, int] | str:
     return page_size, last
 
 
-def check_data_file(path: str) -> None:
+def check_data_file(path: str, *, full: bool = False) -> None:
     """Refuse a data file that LMDB could not read without a signal.
 
     The committed meta page (read with plain file I/O, never through a map) says how many
     pages the file holds; a file that ends before them is walked by py-lmdb's offline
-    verifier, and refused unless every page in use is within the file.
+    verifier (``lmdb.verify``), and refused unless every page in use is within the file.
 
     Args:
         path: The environment directory.
+        full: Walk every page with the verifier even when the size is right (LMDB trusts
+            what its pages hold: a damaged page inside the file can make it abort the
+            process). With other writers, call it inside a read transaction, which
+            keeps the pages it walks from being reused.
 
     Raises:
-        CorruptRecordError: The meta pages are damaged, or pages in use are missing.
+        CorruptRecordError: The meta pages are damaged, or pages in use are missing or
+            (``full``) damaged.
         StoreIOError: The file cannot be read.
 
     Cost: one read of the first two pages and one ``fstat``; a full read of the file
-    only when it is shorter than its meta page says (rare, see the module comment).
+    (about 16 ms per MB) with ``full``, or when it is shorter than its meta page says.
     """
     data = os.path.join(path, DATA_FILE)
+    problem = ""
     for _attempt in range(_VERIFY_ATTEMPTS):
         try:
             with open(data, "rb") as file:
@@ -150,7 +159,7 @@ def check_data_file(path: str) -> None:
         if isinstance(meta, str):
             raise _damaged(path, meta)
         page_size, last = meta
-        if size >= (last + 1) * page_size:
+        if size >= (last + 1) * page_size and not full:
             return
         try:
             problems: list[str] = lmdb.verify.verify(path)  # type: ignore[no-untyped-call]
@@ -158,11 +167,8 @@ def check_data_file(path: str) -> None:
             problems = [str(exc)]
         if not problems:
             return
-    raise _damaged(
-        path,
-        f"{size} bytes hold {size // page_size} of the {last + 1} pages its meta page "
-        f"names, and the verifier reports: {problems[0]}",
-    )
+        problem = f"{size} bytes, {last + 1} pages in use; the verifier reports: {problems[0]}"
+    raise _damaged(path, problem)
 
 
 class ResizeLock:
@@ -255,6 +261,24 @@ class SharedEnvironment:
         size: int = self.env.info()["map_size"]
         return size
 
+    def verify(self) -> None:
+        """Walk every page of the data file (see :func:`check_data_file` with ``full``).
+
+        Raises:
+            CorruptRecordError: The file is damaged.
+            StoreIOError: It cannot be read.
+
+        Cost: one read transaction held while the whole file is read (~16 ms per MB).
+        """
+        self.lock.acquire_shared()
+        try:
+            with self.env.begin():  # pins the snapshot the verifier walks
+                check_data_file(self.path, full=True)
+        except lmdb.Error as exc:
+            raise StoreIOError(self.path, "verify") from exc
+        finally:
+            self.lock.release_shared()
+
     def reclaim_readers(self) -> int:
         """Free the reader slots of processes that died; return how many were freed.
 
@@ -303,24 +327,31 @@ class _Registry:
         self._lock = threading.Lock()
         self._open: dict[str, SharedEnvironment] = {}
 
-    def acquire(self, path: str, *, durability: str, map_size: int) -> SharedEnvironment:
+    def acquire(
+        self, path: str, *, durability: str, map_size: int, verify: bool = False
+    ) -> SharedEnvironment:
         """Return the shared environment at ``path``, opening it on first use.
+
+        ``verify``: walk the whole file first (see :meth:`SharedEnvironment.verify`).
 
         Raises:
             ValidationError: The path is already open here with another durability.
+            CorruptRecordError: The data file is damaged.
             StoreIOError: LMDB could not open it.
         """
         real = os.path.realpath(path)
         with self._lock:
             shared = self._open.get(real)
             if shared is None:
-                shared = self._open_env(real, durability, map_size)
+                shared = self._open_env(real, durability, map_size, verify)
                 self._open[real] = shared
             elif shared.durability != durability:
                 raise ValidationError(
                     f"store at {real} is already open in this process with "
                     f"durability={shared.durability!r}, not {durability!r}"
                 )
+            elif verify:
+                shared.verify()
             shared.refs += 1
             return shared
 
@@ -340,31 +371,42 @@ class _Registry:
         _log.debug("store.env_closed", path=shared.path)
 
     @staticmethod
-    def _open_env(real: str, durability: str, map_size: int) -> SharedEnvironment:
+    def _open_env(real: str, durability: str, map_size: int, verify: bool) -> SharedEnvironment:
         durable = durability == "durable"
-        try:
-            os.makedirs(real, exist_ok=True)
-            env = lmdb.open(
-                real,
-                map_size=map_size,
-                max_dbs=len(DATABASES),
-                max_readers=MAX_READERS,
-                sync=durable,
-                metasync=durable,
-                readahead=False,
-                lock=True,
-            )
-        except (lmdb.InvalidError, lmdb.CorruptedError, lmdb.VersionMismatchError) as exc:
-            check_data_file(real)  # names the damage, if it can
-            raise _damaged(real, str(exc)) from exc
-        except (lmdb.Error, OSError) as exc:
-            raise StoreIOError(real, "open") from exc
+        attempt = 0
+        while True:
+            try:
+                os.makedirs(real, exist_ok=True)
+                env = lmdb.open(
+                    real,
+                    map_size=map_size,
+                    max_dbs=len(DATABASES),
+                    max_readers=MAX_READERS,
+                    sync=durable,
+                    metasync=durable,
+                    readahead=False,
+                    lock=True,
+                )
+                break
+            except lmdb.MapResizedError as exc:
+                # py-lmdb's own first transaction saw a map grown since LMDB read the
+                # meta page: opening again reads the new size.
+                attempt += 1
+                if attempt >= _OPEN_ATTEMPTS:
+                    raise StoreIOError(real, "open") from exc
+            except (lmdb.InvalidError, lmdb.CorruptedError, lmdb.VersionMismatchError) as exc:
+                check_data_file(real)  # names the damage, if it can
+                raise _damaged(real, str(exc)) from exc
+            except (lmdb.Error, OSError) as exc:
+                raise StoreIOError(real, "open") from exc
         try:
             # LMDB read the meta pages with pread and holds the lock file, so the file
             # is initialised; nothing has been read through the map yet.
             check_data_file(real)
             shared = SharedEnvironment(real, env, {}, durability)
             shared.reclaim_readers()
+            if verify:
+                shared.verify()
             shared.dbs.update(_open_databases(shared))
         except BaseException:
             env.close()
@@ -380,6 +422,7 @@ def _open_databases(shared: SharedEnvironment) -> dict[bytes, Any]:
     the opener's other threads keep running (see the module comment).
 
     Raises:
+        CorruptRecordError: LMDB found the main database damaged.
         StoreIOError: LMDB failed.
 
     Cost: one write transaction; it writes (and syncs) only when it creates them.
@@ -391,6 +434,8 @@ def _open_databases(shared: SharedEnvironment) -> dict[bytes, Any]:
                 return {name: env.open_db(name, txn=txn) for name in DATABASES}
         except lmdb.MapResizedError:
             env.set_mapsize(0)  # another process grew the map: adopt its size
+        except (lmdb.CorruptedError, lmdb.PageNotFoundError) as exc:
+            raise _damaged(shared.path, str(exc)) from exc
         except lmdb.Error as exc:
             raise StoreIOError(shared.path, "open") from exc
 

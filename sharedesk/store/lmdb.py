@@ -1,6 +1,6 @@
 r"""LmdbStore: the durable, group-committed event store every session's stream lives in.
 
-Layout. One LMDB environment (a directory) holds five sub-databases. Every key starts
+Layout. One LMDB environment (a directory) holds six sub-databases. Every key starts
 with the session's *prefix*: the UTF-8 session id preceded by its length as 2 big-endian
 bytes. Because the length comes first, no session's keys can fall inside another's range,
 whatever the ids hold (ids that prefix each other, ``/``, ``\x00``, non-ASCII).
@@ -14,7 +14,17 @@ meta       prefix                                      last sequence, Text rows,
                                                        activity (3 x 8 bytes)
 texts      prefix + sequence                           empty: the ``Text`` row index
 sharing    prefix + blake2b(viewer, conversation)      the sharing state (msgpack)
+replies    prefix + sequence of a root ``Text`` row    its first non-blank reply's
+                                                       sequence (8 bytes), or empty
 =========  ==========================================  ===============================
+
+The ``replies`` index is written in the transaction that appends the root (empty) and
+the one that appends its first non-blank reply, so a turn learns whether a reply is its
+root's first with one key read, however far down the root lies, and a reply's parent is
+checked to be a root ``Text`` row with the same read. A database written before the index
+existed opens unchanged (the sub-database is created empty); a root it lacks is checked
+from its record and indexed by the first reply appended to it since, and until then its
+first reply is found by a walk up from it.
 
 Ids up to ``_MAX_RAW_ID`` bytes are kept as they are; longer ones are hashed (32-byte
 blake2b) so every key stays under LMDB's 511-byte limit. Events are stored as msgpack
@@ -43,9 +53,11 @@ tickets going to their sinks in one ``deliver`` per sink (one hop into each even
 py-lmdb releases the GIL around every get and put, and each release lets a waiting
 thread take the interpreter from the writer, so the writer keeps its calls few: an id
 is checked and claimed with one ``put(overwrite=False)``, each event costs three puts
-(id, record, ``Text`` row) in one pass, and per-session metadata is cached between this
-store's own commits (dropped whenever the transaction id shows that another writer, in
-this process or another, committed in between) and written once per session per group.
+(id, record, ``Text`` row) in one pass (a root or a first reply one more, the
+``replies`` entry, and a reply one get, its parent's entry), and per-session metadata
+is cached between this store's own commits (dropped whenever the transaction id shows
+that another writer, in this process or another, committed in between) and written
+once per session per group.
 
 Where the time goes (16 threads, 1000 sessions, one event per append, durable, on a
 2-core VM). Everything but the syncs runs under the GIL, one thread at a time. Committing
@@ -94,6 +106,13 @@ that do not fit get ``StoreFullError``; nothing partial is ever written.
 Reads run in the caller's thread, in a read-only transaction, and walk a cursor from the
 requested end, so ``read(newest_first=True, limit=n)`` and ``log().read_before`` cost
 what the page costs, not the history.
+
+Several processes (see ``_lmdb_env``): a read or write that finds the map grown by
+another process adopts it and runs again; a read that finds the reader table full
+reclaims the slots of dead processes and runs once more; the writer reclaims them every
+``READER_CHECK_COMMITS`` commits too, since one dead reader's slot stops LMDB reusing
+pages. A full disk (ENOSPC at commit) is handled like a full map at its ceiling:
+request by request, and only those that do not fit get ``StoreFullError``.
 """
 
 from __future__ import annotations
@@ -104,7 +123,7 @@ import os
 import struct
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from types import TracebackType
 from typing import Any, Final, Literal, Self, TypeVar
@@ -113,6 +132,8 @@ import lmdb
 import msgspec
 
 from sharedesk.logconfig import logger
+from sharedesk.projection.session import is_blank
+from sharedesk.projection.sharing import note_present
 from sharedesk.protocol.authors import SessionAuthor
 from sharedesk.protocol.codec import encode_msgpack
 from sharedesk.protocol.errors import (
@@ -139,9 +160,11 @@ from sharedesk.store._common import (
     SessionInfo,
     check_log_args,
     check_read_args,
+    check_roots,
     check_sharing_args,
     check_viewer,
     hand_over,
+    not_a_root_error,
     watermark_of,
 )
 from sharedesk.store._lmdb_env import READER_CHECK_COMMITS, REGISTRY
@@ -259,6 +282,7 @@ class _Request:
         "events",
         "expected_version",
         "prefix",
+        "reply_present",
         "result",
         "session_id",
         "settled",
@@ -273,8 +297,10 @@ class _Request:
         expected_version: int | None,
         sharing: tuple[str, SharingState, SharingState | None] | None,
         ticket: WriteTicket | None = None,
+        reply_present: bool = False,
     ) -> None:
         self.session_id = session_id
+        self.reply_present = reply_present
         self.prefix = _prefix(session_id)
         self.events = events
         self.expected_version = expected_version
@@ -422,13 +448,20 @@ class LmdbStore:
             another, each by the next thread that blocks in the store; one that no
             thread wakes is woken by the writer after the same window (plus the commit
             in progress, if any). ``None``: 2 ms when durable, 0.5 ms when relaxed.
+        verify: Walk every page of the file with py-lmdb's offline verifier before
+            trusting it. Without it the open checks the meta pages and the file size
+            (so a truncated, zeroed or garbled-meta file is refused), but LMDB trusts
+            what the pages hold, and a page damaged inside the file can make LMDB abort
+            the process on a later read. ``sharedesk inspect`` verifies.
 
     Raises:
         ValidationError: A bad option, or a durability that differs from the one this
             path is already open with in this process.
+        CorruptRecordError: The data file is damaged (``session_id`` is ``""``).
         StoreIOError: LMDB could not open the environment.
 
-    Cost: opens (or shares) the environment and starts one writer thread.
+    Cost: opens (or shares) the environment and starts one writer thread; with
+    ``verify``, reads the whole file (about 16 ms per MB).
     """
 
     def __init__(
@@ -439,6 +472,7 @@ class LmdbStore:
         map_size: int = _DEFAULT_MAP_SIZE,
         max_map_size: int | None = None,
         group_wait: float | None = None,
+        verify: bool = False,
     ) -> None:
         if durability not in ("durable", "relaxed"):
             raise ValidationError(f"durability must be 'durable' or 'relaxed', got {durability!r}")
@@ -454,7 +488,11 @@ class LmdbStore:
             raise ValidationError(f"map_size={map_size} exceeds max_map_size={max_map_size}")
         self._durability = durability
         self._max_map_size = max_map_size
-        self._shared = REGISTRY.acquire(os.fspath(path), durability=durability, map_size=map_size)
+        if not isinstance(verify, bool):
+            raise ValidationError(f"verify must be a bool, got {verify!r}")
+        self._shared = REGISTRY.acquire(
+            os.fspath(path), durability=durability, map_size=map_size, verify=verify
+        )
         self._path = self._shared.path
         self._dbs = self._shared.dbs
         self._cond = threading.Condition(threading.Lock())
@@ -547,12 +585,13 @@ class LmdbStore:
         state: SharingState,
         expected_state: SharingState | None,
         expected_version: int | None = None,
+        reply_present: bool = False,
     ) -> list[Event]:
         """Append ``events`` and store ``state`` in one atomic, durable step.
 
         The state is keyed by (session, viewer, ``state.conversation``); ``events`` may
         be empty. Checks run in this order: input, ``expected_version``, the stored
-        state, parents.
+        state, parents, the present set.
 
         Args:
             session_id: The session.
@@ -561,6 +600,8 @@ class LmdbStore:
             state: The state to store.
             expected_state: The state the caller read (``None``: no state stored).
             expected_version: When set, write only if the last sequence equals it.
+            reply_present: Note the first event's stored sequence (its old one when its
+                id was stored before) as present in ``state``, inside the transaction.
 
         Returns:
             The events as stored, as :meth:`append` returns them.
@@ -570,6 +611,8 @@ class LmdbStore:
             ConcurrencyError: ``expected_version`` differs from the last sequence.
             SharingStateConflict: The stored state is not ``expected_state``; nothing
                 was written.
+            PresentSetOverflow: Noting the reply overflows the present set; nothing
+                was written.
             CorruptRecordError: The stored state cannot be decoded; nothing was written.
             StoreFullError, StoreClosedError, StoreIOError: As for :meth:`append`.
 
@@ -577,7 +620,9 @@ class LmdbStore:
         """
         batch = check_append_args(session_id, events, expected_version)
         sharing = check_sharing_args(viewer, state, expected_state)
-        return self._submit(_Request(session_id, batch, expected_version, sharing))
+        return self._submit(
+            _Request(session_id, batch, expected_version, sharing, reply_present=reply_present)
+        )
 
     def submit_append(
         self,
@@ -614,6 +659,7 @@ class LmdbStore:
         expected_state: SharingState | None,
         expected_version: int | None = None,
         ticket: WriteTicket,
+        reply_present: bool = False,
     ) -> None:
         """Queue an :meth:`append_and_share` that no thread waits for (as :meth:`submit_append`).
 
@@ -625,7 +671,11 @@ class LmdbStore:
         """
         batch = check_append_args(session_id, events, expected_version)
         sharing = check_sharing_args(viewer, state, expected_state)
-        self._enqueue(_Request(session_id, batch, expected_version, sharing, ticket))
+        self._enqueue(
+            _Request(
+                session_id, batch, expected_version, sharing, ticket, reply_present=reply_present
+            )
+        )
 
     def _enqueue(self, request: _Request) -> None:
         with self._cond:
@@ -878,7 +928,7 @@ class LmdbStore:
         last, text_count = counts
         if request.expected_version is not None and request.expected_version != last:
             raise ConcurrencyError(request.expected_version, last)
-        sharing: tuple[bytes, bytes] | None = None
+        sharing: tuple[bytes, SharingState] | None = None
         if request.sharing is not None:
             viewer, state, expected_state = request.sharing
             key = _sharing_key(prefix, viewer, state.conversation)
@@ -888,12 +938,14 @@ class LmdbStore:
             )
             if stored_state != expected_state:
                 raise SharingStateConflict(watermark_of(expected_state), watermark_of(stored_state))
-            sharing = (key, _ENCODER.encode(state))
+            sharing = (key, state)
         ids_db, events_db, texts_db = dbs[b"ids"], dbs[b"events"], dbs[b"texts"]
-        put = txn.put
+        replies_db = dbs[b"replies"]
+        put, get = txn.put, txn.get
         result: list[Event] = []
         inserted: list[bytes] = []  # the id keys this request claimed
         written: list[bytes] = []  # the events keys this request wrote
+        indexed: list[tuple[bytes, bytes | None]] = []  # replies keys set, and their old value
         next_sequence = last + 1
         try:
             # One pass per event: claim the id, check the parent, write the event. An id
@@ -903,35 +955,159 @@ class LmdbStore:
                 seq = _SEQ.pack(next_sequence)
                 # Check and claim the id in one call: put refuses an existing key.
                 if not put(id_key, seq, overwrite=False, db=ids_db):
-                    raw_seq = txn.get(id_key, db=ids_db)
+                    raw_seq = get(id_key, db=ids_db)
                     result.append(self._get_event(txn, request.session_id, prefix, raw_seq))
                     continue
                 inserted.append(id_key)
                 parent = event.parent
-                if parent is not None and parent >= next_sequence:
-                    raise parent_error(len(written), parent, next_sequence)
+                first: bytes | None = None  # the parent's replies value (a root's)
+                if parent is not None:
+                    if parent >= next_sequence:
+                        raise parent_error(len(written), parent, next_sequence)
+                    first = self._root_entry(txn, request.session_id, prefix, parent, len(written))
                 stored = msgspec.structs.replace(event, sequence=next_sequence, timestamp=now)
                 key = prefix + seq
                 if not put(key, _ENCODER.encode(stored), overwrite=False, db=events_db):
                     raise _StaleMeta  # never overwrite an event: redo the group from the disk
                 written.append(key)
-                if isinstance(stored.body, Text):
+                body = stored.body
+                if isinstance(body, Text):
                     put(key, b"", db=texts_db)
                     text_count += 1
+                    if parent is None:
+                        put(key, b"", db=replies_db)  # a root, with no reply yet
+                        indexed.append((key, None))
+                    elif first == b"" and not is_blank(body.content):
+                        root_key = prefix + _SEQ.pack(parent)
+                        put(root_key, seq, db=replies_db)  # its first non-blank reply
+                        indexed.append((root_key, first))
                 next_sequence += 1
                 result.append(stored)
+            encoded: bytes | None = None
+            if sharing is not None:
+                state = sharing[1]
+                if request.reply_present and result:
+                    reply = result[0].sequence
+                    assert reply is not None
+                    state = note_present(state, reply)
+                encoded = _ENCODER.encode(state)
         except SharedeskError:
             for id_key in inserted:
                 txn.delete(id_key, db=ids_db)
             for key in written:
                 txn.delete(key, db=events_db)
                 txn.delete(key, db=texts_db)
+            for key, old in reversed(indexed):
+                if old is None:
+                    txn.delete(key, db=replies_db)
+                else:
+                    put(key, old, db=replies_db)
             raise
-        if sharing is not None:
-            txn.put(sharing[0], sharing[1], db=dbs[b"sharing"])
+        if sharing is not None and encoded is not None:
+            put(sharing[0], encoded, db=dbs[b"sharing"])
         if written:
             overlay[prefix] = (next_sequence - 1, text_count)
         return result
+
+    def _root_entry(
+        self, txn: Any, session_id: str, prefix: bytes, parent: int, index: int
+    ) -> bytes | None:
+        """Return the ``replies`` value of ``parent``, checking that it is a root ``Text`` row.
+
+        ``b""``: a root with no non-blank reply yet; 8 bytes: its first reply's sequence.
+        A root written before the index existed is indexed here, once (its first reply
+        found by a walk up from it), so that the caller can go on as for any root.
+
+        Raises:
+            ValidationError: ``parent`` is a reply, or not a ``Text`` row.
+            CorruptRecordError: A record on the way does not decode.
+
+        Cost: one key read; for a root written before the index, one walk of the ``Text``
+        rows from it up to its first non-blank reply (once per such root).
+        """
+        dbs = self._dbs
+        root_key = prefix + _SEQ.pack(parent)
+        entry = txn.get(root_key, db=dbs[b"replies"])
+        if entry is not None:
+            return bytes(entry)
+        if txn.get(root_key, db=dbs[b"texts"]) is None:
+            raw = txn.get(root_key, db=dbs[b"events"])
+            what = "missing" if raw is None else "not a Text row"
+            if raw is not None:
+                record = _decode_record(_EVENT_DECODER, session_id, parent, raw)
+                what = f"a {type(record.body).__name__} event"
+            raise not_a_root_error(index, parent, what)
+        row = self._log_record(txn, session_id, root_key, parent)
+        if row.parent is not None:
+            raise not_a_root_error(index, parent, f"a reply to row {row.parent}")
+        found = self._walk_first_reply(txn, session_id, prefix, parent)
+        entry = b"" if found is None else _SEQ.pack(found)
+        txn.put(root_key, entry, db=dbs[b"replies"])
+        return entry
+
+    def _log_record(self, txn: Any, session_id: str, key: bytes, sequence: int) -> _LogRecord:
+        raw = txn.get(key, db=self._dbs[b"events"])
+        if raw is None:
+            raise CorruptRecordError(session_id, sequence, "indexed but missing")
+        return _decode_record(_LOG_DECODER, session_id, sequence, raw)
+
+    def _walk_first_reply(self, txn: Any, session_id: str, prefix: bytes, root: int) -> int | None:
+        """Return the first non-blank reply to ``root`` by walking the ``Text`` rows above it.
+
+        Only for roots written before the ``replies`` index existed. Cost: O(Text rows
+        between the root and its first non-blank reply), one decode each.
+        """
+        cursor = txn.cursor(db=self._dbs[b"texts"])
+        for sequence, _value in _walk_up(cursor, prefix, root, _MAX_SEQ):
+            record = self._log_record(txn, session_id, prefix + _SEQ.pack(sequence), sequence)
+            if record.parent == root and not is_blank(record.body.content):
+                return sequence
+        return None
+
+    def first_replies(self, session_id: str, roots: Collection[int]) -> dict[int, int]:
+        """Return, for each root in ``roots`` that has one, its first non-blank reply.
+
+        Args:
+            session_id: The session.
+            roots: Sequences of root rows (others are left out of the answer).
+
+        Raises:
+            ValidationError: A malformed session id or root.
+            CorruptRecordError: A record read on the way does not decode.
+            StoreClosedError: The store is closed.
+            StoreIOError: LMDB failed.
+
+        Cost: one read transaction, one key read per root (the index is written on
+        append); a root written before the index existed and not replied to since is
+        found by a walk up from it to its first non-blank reply.
+        """
+        check_session_id(session_id)
+        wanted = check_roots(roots)
+        prefix = _prefix(session_id)
+
+        def body(txn: Any) -> dict[int, int]:
+            found: dict[int, int] = {}
+            replies_db, texts_db = self._dbs[b"replies"], self._dbs[b"texts"]
+            for root in wanted:
+                key = prefix + _SEQ.pack(root)
+                entry = txn.get(key, db=replies_db)
+                first: int | None = None
+                if entry is not None:
+                    if entry:
+                        first = _SEQ.unpack(entry)[0]
+                elif (
+                    txn.get(key, db=texts_db) is not None
+                    and self._log_record(txn, session_id, key, root).parent is None
+                ):
+                    first = self._walk_first_reply(txn, session_id, prefix, root)
+                if first is not None:
+                    found[root] = first
+            return found
+
+        if not wanted:
+            self._live()
+            return {}
+        return self._in_read(body)
 
     # -- reads ---------------------------------------------------------------------------
 

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import bisect
 import threading
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from datetime import UTC, datetime
 from types import TracebackType
 from typing import Any, Self
 
 import msgspec
 
+from sharedesk.projection.session import is_blank
+from sharedesk.projection.sharing import note_present
 from sharedesk.protocol.errors import (
     ConcurrencyError,
     SharedeskError,
@@ -31,6 +33,8 @@ from sharedesk.store._common import (
     SessionInfo,
     check_log_args,
     check_read_args,
+    check_root,
+    check_roots,
     check_sharing_args,
     check_viewer,
     hand_over,
@@ -46,17 +50,20 @@ class _Submitted(msgspec.Struct, frozen=True):
     expected_version: int | None
     sharing: tuple[str, SharingState, SharingState | None] | None
     ticket: Any
+    reply_present: bool
 
 
 class _Stream:
-    """One session's events, its idempotency index, and the sequences of its Text rows."""
+    """One session's events, its idempotency index, its Text rows and its first replies."""
 
-    __slots__ = ("by_id", "events", "text_sequences")
+    __slots__ = ("by_id", "events", "first_reply", "text_sequences")
 
     def __init__(self) -> None:
         self.events: list[Event] = []
         self.by_id: dict[str, Event] = {}
         self.text_sequences: list[int] = []
+        #: Root sequence -> its first non-blank reply's sequence (set when appended).
+        self.first_reply: dict[int, int] = {}
 
 
 def _info(session_id: str, stream: _Stream) -> SessionInfo:
@@ -149,15 +156,28 @@ class MemoryStore:
             result.append(stored)
         new = list(fresh.values())
         check_parents(new, last + 1)
+        earlier = stream.events if stream is not None else []
+        for index, stored in enumerate(new):
+            parent = stored.parent
+            if parent is not None:
+                row = earlier[parent - 1] if parent <= last else new[parent - last - 1]
+                check_root(index, row)
         if new:
             if stream is None:
                 stream = self._streams[session_id] = _Stream()
+            first_reply = stream.first_reply
             for stored in new:
                 stream.events.append(stored)
                 stream.by_id[stored.id] = stored
-                if isinstance(stored.body, Text):
+                body = stored.body
+                if isinstance(body, Text):
                     assert stored.sequence is not None
                     stream.text_sequences.append(stored.sequence)
+                    parent = stored.parent
+                    fresh_parent = parent is not None and parent not in first_reply
+                    if fresh_parent and not is_blank(body.content):
+                        assert parent is not None
+                        first_reply[parent] = stored.sequence
         return result
 
     def get_sharing_state(
@@ -192,12 +212,13 @@ class MemoryStore:
         state: SharingState,
         expected_state: SharingState | None,
         expected_version: int | None = None,
+        reply_present: bool = False,
     ) -> list[Event]:
         """Append ``events`` and store ``state`` in one atomic step.
 
         The state is keyed by (session, viewer, ``state.conversation``). ``events`` may be
         empty (a turn committed without a reply). Checks run in this order: input,
-        ``expected_version``, the stored state, parents.
+        ``expected_version``, the stored state, parents, the present set.
 
         Args:
             session_id: The session.
@@ -207,6 +228,8 @@ class MemoryStore:
             expected_state: The state the caller read (``None``: no state stored).
             expected_version: When set, write only if the session's last sequence
                 equals it.
+            reply_present: Note the first event's stored sequence (its old one when its
+                id was stored before) as present in ``state`` before storing it.
 
         Returns:
             The events as stored, as :meth:`append` returns them.
@@ -216,6 +239,8 @@ class MemoryStore:
             ConcurrencyError: ``expected_version`` differs from the last sequence.
             SharingStateConflict: The stored state is not ``expected_state``; nothing
                 was written.
+            PresentSetOverflow: Noting the reply overflows the present set; nothing
+                was written.
             StoreClosedError: The store is closed.
 
         Cost: O(len(events)) under the store lock; no I/O.
@@ -224,7 +249,7 @@ class MemoryStore:
         sharing = check_sharing_args(viewer, state, expected_state)
         with self._lock:
             self._live()
-            return self._share_locked(session_id, batch, expected_version, sharing)
+            return self._share_locked(session_id, batch, expected_version, sharing, reply_present)
 
     def _share_locked(
         self,
@@ -232,6 +257,7 @@ class MemoryStore:
         batch: list[Event],
         expected_version: int | None,
         sharing: tuple[str, SharingState, SharingState | None],
+        reply_present: bool,
     ) -> list[Event]:
         """Check and apply one checked ``append_and_share``; the caller holds the lock."""
         viewer, state, expected_state = sharing
@@ -243,6 +269,14 @@ class MemoryStore:
         stored_state = self._states.get(key)
         if stored_state != expected_state:
             raise SharingStateConflict(watermark_of(expected_state), watermark_of(stored_state))
+        if reply_present and batch:
+            # The first event's sequence, known under the lock: its old one when
+            # its id is stored, else the next one.
+            stream = self._streams.get(session_id)
+            known = stream.by_id.get(batch[0].id) if stream is not None else None
+            reply = known.sequence if known is not None else self._last_locked(session_id) + 1
+            assert reply is not None
+            state = note_present(state, reply)
         result = self._append_locked(session_id, batch, None)
         self._states[key] = state
         return result
@@ -270,7 +304,7 @@ class MemoryStore:
         Cost: O(len(events)) validation and one queue append; never blocks on the writer.
         """
         batch = check_append_args(session_id, events, expected_version)
-        self._enqueue(_Submitted(session_id, batch, expected_version, None, ticket))
+        self._enqueue(_Submitted(session_id, batch, expected_version, None, ticket, False))
 
     def submit_append_and_share(
         self,
@@ -281,6 +315,7 @@ class MemoryStore:
         state: SharingState,
         expected_state: SharingState | None,
         expected_version: int | None = None,
+        reply_present: bool = False,
         ticket: WriteTicket,
     ) -> None:
         """Queue an :meth:`append_and_share` that no thread waits for (as :meth:`submit_append`).
@@ -293,7 +328,9 @@ class MemoryStore:
         """
         batch = check_append_args(session_id, events, expected_version)
         sharing = check_sharing_args(viewer, state, expected_state)
-        self._enqueue(_Submitted(session_id, batch, expected_version, sharing, ticket))
+        self._enqueue(
+            _Submitted(session_id, batch, expected_version, sharing, ticket, reply_present)
+        )
 
     def _enqueue(self, item: _Submitted) -> None:
         with self._cond:
@@ -328,12 +365,39 @@ class MemoryStore:
                             )
                         else:
                             stored = self._share_locked(
-                                item.session_id, item.events, item.expected_version, item.sharing
+                                item.session_id,
+                                item.events,
+                                item.expected_version,
+                                item.sharing,
+                                item.reply_present,
                             )
                     outcomes.append((item.ticket, stored, None))
                 except SharedeskError as exc:
                     outcomes.append((item.ticket, None, exc))
             hand_over(outcomes)
+
+    def first_replies(self, session_id: str, roots: Collection[int]) -> dict[int, int]:
+        """Return, for each root in ``roots`` that has one, its first non-blank reply.
+
+        Args:
+            session_id: The session.
+            roots: Sequences of root rows (others are left out of the answer).
+
+        Raises:
+            ValidationError: A malformed session id or root.
+            StoreClosedError: The store is closed.
+
+        Cost: O(len(roots)) under the store lock (the index is kept on append); no I/O.
+        """
+        check_session_id(session_id)
+        wanted = check_roots(roots)
+        with self._lock:
+            self._live()
+            stream = self._streams.get(session_id)
+            if stream is None:
+                return {}
+            index = stream.first_reply
+            return {root: index[root] for root in wanted if root in index}
 
     def _last_locked(self, session_id: str) -> int:
         stream = self._streams.get(session_id)

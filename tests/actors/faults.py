@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from types import TracebackType
 from typing import Any, Self
 
@@ -74,6 +74,7 @@ class FaultyStore:
         state: SharingState,
         expected_state: SharingState | None,
         expected_version: int | None = None,
+        reply_present: bool = False,
     ) -> list[Event]:
         self._enter("append_and_share")
         return self.inner.append_and_share(
@@ -83,7 +84,12 @@ class FaultyStore:
             state=state,
             expected_state=expected_state,
             expected_version=expected_version,
+            reply_present=reply_present,
         )
+
+    def first_replies(self, session_id: str, roots: Collection[int]) -> dict[int, int]:
+        self._enter("first_replies")
+        return self.inner.first_replies(session_id, roots)
 
     def close(self) -> None:
         for gate in self.gate.values():

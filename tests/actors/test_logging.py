@@ -43,7 +43,7 @@ class TestActorLogs:
             hub.turn("desk", BOT).commit(SECRET)
 
         committed = [e for e in logs if e["event"] == "turn.committed"]
-        assert [("info", "desk", "agent:bot", "sharing", "Commit", 2)] == [
+        assert [("info", "desk", "agent:bot", "session", "Commit", 2)] == [
             (
                 e["log_level"],
                 e["session_id"],

@@ -61,20 +61,26 @@ class TestViewEqualsFreshProjection:
         with Hub.open(max_active=4, ask_timeout=10.0) as hub:
             desk = hub.session("desk")
             sequences: list[int] = []
+            roots: list[int] = []  # a reply names a root Text row
 
             def add(stored: list[Event]) -> None:
                 sequences.extend(e.sequence for e in stored if e.sequence is not None)
+                roots.extend(
+                    e.sequence
+                    for e in stored
+                    if e.sequence is not None and isinstance(e.body, Text) and e.parent is None
+                )
 
             for op in script:
                 kind = op[0]
                 if kind == "root":
                     add([desk.post(ANA, " " if op[1] else "root")])
-                elif kind == "reply" and sequences:
-                    parent: int | None = sequences[int(op[1]) % len(sequences)]  # type: ignore[call-overload]
+                elif kind == "reply" and roots:
+                    parent: int | None = roots[int(op[1]) % len(roots)]  # type: ignore[call-overload]
                     add([desk.post(ANA, " " if op[2] else "reply", parent=parent)])
                 elif kind == "batch":
                     count = int(op[1])  # type: ignore[call-overload]
-                    parent = sequences[0] if sequences and op[2] else None
+                    parent = roots[0] if roots and op[2] else None
                     add(desk.append([Event(ANA, Text("b"), parent=parent) for _ in range(count)]))
                 elif kind == "run":
                     add(desk.append([Event(ANA, RunStarted(provider="p"))]))
@@ -83,10 +89,15 @@ class TestViewEqualsFreshProjection:
                 elif kind == "view":
                     viewer = VIEWERS[int(op[1])]  # type: ignore[call-overload]
                     choice = int(op[2])  # type: ignore[call-overload]
+                    # A thread may be viewed before its root exists (the next rows).
                     root = (
                         None
-                        if choice % 4 == 0 or not sequences
+                        if choice % 4 == 0
+                        else (sequences[-1] if sequences else 0) + 1 + choice % 3
+                        if choice % 4 == 1
                         else sequences[choice % len(sequences)]
+                        if sequences
+                        else None
                     )
                     conversation = Conversation("desk", root)
                     window = int(op[3])  # type: ignore[call-overload]
@@ -216,6 +227,22 @@ class TestFolding:
         view = hub.view("desk", VIEWERS[0], thread, window=2)
 
         assert (1, fresh(hub, thread, 2)) == (len(walks), view)
+
+    def test_a_thread_view_opened_before_its_root_exists_shows_the_root(
+        self, open_hub: HubFactory
+    ) -> None:
+        """The projector picks up a thread's root whenever it arrives (issue case 3)."""
+        hub = open_hub()
+        desk = hub.session("desk")
+        desk.post(ANA, "before the thread")
+        thread = Conversation("desk", thread_root=2)
+        hub.view("desk", VIEWERS[0], thread)
+        desk.post(ANA, "the root")
+        desk.post(ANA, "a reply", parent=2)
+
+        view = hub.view("desk", VIEWERS[0], thread)
+
+        assert ([2, 3], fresh(hub, thread, 30)) == ([m.sequence for m in view.messages], view)
 
     def test_a_reply_in_the_channel_is_walked_again(
         self, open_hub: HubFactory, walks: list[SessionQuery]

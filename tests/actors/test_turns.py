@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import tempfile
 import threading
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sharedesk.actors import Hub, Turn
+from sharedesk.actors import Hub, HubOptions, Turn
 from sharedesk.protocol import (
     SCAN_LIMIT,
+    SESSION_WINDOW,
     Agent,
     Conversation,
     Event,
@@ -24,8 +31,12 @@ from sharedesk.protocol import (
     Text,
     ValidationError,
     author_key,
+    same_participant,
 )
+from sharedesk.store import MemoryStore
 from tests.actors.conftest import HubFactory
+
+REPOSITORY = Path(__file__).resolve().parents[2]
 
 ANA = Person(id="ana", label="Ana")
 BOT = Agent(id="bot", label="Bot")
@@ -52,12 +63,38 @@ class TestFirstTurn:
 
         assert ("initial", []) == (turn.reason, turn.messages)
 
-    def test_a_turn_never_offers_the_viewers_own_rows(self, hub: Hub) -> None:
+    def test_a_first_turn_is_the_viewers_view_own_rows_included(self, hub: Hub) -> None:
+        """An agent that lost its state must see what it said itself (issue case 1)."""
         desk = hub.session("desk")
-        desk.post(BOT, "mine")
+        desk.post(BOT, "hi all")
         desk.post(ANA, "theirs")
 
-        assert ["theirs"] == texts(hub.turn("desk", BOT).messages)
+        turn = hub.turn("desk", BOT)
+
+        assert ["hi all", "theirs"] == texts(turn.messages)
+        assert hub.view("desk", BOT).messages == turn.messages
+
+    def test_a_full_window_of_a_thread_is_its_view_own_reply_included(self, hub: Hub) -> None:
+        desk = hub.session("desk")
+        root = desk.post(ANA, "question").sequence
+        desk.post(BOT, "my earlier answer", parent=root)
+        thread = Conversation("desk", root)
+
+        turn = hub.turn("desk", BOT, thread)
+
+        assert hub.view("desk", BOT, thread).messages == turn.messages
+        assert ["question", "my earlier answer"] == texts(turn.messages)
+
+    def test_a_delta_never_offers_the_viewers_own_rows(self, hub: Hub) -> None:
+        desk = hub.session("desk")
+        hub.turn("desk", BOT).commit()
+        desk.post(BOT, "mine, posted outside a turn")
+        desk.post(Agent(id="bot", label="another label"), "mine too")
+        desk.post(ANA, "theirs")
+
+        turn = hub.turn("desk", BOT)
+
+        assert (None, ["theirs"]) == (turn.reason, texts(turn.messages))
 
 
 class TestDeltas:
@@ -142,14 +179,42 @@ class TestDeltas:
         assert ReinitializeReason.GAP_TOO_LARGE.value == turn.reason
         assert "root after the flood" == turn.messages[-1].content
 
-    def test_a_channel_delta_offers_roots_and_not_thread_replies(self, hub: Hub) -> None:
+    def test_a_channel_delta_offers_a_first_reply_whose_root_is_below_the_watermark(
+        self, hub: Hub
+    ) -> None:
+        """The channel view shows a root's first reply, so a delta offers it (case 2)."""
         desk = hub.session("desk")
         root = desk.post(ANA, "root").sequence
         hub.turn("desk", BOT).commit()
-        desk.post(EVE, "in the thread", parent=root)
+        desk.post(EVE, "first in the thread", parent=root)
         desk.post(EVE, "new root")
 
-        assert ["new root"] == texts(hub.turn("desk", BOT).messages)
+        turn = hub.turn("desk", BOT)
+
+        assert (None, ["first in the thread", "new root"]) == (turn.reason, texts(turn.messages))
+        assert ["root", "first in the thread", "new root"] == texts(hub.view("desk", BOT).messages)
+
+    def test_a_channel_delta_leaves_out_second_replies_and_blank_first_ones(self, hub: Hub) -> None:
+        desk = hub.session("desk")
+        root = desk.post(ANA, "root").sequence
+        desk.post(EVE, "first", parent=root)
+        hub.turn("desk", BOT).commit()
+        desk.post(EVE, "second", parent=root)
+        other = desk.post(ANA, "other root").sequence
+        desk.post(EVE, "   ", parent=other)
+        desk.post(EVE, "first non-blank", parent=other)
+
+        assert ["other root", "first non-blank"] == texts(hub.turn("desk", BOT).messages)
+
+    def test_a_channel_delta_offers_a_first_reply_once_across_turns(self, hub: Hub) -> None:
+        desk = hub.session("desk")
+        root = desk.post(ANA, "root").sequence
+        hub.turn("desk", BOT).commit()
+        desk.post(EVE, "first", parent=root)
+        hub.turn("desk", BOT).commit()
+        desk.post(ANA, "second", parent=root)
+
+        assert [] == hub.turn("desk", BOT).messages
 
 
 class TestWritersOutsideTheHub:
@@ -174,6 +239,130 @@ class TestWritersOutsideTheHub:
         assert ["from another process"] == texts(hub.turn("desk", BOT).messages)
 
 
+class _OtherProcessStore(MemoryStore):
+    """A store another process appends to right before every commit reaches it."""
+
+    def append_and_share(self, session_id: str, events: Any, **kwargs: Any) -> list[Event]:
+        self.append(session_id, [Event(EVE, Text("from another process"))])
+        return super().append_and_share(session_id, events, **kwargs)
+
+
+class TestCommitWhileOthersWrite:
+    def test_a_commit_never_fails_because_another_process_appended_meanwhile(self) -> None:
+        """Only the viewer's own sharing state is checked inside the commit (case 7)."""
+        with Hub(_OtherProcessStore(), HubOptions(ask_timeout=10.0)) as hub:
+            hub.session("desk").post(ANA, "question")
+            for n in range(3):
+                hub.turn("desk", BOT).commit(f"answer {n}")
+
+            turn = hub.turn("desk", BOT)
+
+            assert ["from another process"] == texts(turn.messages)
+            assert 7 == hub.last_sequence("desk")
+
+    def test_a_thread_of_writers_straight_to_the_store_never_fails_a_commit(self, hub: Hub) -> None:
+        hub.session("desk").post(ANA, "question")
+        stop = threading.Event()
+
+        def outsider() -> None:
+            while not stop.is_set():
+                hub.store.append("desk", [Event(EVE, Text("outside"))])
+
+        writer = threading.Thread(target=outsider)
+        writer.start()
+        try:
+            replies = [hub.turn("desk", BOT).commit(f"answer {n}") for n in range(20)]
+        finally:
+            stop.set()
+            writer.join()
+
+        assert 20 == len([r for r in replies if r is not None])
+
+
+OUTSIDE_WRITER = """
+import sys
+from sharedesk.protocol import Event, Person, Text
+from sharedesk.store import LmdbStore
+
+with LmdbStore(sys.argv[1], durability="relaxed") as store:
+    print("ready", flush=True)
+    for n in range(int(sys.argv[2])):
+        store.append("desk", [Event(Person("pat", "Pat"), Text(f"outside {n}"))])
+"""
+
+
+class TestCommitWhileAnotherProcessWrites:
+    def test_commits_never_fail_and_every_outside_row_is_offered_once(
+        self, open_hub: HubFactory, tmp_path: Path
+    ) -> None:
+        """Another process appends all along; no commit fails, no row is missed (case 7)."""
+        hub = open_hub(path=tmp_path / "store", durability="relaxed", ask_timeout=10.0)
+        hub.session("desk").post(ANA, "question")
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPOSITORY), env.get("PYTHONPATH")]))
+        child = subprocess.Popen(
+            [sys.executable, "-c", OUTSIDE_WRITER, str(tmp_path / "store"), "2000"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=env,
+        )
+        offered: list[int] = []
+        try:
+            assert child.stdout is not None
+            assert b"ready\n" in iter(child.stdout.readline, b"")
+            while child.poll() is None:
+                turn = hub.turn("desk", BOT)
+                turn.commit("answer")
+                offered.extend(m.sequence for m in turn.messages if m.author != BOT)
+            _, err = child.communicate(timeout=60)
+            assert 0 == child.returncode, err.decode()
+        finally:
+            if child.poll() is None:
+                child.kill()
+                child.communicate()
+        last = hub.turn("desk", BOT)
+        last.commit()
+        offered.extend(m.sequence for m in last.messages if m.author != BOT)
+
+        others = [e.sequence for e in hub.read("desk") if e.author != BOT]
+        assert (2001, others) == (len(others), offered)
+
+
+class TestParents:
+    def test_a_post_replying_to_a_reply_is_refused_and_nothing_is_written(self, hub: Hub) -> None:
+        """A reply to a reply would show in no view, so it is refused (case 4)."""
+        desk = hub.session("desk")
+        root = desk.post(ANA, "root").sequence
+        reply = desk.post(EVE, "reply", parent=root).sequence
+
+        with pytest.raises(ValidationError):
+            desk.post(ANA, "reply to a reply", parent=reply)
+
+        assert (2, 0, []) == (hub.last_sequence("desk"), hub.stats().restarts, hub.stats().failed)
+
+    def test_a_commit_whose_reply_names_a_reply_is_refused_and_moves_nothing(
+        self, hub: Hub
+    ) -> None:
+        desk = hub.session("desk")
+        root = desk.post(ANA, "root").sequence
+        reply = desk.post(EVE, "reply", parent=root).sequence
+        turn = hub.turn("desk", BOT)
+
+        with pytest.raises(ValidationError):
+            turn.commit(Event(BOT, Text("deeper"), parent=reply))
+
+        assert ("initial", 2) == (hub.turn("desk", BOT).reason, hub.last_sequence("desk"))
+
+    def test_a_post_replying_to_a_run_event_is_refused(self, hub: Hub) -> None:
+        desk = hub.session("desk")
+        desk.append([Event(BOT, RunStarted(provider="p"))])
+
+        with pytest.raises(ValidationError):
+            desk.post(ANA, "reply to a run", parent=1)
+
+        assert 1 == hub.last_sequence("desk")
+
+
 class TestThreads:
     def test_a_thread_reply_goes_to_its_root(self, hub: Hub) -> None:
         root = hub.session("desk").post(ANA, "question").sequence
@@ -195,6 +384,21 @@ class TestThreads:
         turn = hub.turn("desk", BOT, Conversation("desk", second))
 
         assert (None, ["on second"]) == (turn.reason, texts(turn.messages))
+
+    def test_a_thread_taken_before_its_root_exists_offers_the_root_when_it_comes(
+        self, hub: Hub
+    ) -> None:
+        desk = hub.session("desk")
+        desk.post(ANA, "before")
+        thread = Conversation("desk", 2)
+        hub.turn("desk", BOT, thread).commit()
+        desk.post(ANA, "the root")
+        desk.post(EVE, "a reply", parent=2)
+
+        turn = hub.turn("desk", BOT, thread)
+
+        assert (None, ["the root", "a reply"]) == (turn.reason, texts(turn.messages))
+        assert turn.messages == hub.view("desk", BOT, thread).messages
 
     def test_switching_threads_never_reinitializes(self, hub: Hub) -> None:
         desk = hub.session("desk")
@@ -289,7 +493,11 @@ class Model:
 
     def deliver(self, viewer: SessionAuthor, conversation: Conversation, turn: object) -> None:
         key = (author_key(viewer), conversation)
-        got = [m.sequence for m in turn.messages]  # type: ignore[attr-defined]
+        messages = turn.messages  # type: ignore[attr-defined]
+        own = [m.sequence for m in messages if author_key(m.author) == key[0]]
+        if turn.reason is None:  # type: ignore[attr-defined]
+            assert [] == own, "a delta offered the viewer its own rows"
+        got = [m.sequence for m in messages if m.sequence not in own]
         already = self.delivered.setdefault(key, [])
         assert [] == [seq for seq in got if seq in already], "a row was delivered twice"
         if key not in self.first_watermark:
@@ -297,8 +505,11 @@ class Model:
         already.extend(got)
 
     def expected(self, viewer: str, conversation: Conversation) -> list[int]:
-        """Every row the viewer must have been delivered, replaying the whole log."""
-        first = self.first_watermark[(viewer, conversation)]
+        """Every row of the viewer's view, other than its own, replaying the whole log.
+
+        The examples stay below the window, so the first (full) turn shows every row
+        that qualifies up to its watermark, and the deltas every one above it.
+        """
         root = conversation.thread_root
         wanted: list[int] = []
         answered: set[int] = set()
@@ -306,10 +517,9 @@ class Model:
             if blank:
                 continue
             if root is None:
-                in_window = parent is None or parent not in answered
+                qualifies = parent is None or parent not in answered
                 if parent is not None:
                     answered.add(parent)
-                qualifies = parent is None if sequence > first else in_window
             else:
                 qualifies = sequence == root or parent == root
             if qualifies and author != viewer:
@@ -392,16 +602,19 @@ class TestExactlyOnce:
         delivered: dict[str, list[int]] = {author_key(p): [] for p in PARTICIPANTS}
         errors: list[BaseException] = []
 
+        def not_mine(me: SessionAuthor, turn: Turn) -> list[int]:
+            return [m.sequence for m in turn.messages if not same_participant(m.author, me)]
+
         def participant(me: SessionAuthor) -> None:
             try:
                 for n in range(15):
                     hub.session("desk").post(me, f"{author_key(me)} {n}")
                     turn = hub.turn("desk", me)
                     turn.commit("reply" if n % 3 == 0 else None)
-                    delivered[author_key(me)].extend(m.sequence for m in turn.messages)
+                    delivered[author_key(me)].extend(not_mine(me, turn))
                 final = hub.turn("desk", me)
                 final.commit()
-                delivered[author_key(me)].extend(m.sequence for m in final.messages)
+                delivered[author_key(me)].extend(not_mine(me, final))
             except BaseException as exc:  # pragma: no cover - reported below
                 errors.append(exc)
 
@@ -414,9 +627,172 @@ class TestExactlyOnce:
         for me in PARTICIPANTS:
             turn = hub.turn("desk", me)
             turn.commit()
-            delivered[author_key(me)].extend(m.sequence for m in turn.messages)
+            delivered[author_key(me)].extend(not_mine(me, turn))
 
         events = hub.read("desk")
         for me in PARTICIPANTS:
             others = [e.sequence for e in events if author_key(e.author) != author_key(me)]
             assert ([], others) == (errors, sorted(delivered[author_key(me)]))
+
+
+# -- every row a view shows is offered once, across restarts and both stores ----------
+
+AGENTS: list[SessionAuthor] = [BOT, EVE]
+AUTHORS: list[SessionAuthor] = [ANA, BOT, EVE]
+
+
+class _KeptMemoryStore(MemoryStore):
+    """A MemoryStore that outlives the Hubs over it (a "restart" keeps its rows)."""
+
+    def close(self) -> None:
+        """Leave the rows for the next Hub; ``release`` closes it."""
+
+    def release(self) -> None:
+        super().close()
+
+
+viewed_ops = st.lists(
+    st.one_of(
+        st.tuples(
+            st.just("post"),
+            st.sampled_from(AUTHORS),
+            st.integers(0, 6),  # 0: a new root, else a reply to a root
+            st.booleans(),  # blank
+        ),
+        st.tuples(
+            st.just("turn"),
+            st.sampled_from(AGENTS),
+            st.integers(0, 6),  # 0: the channel, else a thread
+            st.sampled_from(["commit", "reply", "abandon", "conflict"]),
+        ),
+        st.tuples(st.just("view"), st.sampled_from(AGENTS), st.integers(0, 6)),
+        st.tuples(st.just("restart")),
+    ),
+    max_size=28,
+)
+
+
+class _Desk:
+    """One example's Hub (reopened on restarts) and what each agent was shown and offered."""
+
+    def __init__(self, backend: str, path: Path) -> None:
+        self.backend = backend
+        self.path = path
+        self.kept = _KeptMemoryStore()
+        self.hub = self.open()
+        self.roots: list[int] = []
+        self.rows = 0
+        self.offered: dict[tuple[str, Conversation], list[int]] = {}
+        self.shown: dict[tuple[str, Conversation], set[int]] = {}
+        self.replies: dict[tuple[str, Conversation], set[int]] = {}
+
+    def open(self) -> Hub:
+        if self.backend == "lmdb":
+            return Hub.open(self.path, durability="relaxed", ask_timeout=10.0)
+        return Hub(self.kept, HubOptions(ask_timeout=10.0))
+
+    def restart(self) -> None:
+        self.hub.close()
+        self.hub = self.open()
+
+    def close(self) -> None:
+        self.hub.close()
+        self.kept.release()
+
+    def conversation(self, choice: int) -> Conversation:
+        if choice == 0 or not self.roots:
+            return CHANNEL
+        if choice == 6:  # a thread whose root is the next row: taken before it exists
+            return Conversation("desk", self.hub.last_sequence("desk") + 1)
+        return Conversation("desk", self.roots[choice % len(self.roots)])
+
+    def post(self, author: SessionAuthor, choice: int, blank: bool) -> None:
+        parent = None if choice == 0 or not self.roots else self.roots[choice % len(self.roots)]
+        stored = self.hub.session("desk").post(author, " " if blank else "text", parent=parent)
+        assert stored.sequence is not None
+        self.rows += 1
+        if parent is None:
+            self.roots.append(stored.sequence)
+
+    def view(self, agent: SessionAuthor, conversation: Conversation) -> None:
+        me = author_key(agent)
+        view = self.hub.view("desk", agent, conversation)
+        others = {m.sequence for m in view.messages if author_key(m.author) != me}
+        self.shown.setdefault((me, conversation), set()).update(others)
+
+    def turn(self, agent: SessionAuthor, conversation: Conversation, mode: str) -> None:
+        turn = self.hub.turn("desk", agent, conversation)
+        if conversation.thread_root not in (None, *self.roots):
+            mode = "commit"  # no root (yet): a reply to it would be refused
+        if mode == "abandon":
+            return
+        if mode == "conflict":
+            rival = self.hub.turn("desk", agent, conversation)
+            self.commit(rival, "rival's reply")
+            with pytest.raises(SharingStateConflict):
+                turn.commit("too late")
+            return
+        self.commit(turn, "reply" if mode == "reply" else None)
+
+    def commit(self, turn: Turn, reply: str | None) -> None:
+        me = author_key(turn.viewer)
+        key = (me, turn.conversation)
+        first = key not in self.offered
+        assert turn.reason == ("initial" if first else None)
+        own = {m.sequence for m in turn.messages if author_key(m.author) == me}
+        if first:  # a full window is the view, own rows included
+            assert self.hub.view("desk", turn.viewer, turn.conversation).messages == turn.messages
+        else:
+            assert set() == own, "a delta offered the agent its own rows"
+        mine = self.replies.setdefault(key, set())
+        assert set() == own & mine, "a committed reply came back to its author"
+        stored = turn.commit(reply)
+        got = [m.sequence for m in turn.messages if m.sequence not in own]
+        offered = self.offered.setdefault(key, [])
+        assert [] == [seq for seq in got if seq in offered], "a row was offered twice"
+        offered.extend(got)
+        if stored is not None:
+            assert stored.sequence is not None
+            self.rows += 1
+            mine.add(stored.sequence)
+            if stored.parent is None:
+                self.roots.append(stored.sequence)
+        # What the turn showed is what the agent's view showed (a full window), or new.
+        self.view(turn.viewer, turn.conversation)
+
+
+class TestEveryViewedRowIsOfferedOnce:
+    @pytest.mark.parametrize("backend", ["memory", "lmdb"])
+    @settings(max_examples=20, deadline=None)
+    @given(ops=viewed_ops)
+    def test_every_row_shown_in_a_view_is_offered_by_exactly_one_turn(
+        self, backend: str, ops: list[tuple[Any, ...]]
+    ) -> None:
+        """Posts, turns, commits, views and restarts in any order, on both stores.
+
+        Fewer rows than a window, so no view ever drops a row it showed: every row other
+        than the agent's own that any view of an agent showed is offered by exactly one
+        of its committed turns, none twice, and none of its committed replies back.
+        """
+        with tempfile.TemporaryDirectory() as directory:
+            desk = _Desk(backend, Path(directory) / "store")
+            try:
+                for op in ops:
+                    if op[0] == "post" and desk.rows < SESSION_WINDOW - 4:
+                        desk.post(op[1], op[2], op[3])
+                    elif op[0] == "turn" and desk.rows < SESSION_WINDOW - 4:
+                        desk.turn(op[1], desk.conversation(op[2]), op[3])
+                    elif op[0] == "view":
+                        desk.view(op[1], desk.conversation(op[2]))
+                    elif op[0] == "restart":
+                        desk.restart()
+                for me, conversation in list(desk.shown):
+                    agent = next(a for a in AGENTS if author_key(a) == me)
+                    desk.commit(desk.hub.turn("desk", agent, conversation), None)
+                    desk.view(agent, conversation)
+
+                for key, shown in desk.shown.items():
+                    offered = desk.offered[key]
+                    assert (sorted(shown), len(offered)) == (sorted(offered), len(set(offered)))
+            finally:
+                desk.close()

@@ -340,7 +340,8 @@ class TestWaitTurn:
 
     def test_the_viewers_own_rows_do_not_end_the_wait(self, arun: Runner) -> None:
         async def body(hub: AsyncHub) -> list[str]:
-            await (await hub.turn("desk", BOT)).commit()  # from here on, deltas
+            # A first turn is the whole view, own rows included; a delta never has them.
+            await (await hub.turn("desk", BOT)).commit()
             waiter = asyncio.create_task(hub.wait_turn("desk", BOT, timeout=10))
             await asyncio.sleep(0.02)
             await hub.post("desk", BOT, "talking to myself")

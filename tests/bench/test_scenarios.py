@@ -184,6 +184,10 @@ class TestDesk:
     def test_desk_never_offers_a_reply_back_nor_a_row_twice(self, tmp_path: Path) -> None:
         report = run_bench(tmp_path, "desk", "--agents", "3", "--rounds", "10")
 
+        assert (
+            0 == report.figures["desk rows shown in a view but never offered by a turn (must be 0)"]
+        )
+
         assert 0 == report.figures["desk replies offered back to their author (must be 0)"]
         assert 0 == report.figures["desk rows delivered twice in one conversation (must be 0)"]
 

@@ -9,6 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sharedesk.projection import project_session
+from sharedesk.projection.session import is_blank as the_blank_rule
 from sharedesk.protocol import (
     PAGE_SIZE,
     SCAN_LIMIT,
@@ -860,3 +861,14 @@ class TestOverMemoryStore:
             sequences(whole.messages),
             sequences(one_thread.messages),
         )
+
+
+class TestIsBlank:
+    @given(st.text(alphabet=st.sampled_from(" \t\n\r\x0b\x0c\x1c\x85\xa0\u2003\u3000ab")))
+    def test_is_blank_is_strip_equals_empty(self, content: str) -> None:
+        """One blank-row rule: ``content.strip() == ""``, for every kind of whitespace."""
+        assert (content.strip() == "") == the_blank_rule(content)
+
+    @given(st.text())
+    def test_is_blank_agrees_with_strip_on_any_text(self, content: str) -> None:
+        assert (content.strip() == "") == the_blank_rule(content)

@@ -21,12 +21,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sharedesk.protocol import (
+    PRESENT_SET_LIMIT,
     Agent,
     ConcurrencyError,
     Conversation,
     Event,
     Operator,
     Person,
+    PresentSetOverflow,
     RunFinished,
     RunStarted,
     SharingState,
@@ -779,6 +781,149 @@ class StoreContract(ABC):
             SharingState(Conversation("s"), 4)
             == store.get_sharing_state("s", f"v{index}", Conversation("s"))
             for index in range(6)
+        )
+
+    # -- threads: parents and first replies ------------------------------------------
+
+    @pytest.mark.parametrize(
+        "batch",
+        [
+            [text("root"), text("reply", parent=1), text("reply to a reply", parent=2)],
+            [text("root"), delta(), text("reply to a delta", parent=2)],
+            [Event(BOT, RunStarted("scripted")), text("reply to a run event", parent=1)],
+        ],
+        ids=["reply_to_a_reply", "reply_to_a_text_delta", "reply_to_a_run_event"],
+    )
+    def test_a_parent_that_is_not_a_root_text_row_is_refused_and_nothing_is_written(
+        self, store: ContractStore, batch: list[Event]
+    ) -> None:
+        """A thread is one level deep: a parent must name an earlier root Text row (case 4)."""
+        with pytest.raises(ValidationError):
+            store.append("s", batch)
+
+        assert 0 == store.last_sequence("s")
+
+    def test_a_reply_to_a_stored_reply_is_refused_and_nothing_is_written(
+        self, store: ContractStore
+    ) -> None:
+        store.append("s", [text("root"), text("reply", parent=1)])
+
+        with pytest.raises(ValidationError):
+            store.append("s", [text("fine", parent=1), text("reply to a reply", parent=2)])
+
+        assert 2 == store.last_sequence("s")
+
+    def test_a_commit_whose_reply_names_a_reply_stores_no_state(self, store: ContractStore) -> None:
+        store.append("s", [text("root"), text("reply", parent=1)])
+
+        with pytest.raises(ValidationError):
+            store.append_and_share(
+                "s",
+                [text(parent=2)],
+                viewer="v",
+                state=SharingState(Conversation("s"), 2),
+                expected_state=None,
+                reply_present=True,
+            )
+
+        assert store.get_sharing_state("s", "v", Conversation("s")) is None
+        assert 2 == store.last_sequence("s")
+
+    def test_first_replies_name_each_roots_first_non_blank_reply(
+        self, store: ContractStore
+    ) -> None:
+        store.append("s", [text("a"), text("b"), text(" ", parent=1), text("x", parent=1)])
+        store.append("s", [text("y", parent=1), text("z", parent=2), delta()])
+
+        assert {1: 4, 2: 6} == store.first_replies("s", [1, 2])
+
+    def test_first_replies_leave_out_replies_unanswered_roots_and_unknown_rows(
+        self, store: ContractStore
+    ) -> None:
+        store.append("s", [text("root"), text("reply", parent=1), text("alone"), delta()])
+
+        assert {} == store.first_replies("s", [2, 3, 4, 99])
+        assert {} == store.first_replies("unknown", [1])
+        assert {} == store.first_replies("s", [])
+
+    def test_a_failed_batch_records_no_first_reply(self, store: ContractStore) -> None:
+        store.append("s", [text("root")])
+
+        with pytest.raises(ValidationError):
+            store.append("s", [text("first", parent=1), text("bad", parent=2)])
+
+        assert {} == store.first_replies("s", [1])
+        store.append("s", [text("now first", parent=1)])
+        assert {1: 2} == store.first_replies("s", [1])
+
+    @pytest.mark.parametrize("roots", [[0], [-1], ["1"], 1, [True]])
+    def test_first_replies_with_bad_roots_raise_validation_error(
+        self, store: ContractStore, roots: Any
+    ) -> None:
+        with pytest.raises(ValidationError):
+            store.first_replies("s", roots)
+
+    # -- commits: the reply noted present in the same transaction ------------------------
+
+    def test_reply_present_notes_the_replys_real_sequence(self, store: ContractStore) -> None:
+        store.append("s", [text("before")])
+        state = SharingState(Conversation("s"), 1)
+
+        store.append_and_share(
+            "s", [text("reply")], viewer="v", state=state, expected_state=None, reply_present=True
+        )
+
+        assert SharingState(Conversation("s"), 1, frozenset({2})) == store.get_sharing_state(
+            "s", "v", Conversation("s")
+        )
+
+    def test_reply_present_notes_the_old_sequence_of_a_reply_stored_before(
+        self, store: ContractStore
+    ) -> None:
+        store.append("s", [text("said before", id="dup"), text("x"), text("y")])
+        state = SharingState(Conversation("s"), 1)
+
+        result = store.append_and_share(
+            "s",
+            [text("said before", id="dup")],
+            viewer="v",
+            state=state,
+            expected_state=None,
+            reply_present=True,
+        )
+
+        assert [1] == sequences(result)
+        assert state == store.get_sharing_state("s", "v", Conversation("s"))  # 1 <= watermark
+
+    def test_a_commit_lands_after_rows_others_appended_since_its_plan(
+        self, store: ContractStore
+    ) -> None:
+        """No expected_version: only the viewer's own state is checked (case 7)."""
+        planned = SharingState(Conversation("s"), 0)
+        store.append("s", [text("someone else"), text("and another")])
+
+        result = store.append_and_share(
+            "s", [text("reply")], viewer="v", state=planned, expected_state=None, reply_present=True
+        )
+
+        assert [3] == sequences(result)
+        assert SharingState(Conversation("s"), 0, frozenset({3})) == store.get_sharing_state(
+            "s", "v", Conversation("s")
+        )
+
+    def test_reply_present_past_the_present_set_limit_writes_nothing(
+        self, store: ContractStore
+    ) -> None:
+        full = SharingState(Conversation("s"), 0, frozenset(range(100, 100 + PRESENT_SET_LIMIT)))
+
+        with pytest.raises(PresentSetOverflow):
+            store.append_and_share(
+                "s", [text()], viewer="v", state=full, expected_state=None, reply_present=True
+            )
+
+        assert (0, None) == (
+            store.last_sequence("s"),
+            store.get_sharing_state("s", "v", Conversation("s")),
         )
 
     # -- property --------------------------------------------------------------------

@@ -33,6 +33,7 @@ from sharedesk.protocol import (
     ValidationError,
 )
 from sharedesk.store import LmdbStore
+from sharedesk.store._lmdb_env import READER_CHECK_COMMITS
 from sharedesk.store.lmdb import _SEQ, _prefix, _Request, _sharing_key, _wake
 from tests.store.conftest import ChildFactory, run_child
 from tests.store.contract import ContractStore, StoreContract, delta, text
@@ -218,6 +219,59 @@ class TestLmdbStoreReopen:
             assert stored == second.read("s")
 
 
+def drop_reply_index(path: Path) -> None:
+    """Make ``path`` look like a database written before the ``replies`` index existed."""
+    env = lmdb.open(str(path), max_dbs=8)
+    try:
+        with env.begin(write=True) as txn:
+            txn.drop(env.open_db(b"replies", txn=txn), delete=True)
+        with env.begin() as txn:
+            assert txn.get(b"replies") is None  # no such sub-database any more
+    finally:
+        env.close()
+
+
+class TestLmdbStoreBeforeTheReplyIndex:
+    """A database written before the ``replies`` index opens and works unchanged."""
+
+    @pytest.fixture
+    def old_path(self, store_path: Path) -> Path:
+        with LmdbStore(store_path) as store:
+            store.append(
+                "s",
+                [text("root"), text(" ", parent=1), text("first", parent=1), text("alone")],
+            )
+            store.append("s", [text("second", parent=1), text("replied", parent=4)])
+        drop_reply_index(store_path)
+        return store_path
+
+    def test_first_replies_of_older_roots_are_found(self, old_path: Path) -> None:
+        with LmdbStore(old_path) as store:
+            assert {1: 3, 4: 6} == store.first_replies("s", [1, 2, 4])
+
+    def test_a_reply_to_an_older_root_keeps_the_first_reply_it_had(self, old_path: Path) -> None:
+        with LmdbStore(old_path) as store:
+            store.append("s", [text("third", parent=1), text("new root"), text("x", parent=8)])
+
+            assert {1: 3, 4: 6, 8: 9} == store.first_replies("s", [1, 4, 8])
+
+    def test_an_older_root_without_replies_gets_its_first_one_indexed(
+        self, store_path: Path
+    ) -> None:
+        with LmdbStore(store_path) as store:
+            store.append("s", [text("root"), text("other")])
+        drop_reply_index(store_path)
+
+        with LmdbStore(store_path) as store:
+            assert {} == store.first_replies("s", [1])
+            store.append("s", [text("  ", parent=1), text("first", parent=1)])
+            assert {1: 4} == store.first_replies("s", [1, 2])
+
+    def test_a_reply_to_an_older_reply_is_refused(self, old_path: Path) -> None:
+        with LmdbStore(old_path) as store, pytest.raises(ValidationError):
+            store.append("s", [text("deeper", parent=3)])
+
+
 class TestLmdbStoreOptions:
     @pytest.mark.parametrize(
         "options",
@@ -229,6 +283,7 @@ class TestLmdbStoreOptions:
             {"map_size": 2**21, "max_map_size": 2**20},
             {"group_wait": -0.1},
             {"group_wait": "soon"},
+            {"verify": "yes"},
         ],
         ids=[
             "durability",
@@ -238,6 +293,7 @@ class TestLmdbStoreOptions:
             "map_above_max",
             "negative_wait",
             "str_wait",
+            "str_verify",
         ],
     )
     def test_bad_option_raises_validation_error(
@@ -670,6 +726,66 @@ class _FailingEnv:
         return self._env.begin(**options)
 
 
+class _FullReaderTable:
+    """Wraps an environment so that the first ``full`` read transactions find the table full."""
+
+    def __init__(self, env: Any, *, full: int) -> None:
+        self._env = env
+        self._full = full
+        self.checks = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._env, name)
+
+    def begin(self, **options: Any) -> Any:
+        if not options.get("write") and self._full > 0:
+            self._full -= 1
+            raise lmdb.ReadersFullError("simulated: every slot held by a dead process")
+        return self._env.begin(**options)
+
+    def reader_check(self) -> int:
+        self.checks += 1
+        return 1
+
+
+class TestLmdbStoreReaderSlots:
+    def test_a_full_reader_table_is_reclaimed_and_the_read_retried(self, store: LmdbStore) -> None:
+        stored = store.append("s", [text()])
+        env = store._shared.env
+        store._shared.env = full = _FullReaderTable(env, full=1)
+        try:
+            events = store.read("s")
+        finally:
+            store._shared.env = env
+
+        assert (stored, 1) == (events, full.checks)
+
+    def test_a_reader_table_still_full_after_reclaiming_raises_store_io_error(
+        self, store: LmdbStore
+    ) -> None:
+        env = store._shared.env
+        store._shared.env = full = _FullReaderTable(env, full=2)
+        try:
+            with pytest.raises(StoreIOError) as caught:
+                store.read("s")
+        finally:
+            store._shared.env = env
+
+        assert ("read", 1) == (caught.value.operation, full.checks)
+        assert isinstance(caught.value.__cause__, lmdb.ReadersFullError)
+
+    def test_the_writer_reclaims_dead_readers_every_few_commits(self, store: LmdbStore) -> None:
+        env = store._shared.env
+        store._shared.env = counting = _FullReaderTable(env, full=0)
+        try:
+            for _ in range(READER_CHECK_COMMITS * 2):
+                store.append("s", [text()])
+        finally:
+            store._shared.env = env
+
+        assert 2 == counting.checks
+
+
 class TestLmdbStoreFaults:
     def test_engine_failure_on_read_raises_store_io_error_with_cause(
         self, store: LmdbStore
@@ -701,6 +817,22 @@ class TestLmdbStoreFaults:
 
         assert "append" == caught.value.operation
         assert [1] == [e.sequence for e in store.append("s", [text()])]
+
+    def test_a_full_disk_at_commit_raises_store_full_error_and_writes_nothing(
+        self, store: LmdbStore
+    ) -> None:
+        store.append("s", [text()])
+
+        def disk_full(stage: str) -> None:
+            if stage == "commit":
+                raise lmdb.DiskError("simulated: no space left on device")
+
+        with scripted(store, {1: disk_full}), pytest.raises(StoreFullError) as caught:
+            store.append("s", [text()])
+
+        assert (True, store.path) == (caught.value.disk_full, caught.value.path)
+        assert "disk has no space left" in str(caught.value)
+        assert [1, 2] == [e.sequence for e in [*store.read("s"), *store.append("s", [text()])]]
 
     def test_a_bug_in_one_group_reaches_its_callers_and_the_writer_keeps_going(
         self, store: LmdbStore, monkeypatch: pytest.MonkeyPatch
@@ -775,6 +907,75 @@ class TestLmdbStoreGrowth:
                 huge.wait()
             assert [1] == [e.sequence for e in other.wait()]
             assert 1 == store.last_sequence("s")
+
+
+def damage(
+    store_path: Path, *, truncate: int | None = None, at: int = 0, data: bytes = b""
+) -> None:
+    """Truncate the closed store's data file to ``truncate`` bytes, or write ``data`` at ``at``."""
+    with open(store_path / "data.mdb", "r+b") as file:
+        if truncate is not None:
+            file.truncate(truncate)
+        else:
+            file.seek(at)
+            file.write(data)
+
+
+def filled(store_path: Path) -> int:
+    """Fill a store with 200 events in 4 sessions, close it, return its file size."""
+    with LmdbStore(store_path, durability="relaxed") as store:
+        for index in range(200):
+            store.append(f"s/{index % 4}", [text("t" * 2000)])
+    return (store_path / "data.mdb").stat().st_size
+
+
+class TestLmdbStoreDataFile:
+    def test_a_truncated_file_raises_corrupt_record_error_at_open(self, store_path: Path) -> None:
+        damage(store_path, truncate=filled(store_path) // 2)
+
+        with pytest.raises(CorruptRecordError) as caught:
+            LmdbStore(store_path)
+
+        assert "" == caught.value.session_id
+        assert "data.mdb" in caught.value.detail
+        assert "pages in use" in caught.value.detail
+
+    def test_a_file_cut_inside_its_meta_pages_raises_corrupt_record_error(
+        self, store_path: Path
+    ) -> None:
+        filled(store_path)
+        damage(store_path, truncate=4100)
+
+        with pytest.raises(CorruptRecordError, match="before meta page 1"):
+            LmdbStore(store_path)
+
+    def test_a_zeroed_file_raises_corrupt_record_error(self, store_path: Path) -> None:
+        damage(store_path, at=0, data=bytes(filled(store_path)))
+
+        with pytest.raises(CorruptRecordError, match="no LMDB meta page"):
+            LmdbStore(store_path)
+
+    def test_an_empty_data_file_is_a_new_store(self, store_path: Path) -> None:
+        store_path.mkdir()
+        (store_path / "data.mdb").write_bytes(b"")
+
+        with LmdbStore(store_path) as store:
+            assert [1] == [e.sequence for e in store.append("s", [text()])]
+
+    def test_verify_refuses_a_garbage_page_that_the_size_check_lets_through(
+        self, store_path: Path
+    ) -> None:
+        size = filled(store_path)
+        damage(store_path, at=8192, data=random.Random(1).randbytes(size // 2 - 8192))
+
+        with pytest.raises(CorruptRecordError, match="verifier reports"):
+            LmdbStore(store_path, verify=True)
+
+    def test_verify_opens_a_sound_store(self, store_path: Path) -> None:
+        filled(store_path)
+
+        with LmdbStore(store_path, verify=True) as store:
+            assert 50 == store.last_sequence("s/0")
 
 
 class TestLmdbStoreRecords:
@@ -900,6 +1101,35 @@ class TestLmdbStoreProcesses:
         assert 0 == child.returncode, err.decode()
         assert list(range(1, 301)) == [e.sequence for e in store.read("shared")]
 
+    def test_opening_while_another_process_holds_the_write_lock_lets_other_threads_run(
+        self, store_path: Path, spawn: ChildFactory
+    ) -> None:
+        with LmdbStore(store_path) as store:
+            store.append("s", [text()])
+        holder = spawn("-c", HOLD_WRITE_LOCK_CHILD, str(store_path))
+        assert holder.stdout is not None
+        assert b"holding\n" == holder.stdout.readline()
+        beats, stop = [0], threading.Event()
+
+        def heartbeat() -> None:
+            while not stop.wait(0.005):
+                beats[0] += 1
+
+        thread = threading.Thread(target=heartbeat)
+        thread.start()
+        try:
+            before = beats[0]
+            with LmdbStore(store_path) as store:
+                during = beats[0] - before
+                assert [1] == [e.sequence for e in store.read("s")]
+        finally:
+            stop.set()
+            thread.join()
+        _out, err = holder.communicate(timeout=60)
+
+        assert 0 == holder.returncode, err.decode()
+        assert during >= 20  # the holder keeps the lock ~2 s: the heartbeat ran meanwhile
+
     def test_map_grown_by_another_process_is_adopted(
         self, store_path: Path, spawn: ChildFactory
     ) -> None:
@@ -927,6 +1157,14 @@ from sharedesk.store import LmdbStore
 with LmdbStore(sys.argv[1]) as store:
     for _ in range(int(sys.argv[3])):
         store.append(sys.argv[2], [Event(Person(id="c", label="C"), Text("child"))])
+"""
+
+HOLD_WRITE_LOCK_CHILD = """
+import sys, time, lmdb
+env = lmdb.open(sys.argv[1], max_dbs=5)
+with env.begin(write=True):
+    print("holding", flush=True)
+    time.sleep(2)
 """
 
 GROW_CHILD = """
