@@ -1,8 +1,8 @@
 """``python -m bench SCENARIO [options]``: load-test sharedesk next to its baselines.
 
 Run from the checkout. Every scenario writes its data under a temporary directory (or
-``--dir``), prints a progress bar per long step, a summary table, the targets of issues
-3 and 4 as PASS/SHORT lines, then writes a JSON results file and PNG plots to
+``--dir``), prints a progress bar per long step, a summary table, its named targets as
+PASS/SHORT lines, then writes a JSON results file and PNG plots to
 ``bench/results/`` (or ``--out``).
 """
 

@@ -127,7 +127,8 @@ class Target(msgspec.Struct, frozen=True, kw_only=True):
     """A headline claim: ``value`` compared with ``bound`` (a ratio or an absolute figure).
 
     Attributes:
-        issue: The issue that states the target.
+        name: What the target measures, as a short kebab-case name
+            (``"append-store-vs-raw-lmdb"``).
         claim: The claim in words, e.g. ``"append via store >= 0.4x raw lmdb@16/txn"``.
         value: The measured figure, or ``None`` when it could not be measured.
         bound: The bound the figure is held to.
@@ -136,7 +137,7 @@ class Target(msgspec.Struct, frozen=True, kw_only=True):
         unit: ``"x"`` for a ratio, else the unit of an absolute figure.
     """
 
-    issue: int
+    name: str
     claim: str
     value: float | None
     bound: float
@@ -155,7 +156,7 @@ class Target(msgspec.Struct, frozen=True, kw_only=True):
 
 def ratio_target(
     *,
-    issue: int,
+    name: str,
     claim: str,
     numerator: float | None,
     denominator: float | None,
@@ -166,7 +167,7 @@ def ratio_target(
     """Build a ratio target ``numerator / denominator`` against ``bound``.
 
     Args:
-        issue: The issue that states the target.
+        name: What the target measures (see :class:`Target`).
         claim: The claim in words.
         numerator: Figure of our side (``None`` when not measured).
         denominator: Figure of the baseline (``None`` when not measured).
@@ -179,7 +180,7 @@ def ratio_target(
     """
     if numerator is None or denominator is None or denominator == 0:
         return Target(
-            issue=issue,
+            name=name,
             claim=claim,
             value=None,
             bound=bound,
@@ -187,7 +188,7 @@ def ratio_target(
             detail="not measured in this run",
         )
     return Target(
-        issue=issue,
+        name=name,
         claim=claim,
         value=numerator / denominator,
         bound=bound,
@@ -275,7 +276,7 @@ def print_summary(console: Console, report: Report) -> None:
         relation = ">=" if target.at_least else "<="
         bound = _fmt_value(target.bound, target.unit)
         console.print(
-            f"[{style}]{target.status}[/{style}] issue {target.issue}: {target.claim}: "
+            f"[{style}]{target.status}[/{style}] {target.name}: {target.claim}: "
             f"{shown} ({relation} {bound}; {target.detail})",
             highlight=False,
         )

@@ -8,16 +8,14 @@ ports), ``projection`` (pure folds), ``store`` (backends), ``runs`` and ``actors
 Importing it imports only core dependencies (pykka, msgspec, structlog; lmdb on use):
 names whose code needs an extra (``OpenAIChatAdapter``: httpx) and ``__version__``
 (package metadata) resolve on first use, through the module ``__getattr__``, and so
-does ``LmdbStore`` (with py-lmdb), so a program on ``MemoryStore`` never loads LMDB.
+do ``LmdbStore`` (with py-lmdb), the runs API (``SessionManager``, adapters, renderers,
+the run queue) and ``AsyncHub``/``AsyncTurn``: a program uses only what it imports.
 """
 
 import logging
 from typing import TYPE_CHECKING, Any
 
-from sharedesk._lazy import load_lazy
 from sharedesk.actors import (
-    AsyncHub,
-    AsyncTurn,
     Hub,
     HubOptions,
     HubStats,
@@ -105,28 +103,30 @@ from sharedesk.protocol import (
     ValidationError,
     WatermarkRegression,
 )
-from sharedesk.runs import (
-    Adapter,
-    AdapterResult,
-    Emit,
-    Run,
-    RunFuture,
-    RunQueue,
-    RunQueueStatus,
-    RunResult,
-    ScriptedAdapter,
-    ScriptedCall,
-    Session,
-    SessionManager,
-    to_anthropic_messages,
-    to_openai_messages,
-)
+from sharedesk.protocol._lazy import load_lazy
 from sharedesk.store import (
     MemoryStore,
     SessionInfo,
 )
 
 if TYPE_CHECKING:
+    from sharedesk.actors.aio import AsyncHub, AsyncTurn
+    from sharedesk.runs import (
+        Adapter,
+        AdapterResult,
+        Emit,
+        Run,
+        RunFuture,
+        RunQueue,
+        RunQueueStatus,
+        RunResult,
+        ScriptedAdapter,
+        ScriptedCall,
+        Session,
+        SessionManager,
+        to_anthropic_messages,
+        to_openai_messages,
+    )
     from sharedesk.runs.openai_chat import OpenAIChatAdapter
     from sharedesk.store.lmdb import LmdbStore
 

@@ -34,19 +34,27 @@ from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from types import MappingProxyType
-from typing import IO, TYPE_CHECKING, Any, Final, NoReturn
+from typing import IO, Any, Final, NoReturn
 
-from sharedesk.protocol.authors import Agent, Operator, Person, SessionAuthor, System
+from sharedesk.actors import Hub, Turn
+from sharedesk.logconfig import configure_logging
+from sharedesk.projection import project_session
+from sharedesk.protocol.authors import (
+    Agent,
+    Operator,
+    Person,
+    SessionAuthor,
+    System,
+    same_participant,
+)
 from sharedesk.protocol.codec import encode_json
 from sharedesk.protocol.constants import SESSION_WINDOW
 from sharedesk.protocol.errors import SharedeskError, ValidationError
 from sharedesk.protocol.events import Event, Text
 from sharedesk.protocol.views import Conversation, SessionMessage, SessionQuery
-
-if TYPE_CHECKING:
-    from sharedesk.actors import Hub, Turn
-    from sharedesk.runs import ScriptedAdapter
-    from sharedesk.store.lmdb import LmdbStore
+from sharedesk.runs import ScriptedAdapter
+from sharedesk.runs.types import Run, Session
+from sharedesk.store.lmdb import LmdbStore
 
 #: Exit status for bad input and for any :class:`~sharedesk.SharedeskError`.
 EXIT_USAGE = 2
@@ -194,7 +202,7 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         """Print ``sharedesk: error: MESSAGE`` and exit with status 2."""
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {safe_text(message)}\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -322,8 +330,6 @@ def _one_line(exc: BaseException) -> str:
 
 def _configure_logging(as_json: bool, level: str) -> None:
     """Configure structlog for the command (the one place sharedesk does so)."""
-    from sharedesk.logconfig import configure_logging
-
     configure_logging(json=as_json, level=level)
 
 
@@ -382,8 +388,6 @@ def author_kind(author: SessionAuthor) -> str:
 
 
 def _same(a: SessionAuthor, b: SessionAuthor) -> bool:
-    from sharedesk.protocol.authors import same_participant
-
     return same_participant(a, b)
 
 
@@ -433,8 +437,6 @@ def open_existing_store(path: Path) -> Iterator[LmdbStore]:
     store's writer thread; reads the whole file once to verify it (a damaged file is
     ``CorruptRecordError``, never a crash); no writes.
     """
-    from sharedesk.store.lmdb import LmdbStore
-
     _check_store_path(path)
     store = LmdbStore(path, verify=True)
     try:
@@ -555,8 +557,6 @@ def run_view(
     Cost: one projection over the session's log: at most ``SCAN_LIMIT`` rows read; no
     writes.
     """
-    from sharedesk.projection import project_session
-
     if window < 0:
         raise ValidationError(f"--window must be >= 0, got {window}")
     if thread is not None and thread < 1:
@@ -614,8 +614,6 @@ def _round_number(hub: Hub) -> int:
 
 def _scripted_reply(adapter: ScriptedAdapter, turn: Turn, round_no: int) -> str:
     """Ask ``adapter`` for its reply to ``turn`` (a run whose input is the delta)."""
-    from sharedesk.runs.types import Run, Session
-
     prompt = "\n".join(f"{describe(m.author)}: {m.content}" for m in turn.messages)
     captured: list[Event] = []
 
@@ -683,9 +681,6 @@ def run_demo(console: Output, path: Path) -> None:
 
     Cost: about a dozen durable appends and a few projections; one Hub open and close.
     """
-    from sharedesk.actors import Hub
-    from sharedesk.runs import ScriptedAdapter
-
     if path.exists() and not path.is_dir():
         raise ValidationError(f"--path must be a directory, {path} is a file")
     with Hub.open(path) as hub:

@@ -33,6 +33,20 @@ class TestImportSharedesk:
 
         assert [] == [name for name in added if name in OPTIONAL]
 
+    def test_it_loads_lmdb_the_runs_api_and_asyncio_front_end_only_when_used(self) -> None:
+        loaded = run(
+            "import sys, sharedesk\n"
+            "names = ('lmdb', 'sharedesk.store.lmdb', 'sharedesk.runs', 'sharedesk.actors.aio')\n"
+            "print('before:', *(name for name in names if name in sys.modules))\n"
+            "sharedesk.LmdbStore, sharedesk.SessionManager, sharedesk.AsyncHub\n"
+            "print('after:', *(name for name in names if name in sys.modules))\n"
+        ).split("\n")
+
+        assert [
+            "before:",
+            "after: lmdb sharedesk.store.lmdb sharedesk.runs sharedesk.actors.aio",
+        ] == loaded
+
     def test_it_works_with_every_optional_dependency_missing(self) -> None:
         blocked = "; ".join(f"sys.modules[{name!r}] = None" for name in OPTIONAL)
         missing = run(

@@ -4,7 +4,8 @@ import inspect
 
 import sharedesk
 
-#: Every name ../shared/contract.md promises at the package root.
+#: Every name the public contract promises at the package root (the list lives here, in
+#: the repository: change it only together with the contract).
 CONTRACT_NAMES = {
     # Constants
     "SESSION_WINDOW", "PAGE_SIZE", "SCAN_LIMIT", "PRESENT_SET_LIMIT",

@@ -1,4 +1,4 @@
-"""``async``: many coroutines appending through ``AsyncHub``, next to its baselines (issue 14).
+"""``async``: many coroutines appending through ``AsyncHub``, next to its baselines.
 
 Durable LMDB, ``--sessions`` desks (default 1,000), one event per call. In each of
 ``--rounds`` rounds, side by side:
@@ -420,14 +420,19 @@ def run(run_: BenchRun, args: argparse.Namespace) -> None:
     }
 
     ours = run_.rate(async_label)
-    for claim, label, bound in (
-        ("vs raw lmdb 16 events/txn", raw_label, 1.0),
-        (f"vs threaded LmdbStore t={threads}", store_label, 2.0),
-        (f"vs openai-agents SQLiteSession c={coroutines}", agents_label, 10.0),
+    for name, claim, label, bound in (
+        ("async-append-vs-raw-lmdb", "vs raw lmdb 16 events/txn", raw_label, 1.0),
+        ("async-append-vs-threaded-store", f"vs threaded LmdbStore t={threads}", store_label, 2.0),
+        (
+            "async-append-vs-sqlite-session",
+            f"vs openai-agents SQLiteSession c={coroutines}",
+            agents_label,
+            10.0,
+        ),
     ):
         run_.targets.append(
             ratio_target(
-                issue=14,
+                name=name,
                 claim=f"append AsyncHub durable c={coroutines} {claim}",
                 numerator=ours,
                 denominator=run_.rate(label),
@@ -436,13 +441,13 @@ def run(run_: BenchRun, args: argparse.Namespace) -> None:
                 what="events/s",
             )
         )
-    for claim, value, bound in (
-        ("longest loop stall during the AsyncHub appends", stall_max, 50.0),
-        ("p99 loop stall during the AsyncHub appends", stall_p99, 10.0),
+    for name, claim, value, bound in (
+        ("async-loop-stall-max", "longest loop stall during the AsyncHub appends", stall_max, 50.0),
+        ("async-loop-stall-p99", "p99 loop stall during the AsyncHub appends", stall_p99, 10.0),
     ):
         run_.targets.append(
             Target(
-                issue=14,
+                name=name,
                 claim=claim,
                 value=value,
                 bound=bound,

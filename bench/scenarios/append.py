@@ -10,9 +10,9 @@ system instead of handing it to whichever ran last. The rounds are time slices o
 workload: each system keeps its database (and sharedesk its open store or Hub) from one
 round to the next, so the figures are those of one run of ``--events`` events. An LMDB
 commit costs more as the tree grows (a group's keys land on more distinct pages), so
-small fresh databases would flatter the page-bound raw baselines. A note gives the issue 3
-headline ratio of each round as well, so one run shows how far the machine drifted.
-Headlines (issues 3 and 4), at the largest thread count and durable:
+small fresh databases would flatter the page-bound raw baselines. A note gives the
+store-vs-raw-lmdb ratio of each round as well, so one run shows how far the machine
+drifted. Headlines, at the largest thread count and durable:
 
 - store >= 0.4x raw py-lmdb at 16 events per durable transaction;
 - store >= 1.2x sqlite3 WAL ``synchronous=FULL``, one commit per append;
@@ -381,7 +381,7 @@ def run(run_: BenchRun, args: argparse.Namespace) -> None:
         ours = run_.rate(f"append sharedesk store durable t={headline}")
         run_.targets.append(
             ratio_target(
-                issue=3,
+                name="append-store-vs-raw-lmdb",
                 claim=f"append store durable t={headline} vs raw lmdb 16 events/txn",
                 numerator=ours,
                 denominator=run_.rate("append lmdb-raw 16/txn"),
@@ -392,7 +392,7 @@ def run(run_: BenchRun, args: argparse.Namespace) -> None:
         )
         run_.targets.append(
             ratio_target(
-                issue=3,
+                name="append-store-vs-sqlite",
                 claim=f"append store durable t={headline} vs sqlite WAL FULL t={headline}",
                 numerator=ours,
                 denominator=run_.rate(f"append sqlite WAL FULL t={headline}"),
@@ -412,7 +412,7 @@ def run(run_: BenchRun, args: argparse.Namespace) -> None:
         if "hub" in paths:
             run_.targets.append(
                 ratio_target(
-                    issue=4,
+                    name="append-hub-vs-store",
                     claim=f"append via Hub durable t={headline} vs store alone",
                     numerator=run_.rate(f"append sharedesk hub durable t={headline}"),
                     denominator=ours,

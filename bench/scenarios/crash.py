@@ -211,19 +211,21 @@ def run(run_: BenchRun, args: argparse.Namespace) -> None:
     run_.figures["crash lost / moved / duplicated / sessions with gaps"] = (
         f"{worst['lost']} / {worst['moved']} / {worst['duplicated']} / {worst['gaps']}"
     )
-    for claim, value in (
+    for name, claim, value in (
         (
+            "crash-acknowledged-kept",
             "acknowledged events lost or moved after kill -9 (retries included)",
             worst["lost"] + worst["moved"] + retried_moved,
         ),
         (
+            "crash-no-duplicates-or-gaps",
             "events duplicated or sessions with gaps after kill -9",
             worst["duplicated"] + worst["gaps"],
         ),
     ):
         run_.targets.append(
             Target(
-                issue=3,
+                name=name,
                 claim=claim,
                 value=float(value),
                 bound=0.0,

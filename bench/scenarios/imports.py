@@ -3,8 +3,8 @@
 Each round starts two fresh interpreters, alternately: one runs ``import sharedesk``,
 the other ``import msgspec, lmdb, pykka, structlog`` (the baseline: what sharedesk
 cannot avoid importing). The medians of their wall times are compared; the target
-(issue 12) is a ratio of at most 1.5x. A bare ``python -c pass`` is timed as well, so the
-interpreter's own start-up can be read off the figures.
+(``import-vs-core-deps``) is a ratio of at most 1.5x. A bare ``python -c pass`` is timed
+as well, so the interpreter's own start-up can be read off the figures.
 """
 
 from __future__ import annotations
@@ -75,7 +75,7 @@ def run(run_: BenchRun, args: argparse.Namespace) -> None:
     )
     run_.targets.append(
         ratio_target(
-            issue=12,
+            name="import-vs-core-deps",
             claim="import sharedesk <= 1.5x import msgspec, lmdb, pykka, structlog",
             numerator=medians["import sharedesk"],
             denominator=medians["import msgspec, lmdb, pykka, structlog"],

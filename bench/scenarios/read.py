@@ -13,9 +13,10 @@ fifth row a reply in a thread) and mirrored into SQLite. Then, on the same data:
   every size open and their turns interleaved, so that each size sees the same load (the Hubs of all
   sizes stay open until then; a 1,000,000-row desk in memory needs about 1 GB).
 
-Headlines: issue 3, cold projection at 20,000 rows within 3x SQLite last-30; issue 4,
-warm view at 100,000 rows no slower than SQLite last-30, and turn delta cost at
-10,000 and 1,000,000 rows within 1.5x of each other.
+Headlines: cold projection at 20,000 rows within 3x SQLite last-30
+(``cold-projection-vs-sqlite``), warm view at 100,000 rows no slower than SQLite last-30
+(``warm-view-vs-sqlite``), and turn delta cost at 10,000 and 1,000,000 rows within 1.5x of
+each other (``turn-delta-flat-in-history``).
 """
 
 from __future__ import annotations
@@ -343,7 +344,7 @@ def _targets(run_: BenchRun, sizes: list[int], turn_medians: dict[int, float]) -
     cold = run_.median("project cold n=20000")
     run_.targets.append(
         ratio_target(
-            issue=3,
+            name="cold-projection-vs-sqlite",
             claim="cold channel projection (20,000 rows) vs sqlite last-30 + JSON, median",
             numerator=cold,
             denominator=run_.median("last30 sqlite n=20000"),
@@ -354,7 +355,7 @@ def _targets(run_: BenchRun, sizes: list[int], turn_medians: dict[int, float]) -
     )
     run_.targets.append(
         ratio_target(
-            issue=4,
+            name="warm-view-vs-sqlite",
             claim="warm hub.view(30) (100,000 rows) vs sqlite last-30 + JSON, median",
             numerator=run_.median("view warm n=100000"),
             denominator=run_.median("last30 sqlite n=100000"),
@@ -367,7 +368,7 @@ def _targets(run_: BenchRun, sizes: list[int], turn_medians: dict[int, float]) -
     if small and large:
         run_.targets.append(
             Target(
-                issue=4,
+                name="turn-delta-flat-in-history",
                 claim="hub.turn delta cost flat in history (1,000,000 vs 10,000 rows, median)",
                 value=max(small, large) / min(small, large),
                 bound=1.5,
@@ -378,7 +379,7 @@ def _targets(run_: BenchRun, sizes: list[int], turn_medians: dict[int, float]) -
     else:
         run_.targets.append(
             Target(
-                issue=4,
+                name="turn-delta-flat-in-history",
                 claim="hub.turn delta cost flat in history (1,000,000 vs 10,000 rows, median)",
                 value=None,
                 bound=1.5,

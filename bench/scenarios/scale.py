@@ -3,9 +3,10 @@
 Sessions are touched one after another (an append of one event, or ``--touch read`` for
 the operator's ``hub.view``), so every touch past ``max_active`` passivates the least recently
 used actor. Sampled during the run: Python threads (every touch), the Hub's live actors and
-resident memory (every 500 touches and at the end). Issue 4 holds the peak thread count
-to ``max_active`` plus a small constant (:data:`THREAD_SLACK` here) above the threads
-alive before the Hub opened, and resident memory under 1 GiB.
+resident memory (every 500 touches and at the end). The targets hold the peak thread
+count to ``max_active`` plus a small constant (:data:`THREAD_SLACK` here) above the
+threads alive before the Hub opened (``scale-peak-threads``), and resident memory under
+1 GiB (``scale-peak-memory``).
 """
 
 from __future__ import annotations
@@ -122,7 +123,7 @@ def run(run_: BenchRun, args: argparse.Namespace) -> None:
     run_.figures["scale RSS before / peak (MiB)"] = f"{rss_before:,.0f} / {peak_rss:,.0f}"
     run_.targets.append(
         Target(
-            issue=4,
+            name="scale-peak-threads",
             claim=f"{sessions:,} sessions, max_active={max_active}: peak threads",
             value=float(peak_threads - threads_before),
             bound=float(max_active + THREAD_SLACK),
@@ -135,7 +136,7 @@ def run(run_: BenchRun, args: argparse.Namespace) -> None:
     )
     run_.targets.append(
         Target(
-            issue=4,
+            name="scale-peak-memory",
             claim=f"{sessions:,} sessions, max_active={max_active}: peak resident memory",
             value=peak_rss,
             bound=1024.0,

@@ -1,18 +1,28 @@
-"""The actor runtime: the Hub supervising session, projector and sharing actors (pykka).
+"""The actor runtime: the Hub supervising session, projector and sharing actors.
 
 ``Hub.open(path=None, **options)`` opens a Hub over an in-memory or LMDB store; the Hub
 routes writes through each session's actor, serves views from projector actors kept
 current by pushed rows, plans turns through a sharing actor and commits them through
-the session actor.
+the session actor. ``AsyncHub``/``AsyncTurn`` (asyncio) are imported on first use.
 """
 
+from typing import TYPE_CHECKING, Any
+
 from sharedesk.actors._base import ActorKey
-from sharedesk.actors.aio import AsyncHub, AsyncTurn
 from sharedesk.actors.hub import HUB_OPTION_NAMES, Hub, HubOptions, HubStats, SessionHandle, Turn
 from sharedesk.actors.projector import ProjectorActor
 from sharedesk.actors.session import SessionActor
 from sharedesk.actors.sharing import SharingActor
 from sharedesk.projection.turns import plan_turn
+from sharedesk.protocol._lazy import load_lazy
+
+if TYPE_CHECKING:
+    from sharedesk.actors.aio import AsyncHub, AsyncTurn
+
+
+def __getattr__(name: str) -> Any:
+    return load_lazy(name, __name__)
+
 
 __all__ = [
     "ActorKey",

@@ -41,7 +41,7 @@ import pykka
 from structlog.contextvars import bind_contextvars, reset_contextvars
 
 from sharedesk.actors._messages import Request
-from sharedesk.logconfig import logger
+from sharedesk.protocol._log import logger
 from sharedesk.protocol.errors import ActorCrashed, SharedeskError
 from sharedesk.protocol.ports import EventStore, SharingStateStore
 from sharedesk.protocol.views import Conversation, Projection
@@ -245,7 +245,7 @@ class HubActor(abc.ABC):
                 thread.start()
         return True
 
-    def ask(self, message: Any) -> pykka.Future[Any]:
+    def ask(self, message: Request[R]) -> pykka.Future[R]:
         """Queue ``message``; return the future of its answer (:meth:`ensure_running` first).
 
         Raises:
@@ -253,7 +253,7 @@ class HubActor(abc.ABC):
 
         Cost: O(1); never blocks.
         """
-        future: pykka.Future[Any] = pykka.ThreadingFuture()
+        future: pykka.Future[R] = pykka.ThreadingFuture()
         if self._stopped.is_set() or not self._post(message, future):
             raise self._dead()[1]
         return future

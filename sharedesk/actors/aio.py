@@ -56,7 +56,7 @@ from typing import Any, Final, TypeVar
 
 from sharedesk.actors._messages import Push
 from sharedesk.actors.hub import Hub, Turn
-from sharedesk.logconfig import logger
+from sharedesk.protocol._log import logger
 from sharedesk.protocol.authors import SessionAuthor
 from sharedesk.protocol.constants import SESSION_WINDOW
 from sharedesk.protocol.errors import HubClosed, ValidationError
@@ -641,7 +641,7 @@ class AsyncHub:
                 with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
                     loop.call_soon_threadsafe(finish)
 
-        closer = threading.Thread(target=run, name=f"{WORKER_PREFIX}-close")
+        closer = threading.Thread(target=run, name=f"{WORKER_PREFIX}-close", daemon=True)
         closer.start()
         await _settle(done)
         closer.join()
@@ -711,7 +711,9 @@ class _Opening:
         def deliver(hub: Hub | None, error: BaseException | None) -> None:
             if opened.done():  # cancelled meanwhile: close what was opened
                 if hub is not None:
-                    threading.Thread(target=hub.close, name=f"{WORKER_PREFIX}-close").start()
+                    threading.Thread(
+                        target=hub.close, name=f"{WORKER_PREFIX}-close", daemon=True
+                    ).start()
                 return
             if error is not None:
                 opened.set_exception(error)
@@ -732,7 +734,7 @@ class _Opening:
                 if outcome[0] is not None:
                     outcome[0].close()
 
-        opener = threading.Thread(target=run, name=f"{WORKER_PREFIX}-open")
+        opener = threading.Thread(target=run, name=f"{WORKER_PREFIX}-open", daemon=True)
         opener.start()
         hub = await opened  # cancelled: the opener closes what it opens
         opener.join()  # it has delivered: only its return is left

@@ -9,7 +9,7 @@ Actors, named by :class:`~sharedesk.actors._base.ActorKey`:
 Projectors and the sharing actor keep the session's tail in memory, fed by the events
 the session actor pushes after each commit (see :mod:`sharedesk.actors._tail`).
 
-Threads: an actor's pykka thread starts with the first message queued for it. Writes
+Threads: an actor's thread starts with the first message queued for it. Writes
 (appends, turn commits) to an idle session run on the caller's thread under the actor's
 lock (option ``inline_writes``): the same one-at-a-time order, two thread switches fewer,
 and a session only written to costs no thread. Reads (views, turn plans, transcripts)
@@ -18,9 +18,9 @@ are asked of the actor's thread and bounded by ``ask_timeout``.
 Routing: every request pins its actor (``Slot.pins``) for the time it is in flight, so
 an actor serving a request is not passivated under it; pinning a running actor takes no
 lock (a list append is atomic), so requests to different actors never queue on the Hub.
-A request that reaches an actor which stopped before handling it (pykka's
-``ActorDeadError``, or an actor thread that ended without answering: passivation or a
-restart raced it) was not handled, so the Hub resends it to a fresh actor.
+A request that reaches an actor which stopped before handling it (``ActorDeadError``, or
+an actor thread that ended without answering: passivation or a restart raced it) was not
+handled, so the Hub resends it to a fresh actor.
 
 Supervision: see :mod:`sharedesk.actors._base`. The Hub counts the restarts of each
 session's actors; more than ``max_restarts`` within ``restart_period`` seconds marks the
@@ -50,6 +50,7 @@ depend on the hook: they are durable when ``append`` returns.
 from __future__ import annotations
 
 import atexit
+import inspect
 import os
 import threading
 import time
@@ -58,7 +59,7 @@ from collections import OrderedDict, deque
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from types import MappingProxyType, TracebackType
-from typing import Any, Final, Protocol, Self, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Final, Protocol, Self, TypeVar, cast
 
 import msgspec
 import pykka
@@ -77,7 +78,7 @@ from sharedesk.actors._messages import (
 from sharedesk.actors.projector import ProjectorActor
 from sharedesk.actors.session import SessionActor
 from sharedesk.actors.sharing import SharingActor
-from sharedesk.logconfig import logger
+from sharedesk.protocol._log import logger
 from sharedesk.protocol.authors import SessionAuthor, author_key
 from sharedesk.protocol.constants import SESSION_WINDOW
 from sharedesk.protocol.errors import (
@@ -91,14 +92,20 @@ from sharedesk.protocol.events import Event, Text, new_event_id
 from sharedesk.protocol.ports import SessionLog, WriteTicket
 from sharedesk.protocol.transcripts import Transcript
 from sharedesk.protocol.validation import (
+    check_append_args,
     check_author,
     check_conversation,
-    check_event_sequence,
+    check_events,
+    check_int,
+    check_path,
     check_session_id,
 )
 from sharedesk.protocol.views import Conversation, Projection, SessionMessage
-from sharedesk.runs.queue import RunQueue
 from sharedesk.store.memory import MemoryStore
+
+if TYPE_CHECKING:
+    from sharedesk.runs.queue import RunQueue
+    from sharedesk.runs.types import RunQueueStatus
 
 _log = logger()
 
@@ -175,8 +182,7 @@ class HubOptions(msgspec.Struct, frozen=True, kw_only=True):
                 raise ValidationError(f"{name} must be a positive number, got {value!r}")
         if self.max_active < 3:
             raise ValidationError(f"max_active must be at least 3, got {self.max_active}")
-        if isinstance(self.max_restarts, bool) or self.max_restarts < 0:
-            raise ValidationError(f"max_restarts must be >= 0, got {self.max_restarts!r}")
+        check_int("max_restarts", self.max_restarts)
         if not isinstance(self.inline_writes, bool):
             raise ValidationError(f"inline_writes must be a bool, got {self.inline_writes!r}")
 
@@ -295,6 +301,14 @@ class Hub:
         else:
             from sharedesk.store.lmdb import LmdbStore  # a memory-only Hub never loads LMDB
 
+            check_path(path)
+            known = inspect.signature(LmdbStore).parameters
+            unknown = sorted(name for name in options if name not in known or name == "path")
+            if unknown:
+                raise ValidationError(
+                    f"unknown options {unknown}: Hub options are {sorted(HUB_OPTION_NAMES)}, "
+                    f"store options {sorted(n for n in known if n != 'path')}"
+                )
             store = LmdbStore(path, **options)
             where = os.fspath(path)
         return cls(store, settings, path=where)
@@ -462,8 +476,8 @@ class Hub:
         Cost: one round trip to the session actor plus the store's append (LMDB: one
         group-committed fsync, shared with appends of other sessions).
         """
-        check_session_id(session_id)
-        batch = list(check_event_sequence(events))
+        # Checked here, before the actor: bad input never reaches it (never a crash).
+        batch = check_append_args(session_id, events, expected_version)
         result: list[Event] = self._call(
             ActorKey(kind="session", session_id=session_id),
             Append(events=batch, expected_version=expected_version),
@@ -558,8 +572,7 @@ class Hub:
         the log is read only to build a projector or to reach rows older than it holds.
         """
         conversation = self._conversation(session_id, conversation)
-        if isinstance(window, bool) or not isinstance(window, int) or window < 0:
-            raise ValidationError(f"window must be an int >= 0, got {window!r}")
+        check_int("window", window)
         key = ActorKey(
             kind="projector",
             session_id=session_id,
@@ -662,6 +675,8 @@ class Hub:
             event = reply
         else:
             raise ValidationError(f"reply must be a str, an Event or None, got {type(reply)}")
+        if event is not None:  # checked here, before the actor (see append)
+            (event,) = check_events([event])
         stored: Event | None = self._call(
             ActorKey(kind="session", session_id=turn.session_id),
             Commit(viewer=author_key(turn.viewer), plan=turn.plan, reply=event),
@@ -671,11 +686,13 @@ class Hub:
 
     # -- runs --------------------------------------------------------------------------
 
-    def _run_queue(self) -> Any:
+    def _run_queue(self) -> RunQueue:
         with self._lock:
             if self._closing:
                 raise HubClosed(self._path)
             if self._runs is None:
+                from sharedesk.runs.queue import RunQueue  # the runs API loads on first use
+
                 self._runs = RunQueue(
                     self,
                     max_concurrent_runs=self._options.max_concurrent_runs,
@@ -725,8 +742,8 @@ class Hub:
             return True
         return bool(runs.drain(timeout))
 
-    def status(self, session_id: str) -> Any:
-        """Return the run queue's status of ``session_id`` (``RunQueueStatus``). Cost: O(1)."""
+    def status(self, session_id: str) -> RunQueueStatus:
+        """Return the run queue's status of ``session_id``. Cost: O(1)."""
         return self._run_queue().status(session_id)
 
     # -- introspection and lifecycle ---------------------------------------------------
@@ -914,9 +931,9 @@ class Hub:
         return slot
 
     def _start(self, slot: Slot) -> None:
-        # Outside the lock: creating an actor takes pykka's registry lock and builds its
-        # inbox; callers of other actors need not wait for that. (Its thread starts
-        # later, with the first message queued for it.)
+        # Outside the lock: creating an actor builds its inbox and state; callers of
+        # other actors need not wait for that. (Its thread starts later, with the first
+        # message queued for it.)
         key = slot.key
         try:
             ref = _ACTOR_CLASSES[key.kind].start(self, key, slot)
@@ -1025,14 +1042,14 @@ class Hub:
                         return cast(T, answer)  # the handler answers a Request[T] with a T
                 if not actor.ensure_running():
                     continue  # stopped meanwhile: resend to a fresh actor
-                return cast(T, self._wait(actor.ask(message), slot))
+                return self._wait(actor.ask(message), slot)
             except pykka.ActorDeadError:
                 continue  # stopped before handling it: resend to a fresh actor
             finally:
                 self._release(slot)
         raise ActorCrashed(key.kind, key.session_id, "stopped before handling the request")
 
-    def _wait(self, future: pykka.Future[Any], slot: Slot) -> Any:
+    def _wait(self, future: pykka.Future[T], slot: Slot) -> T:
         timeout = self._options.ask_timeout
         deadline = time.monotonic() + timeout
         while True:

@@ -21,9 +21,9 @@ from typing import Any, Final
 from sharedesk.actors._base import HubActor, ViewSnapshot
 from sharedesk.actors._messages import GetTranscript, Push, View
 from sharedesk.actors._tail import Tail
-from sharedesk.logconfig import logger
-from sharedesk.projection import project_session
+from sharedesk.projection import TranscriptBuilder, project_session
 from sharedesk.projection.turns import CachedView, fold_views
+from sharedesk.protocol._log import logger
 from sharedesk.protocol.events import Event
 from sharedesk.protocol.ports import SessionLog
 from sharedesk.protocol.transcripts import Transcript
@@ -139,8 +139,6 @@ class ProjectorActor(HubActor):
         return view
 
     def _transcript(self, viewer: Any) -> Transcript:
-        from sharedesk.projection import TranscriptBuilder  # lands with the runs work
-
         store = self.hub.store
         if self.transcript is None:
             self.transcript = TranscriptBuilder.from_store(

@@ -36,7 +36,7 @@ from typing import Any
 
 from sharedesk.actors._base import HubActor
 from sharedesk.actors._messages import Append, Commit, Push
-from sharedesk.logconfig import logger
+from sharedesk.protocol._log import logger
 from sharedesk.protocol.errors import SharedeskError
 from sharedesk.protocol.events import Event
 from sharedesk.protocol.ports import CompletionSink, WriteTicket

@@ -20,8 +20,8 @@ from typing import Any
 from sharedesk.actors._base import HubActor, HubStore
 from sharedesk.actors._messages import Plan, Push
 from sharedesk.actors._tail import Tail
-from sharedesk.logconfig import logger
 from sharedesk.projection.turns import TurnPlan, plan_turn
+from sharedesk.protocol._log import logger
 from sharedesk.protocol.authors import SessionAuthor, author_key
 from sharedesk.protocol.views import Conversation
 

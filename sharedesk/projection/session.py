@@ -52,7 +52,7 @@ from sharedesk.protocol.errors import (
     ValidationError,
 )
 from sharedesk.protocol.ports import SessionLog
-from sharedesk.protocol.validation import check_conversation
+from sharedesk.protocol.validation import check_conversation, check_int
 from sharedesk.protocol.views import (
     Conversation,
     LogMessage,
@@ -391,21 +391,6 @@ def check_log(log: object) -> None:
         raise ValidationError(
             f"log must be a SessionLog with a read_before method, got {type(log).__name__}"
         )
-
-
-def check_int(name: str, value: object, *, minimum: int | None = None) -> int:
-    """Return ``value`` if it is an ``int`` (not a ``bool``) of at least ``minimum``.
-
-    Raises:
-        ValidationError: Otherwise.
-
-    Cost: O(1).
-    """
-    if type(value) is not int:
-        raise ValidationError(f"{name} must be an int, got {type(value).__name__}")
-    if minimum is not None and value < minimum:
-        raise ValidationError(f"{name} must be at least {minimum}, got {value}")
-    return value
 
 
 def _check_query(query: object) -> tuple[Conversation, int | None, int]:

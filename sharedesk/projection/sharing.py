@@ -18,7 +18,7 @@ below the watermark. Which rows qualify:
 
 from __future__ import annotations
 
-from sharedesk.projection.session import _LogWalk, check_int, check_log, is_blank
+from sharedesk.projection.session import _LogWalk, check_log, is_blank
 from sharedesk.protocol.constants import PRESENT_SET_LIMIT
 from sharedesk.protocol.errors import (
     PresentSetOverflow,
@@ -27,7 +27,7 @@ from sharedesk.protocol.errors import (
     WatermarkRegression,
 )
 from sharedesk.protocol.ports import SessionLog
-from sharedesk.protocol.validation import check_conversation
+from sharedesk.protocol.validation import check_conversation, check_int
 from sharedesk.protocol.views import (
     Conversation,
     Delta,

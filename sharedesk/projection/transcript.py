@@ -41,22 +41,15 @@ The fold, in the order it is applied:
 
 ``update_from_store`` continues the fold from where it stopped, without re-reading
 anything at or below ``transcript.last_sequence``. What it needs beyond the messages is
-kept in ``Transcript.metadata`` (keys below). Without budgets, updating a transcript
+kept in the transcript's private :class:`~sharedesk.protocol.transcripts.TranscriptFold`
+(``Transcript.metadata`` is left to the caller). Without budgets, updating a transcript
 gives exactly what a fresh ``from_store`` gives. With budgets it truncates the kept
 messages plus the new ones, which gives the same result as a fresh build except in one
 case: an open streamed message that had alone exceeded the character budget (and so
 was cut, with everything before it) and is then closed by a shorter ``Text``; the fresh
-build may keep older messages that the update no longer has.
-
-``Transcript.metadata`` keys written here:
-
-- ``"viewer"``: :func:`~sharedesk.protocol.author_key` of the viewer, or ``None``.
-- ``"open_text"``: the open streamed message (a :class:`~sharedesk.TranscriptMessage`,
-  also when truncation cut it), or ``None``.
-- ``"open_run_id"``: the run of that open message.
-- ``"cut_pending_calls"``: ``tool_call_id`` of each unanswered call that truncation cut,
-  oldest first; a later result to one of them is dropped with everything before it,
-  exactly as a fresh build would drop the pair.
+build may keep older messages that the update no longer has. A later result to a call
+that truncation cut (``TranscriptFold.cut_pending_calls``) is dropped with everything
+before it, exactly as a fresh build would drop the pair.
 """
 
 from __future__ import annotations
@@ -84,7 +77,7 @@ from sharedesk.protocol.events import (
     ToolResult,
 )
 from sharedesk.protocol.ports import EventStore
-from sharedesk.protocol.transcripts import Transcript, TranscriptMessage
+from sharedesk.protocol.transcripts import Transcript, TranscriptFold, TranscriptMessage
 from sharedesk.protocol.validation import (
     check_optional_author,
     check_optional_int,
@@ -96,11 +89,6 @@ if TYPE_CHECKING:
 
 #: Characters counted as one token by ``max_tokens_approx``.
 CHARS_PER_TOKEN: Final = 4
-
-_VIEWER_KEY: Final = "viewer"
-_OPEN_TEXT_KEY: Final = "open_text"
-_OPEN_RUN_KEY: Final = "open_run_id"
-_CUT_CALLS_KEY: Final = "cut_pending_calls"
 
 
 class _Budget:
@@ -401,8 +389,17 @@ def _truncate(
     return messages[cut:], still_cut
 
 
-def _open_state(transcript: Transcript) -> tuple[TranscriptMessage | None, str | None]:
-    raw = transcript.metadata.get(_OPEN_TEXT_KEY)
+def _fold_of(transcript: Transcript) -> TranscriptFold:
+    fold = transcript._fold
+    if fold is None:
+        return TranscriptFold()
+    if not isinstance(fold, TranscriptFold):
+        raise ValidationError(f"the transcript's fold state is not a TranscriptFold: {fold!r}")
+    return fold
+
+
+def _open_state(fold: TranscriptFold) -> tuple[TranscriptMessage | None, str | None]:
+    raw = fold.open_text
     if raw is None:
         return None, None
     try:
@@ -412,25 +409,22 @@ def _open_state(transcript: Transcript) -> tuple[TranscriptMessage | None, str |
             else decode_json_as(encode_json(raw), TranscriptMessage)
         )
     except (SharedeskError, TypeError, ValueError) as exc:
-        raise ValidationError(
-            f"transcript.metadata[{_OPEN_TEXT_KEY!r}] is not a TranscriptMessage"
-        ) from exc
+        raise ValidationError("the transcript's open_text is not a TranscriptMessage") from exc
     if message.author is None:
-        raise ValidationError(f"transcript.metadata[{_OPEN_TEXT_KEY!r}] has no author")
-    run = transcript.metadata.get(_OPEN_RUN_KEY)
+        raise ValidationError("the transcript's open_text has no author")
+    run = fold.open_run_id
     if run is not None and not isinstance(run, str):
         raise ValidationError(
-            f"transcript.metadata[{_OPEN_RUN_KEY!r}] must be a str or None, "
-            f"got {type(run).__name__}"
+            f"the transcript's open_run_id must be a str or None, got {type(run).__name__}"
         )
     return message, run
 
 
-def _cut_calls(transcript: Transcript) -> list[str]:
-    raw = transcript.metadata.get(_CUT_CALLS_KEY, [])
+def _cut_calls(fold: TranscriptFold) -> list[str]:
+    raw = fold.cut_pending_calls
     if not isinstance(raw, list | tuple) or not all(isinstance(item, str) for item in raw):
         raise ValidationError(
-            f"transcript.metadata[{_CUT_CALLS_KEY!r}] must be a list of str, got {raw!r}"
+            f"the transcript's cut_pending_calls must be a list of str, got {raw!r}"
         )
     return list(raw)
 
@@ -450,12 +444,12 @@ def _finish(
         messages=kept,
         last_sequence=last_sequence,
         last_timestamp=last_timestamp,
-        metadata={
-            _VIEWER_KEY: None if fold.viewer is None else author_key(fold.viewer),
-            _OPEN_TEXT_KEY: open_text,
-            _OPEN_RUN_KEY: open_run,
-            _CUT_CALLS_KEY: still_cut,
-        },
+        _fold=TranscriptFold(
+            viewer=None if fold.viewer is None else author_key(fold.viewer),
+            open_text=open_text,
+            open_run_id=open_run,
+            cut_pending_calls=tuple(still_cut),
+        ),
     )
 
 
@@ -591,8 +585,8 @@ class TranscriptBuilder:
         to the kept messages plus the new ones. Without budgets the result equals a
         fresh :meth:`from_store` (without ``limit``); the module docstring gives the one
         case where budgets make them differ. ``transcript`` must come from this
-        builder (or carry none of its metadata keys) and from stored events of the
-        session.
+        builder (or be built by hand, without fold state) and from stored events of
+        the session.
 
         Args:
             store: The event store holding ``transcript.session_id``.
@@ -608,7 +602,7 @@ class TranscriptBuilder:
 
         Raises:
             ValidationError: ``transcript`` is not a Transcript, or was built for
-                another viewer, or its builder metadata is malformed; a malformed
+                another viewer, or its fold state is malformed; a malformed
                 argument, as in :meth:`from_events`.
             StoreError: Whatever the store's ``read`` raises.
 
@@ -623,21 +617,19 @@ class TranscriptBuilder:
         checked_viewer = check_optional_author(viewer, "viewer")
         budget = _Budget(max_messages, max_chars, max_tokens_approx)
         viewer_key = None if checked_viewer is None else author_key(checked_viewer)
-        if _VIEWER_KEY in transcript.metadata and transcript.metadata[_VIEWER_KEY] != viewer_key:
+        state = _fold_of(transcript)
+        if transcript._fold is not None and state.viewer != viewer_key:
             raise ValidationError(
-                f"transcript was built for viewer {transcript.metadata[_VIEWER_KEY]!r}, "
-                f"not {viewer_key!r}"
+                f"transcript was built for viewer {state.viewer!r}, not {viewer_key!r}"
             )
-        open_text, open_run = _open_state(transcript)
-        cut_calls = _cut_calls(transcript)
+        open_text, open_run = _open_state(state)
+        cut_calls = _cut_calls(state)
         messages = list(transcript.messages)
         if open_text is not None:
             # Truncation keeps a suffix, so the open message, being the newest, is
             # either the last kept message or was cut with everything else.
             if messages and messages[-1] != open_text:
-                raise ValidationError(
-                    f"transcript.metadata[{_OPEN_TEXT_KEY!r}] is not its last message"
-                )
+                raise ValidationError("the transcript's open_text is not its last message")
             messages = messages[:-1]
         unanswered: dict[str, int] = {}
         for call_id in cut_calls:

@@ -1,7 +1,8 @@
 """Codecs: msgpack for storage, JSON for the wire.
 
-Encoders and decoders are built once. Every decoder turns malformed bytes into
-:class:`~sharedesk.ValidationError` (the msgspec error is chained as ``__cause__``).
+Encoders (and the sharing-state decoder) are built once; each store builds its own event
+decoders. Every decoder here turns malformed bytes into :class:`~sharedesk.ValidationError`
+(the msgspec error is chained as ``__cause__``).
 """
 
 from __future__ import annotations
@@ -11,17 +12,13 @@ from typing import Any, Final, TypeVar
 import msgspec
 
 from sharedesk.protocol.errors import SharedeskError, ValidationError
-from sharedesk.protocol.events import Event
 from sharedesk.protocol.views import SharingState
 
 T = TypeVar("T")
 
 _MSGPACK_ENCODER: Final = msgspec.msgpack.Encoder()
 _JSON_ENCODER: Final = msgspec.json.Encoder()
-_EVENT_MSGPACK: Final = msgspec.msgpack.Decoder(Event)
-_EVENT_JSON: Final = msgspec.json.Decoder(Event)
 _STATE_MSGPACK: Final = msgspec.msgpack.Decoder(SharingState)
-_STATE_JSON: Final = msgspec.json.Decoder(SharingState)
 
 
 def _decode(decoder: Any, data: bytes | bytearray | memoryview, what: str) -> Any:
@@ -43,27 +40,6 @@ def encode_json(value: Any) -> bytes:
     return _JSON_ENCODER.encode(value)
 
 
-def decode_event(data: bytes | bytearray | memoryview) -> Event:
-    """Decode one stored (msgpack) event.
-
-    Raises:
-        ValidationError: The bytes are not a well-formed event.
-    """
-    event: Event = _decode(_EVENT_MSGPACK, data, "event")
-    return event
-
-
-def decode_event_json(data: bytes | str) -> Event:
-    """Decode one event from JSON.
-
-    Raises:
-        ValidationError: The text is not a well-formed event.
-    """
-    raw = data.encode() if isinstance(data, str) else data
-    event: Event = _decode(_EVENT_JSON, raw, "event")
-    return event
-
-
 def decode_sharing_state(data: bytes | bytearray | memoryview) -> SharingState:
     """Decode one stored (msgpack) sharing state.
 
@@ -75,15 +51,8 @@ def decode_sharing_state(data: bytes | bytearray | memoryview) -> SharingState:
     return state
 
 
-def decode_sharing_state_json(data: bytes | str) -> SharingState:
-    """Decode one sharing state from JSON (errors as :func:`decode_sharing_state`)."""
-    raw = data.encode() if isinstance(data, str) else data
-    state: SharingState = _decode(_STATE_JSON, raw, "sharing state")
-    return state
-
-
 def decode_json_as(data: bytes | str, type_: type[T]) -> T:
-    """Decode JSON into any protocol type (builds a decoder per call; prefer the above).
+    """Decode JSON into any protocol type (builds a decoder per call).
 
     Raises:
         ValidationError: The text does not match ``type_``.

@@ -9,9 +9,6 @@ import msgspec
 
 from sharedesk.protocol.authors import SessionAuthor
 
-#: The roles a transcript message can have.
-ROLES: frozenset[str] = frozenset({"system", "user", "assistant", "tool"})
-
 
 class TranscriptMessage(msgspec.Struct, frozen=True):
     """One message of a transcript, with its role relative to the viewer.
@@ -38,6 +35,26 @@ class TranscriptMessage(msgspec.Struct, frozen=True):
     author: SessionAuthor | None = None
 
 
+class TranscriptFold(msgspec.Struct, frozen=True):
+    """Where the fold that built a transcript stopped (private to ``TranscriptBuilder``).
+
+    ``TranscriptBuilder.update_from_store`` continues the fold from it without re-reading
+    the events the transcript covers.
+
+    Attributes:
+        viewer: :func:`~sharedesk.protocol.author_key` of the viewer, or ``None``.
+        open_text: The open streamed message (also when truncation cut it), or ``None``.
+        open_run_id: The run of that open message.
+        cut_pending_calls: ``tool_call_id`` of each unanswered call that truncation cut,
+            oldest first.
+    """
+
+    viewer: str | None = None
+    open_text: TranscriptMessage | None = None
+    open_run_id: str | None = None
+    cut_pending_calls: tuple[str, ...] = ()
+
+
 class Transcript(msgspec.Struct, frozen=True):
     """A session's history as messages.
 
@@ -46,7 +63,9 @@ class Transcript(msgspec.Struct, frozen=True):
         messages: The messages, oldest first, after truncation.
         last_sequence: Highest sequence among the events read (not the cut).
         last_timestamp: Latest timestamp among the events read.
-        metadata: Free-form data about the transcript.
+        metadata: Free-form data about the transcript (the builder writes none).
+        _fold: Where the builder's fold stopped (``None`` for a transcript built by
+            hand); private to ``TranscriptBuilder``.
     """
 
     session_id: str
@@ -54,3 +73,4 @@ class Transcript(msgspec.Struct, frozen=True):
     last_sequence: int | None
     last_timestamp: datetime | None
     metadata: dict[str, Any] = {}
+    _fold: TranscriptFold | None = None

@@ -1,7 +1,32 @@
-"""Input checks shared by every store backend, so bad input fails the same way everywhere."""
+"""The one vocabulary of input checks, run before any actor or writer sees the input.
+
+Stores, the Hub and the folds all check their input with these functions, so bad input
+fails the same way everywhere, as ``ValidationError`` with the figures, before anything
+is written and before any actor is involved (an actor never crashes on bad input, so a
+desk is never marked failed by it). The rules:
+
+- **int**: an ``int`` that is not a ``bool`` (``bool`` is not an int here), with
+  ``minimum <= n < 2**63`` (``MAX_INT``): sequences, ``parent``, ``thread_root``,
+  ``expected_version``, windows, limits. 2**63 is what every backend can store.
+- **text**: a ``str`` without lone surrogates (it must encode to UTF-8): ids, labels,
+  kinds, session ids, viewer ids (checked one by one), and every other string of an
+  event, keys included (refused by the encoding round trip).
+- **nesting**: containers (dicts, lists, tuples, sets) nested at most ``MAX_DEPTH`` = 64
+  deep inside any event field; deeper input would exhaust the encoder's recursion.
+- **authors**: a ``Person``/``Agent`` id and a ``System`` kind must not be empty.
+- **session ids**: non-empty text of at most ``MAX_SESSION_ID_BYTES`` = 256 UTF-8 bytes.
+- **paths**: a ``str`` or ``os.PathLike`` naming a directory: not empty, no NUL.
+
+What is stored is an event's encoding: ``check_events`` returns each event decoded from
+its own encoding, a private copy in which every non-JSON container is normalised the way
+the encoding does it (a ``set`` or ``tuple`` becomes a ``list``). Both backends store and
+return that copy, so ``append`` returns what ``read`` returns later, in every store, and
+no object of the caller's is kept.
+"""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from typing import Any, Final, cast
 
@@ -10,13 +35,151 @@ import msgspec
 from sharedesk.protocol.authors import Agent, Operator, Person, SessionAuthor, System
 from sharedesk.protocol.errors import ValidationError
 from sharedesk.protocol.events import RUN_STATUSES, Event, RunFinished
-from sharedesk.protocol.views import Conversation
+from sharedesk.protocol.views import Conversation, SharingState
 
 _EVENT_DECODER: Final = msgspec.msgpack.Decoder(Event)
 _ENCODER: Final = msgspec.msgpack.Encoder()
 
 #: Longest session id accepted, in UTF-8 bytes (keeps store keys bounded).
-MAX_SESSION_ID_BYTES: Final = 400
+MAX_SESSION_ID_BYTES: Final = 256
+#: Every int checked here is below this (what a signed 64-bit store field holds).
+MAX_INT: Final = 2**63
+#: Deepest nesting of containers accepted inside an event field.
+MAX_DEPTH: Final = 64
+
+
+def check_int(name: str, value: Any, *, minimum: int = 0) -> int:
+    """Return ``value`` if it is an ``int``, not a ``bool``, with ``minimum <= value < 2**63``.
+
+    Args:
+        name: What to call it in the error message.
+        value: The value to check.
+        minimum: The smallest value accepted.
+
+    Raises:
+        ValidationError: Otherwise (the message names the value and the bounds).
+
+    Cost: O(1).
+    """
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValidationError(f"{name} must be an int, got {type(value).__name__}")
+    if not minimum <= value < MAX_INT:
+        raise ValidationError(f"{name} must be in [{minimum}, 2**63), got {value}")
+    return value
+
+
+def check_text(name: str, value: Any, *, empty: bool = True) -> str:
+    """Return ``value`` if it is a ``str`` that encodes to UTF-8 (no lone surrogates).
+
+    Args:
+        name: What to call it in the error message.
+        value: The value to check.
+        empty: Whether ``""`` is accepted.
+
+    Raises:
+        ValidationError: Not a ``str``, a lone surrogate, or empty when not allowed.
+
+    Cost: O(1) for ASCII text, else one UTF-8 encoding.
+    """
+    if not isinstance(value, str):
+        raise ValidationError(f"{name} must be a str, got {type(value).__name__}")
+    if not value:
+        if not empty:
+            raise ValidationError(f"{name} must not be empty")
+        return value
+    if not value.isascii():
+        _utf8(name, value)
+    return value
+
+
+def _utf8(name: str, value: str) -> bytes:
+    try:
+        return value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValidationError(
+            f"{name} holds a lone surrogate {value[exc.start]!r} at index {exc.start}"
+        ) from exc
+
+
+def check_path(value: Any, name: str = "path") -> str:
+    """Return ``value`` as a ``str`` path if it names a directory one can open.
+
+    Raises:
+        ValidationError: Not a ``str``/``os.PathLike`` of ``str``, empty (which would
+            silently mean the current directory), holding a NUL, or a lone surrogate.
+
+    Cost: O(len(path)).
+    """
+    if not isinstance(value, str | os.PathLike):
+        raise ValidationError(f"{name} must be a str or os.PathLike, got {type(value).__name__}")
+    text = os.fspath(value)
+    if not isinstance(text, str):
+        raise ValidationError(f"{name} must be a text path, got {type(text).__name__}")
+    if not text:
+        raise ValidationError(f"{name} must not be empty (use '.' for the current directory)")
+    if "\0" in text:
+        raise ValidationError(f"{name} holds a NUL character at index {text.index(chr(0))}")
+    return check_text(name, text)
+
+
+#: The containers whose nesting :func:`check_depth` counts (a struct inside a value too).
+_CONTAINERS: Final = (dict, list, tuple, set, frozenset, msgspec.Struct)
+
+
+def check_depth(name: str, value: Any) -> None:
+    """Check that containers in ``value`` nest at most ``MAX_DEPTH`` levels deep.
+
+    Walks iteratively (never recursing), so any depth is refused cleanly; ``value``
+    itself, when a container, is the first level. Strings are not looked at: the
+    encoding round trip of :func:`check_events` refuses lone surrogates anywhere.
+
+    Raises:
+        ValidationError: A container deeper than ``MAX_DEPTH``; the message names where.
+
+    Cost: O(number of containers and items in ``value``).
+    """
+    # Each entry: (value, depth, where), ``where`` a chain (parent's where, key) that is
+    # spelled out only for an error.
+    stack: list[tuple[Any, int, Any]] = [(value, 0, name)]
+    while stack:
+        item, depth, where = stack.pop()
+        if depth >= MAX_DEPTH:
+            raise ValidationError(f"{_spell(where)} nests deeper than {MAX_DEPTH} levels")
+        if isinstance(item, msgspec.Struct):
+            item = {field: getattr(item, field) for field in item.__struct_fields__}
+        if isinstance(item, dict):
+            stack.extend(
+                (inner, depth + 1, (where, key))
+                for key, inner in item.items()
+                if isinstance(inner, _CONTAINERS)
+            )
+        else:
+            stack.extend(
+                (inner, depth + 1, (where, i))
+                for i, inner in enumerate(item)
+                if isinstance(inner, _CONTAINERS)
+            )
+
+
+def _check_nesting(where: str, event: Event) -> None:
+    """Run :func:`check_depth` over the container fields of ``event`` (only those)."""
+    if event.metadata:
+        check_depth(f"{where}.metadata", event.metadata)
+    body = event.body
+    for field in body.__struct_fields__:
+        value = getattr(body, field)
+        if value and isinstance(value, _CONTAINERS):
+            check_depth(f"{where}.body.{field}", value)
+
+
+def _spell(where: Any) -> str:
+    """Spell out a ``where`` chain built by :func:`check_depth`: ``events[0].metadata['a'][3]``."""
+    parts: list[str] = []
+    while isinstance(where, tuple):
+        where, key = where
+        parts.append(f"[{key!r}]")
+    parts.append(where)
+    return "".join(reversed(parts))
 
 
 def check_session_id(session_id: Any) -> str:
@@ -26,19 +189,13 @@ def check_session_id(session_id: Any) -> str:
         ValidationError: Not a non-empty ``str`` of at most ``MAX_SESSION_ID_BYTES``
             UTF-8 bytes (lone surrogates are refused).
     """
-    if not isinstance(session_id, str):
-        raise ValidationError(f"session_id must be a str, got {type(session_id).__name__}")
-    if not session_id:
-        raise ValidationError("session_id must not be empty")
-    try:
-        size = len(session_id.encode("utf-8"))
-    except UnicodeEncodeError as exc:
-        raise ValidationError(f"session_id is not valid Unicode text: {exc}") from exc
+    check_text("session_id", session_id, empty=False)
+    size = len(session_id) if session_id.isascii() else len(_utf8("session_id", session_id))
     if size > MAX_SESSION_ID_BYTES:
         raise ValidationError(
             f"session_id is {size} UTF-8 bytes; at most {MAX_SESSION_ID_BYTES} are allowed"
         )
-    return session_id
+    return cast(str, session_id)
 
 
 def check_author(value: Any, name: str = "author") -> SessionAuthor:
@@ -49,15 +206,22 @@ def check_author(value: Any, name: str = "author") -> SessionAuthor:
         name: What to call it in the error message (``"viewer"``, ``"author"``).
 
     Raises:
-        ValidationError: Not an author.
+        ValidationError: Not an author; an empty ``id`` (``Person``, ``Agent``) or
+            ``kind`` (``System``); an id, kind or label that is not text.
 
-    Cost: O(1).
+    Cost: O(len(id) + len(label)).
     """
-    if not isinstance(value, Operator | Person | Agent | System):
+    if isinstance(value, Person | Agent):
+        check_text(f"{name}.id", value.id, empty=False)
+        check_text(f"{name}.label", value.label)
+    elif isinstance(value, System):
+        check_text(f"{name}.kind", value.kind, empty=False)
+        check_text(f"{name}.label", value.label)
+    elif not isinstance(value, Operator):
         raise ValidationError(
             f"{name} must be an Operator, Person, Agent or System, got {type(value).__name__}"
         )
-    return value
+    return cast(SessionAuthor, value)
 
 
 def check_optional_author(value: Any, name: str) -> SessionAuthor | None:
@@ -72,7 +236,7 @@ def check_optional_author(value: Any, name: str) -> SessionAuthor | None:
         raise ValidationError(
             f"{name} must be an Operator, Person, Agent, System or None, got {type(value).__name__}"
         )
-    return value
+    return None if value is None else check_author(value, name)
 
 
 def check_conversation(conversation: object, name: str = "conversation") -> Conversation:
@@ -83,36 +247,48 @@ def check_conversation(conversation: object, name: str = "conversation") -> Conv
         name: How to call it in the error message.
 
     Raises:
-        ValidationError: Not a ``Conversation``, a non-``str`` desk, or a ``thread_root``
-            that is neither ``None`` nor an ``int``.
+        ValidationError: Not a ``Conversation``, a desk that is not text, or a
+            ``thread_root`` that is neither ``None`` nor an int in ``[0, 2**63)``.
 
-    Cost: O(1).
+    Cost: O(len(desk)).
     """
     if not isinstance(conversation, Conversation):
         raise ValidationError(f"{name} must be a Conversation, got {type(conversation).__name__}")
-    if not isinstance(conversation.desk, str):
-        raise ValidationError(f"{name}.desk must be a str, got {type(conversation.desk).__name__}")
-    root = conversation.thread_root
-    if root is not None and type(root) is not int:
-        raise ValidationError(
-            f"{name}.thread_root must be an int or None, got {type(root).__name__}"
-        )
+    check_text(f"{name}.desk", conversation.desk)
+    if conversation.thread_root is not None:
+        check_int(f"{name}.thread_root", conversation.thread_root)
     return conversation
 
 
+def check_sharing_state(state: Any, name: str = "state") -> SharingState:
+    """Return ``state`` if it is a :class:`SharingState` with valid fields.
+
+    Raises:
+        ValidationError: Not a ``SharingState``; a bad conversation; a watermark or a
+            present sequence outside ``[0, 2**63)``.
+
+    Cost: O(len(present_above_watermark)).
+    """
+    if not isinstance(state, SharingState):
+        raise ValidationError(f"{name} must be a SharingState, got {type(state).__name__}")
+    check_conversation(state.conversation, f"{name}.conversation")
+    check_int(f"{name}.watermark", state.watermark)
+    for sequence in state.present_above_watermark:
+        check_int(f"{name}.present_above_watermark item", sequence)
+    return state
+
+
 def check_optional_int(name: str, value: Any, *, minimum: int = 0) -> int | None:
-    """Return ``value`` if it is ``None`` or an ``int`` (not a bool) of at least ``minimum``.
+    """Return ``value`` if it is ``None`` or passes :func:`check_int`.
 
     Raises:
         ValidationError: Otherwise.
+
+    Cost: O(1).
     """
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValidationError(f"{name} must be an int or None, got {type(value).__name__}")
-    if value < minimum:
-        raise ValidationError(f"{name} must be at least {minimum}, got {value}")
-    return value
+    return check_int(name, value, minimum=minimum)
 
 
 def check_event_sequence(events: Any) -> Sequence[Event]:
@@ -157,37 +333,49 @@ def check_events(events: Any) -> list[Event]:
     """Check a batch given to ``append`` and return it as a list.
 
     Every element must be an :class:`Event` whose fields have their declared types, with
-    ``sequence`` and ``timestamp`` left ``None``, a non-empty ``id``, a positive
-    ``parent`` when set, and a known ``RunFinished.status``.
+    ``sequence`` and ``timestamp`` left ``None``, a non-empty ``id``, a valid author
+    (:func:`check_author`), a ``parent`` in ``[1, 2**63)`` when set, text without lone
+    surrogates anywhere (the encoding refuses them) and nesting of at most ``MAX_DEPTH``
+    in every field (:func:`check_depth`), and a known ``RunFinished.status``.
+
+    Returns:
+        Private copies: each event decoded from its own encoding (see the module header),
+        so the store keeps no object of the caller's and stores what it returns.
 
     Raises:
         ValidationError: The first problem found, naming the event's index.
 
-    Cost: one msgpack round trip per event; no I/O.
+    Cost: one msgpack round trip per event, plus a walk over the containers of its
+    non-empty ``metadata`` and body containers; no I/O.
     """
     checked: list[Event] = []
     for index, event in enumerate(check_event_sequence(events)):
         where = f"events[{index}]"
         if not isinstance(event, Event):
             raise ValidationError(f"{where} must be an Event, got {type(event).__name__}")
-        try:
-            _EVENT_DECODER.decode(_ENCODER.encode(event))
-        except (msgspec.EncodeError, TypeError, ValueError, OverflowError) as exc:
-            raise ValidationError(f"{where} is malformed: {exc}") from exc
         if event.sequence is not None or event.timestamp is not None:
             raise ValidationError(
                 f"{where} has sequence/timestamp set; the store stamps them on append"
             )
-        if not event.id:
-            raise ValidationError(f"{where}.id must not be empty")
-        if event.parent is not None and event.parent < 1:
-            raise ValidationError(f"{where}.parent must be a sequence >= 1, got {event.parent}")
+        check_author(event.author, f"{where}.author")
+        check_text(f"{where}.id", event.id, empty=False)
+        if event.parent is not None:
+            check_int(f"{where}.parent", event.parent, minimum=1)
+        _check_nesting(where, event)
+        try:
+            copy = _EVENT_DECODER.decode(_ENCODER.encode(event))
+        except UnicodeEncodeError as exc:
+            raise ValidationError(
+                f"{where} holds a lone surrogate {exc.object[exc.start : exc.end]!r}"
+            ) from exc
+        except (msgspec.EncodeError, TypeError, ValueError, OverflowError) as exc:
+            raise ValidationError(f"{where} is malformed: {exc}") from exc
         if isinstance(event.body, RunFinished) and event.body.status not in RUN_STATUSES:
             raise ValidationError(
                 f"{where}.body.status must be one of {sorted(RUN_STATUSES)}, "
                 f"got {event.body.status!r}"
             )
-        checked.append(event)
+        checked.append(copy)
     return checked
 
 

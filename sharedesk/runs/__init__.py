@@ -11,7 +11,7 @@ imports them.
 
 from typing import TYPE_CHECKING, Any
 
-from sharedesk._lazy import load_lazy
+from sharedesk.protocol._lazy import load_lazy
 from sharedesk.runs.manager import SessionManager
 from sharedesk.runs.queue import RunFuture, RunQueue
 from sharedesk.runs.render import to_anthropic_messages, to_openai_messages

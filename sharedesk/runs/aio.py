@@ -35,7 +35,7 @@ from concurrent.futures import Future
 from types import TracebackType
 from typing import Any, Final, Self, TypeVar
 
-from sharedesk.logconfig import logger
+from sharedesk.protocol._log import logger
 from sharedesk.protocol.constants import PAGE_SIZE
 from sharedesk.protocol.errors import RunStateError, SharedeskError
 from sharedesk.protocol.events import Event, Text
@@ -258,7 +258,7 @@ async def aexecute_run(
         except BaseException as exc:
             job.set_exception(exc)
 
-    thread = threading.Thread(target=thread_body, name=f"{THREAD_PREFIX}-{run_id[:8]}")
+    thread = threading.Thread(target=thread_body, name=f"{THREAD_PREFIX}-{run_id[:8]}", daemon=True)
     thread.start()
     waiting = asyncio.wrap_future(job)
     try:

@@ -41,8 +41,8 @@ from typing import Any, Final
 
 import msgspec
 
-from sharedesk.logconfig import logger
 from sharedesk.projection.transcript import TranscriptBuilder
+from sharedesk.protocol._log import logger
 from sharedesk.protocol.authors import Agent, Operator, SessionAuthor, System
 from sharedesk.protocol.constants import PAGE_SIZE
 from sharedesk.protocol.errors import (

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Self
 
-from sharedesk.logconfig import logger
+from sharedesk.protocol._log import logger
 from sharedesk.protocol.errors import (
     QueueClosed,
     QueueFull,

@@ -15,12 +15,6 @@ import msgspec
 from sharedesk.protocol.events import Event
 from sharedesk.protocol.transcripts import Transcript
 
-#: The statuses a run can have: pending (input stored), running (``RunStarted`` stored),
-#: or the status of its ``RunFinished``.
-RUN_STATES: frozenset[str] = frozenset(
-    {"pending", "running", "completed", "failed", "cancelled", "timeout"}
-)
-
 #: The continuation modes ``execute_run`` accepts (besides ``False``).
 CONTINUATION_MODES: frozenset[str] = frozenset({"auto", "replay", "native"})
 
@@ -58,7 +52,9 @@ class Run(msgspec.Struct, frozen=True):
     Attributes:
         id: The run id; it names its session (see ``SessionManager``).
         session_id: The session the run belongs to.
-        status: One of :data:`RUN_STATES`.
+        status: ``"pending"`` (input stored), ``"running"`` (``RunStarted`` stored), or
+            the status of its ``RunFinished`` (``"completed"``, ``"failed"``,
+            ``"cancelled"``, ``"timeout"``).
         input: The input messages as ``{"role", "content"}`` dicts, role ``"user"``
             or ``"system"``.
         provider: The adapter that executed it, once started.

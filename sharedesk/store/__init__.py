@@ -1,11 +1,11 @@
 """Store backends behind the :class:`~sharedesk.EventStore` port.
 
-``LmdbStore`` is imported on first use (with py-lmdb), see :mod:`sharedesk._lazy`.
+``LmdbStore`` is imported on first use (with py-lmdb), see :mod:`sharedesk.protocol._lazy`.
 """
 
 from typing import TYPE_CHECKING, Any
 
-from sharedesk._lazy import load_lazy
+from sharedesk.protocol._lazy import load_lazy
 from sharedesk.store._common import SessionInfo
 from sharedesk.store.memory import MemoryStore
 

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterable
 from datetime import datetime
-from typing import Any
+from typing import Any, Final
 
 import msgspec
 
 from sharedesk.logconfig import logger
 from sharedesk.protocol.errors import ValidationError
-from sharedesk.protocol.events import Event, Text
+from sharedesk.protocol.events import Event, RunStarted, Text, TextDelta
 from sharedesk.protocol.ports import CompletionSink, WriteTicket
-from sharedesk.protocol.validation import check_optional_int
+from sharedesk.protocol.validation import check_optional_int, check_sharing_state, check_text
 from sharedesk.protocol.views import SharingState
 
 _log = logger()
@@ -69,27 +69,48 @@ class SessionInfo(msgspec.Struct, frozen=True):
     last_activity: datetime
 
 
+_EVENT_DECODER: Final = msgspec.msgpack.Decoder(Event)
+_ENCODER: Final = msgspec.msgpack.Encoder()
+#: Bodies whose fields are all immutable (str, bool, None): shared safely.
+_IMMUTABLE_BODIES: Final = (Text, TextDelta, RunStarted)
+
+
+def private_copy(event: Event) -> Event:
+    """Return a copy of a stored event that shares no mutable object with it.
+
+    Authors and the bodies in ``_IMMUTABLE_BODIES`` hold only immutable values, so an
+    event with such a body and empty ``metadata`` only needs a fresh ``metadata``;
+    anything else is copied whole by an encoding round trip (what the store keeps is
+    that encoding's result already, so the copy compares equal).
+
+    Cost: O(1) for a plain message; otherwise one msgpack round trip.
+    """
+    if not event.metadata and isinstance(event.body, _IMMUTABLE_BODIES):
+        return msgspec.structs.replace(event, metadata={})
+    return _EVENT_DECODER.decode(_ENCODER.encode(event))
+
+
 def check_sharing_args(
     viewer: Any, state: Any, expected_state: Any
 ) -> tuple[str, SharingState, SharingState | None]:
     """Validate ``append_and_share``'s sharing arguments.
 
     Raises:
-        ValidationError: ``viewer`` not a non-empty ``str``; ``state`` not a
-            :class:`SharingState`; ``expected_state`` neither ``None`` nor a
-            ``SharingState`` of the same conversation.
+        ValidationError: ``viewer`` not a non-empty ``str``; ``state`` not a valid
+            :class:`SharingState` (see ``check_sharing_state``); ``expected_state``
+            neither ``None`` nor a valid ``SharingState`` of the same conversation.
 
     Cost: O(1).
     """
     check_viewer(viewer)
-    if not isinstance(state, SharingState):
-        raise ValidationError(f"state must be a SharingState, got {type(state).__name__}")
+    check_sharing_state(state)
     if expected_state is not None:
         if not isinstance(expected_state, SharingState):
             raise ValidationError(
                 f"expected_state must be a SharingState or None, "
                 f"got {type(expected_state).__name__}"
             )
+        check_sharing_state(expected_state, "expected_state")
         if expected_state.conversation != state.conversation:
             raise ValidationError(
                 f"expected_state tracks {expected_state.conversation}, "
@@ -102,13 +123,11 @@ def check_viewer(viewer: Any) -> str:
     """Return ``viewer`` if it is a non-empty ``str``.
 
     Raises:
-        ValidationError: Otherwise.
+        ValidationError: Not a ``str``, empty, or holding a lone surrogate.
 
-    Cost: O(1).
+    Cost: O(len(viewer)).
     """
-    if not isinstance(viewer, str) or not viewer:
-        raise ValidationError(f"viewer must be a non-empty str, got {viewer!r}")
-    return viewer
+    return check_text("viewer", viewer, empty=False)
 
 
 def watermark_of(state: SharingState | None) -> int:

@@ -21,7 +21,11 @@ grown by another process (``MapResizedError``) is adopted (``set_mapsize(0)``) a
 open or transaction retried. Reader slots left by processes that died are reclaimed
 (``reader_check``) at open, whenever a read finds the reader table full, and by each
 store's writer every ``READER_CHECK_COMMITS`` commits (a stale slot pins the oldest
-snapshot: until it is reclaimed no page is reused and the file grows).
+snapshot: until it is reclaimed no page is reused and the file grows). One case is left
+to the processes already open: py-lmdb runs a read transaction inside ``lmdb.open``,
+before there is an environment to reclaim slots with, so a process that finds every
+slot held by dead processes fails to open (``StoreIOError``) until an open one reclaims
+them (its next read that needs a slot, or its writer's next check).
 
 The data file is checked before LMDB reads through its map (:func:`check_data_file`):
 a file shorter than its committed meta page says would raise SIGBUS at the first read
@@ -42,7 +46,7 @@ from typing import Any, Final
 import lmdb
 import lmdb.verify
 
-from sharedesk.logconfig import logger
+from sharedesk.protocol._log import logger
 from sharedesk.protocol.errors import CorruptRecordError, StoreIOError, ValidationError
 
 _log = logger()

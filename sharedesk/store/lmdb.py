@@ -59,43 +59,8 @@ is cached between this store's own commits (dropped whenever the transaction id 
 that another writer, in this process or another, committed in between) and written
 once per session per group.
 
-Where the time goes (16 threads, 1000 sessions, one event per append, durable, on a
-2-core VM). Everything but the syncs runs under the GIL, one thread at a time. Committing
-one group of 16 at a time, a cycle took 1.1-1.4 ms: the commit (two syncs: data, then
-LMDB's meta page), 0.45-0.55 ms; the writer's checks and puts, about 0.2 ms; the callers
-between wake-up and their next request, about 0.6 ms, all one after another. A caller's
-own Python is only ~7 us of its share (building the ``Event`` ~2 us, the checks ~2.5 us,
-the request ~1 us); the rest is the thread switch: on this VM a blocked thread costs ~17
-us of CPU to wake (one caller alone shows 24 us of CPU per append for 7 us of Python), and
-the switches run one after another because the woken callers need the GIL in turn.
-Handing the wake-up on as a baton (see ``_Request``) halved the switches per append (3.2
-to 1.9) and gained ~8%; leaving a caller still waiting for its baton in line when the
-writer takes the next group gained ~7% more. Pipelining (above) overlaps the callers with
-the commit: groups of about 8 alternate, and a cycle is the writer's puts for one group
-(~0.13 ms) and its commit (0.4-0.5 ms), while the other group's callers come back in
-~0.3 ms; the writer no longer waits for requests. It gained 3-38% in alternating runs
-(durable and relaxed, through the store and the Hub; no change with one or four threads).
-The callers are woken only after the next group is written because py-lmdb releases the
-GIL in every put: a caller running then takes the interpreter from the writer at each
-put (committing each group at once and waking its callers straight away,
-``group_wait=0``, was 15-25% slower).
-
-Measured and left out (alternating A/B runs of ``python -m bench append``; the machine
-drifts +-15% within minutes): ``writemap`` (no change to raw py-lmdb either);
-``metasync=False`` with an explicit sync after each commit (no change); dropping the
-meta or ``Text`` index puts (+1% and +2%, within noise; both together +13% but noisy,
-and the layout would need another way to page ``Text`` rows); gathering for the full
-``group_wait`` rather than at most the last commit's time (same); starting the gathering
-window when the commit ends, or not waking the writer for the first request of a relay
-(6-10% slower); one ``log`` database holding each session's records, ``Text`` index, ids
-and metadata side by side (a third fewer page writes per commit, 12.7 instead of 18.6,
-and 18-22% faster commits from one thread with raw py-lmdb, but the same 500-570 us
-commits under 16 threads, where the syncs and thread wake-ups dominate; not worth a new
-on-disk layout); a leader/follower design (the first waiting caller commits the group on
-its own thread, no writer thread), prototyped bare: no faster than a bare writer thread
-(11.6-13.4k vs 13.1-15.4k events/s). The bench's ``append lmdb-raw group-commit``
-baseline is a bare writer-thread design with no validation or event objects; the store
-ran at 0.9-1.1x of it before pipelining, and at 1.06-1.29x since.
+The figures behind this design (where a durable append's time goes, what each part of
+it gained) and the alternatives measured and left out are in ``docs/performance.md``.
 
 Growth. The map starts at ``map_size`` and doubles when LMDB reports it full: new
 transactions are held off, the transaction is aborted, the map is resized with no
@@ -131,9 +96,9 @@ from typing import Any, Final, Literal, Self, TypeVar
 import lmdb
 import msgspec
 
-from sharedesk.logconfig import logger
 from sharedesk.projection.session import is_blank
 from sharedesk.projection.sharing import note_present
+from sharedesk.protocol._log import logger
 from sharedesk.protocol.authors import SessionAuthor
 from sharedesk.protocol.codec import encode_msgpack
 from sharedesk.protocol.errors import (
@@ -152,6 +117,7 @@ from sharedesk.protocol.validation import (
     check_append_args,
     check_conversation,
     check_optional_int,
+    check_path,
     check_session_id,
     parent_error,
 )
@@ -188,6 +154,9 @@ _EVENT_DECODER: Final = msgspec.msgpack.Decoder(Event)
 _STATE_DECODER: Final = msgspec.msgpack.Decoder(SharingState)
 _ENCODER: Final = msgspec.msgpack.Encoder()
 _DEFAULT_MAP_SIZE: Final = 64 * 2**20
+#: The smallest map opened: LMDB cannot create the sub-databases in less (about 40
+#: KiB), so a smaller ``map_size`` starts here and grows as any map does.
+_MIN_MAP_SIZE: Final = 64 * 2**10
 _META_CACHE_SIZE: Final = 100_000
 # Measured with 16 threads x 1000 sessions on 2 cores: under load, callers answered by
 # one commit take more than 0.5 ms to come back, so a durable writer waiting only that
@@ -438,7 +407,8 @@ class LmdbStore:
         durability: ``"durable"`` or ``"relaxed"`` (see above). All stores on one path
             in one process must agree.
         map_size: The initial map size in bytes (ignored when the path is already open
-            in this process, or when the file is already larger).
+            in this process, or when the file is already larger); at least 64 KiB is
+            opened, whatever is asked.
         max_map_size: The ceiling the map may grow to, or ``None`` for no ceiling.
         group_wait: Most seconds the writer waits, once a request is queued, for as
             many requests as its last group held (0 commits at once); it also never
@@ -455,8 +425,10 @@ class LmdbStore:
             the process on a later read. ``sharedesk inspect`` verifies.
 
     Raises:
-        ValidationError: A bad option, or a durability that differs from the one this
-            path is already open with in this process.
+        ValidationError: A bad option (``max_map_size`` under 64 KiB included), a path
+            that is not one (empty, a NUL, not a ``str``/``os.PathLike``), or a
+            durability that differs from the one this path is already open with in this
+            process.
         CorruptRecordError: The data file is damaged (``session_id`` is ``""``).
         StoreIOError: LMDB could not open the environment.
 
@@ -474,12 +446,14 @@ class LmdbStore:
         group_wait: float | None = None,
         verify: bool = False,
     ) -> None:
+        path = check_path(path)
         if durability not in ("durable", "relaxed"):
             raise ValidationError(f"durability must be 'durable' or 'relaxed', got {durability!r}")
         if map_size is None:
             raise ValidationError("map_size must be an int, got None")
         check_optional_int("map_size", map_size, minimum=1)
-        check_optional_int("max_map_size", max_map_size, minimum=1)
+        check_optional_int("max_map_size", max_map_size, minimum=_MIN_MAP_SIZE)
+        map_size = max(map_size, _MIN_MAP_SIZE)
         if group_wait is None:
             group_wait = _GROUP_WAIT_DURABLE if durability == "durable" else _GROUP_WAIT_RELAXED
         if not isinstance(group_wait, int | float) or not 0 <= group_wait <= 1:

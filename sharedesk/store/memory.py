@@ -38,6 +38,7 @@ from sharedesk.store._common import (
     check_sharing_args,
     check_viewer,
     hand_over,
+    private_copy,
     watermark_of,
 )
 
@@ -82,7 +83,11 @@ class MemoryStore:
     """An in-memory event store; thread-safe, with the full store interface.
 
     Everything is lost when the process ends. Appends are serialised by one lock; reads
-    take the same lock briefly and return the stored (immutable) events. It also keeps
+    take the same lock briefly. No object is shared with callers: what is stored is a
+    private copy of each event (its encoding decoded, see
+    :mod:`sharedesk.protocol.validation`), and ``append`` and ``read`` hand out copies
+    of that (:func:`~sharedesk.store._common.private_copy`), so changing an event's
+    ``metadata`` or ``tool_input`` afterwards never changes history. It also keeps
     sharing states (the :class:`~sharedesk.protocol.ports.SharingStateStore` port).
     """
 
@@ -132,7 +137,8 @@ class MemoryStore:
         batch = check_append_args(session_id, events, expected_version)
         with self._lock:
             self._live()
-            return self._append_locked(session_id, batch, expected_version)
+            result = self._append_locked(session_id, batch, expected_version)
+        return [private_copy(event) for event in result]
 
     def _append_locked(
         self, session_id: str, batch: list[Event], expected_version: int | None
@@ -249,7 +255,8 @@ class MemoryStore:
         sharing = check_sharing_args(viewer, state, expected_state)
         with self._lock:
             self._live()
-            return self._share_locked(session_id, batch, expected_version, sharing, reply_present)
+            result = self._share_locked(session_id, batch, expected_version, sharing, reply_present)
+        return [private_copy(event) for event in result]
 
     def _share_locked(
         self,
@@ -371,7 +378,7 @@ class MemoryStore:
                                 item.sharing,
                                 item.reply_present,
                             )
-                    outcomes.append((item.ticket, stored, None))
+                    outcomes.append((item.ticket, [private_copy(e) for e in stored], None))
                 except SharedeskError as exc:
                     outcomes.append((item.ticket, None, exc))
             hand_over(outcomes)
@@ -425,7 +432,8 @@ class MemoryStore:
             ValidationError: A bound that is not a non-negative int.
             StoreClosedError: The store is closed.
 
-        Cost: O(result) under the store lock.
+        Cost: O(result) under the store lock, then one copy per event outside it (O(1)
+        for a plain message, else one msgpack round trip).
         """
         check_session_id(session_id)
         after, before, limit = check_read_args(after, before, limit)
@@ -441,9 +449,11 @@ class MemoryStore:
                 return []
             if newest_first:
                 start = low if limit is None else max(low, high - limit)
-                return events[start:high][::-1]
-            stop = high if limit is None else min(high, low + limit)
-            return events[low:stop]
+                rows = events[start:high][::-1]
+            else:
+                stop = high if limit is None else min(high, low + limit)
+                rows = events[low:stop]
+        return [private_copy(event) for event in rows]
 
     def last_sequence(self, session_id: str) -> int:
         """Return the session's last sequence (0 for a session with no events).

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import threading
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -191,6 +193,22 @@ class TestOptions:
     def test_unknown_store_options_without_a_path_are_refused(self) -> None:
         with pytest.raises(ValidationError):
             Hub.open(None, durability="relaxed")
+
+    def test_an_unknown_option_is_refused_by_name_and_nothing_is_created(
+        self, tmp_path: Path
+    ) -> None:
+        with pytest.raises(ValidationError) as caught:
+            Hub.open(tmp_path / "desk", bogus=1)
+
+        assert ("'bogus'" in str(caught.value), False) == (
+            True,
+            (tmp_path / "desk").exists(),
+        )
+
+    @pytest.mark.parametrize("path", ["", "a\x00b", 3], ids=["empty", "nul", "int"])
+    def test_a_path_that_is_not_one_is_refused(self, path: Any) -> None:
+        with pytest.raises(ValidationError):
+            Hub.open(path)
 
     @pytest.mark.parametrize(
         "options",

@@ -298,6 +298,9 @@ class TestCommitWhileAnotherProcessWrites:
         """Another process appends all along; no commit fails, no row is missed (case 7)."""
         hub = open_hub(path=tmp_path / "store", durability="relaxed", ask_timeout=10.0)
         hub.session("desk").post(ANA, "question")
+        first = hub.turn("desk", BOT)  # the full window, taken before the child writes,
+        first.commit()  # so every outside row lies above the watermark
+        offered = [m.sequence for m in first.messages if m.author != BOT]
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPOSITORY), env.get("PYTHONPATH")]))
         child = subprocess.Popen(
@@ -306,7 +309,6 @@ class TestCommitWhileAnotherProcessWrites:
             stderr=subprocess.PIPE,
             env=env,
         )
-        offered: list[int] = []
         try:
             assert child.stdout is not None
             assert b"ready\n" in iter(child.stdout.readline, b"")

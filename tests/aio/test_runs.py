@@ -250,7 +250,7 @@ class TestTheLoopStaysFree:
         assert arun(body) >= 5
 
     def test_the_sync_run_once_blocks_the_loop_which_the_probe_sees(self, arun: Runner) -> None:
-        """The probe above fails what issue 14 measured: a sync run awaited on the loop."""
+        """The probe above catches what a sync run awaited on the loop does: it blocks it."""
 
         async def body(hub: AsyncHub) -> int:
             async def blocking() -> Any:

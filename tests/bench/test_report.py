@@ -104,13 +104,20 @@ class TestTarget:
     def test_status_compares_value_with_bound_in_the_stated_direction(
         self, value: float | None, at_least: bool, status: str
     ) -> None:
-        target = Target(issue=3, claim="c", value=value, bound=0.4, at_least=at_least, detail="d")
+        target = Target(
+            name="append-store-vs-raw-lmdb",
+            claim="c",
+            value=value,
+            bound=0.4,
+            at_least=at_least,
+            detail="d",
+        )
 
         assert status == target.status
 
     def test_ratio_is_numerator_over_denominator(self) -> None:
         target = ratio_target(
-            issue=3,
+            name="append-store-vs-raw-lmdb",
             claim="c",
             numerator=30.0,
             denominator=60.0,
@@ -126,7 +133,7 @@ class TestTarget:
         self, numerator: float | None, denominator: float | None
     ) -> None:
         target = ratio_target(
-            issue=4,
+            name="warm-view-vs-sqlite",
             claim="c",
             numerator=numerator,
             denominator=denominator,
@@ -156,7 +163,16 @@ class TestJsonFile:
                     latencies_ns=[5],
                 )
             ],
-            targets=[Target(issue=3, claim="c", value=1.0, bound=0.4, at_least=True, detail="")],
+            targets=[
+                Target(
+                    name="append-store-vs-raw-lmdb",
+                    claim="c",
+                    value=1.0,
+                    bound=0.4,
+                    at_least=True,
+                    detail="",
+                )
+            ],
             figures={"k": 1},
             notes=["n"],
         )

@@ -30,6 +30,18 @@ turn = hub.turn("desk", bot)
 turn.commit("hi ana")
 """
 
+ASYNC_OPEN_AND_USE = """
+import asyncio
+from sharedesk import Agent, AsyncHub, Person
+
+async def main():
+    hub = await AsyncHub.open({path!r})
+    await hub.post("desk", Person(id="ana", label="Ana"), "hello")
+    await hub.view("desk", Agent(id="bot", label="Bot"))
+
+asyncio.run(main())
+"""
+
 BLOCKED_IN_THE_HUB = """
 import threading
 from sharedesk import Hub, HubOptions, Person
@@ -92,6 +104,15 @@ class TestAProcessThatNeverCallsClose:
         fault_counter.count("exit without close()")
 
         assert ["hello", "hi ana"] == stored_texts(path)
+
+    def test_an_asyncio_program_that_never_closes_its_async_hub_exits(
+        self, tmp_path: Path, fault_counter: FaultCounter
+    ) -> None:
+        path = tmp_path / "desk"
+        code, _, err = finish(start(ASYNC_OPEN_AND_USE.format(path=str(path)), tmp_path))
+        fault_counter.count("exit without close()")
+
+        assert (0, "", ["hello"]) == (code, err, stored_texts(path))
 
     def test_it_exits_when_it_raises_after_a_view_and_a_turn(
         self, tmp_path: Path, fault_counter: FaultCounter

@@ -4,7 +4,8 @@ Each test runs its faults in child processes (a signal is seen as the child's ex
 status, never as a crash of the suite) and reports what it ran on one line,
 ``fault <test>: cycles=... acknowledged=... lost=... duplicated=... gaps=... hangs=...``,
 printed past pytest's capture (and appended as JSON to the file named by
-``SHAREDESK_FAULT_REPORT``, if set); the README's Reliability table cites these lines.
+``SHAREDESK_FAULT_REPORT``, if set), and counted in the suite's ``fault cases``
+summary; the README's Reliability table cites these lines.
 A child that does not finish in time is a hang: the test fails.
 """
 
@@ -28,6 +29,7 @@ import pytest
 
 from sharedesk.protocol import Event, Person, SharedeskError, StoreFullError, Text, TextDelta
 from sharedesk.store import LmdbStore
+from tests.faults.counting import FaultCounter
 from tests.store.conftest import ROOT, child_env
 
 pytestmark = pytest.mark.slow
@@ -64,11 +66,20 @@ def spawn() -> Iterator[Spawn]:
 
 
 @pytest.fixture
-def report(request: pytest.FixtureRequest, capsys: pytest.CaptureFixture[str]) -> Report:
-    """Return ``report(**figures)``: print the test's figures on one line (see the module doc)."""
+def report(
+    request: pytest.FixtureRequest,
+    capsys: pytest.CaptureFixture[str],
+    fault_counter: FaultCounter,
+) -> Report:
+    """Return ``report(**figures)``: print the test's figures on one line (see the module doc).
+
+    The cycles (or cases) also go to the suite's ``fault cases`` summary.
+    """
 
     def emit(**figures: object) -> None:
         name = request.node.name
+        runs = figures.get("cycles", figures.get("cases", 1))
+        fault_counter.count(name, runs if isinstance(runs, int) else 1)
         line = f"fault {name}: " + " ".join(f"{key}={value}" for key, value in figures.items())
         with capsys.disabled():
             sys.stderr.write(f"\n{line}\n")

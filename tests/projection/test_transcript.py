@@ -961,6 +961,16 @@ class TestUpdateFromStore:
 
         assert ["earlier", "b"] == contents(TranscriptBuilder.update_from_store(store, handmade))
 
+    def test_a_built_transcript_keeps_its_fold_state_out_of_its_metadata(
+        self, store: RecordingStore
+    ) -> None:
+        store.append(SESSION, [delta(BOT, "a", run_id="r")])
+        transcript = TranscriptBuilder.update_from_store(
+            store, TranscriptBuilder.from_store(store, SESSION, viewer=BOT), viewer=BOT
+        )
+
+        assert {} == transcript.metadata
+
     def test_update_rejects_an_open_text_that_is_not_the_last_message(
         self, store: RecordingStore
     ) -> None:
@@ -975,8 +985,10 @@ class TestUpdateFromStore:
 
     def test_update_rejects_malformed_cut_calls_metadata(self, store: RecordingStore) -> None:
         transcript = TranscriptBuilder.from_store(store, SESSION)
+        assert transcript._fold is not None
         forged = msgspec.structs.replace(
-            transcript, metadata={**transcript.metadata, "cut_pending_calls": "c1"}
+            transcript,
+            _fold=msgspec.structs.replace(transcript._fold, cut_pending_calls="c1"),
         )
 
         with pytest.raises(ValidationError, match="cut_pending_calls"):
@@ -1219,7 +1231,7 @@ class TestProperties:
         with MemoryStore() as fresh_store:
             fresh_store.append(SESSION, events[:split])
             earlier = TranscriptBuilder.from_store(fresh_store, SESSION, max_chars=budget)
-            open_text = earlier.metadata["open_text"]
+            open_text = None if earlier._fold is None else earlier._fold.open_text
             assume(open_text is None or open_text in earlier.messages)
             fresh_store.append(SESSION, events[split:])
 

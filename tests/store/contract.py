@@ -1,9 +1,19 @@
 """The store contract suite: every store rule of the contract, written once.
 
-``StoreContract`` is not collected by pytest (its name does not start with ``Test``).
-Each backend's test module subclasses it and supplies only ``make_store(path)``; a
-backend may add its own tests next to the inherited ones. A bug fixed in one backend
-gets its regression test here, so the other backend is covered too.
+The rules are grouped by capability, as eventsourcing groups its recorder test cases:
+
+- :class:`EventsContract`: the ``EventStore`` port (sequences, idempotent ids,
+  ``expected_version``, reads, the ``Text`` log, close, threads);
+- :class:`SharingContract`: the ``SharingStateStore`` port (``append_and_share`` and its
+  compare-and-swap);
+- :class:`ListingContract`: ``sessions``, ``session_info`` and ``session_infos``.
+
+:class:`StoreContract` combines the three. None of them is collected by pytest (their
+names do not start with ``Test``). Each backend's test module subclasses
+``StoreContract`` and supplies only ``make_store(path)``; the Hub runs
+``EventsContract``, the capability its store-like methods serve. A backend may add its
+own tests next to the inherited ones. A bug fixed in one backend gets its regression
+test here, so the other backend is covered too.
 """
 
 from __future__ import annotations
@@ -72,6 +82,14 @@ def delta(chunk: str = "chunk") -> Event:
     return Event(BOT, TextDelta(chunk))
 
 
+def nested(depth: int) -> dict[str, Any]:
+    """A dict nested ``depth`` levels deep (built without recursion)."""
+    value: dict[str, Any] = {}
+    for _ in range(depth - 1):
+        value = {"d": value}
+    return value
+
+
 def sequences(events: Sequence[Event]) -> list[int | None]:
     return [event.sequence for event in events]
 
@@ -114,24 +132,31 @@ BAD_SESSION_IDS: dict[str, Any] = {
 }
 
 
-class StoreContract(ABC):
-    """The store rules of the contract; subclass and implement ``make_store``."""
+class _Fixture(ABC):
+    """The store under test: one fresh store per test, closed afterwards."""
 
     @abstractmethod
-    def make_store(self, path: Path) -> ContractStore:
+    def make_store(self, path: Path) -> EventStore:
         """Return a new, empty store; ``path`` is a fresh directory it may use."""
 
     @pytest.fixture
-    def store(self, tmp_path: Path) -> Iterator[ContractStore]:
+    def store(self, tmp_path: Path) -> Iterator[EventStore]:
         store = self.make_store(tmp_path / "store")
         try:
             yield store
         finally:
             store.close()
 
-    def test_store_implements_both_ports(self, store: ContractStore) -> None:
+
+class EventsContract(_Fixture):
+    """The events capability (the ``EventStore`` port): sequences, ids, reads, the log.
+
+    Every store runs it, and so does the Hub, whose store-like methods pass it through
+    the session actors.
+    """
+
+    def test_store_implements_the_event_store_port(self, store: ContractStore) -> None:
         assert isinstance(store, EventStore)
-        assert isinstance(store, SharingStateStore)
 
     # -- sequences -------------------------------------------------------------------
 
@@ -297,7 +322,7 @@ class StoreContract(ABC):
         with pytest.raises(ValidationError):
             store.read("s", **bounds)
 
-    # -- last_sequence and sessions --------------------------------------------------
+    # -- last_sequence ---------------------------------------------------------------
 
     def test_last_sequence_is_zero_for_an_unknown_session(self, store: ContractStore) -> None:
         assert 0 == store.last_sequence("nobody")
@@ -306,45 +331,6 @@ class StoreContract(ABC):
         store.append("s", [text(), text(), text()])
 
         assert 3 == store.last_sequence("s")
-
-    def test_sessions_lists_sessions_holding_events_sorted(self, store: ContractStore) -> None:
-        store.append("b", [text()])
-        store.append("a", [text()])
-        store.append("c", [])
-
-        assert ["a", "b"] == store.sessions()
-
-    def test_session_info_reports_counts_and_last_activity(self, store: ContractStore) -> None:
-        store.append("s", [text(), delta()])
-        (newest,) = store.append("s", [text()])
-
-        assert newest.timestamp is not None
-        assert SessionInfo("s", 3, 2, newest.timestamp) == store.session_info("s")
-
-    def test_session_infos_list_every_session_sorted_by_id(self, store: ContractStore) -> None:
-        store.append("b", [delta()])
-        store.append("a", [text(), text()])
-
-        assert [("a", 2, 2), ("b", 1, 0)] == [
-            (info.session_id, info.last_sequence, info.text_count) for info in store.session_infos()
-        ]
-
-    def test_session_info_of_an_unknown_session_is_none(self, store: ContractStore) -> None:
-        assert store.session_info("nobody") is None
-
-    @pytest.mark.parametrize("session_ids", [ODD_SESSION_IDS])
-    def test_session_ids_that_prefix_each_other_or_hold_odd_characters_stay_apart(
-        self, store: ContractStore, session_ids: list[str]
-    ) -> None:
-        for count, session_id in enumerate(session_ids, start=1):
-            store.append(session_id, [text(session_id) for _ in range(count)])
-
-        for count, session_id in enumerate(session_ids, start=1):
-            events = store.read(session_id)
-            assert [session_id] * count == [e.body.content for e in events]  # type: ignore[union-attr]
-            assert count == store.last_sequence(session_id)
-            assert count == sum(len(page.messages) for page in walk_log(store, session_id, 2))
-        assert sorted(session_ids) == store.sessions()
 
     # -- bad input -------------------------------------------------------------------
 
@@ -359,15 +345,6 @@ class StoreContract(ABC):
 
         assert 1 == store.last_sequence("s")
         assert 1 == len(store.read("s"))
-
-    @pytest.mark.parametrize("kind", sorted(BAD_SESSION_IDS))
-    def test_bad_session_id_raises_validation_error_and_writes_nothing(
-        self, store: ContractStore, kind: str
-    ) -> None:
-        with pytest.raises(ValidationError):
-            store.append(BAD_SESSION_IDS[kind], [text()])
-
-        assert [] == store.sessions()
 
     @pytest.mark.parametrize("version", [-1, True, "1", 1.0])
     def test_bad_expected_version_raises_validation_error_and_writes_nothing(
@@ -474,25 +451,13 @@ class StoreContract(ABC):
             lambda s: s.append("s", [text()]),
             lambda s: s.read("s"),
             lambda s: s.last_sequence("s"),
-            lambda s: s.sessions(),
-            lambda s: s.session_info("s"),
-            lambda s: s.session_infos(),
             lambda s: s.log("s").read_before(None, 5),
-            lambda s: s.get_sharing_state("s", "v", Conversation("s")),
-            lambda s: s.append_and_share(
-                "s", [], viewer="v", state=SharingState(Conversation("s"), 0), expected_state=None
-            ),
         ],
         ids=[
             "append",
             "read",
             "last_sequence",
-            "sessions",
-            "session_info",
-            "session_infos",
             "log",
-            "get_sharing_state",
-            "append_and_share",
         ],
     )
     def test_closed_store_raises_store_closed_error(
@@ -580,6 +545,258 @@ class StoreContract(ABC):
 
         assert (1, 7) == (outcomes.count("won"), outcomes.count("lost"))
         assert 2 == store.last_sequence("s")
+
+    # -- property --------------------------------------------------------------------
+
+    # One store per test, a fresh session per example; each backend subclass runs it.
+    @settings(
+        suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.differing_executors]
+    )
+    @given(
+        batches=st.lists(
+            st.tuples(
+                st.lists(st.sampled_from("abcdefgh"), max_size=5),
+                st.one_of(st.none(), st.integers(min_value=0, max_value=12)),
+            ),
+            max_size=8,
+        )
+    )
+    def test_random_batches_match_a_simple_model(
+        self, store: ContractStore, batches: list[tuple[list[str], int | None]]
+    ) -> None:
+        """Appends with repeated ids and expected versions behave like a dict and a list."""
+        session_id = uuid.uuid4().hex
+        model: dict[str, int] = {}
+        for ids, expected_version in batches:
+            last = len(model)
+            batch = [text(f"{id_}@{last}", id=id_) for id_ in ids]
+            if expected_version is not None and expected_version != last:
+                with pytest.raises(ConcurrencyError):
+                    store.append(session_id, batch, expected_version=expected_version)
+                continue
+            result = store.append(session_id, batch, expected_version=expected_version)
+            for id_ in ids:
+                model.setdefault(id_, len(model) + 1)
+            assert [model[id_] for id_ in ids] == sequences(result)
+
+        stored = store.read(session_id)
+        assert sorted(model, key=model.__getitem__) == [e.id for e in stored]
+        assert list(range(1, len(model) + 1)) == sequences(stored)
+        assert len(model) == store.last_sequence(session_id)
+
+    # -- threads: parents -----------------------------------------------------------
+
+    @pytest.mark.parametrize(
+        "batch",
+        [
+            [text("root"), text("reply", parent=1), text("reply to a reply", parent=2)],
+            [text("root"), delta(), text("reply to a delta", parent=2)],
+            [Event(BOT, RunStarted("scripted")), text("reply to a run event", parent=1)],
+        ],
+        ids=["reply_to_a_reply", "reply_to_a_text_delta", "reply_to_a_run_event"],
+    )
+    def test_a_parent_that_is_not_a_root_text_row_is_refused_and_nothing_is_written(
+        self, store: ContractStore, batch: list[Event]
+    ) -> None:
+        """A thread is one level deep: a parent must name an earlier root Text row (case 4)."""
+        with pytest.raises(ValidationError):
+            store.append("s", batch)
+
+        assert 0 == store.last_sequence("s")
+
+    def test_a_reply_to_a_stored_reply_is_refused_and_nothing_is_written(
+        self, store: ContractStore
+    ) -> None:
+        store.append("s", [text("root"), text("reply", parent=1)])
+
+        with pytest.raises(ValidationError):
+            store.append("s", [text("fine", parent=1), text("reply to a reply", parent=2)])
+
+        assert 2 == store.last_sequence("s")
+
+    # -- no shared objects, append equals read -----------------------------------------
+
+    def test_changing_the_metadata_handed_to_append_never_changes_history(
+        self, store: ContractStore
+    ) -> None:
+        metadata: dict[str, Any] = {"tags": ["a"]}
+        store.append("s", [Event(ALICE, Text("x"), metadata=metadata)])
+        metadata["tags"].append("b")
+        metadata["new"] = 1
+
+        assert [{"tags": ["a"]}] == [e.metadata for e in store.read("s")]
+
+    def test_changing_what_append_returned_never_changes_history(
+        self, store: ContractStore
+    ) -> None:
+        (stored,) = store.append("s", [Event(BOT, ToolCall("c1", "search", {"q": ["a"]}))])
+        assert isinstance(stored.body, ToolCall)
+        stored.body.tool_input["q"].append("b")
+        stored.metadata["x"] = 1
+
+        (read,) = store.read("s")
+        assert isinstance(read.body, ToolCall)
+        assert ({"q": ["a"]}, {}) == (read.body.tool_input, read.metadata)
+
+    def test_changing_what_read_returned_never_changes_history(self, store: ContractStore) -> None:
+        store.append("s", [Event(BOT, ToolResult("c1", {"rows": [1, 2]}), metadata={"k": "v"})])
+        (first,) = store.read("s")
+        assert isinstance(first.body, ToolResult)
+        first.body.output["rows"].append(3)
+        first.metadata.clear()
+
+        assert [first.id] == [e.id for e in store.read("s")]
+        (again,) = store.read("s")
+        assert isinstance(again.body, ToolResult)
+        assert ({"rows": [1, 2]}, {"k": "v"}) == (again.body.output, again.metadata)
+
+    def test_append_returns_what_read_returns_even_for_non_json_containers(
+        self, store: ContractStore
+    ) -> None:
+        """A set or tuple is stored as its encoding holds it (a list), in every backend."""
+        stored = store.append(
+            "s",
+            [
+                Event(ALICE, Text("x"), metadata={"tags": {"b"}, "pair": (1, 2)}),
+                Event(BOT, ToolResult("c1", output=("a", frozenset({1})))),
+            ],
+        )
+
+        assert store.read("s") == stored
+        assert {"tags": ["b"], "pair": [1, 2]} == stored[0].metadata
+
+    def test_a_duplicate_id_is_answered_with_a_copy_of_the_stored_event(
+        self, store: ContractStore
+    ) -> None:
+        event = Event(ALICE, Text("x"), metadata={"k": ["v"]})
+        store.append("s", [event])
+        (again,) = store.append("s", [event])
+        again.metadata["k"].append("w")
+
+        assert [{"k": ["v"]}] == [e.metadata for e in store.read("s")]
+
+    # -- hostile input: ValidationError, nothing written -----------------------------
+
+    @pytest.mark.parametrize(
+        "event",
+        [
+            pytest.param(Event(ALICE, Text("x"), metadata=nested(65)), id="metadata-65-deep"),
+            pytest.param(Event(ALICE, Text("x"), metadata=nested(5000)), id="metadata-5000-deep"),
+            pytest.param(Event(BOT, ToolCall("c", "t", nested(100))), id="tool-input-deep"),
+            pytest.param(Event(BOT, ToolResult("c", [nested(100)])), id="output-deep"),
+            pytest.param(Event(ALICE, Text("\ud800")), id="surrogate-content"),
+            pytest.param(Event(ALICE, Text("x"), id="\udfff"), id="surrogate-id"),
+            pytest.param(Event(Person(id="a", label="\ud800"), Text("x")), id="surrogate-label"),
+            pytest.param(Event(Person(id="\ud800", label="A"), Text("x")), id="surrogate-author"),
+            pytest.param(Event(System(kind="\ud800", label="S"), Text("x")), id="surrogate-kind"),
+            pytest.param(Event(ALICE, Text("x"), metadata={"\ud800": 1}), id="surrogate-key"),
+            pytest.param(Event(ALICE, Text("x"), run_id="\ud800"), id="surrogate-run-id"),
+            pytest.param(Event(Person(id="", label="A"), Text("x")), id="empty-person-id"),
+            pytest.param(Event(Agent(id="", label="A"), Text("x")), id="empty-agent-id"),
+            pytest.param(Event(System(kind="", label="S"), Text("x")), id="empty-system-kind"),
+            pytest.param(Event(ALICE, Text("x"), parent=2**63), id="parent-2**63"),
+            pytest.param(Event(ALICE, Text("x"), parent=2**64), id="parent-2**64"),
+            pytest.param(Event(ALICE, Text("x"), parent=True), id="parent-bool"),
+        ],
+    )
+    def test_hostile_events_are_refused_and_nothing_is_written(
+        self, store: ContractStore, event: Event
+    ) -> None:
+        with pytest.raises(ValidationError):
+            store.append("s", [text("fine"), event])
+
+        assert 0 == store.last_sequence("s")
+
+    @pytest.mark.parametrize(
+        "version", [2**63, 2**64, -1, True], ids=["2**63", "2**64", "negative", "bool"]
+    )
+    def test_an_expected_version_outside_the_int_range_is_refused(
+        self, store: ContractStore, version: int
+    ) -> None:
+        with pytest.raises(ValidationError):
+            store.append("s", [text()], expected_version=version)
+
+        assert 0 == store.last_sequence("s")
+
+    @pytest.mark.parametrize(
+        "session_id",
+        ["", "\ud800", "x" * 257, "界" * 86, None],
+        ids=["empty", "surrogate", "257-bytes", "258-utf8-bytes", "none"],
+    )
+    def test_a_bad_session_id_is_refused_everywhere(
+        self, store: ContractStore, session_id: Any
+    ) -> None:
+        for call in (
+            lambda: store.append(session_id, [text()]),
+            lambda: store.read(session_id),
+            lambda: store.last_sequence(session_id),
+        ):
+            with pytest.raises(ValidationError):
+                call()
+
+    def test_a_session_id_of_256_utf8_bytes_is_accepted(self, store: ContractStore) -> None:
+        session_id = "x" * 256
+
+        store.append(session_id, [text()])
+
+        assert 1 == store.last_sequence(session_id)
+
+    @pytest.mark.parametrize("bound", ["after", "before", "limit"])
+    @pytest.mark.parametrize("value", [2**63, 2**64, True], ids=["2**63", "2**64", "bool"])
+    def test_read_bounds_outside_the_int_range_are_refused(
+        self, store: ContractStore, bound: str, value: int
+    ) -> None:
+        bounds: dict[str, Any] = {bound: value}
+
+        with pytest.raises(ValidationError):
+            store.read("s", **bounds)
+
+    def test_a_mixed_batch_of_an_event_and_a_dict_is_refused(self, store: ContractStore) -> None:
+        with pytest.raises(ValidationError):
+            store.append("s", [text(), {"author": "x"}])  # type: ignore[list-item]
+
+        assert 0 == store.last_sequence("s")
+
+
+class SharingContract(_Fixture):
+    """The sharing-state capability (the ``SharingStateStore`` port), on top of events."""
+
+    @abstractmethod
+    def make_store(self, path: Path) -> ContractStore:
+        """Return a new, empty store with both ports."""
+
+    def test_store_implements_the_sharing_state_port(self, store: ContractStore) -> None:
+        assert isinstance(store, SharingStateStore)
+
+    @pytest.mark.parametrize(
+        "call",
+        [
+            lambda s: s.get_sharing_state("s", "v", Conversation("s")),
+            lambda s: s.append_and_share(
+                "s", [], viewer="v", state=SharingState(Conversation("s"), 0), expected_state=None
+            ),
+        ],
+        ids=["get_sharing_state", "append_and_share"],
+    )
+    def test_closed_store_refuses_sharing_calls(
+        self, store: ContractStore, call: Callable[[ContractStore], object]
+    ) -> None:
+        store.append("s", [text()])
+        store.close()
+
+        with pytest.raises(StoreClosedError):
+            call(store)
+
+    @pytest.mark.parametrize("viewer", ["", "\ud800"], ids=["empty", "surrogate"])
+    def test_a_bad_viewer_id_is_refused_and_nothing_is_written(
+        self, store: ContractStore, viewer: str
+    ) -> None:
+        state = SharingState(Conversation("s"), 0)
+
+        with pytest.raises(ValidationError):
+            store.append_and_share("s", [text()], viewer=viewer, state=state, expected_state=None)
+
+        assert 0 == store.last_sequence("s")
 
     # -- sharing states ----------------------------------------------------------------
 
@@ -783,35 +1000,7 @@ class StoreContract(ABC):
             for index in range(6)
         )
 
-    # -- threads: parents and first replies ------------------------------------------
-
-    @pytest.mark.parametrize(
-        "batch",
-        [
-            [text("root"), text("reply", parent=1), text("reply to a reply", parent=2)],
-            [text("root"), delta(), text("reply to a delta", parent=2)],
-            [Event(BOT, RunStarted("scripted")), text("reply to a run event", parent=1)],
-        ],
-        ids=["reply_to_a_reply", "reply_to_a_text_delta", "reply_to_a_run_event"],
-    )
-    def test_a_parent_that_is_not_a_root_text_row_is_refused_and_nothing_is_written(
-        self, store: ContractStore, batch: list[Event]
-    ) -> None:
-        """A thread is one level deep: a parent must name an earlier root Text row (case 4)."""
-        with pytest.raises(ValidationError):
-            store.append("s", batch)
-
-        assert 0 == store.last_sequence("s")
-
-    def test_a_reply_to_a_stored_reply_is_refused_and_nothing_is_written(
-        self, store: ContractStore
-    ) -> None:
-        store.append("s", [text("root"), text("reply", parent=1)])
-
-        with pytest.raises(ValidationError):
-            store.append("s", [text("fine", parent=1), text("reply to a reply", parent=2)])
-
-        assert 2 == store.last_sequence("s")
+    # -- threads: first replies ---------------------------------------------------
 
     def test_a_commit_whose_reply_names_a_reply_stores_no_state(self, store: ContractStore) -> None:
         store.append("s", [text("root"), text("reply", parent=1)])
@@ -926,43 +1115,90 @@ class StoreContract(ABC):
             store.get_sharing_state("s", "v", Conversation("s")),
         )
 
-    # -- property --------------------------------------------------------------------
 
-    # One store per test, a fresh session per example; each backend subclass runs it.
-    @settings(
-        suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.differing_executors]
-    )
-    @given(
-        batches=st.lists(
-            st.tuples(
-                st.lists(st.sampled_from("abcdefgh"), max_size=5),
-                st.one_of(st.none(), st.integers(min_value=0, max_value=12)),
-            ),
-            max_size=8,
-        )
-    )
-    def test_random_batches_match_a_simple_model(
-        self, store: ContractStore, batches: list[tuple[list[str], int | None]]
+class ListingContract(_Fixture):
+    """The listing capability: which sessions a store holds, and their figures."""
+
+    @abstractmethod
+    def make_store(self, path: Path) -> ContractStore:
+        """Return a new, empty store that lists its sessions."""
+
+    def test_sessions_lists_sessions_holding_events_sorted(self, store: ContractStore) -> None:
+        store.append("b", [text()])
+        store.append("a", [text()])
+        store.append("c", [])
+
+        assert ["a", "b"] == store.sessions()
+
+    def test_session_info_reports_counts_and_last_activity(self, store: ContractStore) -> None:
+        store.append("s", [text(), delta()])
+        (newest,) = store.append("s", [text()])
+
+        assert newest.timestamp is not None
+        assert SessionInfo("s", 3, 2, newest.timestamp) == store.session_info("s")
+
+    def test_session_infos_list_every_session_sorted_by_id(self, store: ContractStore) -> None:
+        store.append("b", [delta()])
+        store.append("a", [text(), text()])
+
+        assert [("a", 2, 2), ("b", 1, 0)] == [
+            (info.session_id, info.last_sequence, info.text_count) for info in store.session_infos()
+        ]
+
+    def test_session_info_of_an_unknown_session_is_none(self, store: ContractStore) -> None:
+        assert store.session_info("nobody") is None
+
+    # Two events rules checked through the listing: odd ids stay apart, and a bad session
+    # id writes no session at all.
+
+    @pytest.mark.parametrize("session_ids", [ODD_SESSION_IDS])
+    def test_session_ids_that_prefix_each_other_or_hold_odd_characters_stay_apart(
+        self, store: ContractStore, session_ids: list[str]
     ) -> None:
-        """Appends with repeated ids and expected versions behave like a dict and a list."""
-        session_id = uuid.uuid4().hex
-        model: dict[str, int] = {}
-        for ids, expected_version in batches:
-            last = len(model)
-            batch = [text(f"{id_}@{last}", id=id_) for id_ in ids]
-            if expected_version is not None and expected_version != last:
-                with pytest.raises(ConcurrencyError):
-                    store.append(session_id, batch, expected_version=expected_version)
-                continue
-            result = store.append(session_id, batch, expected_version=expected_version)
-            for id_ in ids:
-                model.setdefault(id_, len(model) + 1)
-            assert [model[id_] for id_ in ids] == sequences(result)
+        for count, session_id in enumerate(session_ids, start=1):
+            store.append(session_id, [text(session_id) for _ in range(count)])
 
-        stored = store.read(session_id)
-        assert sorted(model, key=model.__getitem__) == [e.id for e in stored]
-        assert list(range(1, len(model) + 1)) == sequences(stored)
-        assert len(model) == store.last_sequence(session_id)
+        for count, session_id in enumerate(session_ids, start=1):
+            events = store.read(session_id)
+            assert [session_id] * count == [e.body.content for e in events]  # type: ignore[union-attr]
+            assert count == store.last_sequence(session_id)
+            assert count == sum(len(page.messages) for page in walk_log(store, session_id, 2))
+        assert sorted(session_ids) == store.sessions()
+
+    @pytest.mark.parametrize("kind", sorted(BAD_SESSION_IDS))
+    def test_bad_session_id_raises_validation_error_and_writes_nothing(
+        self, store: ContractStore, kind: str
+    ) -> None:
+        with pytest.raises(ValidationError):
+            store.append(BAD_SESSION_IDS[kind], [text()])
+
+        assert [] == store.sessions()
+
+    @pytest.mark.parametrize(
+        "call",
+        [lambda s: s.sessions(), lambda s: s.session_info("s"), lambda s: s.session_infos()],
+        ids=["sessions", "session_info", "session_infos"],
+    )
+    def test_closed_store_refuses_listing_calls(
+        self, store: ContractStore, call: Callable[[ContractStore], object]
+    ) -> None:
+        store.append("s", [text()])
+        store.close()
+
+        with pytest.raises(StoreClosedError):
+            call(store)
+
+
+class StoreContract(EventsContract, SharingContract, ListingContract):
+    """Every store rule of the contract; a backend subclasses it and implements ``make_store``."""
+
+    @abstractmethod
+    def make_store(self, path: Path) -> ContractStore:
+        """Return a new, empty store; ``path`` is a fresh directory it may use."""
+
+    def test_store_implements_both_ports(self, store: ContractStore) -> None:
+        assert isinstance(store, EventStore)
+        assert isinstance(store, SharingStateStore)
 
 
 def run_threads(work: Callable[[], None], count: int) -> None:

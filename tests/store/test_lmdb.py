@@ -32,6 +32,7 @@ from sharedesk.protocol import (
     TextDelta,
     ValidationError,
 )
+from sharedesk.protocol.validation import MAX_SESSION_ID_BYTES
 from sharedesk.store import LmdbStore
 from sharedesk.store._lmdb_env import READER_CHECK_COMMITS
 from sharedesk.store.lmdb import _SEQ, _prefix, _Request, _sharing_key, _wake
@@ -311,6 +312,34 @@ class TestLmdbStoreOptions:
 
         assert ("open", str(path.resolve())) == (caught.value.operation, caught.value.path)
         assert caught.value.__cause__ is not None
+
+
+class TestLmdbStorePaths:
+    @pytest.mark.parametrize(
+        "path", ["", "a\x00b", 3, b"store", None], ids=["empty", "nul", "int", "bytes", "none"]
+    )
+    def test_a_path_that_is_not_one_raises_validation_error_and_creates_nothing(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, path: Any
+    ) -> None:
+        monkeypatch.chdir(tmp_path)
+
+        with pytest.raises(ValidationError):
+            LmdbStore(path)
+
+        assert [] == list(tmp_path.iterdir())
+
+    @pytest.mark.parametrize("map_size", [1, 4096, 32 * 1024])
+    def test_a_map_smaller_than_lmdb_can_open_starts_at_64_kib_and_grows(
+        self, store_path: Path, map_size: int
+    ) -> None:
+        with LmdbStore(store_path, map_size=map_size, durability="relaxed") as store:
+            store.append("s", [text("x" * 1000) for _ in range(200)])
+
+            assert (200, True) == (store.last_sequence("s"), store.map_size() > 64 * 1024)
+
+    def test_a_max_map_size_below_64_kib_raises_validation_error(self, store_path: Path) -> None:
+        with pytest.raises(ValidationError):
+            LmdbStore(store_path, map_size=4096, max_map_size=32 * 1024)
 
 
 class TestLmdbStoreSharedEnvironment:
@@ -1057,7 +1086,7 @@ class TestLmdbStoreRecords:
         assert (first, 2) == (again, near.sequence)
 
     def test_longest_session_id_and_long_viewer_fit_in_keys(self, store: LmdbStore) -> None:
-        session_id = "界" * 133
+        session_id = "界" * (MAX_SESSION_ID_BYTES // 3)  # the longest: 255 UTF-8 bytes
         conversation = Conversation(session_id, thread_root=1)
         state = SharingState(conversation, 1)
 

@@ -3,8 +3,9 @@
 A package lists a lazy name in :data:`LAZY` and defines
 ``def __getattr__(name): return load_lazy(name, __name__)``; its ``TYPE_CHECKING`` block
 imports the name for type checkers. ``OpenAIChatAdapter`` needs httpx (the ``http``
-extra); ``LmdbStore`` needs nothing optional but is imported with its backend (py-lmdb)
-only when used, since many programs run on ``MemoryStore`` alone.
+extra); the others need nothing optional but are imported only when used, to keep
+``import sharedesk`` light: ``LmdbStore`` (with py-lmdb: many programs run on
+``MemoryStore`` alone), the runs API and the asyncio front end.
 """
 
 from __future__ import annotations
@@ -17,8 +18,24 @@ from typing import Any, Final
 #: Lazily exported name -> (defining module, the extra that installs its dependency).
 LAZY: Final[Mapping[str, tuple[str, str | None]]] = MappingProxyType(
     {
+        "AsyncHub": ("sharedesk.actors.aio", None),
+        "AsyncTurn": ("sharedesk.actors.aio", None),
         "LmdbStore": ("sharedesk.store.lmdb", None),
         "OpenAIChatAdapter": ("sharedesk.runs.openai_chat", "http"),
+        "Adapter": ("sharedesk.runs", None),
+        "AdapterResult": ("sharedesk.runs", None),
+        "Emit": ("sharedesk.runs", None),
+        "Run": ("sharedesk.runs", None),
+        "RunFuture": ("sharedesk.runs", None),
+        "RunQueue": ("sharedesk.runs", None),
+        "RunQueueStatus": ("sharedesk.runs", None),
+        "RunResult": ("sharedesk.runs", None),
+        "ScriptedAdapter": ("sharedesk.runs", None),
+        "ScriptedCall": ("sharedesk.runs", None),
+        "Session": ("sharedesk.runs", None),
+        "SessionManager": ("sharedesk.runs", None),
+        "to_anthropic_messages": ("sharedesk.runs", None),
+        "to_openai_messages": ("sharedesk.runs", None),
     }
 )
 
