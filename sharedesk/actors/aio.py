@@ -7,23 +7,23 @@ Nothing here awaits a pykka future (its ``__await__`` blocks in ``get()``).
 
 Two paths lead off the loop:
 
-- **Submitted writes** (``append``, ``post``) to a session whose actor is running,
-  idle and knows its last sequence, over a store that takes submitted writes
-  (``LmdbStore``, ``MemoryStore``): the actor's lock is taken without blocking
-  (:meth:`Hub.try_submit`), the write is queued on the store's writer with a ticket,
-  and no thread waits for it. The writer commits it in the same group (one
-  transaction, one fsync) as every other waiting write, sync or async; after the
-  commit it pushes the events to the session's subscribers, releases the actor, and
-  hands all of the group's tickets of one loop to that loop in **one**
-  ``call_soon_threadsafe`` (:class:`_LoopSink`), which resolves their futures. So a
-  thousand coroutines appending at once cost one fsync and one wake-up of the loop
-  per group, not one thread per caller.
-- **Worker threads** for everything else (reads, views, turn plans and commits,
-  transcripts, the first write to a session, a busy session, a store that takes
-  no submitted writes): the sync :class:`~sharedesk.actors.hub.Hub` call runs on one of the
-  AsyncHub's own threads (``sharedesk-aio_N``), and its concurrent future is wrapped
-  into the loop. A write that the Hub would run "inline" on its caller's thread thus
-  runs inline on a worker, never on the loop.
+- **Submitted writes** (``append``, ``post``, ``AsyncTurn.commit``) to a session whose
+  actor is running, idle and knows its last sequence, over a store that takes
+  submitted writes (``LmdbStore``, ``MemoryStore``): the actor's lock is taken without
+  blocking (:meth:`Hub.try_submit`, :meth:`Hub.try_submit_commit`), the write is
+  queued on the store's writer with a ticket, and no thread waits for it. The writer
+  commits it in the same group (one transaction, one fsync) as every other waiting
+  write, sync or async; after the commit it pushes the events to the session's
+  subscribers, releases the actor, and hands the group's tickets to the loop's queue
+  (:class:`_LoopSink`), hopping into the loop with ``call_soon_threadsafe`` at most
+  once per group. So a thousand coroutines appending at once cost one fsync and one
+  wake-up of the loop per group, not one thread per caller.
+- **Worker threads** for everything else (reads, views, turn plans, transcripts, the
+  first write to a session, a busy session, a store that takes no submitted writes):
+  the sync :class:`~sharedesk.actors.hub.Hub` call runs on one of the AsyncHub's own
+  threads (``sharedesk-aio_N``), and its concurrent future is wrapped into the loop. A
+  write that the Hub would run "inline" on its caller's thread thus runs inline on a
+  worker, never on the loop.
 
 Cancellation rule (``append``, ``post``, ``AsyncTurn.commit``): a write is either not
 started or wholly settled by the time its task sees ``CancelledError``. Cancelled
@@ -278,10 +278,11 @@ class AsyncTurn:
                 all (see the module's cancellation rule).
             HubClosed, SessionFailed, ActorTimeout, ActorCrashed: As for the Hub.
 
-        Cost: as :meth:`Turn.commit` (one transaction, one fsync on LMDB), on a worker
-        thread; one hop back into the loop.
+        Cost: as :meth:`Turn.commit` (one transaction, one fsync on LMDB, group-committed
+        with every other waiting write); submitted without a thread when the session's
+        actor is running and idle, else on a worker thread.
         """
-        return await self._hub._write(self.turn.commit, reply)
+        return await self._hub._commit(self.turn, reply)
 
     def __repr__(self) -> str:
         return (
@@ -660,6 +661,16 @@ class AsyncHub:
         await self.close()
 
     # -- internals ---------------------------------------------------------------------
+
+    async def _commit(self, turn: Turn, reply: str | Event | None) -> Event | None:
+        self._live()
+        loop = asyncio.get_running_loop()
+        ticket = _Ticket(loop.create_future(), self._sink(loop))
+        if self._hub.try_submit_commit(turn, reply, ticket):
+            stored = await _await_ticket(ticket)
+            return stored[0] if stored else None
+        event: Event | None = await self._write(turn.commit, reply)
+        return event
 
     def _live(self) -> None:
         if self._closed:

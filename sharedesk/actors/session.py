@@ -100,15 +100,19 @@ class SessionActor(HubActor):
         self._publish(stored)
         return stored
 
-    def try_submit(self, message: Append, ticket: WriteTicket, release: Callable[[], None]) -> bool:
-        """Hand an append to the store's writer without waiting, if the actor is idle.
+    def try_submit(
+        self, message: Append | Commit, ticket: WriteTicket, release: Callable[[], None]
+    ) -> bool:
+        """Hand an append or a commit to the store's writer without waiting, if idle.
 
         Takes :attr:`turn_lock` (see :meth:`HubActor.hold`) and submits the write to a
-        :class:`~sharedesk.protocol.ports.SubmittingStore`; once the write is settled,
-        on the writer's thread, the committed events are pushed as after any append,
-        the lock is released, ``release`` is called, and only then is ``ticket``
-        settled. The actor must know its last sequence already (it does after its
-        first write), so nothing is read here.
+        :class:`~sharedesk.protocol.ports.SubmittingStore` (an ``Append`` as
+        ``submit_append``, a ``Commit`` as ``submit_append_and_share`` with
+        ``reply_present``, as :meth:`handle` would write them); once the write is
+        settled, on the writer's thread, the committed events are pushed as after any
+        write, the lock is released, ``release`` is called, and only then is ``ticket``
+        settled (with the stored events: a commit's reply, or none). The actor must know
+        its last sequence already (it does after its first write), so nothing is read.
 
         Returns:
             ``True`` when submitted (``release`` will be called), ``False`` when the
@@ -121,31 +125,58 @@ class SessionActor(HubActor):
 
         Cost: O(len(events)) validation and one queue append; never blocks.
         """
-        # The SubmittingStore port, found by its method: an isinstance() check against
+        # The SubmittingStore port, found by its methods: an isinstance() check against
         # the runtime-checkable Protocol costs ~40 us, more than the rest of this call.
-        submit = getattr(self.hub.store, "submit_append", None)
+        store = self.hub.store
+        name = "submit_append" if isinstance(message, Append) else "submit_append_and_share"
+        submit = getattr(store, name, None)
         if self.last is None or submit is None or not self.hold():
             return False
         if self.last is None:
             self.turn_lock.release()
             return False
+        held = _Held(self, ticket, release, message if isinstance(message, Commit) else None)
         try:
-            submit(
-                self.key.session_id,
-                message.events,
-                expected_version=message.expected_version,
-                ticket=_Held(self, ticket, release),
-            )
+            if isinstance(message, Append):
+                submit(
+                    self.key.session_id,
+                    message.events,
+                    expected_version=message.expected_version,
+                    ticket=held,
+                )
+            else:
+                events = [] if message.reply is None else [message.reply]
+                submit(
+                    self.key.session_id,
+                    events,
+                    viewer=message.viewer,
+                    state=message.plan.next_state,
+                    expected_state=message.plan.expected_state,
+                    reply_present=bool(events),
+                    ticket=held,
+                )
         except BaseException:
             self.turn_lock.release()
             raise
         return True
 
-    def _settled(self, result: list[Event] | None, error: BaseException | None) -> None:
+    def _settled(
+        self, result: list[Event] | None, error: BaseException | None, commit: Commit | None
+    ) -> None:
         # The end of a submitted write, on the store's writer thread (turn_lock held).
         try:
             if error is None and result is not None:
                 self._publish(result)
+                if commit is not None:
+                    plan = commit.plan
+                    _log.info(
+                        "turn.committed",
+                        session_id=self.key.session_id,
+                        viewer=commit.viewer,
+                        watermark=plan.next_state.watermark,
+                        reply_sequence=result[0].sequence if result else None,
+                        delivered=len(plan.messages),
+                    )
             else:
                 self.last = None
         finally:
@@ -196,14 +227,19 @@ class SessionActor(HubActor):
 class _Held:
     """A ticket submitted by the session actor: settling it ends the actor's write first."""
 
-    __slots__ = ("_actor", "_inner", "_release")
+    __slots__ = ("_actor", "_commit", "_inner", "_release")
 
     def __init__(
-        self, actor: SessionActor, inner: WriteTicket, release: Callable[[], None]
+        self,
+        actor: SessionActor,
+        inner: WriteTicket,
+        release: Callable[[], None],
+        commit: Commit | None,
     ) -> None:
         self._actor = actor
         self._inner = inner
         self._release = release
+        self._commit = commit
 
     @property
     def sink(self) -> CompletionSink:
@@ -213,7 +249,7 @@ class _Held:
     def settle(self, result: list[Event] | None, error: BaseException | None) -> None:
         """Push the committed events, release the actor and its pin, then settle the caller's."""
         try:
-            self._actor._settled(result, error)
+            self._actor._settled(result, error, self._commit)
         except Exception:  # never lose the caller's outcome
             _log.exception("session.push_failed", session_id=self._actor.key.session_id)
         finally:
