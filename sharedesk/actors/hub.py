@@ -50,6 +50,7 @@ depend on the hook: they are durable when ``append`` returns.
 from __future__ import annotations
 
 import atexit
+import functools
 import inspect
 import os
 import threading
@@ -377,7 +378,7 @@ class Hub:
     def try_submit(
         self,
         session_id: str,
-        events: list[Event],
+        events: Sequence[Event],
         expected_version: int | None,
         ticket: WriteTicket,
     ) -> bool:
@@ -390,7 +391,7 @@ class Hub:
 
         Args:
             session_id: The session (checked by the caller).
-            events: Checked events (:func:`check_event_sequence`).
+            events: A checked batch (:func:`check_event_sequence`); the store copies it.
             expected_version: As :meth:`append`.
             ticket: Gets the outcome.
 
@@ -405,7 +406,12 @@ class Hub:
         Cost: O(len(events)); takes no lock of the Hub; never blocks.
         """
         return self._try_submit(
-            session_id, Append(events=events, expected_version=expected_version), ticket
+            session_id,
+            Append(
+                events=events if type(events) is list else list(events),
+                expected_version=expected_version,
+            ),
+            ticket,
         )
 
     def try_submit_commit(self, turn: Turn, reply: str | Event | None, ticket: WriteTicket) -> bool:
@@ -439,7 +445,7 @@ class Hub:
         actor = slot.actor
         try:
             if isinstance(actor, SessionActor) and actor.try_submit(
-                message, ticket, lambda: self._release(slot)
+                message, ticket, functools.partial(self._release, slot)
             ):
                 return True
         except BaseException:
