@@ -18,6 +18,8 @@ import threading
 import time
 from typing import TYPE_CHECKING
 
+import msgspec
+
 from bench.harness import BenchRun, open_hub
 from bench.options import pick
 from bench.report import Target, measurement
@@ -63,17 +65,31 @@ def live_actors(hub: Hub) -> int:
     return hub.stats().active
 
 
-def run(run_: BenchRun, args: argparse.Namespace) -> None:
+class Touched(msgspec.Struct, frozen=True):
+    """What touching many sessions cost: threads, actors and memory before and at peak."""
+
+    sessions: int
+    max_active: int
+    threads_before: int
+    peak_threads: int
+    threads_after: int
+    peak_actors: int
+    rss_before: float
+    peak_rss: float
+
+
+def touch_sessions(
+    run_: BenchRun, scenario: str, sessions: int, max_active: int, touch: str, durability: str
+) -> Touched:
+    """Touch ``sessions`` sessions one after another through a fresh Hub; record the run.
+
+    Adds one ``touch`` measurement (scenario ``scenario``) and returns the samples.
+    """
     from sharedesk import Event, Operator, Text
 
-    q = run_.quick
-    sessions: int = pick(args.sessions, 100_000, 300, q)
-    max_active: int = pick(args.max_active, 1024, 16, q)
-    touch: str = pick(args.touch, "write", "write", q)
-    durability: str = pick(args.durability, "relaxed", "relaxed", q)
     threads_before = threading.active_count()
     rss_before = rss_mib()
-    hub = open_hub(run_.fresh_dir("scale") / "store", durability, max_active=max_active)
+    hub = open_hub(run_.fresh_dir(scenario) / "store", durability, max_active=max_active)
     peak_threads = threading.active_count()
     peak_actors = live_actors(hub)
     peak_rss = rss_mib()
@@ -105,10 +121,10 @@ def run(run_: BenchRun, args: argparse.Namespace) -> None:
 
     run_.measurements.append(
         measurement(
-            scenario=NAME,
+            scenario=scenario,
             system="sharedesk",
             operation="touch",
-            label=f"scale touch ({touch}) max_active={max_active}",
+            label=f"{scenario} touch ({touch}) max_active={max_active}",
             ops=sessions,
             seconds=seconds,
             latencies_ns=latencies,
@@ -116,10 +132,31 @@ def run(run_: BenchRun, args: argparse.Namespace) -> None:
             note="one append (write) or hub.view (read) per session, one after another",
         )
     )
-    run_.figures["scale threads before Hub / peak / after close"] = (
-        f"{threads_before} / {peak_threads} / {threads_after}"
+    return Touched(
+        sessions=sessions,
+        max_active=max_active,
+        threads_before=threads_before,
+        peak_threads=peak_threads,
+        threads_after=threads_after,
+        peak_actors=peak_actors,
+        rss_before=rss_before,
+        peak_rss=peak_rss,
     )
-    run_.figures["scale peak live actors"] = peak_actors
+
+
+def run(run_: BenchRun, args: argparse.Namespace) -> None:
+    q = run_.quick
+    sessions: int = pick(args.sessions, 100_000, 300, q)
+    max_active: int = pick(args.max_active, 1024, 16, q)
+    touch: str = pick(args.touch, "write", "write", q)
+    durability: str = pick(args.durability, "relaxed", "relaxed", q)
+    touched = touch_sessions(run_, NAME, sessions, max_active, touch, durability)
+    threads_before, peak_threads = touched.threads_before, touched.peak_threads
+    rss_before, peak_rss = touched.rss_before, touched.peak_rss
+    run_.figures["scale threads before Hub / peak / after close"] = (
+        f"{threads_before} / {peak_threads} / {touched.threads_after}"
+    )
+    run_.figures["scale peak live actors"] = touched.peak_actors
     run_.figures["scale RSS before / peak (MiB)"] = f"{rss_before:,.0f} / {peak_rss:,.0f}"
     run_.targets.append(
         Target(

@@ -43,7 +43,7 @@ from structlog.contextvars import bind_contextvars, reset_contextvars
 from sharedesk.actors._messages import Request
 from sharedesk.protocol._log import logger
 from sharedesk.protocol.errors import ActorCrashed, SharedeskError
-from sharedesk.protocol.ports import EventStore, SharingStateStore
+from sharedesk.protocol.ports import RunIndexStore, SharingStateStore
 from sharedesk.protocol.views import Conversation, Projection
 
 _log = logger()
@@ -56,8 +56,8 @@ _thread_numbers = itertools.count(1)
 R = TypeVar("R")
 
 
-class HubStore(EventStore, SharingStateStore, Protocol):
-    """What the Hub needs of a store: the event-store and the sharing-state ports."""
+class HubStore(RunIndexStore, SharingStateStore, Protocol):
+    """What the Hub needs of a store: the event-store, sharing-state and run-index ports."""
 
 
 class ActorKey(msgspec.Struct, frozen=True):

@@ -31,10 +31,12 @@ class Append(Request[list[Event]], frozen=True):
     Attributes:
         events: The events to append.
         expected_version: As ``EventStore.append``.
+        unless_stored: As ``MemoryStore.append``: refused when that id is stored.
     """
 
     events: list[Event]
     expected_version: int | None = None
+    unless_stored: str | None = None
 
 
 class Commit(Request[Event | None], frozen=True):
@@ -56,7 +58,7 @@ class Commit(Request[Event | None], frozen=True):
 
 
 class Push(msgspec.Struct, frozen=True):
-    """Told to projectors: committed events, in order, without gap or duplicate.
+    """Told to the sharing actor: committed events, in order, without gap or duplicate.
 
     Attributes:
         events: Consecutive stored events, oldest first.
@@ -80,9 +82,17 @@ class GetTranscript(Request[Transcript], frozen=True):
 
     Attributes:
         viewer: The participant whose roles the transcript takes.
+        limit: Fold only the newest ``limit`` events (``None``: all).
+        max_messages: As ``TranscriptBuilder.from_store``.
+        max_chars: As ``TranscriptBuilder.from_store``.
+        max_tokens_approx: As ``TranscriptBuilder.from_store``.
     """
 
     viewer: SessionAuthor
+    limit: int | None = None
+    max_messages: int | None = None
+    max_chars: int | None = None
+    max_tokens_approx: int | None = None
 
 
 class Plan(Request[TurnPlan], frozen=True):

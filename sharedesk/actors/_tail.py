@@ -8,6 +8,10 @@ So the folds (:func:`project_session`, :func:`prepare_delta`) run unchanged over
 all their rules and budgets, and cost no store read on the common path: their walks
 start at the newest row, and the tail holds the newest rows.
 
+Projectors are not pushed to: they call :meth:`Tail.catch_up_rows` when asked for a
+view, so a post costs the same however many viewers hold warm views (the sharing actor,
+one per session, is still pushed each commit).
+
 Events are applied only in sequence order: one at or below ``through`` is a duplicate and
 is skipped; one beyond ``through + 1`` reveals a gap (rows appended while the owner was
 away, or by another process) and drops the tail, rebuilt on the next request.
@@ -151,6 +155,21 @@ class Tail:
         Raises:
             StoreError: The store failed.
 
+        Cost: as :meth:`catch_up_rows`.
+        """
+        last, rows = self.catch_up_rows(store)
+        return last, rows is None or bool(rows)
+
+    def catch_up_rows(self, store: EventStore) -> tuple[int, list[LogMessage] | None]:
+        """Bring the tail up to the store's last sequence; return the rows it gained.
+
+        Returns:
+            The last sequence the tail now reflects, and the ``Text`` rows added, oldest
+            first (``None`` when the tail was rebuilt: every row may have changed).
+
+        Raises:
+            StoreError: The store failed.
+
         Cost: one O(1) ``last_sequence``; when behind, one read of the missing events
         (at most ``SCAN_LIMIT``; more resets the tail, rebuilt lazily by the walks).
         """
@@ -158,15 +177,15 @@ class Tail:
         through = self.through
         if through is not None and through <= last <= through + SCAN_LIMIT:
             if last == through:
-                return last, False
-            changed = self.apply(store.read(self.session_id, after=through, before=last + 1))
-            if self.through is not None:
-                return last, changed
+                return last, []
+            added = self.apply_rows(store.read(self.session_id, after=through, before=last + 1))
+            if added is not None and self.through is not None:
+                return last, added
             # a gap inside one read: the store moved on
         # Not built, too far behind, or the store holds less than the tail: rebuild.
         self.through = last
         self._rows = _Rows(last)
-        return last, True
+        return last, None
 
     def log(self, store: EventStore) -> SessionLog:
         """Return a log over the tail (built by :meth:`catch_up` first). Cost: O(1)."""

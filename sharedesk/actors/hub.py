@@ -6,8 +6,10 @@ Actors, named by :class:`~sharedesk.actors._base.ActorKey`:
 - one ``ProjectorActor`` per (session, viewer, conversation) asked for a view;
 - one ``SharingActor`` per session whose participants take turns.
 
-Projectors and the sharing actor keep the session's tail in memory, fed by the events
-the session actor pushes after each commit (see :mod:`sharedesk.actors._tail`).
+Projectors and the sharing actor keep the session's tail in memory (see
+:mod:`sharedesk.actors._tail`): the sharing actor is fed by the events the session
+actor pushes after each commit; projectors catch up from the store when asked, so the
+cost of a post does not grow with the number of viewers holding warm views.
 
 Threads: an actor's thread starts with the first message queued for it. Writes
 (appends, turn commits) to an idle session run on the caller's thread under the actor's
@@ -91,6 +93,7 @@ from sharedesk.protocol.errors import (
 )
 from sharedesk.protocol.events import Event, Text, new_event_id
 from sharedesk.protocol.ports import SessionLog, WriteTicket
+from sharedesk.protocol.sessions import SessionState
 from sharedesk.protocol.transcripts import Transcript
 from sharedesk.protocol.validation import (
     check_append_args,
@@ -98,6 +101,8 @@ from sharedesk.protocol.validation import (
     check_conversation,
     check_events,
     check_int,
+    check_optional_int,
+    check_optional_str,
     check_path,
     check_session_id,
 )
@@ -120,8 +125,9 @@ _EXIT_GRACE: Final = 2.0
 #: Times a request is resent when its actor stopped before handling it.
 _RESEND_ATTEMPTS: Final = 5
 
-#: The kinds of actor the session actor pushes committed events to.
-_SUBSCRIBER_KINDS: Final = frozenset({"projector", "sharing"})
+#: The kinds of actor the session actor pushes committed events to (one per session:
+#: projectors catch up from the tail when asked, so a post never wakes one per viewer).
+_SUBSCRIBER_KINDS: Final = frozenset({"sharing"})
 
 
 class Listener(Protocol):
@@ -332,7 +338,7 @@ class Hub:
         return self._closing
 
     def _subscribers_of(self, session_id: str) -> tuple[HubActor, ...]:
-        """Return the actors ``session_id`` pushes events to (projectors, sharing).
+        """Return the actors ``session_id`` pushes events to (its sharing actor, if running).
 
         Cost: O(1); takes no lock.
         """
@@ -487,7 +493,12 @@ class Hub:
     # -- the store port ----------------------------------------------------------------
 
     def append(
-        self, session_id: str, events: Sequence[Event], *, expected_version: int | None = None
+        self,
+        session_id: str,
+        events: Sequence[Event],
+        *,
+        expected_version: int | None = None,
+        unless_stored: str | None = None,
     ) -> list[Event]:
         """Append ``events`` through the session's actor (the ``EventStore`` contract).
 
@@ -495,6 +506,8 @@ class Hub:
             session_id: The session.
             events: Events with ``sequence`` and ``timestamp`` left ``None``.
             expected_version: Append only if the session's last sequence equals it.
+            unless_stored: Append only if the session holds no event with this id
+                (``AlreadyStored`` otherwise; checked inside the write transaction).
 
         Returns:
             The events as stored, once durable.
@@ -511,10 +524,38 @@ class Hub:
         batch = check_append_args(session_id, events, expected_version)
         result: list[Event] = self._call(
             ActorKey(kind="session", session_id=session_id),
-            Append(events=batch, expected_version=expected_version),
+            Append(
+                events=batch,
+                expected_version=expected_version,
+                unless_stored=check_optional_str("unless_stored", unless_stored),
+            ),
             inline=True,
         )
         return result
+
+    def run_events(self, session_id: str, run_id: str) -> list[Event]:
+        """Return the events carrying ``run_id``, oldest first, from the store's run index.
+
+        Raises:
+            HubClosed: The Hub is closed.
+            ValidationError: A malformed argument.
+
+        Cost: the store's ``run_events`` (O(the run's events)); no actor involved.
+        """
+        self._live()
+        return self._store.run_events(session_id, run_id)
+
+    def session_state(self, session_id: str) -> SessionState:
+        """Return the session's state, folded by the store as events were appended.
+
+        Raises:
+            HubClosed: The Hub is closed.
+            ValidationError: A malformed session id.
+
+        Cost: one key read; no actor involved.
+        """
+        self._live()
+        return self._store.session_state(session_id)
 
     def read(
         self,
@@ -667,26 +708,56 @@ class Hub:
         )
         return Turn(self, session_id, viewer, plan)
 
-    def transcript(self, session_id: str, viewer: SessionAuthor) -> Transcript:
-        """Return ``viewer``'s transcript of the session, kept current by its projector.
+    def transcript(
+        self,
+        session_id: str,
+        viewer: SessionAuthor,
+        *,
+        limit: int | None = None,
+        max_messages: int | None = None,
+        max_chars: int | None = None,
+        max_tokens_approx: int | None = None,
+    ) -> Transcript:
+        """Return ``viewer``'s transcript of the session, kept warm by its projector.
+
+        Args:
+            session_id: The session (desk).
+            viewer: Whose transcript (roles are relative to it).
+            limit: Fold only the newest ``limit`` events (``None``: all).
+            max_messages: Keep at most this many of the newest messages.
+            max_chars: Keep at most this many characters.
+            max_tokens_approx: Keep at most 4 times this many characters.
+
+        Returns:
+            The transcript, as ``TranscriptBuilder.from_store`` gives it with the same
+            arguments.
 
         Raises:
             ValidationError: A malformed argument.
             HubClosed, SessionFailed, ActorTimeout, ActorCrashed: See :class:`Hub`.
 
-        Cost: the first call reads the whole session; later calls read only the events
-        appended since (``TranscriptBuilder.update_from_store``).
+        Cost: O(1) store work when nothing was appended since the same call; else,
+        without ``limit`` or budget, a read of the events appended since (the first call
+        reads the whole session); with them, a read of the newest events the answer
+        needs (``limit`` events, or the tail until the budgets are met).
         """
         conversation = self._conversation(session_id, None)
         viewer = check_author(viewer, "viewer")
+        ask = GetTranscript(
+            viewer=viewer,
+            limit=check_optional_int("limit", limit),
+            max_messages=check_optional_int("max_messages", max_messages),
+            max_chars=check_optional_int("max_chars", max_chars),
+            max_tokens_approx=check_optional_int("max_tokens_approx", max_tokens_approx),
+        )
         key = ActorKey(
             kind="projector",
             session_id=session_id,
             viewer=author_key(viewer),
             conversation=conversation,
         )
-        transcript: Transcript = self._call(key, GetTranscript(viewer=viewer))
-        # The projector keeps updating this transcript: hand out a list of one's own.
+        transcript: Transcript = self._call(key, ask)
+        # The projector keeps serving this transcript: hand out a list of one's own.
         return msgspec.structs.replace(transcript, messages=list(transcript.messages))
 
     def _commit(self, turn: Turn, reply: str | Event | None) -> Event | None:

@@ -1,17 +1,27 @@
-"""ProjectorActor: one viewer's view of one conversation, kept current from pushed rows.
+"""ProjectorActor: one viewer's view of one conversation, kept current from the tail.
 
 The projector keeps the session's :class:`~sharedesk.actors._tail.Tail` (its newest
-``Text`` rows, fed by the events the session actor pushes) and builds a view by running
-the very fold the contract defines, :func:`project_session`, over the tail's log, so
-the rules (first non-blank reply, roots the walk reached, the exact window, the scan
-limit and ``partial``) hold by construction. Views are cached per window.
+``Text`` rows) and builds a view by running the very fold the contract defines,
+:func:`project_session`, over the tail's log, so the rules (first non-blank reply, roots
+the walk reached, the exact window, the scan limit and ``partial``) hold by
+construction. Views are cached per window.
 
-A pushed row is then folded into each cached view by the pure
+Nothing is pushed to a projector: a post must not cost one thread wake-up per viewer.
+When asked for a view, the projector catches up from the session's tail (one O(1)
+``last_sequence`` and one read of the events appended since it last looked, see
+:meth:`~sharedesk.actors._tail.Tail.catch_up_rows`), so a post costs the same with one
+warm viewer or a thousand, and a viewer that never asks again costs nothing.
+
+A row it catches up on is then folded into each cached view by the pure
 :func:`~sharedesk.projection.turns.fold_view` (its rules are stated there) when that is
 provably what a fresh walk would give; otherwise the view is dropped and walked again
-(in memory) on the next request.
-After each push the newest view is published in the Hub's slot with the sequence it
-reflects, so ``hub.view`` after an append usually needs no thread switch either.
+(in memory). Each view it serves is published in the Hub's slot with the sequence it
+reflects, so a ``hub.view`` with nothing appended since needs no thread switch.
+
+Transcripts (``hub.transcript``) are cached per budget the same way: the unbudgeted one
+is extended with the events appended since (``update_from_store``); one with a ``limit``
+or a budget is read again from the tail (``from_store``, which reads only the newest
+events the answer needs) whenever the session moved.
 """
 
 from __future__ import annotations
@@ -19,12 +29,11 @@ from __future__ import annotations
 from typing import Any, Final
 
 from sharedesk.actors._base import HubActor, ViewSnapshot
-from sharedesk.actors._messages import GetTranscript, Push, View
+from sharedesk.actors._messages import GetTranscript, View
 from sharedesk.actors._tail import Tail
 from sharedesk.projection import TranscriptBuilder, project_session
 from sharedesk.projection.turns import CachedView, fold_views
 from sharedesk.protocol._log import logger
-from sharedesk.protocol.events import Event
 from sharedesk.protocol.ports import SessionLog
 from sharedesk.protocol.transcripts import Transcript
 from sharedesk.protocol.views import (
@@ -38,6 +47,8 @@ _log = logger()
 
 #: Most distinct windows whose views a projector caches at once.
 _CACHED_WINDOWS: Final = 4
+#: Most distinct budgets whose transcripts a projector caches at once.
+_CACHED_TRANSCRIPTS: Final = 4
 
 
 class _CountingLog:
@@ -59,9 +70,9 @@ class ProjectorActor(HubActor):
     """Keeps one viewer's view of one conversation (and the viewer's transcript) current.
 
     Hooks: ``on_start``/``on_stop`` only log. The view is built lazily, on the first
-    request. Pushed events never fail the actor: any error while applying them drops
-    the tail and the views, rebuilt on the next request. A failure other than a
-    ``SharedeskError`` while answering restarts the actor (see
+    request; each request first catches up from the session's tail (nothing is pushed
+    to a projector). A store error reaches the caller and leaves the actor as it was. A
+    failure other than a ``SharedeskError`` while answering restarts the actor (see
     :mod:`sharedesk.actors._base`); the fresh one rebuilds from the log.
     """
 
@@ -73,59 +84,32 @@ class ProjectorActor(HubActor):
         self.conversation: Conversation = self.key.conversation
         self.tail = Tail(self.key.session_id)
         self.views: dict[int, CachedView] = {}
-        self.transcript: Transcript | None = None
+        self.transcripts: dict[tuple[int | None, ...], Transcript] = {}
 
     def context(self, message: Any) -> dict[str, Any]:
         """Bind ``viewer``."""
         return {"viewer": self.key.viewer}
 
     def handle(self, message: Any) -> Any:
-        """Serve :class:`Push` (told), :class:`View` and :class:`GetTranscript`."""
+        """Serve :class:`View` and :class:`GetTranscript`."""
         match message:
-            case Push(events=events):
-                self._on_push(events)
-                return None
             case View(window=window):
                 return self._view(window)
-            case GetTranscript(viewer=viewer):
-                return self._transcript(viewer)
+            case GetTranscript():
+                return self._transcript(message)
         raise TypeError(f"unexpected message {type(message).__name__}")
-
-    def _on_push(self, events: tuple[Event, ...]) -> None:
-        try:
-            rows = self.tail.apply_rows(events)
-            if rows is None:
-                self.views = {}
-                return
-            if rows:
-                self.views = {
-                    window: folded
-                    for window, cached in self.views.items()
-                    if (folded := fold_views(cached, rows, self.conversation, window)) is not None
-                }
-            self._publish()
-        except Exception:
-            _log.debug("projector.dropped", exc_info=True)
-            self.tail.reset()
-            self.views = {}
-
-    def _publish(self) -> None:
-        # Republish the newest view with the sequence it now reflects, when still cached.
-        snapshot = self.slot.snapshot
-        through = self.tail.through
-        if snapshot is None or through is None:
-            return
-        cached = self.views.get(snapshot.window)
-        if cached is not None:
-            self.slot.snapshot = ViewSnapshot(
-                window=snapshot.window, through=through, projection=cached.projection
-            )
 
     def _view(self, window: int) -> Projection:
         store = self.hub.store
-        through, changed = self.tail.catch_up(store)
-        if changed:
+        through, rows = self.tail.catch_up_rows(store)
+        if rows is None:
             self.views = {}
+        elif rows:
+            self.views = {
+                w: folded
+                for w, cached in self.views.items()
+                if (folded := fold_views(cached, rows, self.conversation, w)) is not None
+            }
         cached = self.views.get(window)
         if cached is None:
             query = SessionQuery(conversation=self.conversation, window=window)
@@ -138,17 +122,30 @@ class ProjectorActor(HubActor):
         self.slot.snapshot = ViewSnapshot(window=window, through=through, projection=view)
         return view
 
-    def _transcript(self, viewer: Any) -> Transcript:
+    def _transcript(self, ask: GetTranscript) -> Transcript:
         store = self.hub.store
-        if self.transcript is None:
-            self.transcript = TranscriptBuilder.from_store(
-                store, self.key.session_id, viewer=viewer
-            )
+        session_id = self.key.session_id
+        key = (ask.limit, ask.max_messages, ask.max_chars, ask.max_tokens_approx)
+        cached = self.transcripts.get(key)
+        last = store.last_sequence(session_id)
+        if cached is not None and (cached.last_sequence or 0) == last:
+            return cached
+        if cached is not None and all(value is None for value in key):
+            transcript = TranscriptBuilder.update_from_store(store, cached, viewer=ask.viewer)
         else:
-            self.transcript = TranscriptBuilder.update_from_store(
-                store, self.transcript, viewer=viewer
+            transcript = TranscriptBuilder.from_store(
+                store,
+                session_id,
+                limit=ask.limit,
+                viewer=ask.viewer,
+                max_messages=ask.max_messages,
+                max_chars=ask.max_chars,
+                max_tokens_approx=ask.max_tokens_approx,
             )
-        return self.transcript
+        if key not in self.transcripts and len(self.transcripts) >= _CACHED_TRANSCRIPTS:
+            self.transcripts = {}
+        self.transcripts[key] = transcript
+        return transcript
 
 
 __all__ = ["ProjectorActor"]

@@ -2,10 +2,10 @@
 
 The actor knows its session's last sequence (read once, O(1), on first use), appends
 through the store, answers once the store says the events are durable, and then hands
-every subscribed actor (projectors, the sharing actor) the newly committed events, in
-sequence order, with no gap and no duplicate (events the store returned for known ids
-are not pushed again). Pushes are queued while the write still holds the actor's
-``turn_lock``, so they leave in commit order.
+every subscribed actor (the sharing actor; projectors catch up by themselves) the newly
+committed events, in sequence order, with no gap and no duplicate (events the store
+returned for known ids are not pushed again). Pushes are queued while the write still
+holds the actor's ``turn_lock``, so they leave in commit order.
 
 Writes to different sessions never wait on one another: a write to an idle session runs
 on its caller's thread (see :mod:`sharedesk.actors._base`), so the store's group commit
@@ -77,8 +77,8 @@ class SessionActor(HubActor):
     def handle(self, message: Any) -> Any:
         """Serve :class:`Append` and :class:`Commit`."""
         match message:
-            case Append(events=events, expected_version=expected_version):
-                return self._append(events, expected_version)
+            case Append(events=events, expected_version=expected_version, unless_stored=guard):
+                return self._append(events, expected_version, guard)
             case Commit():
                 return self._commit(message)
         raise TypeError(f"unexpected message {type(message).__name__}")
@@ -88,12 +88,22 @@ class SessionActor(HubActor):
             self.last = self.hub.store.last_sequence(self.key.session_id)
         return self.last
 
-    def _append(self, events: list[Event], expected_version: int | None) -> list[Event]:
+    def _append(
+        self, events: list[Event], expected_version: int | None, unless_stored: str | None = None
+    ) -> list[Event]:
         self._known_last()
         try:
-            stored = self.hub.store.append(
-                self.key.session_id, events, expected_version=expected_version
-            )
+            if unless_stored is None:
+                stored = self.hub.store.append(
+                    self.key.session_id, events, expected_version=expected_version
+                )
+            else:
+                stored = self.hub.store.append(
+                    self.key.session_id,
+                    events,
+                    expected_version=expected_version,
+                    unless_stored=unless_stored,
+                )
         except SharedeskError:
             self.last = None
             raise
@@ -130,7 +140,13 @@ class SessionActor(HubActor):
         store = self.hub.store
         name = "submit_append" if isinstance(message, Append) else "submit_append_and_share"
         submit = getattr(store, name, None)
-        if self.last is None or submit is None or not self.hold():
+        if (
+            self.last is None
+            or submit is None
+            # the guard is checked by a plain append
+            or (isinstance(message, Append) and message.unless_stored is not None)
+            or not self.hold()
+        ):
             return False
         if self.last is None:
             self.turn_lock.release()
@@ -209,19 +225,30 @@ class SessionActor(HubActor):
 
     def _publish(self, stored: list[Event]) -> None:
         last = self._known_last()
-        ordered = stored if len(stored) == 1 else sorted(stored, key=_sequence_of)
+        ordered = stored if _ascending(stored) else sorted(stored, key=_sequence_of)
         fresh: list[Event] = []
         for event in ordered:
             if _sequence_of(event) > last:
                 fresh.append(event)
                 last = _sequence_of(event)
         self.last = last
-        projectors = self.hub._subscribers_of(self.key.session_id)
-        if not fresh or not projectors:
+        subscribers = self.hub._subscribers_of(self.key.session_id)
+        if not fresh or not subscribers:
             return
         push = Push(events=tuple(fresh))
-        for projector in projectors:
-            projector.deliver(push)  # one that stopped rebuilds when it is next started
+        for subscriber in subscribers:
+            subscriber.deliver(push)  # one that stopped rebuilds when it is next started
+
+
+def _ascending(events: list[Event]) -> bool:
+    """Whether ``events`` are in strictly ascending sequence order (the usual case)."""
+    previous = 0
+    for event in events:
+        sequence = _sequence_of(event)
+        if sequence <= previous:
+            return False
+        previous = sequence
+    return True
 
 
 class _Held:

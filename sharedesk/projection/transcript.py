@@ -10,7 +10,9 @@ The fold, in the order it is applied:
    (events without one last; a naive timestamp is read as UTC); then by ``id``; then by
    position in the input.
 2. **Messages.** ``Text`` and ``TextDelta`` give a message whose role is relative to the
-   viewer (see :func:`TranscriptBuilder.role_of`); ``ToolCall`` gives an ``"assistant"``
+   viewer (see :func:`TranscriptBuilder.role_of`), except that a blank ``Text``
+   (``content.strip() == ""``) gives none (it closes its own stream, whose streamed text
+   then stands); ``ToolCall`` gives an ``"assistant"``
    message carrying ``tool_call_id``/``tool_name``/``tool_input``; ``ToolResult`` gives
    a ``"tool"`` message carrying ``tool_call_id``/``tool_output`` (``is_error`` goes in
    its metadata). ``RunStarted`` and ``RunFinished`` give no message. Every message
@@ -38,6 +40,15 @@ The fold, in the order it is applied:
    messages; ``max_chars`` and ``max_tokens_approx`` (4 characters a token) are
    character budgets, counted by :func:`TranscriptBuilder.message_chars`, and the lower
    wins.
+
+**Reading from the tail.** ``from_store`` with ``limit`` reads only the newest ``limit``
+events. With a message or character budget it reads the session newest first, in pages
+(``_FIRST_PAGE`` events, doubling to ``PAGE_SIZE`` times eight), and stops as soon as the
+events read already decide the kept suffix: the budgets cut at least one message of
+them and every tool result read found its call. The messages kept are then exactly
+those a fold of the whole session would keep (the only message that can differ, the
+oldest one read, whose stream may begin further back, is among those cut). Only
+``cut_pending_calls`` may miss calls that lie beyond what was read.
 
 ``update_from_store`` continues the fold from where it stopped, without re-reading
 anything at or below ``transcript.last_sequence``. What it needs beyond the messages is
@@ -158,7 +169,7 @@ class _Fold:
     message is held in ``stream``, not yet in ``messages``.
     """
 
-    __slots__ = ("messages", "stream", "unanswered", "viewer")
+    __slots__ = ("messages", "orphans", "stream", "unanswered", "viewer")
 
     def __init__(
         self,
@@ -171,6 +182,8 @@ class _Fold:
         self.messages = messages
         self.stream = stream
         self.unanswered = unanswered
+        #: Results that answered no call read so far (their call may lie further back).
+        self.orphans = 0
 
     def add(self, event: Event) -> None:
         """Fold one event into the messages."""
@@ -187,9 +200,10 @@ class _Fold:
                 if stream is not None:
                     stream.extend(event, "")
                     self.stream = None
-                    self.messages.append(stream.message(content if content != "" else None))
-                else:
+                    self.messages.append(stream.message(content if content.strip() else None))
+                elif content.strip():
                     self._append(self._text(event, content))
+                # a blank Text gives no message (and leaves another's stream open)
             case ToolCall(tool_call_id=call_id, tool_name=name, tool_input=tool_input):
                 self._append(
                     TranscriptMessage(
@@ -205,6 +219,7 @@ class _Fold:
             case ToolResult(tool_call_id=call_id, output=output, is_error=is_error):
                 waiting = self.unanswered.get(call_id, 0)
                 if waiting == 0:
+                    self.orphans += 1
                     return  # answers no call: no message, and the stream stays open
                 self.unanswered[call_id] = waiting - 1
                 metadata = _event_metadata(event)
@@ -291,7 +306,15 @@ def _order_key(item: tuple[int, Event]) -> tuple[Any, ...]:
 
 
 def _ordered(events: Sequence[Event]) -> list[Event]:
-    return [event for _, event in sorted(enumerate(events), key=_order_key)]
+    # Events read from a store come with strictly ascending sequences: already in order
+    # (the full key, with its timestamp normalisation, is only needed otherwise).
+    previous = 0
+    for event in events:
+        sequence = event.sequence
+        if sequence is None or sequence <= previous:
+            return [event for _, event in sorted(enumerate(events), key=_order_key)]
+        previous = sequence
+    return list(events)
 
 
 def _latest(stamps: Iterable[datetime | None]) -> datetime | None:
@@ -470,6 +493,72 @@ def _build(
     )
 
 
+#: Events asked of the store by the first page of a walk from the tail.
+_FIRST_PAGE: Final = 256
+#: Most events asked of the store by one page of a walk from the tail.
+_MAX_PAGE: Final = 4096
+
+
+def _decided(
+    events_newest_first: list[Event], viewer: SessionAuthor | None, budget: _Budget
+) -> bool:
+    """Whether the events read so far decide the suffix a budget keeps (see the module doc)."""
+    fold = _Fold(viewer, [], None, {})
+    for event in reversed(events_newest_first):
+        fold.add(event)
+    if fold.orphans:
+        return False
+    messages, _, _ = fold.finish()
+    count = len(messages)
+    if budget.messages is not None and count > budget.messages:
+        return True
+    if budget.chars is not None:
+        chars = 0
+        for message in reversed(messages):
+            chars += TranscriptBuilder.message_chars(message)
+            if chars > budget.chars:
+                return True
+    return False
+
+
+def _read_tail(
+    store: EventStore,
+    session_id: str,
+    limit: int | None,
+    viewer: SessionAuthor | None,
+    budget: _Budget,
+    exclude_run_id: str | None,
+) -> list[Event]:
+    """Read the newest events (at most ``limit``; fewer once the budget is met), oldest first."""
+    kept: list[Event] = []  # newest first
+    before: int | None = None
+    page = _FIRST_PAGE
+    bounded = budget.messages is not None or budget.chars is not None
+    while limit is None or len(kept) < limit:
+        want = page if limit is None else min(page, limit - len(kept))
+        if limit is not None and not bounded and exclude_run_id is None:
+            want = limit - len(kept)  # the newest ``limit`` events: one read
+        rows = store.read(session_id, before=before, limit=want, newest_first=True)
+        if not rows:
+            break
+        for event in rows:
+            if exclude_run_id is None or event.run_id != exclude_run_id:
+                kept.append(event)
+        if limit is not None and len(kept) >= limit:
+            del kept[limit:]
+            break
+        if len(rows) < want:
+            break
+        before = rows[-1].sequence
+        if before is None or before <= 1:
+            break
+        if bounded and _decided(kept, viewer, budget):
+            break
+        page = min(page * 2, _MAX_PAGE)
+    kept.reverse()
+    return kept
+
+
 class TranscriptBuilder:
     """Builds a session's :class:`~sharedesk.Transcript` from its events.
 
@@ -535,8 +624,9 @@ class TranscriptBuilder:
         max_messages: int | None = None,
         max_chars: int | None = None,
         max_tokens_approx: int | None = None,
+        exclude_run_id: str | None = None,
     ) -> Transcript:
-        """Read a session's events from ``store`` and fold them (see :meth:`from_events`).
+        """Read a session's newest events from ``store`` and fold them (see :meth:`from_events`).
 
         Args:
             store: The event store.
@@ -544,29 +634,43 @@ class TranscriptBuilder:
             limit: Read only the newest ``limit`` events (``None``: all). A result whose
                 call lies beyond the limit gives no message.
             viewer: Whose transcript it is, or ``None``.
-            max_messages: As in :meth:`from_events`.
-            max_chars: As in :meth:`from_events`.
-            max_tokens_approx: As in :meth:`from_events`.
+            max_messages: As in :meth:`from_events`; the walk from the tail stops once
+                the budget is met.
+            max_chars: As in :meth:`from_events` (likewise).
+            max_tokens_approx: As in :meth:`from_events` (likewise).
+            exclude_run_id: Leave out the events of this run (they do not count toward
+                ``limit``): a run's replay of the rest of its session.
 
         Returns:
-            The transcript; ``last_sequence`` is the session's last sequence (``None``
-            when it has no events, or ``limit`` is 0).
+            The transcript; ``last_sequence`` is the newest sequence among the events
+            kept (``None`` when none is, e.g. ``limit`` is 0).
 
         Raises:
             ValidationError: A malformed argument, as in :meth:`from_events`.
             StoreError: Whatever the store's ``read`` raises (e.g. ``StoreClosedError``).
 
-        Cost: one ``store.read`` of at most ``limit`` events (all when ``None``), then
-        the fold of :meth:`from_events`; no writes.
+        Cost: with a budget or ``limit``, reads newest first and stops at ``limit``
+        events or once the budgets are met (pages of 256 events, doubling; each page
+        refolds what was read, so O(n) for the n events read); with neither, one read of
+        the whole session. Then the fold of :meth:`from_events`; no writes.
         """
         checked_id = check_session_id(session_id)
         checked_limit = check_optional_int("limit", limit)
         checked_viewer = check_optional_author(viewer, "viewer")
         budget = _Budget(max_messages, max_chars, max_tokens_approx)
-        if checked_limit is None:
+        if exclude_run_id is not None and not isinstance(exclude_run_id, str):
+            raise ValidationError(
+                f"exclude_run_id must be a str or None, got {type(exclude_run_id).__name__}"
+            )
+        bounded = budget.messages is not None or budget.chars is not None
+        if checked_limit is None and not bounded:
             events = store.read(checked_id)
-        else:
-            events = store.read(checked_id, newest_first=True, limit=checked_limit)
+            if exclude_run_id is not None:
+                events = [e for e in events if e.run_id != exclude_run_id]
+            return _build(checked_id, events, checked_viewer, budget)
+        events = _read_tail(
+            store, checked_id, checked_limit, checked_viewer, budget, exclude_run_id
+        )
         return _build(checked_id, events, checked_viewer, budget)
 
     @staticmethod

@@ -155,6 +155,26 @@ class SharingStateConflict(ConcurrencyError):
     )
 
 
+class AlreadyStored(SharedeskError):
+    """Raised when an append guarded by ``unless_stored`` finds that event already stored.
+
+    The guard is checked inside the write transaction (a run's emit is refused once the
+    run's ``RunFinished`` is stored, whatever else was appended meanwhile). Nothing was
+    written.
+
+    Attributes:
+        session_id: The session.
+        event_id: The id the guard named.
+    """
+
+    _figures = ("session_id", "event_id")
+
+    def __init__(self, session_id: str, event_id: str) -> None:
+        super().__init__(f"session {session_id!r} already holds event {event_id!r}")
+        self.session_id = session_id
+        self.event_id = event_id
+
+
 class LogReadError(SharedeskError):
     """Raised when a host :class:`~sharedesk.SessionLog` raised while being read.
 
@@ -409,16 +429,31 @@ class ProviderError(SharedeskError):
         provider: The adapter's name.
         status_code: The HTTP status, or ``None`` when no response came back.
         detail: What went wrong (the response body, shortened, or the transport error).
+        retry_after: Seconds the provider asked the caller to wait before retrying (its
+            ``retry-after`` header, e.g. with HTTP 429), or ``None``.
     """
 
-    provider: str
-    status_code: int | None
-    detail: str
-    template = "provider {provider!r} failed ({_status}): {detail}"
+    _figures = ("provider", "status_code", "detail", "retry_after")
+
+    def __init__(
+        self,
+        provider: str,
+        status_code: int | None,
+        detail: str,
+        retry_after: float | None = None,
+    ) -> None:
+        status = "no response" if status_code is None else f"HTTP {status_code}"
+        wait = "" if retry_after is None else f", retry after {retry_after} s"
+        super().__init__(f"provider {provider!r} failed ({status}{wait}): {detail}")
+        self.provider = provider
+        self.status_code = status_code
+        self.detail = detail
+        self.retry_after = retry_after
 
     @property
-    def _status(self) -> str:
-        return "no response" if self.status_code is None else f"HTTP {self.status_code}"
+    def status(self) -> int | None:
+        """The HTTP status (the same as ``status_code``), or ``None``."""
+        return self.status_code
 
 
 class StoreError(SharedeskError):

@@ -109,8 +109,51 @@ class SessionStarted(_Body, frozen=True, tag="session_started"):
     metadata: dict[str, Any] = {}
 
 
+class Item(_Body, frozen=True, tag="item"):
+    """A conversation item of an agent framework, kept exactly as the framework gave it.
+
+    The OpenAI Agents SDK integration stores every non-message item (function calls and
+    their outputs, reasoning, handoff records, ...) in this body so that it reads back
+    equal to what was added. An ``Item`` gives no log row (views, turns and deltas skip
+    it) and no transcript message. Message items with plain text are stored as ``Text``
+    instead (the item itself in ``metadata["sharedesk.item"]``), so desks' views show them.
+
+    Attributes:
+        item: The item, a JSON-like mapping.
+    """
+
+    item: dict[str, Any]
+
+
+class Retracted(_Body, frozen=True, tag="retracted"):
+    """Earlier rows were withdrawn; the log stays append-only and they stay readable.
+
+    Readers that honour retractions (the Agents SDK integration's ``get_items``) no
+    longer return the rows it names. Views, turns and transcripts show the log as it was
+    written: a retraction gives no log row and no transcript message.
+
+    Attributes:
+        target: The ``id`` of the one event withdrawn (``pop_item``), or ``None``.
+        through: Every row at or below this sequence is withdrawn (``clear_session``),
+            or ``None``.
+    """
+
+    target: str | None = None
+    through: int | None = None
+
+
 #: Any event body, tagged on ``"type"``.
-EventBody = Text | TextDelta | ToolCall | ToolResult | RunStarted | RunFinished | SessionStarted
+EventBody = (
+    Text
+    | TextDelta
+    | ToolCall
+    | ToolResult
+    | RunStarted
+    | RunFinished
+    | SessionStarted
+    | Item
+    | Retracted
+)
 
 
 # A uuid4 is 128 random bits with the version (4 bits at bit 76) and the RFC 4122

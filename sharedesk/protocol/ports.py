@@ -7,6 +7,7 @@ from types import TracebackType
 from typing import Protocol, Self, runtime_checkable
 
 from sharedesk.protocol.events import Event
+from sharedesk.protocol.sessions import SessionState
 from sharedesk.protocol.views import Conversation, SessionPage, SharingState
 
 
@@ -248,4 +249,37 @@ class AsyncEventStore(Protocol):
 
     async def last_sequence(self, session_id: str) -> int:
         """Return the session's last sequence (0 when it has no events)."""
+        ...
+
+
+@runtime_checkable
+class RunIndexStore(EventStore, Protocol):
+    """A store that keeps each session's state and run index as events are appended.
+
+    ``MemoryStore``, ``LmdbStore`` and the ``Hub`` implement it; ``SessionManager`` uses
+    it, when a store has it, to read only what an answer needs (never the history).
+    """
+
+    def append(
+        self,
+        session_id: str,
+        events: Sequence[Event],
+        *,
+        expected_version: int | None = None,
+        unless_stored: str | None = None,
+    ) -> list[Event]:
+        """Append as ``EventStore.append`` does, refused when ``unless_stored`` is stored.
+
+        Raises:
+            AlreadyStored: The session holds an event with the id ``unless_stored``;
+                nothing was written (checked inside the write transaction).
+        """
+        ...
+
+    def run_events(self, session_id: str, run_id: str) -> list[Event]:
+        """Return the events carrying ``run_id``, oldest first."""
+        ...
+
+    def session_state(self, session_id: str) -> SessionState:
+        """Return the session's state, folded as its events were appended."""
         ...

@@ -291,6 +291,19 @@ def check_optional_int(name: str, value: Any, *, minimum: int = 0) -> int | None
     return check_int(name, value, minimum=minimum)
 
 
+def check_optional_str(name: str, value: Any) -> str | None:
+    """Return ``value`` if it is ``None`` or a non-empty ``str``.
+
+    Raises:
+        ValidationError: Otherwise.
+    """
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value:
+        raise ValidationError(f"{name} must be a non-empty str or None, got {value!r}")
+    return value
+
+
 def check_event_sequence(events: Any) -> Sequence[Event]:
     """Return ``events`` if it has the shape of a batch: a sequence, not a lone event or text.
 

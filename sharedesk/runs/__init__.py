@@ -12,7 +12,10 @@ imports them.
 from typing import TYPE_CHECKING, Any
 
 from sharedesk.protocol._lazy import load_lazy
+from sharedesk.runs._http import FunctionTool
+from sharedesk.runs.anthropic import AnthropicMessagesAdapter
 from sharedesk.runs.manager import SessionManager
+from sharedesk.runs.openai_responses import OpenAIResponsesAdapter, to_responses_input
 from sharedesk.runs.queue import RunFuture, RunQueue
 from sharedesk.runs.render import to_anthropic_messages, to_openai_messages
 from sharedesk.runs.scripted import ScriptedAdapter
@@ -39,9 +42,12 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "Adapter",
     "AdapterResult",
+    "AnthropicMessagesAdapter",
     "AsyncEmit",
     "Emit",
+    "FunctionTool",
     "OpenAIChatAdapter",
+    "OpenAIResponsesAdapter",
     "Run",
     "RunFuture",
     "RunQueue",
@@ -53,4 +59,5 @@ __all__ = [
     "SessionManager",
     "to_anthropic_messages",
     "to_openai_messages",
+    "to_responses_input",
 ]

@@ -4,10 +4,18 @@ Design (everything below is a rule the tests check):
 
 * **One source of truth.** A session and its runs are never stored as records: their
   state is folded from events. ``start_session`` appends ``SessionStarted(metadata)``;
-  ``start_run`` appends the input as ``Text`` rows (``Operator()``, or
-  ``System(kind="prompt")`` for role ``"system"``); execution appends
+  ``start_run`` appends the input as ``Text`` rows by its ``author`` (``Operator()`` by
+  default, ``System(kind="prompt")`` for role ``"system"``); execution appends
   ``RunStarted(provider, model, provider_session_id)``, whatever the adapter emits, and
   ``RunFinished(status, ...)``. Every event of a run carries its ``run_id``.
+* **Reads cost the answer, not the history.** A store with the run-index port
+  (:class:`~sharedesk.protocol.ports.RunIndexStore`: ``MemoryStore``, ``LmdbStore``, the
+  ``Hub``) folds each session's state as events are appended and indexes each run's
+  events, so ``get_session`` is one lookup, ``get_run`` reads the run's own events, and
+  ``execute_run`` reads those plus, for a replay, the newest events its budget needs
+  (read from the tail, see ``TranscriptBuilder.from_store``). Over a store with only the
+  event-store port the manager walks the session instead (newest first down to the
+  run's first input row; the whole session for ``get_session``).
 * **Run ids name their session.** A run id is ``"<32 hex>@<session_id>"``, so
   ``execute_run(store, adapter, run_id)`` and ``cancel_run(store, run_id)`` find the
   session in O(1) with nothing but the store port. The run's own events get ids derived
@@ -15,15 +23,27 @@ Design (everything below is a rule the tests check):
   makes each lifecycle step idempotent and single: the store keeps the first
   ``<hex>.finished`` and returns it to any later writer, so a cancel racing a timeout or
   a completion has exactly one winner, and every loser learns who won.
-* **Finding a run** walks the session newest first in pages of ``PAGE_SIZE`` until it
-  reaches the run's first input row: the cost grows with the events appended since the
-  run was started, not with the whole history.
+* **Participants.** An adapter may carry ``author`` (a ``SessionAuthor``): the replayed
+  transcript is built for it (its own rows ``"assistant"``, everyone else's ``"user"``
+  with their author kept), and the rows it emits are its own. Without one the adapter
+  is ``Agent(id=name, label=name)``.
+* **A busy desk never fails a run.** ``emit`` appends with ``unless_stored`` naming the
+  run's ``<hex>.finished``: the store checks, inside its write transaction, only what
+  must hold (the run has not finished), never the desk's last sequence, so rows others
+  append meanwhile cannot refuse it. (Over a store with only the event-store port,
+  ``emit`` falls back to ``expected_version`` and retries.) Emitting into a finished run
+  raises ``RunStateError``: nothing ever lands after a run's ``RunFinished``.
+* **Streaming.** ``emit`` of a ``TextDelta`` returns at once, unstamped (``sequence``
+  ``None``): chunks are buffered and appended, in order, in one append with the run's
+  next other event (usually the closing ``Text``) or once they are more than
+  ``STREAM_FLUSH_S`` old or ``STREAM_FLUSH_CHUNKS`` many; consecutive chunks of one
+  author are stored joined, as one ``TextDelta`` per flush (:func:`coalesce_chunks`). A
+  crash in the middle of a stream can lose only chunks not yet appended, never an
+  acknowledged event.
 * **Cancellation crosses threads through the store.** ``cancel_run`` appends the run's
-  ``RunFinished(status="cancelled")``. The thread executing the run polls the store for
-  events after the last one it saw (5 ms, doubling to at most 100 ms) and stops waiting
-  as soon as it sees its run finished. ``emit`` appends with ``expected_version`` (the
-  last sequence it checked), so an event can never land after the run's
-  ``RunFinished``: emitting into a finished run raises ``RunStateError``.
+  ``RunFinished(status="cancelled")``. The thread executing the run polls the store
+  (5 ms, doubling to at most 100 ms; the session's state, one lookup) and stops waiting
+  as soon as it sees its run finished.
 * **Adapters run in a worker thread** (a daemon thread per execution), so a timeout or a
   cancel returns promptly. An adapter still running then is *abandoned*, not killed
   (Python cannot kill a thread): it runs to its end, and each event it emits is refused.
@@ -31,6 +51,7 @@ Design (everything below is a rule the tests check):
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 import uuid
@@ -41,11 +62,13 @@ from typing import Any, Final
 
 import msgspec
 
+from sharedesk.projection.runstate import fold_session_events
 from sharedesk.projection.transcript import TranscriptBuilder
 from sharedesk.protocol._log import logger
 from sharedesk.protocol.authors import Agent, Operator, SessionAuthor, System
 from sharedesk.protocol.constants import PAGE_SIZE
 from sharedesk.protocol.errors import (
+    AlreadyStored,
     ConcurrencyError,
     RunCancelled,
     RunFailed,
@@ -60,10 +83,12 @@ from sharedesk.protocol.events import (
     RunStarted,
     SessionStarted,
     Text,
+    TextDelta,
 )
-from sharedesk.protocol.ports import EventStore
+from sharedesk.protocol.ports import EventStore, RunIndexStore
+from sharedesk.protocol.sessions import EMPTY_SESSION_STATE, SESSION_STARTED_ID, SessionState
 from sharedesk.protocol.transcripts import Transcript
-from sharedesk.protocol.validation import check_optional_int, check_session_id
+from sharedesk.protocol.validation import check_author, check_optional_int, check_session_id
 from sharedesk.runs.types import (
     CONTINUATION_MODES,
     CONTINUATION_OPTS,
@@ -76,12 +101,12 @@ from sharedesk.runs.types import (
 
 _NO_OPTS: Final[Mapping[str, Any]] = MappingProxyType({})
 
-#: Id of the one ``SessionStarted`` event of a session (idempotent start).
-SESSION_STARTED_ID: Final = "sharedesk.session_started"
 #: Author of the lifecycle events the manager writes.
 LIFECYCLE_AUTHOR: Final = System(kind="run", label="sharedesk")
 #: Author of ``SessionStarted``.
 SESSION_AUTHOR: Final = System(kind="session", label="sharedesk")
+#: The default author of a run's input rows.
+OPERATOR: Final = Operator()
 #: Author of input rows with role ``"system"``.
 SYSTEM_PROMPT_AUTHOR: Final = System(kind="prompt", label="system")
 
@@ -90,6 +115,96 @@ _FIRST_POLL_S: Final = 0.005
 _MAX_POLL_S: Final = 0.1
 _EMIT_ATTEMPTS: Final = 64
 _INPUT_ROLES: Final = frozenset({"user", "system"})
+#: A buffered ``TextDelta`` older than this (seconds) is appended with the next emit.
+STREAM_FLUSH_S: Final = 0.05
+#: Most ``TextDelta`` chunks buffered before they are appended.
+STREAM_FLUSH_CHUNKS: Final = 1024
+
+__all__ = [
+    "LIFECYCLE_AUTHOR",
+    "SESSION_AUTHOR",
+    "SESSION_STARTED_ID",
+    "STREAM_FLUSH_CHUNKS",
+    "STREAM_FLUSH_S",
+    "SYSTEM_PROMPT_AUTHOR",
+    "SessionManager",
+    "ExecutionPlan",
+    "adapter_author",
+    "coalesce_chunks",
+    "fold_run",
+    "fold_session",
+    "new_run_id",
+    "normalize_input",
+    "parse_run_id",
+    "plan_execution",
+    "read_run_events",
+    "run_index",
+    "session_of",
+]
+
+
+def coalesce_chunks(chunks: Sequence[Event]) -> list[Event]:
+    """Join each run of consecutive ``TextDelta`` chunks that differ only in id and text.
+
+    Chunks buffered together are stored as one ``TextDelta`` holding their text in order
+    (the first chunk's id, author, run, parent and metadata): a reader sees the same text
+    in the same order, and a stream costs one stored row per flush, not one per chunk.
+
+    Cost: O(len(chunks)); no I/O.
+    """
+    joined: list[Event] = []
+    parts: list[str] = []
+    for chunk in chunks:
+        body = chunk.body
+        assert isinstance(body, TextDelta)
+        if joined:
+            last = joined[-1]
+            if (
+                last.author == chunk.author
+                and last.run_id == chunk.run_id
+                and last.parent == chunk.parent
+                and last.metadata == chunk.metadata
+            ):
+                parts.append(body.delta)
+                continue
+            joined[-1] = _with_delta(last, parts)
+        joined.append(chunk)
+        parts = [body.delta]
+    if joined:
+        joined[-1] = _with_delta(joined[-1], parts)
+    return joined
+
+
+def _with_delta(event: Event, parts: list[str]) -> Event:
+    if len(parts) == 1:
+        return event
+    return msgspec.structs.replace(event, body=TextDelta("".join(parts)))
+
+
+def run_index(store: Any) -> RunIndexStore | None:
+    """Return ``store`` when it has the run-index port (state and run index), else ``None``.
+
+    Cost: O(1).
+    """
+    if callable(getattr(store, "run_events", None)) and callable(
+        getattr(store, "session_state", None)
+    ):
+        return store  # type: ignore[no-any-return]
+    return None
+
+
+def adapter_author(adapter: Any) -> SessionAuthor:
+    """Return the participant an adapter runs as: its ``author``, else ``Agent(name, name)``.
+
+    Raises:
+        ValidationError: ``adapter.author`` is set but not a ``SessionAuthor``.
+
+    Cost: O(1).
+    """
+    author = getattr(adapter, "author", None)
+    if author is None:
+        return Agent(id=adapter.name, label=adapter.name)
+    return check_author(author, "adapter.author")
 
 
 def new_run_id(session_id: str) -> str:
@@ -188,7 +303,9 @@ def fold_run(run_id: str, events: Sequence[Event]) -> Run | None:
         if event.id == first:
             seen_first = True
         if event.id.startswith(f"{hexid}.input.") and isinstance(body, Text):
-            role = "system" if isinstance(event.author, System) else "user"
+            role = event.metadata.get("role")
+            if role not in _INPUT_ROLES:  # rows written before the role was recorded
+                role = "system" if isinstance(event.author, System) else "user"
             inputs.append({"role": role, "content": body.content})
         elif isinstance(body, RunStarted):
             if event.id == started:
@@ -219,37 +336,52 @@ def fold_run(run_id: str, events: Sequence[Event]) -> Run | None:
     )
 
 
+def session_of(session_id: str, state: SessionState) -> Session:
+    """Return the :class:`Session` a folded :class:`SessionState` describes. Cost: O(state)."""
+    metadata = dict(state.metadata)
+    metadata["provider_sessions"] = {
+        provider: dict(entry) for provider, entry in state.provider_sessions.items()
+    }
+    return Session(
+        id=session_id,
+        status="active" if state.open_runs else "idle",
+        metadata=metadata,
+        context={},
+    )
+
+
 def fold_session(session_id: str, events: Sequence[Event]) -> Session:
     """Fold a session's state from all its events.
 
     ``metadata`` is the ``SessionStarted`` metadata plus ``provider_sessions``, one entry
     per provider from the latest ``RunStarted`` that carried a provider session id.
-    ``status`` is ``"active"`` while a run is pending or running, else ``"idle"``.
+    ``status`` is ``"active"`` while a run is pending or running, else ``"idle"``. The
+    fold is the one stores apply as events are appended
+    (:func:`~sharedesk.projection.runstate.fold_session_state`).
 
     Cost: O(len(events)); no I/O.
     """
-    metadata: dict[str, Any] = {}
-    provider_sessions: dict[str, dict[str, Any]] = {}
-    open_runs: set[str] = set()
-    for event in events:
-        body = event.body
-        if isinstance(body, SessionStarted) and event.id == SESSION_STARTED_ID:
-            metadata = dict(body.metadata)
-        elif isinstance(body, RunStarted) and body.provider_session_id is not None:
-            provider_sessions[body.provider] = {
-                "provider_session_id": body.provider_session_id,
-                "model": body.model,
-            }
-        if event.run_id is None:
-            continue
-        if isinstance(body, RunFinished):
-            open_runs.discard(event.run_id)
-        elif event.id.endswith(".input.0"):
-            open_runs.add(event.run_id)
-    metadata["provider_sessions"] = provider_sessions
-    return Session(
-        id=session_id, status="active" if open_runs else "idle", metadata=metadata, context={}
-    )
+    return session_of(session_id, fold_session_events(EMPTY_SESSION_STATE, list(events)))
+
+
+def _read_session(store: EventStore, session_id: str) -> Session:
+    index = run_index(store)
+    if index is not None:
+        return session_of(session_id, index.session_state(session_id))
+    return fold_session(session_id, store.read(session_id))
+
+
+def _read_run(store: EventStore, run_id: str) -> list[Event]:
+    """Return the run's events from the run index, else the session's from its first row."""
+    _, session_id = parse_run_id(run_id)
+    check_session_id(session_id)
+    index = run_index(store)
+    if index is None:
+        return read_run_events(store, run_id)
+    events = index.run_events(session_id, run_id)
+    if not events:
+        raise RunNotFound(run_id)
+    return events
 
 
 def read_run_events(store: EventStore, run_id: str) -> list[Event]:
@@ -336,24 +468,26 @@ def _check_timeout(adapter_opts: Any) -> float | None:
 
 
 def _replay(
-    events: Sequence[Event],
+    store: EventStore,
     session_id: str,
     run_id: str,
-    adapter: Adapter,
+    viewer: SessionAuthor,
     budget: Mapping[str, int | None],
 ) -> Transcript:
-    """Build the replay transcript: the session's events minus the current run's own."""
-    earlier = [event for event in events if event.run_id != run_id]
-    limit = budget.get("limit")
-    if limit is not None:
-        earlier = earlier[len(earlier) - limit :] if limit else []
-    return TranscriptBuilder.from_events(
-        earlier,
-        session_id=session_id,
-        viewer=Agent(id=adapter.name, label=adapter.name),
+    """Build the replay transcript: the session's events minus the current run's own.
+
+    Read from the tail: the newest ``limit`` earlier events, fewer when the message and
+    character budgets are met first.
+    """
+    return TranscriptBuilder.from_store(
+        store,
+        session_id,
+        limit=budget.get("limit"),
+        viewer=viewer,
         max_messages=budget.get("max_messages"),
         max_chars=budget.get("max_chars"),
         max_tokens_approx=budget.get("max_tokens_approx"),
+        exclude_run_id=run_id,
     )
 
 
@@ -373,10 +507,96 @@ def _finish(store: EventStore, run_id: str, body: RunFinished) -> tuple[Event, b
 
 
 @dataclass(eq=False)
+class ExecutionPlan:
+    """What executing a pending run needs, decided before any write (see :func:`plan_execution`).
+
+    Attributes:
+        mode: The continuation used: ``False``, ``"replay"`` or ``"native"``.
+        viewer: The participant the adapter runs as (the replay transcript's viewer).
+        budget: The checked ``continuation_opts``.
+        timeout: The checked ``adapter_opts["timeout"]`` (seconds), or ``None``.
+        context: ``session.context`` for the adapter (the caller adds the replayed
+            ``"transcript"`` when ``mode == "replay"``).
+        claim: The run's ``RunStarted`` to append (its ``writer`` token tells whether
+            this execution won the claim).
+        opts: ``adapter_opts`` as the adapter receives them.
+    """
+
+    mode: str | bool
+    viewer: SessionAuthor
+    budget: dict[str, int | None]
+    timeout: float | None
+    context: dict[str, Any]
+    claim: Event
+    opts: Mapping[str, Any]
+
+
+def plan_execution(
+    run: Run,
+    session: Session,
+    adapter: Any,
+    continuation: Any,
+    continuation_opts: Any,
+    adapter_opts: Any,
+) -> ExecutionPlan:
+    """Check an execution's arguments and decide its continuation; pure (no I/O).
+
+    Shared by the synchronous manager and the async runs module: both read the run and
+    the session, call this, append ``plan.claim``, and drive the adapter.
+
+    Raises:
+        ValidationError: Not an adapter, or a bad continuation, continuation_opts,
+            timeout or adapter author (the caller records the run as failed).
+
+    Cost: O(len(continuation_opts)); no I/O.
+    """
+    _check_adapter(adapter)
+    viewer = adapter_author(adapter)
+    mode = _check_continuation(continuation, adapter)
+    budget = _check_continuation_opts(continuation_opts)
+    timeout = _check_timeout(adapter_opts)
+    provider_sessions: dict[str, Any] = session.metadata.get("provider_sessions", {})
+    stored_session = provider_sessions.get(adapter.name, {})
+    continued = stored_session.get("provider_session_id")
+    if mode == "auto":
+        mode = "native" if adapter.native_continuation and continued else "replay"
+    model = getattr(adapter, "model", None)
+    if not isinstance(model, str):
+        model = stored_session.get("model") if mode == "native" else None
+    hexid, _ = parse_run_id(run.id)
+    claim = Event(
+        LIFECYCLE_AUTHOR,
+        RunStarted(
+            provider=adapter.name,
+            model=model,
+            provider_session_id=continued if mode == "native" else None,
+        ),
+        id=_started_id(hexid),
+        run_id=run.id,
+        metadata={"writer": uuid.uuid4().hex},
+    )
+    opts = {} if adapter_opts is None or adapter_opts is _NO_OPTS else adapter_opts
+    return ExecutionPlan(
+        mode=mode,
+        viewer=viewer,
+        budget=budget,
+        timeout=timeout,
+        context={"continuation": mode},
+        claim=claim,
+        opts=opts,
+    )
+
+
+@dataclass(eq=False)
 class _Execution:
-    """One execution's in-process state, shared by the executing thread and the worker."""
+    """One execution's in-process state, shared by the executing thread and the worker.
+
+    ``index`` is the store's run-index port, or ``None`` (then ``last_seen`` tracks the
+    session's last sequence for the ``expected_version`` fallback).
+    """
 
     store: EventStore
+    index: RunIndexStore | None
     run_id: str
     session_id: str
     last_seen: int
@@ -386,17 +606,37 @@ class _Execution:
     result: AdapterResult | None = None
     error: BaseException | None = None
     emitted: list[Event] = field(default_factory=list)
+    #: Buffered ``TextDelta`` events (run id set), oldest first, and when the first came.
+    chunks: list[Event] = field(default_factory=list)
+    chunks_since: float = 0.0
+
+    @property
+    def finished_id(self) -> str:
+        return _finished_id(parse_run_id(self.run_id)[0])
 
     def check_store(self) -> None:
-        """Read events after ``last_seen``; note our run's ``RunFinished`` (lock held)."""
+        """Note our run's ``RunFinished`` if another writer stored it (lock held)."""
+        if self.index is not None:
+            if self.run_id in self.index.session_state(self.session_id).open_runs:
+                return
+            self._learn_finished()
+            return
         for event in self.store.read(self.session_id, after=self.last_seen):
             assert event.sequence is not None
             self.last_seen = max(self.last_seen, event.sequence)
             if event.run_id == self.run_id and isinstance(event.body, RunFinished):
                 self.finished = event.body
 
+    def _learn_finished(self) -> None:
+        assert self.index is not None
+        finished_id = self.finished_id
+        for event in reversed(self.index.run_events(self.session_id, self.run_id)):
+            if event.id == finished_id and isinstance(event.body, RunFinished):
+                self.finished = event.body
+                return
+
     def emit(self, event: Event) -> Event:
-        """Store one event of the run; refused once the run has finished."""
+        """Store one event of the run (a ``TextDelta`` is buffered); refused once finished."""
         if not isinstance(event, Event):
             raise ValidationError(f"emit takes an Event, got {type(event).__name__}")
         if event.run_id not in (None, self.run_id):
@@ -408,27 +648,64 @@ class _Execution:
         if event.run_id is None:
             event = msgspec.structs.replace(event, run_id=self.run_id)
         with self.lock:
-            for _ in range(_EMIT_ATTEMPTS):
-                if self.finished is not None:
-                    raise RunStateError(self.run_id, self.finished.status, "emit")
-                self.check_store()
-                if self.finished is not None:
-                    continue
-                try:
-                    stored = self.store.append(
-                        self.session_id, [event], expected_version=self.last_seen
-                    )[0]
-                except ConcurrencyError:
-                    continue
-                assert stored.sequence is not None
-                self.last_seen = max(self.last_seen, stored.sequence)
-                self.emitted.append(stored)
-                return stored
-            raise ConcurrencyError(self.last_seen, self.store.last_sequence(self.session_id))
+            if self.finished is not None:
+                raise RunStateError(self.run_id, self.finished.status, "emit")
+            if isinstance(event.body, TextDelta):
+                now = time.monotonic()
+                if not self.chunks:
+                    self.chunks_since = now
+                self.chunks.append(event)
+                if (
+                    len(self.chunks) >= STREAM_FLUSH_CHUNKS
+                    or now - self.chunks_since >= STREAM_FLUSH_S
+                ):
+                    self._store_locked([])
+                return event
+            return self._store_locked([event])[-1]
+
+    def flush(self) -> None:
+        """Append the buffered chunks, if any (lock held); a refusal drops them."""
+        if self.chunks and self.finished is None:
+            with contextlib.suppress(RunStateError):
+                self._store_locked([])
+
+    def _store_locked(self, events: list[Event]) -> list[Event]:
+        """Append the buffered chunks then ``events`` in one append; return them stored."""
+        batch = [*coalesce_chunks(self.chunks), *events]
+        self.chunks = []
+        if self.index is not None:
+            try:
+                stored = self.index.append(self.session_id, batch, unless_stored=self.finished_id)
+            except AlreadyStored:
+                self._learn_finished()
+                status = self.finished.status if self.finished is not None else "finished"
+                raise RunStateError(self.run_id, status, "emit") from None
+        else:
+            stored = self._append_checked(batch)
+        self.emitted.extend(stored)
+        return stored
+
+    def _append_checked(self, batch: list[Event]) -> list[Event]:
+        # Fallback without the run-index port: the append carries the last sequence
+        # checked, so a RunFinished stored meanwhile refuses it.
+        for _ in range(_EMIT_ATTEMPTS):
+            self.check_store()
+            if self.finished is not None:
+                raise RunStateError(self.run_id, self.finished.status, "emit")
+            try:
+                stored = self.store.append(self.session_id, batch, expected_version=self.last_seen)
+            except ConcurrencyError:
+                continue
+            for event in stored:
+                assert event.sequence is not None
+                self.last_seen = max(self.last_seen, event.sequence)
+            return stored
+        raise ConcurrencyError(self.last_seen, self.store.last_sequence(self.session_id))
 
     def finish(self, body: RunFinished) -> tuple[Event, bool]:
         """Write our ``RunFinished`` and close emit; return it as stored and whether ours won."""
         with self.lock:
+            self.flush()
             stored, won = _finish(self.store, self.run_id, body)
             assert isinstance(stored.body, RunFinished)
             self.finished = stored.body
@@ -466,7 +743,7 @@ class SessionManager:
             ValidationError: A bad session id or metadata, or the session was already
                 started with other metadata; nothing was written.
 
-        Cost: one append of one event, then one read of the whole session.
+        Cost: one append of one event, then :meth:`get_session`.
         """
         sid = uuid.uuid4().hex if session_id is None else check_session_id(session_id)
         if not isinstance(metadata, Mapping):
@@ -485,7 +762,7 @@ class SessionManager:
                 f"({stored.body.metadata!r})"
             )
         logger().debug("session.started", session_id=sid)
-        return fold_session(sid, store.read(sid))
+        return _read_session(store, sid)
 
     @staticmethod
     def get_session(store: EventStore, session_id: str) -> Session:
@@ -494,13 +771,16 @@ class SessionManager:
         Raises:
             ValidationError: A bad session id.
 
-        Cost: one read of the whole session; no writes.
+        Cost: with the run-index port, one lookup of the session's folded state; else one
+        read of the whole session. No writes.
         """
         check_session_id(session_id)
-        return fold_session(session_id, store.read(session_id))
+        return _read_session(store, session_id)
 
     @staticmethod
-    def start_run(store: EventStore, session_id: str, input: Any) -> Run:
+    def start_run(
+        store: EventStore, session_id: str, input: Any, *, author: SessionAuthor = OPERATOR
+    ) -> Run:
         """Create a pending run by appending its input rows.
 
         The session need not have been started (any session id works, e.g. a Hub desk).
@@ -509,28 +789,35 @@ class SessionManager:
             store: The store (or Hub).
             session_id: The session.
             input: A prompt string, or a list of ``{"role", "content"}`` dicts with role
-                ``"user"`` (stored as a ``Text`` by ``Operator()``) or ``"system"``
-                (stored as a ``Text`` by ``System(kind="prompt", label="system")``).
+                ``"user"`` (stored as a ``Text`` by ``author``) or ``"system"`` (stored
+                as a ``Text`` by ``System(kind="prompt", label="system")``).
+            author: Who asks: the author of the ``"user"`` input rows.
 
         Returns:
             The pending run.
 
         Raises:
-            ValidationError: A bad session id or input; nothing was written.
+            ValidationError: A bad session id, input or author; nothing was written.
 
         Cost: one append of ``len(input)`` events.
         """
         check_session_id(session_id)
         messages = normalize_input(input)
+        asker = check_author(author)
         run_id = new_run_id(session_id)
         hexid, _ = parse_run_id(run_id)
         events: list[Event] = []
         for index, message in enumerate(messages):
-            author: SessionAuthor = (
-                SYSTEM_PROMPT_AUTHOR if message["role"] == "system" else Operator()
-            )
+            role = message["role"]
+            writer: SessionAuthor = SYSTEM_PROMPT_AUTHOR if role == "system" else asker
             events.append(
-                Event(author, Text(message["content"]), id=_input_id(hexid, index), run_id=run_id)
+                Event(
+                    writer,
+                    Text(message["content"]),
+                    id=_input_id(hexid, index),
+                    run_id=run_id,
+                    metadata={"role": role},
+                )
             )
         store.append(session_id, events)
         logger().debug("run.created", session_id=session_id, run_id=run_id)
@@ -543,9 +830,10 @@ class SessionManager:
         Raises:
             RunNotFound: No such run.
 
-        Cost: see :func:`read_run_events` (rows since the run started); no writes.
+        Cost: with the run-index port, a read of the run's own events; else see
+        :func:`read_run_events` (rows since the run started). No writes.
         """
-        run = fold_run(run_id, read_run_events(store, run_id))
+        run = fold_run(run_id, _read_run(store, run_id))
         if run is None:  # pragma: no cover - read_run_events found its first row
             raise RunNotFound(run_id)
         return run
@@ -564,10 +852,11 @@ class SessionManager:
 
         Continuation: ``False`` gives the adapter no transcript; ``"replay"`` puts the
         transcript of the session's events (all but this run's own, so its input is not
-        duplicated) in ``session.context["transcript"]``, seen by
-        ``Agent(id=adapter.name, label=adapter.name)`` and cut by ``continuation_opts``
-        (``limit`` keeps the newest events; ``max_messages``, ``max_chars``,
-        ``max_tokens_approx`` bound the messages); ``"native"`` lets the adapter continue
+        duplicated) in ``session.context["transcript"]``, seen by the adapter's author
+        (``adapter.author``, else ``Agent(id=adapter.name, label=adapter.name)``) and cut
+        by ``continuation_opts`` (``limit`` keeps the newest events; ``max_messages``,
+        ``max_chars``, ``max_tokens_approx`` bound the messages, read from the tail
+        until they are met); ``"native"`` lets the adapter continue
         ``session.metadata["provider_sessions"][adapter.name]`` (its ``RunStarted``
         names that provider session); ``"auto"`` is native when the adapter can and a
         provider session id is stored, else replay.
@@ -596,25 +885,34 @@ class SessionManager:
                 ``"failed"``.
             RunCancelled: ``cancel_run`` cancelled it while it ran.
 
-        Cost: one read of the whole session; appends ``RunStarted``, each emitted event
-        (one read of new rows plus one append each) and ``RunFinished``; while waiting,
-        one read of new rows every 5-100 ms. Blocks until the run ends.
+        Cost: with the run-index port: a read of the run's own events and one lookup of
+        the session's state, plus for a replay the newest events its budget needs; one
+        append each for ``RunStarted``, each emitted event (buffered ``TextDelta``
+        chunks join the next one) and ``RunFinished``; while waiting, one state lookup
+        every 5-100 ms. Without it, one read of the whole session and of the new rows at
+        each emit and poll. Blocks until the run ends.
         """
         hexid, session_id = parse_run_id(run_id)
         check_session_id(session_id)
-        events = store.read(session_id)
-        run = fold_run(run_id, events)
+        index = run_index(store)
+        if index is not None:
+            run = fold_run(run_id, _read_run(store, run_id))
+            session = session_of(session_id, index.session_state(session_id))
+            last_seen = 0
+        else:
+            events = store.read(session_id)
+            run = fold_run(run_id, events)
+            session = fold_session(session_id, events)
+            last_seen = events[-1].sequence or 0 if events else 0
         if run is None:
             raise RunNotFound(run_id)
         if run.status != "pending":
             raise RunStateError(run_id, run.status, "execute")
         log = logger().bind(session_id=session_id, run_id=run_id)
-        session = fold_session(session_id, events)
         try:
-            _check_adapter(adapter)
-            mode = _check_continuation(continuation, adapter)
-            budget = _check_continuation_opts(continuation_opts)
-            timeout = _check_timeout(adapter_opts)
+            plan = plan_execution(
+                run, session, adapter, continuation, continuation_opts, adapter_opts
+            )
         except ValidationError as exc:
             _finish(
                 store,
@@ -625,43 +923,25 @@ class SessionManager:
             )
             log.info("run.refused", error=exc.message)
             raise
-        provider_sessions: dict[str, Any] = session.metadata["provider_sessions"]
-        stored_session = provider_sessions.get(adapter.name, {})
-        continued = stored_session.get("provider_session_id")
-        if mode == "auto":
-            mode = "native" if adapter.native_continuation and continued else "replay"
-        context: dict[str, Any] = {"continuation": mode}
-        if mode == "replay":
-            context["transcript"] = _replay(events, session_id, run_id, adapter, budget)
-        model = getattr(adapter, "model", None)
-        if not isinstance(model, str):
-            model = stored_session.get("model") if mode == "native" else None
-        claim = Event(
-            LIFECYCLE_AUTHOR,
-            RunStarted(
-                provider=adapter.name,
-                model=model,
-                provider_session_id=continued if mode == "native" else None,
-            ),
-            id=_started_id(hexid),
-            run_id=run_id,
-            metadata={"writer": uuid.uuid4().hex},
-        )
-        stored_claim = store.append(session_id, [claim])[0]
-        if stored_claim.metadata != claim.metadata:
+        if plan.mode == "replay":
+            plan.context["transcript"] = _replay(
+                store, session_id, run_id, plan.viewer, plan.budget
+            )
+        stored_claim = store.append(session_id, [plan.claim])[0]
+        if stored_claim.metadata != plan.claim.metadata:
             raise RunStateError(run_id, "running", "execute")
         assert stored_claim.sequence is not None
-        execution = _Execution(store, run_id, session_id, last_seen=events[-1].sequence or 0)
+        execution = _Execution(store, index, run_id, session_id, last_seen=last_seen)
         execution.emitted.append(stored_claim)
-        log.debug("run.started", provider=adapter.name, continuation=mode)
+        log.debug("run.started", provider=adapter.name, continuation=plan.mode)
         running = msgspec.structs.replace(
             run,
             status="running",
             provider=adapter.name,
             model=stored_claim.body.model,  # type: ignore[union-attr]
         )
-        live_session = msgspec.structs.replace(session, status="active", context=context)
-        opts = {} if adapter_opts is None or adapter_opts is _NO_OPTS else adapter_opts
+        live_session = msgspec.structs.replace(session, status="active", context=plan.context)
+        opts = plan.opts
 
         def work() -> None:
             try:
@@ -680,7 +960,7 @@ class SessionManager:
         worker = threading.Thread(target=work, name=f"sharedesk-run-{hexid[:8]}", daemon=True)
         worker.start()
         try:
-            return SessionManager._wait(execution, timeout, log)
+            return SessionManager._wait(execution, plan.timeout, log)
         finally:
             if execution.done.is_set():
                 worker.join()  # it has returned; only a timed-out or cancelled one is left
@@ -765,18 +1045,20 @@ class SessionManager:
         continuation: str | bool = False,
         continuation_opts: Mapping[str, Any] | None = _NO_OPTS,
         adapter_opts: Mapping[str, Any] | None = _NO_OPTS,
+        author: SessionAuthor = OPERATOR,
     ) -> RunResult:
         """Start a session (or continue ``session_id``), start a run and execute it.
 
         A given ``session_id`` is continued as it is (no ``SessionStarted`` is written).
-        Arguments and errors as :meth:`start_run` and :meth:`execute_run`.
+        Arguments and errors as :meth:`start_run` (``author`` asks) and
+        :meth:`execute_run`.
 
         Cost: :meth:`start_session` (new session only), :meth:`start_run`, then
         :meth:`execute_run`. Blocks until the run ends.
         """
         if session_id is None:
             session_id = SessionManager.start_session(store).id
-        run = SessionManager.start_run(store, session_id, input)
+        run = SessionManager.start_run(store, session_id, input, author=author)
         return SessionManager.execute_run(
             store,
             adapter,

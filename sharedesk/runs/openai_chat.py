@@ -2,8 +2,9 @@
 
 Each run sends one ``POST {base_url}/chat/completions`` with the replayed transcript
 (rendered by :func:`~sharedesk.runs.render.to_openai_messages`, so each peer keeps its
-``name``) followed by the run's input. The reply is emitted as a ``Text`` by
-``Agent(id=name, label=name)``. With ``adapter_opts={"stream": True}`` the response is
+``name``) followed by the run's input. The reply is emitted as a ``Text`` by the
+adapter's ``author`` (default ``Agent(id=name, label=name)``), the participant the
+transcript is relative to. With ``adapter_opts={"stream": True}`` the response is
 read as server-sent events: each content chunk is emitted as a ``TextDelta`` as it
 arrives, then the whole reply as the final ``Text``. The response's ``usage`` becomes
 the run's ``token_usage``. The endpoint keeps no conversation state, so the adapter
@@ -19,10 +20,11 @@ from typing import Any, Final
 
 import httpx
 
-from sharedesk.protocol.authors import Agent
+from sharedesk.protocol.authors import Agent, SessionAuthor
 from sharedesk.protocol.errors import ProviderError, ValidationError
 from sharedesk.protocol.events import Event, Text, TextDelta
 from sharedesk.protocol.transcripts import Transcript
+from sharedesk.protocol.validation import check_author
 from sharedesk.runs.render import to_openai_messages
 from sharedesk.runs.types import AdapterResult, AsyncEmit, Emit, Run, Session
 
@@ -58,6 +60,7 @@ class OpenAIChatAdapter:
         api_key: str | None = None,
         *,
         name: str = "openai",
+        author: SessionAuthor | None = None,
     ) -> None:
         """Create the adapter; nothing is sent until a run executes.
 
@@ -65,10 +68,13 @@ class OpenAIChatAdapter:
             base_url: The API root, e.g. ``"http://127.0.0.1:8000/v1"``.
             model: The model name sent with each request (and recorded in ``RunStarted``).
             api_key: Sent as ``Authorization: Bearer <api_key>`` when given.
-            name: The provider name and the agent id of the replies.
+            name: The provider name (and the replies' agent id and label by default).
+            author: The participant the replies are written by (default
+                ``Agent(id=name, label=name)``).
 
         Raises:
-            ValidationError: An empty ``base_url``, ``model`` or ``name``.
+            ValidationError: An empty ``base_url``, ``model`` or ``name``, or an
+                ``author`` that is not a ``SessionAuthor``.
         """
         for field, value in (("base_url", base_url), ("model", model), ("name", name)):
             if not isinstance(value, str) or not value:
@@ -77,6 +83,14 @@ class OpenAIChatAdapter:
         self.model = model
         self._api_key = api_key
         self._name = name
+        self._author: SessionAuthor = (
+            Agent(id=name, label=name) if author is None else check_author(author)
+        )
+
+    @property
+    def author(self) -> SessionAuthor:
+        """The participant the replies are written by."""
+        return self._author
 
     @property
     def name(self) -> str:
@@ -131,7 +145,7 @@ class OpenAIChatAdapter:
         """
         body = self.request_body(run, session.context.get("transcript"), opts)
         headers = self._headers(body)
-        agent = Agent(id=self._name, label=self._name)
+        agent = self._author
         try:
             with httpx.Client(timeout=self._timeout(opts), headers=headers) as client:
                 if body.get("stream"):
@@ -171,7 +185,7 @@ class OpenAIChatAdapter:
         """
         body = self.request_body(run, session.context.get("transcript"), opts)
         headers = self._headers(body)
-        agent = Agent(id=self._name, label=self._name)
+        agent = self._author
         url = f"{self.base_url}/chat/completions"
         try:
             async with httpx.AsyncClient(timeout=self._timeout(opts), headers=headers) as client:
@@ -250,7 +264,7 @@ class OpenAIChatAdapter:
         return content, usage
 
     def _streamed(
-        self, client: httpx.Client, body: dict[str, Any], emit: Emit, agent: Agent
+        self, client: httpx.Client, body: dict[str, Any], emit: Emit, agent: SessionAuthor
     ) -> AdapterResult:
         parts: list[str] = []
         usage: dict[str, Any] = {}

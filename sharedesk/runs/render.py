@@ -7,7 +7,9 @@ peer's label prefixes the text (``"[Label] ..."``).
 Both pair tool calls with their results the way the APIs demand: a call is sent only
 with its result, and the result comes right after the assistant turn holding the call
 (a call whose result is not in the transcript, or a result whose call was cut, is left
-out; the transcript builder already avoids cutting pairs). Both are pure functions.
+out; the transcript builder already avoids cutting pairs). Neither emits empty content:
+a text message whose content is blank (``content.strip() == ""``) is left out, since
+provider APIs reject empty text blocks. Both are pure functions.
 """
 
 from __future__ import annotations
@@ -62,6 +64,11 @@ def _output_text(output: Any) -> str:
     return json.dumps(output, ensure_ascii=False, default=str)
 
 
+def _blank(message: TranscriptMessage) -> bool:
+    """Return whether ``message`` is a text (not a tool call or result) of only whitespace."""
+    return not _is_call(message) and not _is_result(message) and not (message.content or "").strip()
+
+
 def _paired(messages: list[TranscriptMessage]) -> list[list[TranscriptMessage]]:
     """Group messages into turns: a plain message alone, or calls followed by results.
 
@@ -85,8 +92,8 @@ def _paired(messages: list[TranscriptMessage]) -> list[list[TranscriptMessage]]:
             if calls:
                 groups.append(calls + [results[c.tool_call_id or ""] for c in calls])
             continue
-        if not _is_result(message):  # results travel with their calls; orphans drop
-            groups.append([message])
+        if not _is_result(message) and not _blank(message):
+            groups.append([message])  # results travel with their calls; orphans drop
         index += 1
     return groups
 

@@ -7,16 +7,19 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sharedesk.protocol.authors import Agent
+from sharedesk.protocol.authors import Agent, SessionAuthor
 from sharedesk.protocol.errors import ValidationError
 from sharedesk.protocol.events import Event, RunStarted, Text
+from sharedesk.protocol.validation import check_author
 from sharedesk.runs.types import AdapterResult, Emit, Run, ScriptedCall, Session
 
 
 class ScriptedAdapter:
     """Answers each run with its next scripted reply and records every call.
 
-    Each reply is emitted as a ``Text`` by ``Agent(id=name, label=name)``. With
+    Each reply is emitted as a ``Text`` by the adapter's ``author`` (by default
+    ``Agent(id=name, label=name)``); the transcript it is given is relative to that
+    author (see ``SessionManager.execute_run``). With
     ``native_continuation=True`` the adapter keeps a provider session: a run continued
     natively (``session.context["continuation"] == "native"`` with a stored provider
     session id) reuses it; any other run opens a new one, announced by emitting
@@ -31,22 +34,29 @@ class ScriptedAdapter:
         *,
         name: str = "scripted",
         native_continuation: bool = False,
+        author: SessionAuthor | None = None,
     ) -> None:
         """Create the adapter.
 
         Args:
             replies: The replies, one per run, in order.
-            name: The provider name and agent id.
+            name: The provider name (and the agent's id and label by default).
             native_continuation: Whether it claims provider-native continuation.
+            author: The participant its replies are written by (default
+                ``Agent(id=name, label=name)``).
 
         Raises:
-            ValidationError: ``replies`` is not a sequence of ``str`` or ``name`` is empty.
+            ValidationError: ``replies`` is not a sequence of ``str``, ``name`` is empty,
+                or ``author`` is not a ``SessionAuthor``.
         """
         if isinstance(replies, str) or not all(isinstance(r, str) for r in replies):
             raise ValidationError("replies must be a sequence of str")
         if not isinstance(name, str) or not name:
             raise ValidationError("name must be a non-empty str")
         self._name = name
+        self._author: SessionAuthor = (
+            Agent(id=name, label=name) if author is None else check_author(author)
+        )
         self._native = bool(native_continuation)
         self._replies = list(replies)
         self._lock = threading.Lock()
@@ -56,6 +66,11 @@ class ScriptedAdapter:
     def name(self) -> str:
         """The provider name (``RunStarted.provider``) and the agent id of its replies."""
         return self._name
+
+    @property
+    def author(self) -> SessionAuthor:
+        """The participant the adapter's replies are written by."""
+        return self._author
 
     @property
     def native_continuation(self) -> bool:
@@ -97,7 +112,7 @@ class ScriptedAdapter:
                     f"scripted adapter {self._name!r} has no reply left for call {len(self._calls)}"
                 )
             reply = self._replies.pop(0)
-        agent = Agent(id=self._name, label=self._name)
+        agent = self._author
         if self._native:
             stored = session.metadata.get("provider_sessions", {}).get(self._name, {})
             continued = stored.get("provider_session_id")

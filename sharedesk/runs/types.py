@@ -144,7 +144,10 @@ class RunQueueStatus(msgspec.Struct, frozen=True):
 
 
 #: ``emit(event)`` appends ``event`` to the run's session (``run_id`` set to the run's)
-#: and returns it as stored. It raises ``RunStateError`` once the run has finished.
+#: and returns it as stored. A ``TextDelta`` is buffered instead and returned at once,
+#: unstamped (``sequence`` ``None``): it is stored, in order, with the run's next event,
+#: joined with the chunks buffered beside it (see ``SessionManager``). It raises
+#: ``RunStateError`` once the run has finished.
 Emit = Callable[[Event], Event]
 
 #: ``await emit(event)``: the emit a coroutine adapter gets from
@@ -161,6 +164,10 @@ class Adapter(Protocol):
     an :class:`AdapterResult`. To record a provider session (for native continuation) it
     emits an event whose body is ``RunStarted(provider=self.name, model=...,
     provider_session_id=...)``; the session's ``provider_sessions`` fold picks it up.
+
+    An adapter may also have ``author`` (a ``SessionAuthor``): the participant it runs
+    as. Its replayed transcript is relative to that author, and the rows it emits should
+    be written by it. Without one it runs as ``Agent(id=name, label=name)``.
     """
 
     @property

@@ -51,9 +51,10 @@ from sharedesk.protocol.errors import CorruptRecordError, StoreIOError, Validati
 
 _log = logger()
 
-#: The sub-databases of a store, by purpose. ``replies`` came later: opening a database
-#: written before it creates it empty (LmdbStore treats roots it lacks as older ones).
-DATABASES: Final = (b"events", b"ids", b"meta", b"texts", b"sharing", b"replies")
+#: The sub-databases of a store, by purpose. ``replies`` and ``runs`` came later: opening
+#: a database written before them creates them empty (LmdbStore treats roots it lacks as
+#: older ones; a session's state and run index cover the events appended since).
+DATABASES: Final = (b"events", b"ids", b"meta", b"texts", b"sharing", b"replies", b"runs")
 
 #: A store's writer reclaims dead processes' reader slots once per this many commits.
 READER_CHECK_COMMITS: Final = 32

@@ -16,6 +16,9 @@ texts      prefix + sequence                           empty: the ``Text`` row i
 sharing    prefix + blake2b(viewer, conversation)      the sharing state (msgpack)
 replies    prefix + sequence of a root ``Text`` row    its first non-blank reply's
                                                        sequence (8 bytes), or empty
+runs       prefix                                      the session's state (msgpack,
+                                                       see ``projection/runstate``)
+runs       prefix + 0x01 + blake2b(run id) + sequence  empty: the run index
 =========  ==========================================  ===============================
 
 The ``replies`` index is written in the transaction that appends the root (empty) and
@@ -96,12 +99,14 @@ from typing import Any, Final, Literal, Self, TypeVar
 import lmdb
 import msgspec
 
+from sharedesk.projection.runstate import fold_session_state, moves_session_state
 from sharedesk.projection.session import is_blank
 from sharedesk.projection.sharing import note_present
 from sharedesk.protocol._log import logger
 from sharedesk.protocol.authors import SessionAuthor
 from sharedesk.protocol.codec import encode_msgpack
 from sharedesk.protocol.errors import (
+    AlreadyStored,
     ConcurrencyError,
     CorruptRecordError,
     SharedeskError,
@@ -113,10 +118,12 @@ from sharedesk.protocol.errors import (
 )
 from sharedesk.protocol.events import Event, Text
 from sharedesk.protocol.ports import WriteTicket
+from sharedesk.protocol.sessions import EMPTY_SESSION_STATE, SessionState
 from sharedesk.protocol.validation import (
     check_append_args,
     check_conversation,
     check_optional_int,
+    check_optional_str,
     check_path,
     check_session_id,
     parent_error,
@@ -152,6 +159,7 @@ _EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROSECOND: Final = timedelta(microseconds=1)
 _EVENT_DECODER: Final = msgspec.msgpack.Decoder(Event)
 _STATE_DECODER: Final = msgspec.msgpack.Decoder(SharingState)
+_SESSION_STATE_DECODER: Final = msgspec.msgpack.Decoder(SessionState)
 _ENCODER: Final = msgspec.msgpack.Encoder()
 _DEFAULT_MAP_SIZE: Final = 64 * 2**20
 #: The smallest map opened: LMDB cannot create the sub-databases in less (about 40
@@ -180,6 +188,10 @@ def _id_key(prefix: bytes, event_id: str) -> bytes:
     if len(raw) <= _MAX_RAW_ID:
         return prefix + b"\x00" + raw
     return prefix + b"\x01" + hashlib.blake2b(raw, digest_size=32).digest()
+
+
+def _run_key(prefix: bytes, run_id: str) -> bytes:
+    return prefix + b"\x01" + hashlib.blake2b(run_id.encode("utf-8"), digest_size=16).digest()
 
 
 def _sharing_key(prefix: bytes, viewer: str, conversation: Conversation) -> bytes:
@@ -257,6 +269,7 @@ class _Request:
         "settled",
         "sharing",
         "ticket",
+        "unless_stored",
     )
 
     def __init__(
@@ -267,6 +280,7 @@ class _Request:
         sharing: tuple[str, SharingState, SharingState | None] | None,
         ticket: WriteTicket | None = None,
         reply_present: bool = False,
+        unless_stored: str | None = None,
     ) -> None:
         self.session_id = session_id
         self.reply_present = reply_present
@@ -274,6 +288,7 @@ class _Request:
         self.events = events
         self.expected_version = expected_version
         self.sharing = sharing
+        self.unless_stored = unless_stored
         self.result: list[Event] | None = None
         self.error: BaseException | None = None
         self.settled = False
@@ -521,6 +536,7 @@ class LmdbStore:
         events: Sequence[Event],
         *,
         expected_version: int | None = None,
+        unless_stored: str | None = None,
     ) -> list[Event]:
         """Append ``events`` to ``session_id`` and return them as stored.
 
@@ -529,6 +545,8 @@ class LmdbStore:
             events: Events with ``sequence`` and ``timestamp`` left ``None``.
             expected_version: When set, append only if the session's last sequence
                 equals it.
+            unless_stored: When set, append only if the session holds no event with
+                this id (checked inside the write transaction).
 
         Returns:
             One stored event per input, in input order; an event whose ``id`` the
@@ -538,6 +556,7 @@ class LmdbStore:
         Raises:
             ValidationError: Malformed input; nothing was written.
             ConcurrencyError: ``expected_version`` differs from the last sequence.
+            AlreadyStored: The event ``unless_stored`` names is stored; nothing written.
             StoreFullError: The store may not grow to hold the events.
             StoreClosedError: The store is closed (also when it closes while waiting).
             StoreIOError: LMDB failed; the cause is chained.
@@ -548,7 +567,10 @@ class LmdbStore:
         written the next one, just before that one's commit.
         """
         batch = check_append_args(session_id, events, expected_version)
-        return self._submit(_Request(session_id, batch, expected_version, None))
+        guard = check_optional_str("unless_stored", unless_stored)
+        return self._submit(
+            _Request(session_id, batch, expected_version, None, unless_stored=guard)
+        )
 
     def append_and_share(
         self,
@@ -902,6 +924,9 @@ class LmdbStore:
         last, text_count = counts
         if request.expected_version is not None and request.expected_version != last:
             raise ConcurrencyError(request.expected_version, last)
+        guard = request.unless_stored
+        if guard is not None and txn.get(_id_key(prefix, guard), db=dbs[b"ids"]) is not None:
+            raise AlreadyStored(request.session_id, guard)
         sharing: tuple[bytes, SharingState] | None = None
         if request.sharing is not None:
             viewer, state, expected_state = request.sharing
@@ -914,12 +939,16 @@ class LmdbStore:
                 raise SharingStateConflict(watermark_of(expected_state), watermark_of(stored_state))
             sharing = (key, state)
         ids_db, events_db, texts_db = dbs[b"ids"], dbs[b"events"], dbs[b"texts"]
-        replies_db = dbs[b"replies"]
+        replies_db, runs_db = dbs[b"replies"], dbs[b"runs"]
         put, get = txn.put, txn.get
         result: list[Event] = []
         inserted: list[bytes] = []  # the id keys this request claimed
         written: list[bytes] = []  # the events keys this request wrote
         indexed: list[tuple[bytes, bytes | None]] = []  # replies keys set, and their old value
+        run_keys: list[bytes] = []  # the run index keys this request wrote
+        session_state: SessionState | None = None  # folded, written once at the end
+        last_run_id: str | None = None
+        run_base = b""
         next_sequence = last + 1
         try:
             # One pass per event: claim the id, check the parent, write the event. An id
@@ -955,6 +984,17 @@ class LmdbStore:
                         root_key = prefix + _SEQ.pack(parent)
                         put(root_key, seq, db=replies_db)  # its first non-blank reply
                         indexed.append((root_key, first))
+                run_id = stored.run_id
+                if run_id is not None:
+                    if run_id != last_run_id:  # a batch is usually one run's: hash it once
+                        last_run_id, run_base = run_id, _run_key(prefix, run_id)
+                    run_key = run_base + seq
+                    put(run_key, b"", db=runs_db)
+                    run_keys.append(run_key)
+                if moves_session_state(stored):
+                    if session_state is None:
+                        session_state = self._session_state_in(txn, request.session_id, prefix)
+                    session_state = fold_session_state(session_state, stored)
                 next_sequence += 1
                 result.append(stored)
             encoded: bytes | None = None
@@ -976,7 +1016,11 @@ class LmdbStore:
                     txn.delete(key, db=replies_db)
                 else:
                     put(key, old, db=replies_db)
+            for key in run_keys:
+                txn.delete(key, db=runs_db)
             raise
+        if session_state is not None:
+            put(prefix, _ENCODER.encode(session_state), db=runs_db)
         if sharing is not None and encoded is not None:
             put(sharing[0], encoded, db=dbs[b"sharing"])
         if written:
@@ -1132,6 +1176,16 @@ class LmdbStore:
             raise CorruptRecordError(session_id, sequence, "indexed but missing")
         return _decode_record(_EVENT_DECODER, session_id, sequence, raw)
 
+    def _session_state_in(self, txn: Any, session_id: str, prefix: bytes) -> SessionState:
+        raw = txn.get(prefix, db=self._dbs[b"runs"])
+        if raw is None:
+            return EMPTY_SESSION_STATE
+        try:
+            state: SessionState = _SESSION_STATE_DECODER.decode(raw)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            raise CorruptRecordError(session_id, 0, f"session state: {exc}") from exc
+        return state
+
     @staticmethod
     def _decode_state(session_id: str, raw: bytes) -> SharingState:
         try:
@@ -1205,6 +1259,50 @@ class LmdbStore:
         prefix = _prefix(session_id)
         raw = self._in_read(lambda txn: txn.get(prefix, db=self._dbs[b"meta"]))
         return 0 if raw is None else int(_META.unpack(raw)[0])
+
+    def session_state(self, session_id: str) -> SessionState:
+        """Return the session's state, folded as its events were appended.
+
+        Raises:
+            ValidationError: A malformed session id.
+            CorruptRecordError: The stored state cannot be decoded.
+            StoreClosedError: The store is closed.
+
+        Cost: one key read; no writes.
+        """
+        check_session_id(session_id)
+        prefix = _prefix(session_id)
+        return self._in_read(lambda txn: self._session_state_in(txn, session_id, prefix))
+
+    def run_events(self, session_id: str, run_id: str) -> list[Event]:
+        """Return the events carrying ``run_id``, oldest first (read from the run index).
+
+        Raises:
+            ValidationError: A malformed argument.
+            CorruptRecordError: A record cannot be decoded.
+            StoreClosedError: The store is closed.
+
+        Cost: one read transaction; O(the run's events) cursor steps and decodes.
+        """
+        check_session_id(session_id)
+        check_optional_str("run_id", run_id)
+        prefix = _prefix(session_id)
+        start = _run_key(prefix, run_id)
+
+        def body(txn: Any) -> list[Event]:
+            cursor = txn.cursor(db=self._dbs[b"runs"])
+            events: list[Event] = []
+            if not cursor.set_range(start):
+                return events
+            for key in cursor.iternext(keys=True, values=False):
+                if not key.startswith(start):
+                    break
+                event = self._get_event(txn, session_id, prefix, key[len(start) :])
+                if event.run_id == run_id:
+                    events.append(event)
+            return events
+
+        return self._in_read(body)
 
     def session_info(self, session_id: str) -> SessionInfo | None:
         """Return what the store knows about ``session_id``, or ``None`` if it has no events.

@@ -11,9 +11,11 @@ from typing import Any, Self
 
 import msgspec
 
+from sharedesk.projection.runstate import fold_session_state, moves_session_state
 from sharedesk.projection.session import is_blank
 from sharedesk.projection.sharing import note_present
 from sharedesk.protocol.errors import (
+    AlreadyStored,
     ConcurrencyError,
     SharedeskError,
     SharingStateConflict,
@@ -21,9 +23,11 @@ from sharedesk.protocol.errors import (
 )
 from sharedesk.protocol.events import Event, Text
 from sharedesk.protocol.ports import WriteTicket
+from sharedesk.protocol.sessions import EMPTY_SESSION_STATE, SessionState
 from sharedesk.protocol.validation import (
     check_append_args,
     check_conversation,
+    check_optional_str,
     check_parents,
     check_session_id,
 )
@@ -55,9 +59,9 @@ class _Submitted(msgspec.Struct, frozen=True):
 
 
 class _Stream:
-    """One session's events, its idempotency index, its Text rows and its first replies."""
+    """One session's events, its indexes (ids, Text rows, first replies, runs), its state."""
 
-    __slots__ = ("by_id", "events", "first_reply", "text_sequences")
+    __slots__ = ("by_id", "by_run", "events", "first_reply", "state", "text_sequences")
 
     def __init__(self) -> None:
         self.events: list[Event] = []
@@ -65,6 +69,9 @@ class _Stream:
         self.text_sequences: list[int] = []
         #: Root sequence -> its first non-blank reply's sequence (set when appended).
         self.first_reply: dict[int, int] = {}
+        #: The sequences of each run's events, oldest first.
+        self.by_run: dict[str, list[int]] = {}
+        self.state: SessionState = EMPTY_SESSION_STATE
 
 
 def _info(session_id: str, stream: _Stream) -> SessionInfo:
@@ -113,6 +120,7 @@ class MemoryStore:
         events: Sequence[Event],
         *,
         expected_version: int | None = None,
+        unless_stored: str | None = None,
     ) -> list[Event]:
         """Append ``events`` to ``session_id`` and return them as stored.
 
@@ -121,6 +129,8 @@ class MemoryStore:
             events: Events with ``sequence`` and ``timestamp`` left ``None``.
             expected_version: When set, append only if the session's last sequence
                 equals it.
+            unless_stored: When set, append only if the session holds no event with
+                this id (checked under the lock, like ``expected_version``).
 
         Returns:
             One stored event per input, in input order; an event whose ``id`` the
@@ -130,13 +140,19 @@ class MemoryStore:
         Raises:
             ValidationError: Malformed input; nothing was written.
             ConcurrencyError: ``expected_version`` differs from the last sequence.
+            AlreadyStored: The event ``unless_stored`` names is stored; nothing written.
             StoreClosedError: The store is closed.
 
         Cost: O(len(events)) under the store lock; no I/O.
         """
         batch = check_append_args(session_id, events, expected_version)
+        guard = check_optional_str("unless_stored", unless_stored)
         with self._lock:
             self._live()
+            if guard is not None:
+                stream = self._streams.get(session_id)
+                if stream is not None and guard in stream.by_id:
+                    raise AlreadyStored(session_id, guard)
             result = self._append_locked(session_id, batch, expected_version)
         return [private_copy(event) for event in result]
 
@@ -173,17 +189,21 @@ class MemoryStore:
                 stream = self._streams[session_id] = _Stream()
             first_reply = stream.first_reply
             for stored in new:
+                assert stored.sequence is not None
                 stream.events.append(stored)
                 stream.by_id[stored.id] = stored
                 body = stored.body
                 if isinstance(body, Text):
-                    assert stored.sequence is not None
                     stream.text_sequences.append(stored.sequence)
                     parent = stored.parent
                     fresh_parent = parent is not None and parent not in first_reply
                     if fresh_parent and not is_blank(body.content):
                         assert parent is not None
                         first_reply[parent] = stored.sequence
+                if stored.run_id is not None:
+                    stream.by_run.setdefault(stored.run_id, []).append(stored.sequence)
+                if moves_session_state(stored):
+                    stream.state = fold_session_state(stream.state, stored)
         return result
 
     def get_sharing_state(
@@ -464,6 +484,39 @@ class MemoryStore:
         with self._lock:
             self._live()
             return self._last_locked(session_id)
+
+    def run_events(self, session_id: str, run_id: str) -> list[Event]:
+        """Return the events carrying ``run_id``, oldest first (the run index).
+
+        Raises:
+            ValidationError: A malformed argument.
+            StoreClosedError: The store is closed.
+
+        Cost: O(the run's events) under the store lock.
+        """
+        check_session_id(session_id)
+        check_optional_str("run_id", run_id)
+        with self._lock:
+            self._live()
+            stream = self._streams.get(session_id)
+            if stream is None:
+                return []
+            return [stream.events[seq - 1] for seq in stream.by_run.get(run_id, ())]
+
+    def session_state(self, session_id: str) -> SessionState:
+        """Return the session's state, folded as its events were appended.
+
+        Raises:
+            ValidationError: A malformed session id.
+            StoreClosedError: The store is closed.
+
+        Cost: O(1).
+        """
+        check_session_id(session_id)
+        with self._lock:
+            self._live()
+            stream = self._streams.get(session_id)
+            return EMPTY_SESSION_STATE if stream is None else stream.state
 
     def sessions(self) -> list[str]:
         """Return the ids of the sessions holding at least one event, sorted.

@@ -8,6 +8,7 @@ from types import TracebackType
 from typing import Any, Self
 
 from sharedesk.protocol import Conversation, Event, SessionLog, SharingState
+from sharedesk.protocol.sessions import SessionState
 from sharedesk.store import MemoryStore
 
 
@@ -43,10 +44,25 @@ class FaultyStore:
                 raise InjectedFault(f"injected fault in {method}")
 
     def append(
-        self, session_id: str, events: Sequence[Event], *, expected_version: int | None = None
+        self,
+        session_id: str,
+        events: Sequence[Event],
+        *,
+        expected_version: int | None = None,
+        unless_stored: str | None = None,
     ) -> list[Event]:
         self._enter("append")
-        return self.inner.append(session_id, events, expected_version=expected_version)
+        return self.inner.append(
+            session_id, events, expected_version=expected_version, unless_stored=unless_stored
+        )
+
+    def run_events(self, session_id: str, run_id: str) -> list[Event]:
+        self._enter("read")
+        return self.inner.run_events(session_id, run_id)
+
+    def session_state(self, session_id: str) -> SessionState:
+        self._enter("read")
+        return self.inner.session_state(session_id)
 
     def read(self, session_id: str, **bounds: Any) -> list[Event]:
         self._enter("read")

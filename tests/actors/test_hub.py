@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from sharedesk.actors import Hub, HubOptions
-from sharedesk.projection import project_session
+from sharedesk.projection import TranscriptBuilder, project_session
 from sharedesk.protocol import (
     Agent,
     ConcurrencyError,
@@ -25,6 +25,7 @@ from sharedesk.protocol import (
     ValidationError,
 )
 from sharedesk.protocol.errors import HubClosed
+from sharedesk.store.memory import MemoryStore
 from tests.actors.conftest import HubFactory, our_threads
 
 ANA = Person(id="ana", label="Ana")
@@ -316,6 +317,83 @@ class TestTranscript:
             [m.content for m in transcript.messages],
             transcript.last_sequence,
         )
+
+    @pytest.mark.parametrize(
+        "budget",
+        [
+            {"limit": 3},
+            {"max_messages": 2},
+            {"max_chars": 5},
+            {"max_tokens_approx": 1},
+            {"limit": 4, "max_messages": 1},
+        ],
+    )
+    def test_a_limited_transcript_is_what_the_builder_gives(
+        self, hub: Hub, budget: dict[str, Any]
+    ) -> None:
+        desk = hub.session("desk")
+        for n in range(6):
+            desk.post(ANA if n % 2 else BOT, f"m{n}")
+        hub.transcript("desk", BOT, **budget)
+        desk.post(EVE, "late")
+
+        assert TranscriptBuilder.from_store(
+            hub.store, "desk", viewer=BOT, **budget
+        ) == hub.transcript("desk", BOT, **budget)
+
+    def test_a_limited_transcript_reads_only_the_newest_events(self) -> None:
+        store = ReadRecordingStore()
+        hub = Hub(store, HubOptions())
+        try:
+            hub.append("desk", [Event(ANA, Text(f"m{n}")) for n in range(2000)])
+            store.reads.clear()
+
+            transcript = hub.transcript("desk", BOT, limit=100)
+
+            assert (100, [(100, True)]) == (len(transcript.messages), store.reads)
+        finally:
+            hub.close()
+
+    def test_a_bad_limit_is_refused_before_any_actor(self, hub: Hub) -> None:
+        with pytest.raises(ValidationError):
+            hub.transcript("desk", BOT, limit=-1)
+
+        assert 0 == hub.stats().active
+
+
+class TestPostingCost:
+    def test_no_projector_is_pushed_a_post(self, hub: Hub) -> None:
+        """A post wakes at most the session's sharing actor, never one thread per viewer."""
+        desk = hub.session("desk")
+        desk.post(ANA, "one")
+        for n in range(5):
+            hub.view("desk", Agent(id=f"v{n}", label=f"V{n}"))
+        hub.turn("desk", BOT)
+
+        assert ["sharing"] == [actor.kind for actor in hub._subscribers_of("desk")]
+
+    def test_views_catch_up_with_posts_made_while_nobody_looked(self, hub: Hub) -> None:
+        desk = hub.session("desk")
+        root = desk.post(ANA, "root").sequence
+        hub.view("desk", BOT)
+        for n in range(40):
+            desk.post(EVE, f"r{n}", parent=root if n % 3 == 0 else None)
+
+        assert project_session(
+            hub.log("desk"), SessionQuery(conversation=Conversation("desk"))
+        ) == hub.view("desk", BOT)
+
+
+class ReadRecordingStore(MemoryStore):
+    """A MemoryStore that records the ``limit`` and order of every ``read``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reads: list[tuple[int | None, bool]] = []
+
+    def read(self, session_id: str, **bounds: Any) -> list[Event]:
+        self.reads.append((bounds.get("limit"), bounds.get("newest_first", False)))
+        return super().read(session_id, **bounds)
 
 
 class TestOnDisk:

@@ -15,7 +15,7 @@ import pytest
 from sharedesk.actors import Hub
 from sharedesk.protocol.ports import EventStore
 from tests.actors.conftest import our_threads
-from tests.store.contract import EventsContract
+from tests.store.contract import EventsContract, RunIndexContract
 
 
 @pytest.fixture(autouse=True)
@@ -39,3 +39,17 @@ class TestHubOverLmdbAsEventStore(EventsContract):
 
 
 del EventsContract
+
+
+class TestHubOverMemoryAsRunIndex(RunIndexContract):
+    """The run-index contract, through an in-memory Hub."""
+
+    def make_store(self, path: Path) -> EventStore:
+        return Hub.open(None)
+
+
+class TestHubOverLmdbAsRunIndex(RunIndexContract):
+    """The run-index contract, through a Hub over LMDB."""
+
+    def make_store(self, path: Path) -> EventStore:
+        return Hub.open(path, durability="relaxed")

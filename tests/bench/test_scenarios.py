@@ -220,6 +220,36 @@ class TestScale:
         assert set() == {t.name for t in threading.enumerate() if t.ident not in before}
 
 
+class TestLong:
+    def test_long_checks_every_target_of_issue_16(self, tmp_path: Path) -> None:
+        report = run_bench(tmp_path, "long")
+
+        assert [
+            "long-rss-after-many-desks",
+            "long-run-once-flat-in-history",
+            "long-get-session-flat-in-history",
+            "long-transcript-flat-in-history",
+            "long-posts-with-warm-viewers",
+            "long-posting-peak-threads",
+            "long-streamed-reply-vs-final-text",
+        ] == [t.name for t in report.targets]
+        assert all(t.status in ("PASS", "SHORT") for t in report.targets)
+
+    def test_long_measures_both_desks_both_crowds_and_both_replies(self, tmp_path: Path) -> None:
+        report = run_bench(tmp_path, "long", "--small", "50", "--large", "300")
+
+        assert {
+            "long run_once replay desk=50",
+            "long run_once replay desk=300",
+            "long get_session desk=300",
+            "long transcript limit=500 desk=300",
+            "long post viewers=1",
+            "long post viewers=5",
+            "long run_once durable final text alone",
+            "long run_once durable 30 chunks",
+        } <= labels(report)
+
+
 class TestCrash:
     def test_crash_loop_acknowledges_events_and_loses_none(self, tmp_path: Path) -> None:
         report = run_bench(tmp_path, "crash")
@@ -294,7 +324,7 @@ class TestAll:
     def test_all_runs_every_scenario_into_one_report(self, tmp_path: Path) -> None:
         report = run_bench(tmp_path, "all")
 
-        assert {"append", "async", "desk", "read", "scale", "crash", "imports"} == {
+        assert {"append", "async", "desk", "read", "scale", "long", "crash", "imports"} == {
             m.scenario for m in report.measurements
         }
         assert "all" == report.scenario
@@ -304,7 +334,7 @@ class TestCommandLine:
     def test_every_scenario_and_all_are_subcommands(self) -> None:
         parser = build_parser()
 
-        for name in ("append", "async", "desk", "read", "scale", "crash", "imports", "all"):
+        for name in ("append", "async", "desk", "read", "scale", "long", "crash", "imports", "all"):
             assert name == parser.parse_args([name]).scenario
 
     def test_help_runs_from_the_checkout(self) -> None:

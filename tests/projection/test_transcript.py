@@ -7,6 +7,7 @@ import random
 from collections.abc import Iterable, Iterator, Sequence
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
+from unittest import mock
 
 import msgspec
 import pytest
@@ -1238,3 +1239,92 @@ class TestProperties:
             assert TranscriptBuilder.from_store(
                 fresh_store, SESSION, max_chars=budget
             ) == TranscriptBuilder.update_from_store(fresh_store, earlier, max_chars=budget)
+
+
+class TestBlankText:
+    @pytest.mark.parametrize("blank", ["", " ", "\n\t "])
+    def test_a_blank_text_gives_no_message(self, blank: str) -> None:
+        transcript = build(stamped(text(ALICE, "a"), text(BOB, blank), text(ALICE, "b")))
+
+        assert ["a", "b"] == contents(transcript)
+
+    def test_a_blank_text_closing_its_own_stream_leaves_the_streamed_text(self) -> None:
+        transcript = build(
+            stamped(
+                delta(BOT, "hel", run_id="r1"),
+                delta(BOT, "lo", run_id="r1"),
+                text(BOT, " ", run_id="r1"),
+            )
+        )
+
+        assert ["hello"] == contents(transcript)
+
+    def test_a_blank_text_of_someone_else_does_not_interrupt_a_stream(self) -> None:
+        transcript = build(
+            stamped(delta(BOT, "a", run_id="r1"), text(ALICE, ""), delta(BOT, "b", run_id="r1"))
+        )
+
+        assert ["ab"] == contents(transcript)
+
+
+class TestFromStoreReadsTheTail:
+    def test_max_messages_reads_one_page_from_the_tail(self, store: RecordingStore) -> None:
+        store.append(SESSION, [text(ALICE, str(n)) for n in range(1000)])
+
+        transcript = TranscriptBuilder.from_store(store, SESSION, max_messages=20)
+
+        assert [str(n) for n in range(980, 1000)] == contents(transcript)
+        assert [(None, 256, True)] == [
+            (r["before"], r["limit"], r["newest_first"]) for r in store.reads
+        ]
+
+    def test_a_char_budget_reads_further_pages_until_it_is_met(self, store: RecordingStore) -> None:
+        store.append(
+            SESSION,
+            [text(ALICE, "old"), text(ALICE, "xyz")]
+            + [text(ALICE, "") for _ in range(600)]
+            + [text(ALICE, "ab")],
+        )
+
+        transcript = TranscriptBuilder.from_store(store, SESSION, max_chars=3)
+
+        assert (["ab"], [256, 512]) == (contents(transcript), [r["limit"] for r in store.reads])
+
+    def test_a_result_read_before_its_call_keeps_the_walk_going(
+        self, store: RecordingStore
+    ) -> None:
+        store.append(SESSION, [call("c1")] + [text(ALICE, "") for _ in range(300)] + [result("c1")])
+
+        transcript = TranscriptBuilder.from_store(store, SESSION, max_messages=5)
+
+        assert [None, "ok"] == [m.tool_output for m in transcript.messages]
+
+    def test_exclude_run_id_leaves_the_runs_events_out_of_the_limit(
+        self, store: RecordingStore
+    ) -> None:
+        store.append(SESSION, [text(ALICE, "a"), text(ALICE, "b"), text(BOT, "mine", run_id="r1")])
+
+        transcript = TranscriptBuilder.from_store(store, SESSION, limit=1, exclude_run_id="r1")
+
+        assert ["b"] == contents(transcript)
+
+    @given(unstamped_events, optional_budget, optional_budget, st.integers(1, 4))
+    def test_a_tail_read_keeps_the_messages_a_full_fold_keeps(
+        self,
+        events: list[Event],
+        max_messages: int | None,
+        max_chars: int | None,
+        first_page: int,
+    ) -> None:
+        with (
+            MemoryStore() as fresh_store,
+            mock.patch("sharedesk.projection.transcript._FIRST_PAGE", first_page),
+        ):
+            fresh_store.append(SESSION, events)
+            full = build(fresh_store.read(SESSION), max_messages=max_messages, max_chars=max_chars)
+
+            tail = TranscriptBuilder.from_store(
+                fresh_store, SESSION, max_messages=max_messages, max_chars=max_chars
+            )
+
+            assert (full.messages, full.last_sequence) == (tail.messages, tail.last_sequence)

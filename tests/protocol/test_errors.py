@@ -25,6 +25,7 @@ FIGURED = [
     (errors.StoreIOError, {"path": "/x", "operation": "open"}),
     (errors.StoreClosedError, {"path": None}),
     (errors.ValidationError, {"message": "bad input"}),
+    (errors.AlreadyStored, {"session_id": "s", "event_id": "e.finished"}),
 ]
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -10,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sharedesk.protocol.authors import Agent, Operator, System
+from sharedesk.protocol.authors import Agent, Operator, Person, System
 from sharedesk.protocol.errors import (
     RunCancelled,
     RunFailed,
@@ -19,10 +20,22 @@ from sharedesk.protocol.errors import (
     RunTimeout,
     ValidationError,
 )
-from sharedesk.protocol.events import Event, RunFinished, RunStarted, SessionStarted, Text
+from sharedesk.protocol.events import (
+    Event,
+    RunFinished,
+    RunStarted,
+    SessionStarted,
+    Text,
+    TextDelta,
+)
 from sharedesk.protocol.ports import EventStore, SessionLog
 from sharedesk.runs import ScriptedAdapter, SessionManager
-from sharedesk.runs.manager import parse_run_id
+from sharedesk.runs.manager import (
+    STREAM_FLUSH_S,
+    SYSTEM_PROMPT_AUTHOR,
+    coalesce_chunks,
+    parse_run_id,
+)
 from sharedesk.store.memory import MemoryStore
 from tests.logs import capture_logs
 from tests.runs.conftest import BlockingAdapter, FailingAdapter, RecordingAdapter
@@ -890,3 +903,328 @@ class TestEmitNeverLandsAfterFinish:
 
             assert [Text, RunStarted, RunFinished] == bodies(inner, "s1")
             assert "cancelled" == SessionManager.get_run(inner, run.id).status
+
+
+ADA = Agent(id="ada", label="Ada")
+PAT = Person(id="pat", label="Pat")
+
+
+class TestParticipants:
+    def test_start_run_stores_the_user_input_by_the_given_author(self, store: EventStore) -> None:
+        run = SessionManager.start_run(
+            store,
+            "s1",
+            [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}],
+            author=PAT,
+        )
+
+        assert [SYSTEM_PROMPT_AUTHOR, PAT] == [e.author for e in store.read("s1")]
+        assert run.input == SessionManager.get_run(store, run.id).input
+
+    def test_a_bad_author_is_refused_and_nothing_is_written(self, store: EventStore) -> None:
+        with pytest.raises(ValidationError):
+            SessionManager.start_run(store, "s1", "hi", author="pat")  # type: ignore[arg-type]
+
+        assert 0 == store.last_sequence("s1")
+
+    def test_a_scripted_adapter_replies_as_its_author(self, store: EventStore) -> None:
+        result = SessionManager.run_once(
+            store, ScriptedAdapter(["hello"], name="scripted", author=ADA), "hi", session_id="s1"
+        )
+
+        replies = [e for e in result.events if isinstance(e.body, Text)]
+        assert [ADA] == [e.author for e in replies]
+
+    def test_the_replay_is_relative_to_the_adapters_author(self, store: EventStore) -> None:
+        adapter = ScriptedAdapter(["first", "second"], name="scripted", author=ADA)
+        SessionManager.run_once(store, adapter, "one", session_id="s1", author=PAT)
+        store.append("s1", [Event(BOB, Text("from bob"))])
+
+        SessionManager.run_once(
+            store, adapter, "two", session_id="s1", author=PAT, continuation="replay"
+        )
+
+        transcript = adapter.calls[-1].transcript
+        assert transcript is not None
+        assert [("user", "one", PAT), ("assistant", "first", ADA), ("user", "from bob", BOB)] == [
+            (m.role, m.content, m.author) for m in transcript.messages
+        ]
+
+    def test_an_adapter_author_that_is_not_an_author_fails_the_run_as_invalid(
+        self, store: EventStore
+    ) -> None:
+        class Odd(RecordingAdapter):
+            author = "ada"
+
+        with pytest.raises(ValidationError):
+            SessionManager.run_once(store, Odd(), "x", session_id="s1")
+
+        assert "validation_error" == finished(store, "s1").error_code
+
+
+BOB = Person(id="bob", label="Bob")
+
+
+class PostsBeforeEachEmit(MemoryStore):
+    """A MemoryStore on which someone else posts right before each append of a run's reply."""
+
+    def append(
+        self,
+        session_id: str,
+        events: Sequence[Event],
+        *,
+        expected_version: int | None = None,
+        unless_stored: str | None = None,
+    ) -> list[Event]:
+        if events and events[0].run_id is not None and events[0].author == ADA:
+            super().append(session_id, [Event(BOB, Text("meanwhile"))])
+        return super().append(
+            session_id, events, expected_version=expected_version, unless_stored=unless_stored
+        )
+
+
+class CancelsBeforeEachEmit(MemoryStore):
+    """A MemoryStore that cancels the run right before the adapter's first emit lands."""
+
+    def append(
+        self,
+        session_id: str,
+        events: Sequence[Event],
+        *,
+        expected_version: int | None = None,
+        unless_stored: str | None = None,
+    ) -> list[Event]:
+        first = events[0] if events else None
+        if first is not None and first.run_id is not None and first.author == ADA:
+            SessionManager.cancel_run(self, first.run_id)
+        return super().append(
+            session_id, events, expected_version=expected_version, unless_stored=unless_stored
+        )
+
+
+class TestBusyDesk:
+    def test_a_run_completes_when_someone_posts_before_every_emit(self) -> None:
+        """Rows others append between an emit's check and its append never fail the run."""
+        with PostsBeforeEachEmit() as store:
+            result = SessionManager.run_once(
+                store, ScriptedAdapter(["done"], author=ADA), "go", session_id="s1"
+            )
+
+            assert ("done", "completed") == (
+                result.output,
+                SessionManager.get_run(store, result.run_id).status,
+            )
+
+    def test_runs_complete_while_four_threads_post_to_a_durable_hub(self, tmp_path: Any) -> None:
+        from sharedesk.actors.hub import Hub
+
+        with Hub.open(tmp_path / "desk") as hub:
+            hub.session("desk").post(BOB, "start")
+            stop = threading.Event()
+
+            def poster(n: int) -> None:
+                while not stop.is_set():
+                    hub.session("desk").post(Person(id=f"p{n}", label=f"P{n}"), "busy")
+
+            threads = [threading.Thread(target=poster, args=(n,)) for n in range(4)]
+            for thread in threads:
+                thread.start()
+            try:
+                outputs = [
+                    SessionManager.run_once(
+                        hub, ScriptedAdapter([f"r{i}"], author=ADA), "go", session_id="desk"
+                    ).output
+                    for i in range(5)
+                ]
+            finally:
+                stop.set()
+                for thread in threads:
+                    thread.join()
+
+            assert [f"r{i}" for i in range(5)] == outputs
+
+    def test_an_emit_after_a_cancel_landed_is_refused_and_nothing_follows_the_finish(
+        self,
+    ) -> None:
+        with CancelsBeforeEachEmit() as store:
+            run = SessionManager.start_run(store, "s1", "hello")
+
+            with pytest.raises(RunCancelled):
+                SessionManager.execute_run(store, ScriptedAdapter(["late"], author=ADA), run.id)
+
+            assert [Text, RunStarted, RunFinished] == bodies(store, "s1")
+
+
+class CountingAppends(MemoryStore):
+    """A MemoryStore that records the size of every append."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sizes: list[int] = []
+
+    def append(
+        self,
+        session_id: str,
+        events: Sequence[Event],
+        *,
+        expected_version: int | None = None,
+        unless_stored: str | None = None,
+    ) -> list[Event]:
+        self.sizes.append(len(events))
+        return super().append(
+            session_id, events, expected_version=expected_version, unless_stored=unless_stored
+        )
+
+
+class Streaming(RecordingAdapter):
+    """Streams ``chunks`` deltas, then the whole reply as a Text."""
+
+    def __init__(self, chunks: int) -> None:
+        super().__init__()
+        self.chunks = chunks
+
+    def execute(self, run: Any, session: Any, emit: Any, opts: Any) -> Any:
+        for i in range(self.chunks):
+            emit(Event(ADA, TextDelta(f"{i} ")))
+        emit(Event(ADA, Text("".join(f"{i} " for i in range(self.chunks)))))
+        return None
+
+
+class TestStreaming:
+    @pytest.fixture
+    def slow_flush(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """No chunk gets old enough to be flushed on its own, however slow the machine."""
+        monkeypatch.setattr("sharedesk.runs.manager.STREAM_FLUSH_S", 3600.0)
+
+    @pytest.mark.usefixtures("slow_flush")
+    def test_buffered_chunks_are_stored_joined_with_the_closing_text_in_one_append(
+        self,
+    ) -> None:
+        with CountingAppends() as store:
+            result = SessionManager.run_once(store, Streaming(300), "go", session_id="s1")
+
+            stored = [e for e in store.read("s1") if e.run_id == result.run_id]
+            deltas = [e.body.delta for e in stored if isinstance(e.body, TextDelta)]
+            assert ["".join(f"{i} " for i in range(300))] == deltas
+            assert [1, 1, 2, 1] == store.sizes  # input, RunStarted, chunks + Text, RunFinished
+
+    def test_a_streamed_run_replays_as_the_same_message_as_its_text(
+        self, store: EventStore
+    ) -> None:
+        SessionManager.run_once(store, Streaming(5), "go", session_id="s1")
+        adapter = ScriptedAdapter(["ok"])
+
+        SessionManager.run_once(store, adapter, "again", session_id="s1", continuation="replay")
+
+        assert [("user", "go"), ("user", "0 1 2 3 4 ")] == replayed(adapter)
+
+    @pytest.mark.usefixtures("slow_flush")
+    def test_the_result_lists_the_stored_events(self, store: EventStore) -> None:
+        result = SessionManager.run_once(store, Streaming(3), "go", session_id="s1")
+
+        assert [RunStarted, TextDelta, Text, RunFinished] == [type(e.body) for e in result.events]
+        assert all(e.sequence is not None for e in result.events)
+
+    def test_chunks_older_than_the_flush_age_are_stored_while_the_stream_goes_on(
+        self, store: EventStore
+    ) -> None:
+        seen: list[list[str]] = []
+
+        class Slow(RecordingAdapter):
+            def execute(self, run: Any, session: Any, emit: Any, opts: Any) -> Any:
+                emit(Event(ADA, TextDelta("a")))
+                time.sleep(STREAM_FLUSH_S * 1.2)
+                emit(Event(ADA, TextDelta("b")))
+                seen.append(
+                    [e.body.delta for e in store.read("s1") if isinstance(e.body, TextDelta)]
+                )
+                emit(Event(ADA, Text("ab")))
+                return None
+
+        SessionManager.run_once(store, Slow(), "go", session_id="s1")
+
+        assert [["ab"]] == seen  # stored (joined) before the closing Text
+
+    def test_a_stream_left_unclosed_is_stored_before_the_finish(self, store: EventStore) -> None:
+        class Unclosed(RecordingAdapter):
+            def execute(self, run: Any, session: Any, emit: Any, opts: Any) -> Any:
+                emit(Event(ADA, TextDelta("half")))
+                return None
+
+        result = SessionManager.run_once(store, Unclosed(), "go", session_id="s1")
+
+        assert [RunStarted, TextDelta, RunFinished] == [type(e.body) for e in result.events]
+
+
+class TestCoalesceChunks:
+    def test_consecutive_chunks_of_one_author_join_under_the_first_id(self) -> None:
+        chunks = [Event(ADA, TextDelta(t), id=f"c{n}", run_id="r") for n, t in enumerate("abc")]
+
+        assert [Event(ADA, TextDelta("abc"), id="c0", run_id="r")] == coalesce_chunks(chunks)
+
+    def test_chunks_of_another_author_or_metadata_start_a_new_row(self) -> None:
+        chunks = [
+            Event(ADA, TextDelta("a"), id="1"),
+            Event(ADA, TextDelta("b"), id="2"),
+            Event(BOB, TextDelta("c"), id="3"),
+            Event(BOB, TextDelta("d"), id="4", metadata={"k": 1}),
+            Event(BOB, TextDelta("e"), id="5", metadata={"k": 1}),
+        ]
+
+        assert [("1", "ab"), ("3", "c"), ("4", "de")] == [
+            (e.id, e.body.delta)  # type: ignore[union-attr]
+            for e in coalesce_chunks(chunks)
+        ]
+
+    def test_no_chunks_give_no_rows(self) -> None:
+        assert [] == coalesce_chunks([])
+
+
+class TestReadsWhatTheAnswerNeeds:
+    def test_get_session_reads_no_event(self) -> None:
+        with CountingReads() as store:
+            SessionManager.start_session(store, session_id="s1", metadata={"k": 1})
+            store.append("s1", [Event(BOB, Text(f"m{i}")) for i in range(50)])
+            store.reads.clear()
+
+            session = SessionManager.get_session(store, "s1")
+
+            assert ({"k": 1, "provider_sessions": {}}, []) == (session.metadata, store.reads)
+
+    def test_a_replay_with_max_messages_reads_one_page_from_the_tail(self) -> None:
+        with CountingReads() as store:
+            store.append("s1", [Event(BOB, Text(f"m{i}")) for i in range(2000)])
+            store.reads.clear()
+
+            SessionManager.run_once(
+                store,
+                ScriptedAdapter(["ok"]),
+                "go",
+                session_id="s1",
+                continuation="replay",
+                continuation_opts={"max_messages": 20},
+            )
+
+            assert [256] == [limit for limit in store.reads]
+
+    def test_execute_run_reads_the_runs_own_events_not_the_session(self) -> None:
+        with CountingReads() as store:
+            store.append("s1", [Event(BOB, Text(f"m{i}")) for i in range(100)])
+            run = SessionManager.start_run(store, "s1", "go")
+            store.reads.clear()
+
+            SessionManager.execute_run(store, ScriptedAdapter(["ok"]), run.id)
+
+            assert [] == store.reads
+
+
+class CountingReads(MemoryStore):
+    """A MemoryStore that records the ``limit`` of every ``read``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reads: list[int | None] = []
+
+    def read(self, session_id: str, **bounds: Any) -> list[Event]:
+        self.reads.append(bounds.get("limit"))
+        return super().read(session_id, **bounds)

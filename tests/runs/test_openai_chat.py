@@ -117,6 +117,25 @@ class TestPlain:
         assert [(Agent(id="openai", label="openai"), Text("Hi!"))] == replies
         assert "Hi!" == result.output
 
+    def test_the_reply_is_written_by_the_adapters_author_and_the_replay_is_relative_to_it(
+        self, store: EventStore, provider: tuple[str, FakeProvider]
+    ) -> None:
+        base_url, state = provider
+        ada = Agent(id="ada", label="Ada")
+        adapter = OpenAIChatAdapter(base_url, "gpt-test", author=ada)
+        first = SessionManager.run_once(store, adapter, "first", session_id="s1")
+        store.append("s1", [Event(Agent(id="bob", label="Bob"), Text("me too"))])
+
+        SessionManager.run_once(store, adapter, "second", session_id="s1", continuation="replay")
+
+        assert [ada] == [e.author for e in first.events if isinstance(e.body, Text)]
+        assert [
+            {"role": "user", "content": "first"},
+            {"role": "assistant", "content": "Hi!"},
+            {"role": "user", "content": "me too", "name": "Bob"},
+            {"role": "user", "content": "second"},
+        ] == state.requests[1][2]["messages"]
+
     def test_usage_becomes_the_runs_token_usage(
         self, store: EventStore, provider: tuple[str, FakeProvider]
     ) -> None:
@@ -226,9 +245,14 @@ class TestStreamed:
             adapter_opts={"stream": True},
         )
 
-        emitted = [e.body for e in result.events if isinstance(e.body, Text | TextDelta)]
-        assert [TextDelta("Hel"), TextDelta("lo "), TextDelta("there"), Text("Hello there")] == (
-            emitted
+        # The run stores the chunks in order, joined per flush (how many flushes depends
+        # on how fast they arrive), then the whole text.
+        stored = [e.body for e in result.events if isinstance(e.body, Text | TextDelta)]
+        deltas = [b.delta for b in stored[:-1] if isinstance(b, TextDelta)]
+        assert ("Hello there", len(stored) - 1, Text("Hello there")) == (
+            "".join(deltas),
+            len(deltas),
+            stored[-1],
         )
         assert "Hello there" == result.output
 

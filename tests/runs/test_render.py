@@ -328,3 +328,39 @@ class TestRenderedMessagesObeyTheAPIs:
         uses = sorted(b["id"] for b in blocks if b["type"] == "tool_use")
         results = sorted(b["tool_use_id"] for b in blocks if b["type"] == "tool_result")
         assert sorted(paired_ids(built.messages)) == uses == results
+
+
+class TestBlankContent:
+    def test_anthropic_never_sends_an_empty_text_block(self) -> None:
+        system, messages = to_anthropic_messages(
+            transcript(
+                text("system", " ", PROMPT),
+                text("user", "hi", ALICE),
+                text("user", "", PEER),
+                text("assistant", "\n", BOT),
+            )
+        )
+
+        assert (
+            None,
+            [{"role": "user", "content": [{"type": "text", "text": "[Alice Smith] hi"}]}],
+        ) == (
+            system,
+            messages,
+        )
+
+    def test_openai_leaves_out_messages_with_blank_content(self) -> None:
+        rendered = to_openai_messages(
+            transcript(text("user", "hi", ALICE), text("assistant", "  ", BOT))
+        )
+
+        assert [{"role": "user", "content": "hi", "name": "Alice_Smith"}] == rendered
+
+    def test_a_blank_stored_text_reaches_no_renderer(self) -> None:
+        built = TranscriptBuilder.from_events(
+            [Event(ALICE, Text("hi"), sequence=1), Event(PEER, Text(""), sequence=2)],
+            session_id="s1",
+            viewer=BOT,
+        )
+
+        assert ["hi"] == [m.content for m in built.messages]

@@ -30,6 +30,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from sharedesk.projection.runstate import fold_session_events
 from sharedesk.protocol import (
     PRESENT_SET_LIMIT,
     Agent,
@@ -51,13 +52,16 @@ from sharedesk.protocol import (
     ToolResult,
     ValidationError,
 )
-from sharedesk.protocol.ports import EventStore, SharingStateStore
+from sharedesk.protocol.errors import AlreadyStored
+from sharedesk.protocol.events import SessionStarted
+from sharedesk.protocol.ports import EventStore, RunIndexStore, SharingStateStore
+from sharedesk.protocol.sessions import EMPTY_SESSION_STATE, SESSION_STARTED_ID, SessionState
 from sharedesk.protocol.views import SessionPage
 from sharedesk.store._common import SessionInfo
 
 
-class ContractStore(EventStore, SharingStateStore, Protocol):
-    """What the contract suite needs of a store: both ports plus the session listing."""
+class ContractStore(RunIndexStore, SharingStateStore, Protocol):
+    """What the contract suite needs of a store: the three ports plus the session listing."""
 
     def sessions(self) -> list[str]: ...
 
@@ -1189,7 +1193,105 @@ class ListingContract(_Fixture):
             call(store)
 
 
-class StoreContract(EventsContract, SharingContract, ListingContract):
+class RunIndexContract(_Fixture):
+    """The run-index capability (``RunIndexStore``): run events, session state, guards.
+
+    Each run's events, each session's state folded as events are appended, and appends
+    guarded by ``unless_stored``. Every store runs it, and so does the Hub, which reads
+    both from its store and writes guarded appends through its session actors.
+    """
+
+    def test_run_events_are_the_events_carrying_the_run_id_in_order(
+        self, store: ContractStore
+    ) -> None:
+        store.append("s", [Event(BOT, Text("a"), run_id="r1"), text("other")])
+        store.append("s", [Event(BOT, TextDelta("b"), run_id="r2")])
+        store.append("s", [Event(BOT, RunFinished("completed"), run_id="r1")])
+
+        assert [(1, "r1"), (4, "r1")] == [
+            (e.sequence, e.run_id) for e in store.run_events("s", "r1")
+        ]
+
+    def test_run_events_of_an_unknown_run_are_empty(self, store: ContractStore) -> None:
+        store.append("s", [text()])
+
+        assert ([], []) == (store.run_events("s", "nope"), store.run_events("t", "nope"))
+
+    def test_a_refused_batch_leaves_nothing_in_the_run_index(self, store: ContractStore) -> None:
+        with pytest.raises(ValidationError):
+            store.append("s", [Event(BOT, Text("a"), run_id="r1"), text(parent=9)])
+
+        assert [] == store.run_events("s", "r1")
+
+    def test_session_state_of_an_empty_session_is_empty(self, store: ContractStore) -> None:
+        assert EMPTY_SESSION_STATE == store.session_state("s")
+
+    def test_session_state_follows_started_runs_and_providers(self, store: ContractStore) -> None:
+        store.append(
+            "s", [Event(System("session", "x"), SessionStarted({"k": 1}), id=SESSION_STARTED_ID)]
+        )
+        store.append("s", [Event(ALICE, Text("go"), id="h1.input.0", run_id="h1@s")])
+        store.append("s", [Event(ALICE, Text("go"), id="h2.input.0", run_id="h2@s")])
+        store.append("s", [Event(BOT, RunStarted("p", "m", "ps-1"), run_id="h1@s")])
+        store.append("s", [Event(BOT, RunFinished("completed"), run_id="h1@s")])
+
+        assert SessionState(
+            metadata={"k": 1},
+            provider_sessions={"p": {"provider_session_id": "ps-1", "model": "m"}},
+            open_runs=("h2@s",),
+        ) == store.session_state("s")
+
+    def test_unless_stored_refuses_once_that_id_is_stored_and_writes_nothing(
+        self, store: ContractStore
+    ) -> None:
+        store.append("s", [text(id="guard")])
+
+        with pytest.raises(AlreadyStored) as info:
+            store.append("s", [text("late")], unless_stored="guard")
+
+        assert ("guard", 1) == (info.value.event_id, store.last_sequence("s"))
+
+    def test_unless_stored_ignores_what_others_appended(self, store: ContractStore) -> None:
+        store.append("s", [text("a"), text("b")])
+
+        stored = store.append("s", [text("c")], unless_stored="guard")
+
+        assert [3] == sequences(stored)
+
+    @given(
+        st.lists(
+            st.tuples(
+                st.sampled_from(["start", "input", "provider", "finish", "post"]),
+                st.sampled_from(["h1@s", "h2@s", "h3@s"]),
+            ),
+            max_size=12,
+        )
+    )
+    @settings(
+        suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.differing_executors]
+    )
+    def test_session_state_equals_a_fold_of_the_whole_session(
+        self, store: ContractStore, steps: list[tuple[str, str]]
+    ) -> None:
+        session_id = uuid.uuid4().hex
+        for n, (kind, run_id) in enumerate(steps):
+            event = {
+                "start": Event(
+                    System("session", "x"), SessionStarted({"n": n}), id=SESSION_STARTED_ID
+                ),
+                "input": Event(ALICE, Text("go"), id=f"{run_id}.input.0", run_id=run_id),
+                "provider": Event(BOT, RunStarted("p", None, f"ps-{n}"), run_id=run_id),
+                "finish": Event(BOT, RunFinished("completed"), run_id=run_id),
+                "post": text(),
+            }[kind]
+            store.append(session_id, [event])
+
+        assert fold_session_events(
+            EMPTY_SESSION_STATE, store.read(session_id)
+        ) == store.session_state(session_id)
+
+
+class StoreContract(EventsContract, SharingContract, ListingContract, RunIndexContract):
     """Every store rule of the contract; a backend subclasses it and implements ``make_store``."""
 
     @abstractmethod

@@ -1,0 +1,97 @@
+"""Session state folded one event at a time, as events are appended.
+
+A session's state (what :meth:`~sharedesk.runs.SessionManager.get_session` answers) is a
+fold over its events, but only a few kinds of event move it: the session's one
+``SessionStarted`` (its metadata), ``RunStarted`` events carrying a provider session id
+(``provider_sessions``), a run's first input row (the run opens) and its ``RunFinished``
+(the run closes). Stores apply :func:`fold_session_state` to every event they append, in
+sequence order, and keep the result beside the session, so reading it costs one lookup
+however long the desk. :func:`moves_session_state` tells them, in O(1), which events can
+be skipped (posts, streamed chunks, tool events).
+
+The run id scheme lives here too (a run id names its session; its lifecycle events get
+ids derived from it), because the fold must recognise a run's first input row.
+
+Pure: no I/O, no clock, no lock.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+import msgspec
+
+from sharedesk.protocol.events import Event, RunFinished, RunStarted, SessionStarted, Text
+from sharedesk.protocol.sessions import (
+    EMPTY_SESSION_STATE,
+    SESSION_STARTED_ID,
+    SessionState,
+)
+
+#: The id suffix of a run's first input row (``"<hex>.input.0"``).
+FIRST_INPUT_SUFFIX: Final = ".input.0"
+
+
+def moves_session_state(event: Event) -> bool:
+    """Return whether ``event`` can change a session's state. Cost: O(1)."""
+    body = event.body
+    if isinstance(body, SessionStarted):
+        return event.id == SESSION_STARTED_ID
+    if isinstance(body, RunStarted):
+        return body.provider_session_id is not None
+    if event.run_id is None:
+        return False
+    if isinstance(body, RunFinished):
+        return True
+    return isinstance(body, Text) and event.id.endswith(FIRST_INPUT_SUFFIX)
+
+
+def fold_session_state(state: SessionState, event: Event) -> SessionState:
+    """Return ``state`` with one more stored event applied (``state`` is never changed).
+
+    Events must be applied in sequence order, each once; one that does not move the
+    state (see :func:`moves_session_state`) returns ``state`` itself.
+
+    Cost: O(open runs + providers) when the event moves the state, else O(1).
+    """
+    if not moves_session_state(event):
+        return state
+    body = event.body
+    if isinstance(body, SessionStarted):
+        return msgspec.structs.replace(state, metadata=dict(body.metadata))
+    if isinstance(body, RunStarted):
+        sessions = dict(state.provider_sessions)
+        sessions[body.provider] = {
+            "provider_session_id": body.provider_session_id,
+            "model": body.model,
+        }
+        return msgspec.structs.replace(state, provider_sessions=sessions)
+    run_id = event.run_id
+    assert run_id is not None
+    if isinstance(body, RunFinished):
+        if run_id not in state.open_runs:
+            return state
+        return msgspec.structs.replace(
+            state, open_runs=tuple(r for r in state.open_runs if r != run_id)
+        )
+    if run_id in state.open_runs:
+        return state
+    return msgspec.structs.replace(state, open_runs=(*state.open_runs, run_id))
+
+
+def fold_session_events(state: SessionState, events: list[Event]) -> SessionState:
+    """Apply stored ``events`` (in sequence order) to ``state``. Cost: O(len(events))."""
+    for event in events:
+        state = fold_session_state(state, event)
+    return state
+
+
+__all__ = [
+    "EMPTY_SESSION_STATE",
+    "FIRST_INPUT_SUFFIX",
+    "SESSION_STARTED_ID",
+    "SessionState",
+    "fold_session_events",
+    "fold_session_state",
+    "moves_session_state",
+]
