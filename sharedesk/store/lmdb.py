@@ -48,6 +48,10 @@ alternate, one syncing while the other's callers come back with their next appen
 request that fails its checks gets its own error and leaves nothing behind (the ids,
 records and ``Text`` rows it wrote are deleted again before the commit); the others
 commit. If the transaction itself fails, the whole group gets the error.
+``submit_append`` and ``submit_append_and_share`` (the ``SubmittingStore`` port, for
+asyncio front ends) queue a request with a ticket instead of a waiting caller: it joins
+the same groups, and where a caller would be woken its ticket is settled, the group's
+tickets going to their sinks in one ``deliver`` per sink (one hop into each event loop).
 
 py-lmdb releases the GIL around every get and put, and each release lets a waiting
 thread take the interpreter from the writer, so the writer keeps its calls few: an id
@@ -113,7 +117,7 @@ from sharedesk.protocol.errors import (
     ValidationError,
 )
 from sharedesk.protocol.events import Event, Text
-from sharedesk.protocol.ports import CompletionSink, WriteTicket
+from sharedesk.protocol.ports import WriteTicket
 from sharedesk.protocol.sessions import EMPTY_SESSION_STATE, SessionState
 from sharedesk.protocol.validation import (
     check_append_args,
@@ -132,6 +136,7 @@ from sharedesk.store._common import (
     check_roots,
     check_sharing_args,
     check_viewer,
+    hand_over,
     not_a_root_error,
     watermark_of,
 )
@@ -328,31 +333,8 @@ class _Request:
 
 
 def _hand_over(requests: list[_Request]) -> None:
-    """Settle the tickets of settled ``requests`` and deliver them: one call per sink.
-
-    Never raises: a failing ticket or sink is logged (its awaiting side is lost, the
-    writer goes on).
-    """
-    by_sink: dict[int, tuple[CompletionSink, list[WriteTicket]]] = {}
-    for request in requests:
-        ticket = request.ticket
-        assert ticket is not None
-        try:
-            ticket.settle(request.result, request.error)
-            sink = ticket.sink
-        except Exception:
-            _log.exception("store.ticket_failed")
-            continue
-        entry = by_sink.get(id(sink))
-        if entry is None:
-            by_sink[id(sink)] = (sink, [ticket])
-        else:
-            entry[1].append(ticket)
-    for sink, tickets in by_sink.values():
-        try:
-            sink.deliver(tickets)
-        except Exception:
-            _log.exception("store.sink_failed")
+    """Settle the tickets of settled ``requests`` and deliver them: one call per sink."""
+    hand_over((r.ticket, r.result, r.error) for r in requests if r.ticket is not None)
 
 
 def _wake(group: list[_Request]) -> int:
