@@ -6,7 +6,8 @@ Durable LMDB, ``--sessions`` desks (default 1,000), one event per call. In each 
 - ``async sharedesk AsyncHub c=N``: ``N`` coroutines (default 1,000) on one event loop,
   coroutine ``c``'s ``j``-th append going to desk ``(c + j * N) % desks``; a 1 ms
   heartbeat task on the same loop records how late each of its wake-ups came (the
-  loop's stalls: longest and p99 are reported);
+  loop's stalls: longest and p99 are reported), and the same heartbeat alone on an
+  idle loop, just before, shows what the machine's other load adds by itself;
 - ``async lmdb-raw 16/txn``: raw py-lmdb, 16 events per fsync'd transaction, one id
   entry each (:func:`bench.baselines.raw_lmdb_appends`, the bench's baseline);
 - ``async sharedesk store t=16``: the threaded ``LmdbStore`` from 16 threads;
@@ -27,6 +28,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import gc
 import time
 from pathlib import Path
 from typing import Any
@@ -54,6 +56,32 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--wakeups", type=int, help="wait_turn wake-ups timed (default 300)")
 
 
+class _GcPauses:
+    """Records the collector's pauses while active (``gc.callbacks``), by generation."""
+
+    def __init__(self) -> None:
+        self.pauses: list[tuple[float, int]] = []
+        self._started = 0.0
+        self._active = False
+
+    def _callback(self, phase: str, info: dict[str, Any]) -> None:
+        if not self._active:
+            return
+        if phase == "start":
+            self._started = time.perf_counter()
+        else:
+            self.pauses.append((time.perf_counter() - self._started, int(info["generation"])))
+
+    def __enter__(self) -> _GcPauses:
+        gc.callbacks.append(self._callback)
+        self._active = True
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._active = False
+        gc.callbacks.remove(self._callback)
+
+
 class _Heartbeat:
     """A task that sleeps ``BEAT`` in a loop and records how late each wake-up came."""
 
@@ -77,6 +105,15 @@ class _Heartbeat:
         self._task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await self._task
+
+
+async def _idle(seconds: float) -> list[float]:
+    """Run the heartbeat alone for ``seconds``: the stalls the machine adds by itself."""
+    heartbeat = _Heartbeat()
+    heartbeat.start()
+    await asyncio.sleep(seconds)
+    await heartbeat.stop()
+    return heartbeat.late
 
 
 async def _async_appends(
@@ -153,6 +190,8 @@ def run(run_: BenchRun, args: argparse.Namespace) -> None:
     events_r, seconds_r = max(1, events // rounds), max_seconds / rounds
     records: list[dict[str, Any]] = []
     late: list[float] = []
+    idle_late: list[float] = []
+    collector = _GcPauses()
     async_label = f"async sharedesk AsyncHub c={coroutines}"
     store_label = f"async sharedesk store t={threads}"
     raw_label = "async lmdb-raw 16/txn"
@@ -224,8 +263,9 @@ def run(run_: BenchRun, args: argparse.Namespace) -> None:
                     note="one writer thread, sync=True, one idempotency row per event",
                 )
             )
+            idle_late.extend(runner.run(_idle(min(1.0, seconds_r / 4))))
             heartbeat = _Heartbeat()
-            with run_.progress(async_label, 1) as advance:
+            with run_.progress(async_label, 1) as advance, collector:
                 ops, seconds, latencies = runner.run(
                     _async_appends(
                         hub,
@@ -347,6 +387,32 @@ def run(run_: BenchRun, args: argparse.Namespace) -> None:
         "median": percentile(ordered, 0.5) * 1000 if ordered else None,
         "heartbeats": len(ordered),
     }
+    idle = sorted(idle_late)
+    if idle:
+        run_.figures["async_idle_loop_stall_ms"] = {
+            "max": idle[-1] * 1000,
+            "p99": percentile(idle, 0.99) * 1000,
+            "median": percentile(idle, 0.5) * 1000,
+            "heartbeats": len(idle),
+        }
+        run_.note(
+            f"context: the same heartbeat on an idle loop, in the same run, was late by "
+            f"{idle[-1] * 1000:.1f} ms at most and {percentile(idle, 0.99) * 1000:.1f} ms "
+            f"at p99 (what the machine's other load costs the loop by itself)"
+        )
+    if collector.pauses:
+        longest, generation = max(collector.pauses)
+        run_.figures["async_gc_pauses"] = {
+            "count": len(collector.pauses),
+            "longest_ms": longest * 1000,
+            "longest_generation": generation,
+            "total_ms": sum(p for p, _ in collector.pauses) * 1000,
+        }
+        run_.note(
+            f"context: the garbage collector paused the loop {len(collector.pauses)} times "
+            f"during the AsyncHub rounds, longest {longest * 1000:.1f} ms (generation "
+            f"{generation})"
+        )
     wake_sorted = sorted(wake)
     run_.figures["async_wait_turn_wakeup_us"] = {
         "median": percentile(wake_sorted, 0.5) / 1000 if wake_sorted else None,

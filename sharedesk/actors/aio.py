@@ -7,23 +7,23 @@ Nothing here awaits a pykka future (its ``__await__`` blocks in ``get()``).
 
 Two paths lead off the loop:
 
-- **Submitted writes** (``append``, ``post``) to a session whose actor is running,
-  idle and knows its last sequence, over a store that takes submitted writes
-  (``LmdbStore``): the actor's lock is taken without blocking
-  (:meth:`Hub.try_submit`), the write is queued on the store's writer with a ticket,
-  and no thread waits for it. The writer commits it in the same group (one
-  transaction, one fsync) as every other waiting write, sync or async; after the
-  commit it pushes the events to the session's subscribers, releases the actor, and
-  hands all of the group's tickets of one loop to that loop in **one**
-  ``call_soon_threadsafe`` (:class:`_LoopSink`), which resolves their futures. So a
-  thousand coroutines appending at once cost one fsync and one wake-up of the loop
-  per group, not one thread per caller.
-- **Worker threads** for everything else (reads, views, turn plans and commits,
-  transcripts, the first write to a session, writes over a ``MemoryStore``, a busy
-  session): the sync :class:`~sharedesk.actors.hub.Hub` call runs on one of the
-  AsyncHub's own threads (``sharedesk-aio_N``), and its concurrent future is wrapped
-  into the loop. A write that the Hub would run "inline" on its caller's thread thus
-  runs inline on a worker, never on the loop.
+- **Submitted writes** (``append``, ``post``, ``AsyncTurn.commit``) to a session whose
+  actor is running, idle and knows its last sequence, over a store that takes
+  submitted writes (``LmdbStore``, ``MemoryStore``): the actor's lock is taken without
+  blocking (:meth:`Hub.try_submit`, :meth:`Hub.try_submit_commit`), the write is
+  queued on the store's writer with a ticket, and no thread waits for it. The writer
+  commits it in the same group (one transaction, one fsync) as every other waiting
+  write, sync or async; after the commit it pushes the events to the session's
+  subscribers, releases the actor, and hands the group's tickets to the loop's queue
+  (:class:`_LoopSink`), hopping into the loop with ``call_soon_threadsafe`` at most
+  once per group. So a thousand coroutines appending at once cost one fsync and one
+  wake-up of the loop per group, not one thread per caller.
+- **Worker threads** for everything else (reads, views, turn plans, transcripts, the
+  first write to a session, a busy session, a store that takes no submitted writes):
+  the sync :class:`~sharedesk.actors.hub.Hub` call runs on one of the AsyncHub's own
+  threads (``sharedesk-aio_N``), and its concurrent future is wrapped into the loop. A
+  write that the Hub would run "inline" on its caller's thread thus runs inline on a
+  worker, never on the loop.
 
 Cancellation rule (``append``, ``post``, ``AsyncTurn.commit``): a write is either not
 started or wholly settled by the time its task sees ``CancelledError``. Cancelled
@@ -45,6 +45,7 @@ append through this Hub, or after ``timeout``.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import os
 import threading
@@ -80,33 +81,51 @@ WORKER_PREFIX: Final = "sharedesk-aio"
 
 
 class _LoopSink:
-    """A ``CompletionSink`` of one event loop: one ``call_soon_threadsafe`` per delivery.
+    """A ``CompletionSink`` of one event loop: at most one hop into it per delivery.
 
-    The callback resolves at most :data:`RESOLVE_CHUNK` tickets and schedules the rest
-    with ``call_soon``: each resolved future resumes its task in the next iteration of
-    the loop, so resolving a group of a thousand at once would make one iteration run
-    a thousand tasks while timers (and every other task) wait. In chunks, each
-    iteration runs one chunk's tasks, and the loop's stalls stay a chunk long.
+    Settled tickets join one queue per loop; a delivery hops into the loop
+    (``call_soon_threadsafe``) only when no drain is scheduled already, so a group
+    costs one hop, and groups settling while the loop is busy cost none. A drain
+    resolves at most :data:`RESOLVE_CHUNK` tickets and schedules itself again
+    (``call_soon``) while tickets remain: each resolved future resumes its task in the
+    next iteration of the loop, so resolving a thousand at once would make one
+    iteration run a thousand tasks while timers and every other task wait. In chunks,
+    an iteration runs one chunk's tasks, however many groups are waiting.
     """
 
-    __slots__ = ("_loop",)
+    __slots__ = ("_loop", "_queue", "_scheduled")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
+        self._queue: collections.deque[WriteTicket] = collections.deque()
+        self._scheduled = False
 
     def deliver(self, tickets: Sequence[WriteTicket]) -> None:
-        """Resolve ``tickets`` in the loop, from one hop into it (writer thread; never blocks)."""
+        """Queue ``tickets`` for the loop; hop into it unless a drain is due (never blocks)."""
+        self._queue.extend(tickets)
+        if self._scheduled:  # the drain will see them (it re-checks after clearing this)
+            return
+        self._scheduled = True
         try:
-            self._loop.call_soon_threadsafe(self._resolve, tickets, 0)
+            self._loop.call_soon_threadsafe(self._drain)
         except RuntimeError:  # the loop is closed: nobody awaits these any more
+            self._queue.clear()
             _log.debug("aio.loop_closed", tickets=len(tickets))
 
-    def _resolve(self, tickets: Sequence[WriteTicket], start: int) -> None:
-        end = start + RESOLVE_CHUNK
-        for ticket in tickets[start:end]:
+    def _drain(self) -> None:
+        queue = self._queue
+        for _ in range(RESOLVE_CHUNK):
+            try:
+                ticket = queue.popleft()
+            except IndexError:
+                break
             ticket.resolve()
-        if end < len(tickets):
-            self._loop.call_soon(self._resolve, tickets, end)
+        if not queue:
+            self._scheduled = False
+            if not queue:  # nothing was queued meanwhile: deliver schedules the next
+                return
+            self._scheduled = True
+        self._loop.call_soon(self._drain)
 
 
 class _Ticket:
@@ -143,15 +162,11 @@ class _Ticket:
             waiter.set_result(None)
 
 
-async def _await_ticket(ticket: _Ticket) -> list[Event]:
-    """Await a submitted write; on cancellation, wait for its outcome, then re-raise."""
-    try:
-        return await ticket.future
-    except asyncio.CancelledError:
-        if not ticket.resolved:
-            waiter = ticket.waiter = asyncio.get_running_loop().create_future()
-            await _settle(waiter)
-        raise
+async def _outcome_of(ticket: _Ticket) -> None:
+    """Wait, through any cancellation, until a submitted write's outcome came back."""
+    if not ticket.resolved:
+        waiter = ticket.waiter = asyncio.get_running_loop().create_future()
+        await _settle(waiter)
 
 
 async def _settle(future: asyncio.Future[Any]) -> None:
@@ -259,10 +274,11 @@ class AsyncTurn:
                 all (see the module's cancellation rule).
             HubClosed, SessionFailed, ActorTimeout, ActorCrashed: As for the Hub.
 
-        Cost: as :meth:`Turn.commit` (one transaction, one fsync on LMDB), on a worker
-        thread; one hop back into the loop.
+        Cost: as :meth:`Turn.commit` (one transaction, one fsync on LMDB, group-committed
+        with every other waiting write); submitted without a thread when the session's
+        actor is running and idle, else on a worker thread.
         """
-        return await self._hub._write(self.turn.commit, reply)
+        return await self._hub._commit(self.turn, reply)
 
     def __repr__(self) -> str:
         return (
@@ -348,12 +364,18 @@ class AsyncHub:
         running and idle (one loop wake-up per group), else on a worker thread.
         """
         check_session_id(session_id)
-        batch = list(check_event_sequence(events))
+        batch = check_event_sequence(events)  # the store copies it before queueing
         self._live()
         loop = asyncio.get_running_loop()
         ticket = _Ticket(loop.create_future(), self._sink(loop))
         if self._hub.try_submit(session_id, batch, expected_version, ticket):
-            return await _await_ticket(ticket)
+            # Awaited here rather than in a helper coroutine: one object fewer per
+            # append for the collector, with a thousand appends in flight.
+            try:
+                return await ticket.future
+            except asyncio.CancelledError:
+                await _outcome_of(ticket)
+                raise
         stored: list[Event] = await self._write(
             self._hub.append, session_id, batch, expected_version=expected_version
         )
@@ -641,6 +663,20 @@ class AsyncHub:
         await self.close()
 
     # -- internals ---------------------------------------------------------------------
+
+    async def _commit(self, turn: Turn, reply: str | Event | None) -> Event | None:
+        self._live()
+        loop = asyncio.get_running_loop()
+        ticket = _Ticket(loop.create_future(), self._sink(loop))
+        if self._hub.try_submit_commit(turn, reply, ticket):
+            try:
+                stored = await ticket.future
+            except asyncio.CancelledError:
+                await _outcome_of(ticket)
+                raise
+            return stored[0] if stored else None
+        event: Event | None = await self._write(turn.commit, reply)
+        return event
 
     def _live(self) -> None:
         if self._closed:

@@ -40,6 +40,7 @@ depend on the hook: they are durable when ``append`` returns.
 from __future__ import annotations
 
 import atexit
+import functools
 import inspect
 import os
 import threading
@@ -210,7 +211,7 @@ class Hub:
     def try_submit(
         self,
         session_id: str,
-        events: list[Event],
+        events: Sequence[Event],
         expected_version: int | None,
         ticket: WriteTicket,
     ) -> bool:
@@ -223,7 +224,7 @@ class Hub:
 
         Args:
             session_id: The session (checked by the caller).
-            events: Checked events (:func:`check_event_sequence`).
+            events: A checked batch (:func:`check_event_sequence`); the store copies it.
             expected_version: As :meth:`append`.
             ticket: Gets the outcome.
 
@@ -237,6 +238,38 @@ class Hub:
 
         Cost: O(len(events)); takes no lock of the Hub; never blocks.
         """
+        return self._try_submit(
+            session_id,
+            Append(
+                events=events if type(events) is list else list(events),
+                expected_version=expected_version,
+            ),
+            ticket,
+        )
+
+    def try_submit_commit(self, turn: Turn, reply: str | Event | None, ticket: WriteTicket) -> bool:
+        """Hand a turn's commit to a running, idle session actor without waiting for it.
+
+        As :meth:`try_submit`, for :meth:`Turn.commit`: the ticket is settled with the
+        stored reply as a list (empty without a reply).
+
+        Returns:
+            ``True`` when submitted; ``False`` when it must be committed the usual way.
+
+        Raises:
+            ValidationError: A malformed reply, or an ``Event`` by someone else.
+            StoreClosedError: The store is closed.
+
+        Cost: O(1); takes no lock of the Hub; never blocks.
+        """
+        event = self._reply_event(turn, reply)
+        return self._try_submit(
+            turn.session_id,
+            Commit(viewer=author_key(turn.viewer), plan=turn.plan, reply=event),
+            ticket,
+        )
+
+    def _try_submit(self, session_id: str, message: Append | Commit, ticket: WriteTicket) -> bool:
         if not self._options.inline_writes:
             return False
         slot = self._supervisor.pin_running(ActorKey(kind="session", session_id=session_id))
@@ -245,9 +278,7 @@ class Hub:
         actor = slot.actor
         try:
             if isinstance(actor, SessionActor) and actor.try_submit(
-                Append(events=events, expected_version=expected_version),
-                ticket,
-                lambda: self._supervisor.release(slot),
+                message, ticket, functools.partial(self._supervisor.release, slot)
             ):
                 return True
         except BaseException:
@@ -542,6 +573,21 @@ class Hub:
         return msgspec.structs.replace(transcript, messages=list(transcript.messages))
 
     def _commit(self, turn: Turn, reply: str | Event | None) -> Event | None:
+        event = self._reply_event(turn, reply)
+        stored: Event | None = self._supervisor.call(
+            ActorKey(kind="session", session_id=turn.session_id),
+            Commit(viewer=author_key(turn.viewer), plan=turn.plan, reply=event),
+            inline=True,
+        )
+        return stored
+
+    @staticmethod
+    def _reply_event(turn: Turn, reply: str | Event | None) -> Event | None:
+        """Return a turn's reply as the event to store (``None``: no reply).
+
+        Raises:
+            ValidationError: A malformed reply, or an ``Event`` by someone else.
+        """
         event: Event | None
         if reply is None:
             event = None
@@ -560,12 +606,7 @@ class Hub:
             raise ValidationError(f"reply must be a str, an Event or None, got {type(reply)}")
         if event is not None:  # checked here, before the actor (see append)
             (event,) = check_events([event])
-        stored: Event | None = self._supervisor.call(
-            ActorKey(kind="session", session_id=turn.session_id),
-            Commit(viewer=author_key(turn.viewer), plan=turn.plan, reply=event),
-            inline=True,
-        )
-        return stored
+        return event
 
     # -- runs --------------------------------------------------------------------------
 

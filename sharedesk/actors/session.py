@@ -12,6 +12,14 @@ on its caller's thread (see :mod:`sharedesk.actors._base`), so the store's group
 sees as many concurrent appends as there are writers and batches them into one fsync;
 a write to a busy session queues behind the one in progress, on the actor's thread.
 
+A write may also be *submitted* (:meth:`SessionActor.try_submit`, for ``AsyncHub``):
+the actor's ``turn_lock`` is taken without blocking, the append is queued on the
+store's writer (the ``SubmittingStore`` port) and no thread waits for it; when the
+writer has settled it, on its own thread, the events are pushed exactly as after an
+append run here, and the lock is released. The store's error, if any, goes to the
+submitter and the actor forgets its last sequence (read again by the next write), as
+after a failed append run here.
+
 A turn's commit comes straight here (:class:`~sharedesk.actors._messages.Commit`, no
 other actor on the way): the actor stores reply and state in one ``append_and_share``
 with ``reply_present=True``, so the store notes the reply's real sequence as present
@@ -31,7 +39,7 @@ from sharedesk.actors._messages import Append, Commit, Push
 from sharedesk.protocol._log import logger
 from sharedesk.protocol.errors import SharedeskError
 from sharedesk.protocol.events import Event
-from sharedesk.protocol.ports import CompletionSink, SubmittingStore, WriteTicket
+from sharedesk.protocol.ports import CompletionSink, WriteTicket
 
 _log = logger()
 
@@ -102,15 +110,19 @@ class SessionActor(HubActor):
         self._publish(stored)
         return stored
 
-    def try_submit(self, message: Append, ticket: WriteTicket, release: Callable[[], None]) -> bool:
-        """Hand an append to the store's writer without waiting, if the actor is idle.
+    def try_submit(
+        self, message: Append | Commit, ticket: WriteTicket, release: Callable[[], None]
+    ) -> bool:
+        """Hand an append or a commit to the store's writer without waiting, if idle.
 
         Takes :attr:`turn_lock` (see :meth:`HubActor.hold`) and submits the write to a
-        :class:`~sharedesk.protocol.ports.SubmittingStore`; once the write is settled,
-        on the writer's thread, the committed events are pushed as after any append,
-        the lock is released, ``release`` is called, and only then is ``ticket``
-        settled. The actor must know its last sequence already (it does after its
-        first write), so nothing is read here.
+        :class:`~sharedesk.protocol.ports.SubmittingStore` (an ``Append`` as
+        ``submit_append``, a ``Commit`` as ``submit_append_and_share`` with
+        ``reply_present``, as :meth:`handle` would write them); once the write is
+        settled, on the writer's thread, the committed events are pushed as after any
+        write, the lock is released, ``release`` is called, and only then is ``ticket``
+        settled (with the stored events: a commit's reply, or none). The actor must know
+        its last sequence already (it does after its first write), so nothing is read.
 
         Returns:
             ``True`` when submitted (``release`` will be called), ``False`` when the
@@ -123,34 +135,64 @@ class SessionActor(HubActor):
 
         Cost: O(len(events)) validation and one queue append; never blocks.
         """
+        # The SubmittingStore port, found by its methods: an isinstance() check against
+        # the runtime-checkable Protocol costs ~40 us, more than the rest of this call.
         store = self.hub.store
+        name = "submit_append" if isinstance(message, Append) else "submit_append_and_share"
+        submit = getattr(store, name, None)
         if (
             self.last is None
-            or message.unless_stored is not None  # the guard is checked by a plain append
-            or not isinstance(store, SubmittingStore)
+            or submit is None
+            # the guard is checked by a plain append
+            or (isinstance(message, Append) and message.unless_stored is not None)
             or not self.hold()
         ):
             return False
         if self.last is None:
             self.turn_lock.release()
             return False
+        held = _Held(self, ticket, release, message if isinstance(message, Commit) else None)
         try:
-            store.submit_append(
-                self.key.session_id,
-                message.events,
-                expected_version=message.expected_version,
-                ticket=_Held(self, ticket, release),
-            )
+            if isinstance(message, Append):
+                submit(
+                    self.key.session_id,
+                    message.events,
+                    expected_version=message.expected_version,
+                    ticket=held,
+                )
+            else:
+                events = [] if message.reply is None else [message.reply]
+                submit(
+                    self.key.session_id,
+                    events,
+                    viewer=message.viewer,
+                    state=message.plan.next_state,
+                    expected_state=message.plan.expected_state,
+                    reply_present=bool(events),
+                    ticket=held,
+                )
         except BaseException:
             self.turn_lock.release()
             raise
         return True
 
-    def _settled(self, result: list[Event] | None, error: BaseException | None) -> None:
+    def _settled(
+        self, result: list[Event] | None, error: BaseException | None, commit: Commit | None
+    ) -> None:
         # The end of a submitted write, on the store's writer thread (turn_lock held).
         try:
             if error is None and result is not None:
                 self._publish(result)
+                if commit is not None:
+                    plan = commit.plan
+                    _log.info(
+                        "turn.committed",
+                        session_id=self.key.session_id,
+                        viewer=commit.viewer,
+                        watermark=plan.next_state.watermark,
+                        reply_sequence=result[0].sequence if result else None,
+                        delivered=len(plan.messages),
+                    )
             else:
                 self.last = None
         finally:
@@ -212,14 +254,19 @@ def _ascending(events: list[Event]) -> bool:
 class _Held:
     """A ticket submitted by the session actor: settling it ends the actor's write first."""
 
-    __slots__ = ("_actor", "_inner", "_release")
+    __slots__ = ("_actor", "_commit", "_inner", "_release")
 
     def __init__(
-        self, actor: SessionActor, inner: WriteTicket, release: Callable[[], None]
+        self,
+        actor: SessionActor,
+        inner: WriteTicket,
+        release: Callable[[], None],
+        commit: Commit | None,
     ) -> None:
         self._actor = actor
         self._inner = inner
         self._release = release
+        self._commit = commit
 
     @property
     def sink(self) -> CompletionSink:
@@ -229,7 +276,7 @@ class _Held:
     def settle(self, result: list[Event] | None, error: BaseException | None) -> None:
         """Push the committed events, release the actor and its pin, then settle the caller's."""
         try:
-            self._actor._settled(result, error)
+            self._actor._settled(result, error, self._commit)
         except Exception:  # never lose the caller's outcome
             _log.exception("session.push_failed", session_id=self._actor.key.session_id)
         finally:

@@ -182,7 +182,7 @@ class WriteTicket(Protocol):
 
 @runtime_checkable
 class SubmittingStore(Protocol):
-    """A store that also takes writes without a waiting thread (``LmdbStore``).
+    """A store that also takes writes without a waiting thread (``LmdbStore``, ``MemoryStore``).
 
     ``submit_append`` and ``submit_append_and_share`` validate their input at once (a bad
     one raises ``ValidationError`` and nothing is queued), queue the write and return;

@@ -2,16 +2,52 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Iterable
 from datetime import datetime
 from typing import Any, Final
 
 import msgspec
 
+from sharedesk.logconfig import logger
 from sharedesk.protocol.errors import ValidationError
 from sharedesk.protocol.events import Event, RunStarted, Text, TextDelta
+from sharedesk.protocol.ports import CompletionSink, WriteTicket
 from sharedesk.protocol.validation import check_optional_int, check_sharing_state, check_text
 from sharedesk.protocol.views import SharingState
+
+_log = logger()
+
+#: One settled submitted write: its ticket, the stored events or ``None``, the error.
+Outcome = tuple[WriteTicket, "list[Event] | None", "BaseException | None"]
+
+
+def hand_over(outcomes: Iterable[Outcome]) -> None:
+    """Settle each ticket with its outcome, in order, then deliver them: one call per sink.
+
+    The tail of every store's submitted writes (``SubmittingStore``), on its writer
+    thread. Never raises: a failing ticket or sink is logged (its awaiting side is lost,
+    the writer goes on).
+
+    Cost: O(len(outcomes)); one ``deliver`` per distinct sink.
+    """
+    by_sink: dict[int, tuple[CompletionSink, list[WriteTicket]]] = {}
+    for ticket, result, error in outcomes:
+        try:
+            ticket.settle(result, error)
+            sink = ticket.sink
+        except Exception:
+            _log.exception("store.ticket_failed")
+            continue
+        entry = by_sink.get(id(sink))
+        if entry is None:
+            by_sink[id(sink)] = (sink, [ticket])
+        else:
+            entry[1].append(ticket)
+    for sink, tickets in by_sink.values():
+        try:
+            sink.deliver(tickets)
+        except Exception:
+            _log.exception("store.sink_failed")
 
 
 class SessionInfo(msgspec.Struct, frozen=True):

@@ -51,7 +51,8 @@ from typing import Generic, TypeVar
 
 from sharedesk.protocol._log import logger
 from sharedesk.protocol.events import Event
-from sharedesk.protocol.ports import CompletionSink, WriteTicket
+from sharedesk.protocol.ports import WriteTicket
+from sharedesk.store._common import hand_over
 
 __all__ = ["CommitGroup", "GroupCommitter", "Request", "wake", "wake_all"]
 
@@ -141,31 +142,8 @@ CommitGroup = Callable[[list[R], Callable[[], None]], None]
 
 
 def _hand_over(requests: list[Request]) -> None:
-    """Settle the tickets of settled ``requests`` and deliver them: one call per sink.
-
-    Never raises: a failing ticket or sink is logged (its awaiting side is lost, the
-    writer goes on).
-    """
-    by_sink: dict[int, tuple[CompletionSink, list[WriteTicket]]] = {}
-    for request in requests:
-        ticket = request.ticket
-        assert ticket is not None
-        try:
-            ticket.settle(request.result, request.error)
-            sink = ticket.sink
-        except Exception:
-            _log.exception("store.ticket_failed")
-            continue
-        entry = by_sink.get(id(sink))
-        if entry is None:
-            by_sink[id(sink)] = (sink, [ticket])
-        else:
-            entry[1].append(ticket)
-    for sink, tickets in by_sink.values():
-        try:
-            sink.deliver(tickets)
-        except Exception:
-            _log.exception("store.sink_failed")
+    """Settle the tickets of settled ``requests`` and deliver them: one call per sink."""
+    hand_over((r.ticket, r.result, r.error) for r in requests if r.ticket is not None)
 
 
 def wake(group: list[R]) -> int:

@@ -20,6 +20,10 @@ callers come back with their next appends. A request that fails its checks gets 
 error and leaves nothing behind (the ids, records and ``Text`` rows it wrote are deleted
 again before the commit); the others commit. If the transaction itself fails, the whole
 group gets the error.
+``submit_append`` and ``submit_append_and_share`` (the ``SubmittingStore`` port, for
+asyncio front ends) queue a request with a ticket instead of a waiting caller: it joins
+the same groups, and where a caller would be woken its ticket is settled, the group's
+tickets going to their sinks in one ``deliver`` per sink (one hop into each event loop).
 
 py-lmdb releases the GIL around every get and put, and each release lets a waiting
 thread take the interpreter from the writer, so the writer keeps its calls few: an id

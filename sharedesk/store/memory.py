@@ -7,7 +7,7 @@ import threading
 from collections.abc import Collection, Sequence
 from datetime import UTC, datetime
 from types import TracebackType
-from typing import Self
+from typing import Any, Self
 
 import msgspec
 
@@ -17,10 +17,12 @@ from sharedesk.projection.sharing import note_present
 from sharedesk.protocol.errors import (
     AlreadyStored,
     ConcurrencyError,
+    SharedeskError,
     SharingStateConflict,
     StoreClosedError,
 )
 from sharedesk.protocol.events import Event, Text
+from sharedesk.protocol.ports import WriteTicket
 from sharedesk.protocol.sessions import EMPTY_SESSION_STATE, SessionState
 from sharedesk.protocol.validation import (
     check_append_args,
@@ -31,6 +33,7 @@ from sharedesk.protocol.validation import (
 )
 from sharedesk.protocol.views import Conversation, SessionPage, SharingState, to_log_message
 from sharedesk.store._common import (
+    Outcome,
     SessionInfo,
     check_log_args,
     check_read_args,
@@ -38,9 +41,21 @@ from sharedesk.store._common import (
     check_roots,
     check_sharing_args,
     check_viewer,
+    hand_over,
     private_copy,
     watermark_of,
 )
+
+
+class _Submitted(msgspec.Struct, frozen=True):
+    """One submitted write, checked, waiting for the writer thread."""
+
+    session_id: str
+    events: list[Event]
+    expected_version: int | None
+    sharing: tuple[str, SharingState, SharingState | None] | None
+    ticket: Any
+    reply_present: bool
 
 
 class _Stream:
@@ -88,6 +103,12 @@ class MemoryStore:
         self._streams: dict[str, _Stream] = {}
         self._states: dict[tuple[str, str, Conversation], SharingState] = {}
         self._closed = False
+        # Submitted writes (SubmittingStore) and the thread that applies them, started
+        # with the first one.
+        self._cond = threading.Condition(threading.Lock())
+        self._submitted: list[_Submitted] = []
+        self._writer: threading.Thread | None = None
+        self._stopping = False
 
     def _live(self) -> None:
         if self._closed:
@@ -251,28 +272,136 @@ class MemoryStore:
         Cost: O(len(events)) under the store lock; no I/O.
         """
         batch = check_append_args(session_id, events, expected_version)
-        check_sharing_args(viewer, state, expected_state)
-        key = (session_id, viewer, state.conversation)
+        sharing = check_sharing_args(viewer, state, expected_state)
         with self._lock:
             self._live()
-            if expected_version is not None:
-                last = self._last_locked(session_id)
-                if expected_version != last:
-                    raise ConcurrencyError(expected_version, last)
-            stored_state = self._states.get(key)
-            if stored_state != expected_state:
-                raise SharingStateConflict(watermark_of(expected_state), watermark_of(stored_state))
-            if reply_present and batch:
-                # The first event's sequence, known under the lock: its old one when
-                # its id is stored, else the next one.
-                stream = self._streams.get(session_id)
-                known = stream.by_id.get(batch[0].id) if stream is not None else None
-                reply = known.sequence if known is not None else self._last_locked(session_id) + 1
-                assert reply is not None
-                state = note_present(state, reply)
-            result = self._append_locked(session_id, batch, None)
-            self._states[key] = state
+            result = self._share_locked(session_id, batch, expected_version, sharing, reply_present)
         return [private_copy(event) for event in result]
+
+    def _share_locked(
+        self,
+        session_id: str,
+        batch: list[Event],
+        expected_version: int | None,
+        sharing: tuple[str, SharingState, SharingState | None],
+        reply_present: bool,
+    ) -> list[Event]:
+        """Check and apply one checked ``append_and_share``; the caller holds the lock."""
+        viewer, state, expected_state = sharing
+        key = (session_id, viewer, state.conversation)
+        if expected_version is not None:
+            last = self._last_locked(session_id)
+            if expected_version != last:
+                raise ConcurrencyError(expected_version, last)
+        stored_state = self._states.get(key)
+        if stored_state != expected_state:
+            raise SharingStateConflict(watermark_of(expected_state), watermark_of(stored_state))
+        if reply_present and batch:
+            # The first event's sequence, known under the lock: its old one when
+            # its id is stored, else the next one.
+            stream = self._streams.get(session_id)
+            known = stream.by_id.get(batch[0].id) if stream is not None else None
+            reply = known.sequence if known is not None else self._last_locked(session_id) + 1
+            assert reply is not None
+            state = note_present(state, reply)
+        result = self._append_locked(session_id, batch, None)
+        self._states[key] = state
+        return result
+
+    # -- submitted writes (the SubmittingStore port) -----------------------------------
+
+    def submit_append(
+        self,
+        session_id: str,
+        events: Sequence[Event],
+        *,
+        expected_version: int | None = None,
+        ticket: WriteTicket,
+    ) -> None:
+        """Queue an append that no thread waits for; ``ticket`` gets its outcome.
+
+        The store's writer thread (started with the first submitted write) takes every
+        write queued meanwhile, applies each as :meth:`append` would, settles their
+        tickets and delivers them, one ``deliver`` per sink.
+
+        Raises:
+            ValidationError: Malformed input; nothing was queued.
+            StoreClosedError: The store is closed; nothing was queued.
+
+        Cost: O(len(events)) validation and one queue append; never blocks on the writer.
+        """
+        batch = check_append_args(session_id, events, expected_version)
+        self._enqueue(_Submitted(session_id, batch, expected_version, None, ticket, False))
+
+    def submit_append_and_share(
+        self,
+        session_id: str,
+        events: Sequence[Event],
+        *,
+        viewer: str,
+        state: SharingState,
+        expected_state: SharingState | None,
+        expected_version: int | None = None,
+        reply_present: bool = False,
+        ticket: WriteTicket,
+    ) -> None:
+        """Queue an :meth:`append_and_share` that no thread waits for (as :meth:`submit_append`).
+
+        Raises:
+            ValidationError: Malformed input; nothing was queued.
+            StoreClosedError: The store is closed; nothing was queued.
+
+        Cost: as :meth:`submit_append`.
+        """
+        batch = check_append_args(session_id, events, expected_version)
+        sharing = check_sharing_args(viewer, state, expected_state)
+        self._enqueue(
+            _Submitted(session_id, batch, expected_version, sharing, ticket, reply_present)
+        )
+
+    def _enqueue(self, item: _Submitted) -> None:
+        with self._cond:
+            if self._closed or self._stopping:
+                raise StoreClosedError(None)
+            self._submitted.append(item)
+            if self._writer is None:
+                self._writer = threading.Thread(
+                    target=self._run_writer, name="sharedesk-memory-writer", daemon=True
+                )
+                self._writer.start()
+            elif len(self._submitted) == 1:
+                self._cond.notify()
+
+    def _run_writer(self) -> None:
+        """Body of the writer thread: apply every queued write, then hand their tickets over."""
+        while True:
+            with self._cond:
+                while not self._submitted and not self._stopping:
+                    self._cond.wait()
+                group, self._submitted = self._submitted, []
+                if not group:
+                    return
+            outcomes: list[Outcome] = []
+            for item in group:
+                try:
+                    with self._lock:
+                        self._live()
+                        if item.sharing is None:
+                            stored = self._append_locked(
+                                item.session_id, item.events, item.expected_version
+                            )
+                        else:
+                            stored = self._share_locked(
+                                item.session_id,
+                                item.events,
+                                item.expected_version,
+                                item.sharing,
+                                item.reply_present,
+                            )
+                    outcomes.append((item.ticket, [private_copy(e) for e in stored], None))
+                except SharedeskError as exc:
+                    outcomes.append((item.ticket, None, exc))
+            hand_over(outcomes)
 
     def first_replies(self, session_id: str, roots: Collection[int]) -> dict[int, int]:
         """Return, for each root in ``roots`` that has one, its first non-blank reply.
@@ -453,7 +582,17 @@ class MemoryStore:
         return SessionPage(messages=rows, next_before=next_before)
 
     def close(self) -> None:
-        """Close the store; later calls raise ``StoreClosedError``. Idempotent."""
+        """Close the store; later calls raise ``StoreClosedError``. Idempotent.
+
+        Writes submitted before are applied first (the writer thread is stopped and
+        joined once it has handed them over).
+        """
+        with self._cond:
+            self._stopping = True
+            writer = self._writer
+            self._cond.notify()
+        if writer is not None and writer is not threading.current_thread():
+            writer.join()
         with self._lock:
             self._closed = True
             self._streams = {}

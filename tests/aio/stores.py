@@ -114,7 +114,7 @@ class SlowSubmitting(Slow):
             session_id,
             events,
             expected_version=expected_version,
-            ticket=_SlowTicket(ticket, self.delay),
+            ticket=self._wrap(ticket),
         )
 
     def submit_append_and_share(
@@ -126,6 +126,7 @@ class SlowSubmitting(Slow):
         state: SharingState,
         expected_state: SharingState | None,
         expected_version: int | None = None,
+        reply_present: bool = False,
         ticket: WriteTicket,
     ) -> None:
         self.calls += 1
@@ -136,8 +137,12 @@ class SlowSubmitting(Slow):
             state=state,
             expected_state=expected_state,
             expected_version=expected_version,
-            ticket=_SlowTicket(ticket, self.delay),
+            reply_present=reply_present,
+            ticket=self._wrap(ticket),
         )
+
+    def _wrap(self, ticket: WriteTicket) -> WriteTicket:
+        return _SlowTicket(ticket, self.delay)
 
 
 class _GatedTicket(_SlowTicket):
@@ -175,21 +180,9 @@ class Gated(Slow):
 class GatedSubmitting(Gated, SlowSubmitting):
     """A gated LMDB store that also takes submitted writes (settled once ``gate`` is set)."""
 
-    def submit_append(
-        self,
-        session_id: str,
-        events: Sequence[Event],
-        *,
-        expected_version: int | None = None,
-        ticket: WriteTicket,
-    ) -> None:
+    def _wrap(self, ticket: WriteTicket) -> WriteTicket:
         self.entered.release()
-        self.inner.submit_append(
-            session_id,
-            events,
-            expected_version=expected_version,
-            ticket=_GatedTicket(ticket, self.gate),
-        )
+        return _GatedTicket(ticket, self.gate)
 
 
 def wrapped_hub(slow: bool, store_path: Path | None, **options: Any) -> tuple[AsyncHub, Any]:

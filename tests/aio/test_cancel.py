@@ -172,7 +172,7 @@ class TestCancelledInFlight:
         async def body(hub: AsyncHub, store: Any) -> tuple[bool, str, int]:
             store.gate.clear()
             task = asyncio.create_task(hub.post("desk", ANN, "held", id="held"))
-            await asyncio.to_thread(store.entered.acquire)
+            assert await asyncio.to_thread(store.entered.acquire, True, 10)
             task.cancel()
             await asyncio.sleep(0.05)
             pending = not task.done()
@@ -185,7 +185,7 @@ class TestCancelledInFlight:
         async def body(hub: AsyncHub, store: Any) -> tuple[bool, str, int]:
             store.gate.clear()
             task = asyncio.create_task(hub.post("desk", ANN, "held", id="held"))
-            await asyncio.to_thread(store.entered.acquire)
+            assert await asyncio.to_thread(store.entered.acquire, True, 10)
             task.cancel()
             await asyncio.sleep(0.02)
             task.cancel()
@@ -203,7 +203,7 @@ class TestCancelledInFlight:
             turn = await hub.turn("desk", BOT)
             store.gate.clear()
             task = asyncio.create_task(turn.commit(Event(BOT, Text("r"), id="r")))
-            await asyncio.to_thread(store.entered.acquire)
+            assert await asyncio.to_thread(store.entered.acquire, True, 10)
             task.cancel()
             await asyncio.sleep(0.05)
             pending = not task.done()
@@ -227,7 +227,7 @@ class TestCancelledInFlight:
             # First writes to fresh sessions run on the workers: fill every one of them.
             busy = [asyncio.create_task(hub.post(f"busy-{i}", ANN, "x")) for i in range(8)]
             for _ in busy:
-                await asyncio.to_thread(store.entered.acquire)
+                assert await asyncio.to_thread(store.entered.acquire, True, 10)
             queued = asyncio.create_task(hub.post("late", ANN, "never", id="never"))
             await asyncio.sleep(0.02)
             queued.cancel()

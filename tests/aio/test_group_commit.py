@@ -4,13 +4,22 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from sharedesk import AsyncHub, Event, LmdbStore, Person, StoreClosedError, Text, ValidationError
+from sharedesk import (
+    AsyncHub,
+    Event,
+    LmdbStore,
+    MemoryStore,
+    Person,
+    StoreClosedError,
+    Text,
+    ValidationError,
+)
 from tests.aio.conftest import our_threads
 
 ANN = Person(id="ann", label="Ann")
@@ -52,14 +61,22 @@ class _Ticket:
         raise AssertionError("the sink resolves, not the store")
 
 
+@pytest.fixture
+def store(store_path: Path | None) -> Iterator[Any]:
+    """A store of the test's backend that takes submitted writes, closed afterwards."""
+    opened: Any = MemoryStore() if store_path is None else LmdbStore(store_path)
+    with opened:
+        yield opened
+
+
 class TestOneHopPerGroup:
     def test_many_concurrent_appends_wake_the_loop_far_fewer_times_than_appends(
-        self, tmp_path: Path
+        self, store_path: Path | None
     ) -> None:
         async def main() -> tuple[int, list[int]]:
             loop = asyncio.get_running_loop()
             assert isinstance(loop, _CountingLoop)
-            async with AsyncHub.open(tmp_path / "store") as hub:
+            async with AsyncHub.open(store_path) as hub:
                 sessions = [f"desk-{i}" for i in range(200)]
                 await asyncio.gather(*(hub.post(s, ANN, "warm") for s in sessions))
                 before = loop.hops
@@ -76,49 +93,43 @@ class TestOneHopPerGroup:
 
 
 class TestSubmittedWrites:
-    def test_a_group_of_submitted_writes_is_delivered_once_per_sink(self, tmp_path: Path) -> None:
-        with LmdbStore(tmp_path / "store") as store:
-            sink = _Sink()
-            sink.expected = 50
-            tickets = [_Ticket(sink) for _ in range(50)]
-            for i, ticket in enumerate(tickets):
-                store.submit_append(
-                    f"s{i}", [Event(ANN, Text("x"))], expected_version=None, ticket=ticket
-                )
-            assert sink.done.wait(10)
+    def test_a_group_of_submitted_writes_is_delivered_once_per_sink(self, store: Any) -> None:
+        sink = _Sink()
+        sink.expected = 50
+        tickets = [_Ticket(sink) for _ in range(50)]
+        for i, ticket in enumerate(tickets):
+            store.submit_append(
+                f"s{i}", [Event(ANN, Text("x"))], expected_version=None, ticket=ticket
+            )
+        assert sink.done.wait(10)
 
-            assert 50 == sum(len(d) for d in sink.deliveries)
-            assert len(sink.deliveries) < 50
-            assert all(t.outcome is not None and t.outcome[0][0].sequence == 1 for t in tickets)
+        assert 50 == sum(len(d) for d in sink.deliveries)
+        assert len(sink.deliveries) < 50
+        assert all(t.outcome is not None and t.outcome[0][0].sequence == 1 for t in tickets)
 
-    def test_a_failing_check_settles_only_its_own_ticket_with_the_error(
-        self, tmp_path: Path
-    ) -> None:
-        with LmdbStore(tmp_path / "store") as store:
-            store.append("s", [Event(ANN, Text("x"))])
-            sink = _Sink()
-            sink.expected = 2
-            stale, fine = _Ticket(sink), _Ticket(sink)
-            store.submit_append("s", [Event(ANN, Text("y"))], expected_version=0, ticket=stale)
-            store.submit_append("t", [Event(ANN, Text("z"))], expected_version=None, ticket=fine)
-            assert sink.done.wait(10)
+    def test_a_failing_check_settles_only_its_own_ticket_with_the_error(self, store: Any) -> None:
+        store.append("s", [Event(ANN, Text("x"))])
+        sink = _Sink()
+        sink.expected = 2
+        stale, fine = _Ticket(sink), _Ticket(sink)
+        store.submit_append("s", [Event(ANN, Text("y"))], expected_version=0, ticket=stale)
+        store.submit_append("t", [Event(ANN, Text("z"))], expected_version=None, ticket=fine)
+        assert sink.done.wait(10)
 
-            assert stale.outcome is not None and stale.outcome[0] is None
-            assert "ConcurrencyError" == type(stale.outcome[1]).__name__
-            assert fine.outcome is not None and fine.outcome[1] is None
-            assert 1 == store.last_sequence("s")
+        assert stale.outcome is not None and stale.outcome[0] is None
+        assert "ConcurrencyError" == type(stale.outcome[1]).__name__
+        assert fine.outcome is not None and fine.outcome[1] is None
+        assert 1 == store.last_sequence("s")
 
-    def test_bad_input_raises_at_submit_and_queues_nothing(self, tmp_path: Path) -> None:
-        with LmdbStore(tmp_path / "store") as store:
-            with pytest.raises(ValidationError):
-                store.submit_append(
-                    "s", [Event(ANN, Text("x"))], expected_version=-1, ticket=_Ticket(_Sink())
-                )
+    def test_bad_input_raises_at_submit_and_queues_nothing(self, store: Any) -> None:
+        with pytest.raises(ValidationError):
+            store.submit_append(
+                "s", [Event(ANN, Text("x"))], expected_version=-1, ticket=_Ticket(_Sink())
+            )
 
-            assert 0 == store.last_sequence("s")
+        assert 0 == store.last_sequence("s")
 
-    def test_a_closed_store_refuses_a_submitted_write(self, tmp_path: Path) -> None:
-        store = LmdbStore(tmp_path / "store")
+    def test_a_closed_store_refuses_a_submitted_write(self, store: Any) -> None:
         store.close()
 
         with pytest.raises(StoreClosedError):

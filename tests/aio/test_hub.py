@@ -366,6 +366,20 @@ class TestWaitTurn:
         with pytest.raises(ValidationError):
             arun(body)
 
+    def test_a_waiter_in_a_thread_is_woken_by_a_reply_in_that_thread(self, arun: Runner) -> None:
+        async def body(hub: AsyncHub) -> list[str]:
+            root = await hub.post("desk", ANN, "root")
+            thread = Conversation(desk="desk", thread_root=root.sequence)
+            await (await hub.turn("desk", BOT, thread)).commit()
+            waiter = asyncio.create_task(hub.wait_turn("desk", BOT, thread, timeout=10))
+            await hub.post("desk", ANN, "elsewhere")
+            await asyncio.sleep(0.05)
+            assert not waiter.done()
+            await hub.post("desk", ANN, "in the thread", parent=root.sequence)
+            return texts((await waiter).messages)
+
+        assert ["in the thread"] == arun(body)
+
     def test_a_waiter_gets_hub_closed_when_the_hub_closes(self, arun: Runner) -> None:
         async def body(hub: AsyncHub) -> None:
             waiter = asyncio.create_task(hub.wait_turn("desk", BOT))
