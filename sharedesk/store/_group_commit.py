@@ -118,7 +118,13 @@ class Request:
             _hand_over([self])
 
     def wait(self) -> list[Event]:
-        """Block until woken; hand on the baton; return the result or raise (repeatable)."""
+        """Block until woken; hand on the baton; return the result or raise (repeatable).
+
+        Raises:
+            BaseException: The error the request was settled with.
+
+        Cost: blocks until the request's turn in the relay; O(1) after.
+        """
         self._done.acquire()
         relay = self._next
         if relay is not None:
@@ -154,6 +160,8 @@ def wake(group: list[R]) -> int:
 
     Returns how many callers will wait for a baton in the committer's queue (successors
     of requests that hand theirs on there).
+
+    Cost: O(len(group)) lock releases and ticket settlements; never blocks.
     """
     relay: Request | None = None
     handed = 0
@@ -180,7 +188,7 @@ def wake(group: list[R]) -> int:
 def wake_all(batons: collections.deque[Request]) -> int:
     """Wake every request waiting for a baton and every successor in its chain.
 
-    Returns the number of requests woken.
+    Returns the number of requests woken. Cost: O(requests woken); never blocks.
     """
     woken = 0
     while True:
