@@ -310,16 +310,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SharedeskError as exc:
         err.line(f"sharedesk: error: {_one_line(exc)}")
         return EXIT_USAGE
+    except BrokenPipeError:  # before OSError, its base class
+        # Output piped into a pager or `head` that stopped reading: not an error.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
     except OSError as exc:
         err.line(f"sharedesk: error: {_one_line(exc)}")
         return EXIT_USAGE
     except KeyboardInterrupt:
         err.line("sharedesk: interrupted")
         return 130
-    except BrokenPipeError:
-        # Output piped into a pager or `head` that stopped reading: not an error.
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
     return 0
 
 

@@ -54,6 +54,7 @@ from __future__ import annotations
 import atexit
 import functools
 import inspect
+import math
 import os
 import threading
 import time
@@ -185,8 +186,14 @@ class HubOptions(msgspec.Struct, frozen=True, kw_only=True):
         if self.idle_timeout is not None:
             positive["idle_timeout"] = self.idle_timeout
         for name, value in positive.items():
-            if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-                raise ValidationError(f"{name} must be a positive number, got {value!r}")
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, int | float)
+                or not (value > 0 and math.isfinite(value))  # NaN and infinity too
+            ):
+                raise ValidationError(f"{name} must be a positive, finite number, got {value!r}")
+        for name in ("max_active", "max_concurrent_runs", "max_queued_runs"):
+            check_int(name, getattr(self, name))
         if self.max_active < 3:
             raise ValidationError(f"max_active must be at least 3, got {self.max_active}")
         check_int("max_restarts", self.max_restarts)

@@ -27,6 +27,7 @@ no object of the caller's is kept.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Sequence
 from typing import Any, Final, cast
 
@@ -106,7 +107,8 @@ def check_path(value: Any, name: str = "path") -> str:
 
     Raises:
         ValidationError: Not a ``str``/``os.PathLike`` of ``str``, empty (which would
-            silently mean the current directory), holding a NUL, or a lone surrogate.
+            silently mean the current directory), holding a NUL or a lone surrogate, or
+            a URL (``scheme://...``, which would become nested directories).
 
     Cost: O(len(path)).
     """
@@ -119,7 +121,17 @@ def check_path(value: Any, name: str = "path") -> str:
         raise ValidationError(f"{name} must not be empty (use '.' for the current directory)")
     if "\0" in text:
         raise ValidationError(f"{name} holds a NUL character at index {text.index(chr(0))}")
+    scheme = _URL.match(text)
+    if scheme is not None:  # never turn a database URL into nested directories
+        raise ValidationError(
+            f"{name} must be a directory, got a URL with scheme {scheme.group(1)!r} "
+            "(no store for URLs is available in this release)"
+        )
     return check_text(name, text)
+
+
+#: A URL's scheme and ``://`` at the start of a path (``postgresql://...``).
+_URL: Final = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
 
 
 #: The containers whose nesting :func:`check_depth` counts (a struct inside a value too).

@@ -211,6 +211,16 @@ class TestOptions:
         with pytest.raises(ValidationError):
             Hub.open(path)
 
+    def test_a_database_url_is_refused_and_no_directory_is_made(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        monkeypatch.chdir(tmp_path)
+
+        with pytest.raises(ValidationError, match="URL with scheme 'postgresql'"):
+            Hub.open("postgresql://db/desks")
+
+        assert [] == list(tmp_path.iterdir())
+
     @pytest.mark.parametrize(
         "options",
         [
@@ -219,7 +229,13 @@ class TestOptions:
             {"idle_timeout": -1.0},
             {"max_restarts": -1},
             {"inline_writes": "yes"},
+            {"ask_timeout": float("nan")},
+            {"idle_timeout": float("nan")},
+            {"restart_period": float("nan")},
+            {"ask_timeout": float("inf")},
+            {"max_active": 3.5},
         ],
+        ids=repr,
     )
     def test_out_of_range_options_are_refused(self, options: dict[str, float]) -> None:
         with pytest.raises(ValidationError):

@@ -154,6 +154,26 @@ class TestDemo:
 
 
 class TestInspect:
+    def test_inspect_into_a_pipe_nobody_reads_exits_0_without_an_error(
+        self, store_path: Path
+    ) -> None:
+        """Like `sharedesk inspect PATH | head -0`: a closed pipe is not an error."""
+        read_end, write_end = os.pipe()
+        os.close(read_end)  # closed before the child writes: its first write breaks
+        try:
+            result = subprocess.run(
+                [sys.executable, "-m", "sharedesk.cli", "inspect", str(store_path), "--json"],
+                stdout=write_end,
+                stderr=subprocess.PIPE,
+                text=True,
+                timeout=60,
+                cwd=CHECKOUT,
+            )
+        finally:
+            os.close(write_end)
+
+        assert (0, "") == (result.returncode, result.stderr)
+
     def test_inspect_lists_sessions_with_event_counts(self, store_path: Path) -> None:
         result = sharedesk("inspect", str(store_path), "--json")
 
