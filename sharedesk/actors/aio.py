@@ -528,7 +528,9 @@ class AsyncHub:
         Cost: one turn plan, plus one per append to the session while it waits.
         """
         if timeout is not None and (
-            isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout < 0
+            isinstance(timeout, bool)
+            or not isinstance(timeout, int | float)
+            or not timeout >= 0  # NaN too
         ):
             raise ValidationError(f"timeout must be None or seconds >= 0, got {timeout!r}")
         check_session_id(session_id)

@@ -36,6 +36,7 @@ from types import TracebackType
 from typing import Any, Final, Self, TypeVar
 
 from sharedesk.protocol._log import logger
+from sharedesk.protocol.authors import Operator, SessionAuthor
 from sharedesk.protocol.constants import PAGE_SIZE
 from sharedesk.protocol.errors import RunStateError, SharedeskError
 from sharedesk.protocol.events import Event, Text
@@ -157,8 +158,16 @@ class _BridgedLog:
         return SessionPage(messages=rows, next_before=rows[-1].sequence if more and rows else None)
 
 
+#: The default author of a run's input rows (as in ``SessionManager.run_once``).
+_OPERATOR: Final = Operator()
+
+
 class _Driven:
     """A sync adapter that runs a coroutine adapter's ``execute`` on the caller's loop."""
+
+    #: Copied from the adapter when it has them (annotations only: no class default).
+    name: str
+    native_continuation: bool
 
     def __init__(
         self,
@@ -172,11 +181,11 @@ class _Driven:
         self._lock = threading.Lock()
         self._future: Future[Any] | None = None
         self._stopped = False
-        self.name = adapter.name
-        self.native_continuation = adapter.native_continuation
-        for optional in ("model", "author"):
-            if hasattr(adapter, optional):
-                setattr(self, optional, getattr(adapter, optional))
+        # Only what the adapter has: the manager's adapter check then refuses one that
+        # lacks a required attribute the same way for sync and coroutine adapters.
+        for attribute in ("name", "native_continuation", "model", "author"):
+            if hasattr(adapter, attribute):
+                setattr(self, attribute, getattr(adapter, attribute))
 
     def execute(
         self, run: Run, session: Session, emit: Emit, opts: Mapping[str, Any]
@@ -307,15 +316,18 @@ async def arun_once(
     continuation: str | bool = False,
     continuation_opts: Mapping[str, Any] | None = None,
     adapter_opts: Mapping[str, Any] | None = None,
+    author: SessionAuthor = _OPERATOR,
 ) -> RunResult:
     """Start a session (or continue ``session_id``), start a run, execute it; never blocks.
 
-    Args and errors: as :meth:`SessionManager.run_once` and :func:`aexecute_run`.
+    Args and errors: as :meth:`SessionManager.run_once` and :func:`aexecute_run`; an
+    adapter that is not one is refused before anything is written.
 
     Cost: as :meth:`SessionManager.run_once`; the start steps run on a worker thread.
     """
-    from sharedesk.runs.manager import SessionManager
+    from sharedesk.runs.manager import SessionManager, check_adapter
 
+    check_adapter(adapter)
     loop = asyncio.get_running_loop()
     sync_store: EventStore = _Bridge(store, loop) if is_async_store(store) else store
 
@@ -323,7 +335,7 @@ async def arun_once(
         sid = session_id
         if sid is None:
             sid = SessionManager.start_session(sync_store).id
-        return SessionManager.start_run(sync_store, sid, input).id
+        return SessionManager.start_run(sync_store, sid, input, author=author).id
 
     run_id = await asyncio.to_thread(start)
     return await aexecute_run(

@@ -359,9 +359,12 @@ class TestWaitTurn:
         with pytest.raises(TimeoutError):
             arun(body)
 
-    def test_a_negative_timeout_raises_validation_error(self, arun: Runner) -> None:
+    @pytest.mark.parametrize("timeout", [-1, float("nan")], ids=["negative", "nan"])
+    def test_a_negative_or_nan_timeout_raises_validation_error(
+        self, arun: Runner, timeout: float
+    ) -> None:
         async def body(hub: AsyncHub) -> None:
-            await hub.wait_turn("desk", BOT, timeout=-1)
+            await hub.wait_turn("desk", BOT, timeout=timeout)
 
         with pytest.raises(ValidationError):
             arun(body)

@@ -20,6 +20,7 @@ from sharedesk import (
     AsyncHub,
     Event,
     MemoryStore,
+    Person,
     RunCancelled,
     RunFailed,
     RunFinished,
@@ -30,6 +31,7 @@ from sharedesk import (
     SessionManager,
     Text,
     TextDelta,
+    ValidationError,
 )
 from sharedesk.runs.types import AsyncEmit, Run, Session
 from tests.aio.conftest import Heartbeat, Runner, ticks_during
@@ -217,6 +219,47 @@ class TestCoroutineAdapters:
             return "accepted"
 
         assert "completed" == arun(body)
+
+
+class NoContinuationFlag:
+    """A coroutine adapter that forgot ``native_continuation``: not an adapter."""
+
+    name = "forgetful"
+
+    async def execute(
+        self, run: Run, session: Session, emit: AsyncEmit, opts: Mapping[str, Any]
+    ) -> None:
+        raise AssertionError("never executed")
+
+
+class TestAdapterChecks:
+    def test_arun_once_refuses_a_coroutine_adapter_without_its_flag_and_writes_nothing(
+        self, arun: Runner
+    ) -> None:
+        async def body(hub: AsyncHub) -> Any:
+            with pytest.raises(ValidationError, match="native_continuation"):
+                await SessionManager.arun_once(hub, NoContinuationFlag(), "go", session_id="s")
+            return await hub.last_sequence("s")
+
+        assert 0 == arun(body)
+
+    def test_aexecute_run_refuses_it_and_records_the_run_failed(self, arun: Runner) -> None:
+        async def body(hub: AsyncHub) -> Any:
+            run = await asyncio.to_thread(SessionManager.start_run, hub.hub, "desk", "hi")
+            with pytest.raises(ValidationError, match="native_continuation"):
+                await SessionManager.aexecute_run(hub, NoContinuationFlag(), run.id)
+            return SessionManager.get_run(hub.hub, run.id).status
+
+        assert "failed" == arun(body)
+
+    def test_arun_once_writes_its_input_as_the_given_author(self, arun: Runner) -> None:
+        pat = Person(id="pat", label="Pat")
+
+        async def body(hub: AsyncHub) -> Any:
+            result = await SessionManager.arun_once(hub, CoroutineAdapter(), "hi", author=pat)
+            return [e.author for e in await hub.read(result.session_id) if e.body == Text("hi")]
+
+        assert [pat] == arun(body)
 
 
 class TestSyncAdapters:

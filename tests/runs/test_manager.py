@@ -336,6 +336,19 @@ class TestContinuationErrors:
 
         assert "failed" == SessionManager.get_run(store, run.id).status
 
+    @pytest.mark.parametrize(
+        "adapter",
+        [object(), "scripted", RecordingAdapter(name="")],
+        ids=["object", "str", "nameless"],
+    )
+    def test_run_once_refuses_something_that_is_not_an_adapter_and_writes_nothing(
+        self, store: EventStore, adapter: Any
+    ) -> None:
+        with pytest.raises(ValidationError):
+            SessionManager.run_once(store, adapter, "hello", session_id="s1")
+
+        assert 0 == store.last_sequence("s1")
+
     @pytest.mark.parametrize("timeout", [0, -5, "10", True])
     def test_a_bad_timeout_is_refused_and_the_run_recorded_as_failed(
         self, store: EventStore, timeout: Any
