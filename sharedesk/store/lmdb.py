@@ -91,7 +91,7 @@ import os
 import struct
 import threading
 import time
-from collections.abc import Callable, Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from types import TracebackType
 from typing import Any, Final, Literal, Self, TypeVar
@@ -188,6 +188,58 @@ def _id_key(prefix: bytes, event_id: str) -> bytes:
     if len(raw) <= _MAX_RAW_ID:
         return prefix + b"\x00" + raw
     return prefix + b"\x01" + hashlib.blake2b(raw, digest_size=32).digest()
+
+
+#: The ``runs`` key that says every event of the file is in the run index and the
+#: session states (an empty session id's prefix: no session can have it).
+_INDEXED_KEY: Final = b"\x00\x00indexed"
+
+
+def _index_older_events(env: Any, dbs: Mapping[bytes, Any], path: str) -> None:
+    """Fill the run index and session states of a database written before they existed.
+
+    A file that holds events but no ``_INDEXED_KEY`` was written by a version without
+    the ``runs`` sub-database: its events are folded into it once, in one write
+    transaction, so runs and sessions started before the upgrade are found. A new or
+    already indexed file costs one key read.
+
+    Raises:
+        CorruptRecordError: An older event does not decode.
+        StoreIOError: LMDB failed.
+
+    Cost: one read; once per older file, a write transaction over all its events.
+    """
+    while True:
+        try:
+            return _index_older_events_once(env, dbs)
+        except lmdb.MapResizedError:
+            env.set_mapsize(0)  # another process grew the map: adopt its size, retry
+        except lmdb.Error as exc:
+            raise StoreIOError(path, "open") from exc
+
+
+def _index_older_events_once(env: Any, dbs: Mapping[bytes, Any]) -> None:
+    runs_db, events_db = dbs[b"runs"], dbs[b"events"]
+    with env.begin(db=runs_db) as txn:
+        if txn.get(_INDEXED_KEY) is not None:
+            return
+    with env.begin(write=True) as txn:
+        if txn.get(_INDEXED_KEY, db=runs_db) is not None:
+            return  # another store or process indexed it meanwhile
+        states: dict[bytes, SessionState] = {}
+        cursor = txn.cursor(db=events_db)
+        for key, raw in cursor.iternext(keys=True, values=True):
+            prefix, seq = key[: -_SEQ.size], key[-_SEQ.size :]
+            session_id = _session_of(key)
+            event = _decode_record(_EVENT_DECODER, session_id, _SEQ.unpack(seq)[0], raw)
+            if event.run_id is not None:
+                txn.put(_run_key(prefix, event.run_id) + seq, b"", db=runs_db)
+            if moves_session_state(event):
+                state = states.get(prefix, EMPTY_SESSION_STATE)
+                states[prefix] = fold_session_state(state, event)
+        for prefix, state in states.items():
+            txn.put(prefix, _ENCODER.encode(state), db=runs_db)
+        txn.put(_INDEXED_KEY, b"1", db=runs_db)
 
 
 def _run_key(prefix: bytes, run_id: str) -> bytes:
@@ -484,6 +536,7 @@ class LmdbStore:
         )
         self._path = self._shared.path
         self._dbs = self._shared.dbs
+        _index_older_events(self._shared.env, self._dbs, self._path)
         self._cond = threading.Condition(threading.Lock())
         self._queue: list[_Request] = []
         # Relay successors handed on as batons (see _Request; woken callers append
