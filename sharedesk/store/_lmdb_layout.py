@@ -66,6 +66,9 @@ MAX_SEQ: Final = 2**64 - 1
 MAX_RAW_ID: Final = 100
 EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 MICROSECOND: Final = timedelta(microseconds=1)
+#: The ``runs`` key that says every event of the file is in the run index and the
+#: session states (an empty session id's prefix: no session can have it).
+INDEXED_KEY: Final = b"\x00\x00indexed"
 EVENT_DECODER: Final = msgspec.msgpack.Decoder(Event)
 STATE_DECODER: Final = msgspec.msgpack.Decoder(SharingState)
 SESSION_STATE_DECODER: Final = msgspec.msgpack.Decoder(SessionState)

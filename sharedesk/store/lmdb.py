@@ -58,7 +58,7 @@ request by request, and only those that do not fit get ``StoreFullError``.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from datetime import UTC, datetime
 from types import TracebackType
 from typing import Any, Final, Literal, Self, TypeVar
@@ -110,6 +110,7 @@ from sharedesk.store._lmdb_layout import (
     ENCODER,
     EPOCH,
     EVENT_DECODER,
+    INDEXED_KEY,
     LOG_DECODER,
     MAX_SEQ,
     META,
@@ -149,6 +150,53 @@ _META_CACHE_SIZE: Final = 100_000
 # long commits half groups (two fsyncs where one would do); relaxed commits are cheap.
 _GROUP_WAIT_DURABLE: Final = 0.002
 _GROUP_WAIT_RELAXED: Final = 0.0005
+
+
+def _index_older_events(env: Any, dbs: Mapping[bytes, Any], path: str) -> None:
+    """Fill the run index and session states of a database written before they existed.
+
+    A file that holds events but no ``INDEXED_KEY`` was written by a version without
+    the ``runs`` sub-database: its events are folded into it once, in one write
+    transaction, so runs and sessions started before the upgrade are found. A new or
+    already indexed file costs one key read.
+
+    Raises:
+        CorruptRecordError: An older event does not decode.
+        StoreIOError: LMDB failed.
+
+    Cost: one read; once per older file, a write transaction over all its events.
+    """
+    while True:
+        try:
+            return _index_older_events_once(env, dbs)
+        except lmdb.MapResizedError:
+            env.set_mapsize(0)  # another process grew the map: adopt its size, retry
+        except lmdb.Error as exc:
+            raise StoreIOError(path, "open") from exc
+
+
+def _index_older_events_once(env: Any, dbs: Mapping[bytes, Any]) -> None:
+    runs_db, events_db = dbs[b"runs"], dbs[b"events"]
+    with env.begin(db=runs_db) as txn:
+        if txn.get(INDEXED_KEY) is not None:
+            return
+    with env.begin(write=True) as txn:
+        if txn.get(INDEXED_KEY, db=runs_db) is not None:
+            return  # another store or process indexed it meanwhile
+        states: dict[bytes, SessionState] = {}
+        cursor = txn.cursor(db=events_db)
+        for key, raw in cursor.iternext(keys=True, values=True):
+            prefix, seq = key[: -SEQ.size], key[-SEQ.size :]
+            session_id = session_of(key)
+            event = decode_record(EVENT_DECODER, session_id, SEQ.unpack(seq)[0], raw)
+            if event.run_id is not None:
+                txn.put(run_index_key(prefix, event.run_id) + seq, b"", db=runs_db)
+            if moves_session_state(event):
+                state = states.get(prefix, EMPTY_SESSION_STATE)
+                states[prefix] = fold_session_state(state, event)
+        for prefix, state in states.items():
+            txn.put(prefix, ENCODER.encode(state), db=runs_db)
+        txn.put(INDEXED_KEY, b"1", db=runs_db)
 
 
 class _Request(Request):
@@ -286,6 +334,7 @@ class LmdbStore:
         )
         self._path = self._shared.path
         self._dbs = self._shared.dbs
+        _index_older_events(self._shared.env, self._dbs, self._path)
         # (last sequence, Text rows) per session prefix as of this store's last commit;
         # valid only while no other writer committed in between (checked by txn id).
         self._meta_cache: dict[bytes, tuple[int, int]] = {}

@@ -33,6 +33,7 @@ from sharedesk.protocol import (
     ValidationError,
 )
 from sharedesk.protocol.validation import MAX_SESSION_ID_BYTES
+from sharedesk.runs import ScriptedAdapter, SessionManager
 from sharedesk.store import LmdbStore
 from sharedesk.store._group_commit import wake
 from sharedesk.store._lmdb_env import READER_CHECK_COMMITS
@@ -236,6 +237,56 @@ def drop_reply_index(path: Path) -> None:
             assert txn.get(b"replies") is None  # no such sub-database any more
     finally:
         env.close()
+
+
+def drop_run_index(path: Path) -> None:
+    """Make ``path`` look like a database written before the ``runs`` index existed."""
+    env = lmdb.open(str(path), max_dbs=16)
+    try:
+        with env.begin(write=True) as txn:
+            txn.drop(env.open_db(b"runs", txn=txn), delete=True)
+    finally:
+        env.close()
+
+
+class TestLmdbStoreBeforeTheRunIndex:
+    """Runs and sessions written before the run index are found after the upgrade."""
+
+    @pytest.fixture
+    def old_run(self, store_path: Path) -> tuple[Path, str, str, dict[str, Any]]:
+        with LmdbStore(store_path) as store:
+            session = SessionManager.start_session(store, metadata={"team": "billing"})
+            finished = SessionManager.run_once(
+                store, ScriptedAdapter(["one"]), "first", session_id=session.id
+            )
+            pending = SessionManager.start_run(store, session.id, "second")
+            metadata = SessionManager.get_session(store, session.id).metadata
+        assert "completed" == finished.events[-1].body.status  # type: ignore[union-attr]
+        drop_run_index(store_path)
+        return store_path, session.id, pending.id, metadata
+
+    def test_a_run_started_before_the_upgrade_is_found_and_executes(
+        self, old_run: tuple[Path, str, str, dict[str, Any]]
+    ) -> None:
+        path, _, run_id, _ = old_run
+        with LmdbStore(path) as store:
+            assert "pending" == SessionManager.get_run(store, run_id).status
+            result = SessionManager.execute_run(store, ScriptedAdapter(["two"]), run_id)
+
+            assert ("two", "completed") == (
+                result.output,
+                SessionManager.get_run(store, run_id).status,
+            )
+
+    def test_the_session_state_written_before_the_upgrade_is_kept(
+        self, old_run: tuple[Path, str, str, dict[str, Any]]
+    ) -> None:
+        path, session_id, _, metadata = old_run
+        with LmdbStore(path) as store:
+            assert ("billing", metadata) == (
+                metadata["team"],
+                SessionManager.get_session(store, session_id).metadata,
+            )
 
 
 class TestLmdbStoreBeforeTheReplyIndex:
