@@ -33,7 +33,7 @@ import threading
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from concurrent.futures import Future
 from types import TracebackType
-from typing import Any, Final, Self, TypeVar
+from typing import Any, Final, Self, TypeVar, cast
 
 from sharedesk.protocol._log import logger
 from sharedesk.protocol.authors import Operator, SessionAuthor
@@ -58,6 +58,24 @@ def is_async_store(store: Any) -> bool:
     Cost: O(1).
     """
     return inspect.iscoroutinefunction(getattr(store, "append", None))
+
+
+def _sync_store(store: Any, loop: asyncio.AbstractEventLoop) -> EventStore:
+    """Return the synchronous store a run's worker thread uses for ``store``.
+
+    An async store that carries its synchronous self as ``.hub`` (an ``AsyncHub``) is
+    used through it, so the run gets everything the sync path has (its own events from
+    the run index, the folded session state, the ``unless_stored`` guard that keeps a
+    busy desk from failing it); any other async store is bridged onto ``loop``.
+
+    Cost: O(1).
+    """
+    if not is_async_store(store):
+        return cast(EventStore, store)
+    underneath = getattr(store, "hub", None)
+    if callable(getattr(underneath, "append", None)) and not is_async_store(underneath):
+        return cast(EventStore, underneath)
+    return _Bridge(store, loop)
 
 
 def _coroutine_execute(adapter: Any) -> Callable[..., Coroutine[Any, Any, Any]] | None:
@@ -239,7 +257,7 @@ async def aexecute_run(
     from sharedesk.runs.manager import SessionManager
 
     loop = asyncio.get_running_loop()
-    sync_store: EventStore = _Bridge(store, loop) if is_async_store(store) else store
+    sync_store = _sync_store(store, loop)
     coroutine = _coroutine_execute(adapter)
     driven = _Driven(adapter, coroutine, loop) if coroutine is not None else None
 
@@ -329,7 +347,7 @@ async def arun_once(
 
     check_adapter(adapter)
     loop = asyncio.get_running_loop()
-    sync_store: EventStore = _Bridge(store, loop) if is_async_store(store) else store
+    sync_store = _sync_store(store, loop)
 
     def start() -> str:
         sid = session_id

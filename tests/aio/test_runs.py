@@ -8,6 +8,7 @@ sync store. None of it blocks the loop: a 0.3 s adapter leaves the heartbeat run
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -33,10 +34,12 @@ from sharedesk import (
     TextDelta,
     ValidationError,
 )
+from sharedesk.runs import aio
 from sharedesk.runs.types import AsyncEmit, Run, Session
 from tests.aio.conftest import Heartbeat, Runner, ticks_during
 
 BOT = Agent(id="coro", label="coro")
+BOB = Person(id="bob", label="Bob")
 
 
 class CoroutineAdapter:
@@ -260,6 +263,48 @@ class TestAdapterChecks:
             return [e.author for e in await hub.read(result.session_id) if e.body == Text("hi")]
 
         assert [pat] == arun(body)
+
+
+class TestBusyDesk:
+    def test_async_runs_complete_while_four_threads_post_to_the_desk(self, arun: Runner) -> None:
+        """Rows others append never fail an async run (its emits check only the run)."""
+
+        async def body(hub: AsyncHub) -> Any:
+            await hub.post("desk", BOB, "start")
+            stop = threading.Event()
+
+            def poster(n: int) -> None:
+                while not stop.is_set():
+                    hub.hub.session("desk").post(Person(id=f"p{n}", label=f"P{n}"), "busy")
+
+            threads = [threading.Thread(target=poster, args=(n,)) for n in range(4)]
+            for thread in threads:
+                thread.start()
+            try:
+                return [
+                    (
+                        await SessionManager.arun_once(
+                            hub, CoroutineAdapter(), "go", session_id="desk"
+                        )
+                    ).output
+                    for _ in range(5)
+                ]
+            finally:
+                stop.set()
+                for thread in threads:
+                    await asyncio.to_thread(thread.join)
+
+        assert ["hello"] * 5 == arun(body)
+
+    def test_a_run_on_an_async_hub_uses_the_hub_underneath_on_its_thread(
+        self, arun: Runner
+    ) -> None:
+        """So it gets the run index, the session state and the busy-desk guard of sync runs."""
+
+        async def body(hub: AsyncHub) -> bool:
+            return aio._sync_store(hub, asyncio.get_running_loop()) is hub.hub
+
+        assert arun(body)
 
 
 class TestSyncAdapters:
