@@ -343,19 +343,12 @@ async def arun_once(
 
     Cost: as :meth:`SessionManager.run_once`; the start steps run on a worker thread.
     """
-    from sharedesk.runs.manager import SessionManager, check_adapter
+    from sharedesk.runs.manager import check_adapter, start_once
 
-    check_adapter(adapter)
+    check_adapter(adapter)  # on the loop's thread: refused before any thread starts
     loop = asyncio.get_running_loop()
     sync_store = _sync_store(store, loop)
-
-    def start() -> str:
-        sid = session_id
-        if sid is None:
-            sid = SessionManager.start_session(sync_store).id
-        return SessionManager.start_run(sync_store, sid, input, author=author).id
-
-    run_id = await asyncio.to_thread(start)
+    run_id = await asyncio.to_thread(start_once, sync_store, adapter, session_id, input, author)
     return await aexecute_run(
         store,
         adapter,

@@ -410,6 +410,26 @@ def read_run_events(store: EventStore, run_id: str) -> list[Event]:
         before = page[-1].sequence
 
 
+def start_once(
+    store: EventStore, adapter: Any, session_id: str | None, input: Any, author: SessionAuthor
+) -> str:
+    """Check ``adapter``, then start the session (if none is given) and the run; return its id.
+
+    Shared by :meth:`SessionManager.run_once` and the async runs module, so both refuse
+    something that is not an adapter before anything is written.
+
+    Raises:
+        ValidationError: Not an adapter (nothing written), or bad ``start_run`` input.
+
+    Cost: :meth:`SessionManager.start_session` (new session only), then
+    :meth:`SessionManager.start_run`.
+    """
+    check_adapter(adapter)
+    if session_id is None:
+        session_id = SessionManager.start_session(store).id
+    return SessionManager.start_run(store, session_id, input, author=author).id
+
+
 def check_adapter(adapter: Any) -> None:
     """Check that ``adapter`` has a non-empty ``name``, ``native_continuation`` and ``execute``.
 
@@ -1065,14 +1085,11 @@ class SessionManager:
         Cost: :meth:`start_session` (new session only), :meth:`start_run`, then
         :meth:`execute_run`. Blocks until the run ends.
         """
-        check_adapter(adapter)
-        if session_id is None:
-            session_id = SessionManager.start_session(store).id
-        run = SessionManager.start_run(store, session_id, input, author=author)
+        run_id = start_once(store, adapter, session_id, input, author)
         return SessionManager.execute_run(
             store,
             adapter,
-            run.id,
+            run_id,
             continuation=continuation,
             continuation_opts=continuation_opts,
             adapter_opts=adapter_opts,
