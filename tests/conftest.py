@@ -1,6 +1,13 @@
 """Suite-wide settings. Subject-specific fixtures live in each folder's conftest."""
 
+import os
+import uuid
+from collections.abc import Iterator
+
+import pytest
 from hypothesis import HealthCheck, settings
+
+from bench.pgserver import PostgresUnavailable, ThrowawayPostgres
 
 # Property tests: no per-example deadline (CI machines are noisy and have 2 cores),
 # and a bounded number of examples so `make test` stays well inside the CI budget.
@@ -11,3 +18,39 @@ settings.register_profile(
     suppress_health_check=[HealthCheck.too_slow],
 )
 settings.load_profile("sharedesk")
+
+
+# -- PostgreSQL -----------------------------------------------------------------------
+# One throwaway server per test session (bench/pgserver.py), a fresh database per test.
+# With CI=true a server that cannot start fails the run; elsewhere the tests that need it
+# are skipped with the reason (shown in pytest's summary, -ra).
+
+
+def _in_ci() -> bool:
+    return os.environ.get("CI", "").strip().lower() in {"true", "1", "yes"}
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[ThrowawayPostgres]:
+    """A PostgreSQL server on 127.0.0.1 for the whole test session (fsync off)."""
+    try:
+        server = ThrowawayPostgres(fsync=False).start()
+    except PostgresUnavailable as error:
+        if _in_ci():
+            pytest.fail(f"CI=true and {error}", pytrace=False)
+        pytest.skip(str(error))
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def postgres_dsn(postgres_server: ThrowawayPostgres) -> str:
+    """The DSN of a new, empty database on the session's server."""
+    import psycopg
+
+    name = f"t_{uuid.uuid4().hex}"
+    with psycopg.connect(postgres_server.dsn, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    return postgres_server.dsn.rsplit("/", 1)[0] + "/" + name
