@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from types import TracebackType
 from typing import Protocol, Self, runtime_checkable
 
@@ -282,4 +282,41 @@ class RunIndexStore(EventStore, Protocol):
 
     def session_state(self, session_id: str) -> SessionState:
         """Return the session's state, folded as its events were appended."""
+        ...
+
+
+#: Called by a :class:`FollowingStore` with ``(session_id, last_sequence)`` after a commit
+#: to that session by any process; ``(None, 0)`` after a gap in what it was told (a
+#: reconnection): any session may have changed.
+AppendCallback = Callable[[str | None, int], None]
+
+
+@runtime_checkable
+class FollowingStore(Protocol):
+    """A store several processes share that tells each of them what the others commit.
+
+    ``PostgresStore`` implements it (``LISTEN``/``NOTIFY``): a Hub over it pushes the
+    events another process appended to its own subscribers (sharing actors, ``wait_turn``
+    listeners), so nothing polls.
+    """
+
+    def follow(self, on_append: AppendCallback) -> Callable[[], None]:
+        """Call ``on_append(session_id, last_sequence)`` after each commit to a session.
+
+        Commits of every process count, this one's included; several commits may be told
+        as one call with the newest ``last_sequence``, and calls for one session come in
+        commit order. ``on_append(None, 0)`` says that notices may have been missed (the
+        store lost and regained its connection): the follower should re-read whatever
+        it follows. Calls come from a thread of the store's; ``on_append`` must be quick
+        and must not raise.
+
+        Returns:
+            The function that stops following (idempotent); ``close()`` stops it too.
+
+        Raises:
+            StoreClosedError: The store is closed.
+
+        Cost: one dedicated connection (or equivalent) per store, shared by followers;
+        nothing per commit beyond the notice.
+        """
         ...
