@@ -28,6 +28,7 @@ examples:
   python -m bench append --threads 16 --durability both --via store
   python -m bench read --sizes 10000,1000000  # turn delta cost flat in history?
   python -m bench scale --sessions 100000 --max-active 1024
+  python -m bench append --backend postgres   # PostgresStore vs eventsourcing, psycopg
   python -m bench all --quick                 # every scenario, tiny, in seconds
 
 Targets are printed as PASS/SHORT lines; nothing is asserted. Figures depend on the
@@ -84,8 +85,27 @@ def build_parser() -> argparse.ArgumentParser:
         help="every scenario with its defaults, one report",
         description="Run every scenario with its default (or --quick) options.",
     )
+    everything.add_argument(
+        "--dsn",
+        help="PostgreSQL server for the append --backend postgres part (default: a "
+        "throwaway server when PostgreSQL's binaries are installed, else skipped)",
+    )
     _common(everything)
     return parser
+
+
+def _all_postgres(run: BenchRun, args: argparse.Namespace, console: Console) -> None:
+    """In ``all``: ``append --backend postgres`` too, when a server is available."""
+    from bench.scenarios import append, append_pg
+
+    if not append_pg.postgres_available(args.dsn):
+        run.note("PostgreSQL figures skipped: no server binaries found and no --dsn given")
+        return
+    options = ["append", "--backend", "postgres", *(["--dsn", args.dsn] if args.dsn else [])]
+    defaults = build_parser().parse_args(options)
+    defaults.quick = args.quick
+    console.rule("[bold]append --backend postgres")
+    append.run(run, defaults)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -112,6 +132,8 @@ def main(argv: list[str] | None = None) -> int:
                 defaults.quick = args.quick
                 console.rule(f"[bold]{module.NAME}")
                 module.run(run, defaults)
+                if module.NAME == "append":
+                    _all_postgres(run, args, console)
         else:
             module = next(m for m in SCENARIOS if args.scenario == m.NAME)
             module.run(run, args)

@@ -35,6 +35,7 @@ from bench import baselines
 from bench.harness import BenchRun, ThreadedResult, open_hub, open_store, run_threads
 from bench.options import int_list, pick
 from bench.report import measurement, ratio_target
+from bench.scenarios import append_pg
 
 NAME = "append"
 HELP = "append throughput and latency: sessions x writer threads x events per call"
@@ -60,8 +61,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--backend",
-        choices=["lmdb", "memory", "both"],
-        help="store backend measured (default lmdb; memory has no durability to choose)",
+        choices=["lmdb", "memory", "both", "postgres"],
+        help="store backend measured (default lmdb; memory has no durability to choose; "
+        "postgres: PostgresStore next to the eventsourcing library and raw psycopg, and the "
+        "cross-process view latency, on one server)",
     )
     parser.add_argument("--payload", type=int, help="message characters per event (default 120)")
     parser.add_argument(
@@ -73,9 +76,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="rounds the headline (largest) thread count is split into, each system in "
         "turn, so the ratios share the machine's drift (default 3)",
     )
+    append_pg.add_arguments(parser)
 
 
 def run(run_: BenchRun, args: argparse.Namespace) -> None:
+    if args.backend == "postgres":
+        append_pg.run(run_, args)
+        return
     q = run_.quick
     sessions = [f"bench-{i:05d}" for i in range(pick(args.sessions, 1000, 20, q))]
     thread_counts: list[int] = pick(args.threads, [1, 4, 16], [1, 2], q)

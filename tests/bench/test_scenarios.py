@@ -146,6 +146,44 @@ class TestAppend:
         } == labels(report)
 
 
+class TestAppendPostgres:
+    def test_postgres_backend_measures_the_store_and_its_baselines_on_one_server(
+        self, tmp_path: Path, postgres_dsn: str
+    ) -> None:
+        report = run_bench(tmp_path, "append", "--backend", "postgres", "--dsn", postgres_dsn)
+
+        assert {
+            "append eventsourcing aggregate-recorder t=2",
+            "append eventsourcing application-recorder t=2",
+            "append psycopg raw t=2",
+        } <= labels(report)
+        assert all(m.ops > 0 for m in report.measurements)
+
+    def test_postgres_backend_checks_two_ratios_and_the_cross_process_latency(
+        self, tmp_path: Path, postgres_dsn: str
+    ) -> None:
+        report = run_bench(tmp_path, "append", "--backend", "postgres", "--dsn", postgres_dsn)
+
+        assert [
+            "append-postgres-vs-eventsourcing",
+            "append-postgres-vs-raw-psycopg",
+            "cross-process-view-latency-median",
+        ] == [t.name for t in report.targets]
+
+    def test_postgres_backend_drops_the_databases_it_created(
+        self, tmp_path: Path, postgres_dsn: str
+    ) -> None:
+        import psycopg
+
+        run_bench(tmp_path, "append", "--backend", "postgres", "--dsn", postgres_dsn)
+
+        with psycopg.connect(postgres_dsn) as conn:
+            left = conn.execute(
+                "SELECT count(*) FROM pg_database WHERE datname LIKE 'sdbench_%'"
+            ).fetchone()
+        assert (0,) == left
+
+
 class TestRead:
     def test_read_measures_projection_views_turns_and_sqlite_per_size(self, tmp_path: Path) -> None:
         report = run_bench(tmp_path, "read", "--sizes", "200,400")

@@ -1,0 +1,307 @@
+"""PostgreSQL for the bench: the run's databases and the two baselines of ``PostgresStore``.
+
+Every system measured against one server gets a database of its own on it (created by
+:class:`RunDatabases`, dropped when the run ends), so they share the server's WAL, its
+fsyncs and its CPU, and none reads another's tables.
+
+- :class:`EventsourcingAppends`: the eventsourcing library's
+  ``eventsourcing.postgres.PostgresAggregateRecorder`` (on its ``PostgresDatastore``),
+  ``insert_events`` with one ``StoredEvent`` per call. It is the recorder whose
+  guarantees match ``PostgresStore``'s: one stream per originator (our session), versions
+  unique per stream (its primary key ``(originator_id, originator_version)`` rejects a
+  second writer of the same version), no order across streams. Its
+  ``PostgresApplicationRecorder`` adds a total order over all streams
+  (``notification_id``), paid for with a table lock (``LOCK TABLE ... IN EXCLUSIVE
+  MODE``) that serializes every writer, which ``PostgresStore`` does not promise; it is
+  measured too, as context, without a target. The caller gives each event its version:
+  an eventsourcing application knows it from the aggregate it holds, so here a counter
+  per session in the bench process hands out the next one (no read of the database).
+  The recorder has no index on event ids (idempotency is ours alone).
+- :class:`RawPsycopgAppends`: psycopg 3 with a ``psycopg_pool.ConnectionPool`` and
+  none of our code: per append, one statement in autocommit (so one transaction, one
+  round trip) that takes the session's next sequence from its stream row and inserts
+  the event row::
+
+      WITH s AS (UPDATE streams SET last = last + 1 WHERE session = %s RETURNING last)
+      INSERT INTO events (session, seq, id, body) SELECT %s, s.last, %s, %s FROM s
+
+  The sequence rule is ``PostgresStore``'s: the session's last sequence plus one, read
+  and raised under the stream row's lock in the transaction that inserts the event, so
+  sequences are from 1, gap-free (a rolled back append releases its number) and unique
+  under any number of writers in any number of processes. The rows are ours too:
+  ``events`` keyed ``(session, seq)`` with a unique ``(session, id)`` index (the
+  idempotency index) and the event encoded as msgpack in ``body``.
+
+Both write the same events as the sharedesk run (:func:`bench.baselines.event_row`,
+msgpack-encoded), spread over the same sessions from the same threads.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Callable, Sequence
+from types import TracebackType
+from typing import Any, Self
+
+import msgspec
+import psycopg
+from psycopg import conninfo, sql
+from psycopg_pool import ConnectionPool
+
+from bench.baselines import event_row
+from bench.harness import ThreadedResult, run_threads
+
+__all__ = [
+    "EventsourcingAppends",
+    "RawPsycopgAppends",
+    "RunDatabases",
+    "database_dsn",
+]
+
+#: The topic of every stored event of the eventsourcing baseline.
+TOPIC = "sharedesk.protocol:Text"
+
+
+def database_dsn(server_dsn: str, dbname: str) -> str:
+    """Return ``server_dsn`` with its database replaced by ``dbname``."""
+    params = conninfo.conninfo_to_dict(server_dsn)
+    params["dbname"] = dbname
+    return conninfo.make_conninfo("", **params)
+
+
+class RunDatabases:
+    """The databases one bench run creates on a server, dropped by :meth:`drop`.
+
+    Args:
+        server_dsn: A DSN of the server with the right to ``CREATE DATABASE``.
+
+    Cost: one connection per create or drop.
+    """
+
+    def __init__(self, server_dsn: str) -> None:
+        self._server_dsn = server_dsn
+        self._prefix = f"sdbench_{uuid.uuid4().hex[:8]}"
+        self._names: list[str] = []
+
+    def create(self, system: str) -> str:
+        """Create an empty database for ``system``; return its DSN."""
+        name = f"{self._prefix}_{system.replace('-', '_')}"
+        with psycopg.connect(self._server_dsn, autocommit=True) as conn:
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+        self._names.append(name)
+        return database_dsn(self._server_dsn, name)
+
+    def drop(self) -> None:
+        """Drop every database created (closing what is still connected to them)."""
+        if not self._names:
+            return
+        with psycopg.connect(self._server_dsn, autocommit=True) as conn:
+            for name in self._names:
+                conn.execute(
+                    sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+                )
+        self._names.clear()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.drop()
+
+
+def _spread(
+    sessions: Sequence[str],
+    threads: int,
+    events: int,
+    write: Callable[[int, int], None],
+    *,
+    max_seconds: float,
+    advance: Callable[[int], None],
+) -> ThreadedResult:
+    """Run ``write(session_index, thread)`` as the append scenario spreads its calls."""
+
+    def op(thread: int, j: int) -> None:
+        write((thread + j * threads) % len(sessions), thread)
+
+    return run_threads(threads, -(-events // threads), op, max_seconds=max_seconds, advance=advance)
+
+
+class RawPsycopgAppends:
+    """Raw psycopg appends (see the module header): a pool, one statement per append.
+
+    Args:
+        dsn: The baseline's own (empty) database.
+        sessions: The sessions written; each gets its stream row now.
+        pool_size: Connections in the pool (one per writer thread).
+    """
+
+    def __init__(self, dsn: str, sessions: Sequence[str], *, pool_size: int) -> None:
+        self._sessions = list(sessions)
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(
+                "CREATE TABLE IF NOT EXISTS streams"
+                " (session text PRIMARY KEY, last bigint NOT NULL)"
+            )
+            conn.execute(
+                "CREATE TABLE IF NOT EXISTS events (session text NOT NULL, seq bigint NOT NULL,"
+                " id text NOT NULL, body bytea NOT NULL, PRIMARY KEY (session, seq),"
+                " UNIQUE (session, id))"
+            )
+            with conn.cursor() as cur:
+                cur.executemany(
+                    "INSERT INTO streams (session, last) VALUES (%s, 0) ON CONFLICT DO NOTHING",
+                    [(s,) for s in self._sessions],
+                )
+        self._pool: ConnectionPool[psycopg.Connection[Any]] = ConnectionPool(
+            dsn,
+            min_size=pool_size,
+            max_size=pool_size,
+            kwargs={"autocommit": True},
+            open=True,
+            name="bench-raw-psycopg",
+        )
+        self._pool.wait()
+        self._encode = msgspec.msgpack.Encoder().encode
+        self.payload = ""
+
+    def append(self, index: int) -> None:
+        """Append one event to session ``index`` (one transaction)."""
+        session = self._sessions[index]
+        row = event_row(session, 0, self.payload)
+        with self._pool.connection() as conn:
+            cur = conn.execute(
+                "WITH s AS (UPDATE streams SET last = last + 1 WHERE session = %s RETURNING last)"
+                " INSERT INTO events (session, seq, id, body) SELECT %s, s.last, %s, %s FROM s",
+                (session, session, row["id"], self._encode(row)),
+                prepare=True,
+            )
+            if cur.rowcount != 1:
+                raise RuntimeError(f"no stream row for {session!r}")
+
+    def run(
+        self,
+        threads: int,
+        events: int,
+        payload: str,
+        *,
+        max_seconds: float,
+        advance: Callable[[int], None] = lambda n: None,
+    ) -> ThreadedResult:
+        """Append ``events`` events from ``threads`` threads (at most ``max_seconds``)."""
+        self.payload = payload
+        return _spread(
+            self._sessions,
+            threads,
+            events,
+            lambda s, _t: self.append(s),
+            max_seconds=max_seconds,
+            advance=advance,
+        )
+
+    def stored(self) -> tuple[int, int]:
+        """Return (events stored, sum of the streams' last sequences): equal when sound."""
+        with self._pool.connection() as conn:
+            (events,) = conn.execute("SELECT count(*) FROM events").fetchone() or (0,)
+            (last,) = conn.execute("SELECT COALESCE(sum(last), 0) FROM streams").fetchone() or (0,)
+        return int(events), int(last)
+
+    def close(self) -> None:
+        """Close the pool."""
+        self._pool.close()
+
+
+class EventsourcingAppends:
+    """The eventsourcing library's PostgreSQL recorder doing the same writes.
+
+    Args:
+        dsn: The baseline's own (empty) database.
+        sessions: The sessions written (each an originator, ``originator_id_type="text"``).
+        pool_size: Connections in the datastore's pool (one per writer thread).
+        application: Use ``PostgresApplicationRecorder`` (a total order over all
+            streams, under a table lock) instead of ``PostgresAggregateRecorder``.
+    """
+
+    def __init__(
+        self, dsn: str, sessions: Sequence[str], *, pool_size: int, application: bool = False
+    ) -> None:
+        from eventsourcing.persistence import StoredEvent
+        from eventsourcing.postgres import (
+            PostgresAggregateRecorder,
+            PostgresApplicationRecorder,
+            PostgresDatastore,
+        )
+
+        params = conninfo.conninfo_to_dict(dsn)
+        self._datastore = PostgresDatastore(
+            dbname=str(params.get("dbname", "postgres")),
+            host=str(params.get("host", "127.0.0.1")),
+            port=str(params.get("port", 5432)),
+            user=str(params.get("user", "postgres")),
+            password=str(params.get("password", "")),
+            pool_size=pool_size,
+            originator_id_type="text",
+        )
+        kind = PostgresApplicationRecorder if application else PostgresAggregateRecorder
+        self._recorder = kind(self._datastore, events_table_name="stored_events")
+        self._recorder.create_table()
+        self._stored_event = StoredEvent
+        self._sessions = list(sessions)
+        self._versions = [0] * len(self._sessions)
+        self._lock = threading.Lock()
+        self._encode = msgspec.msgpack.Encoder().encode
+        self.payload = ""
+
+    def append(self, index: int) -> None:
+        """Insert one stored event into session ``index``'s stream, at its next version."""
+        with self._lock:
+            self._versions[index] += 1
+            version = self._versions[index]
+        session = self._sessions[index]
+        row = event_row(session, version, self.payload)
+        self._recorder.insert_events(
+            [
+                self._stored_event(
+                    originator_id=session,
+                    originator_version=version,
+                    topic=TOPIC,
+                    state=self._encode(row),
+                )
+            ]
+        )
+
+    def run(
+        self,
+        threads: int,
+        events: int,
+        payload: str,
+        *,
+        max_seconds: float,
+        advance: Callable[[int], None] = lambda n: None,
+    ) -> ThreadedResult:
+        """Append ``events`` events from ``threads`` threads (at most ``max_seconds``)."""
+        self.payload = payload
+        return _spread(
+            self._sessions,
+            threads,
+            events,
+            lambda s, _t: self.append(s),
+            max_seconds=max_seconds,
+            advance=advance,
+        )
+
+    def stored(self) -> int:
+        """Return the events stored."""
+        with self._datastore.transaction(commit=False) as cur:
+            cur.execute("SELECT count(*) AS n FROM stored_events")
+            row = cur.fetchone()
+        return 0 if row is None else int(row["n"])
+
+    def close(self) -> None:
+        """Close the datastore's pool."""
+        self._datastore.close()

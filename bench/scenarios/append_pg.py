@@ -1,0 +1,436 @@
+"""``append --backend postgres``: PostgresStore next to its baselines, on one server.
+
+The server is the one ``--dsn`` names, else a throwaway one started for the run
+(:class:`bench.pgserver.ThrowawayPostgres` with ``fsync=True``, so every figure is of
+durable commits) and stopped after it. Every system gets an empty database of its own
+on that server (:class:`bench.pg.RunDatabases`, dropped at the end). Over ``--sessions``
+desks (default 1,000), from ``--threads`` threads (default 16), one event per call, each
+thread's ``j``-th call going to desk ``(t + j * threads) % desks`` as in the LMDB run:
+
+- ``append sharedesk store postgres t=N``: ``PostgresStore.append`` (a pool of ``N``
+  connections), and ``... hub postgres t=N`` through ``Hub.open("postgresql://...")``;
+- ``append eventsourcing aggregate-recorder t=N``: the eventsourcing library's
+  ``PostgresAggregateRecorder.insert_events``, one ``StoredEvent`` per call (the
+  recorder whose guarantees match ours; see :mod:`bench.pg`);
+- ``append eventsourcing application-recorder t=N``: its ``PostgresApplicationRecorder``
+  (a total order over all streams under a table lock): context, no target;
+- ``append psycopg raw t=N``: raw psycopg, one statement (one transaction) per append
+  taking the sequence from the session's stream row (:class:`bench.pg.RawPsycopgAppends`).
+
+Each system first writes an untimed warm-up of one event per desk; the timed writes run
+in ``--rounds`` rounds (default 3) taking turns, and each figure sums its rounds. Then
+the cross-process view latency: this process (A) posts to a desk through its Hub while
+a child process (B, :mod:`bench.pg_child`) with its own Hub on the same database waits
+for each post, in ``AsyncHub.wait_turn`` and, separately, polling a warm ``hub.view``
+every millisecond; from just before A's post call to the moment B has it, median and
+p99 over ``--posts`` posts (default 300), one post at a time.
+
+Targets: store >= 1.0x the aggregate recorder, store >= 0.5x raw psycopg, cross-process
+``wait_turn`` latency median <= 50 ms.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import queue
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from bench.harness import BenchRun, ThreadedResult, run_threads
+from bench.options import pick
+from bench.report import Target, measurement, ratio_target
+
+NAME = "append"
+
+#: The desks' session ids (as in the LMDB run).
+SESSION_FORMAT = "bench-{:05d}"
+
+#: Seconds the parent waits for the child's answer to one post.
+ANSWER_SECONDS = 60.0
+
+CHECKOUT = Path(__file__).resolve().parents[2]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the options only the PostgreSQL run reads (to the append scenario's)."""
+    parser.add_argument(
+        "--dsn",
+        help="PostgreSQL server to measure on (a role that may CREATE DATABASE); default: "
+        "a throwaway server with fsync on, started and stopped by the bench",
+    )
+    parser.add_argument(
+        "--posts", type=int, help="posts timed for the cross-process view latency (default 300)"
+    )
+
+
+@contextlib.contextmanager
+def server_dsn(run_: BenchRun, given: str | None) -> Iterator[str | None]:
+    """Yield the DSN of the server to measure on (``None``, with a note, when none)."""
+    if given:
+        yield given
+        return
+    from bench.pgserver import PostgresUnavailable, ThrowawayPostgres
+
+    try:
+        server = ThrowawayPostgres(fsync=True).start()
+    except PostgresUnavailable as error:
+        run_.note(f"PostgreSQL figures skipped: {error}")
+        yield None
+        return
+    run_.note("PostgreSQL: a throwaway server (fsync on) started for the run, stopped after it")
+    try:
+        yield server.dsn
+    finally:
+        server.stop()
+
+
+def postgres_available(given_dsn: str | None) -> bool:
+    """Whether ``all`` can measure PostgreSQL: a DSN was given or a server can be started."""
+    from bench.pgserver import find_bindir
+
+    return bool(given_dsn) or find_bindir() is not None
+
+
+def _merge(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Sum the rounds of each label into one record (ops, seconds, latencies)."""
+    merged: dict[str, dict[str, Any]] = {}
+    for record in records:
+        known = merged.get(record["label"])
+        if known is None:
+            merged[record["label"]] = {
+                **record,
+                "latencies_ns": list(record.get("latencies_ns", ())),
+                "params": {**record["params"], "rounds": 1},
+            }
+        else:
+            known["ops"] += record["ops"]
+            known["seconds"] += record["seconds"]
+            known["latencies_ns"].extend(record.get("latencies_ns", ()))
+            known["params"]["rounds"] += 1
+    return list(merged.values())
+
+
+class _Child:
+    """Process B: ``python -m bench.pg_child``, its answers read by a thread into a queue."""
+
+    def __init__(self, request: dict[str, Any]) -> None:
+        self._stderr = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115 (closed by close())
+        self._process = subprocess.Popen(
+            [sys.executable, "-m", "bench.pg_child", json.dumps(request)],
+            stdout=subprocess.PIPE,
+            stderr=self._stderr,
+            text=True,
+            cwd=CHECKOUT,
+        )
+        self._lines: queue.Queue[str | None] = queue.Queue()
+        self._reader = threading.Thread(target=self._read, name="bench-pg-child-reader")
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self._process.stdout is not None
+        for line in self._process.stdout:
+            self._lines.put(line.strip())
+        self._lines.put(None)
+
+    def answer(self) -> str:
+        """Return the child's next line; raise ``RuntimeError`` if it exits or stalls."""
+        try:
+            line = self._lines.get(timeout=ANSWER_SECONDS)
+        except queue.Empty:
+            raise RuntimeError(f"process B gave no answer in {ANSWER_SECONDS:g} s") from None
+        if line is None:
+            self._process.wait()
+            self._stderr.seek(0)
+            tail = (self._stderr.read().strip().splitlines() or ["no output"])[-1]
+            raise RuntimeError(f"process B exited with {self._process.returncode}: {tail}")
+        return line
+
+    def close(self) -> None:
+        """Wait for the child (killing it if it does not end) and the reader."""
+        try:
+            self._process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self._process.kill()
+            self._process.wait()
+        self._reader.join()
+        self._stderr.close()
+
+
+def cross_process_latency(dsn: str, follow: str, posts: int) -> tuple[list[int], list[int]]:
+    """Post ``posts`` times from this process while a child follows; return latencies.
+
+    Args:
+        dsn: The sharedesk database both Hubs open.
+        follow: ``"wait_turn"`` or ``"view"`` (see :mod:`bench.pg_child`).
+        posts: Posts timed, one at a time (the next once the child has seen the last).
+
+    Returns:
+        Per post: ns from just before the post call (A) to the child having it (B), and
+        the post call's own ns.
+
+    Raises:
+        RuntimeError: The child failed or stalled (its last stderr line is the message).
+    """
+    from sharedesk import Hub, Person
+
+    ann = Person(id="ann", label="Ann")
+    desk = f"cross-process-{follow}"
+    seen: list[int] = []
+    calls: list[int] = []
+    child = _Child({"dsn": dsn, "desk": desk, "count": posts, "follow": follow})
+    try:
+        with Hub.open(dsn) as hub:
+            if child.answer() != "ready":
+                raise RuntimeError("process B did not start as expected")
+            for k in range(posts):
+                t0 = time.monotonic_ns()
+                hub.session(desk).post(ann, f"ping {k}")
+                calls.append(time.monotonic_ns() - t0)
+                word, index, at = child.answer().split()
+                if (word, int(index)) != ("seen", k):
+                    raise RuntimeError(f"process B answered {word} {index} to post {k}")
+                seen.append(int(at) - t0)
+    finally:
+        child.close()
+    return seen, calls
+
+
+def run(run_: BenchRun, args: argparse.Namespace) -> None:
+    """Measure PostgresStore and its baselines on one server (see the module header)."""
+    with server_dsn(run_, args.dsn) as dsn:
+        if dsn is not None:
+            _run_on(run_, args, dsn)
+    _targets(run_, args)
+
+
+def _threads(run_: BenchRun, args: argparse.Namespace) -> int:
+    chosen: list[int] = pick(args.threads, [16], [2], run_.quick)
+    return max(chosen)
+
+
+def _run_on(run_: BenchRun, args: argparse.Namespace, dsn: str) -> None:
+    from bench.pg import EventsourcingAppends, RawPsycopgAppends, RunDatabases
+
+    q = run_.quick
+    sessions = [SESSION_FORMAT.format(i) for i in range(pick(args.sessions, 1000, 20, q))]
+    threads = _threads(run_, args)
+    events: int = pick(args.events, 12_000, 120, q)
+    max_seconds: float = pick(args.max_seconds, 8.0, 2.0, q)
+    rounds: int = pick(args.rounds, 3, 1, q)
+    payload = "x" * pick(args.payload, 120, 40, q)
+    via: str = pick(args.via, "both", "both", q)
+    posts: int = pick(args.posts, 300, 10, q)
+    events_r, seconds_r = max(1, events // rounds), max_seconds / rounds
+    records: list[dict[str, Any]] = []
+    closers: list[Callable[[], None]] = []
+
+    from sharedesk import Agent, Event, Hub, Text
+
+    try:
+        from sharedesk import PostgresStore
+    except ImportError:
+        PostgresStore = None
+        run_.note("PostgresStore is not in this checkout: only the baselines were measured")
+
+    authors = [Agent(id=f"w{t}", label=f"writer {t}") for t in range(threads)]
+    systems: list[tuple[str, str, str, Callable[[int, float], ThreadedResult]]] = []
+
+    def sharedesk_system(kind: str, append: Callable[[str, list[Any]], object]) -> None:
+        def write(count: int, budget: float, advance: Callable[[int], None]) -> ThreadedResult:
+            def op(thread: int, j: int) -> None:
+                append(
+                    sessions[(thread + j * threads) % len(sessions)],
+                    [Event(authors[thread], Text(payload))],
+                )
+
+            return run_threads(
+                threads, -(-count // threads), op, max_seconds=budget, advance=advance
+            )
+
+        systems.append(
+            (
+                f"append sharedesk {kind} postgres t={threads}",
+                "sharedesk",
+                f"{kind}; one event per call, durable commit",
+                lambda count, budget: write(count, budget, lambda n: None),
+            )
+        )
+
+    def baseline_system(
+        label: str, system: str, note: str, baseline: EventsourcingAppends | RawPsycopgAppends
+    ) -> None:
+        def write(count: int, budget: float) -> ThreadedResult:
+            return baseline.run(threads, count, payload, max_seconds=budget)
+
+        systems.append((label, system, note, write))
+
+    with RunDatabases(dsn) as databases:
+        try:
+            ours_dsn = databases.create("sharedesk")
+            if PostgresStore is not None:
+                store = PostgresStore(ours_dsn, pool_size=threads)
+                closers.append(store.close)
+                sharedesk_system("store", store.append)
+            if PostgresStore is not None and via in ("hub", "both"):
+                hub = Hub(PostgresStore(databases.create("sharedesk_hub"), pool_size=threads))
+                closers.append(hub.close)
+                sharedesk_system(
+                    "hub", lambda session_id, batch: hub.session(session_id).append(batch)
+                )
+            aggregate = EventsourcingAppends(
+                databases.create("es_aggregate"), sessions, pool_size=threads
+            )
+            closers.append(aggregate.close)
+            application = EventsourcingAppends(
+                databases.create("es_application"), sessions, pool_size=threads, application=True
+            )
+            closers.append(application.close)
+            raw = RawPsycopgAppends(databases.create("psycopg_raw"), sessions, pool_size=threads)
+            closers.append(raw.close)
+            baseline_system(
+                f"append eventsourcing aggregate-recorder t={threads}",
+                "eventsourcing",
+                "PostgresAggregateRecorder.insert_events, one StoredEvent per call",
+                aggregate,
+            )
+            baseline_system(
+                f"append eventsourcing application-recorder t={threads}",
+                "eventsourcing",
+                "PostgresApplicationRecorder (table lock, total order): context only",
+                application,
+            )
+            baseline_system(
+                f"append psycopg raw t={threads}",
+                "psycopg-raw",
+                "one statement per append: stream row UPDATE ... RETURNING + INSERT",
+                raw,
+            )
+            for label, _system, _note, write in systems:  # the untimed warm-up
+                with run_.progress(f"{label} warm-up", 1):
+                    write(len(sessions), 60.0)
+            for _ in range(rounds):
+                for label, system, note, write in systems:
+                    with run_.progress(label, 1) as advance:
+                        result = write(events_r, seconds_r)
+                        advance(1)
+                    records.append(
+                        dict(
+                            system=system,
+                            label=label,
+                            ops=result.ops,
+                            seconds=result.seconds,
+                            latencies_ns=result.latencies_ns,
+                            params={
+                                "threads": threads,
+                                "sessions": len(sessions),
+                                "backend": "postgres",
+                                "series": label.rsplit(" t=", 1)[0],
+                                "compare": "postgres",
+                                "baseline": "aggregate-recorder" in label,
+                            },
+                            note=note,
+                        )
+                    )
+            for follow in ("wait_turn", "view") if PostgresStore is not None else ():
+                label = f"cross-process {follow} postgres"
+                with run_.progress(f"{label} ({posts} posts)", 1) as advance:
+                    seen, calls = cross_process_latency(ours_dsn, follow, posts)
+                    advance(1)
+                run_.measurements.append(
+                    measurement(
+                        scenario=NAME,
+                        system="sharedesk",
+                        operation="cross-process",
+                        label=label,
+                        ops=len(seen),
+                        seconds=sum(seen) / 1e9,
+                        latencies_ns=seen,
+                        params={"backend": "postgres", "follow": follow},
+                        note="from process A's post call to process B having it",
+                    )
+                )
+                if follow == "wait_turn":
+                    run_.measurements.append(
+                        measurement(
+                            scenario=NAME,
+                            system="sharedesk",
+                            operation="post",
+                            label="cross-process post postgres (process A)",
+                            ops=len(calls),
+                            seconds=sum(calls) / 1e9,
+                            latencies_ns=calls,
+                            params={"backend": "postgres"},
+                            note="the post call whose arrival in process B was timed",
+                        )
+                    )
+        finally:
+            for close in reversed(closers):
+                close()
+    for record in _merge(records):
+        run_.measurements.append(measurement(scenario=NAME, operation="append", **record))
+
+
+def _targets(run_: BenchRun, args: argparse.Namespace) -> None:
+    threads = _threads(run_, args)
+    ours = run_.rate(f"append sharedesk store postgres t={threads}")
+    for name, claim, label, bound in (
+        (
+            "append-postgres-vs-eventsourcing",
+            "vs eventsourcing PostgresAggregateRecorder",
+            f"append eventsourcing aggregate-recorder t={threads}",
+            1.0,
+        ),
+        (
+            "append-postgres-vs-raw-psycopg",
+            "vs raw psycopg, one transaction per append",
+            f"append psycopg raw t={threads}",
+            0.5,
+        ),
+    ):
+        run_.targets.append(
+            ratio_target(
+                name=name,
+                claim=f"append PostgresStore t={threads} {claim}",
+                numerator=ours,
+                denominator=run_.rate(label),
+                bound=bound,
+                at_least=True,
+                what="events/s",
+            )
+        )
+    latency = run_.find("cross-process wait_turn postgres")
+    median_ms = None if latency is None or latency.median_us is None else latency.median_us / 1000
+    run_.targets.append(
+        Target(
+            name="cross-process-view-latency-median",
+            claim="post in process A until process B's AsyncHub.wait_turn has it, median",
+            value=median_ms,
+            bound=50.0,
+            at_least=False,
+            detail="not measured in this run"
+            if latency is None
+            else f"{latency.ops} posts, p99 {(latency.p99_us or 0) / 1000:.1f} ms",
+            unit="ms",
+        )
+    )
+    if latency is not None and latency.p99_us is not None:
+        run_.figures["cross_process_wait_turn_ms"] = {
+            "median": median_ms,
+            "p99": latency.p99_us / 1000,
+            "posts": latency.ops,
+        }
+    polled = run_.find("cross-process view postgres")
+    if polled is not None and polled.median_us is not None and polled.p99_us is not None:
+        run_.figures["cross_process_view_polled_ms"] = {
+            "median": polled.median_us / 1000,
+            "p99": polled.p99_us / 1000,
+            "posts": polled.ops,
+        }
