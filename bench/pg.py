@@ -22,15 +22,19 @@ fsyncs and its CPU, and none reads another's tables.
   round trip) that takes the session's next sequence from its stream row and inserts
   the event row::
 
-      WITH s AS (UPDATE streams SET last = last + 1 WHERE session = %s RETURNING last)
-      INSERT INTO events (session, seq, id, body) SELECT %s, s.last, %s, %s FROM s
+      WITH s AS (UPDATE streams SET last_seq = last_seq + 1, text_count = text_count + 1,
+                 last_activity = now() WHERE session_id = %s RETURNING last_seq)
+      INSERT INTO events (session_id, seq, id_key, kind, parent, run_key, record)
+      SELECT %s, s.last_seq, %s, 'Text', NULL, NULL, %s FROM s
 
   The sequence rule is ``PostgresStore``'s: the session's last sequence plus one, read
   and raised under the stream row's lock in the transaction that inserts the event, so
   sequences are from 1, gap-free (a rolled back append releases its number) and unique
-  under any number of writers in any number of processes. The rows are ours too:
-  ``events`` keyed ``(session, seq)`` with a unique ``(session, id)`` index (the
-  idempotency index) and the event encoded as msgpack in ``body``.
+  under any number of writers in any number of processes. The rows are
+  ``PostgresStore``'s too (its ``streams`` and ``events`` tables, their keys and
+  indexes: ``(session_id, seq)``, the idempotency index ``(session_id, id_key)`` and the
+  partial index of ``Text`` rows), without the folded session state ``PostgresStore``
+  keeps in the stream row, its ``NOTIFY`` to other processes, or any validation.
 
 Both write the same events as the sharedesk run (:func:`bench.baselines.event_row`,
 msgpack-encoded), spread over the same sessions from the same threads.
@@ -61,6 +65,26 @@ __all__ = [
 
 #: The topic of every stored event of the eventsourcing baseline.
 TOPIC = "sharedesk.protocol:Text"
+
+
+#: The raw baseline's tables: ``PostgresStore``'s ``streams`` and ``events`` (keys, indexes).
+RAW_SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS streams (session_id bytea PRIMARY KEY,"
+    " last_seq bigint NOT NULL DEFAULT 0, text_count bigint NOT NULL DEFAULT 0,"
+    " last_activity timestamptz)",
+    "CREATE TABLE IF NOT EXISTS events (session_id bytea NOT NULL, seq bigint NOT NULL,"
+    " id_key bytea NOT NULL, kind text NOT NULL, parent bigint, run_key bytea,"
+    " record bytea NOT NULL, PRIMARY KEY (session_id, seq), UNIQUE (session_id, id_key))",
+    "CREATE INDEX IF NOT EXISTS events_texts ON events (session_id, seq) WHERE kind = 'Text'",
+)
+
+#: One raw append: the stream row's next sequence and the event row, in one statement.
+RAW_APPEND = (
+    "WITH s AS (UPDATE streams SET last_seq = last_seq + 1, text_count = text_count + 1,"
+    " last_activity = now() WHERE session_id = %s RETURNING last_seq)"
+    " INSERT INTO events (session_id, seq, id_key, kind, parent, run_key, record)"
+    " SELECT %s, s.last_seq, %s, 'Text', NULL, NULL, %s FROM s"
+)
 
 
 def database_dsn(server_dsn: str, dbname: str) -> str:
@@ -144,19 +168,12 @@ class RawPsycopgAppends:
     def __init__(self, dsn: str, sessions: Sequence[str], *, pool_size: int) -> None:
         self._sessions = list(sessions)
         with psycopg.connect(dsn, autocommit=True) as conn:
-            conn.execute(
-                "CREATE TABLE IF NOT EXISTS streams"
-                " (session text PRIMARY KEY, last bigint NOT NULL)"
-            )
-            conn.execute(
-                "CREATE TABLE IF NOT EXISTS events (session text NOT NULL, seq bigint NOT NULL,"
-                " id text NOT NULL, body bytea NOT NULL, PRIMARY KEY (session, seq),"
-                " UNIQUE (session, id))"
-            )
+            for statement in RAW_SCHEMA:
+                conn.execute(statement)
             with conn.cursor() as cur:
                 cur.executemany(
-                    "INSERT INTO streams (session, last) VALUES (%s, 0) ON CONFLICT DO NOTHING",
-                    [(s,) for s in self._sessions],
+                    "INSERT INTO streams (session_id) VALUES (%s) ON CONFLICT DO NOTHING",
+                    [(s.encode(),) for s in self._sessions],
                 )
         self._pool: ConnectionPool[psycopg.Connection[Any]] = ConnectionPool(
             dsn,
@@ -173,13 +190,11 @@ class RawPsycopgAppends:
     def append(self, index: int) -> None:
         """Append one event to session ``index`` (one transaction)."""
         session = self._sessions[index]
+        key = session.encode()
         row = event_row(session, 0, self.payload)
         with self._pool.connection() as conn:
             cur = conn.execute(
-                "WITH s AS (UPDATE streams SET last = last + 1 WHERE session = %s RETURNING last)"
-                " INSERT INTO events (session, seq, id, body) SELECT %s, s.last, %s, %s FROM s",
-                (session, session, row["id"], self._encode(row)),
-                prepare=True,
+                RAW_APPEND, (key, key, row["id"].encode(), self._encode(row)), prepare=True
             )
             if cur.rowcount != 1:
                 raise RuntimeError(f"no stream row for {session!r}")
@@ -208,7 +223,9 @@ class RawPsycopgAppends:
         """Return (events stored, sum of the streams' last sequences): equal when sound."""
         with self._pool.connection() as conn:
             (events,) = conn.execute("SELECT count(*) FROM events").fetchone() or (0,)
-            (last,) = conn.execute("SELECT COALESCE(sum(last), 0) FROM streams").fetchone() or (0,)
+            (last,) = conn.execute("SELECT COALESCE(sum(last_seq), 0) FROM streams").fetchone() or (
+                0,
+            )
         return int(events), int(last)
 
     def close(self) -> None:
