@@ -47,6 +47,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from types import TracebackType
 from typing import Any, Self
+from urllib.parse import quote, urlsplit, urlunsplit
 
 import msgspec
 import psycopg
@@ -71,7 +72,7 @@ TOPIC = "sharedesk.protocol:Text"
 RAW_SCHEMA = (
     "CREATE TABLE IF NOT EXISTS streams (session_id bytea PRIMARY KEY,"
     " last_seq bigint NOT NULL DEFAULT 0, text_count bigint NOT NULL DEFAULT 0,"
-    " last_activity timestamptz)",
+    " last_activity timestamptz, state bytea)",
     "CREATE TABLE IF NOT EXISTS events (session_id bytea NOT NULL, seq bigint NOT NULL,"
     " id_key bytea NOT NULL, kind text NOT NULL, parent bigint, run_key bytea,"
     " record bytea NOT NULL, PRIMARY KEY (session_id, seq), UNIQUE (session_id, id_key))",
@@ -87,11 +88,24 @@ RAW_APPEND = (
 )
 
 
+#: The statements of one append as ``PostgresStore`` sends them, raw: lock the stream
+#: row, look up the event's id, write the event and the stream row (and notify).
+RAW_STORE_STATEMENTS = (
+    "SELECT last_seq, text_count, state FROM streams WHERE session_id = %s FOR UPDATE",
+    "SELECT seq, id_key, record FROM events WHERE session_id = %s AND id_key = ANY(%s)",
+    "WITH ins AS (INSERT INTO events (session_id, seq, id_key, kind, parent, run_key, record)"
+    " VALUES (%s, %s, %s, 'Text', NULL, NULL, %s)) UPDATE streams SET last_seq = %s,"
+    " text_count = text_count + 1, last_activity = now() WHERE session_id = %s"
+    " RETURNING pg_notify('bench_appended', %s)",
+)
+
+
 def database_dsn(server_dsn: str, dbname: str) -> str:
-    """Return ``server_dsn`` with its database replaced by ``dbname``."""
-    params = conninfo.conninfo_to_dict(server_dsn)
-    params["dbname"] = dbname
-    return conninfo.make_conninfo("", **params)
+    """Return ``server_dsn`` (a ``postgresql://`` URL) with its database set to ``dbname``."""
+    parts = urlsplit(server_dsn)
+    if parts.scheme not in ("postgresql", "postgres"):
+        raise ValueError(f"expected a postgresql:// URL, got {server_dsn!r}")
+    return urlunsplit(parts._replace(path="/" + quote(dbname)))
 
 
 class RunDatabases:
@@ -163,10 +177,16 @@ class RawPsycopgAppends:
         dsn: The baseline's own (empty) database.
         sessions: The sessions written; each gets its stream row now.
         pool_size: Connections in the pool (one per writer thread).
+        like_store: Send ``PostgresStore``'s statements instead (:data:`RAW_STORE_STATEMENTS`
+            in one transaction: ``BEGIN``, three statements, ``COMMIT``, five round trips),
+            to tell the cost of its protocol from the cost of its Python code.
     """
 
-    def __init__(self, dsn: str, sessions: Sequence[str], *, pool_size: int) -> None:
+    def __init__(
+        self, dsn: str, sessions: Sequence[str], *, pool_size: int, like_store: bool = False
+    ) -> None:
         self._sessions = list(sessions)
+        self._like_store = like_store
         with psycopg.connect(dsn, autocommit=True) as conn:
             for statement in RAW_SCHEMA:
                 conn.execute(statement)
@@ -192,10 +212,21 @@ class RawPsycopgAppends:
         session = self._sessions[index]
         key = session.encode()
         row = event_row(session, 0, self.payload)
+        id_key = row["id"].encode()
+        record = self._encode(row)
         with self._pool.connection() as conn:
-            cur = conn.execute(
-                RAW_APPEND, (key, key, row["id"].encode(), self._encode(row)), prepare=True
-            )
+            if self._like_store:
+                lock, known, write = RAW_STORE_STATEMENTS
+                with conn.transaction():
+                    found = conn.execute(lock, (key,), prepare=True).fetchone()
+                    if found is None:
+                        raise RuntimeError(f"no stream row for {session!r}")
+                    conn.execute(known, (key, [id_key]), prepare=True).fetchall()
+                    seq = int(found[0]) + 1
+                    notice = f"{seq}:{key.hex()}"
+                    conn.execute(write, (key, seq, id_key, record, seq, key, notice), prepare=True)
+                return
+            cur = conn.execute(RAW_APPEND, (key, key, id_key, record), prepare=True)
             if cur.rowcount != 1:
                 raise RuntimeError(f"no stream row for {session!r}")
 

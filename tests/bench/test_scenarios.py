@@ -153,9 +153,12 @@ class TestAppendPostgres:
         report = run_bench(tmp_path, "append", "--backend", "postgres", "--dsn", postgres_dsn)
 
         assert {
+            "append sharedesk store postgres t=2",
+            "append sharedesk hub postgres t=2",
             "append eventsourcing aggregate-recorder t=2",
             "append eventsourcing application-recorder t=2",
             "append psycopg raw t=2",
+            "append psycopg raw store-statements t=2",
         } <= labels(report)
         assert all(m.ops > 0 for m in report.measurements)
 
@@ -169,6 +172,7 @@ class TestAppendPostgres:
             "append-postgres-vs-raw-psycopg",
             "cross-process-view-latency-median",
         ] == [t.name for t in report.targets]
+        assert all(t.status in ("PASS", "SHORT") for t in report.targets[:2])
 
     def test_postgres_backend_drops_the_databases_it_created(
         self, tmp_path: Path, postgres_dsn: str
@@ -366,6 +370,17 @@ class TestAll:
             m.scenario for m in report.measurements
         }
         assert "all" == report.scenario
+
+    def test_all_measures_postgres_on_the_server_it_is_given(
+        self, tmp_path: Path, postgres_dsn: str
+    ) -> None:
+        report = run_bench(tmp_path, "all", "--dsn", postgres_dsn)
+
+        assert {
+            "append sharedesk store postgres t=2",
+            "append psycopg raw t=2",
+            "append sharedesk store durable t=2",
+        } <= labels(report)
 
 
 class TestCommandLine:
