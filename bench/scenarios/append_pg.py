@@ -46,7 +46,7 @@ from typing import Any
 
 from bench.harness import BenchRun, ThreadedResult, run_threads
 from bench.options import pick
-from bench.report import Target, measurement, ratio_target
+from bench.report import Measurement, Target, measurement, ratio_target
 
 NAME = "append"
 
@@ -231,6 +231,7 @@ def _run_on(run_: BenchRun, args: argparse.Namespace, dsn: str) -> None:
     posts: int = pick(args.posts, 300, 10, q)
     events_r, seconds_r = max(1, events // rounds), max_seconds / rounds
     records: list[dict[str, Any]] = []
+    latencies: list[Measurement] = []
     closers: list[Callable[[], None]] = []
 
     from sharedesk import Agent, Event, Hub, PostgresStore, Text, ValidationError
@@ -274,12 +275,10 @@ def _run_on(run_: BenchRun, args: argparse.Namespace, dsn: str) -> None:
             closers.append(store.close)
             sharedesk_system("store", store.append)
             if via in ("hub", "both"):
-                hub = Hub(
-                    PostgresStore(
-                        databases.create("sharedesk_hub"),
-                        min_connections=threads,
-                        max_connections=threads,
-                    )
+                hub = Hub.open(
+                    databases.create("sharedesk_hub"),
+                    min_connections=threads,
+                    max_connections=threads,
                 )
                 closers.append(hub.close)
                 sharedesk_system(
@@ -361,7 +360,7 @@ def _run_on(run_: BenchRun, args: argparse.Namespace, dsn: str) -> None:
                         run_.note(f"cross-process view latency not measured: {error}")
                         break
                     advance(1)
-                run_.measurements.append(
+                latencies.append(
                     measurement(
                         scenario=NAME,
                         system="sharedesk",
@@ -375,7 +374,7 @@ def _run_on(run_: BenchRun, args: argparse.Namespace, dsn: str) -> None:
                     )
                 )
                 if follow == "wait_turn":
-                    run_.measurements.append(
+                    latencies.append(
                         measurement(
                             scenario=NAME,
                             system="sharedesk",
@@ -393,6 +392,7 @@ def _run_on(run_: BenchRun, args: argparse.Namespace, dsn: str) -> None:
                 close()
     for record in _merge(records):
         run_.measurements.append(measurement(scenario=NAME, operation="append", **record))
+    run_.measurements.extend(latencies)
 
 
 def _targets(run_: BenchRun, args: argparse.Namespace) -> None:

@@ -172,7 +172,21 @@ class TestAppendPostgres:
             "append-postgres-vs-raw-psycopg",
             "cross-process-view-latency-median",
         ] == [t.name for t in report.targets]
-        assert all(t.status in ("PASS", "SHORT") for t in report.targets[:2])
+        assert all(t.status in ("PASS", "SHORT") for t in report.targets)
+
+    def test_postgres_backend_times_every_post_from_another_process_both_ways(
+        self, tmp_path: Path, postgres_dsn: str
+    ) -> None:
+        report = run_bench(
+            tmp_path, "append", "--backend", "postgres", "--dsn", postgres_dsn, "--posts", "7"
+        )
+
+        by_label = {m.label: m for m in report.measurements}
+        assert (7, 7) == (
+            by_label["cross-process wait_turn postgres"].ops,
+            by_label["cross-process view postgres"].ops,
+        )
+        assert {"median", "p99", "posts"} == set(report.figures["cross_process_wait_turn_ms"])
 
     def test_postgres_backend_drops_the_databases_it_created(
         self, tmp_path: Path, postgres_dsn: str
