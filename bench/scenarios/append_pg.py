@@ -434,7 +434,8 @@ def _targets(run_: BenchRun, args: argparse.Namespace) -> None:
             at_least=False,
             detail="not measured in this run"
             if latency is None
-            else f"{latency.ops} posts, p99 {(latency.p99_us or 0) / 1000:.1f} ms",
+            else f"{latency.ops} posts, median {(latency.median_us or 0) / 1000:.2f} ms, "
+            f"p99 {(latency.p99_us or 0) / 1000:.1f} ms",
             unit="ms",
         )
     )
