@@ -25,9 +25,10 @@ TABLE ... IN EXCLUSIVE MODE`` for every insert, which serialises writers of *all
 sessions (it needs that for its global notification order, which sharedesk does not
 have); an optimistic insert that retries on a unique violation of ``(session_id, seq)``
 would need no lock but turns every collision into a rolled-back transaction and still
-needs the stream row for the session's counters and state. The per-session row lock
-was measured against the table lock (see ``docs/performance.md``, "PostgreSQL
-sequencing").
+needs the stream row for the session's counters and state. Measured in one run (16
+threads, 1,000 desks, one event per append, fsync on, 2 cores): the row lock appends
+1.97x as fast as the same store serialised by the table lock
+(``docs/pg_sequencing_probe.py``).
 
 Notices. After a commit that stored events, the channel ``<schema>_appended`` (for the
 default schema, ``sharedesk_appended``) carries the payload ``<last_seq>:<hex of the
