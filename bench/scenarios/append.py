@@ -22,6 +22,10 @@ Every system, baselines included, first writes an untimed warm-up of one event p
 session, so all of them time their writes on the same shape of database, and both
 sharedesk figures are steady-state throughput (the first touch of a session through a Hub
 starts its actor: ``scale`` measures that).
+
+``--backend postgres`` measures ``PostgresStore`` instead, next to the eventsourcing
+library's PostgreSQL recorder and raw psycopg on one server, and the cross-process view
+latency (:mod:`bench.scenarios.append_pg`).
 """
 
 from __future__ import annotations
