@@ -35,6 +35,12 @@ fsyncs and its CPU, and none reads another's tables.
   indexes: ``(session_id, seq)``, the idempotency index ``(session_id, id_key)`` and the
   partial index of ``Text`` rows), without the folded session state ``PostgresStore``
   keeps in the stream row, its ``NOTIFY`` to other processes, or any validation.
+  Two more modes of it are context for the reader, not baselines: ``PostgresStore``'s
+  own statements sent raw (:data:`RAW_STORE_STATEMENTS`), and the same with the
+  ``NOTIFY`` moved after the ``COMMIT``; between them they show what the store's round
+  trips and its in-transaction ``NOTIFY`` cost (PostgreSQL serialises the commits of
+  transactions that ``NOTIFY``: each holds a database-wide lock from its pre-commit
+  through its commit, WAL flush included, so their fsyncs are not shared).
 
 Both write the same events as the sharedesk run (:func:`bench.baselines.event_row`,
 msgpack-encoded), spread over the same sessions from the same threads.
@@ -46,7 +52,7 @@ import threading
 import uuid
 from collections.abc import Callable, Sequence
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, Literal, Self
 from urllib.parse import quote, urlsplit, urlunsplit
 
 import msgspec
@@ -97,6 +103,12 @@ RAW_STORE_STATEMENTS = (
     " VALUES (%s, %s, %s, 'Text', NULL, NULL, %s)) UPDATE streams SET last_seq = %s,"
     " text_count = text_count + 1, last_activity = now() WHERE session_id = %s"
     " RETURNING pg_notify('bench_appended', %s)",
+)
+
+
+#: The write of :data:`RAW_STORE_STATEMENTS` without its ``pg_notify``.
+RAW_STORE_WRITE_QUIET = RAW_STORE_STATEMENTS[2].replace(
+    " RETURNING pg_notify('bench_appended', %s)", ""
 )
 
 
@@ -177,16 +189,24 @@ class RawPsycopgAppends:
         dsn: The baseline's own (empty) database.
         sessions: The sessions written; each gets its stream row now.
         pool_size: Connections in the pool (one per writer thread).
-        like_store: Send ``PostgresStore``'s statements instead (:data:`RAW_STORE_STATEMENTS`
-            in one transaction: ``BEGIN``, three statements, ``COMMIT``, five round trips),
-            to tell the cost of its protocol from the cost of its Python code.
+        statements: ``"one"``: :data:`RAW_APPEND`; ``"store"``: ``PostgresStore``'s
+            statements (:data:`RAW_STORE_STATEMENTS` in one transaction: ``BEGIN``, three
+            statements, ``COMMIT``, five round trips), to tell the cost of its protocol
+            from the cost of its Python code; ``"store-notify-after"``: the same with the
+            ``pg_notify`` sent after the ``COMMIT``, in a statement of its own (a sixth
+            round trip), to tell what ``NOTIFY`` inside the write costs.
     """
 
     def __init__(
-        self, dsn: str, sessions: Sequence[str], *, pool_size: int, like_store: bool = False
+        self,
+        dsn: str,
+        sessions: Sequence[str],
+        *,
+        pool_size: int,
+        statements: Literal["one", "store", "store-notify-after"] = "one",
     ) -> None:
         self._sessions = list(sessions)
-        self._like_store = like_store
+        self._statements = statements
         with psycopg.connect(dsn, autocommit=True) as conn:
             for statement in RAW_SCHEMA:
                 conn.execute(statement)
@@ -215,8 +235,9 @@ class RawPsycopgAppends:
         id_key = row["id"].encode()
         record = self._encode(row)
         with self._pool.connection() as conn:
-            if self._like_store:
+            if self._statements != "one":
                 lock, known, write = RAW_STORE_STATEMENTS
+                after = self._statements == "store-notify-after"
                 with conn.transaction():
                     found = conn.execute(lock, (key,), prepare=True).fetchone()
                     if found is None:
@@ -224,7 +245,12 @@ class RawPsycopgAppends:
                     conn.execute(known, (key, [id_key]), prepare=True).fetchall()
                     seq = int(found[0]) + 1
                     notice = f"{seq}:{key.hex()}"
-                    conn.execute(write, (key, seq, id_key, record, seq, key, notice), prepare=True)
+                    if after:
+                        conn.execute(RAW_STORE_WRITE_QUIET, (key, seq, id_key, record, seq, key))
+                    else:
+                        conn.execute(write, (key, seq, id_key, record, seq, key, notice))
+                if after:
+                    conn.execute("SELECT pg_notify('bench_appended', %s)", (notice,))
                 return
             cur = conn.execute(RAW_APPEND, (key, key, id_key, record), prepare=True)
             if cur.rowcount != 1:

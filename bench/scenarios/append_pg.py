@@ -15,7 +15,10 @@ thread's ``j``-th call going to desk ``(t + j * threads) % desks`` as in the LMD
 - ``append eventsourcing application-recorder t=N``: its ``PostgresApplicationRecorder``
   (a total order over all streams under a table lock): context, no target;
 - ``append psycopg raw t=N``: raw psycopg, one statement (one transaction) per append
-  taking the sequence from the session's stream row (:class:`bench.pg.RawPsycopgAppends`).
+  taking the sequence from the session's stream row (:class:`bench.pg.RawPsycopgAppends`);
+- ``append psycopg raw store-statements t=N``: raw psycopg sending ``PostgresStore``'s
+  own statements, and ``... notify-after-commit``: the same with the ``NOTIFY`` sent
+  after the ``COMMIT``: context, no target (what the protocol costs, not our code).
 
 Each system first writes an untimed warm-up of one event per desk; the timed writes run
 in ``--rounds`` rounds (default 3) taking turns, and each figure sums its rounds. Then
@@ -298,9 +301,16 @@ def _run_on(run_: BenchRun, args: argparse.Namespace, dsn: str) -> None:
                 databases.create("psycopg_store_statements"),
                 sessions,
                 pool_size=threads,
-                like_store=True,
+                statements="store",
             )
             closers.append(raw_like_store.close)
+            raw_notify_after = RawPsycopgAppends(
+                databases.create("psycopg_notify_after"),
+                sessions,
+                pool_size=threads,
+                statements="store-notify-after",
+            )
+            closers.append(raw_notify_after.close)
             baseline_system(
                 f"append eventsourcing aggregate-recorder t={threads}",
                 "eventsourcing",
@@ -324,6 +334,12 @@ def _run_on(run_: BenchRun, args: argparse.Namespace, dsn: str) -> None:
                 "psycopg-raw",
                 "PostgresStore's statements, raw: BEGIN, lock, id lookup, write, COMMIT",
                 raw_like_store,
+            )
+            baseline_system(
+                f"append psycopg raw store-statements notify-after-commit t={threads}",
+                "psycopg-raw",
+                "the same, pg_notify sent after the COMMIT in a statement of its own",
+                raw_notify_after,
             )
             for label, _system, _note, write in systems:  # the untimed warm-up
                 with run_.progress(f"{label} warm-up", 1):

@@ -159,6 +159,7 @@ class TestAppendPostgres:
             "append eventsourcing application-recorder t=2",
             "append psycopg raw t=2",
             "append psycopg raw store-statements t=2",
+            "append psycopg raw store-statements notify-after-commit t=2",
         } <= labels(report)
         assert all(m.ops > 0 for m in report.measurements)
 
