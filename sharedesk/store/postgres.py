@@ -9,12 +9,23 @@ rules are :func:`~sharedesk.store._common.plan_append`, the session state is fol
 records are the msgpack encoding ``LmdbStore`` writes (``_lmdb_layout``), so ``append``
 returns what ``read`` returns. The tables are :mod:`sharedesk.store._pg_schema`'s.
 
-Sequencing. Each write is one transaction that first locks its session's row in
-``streams`` (``SELECT ... FOR UPDATE``; the row is created by the session's first write,
-``INSERT ... ON CONFLICT DO NOTHING``), then reads what its checks need with a fresh
-snapshot (known ids, parents, the sharing state), assigns ``last_seq + 1, ...``, and
-writes the events, the first-reply index, the sharing state and the stream row in one
-statement that also calls ``pg_notify``. The row lock serialises the writers of one
+Sequencing. Every write locks its session's row in ``streams`` (``SELECT ... FOR
+UPDATE``; the session's first write creates it, ``INSERT ... ON CONFLICT DO NOTHING``)
+before it reads what its checks need and assigns ``last_seq + 1, ...``. An ``append`` is
+one statement, a call of the schema's ``append_events`` function, which is its own
+transaction: the store plans the batch (:func:`~sharedesk.store._common.plan_append`:
+sequences, records, first replies, the folded state) against its cached *tail* of the
+session (last sequence, ``Text`` rows, state; a session it has not seen is planned as
+empty), and the function, holding the row lock, writes the plan only if
+``expected_version``, the ``unless_stored`` guard, the batch's ids, the tail and the
+stored parents are as planned. Otherwise it answers what to plan again with (the
+conflict, the ids already stored and their records, the real tail, or that a parent is
+not a root, whose rows the store then reads), and nothing is written; so a warm append
+costs one round trip, and a stale tail one more. A plan that fails its own checks (a bad
+parent) is decided again by the exact path. ``append_and_share`` is that exact path: one
+transaction of several statements (lock, known ids, the sharing state, parents, one
+statement writing events, first replies, state and stream row, ``COMMIT``), since its
+compare-and-swap compares decoded states. The row lock serialises the writers of one
 session, in any process, and nobody else: sequences are gap-free and unique (the
 primary key ``(session_id, seq)`` and the unique ``(session_id, id_key)`` stand behind
 it), ``expected_version`` is compared with the locked ``last_seq``, and the sharing
@@ -45,7 +56,8 @@ went away is retried on a fresh connection for up to ``retry_timeout`` seconds, 
 that is safe:
 
 - reads, and any write whose ``COMMIT`` was not yet sent (its transaction is lost, so
-  nothing was written), are always retried;
+  nothing was written), are always retried; an ``append`` is one statement, so its
+  ``COMMIT`` is under way as soon as it is sent;
 - a write whose connection broke while its ``COMMIT`` was under way may or may not be
   stored. A plain ``append`` (no ``expected_version``, no ``unless_stored``) is retried:
   its ids make the retry return the stored events if the first attempt committed, and
@@ -482,6 +494,7 @@ class PostgresStore:
         guard = None if write.unless_stored is None else event_id_key(b"", write.unless_stored)
         known: dict[str, Event] = {}
         rows: dict[int, StoredRow] | None = None  # the real parents, once asked
+        checked = False  # an answer passed expected_version and the guard
         for _ in range(_MAX_REPLANS):
             tail = self._tails.get(sid, _EMPTY_TAIL)
             now = datetime.now(UTC)
@@ -500,6 +513,8 @@ class PostgresStore:
                     raise  # decided on the real rows: exact
                 break
             new = plan.new
+            if not new and checked:
+                return plan.result  # every id is stored; the guards passed in that call
             parents = sorted(
                 {e.parent for e in new if e.parent is not None and e.parent <= tail.last}
             )
@@ -539,6 +554,7 @@ class PostgresStore:
             if outcome == "guarded":
                 assert write.unless_stored is not None
                 raise AlreadyStored(session_id, write.unless_stored)
+            checked = True
             if outcome == "known":
                 for seq, record in zip(known_seqs, known_records, strict=True):
                     event = decode_record(EVENT_DECODER, session_id, seq, record)
