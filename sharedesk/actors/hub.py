@@ -93,7 +93,6 @@ from sharedesk.protocol.validation import (
     check_path,
     check_session_id,
     is_postgres_dsn,
-    redact_dsn,
 )
 from sharedesk.protocol.views import Conversation, Projection, SessionMessage
 from sharedesk.store.memory import MemoryStore
@@ -250,7 +249,7 @@ class Hub:
             )
         store = PostgresStore(dsn, **options)
         try:
-            return cls(store, settings, path=redact_dsn(dsn))
+            return cls(store, settings, path=store.path)  # the DSN without its password
         except BaseException:
             store.close()
             raise

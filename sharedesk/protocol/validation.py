@@ -152,24 +152,6 @@ def is_postgres_dsn(value: Any) -> bool:
     return scheme is not None and scheme.group(1).lower() in POSTGRES_SCHEMES
 
 
-def redact_dsn(dsn: str) -> str:
-    """Return ``dsn`` with any password replaced by ``***``, for logs and error messages.
-
-    Both places libpq reads one from are covered: the ``user:password@`` part and a
-    ``password=`` query parameter.
-
-    Cost: O(len(dsn)).
-    """
-    redacted = _DSN_PASSWORD.sub(r"\1***@", dsn, count=1)
-    return _QUERY_PASSWORD.sub(r"\1***", redacted)
-
-
-#: The password of a URL's ``user:password@`` part (up to the last ``@`` of the netloc).
-_DSN_PASSWORD: Final = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://[^:/@?#]*:)[^/?#]*@")
-#: A ``password=`` query parameter.
-_QUERY_PASSWORD: Final = re.compile(r"([?&]password=)[^&#]*", re.IGNORECASE)
-
-
 #: The containers whose nesting :func:`check_depth` counts (a struct inside a value too).
 _CONTAINERS: Final = (dict, list, tuple, set, frozenset, msgspec.Struct)
 
