@@ -23,6 +23,7 @@ from sharedesk import AsyncHub
 from sharedesk.actors import Hub
 from sharedesk.protocol import HubClosed, Person, ValidationError
 from sharedesk.protocol.ports import EventStore
+from sharedesk.store.postgres import PostgresStore
 from tests.actors.conftest import our_threads
 from tests.actors.following import Recorder, said
 from tests.store import conftest as store_fixtures
@@ -213,3 +214,22 @@ class TestTwoHubsInTwoProcesses:
             [s for push in pushed_before for s in push],
             [s for push in pushed for s in push],
         )
+
+    def test_a_lost_listening_connection_loses_no_push(self, postgres_dsn: str) -> None:
+        import psycopg
+
+        recorder = Recorder()
+        with Hub.open(postgres_dsn) as hub, PostgresStore(postgres_dsn) as other:
+            hub.listen("desk", recorder)
+            with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+                conn.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                    " WHERE datname = current_database() AND query LIKE 'LISTEN%'"
+                    " AND pid <> pg_backend_pid()"
+                )
+            # Committed while the Hub's store listens on no connection: its notice is
+            # lost, and the re-check after the reconnection pushes it.
+            other.append("desk", [said("while it was away")])
+            pushed = recorder.wait_through(1)
+
+        assert [[1]] == pushed
