@@ -69,6 +69,19 @@ def check_int(name: str, value: Any, *, minimum: int = 0) -> int:
     return value
 
 
+def check_bool(name: str, value: Any) -> bool:
+    """Return ``value`` if it is a ``bool``.
+
+    Raises:
+        ValidationError: Otherwise (a truthy string such as ``"no"`` is not a flag).
+
+    Cost: O(1).
+    """
+    if not isinstance(value, bool):
+        raise ValidationError(f"{name} must be a bool, got {type(value).__name__}")
+    return value
+
+
 def check_text(name: str, value: Any, *, empty: bool = True) -> str:
     """Return ``value`` if it is a ``str`` that encodes to UTF-8 (no lone surrogates).
 
@@ -260,7 +273,8 @@ def check_conversation(conversation: object, name: str = "conversation") -> Conv
 
     Raises:
         ValidationError: Not a ``Conversation``, a desk that is not text, or a
-            ``thread_root`` that is neither ``None`` nor an int in ``[0, 2**63)``.
+            ``thread_root`` that is neither ``None`` nor a sequence (an int in
+            ``[1, 2**63)``).
 
     Cost: O(len(desk)).
     """
@@ -268,7 +282,7 @@ def check_conversation(conversation: object, name: str = "conversation") -> Conv
         raise ValidationError(f"{name} must be a Conversation, got {type(conversation).__name__}")
     check_text(f"{name}.desk", conversation.desk)
     if conversation.thread_root is not None:
-        check_int(f"{name}.thread_root", conversation.thread_root)
+        check_int(f"{name}.thread_root", conversation.thread_root, minimum=1)
     return conversation
 
 

@@ -149,3 +149,9 @@ class TestConversation:
 
         with pytest.raises(ValidationError, match="thread_root"):
             check_conversation(Conversation("d", "3"))  # type: ignore[arg-type]
+
+    def test_a_thread_root_of_zero_is_refused_as_no_sequence(self) -> None:
+        from sharedesk.protocol import Conversation
+
+        with pytest.raises(ValidationError, match=r"thread_root must be in \[1, 2\*\*63\)"):
+            check_conversation(Conversation("d", 0))
