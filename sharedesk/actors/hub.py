@@ -93,7 +93,6 @@ from sharedesk.protocol.validation import (
     check_path,
     check_session_id,
     is_postgres_dsn,
-    redact_dsn,
 )
 from sharedesk.protocol.views import Conversation, Projection, SessionMessage
 from sharedesk.store.memory import MemoryStore
@@ -250,7 +249,7 @@ class Hub:
             )
         store = PostgresStore(dsn, **options)
         try:
-            return cls(store, settings, path=redact_dsn(dsn))
+            return cls(store, settings, path=store.path)  # the DSN without its password
         except BaseException:
             store.close()
             raise
@@ -758,8 +757,14 @@ class Hub:
         return bool(runs.drain(timeout))
 
     def status(self, session_id: str) -> RunQueueStatus:
-        """Return the run queue's status of ``session_id``. Cost: O(1)."""
-        return self._run_queue().status(session_id)
+        """Return the run queue's status of ``session_id``.
+
+        Raises:
+            ValidationError: ``session_id`` is not a valid session id.
+
+        Cost: O(1).
+        """
+        return self._run_queue().status(check_session_id(session_id))
 
     # -- introspection and lifecycle ---------------------------------------------------
     def stats(self) -> HubStats:
@@ -772,9 +777,12 @@ class Hub:
         Returns:
             Whether the session was marked failed.
 
+        Raises:
+            ValidationError: ``session_id`` is not a valid session id.
+
         Cost: O(1); the session's actors start again on their next request.
         """
-        return self._supervisor.recover(session_id)
+        return self._supervisor.recover(check_session_id(session_id))
 
     def active(self) -> list[ActorKey]:
         """Return the running actors, least recently used first. Cost: O(actors)."""

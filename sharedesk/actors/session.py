@@ -349,9 +349,16 @@ class SessionActor(HubActor):
             return
         if top - last != len(fresh):  # not the run right after last: others appended
             if may_read:
-                self._push_from_store(last, top)
-            else:
-                self._want_catch_up()  # reads (last, newest] and pushes it, ours included
+                try:
+                    self._push_from_store(last, top)
+                    return
+                except SharedeskError as error:  # the write stands: push it later
+                    _log.warning(
+                        "session.push_read_failed",
+                        session_id=self.key.session_id,
+                        error=repr(error),
+                    )
+            self._want_catch_up()  # reads (last, newest] and pushes it, ours included
             return
         self.last = top
         _push(subscribers, fresh)

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 
 from sharedesk.actors._messages import Push
 from sharedesk.protocol import Event, Person, Text
-from sharedesk.protocol.errors import StoreClosedError
+from sharedesk.protocol.errors import StoreClosedError, StoreIOError
 from sharedesk.protocol.ports import AppendCallback
 from sharedesk.store import MemoryStore
 
@@ -41,6 +41,8 @@ class FollowingMemoryStore(MemoryStore):
         self.during_append: Callable[[], None] | None = None
         #: Make the next ``append`` fail with an unexpected error (its actor crashes).
         self.crash_next_append = False
+        #: How many of the next ``read`` calls fail with ``StoreIOError``.
+        self.failing_reads = 0
 
     def follow(self, on_append: AppendCallback) -> Callable[[], None]:
         """Register ``on_append`` until the returned function (or ``close``) is called."""
@@ -82,6 +84,22 @@ class FollowingMemoryStore(MemoryStore):
         if hook is not None:
             hook()
         return stored
+
+    def read(
+        self,
+        session_id: str,
+        *,
+        after: int | None = None,
+        before: int | None = None,
+        limit: int | None = None,
+        newest_first: bool = False,
+    ) -> list[Event]:
+        if self.failing_reads > 0:
+            self.failing_reads -= 1
+            raise StoreIOError("memory", "read")
+        return super().read(
+            session_id, after=after, before=before, limit=limit, newest_first=newest_first
+        )
 
     def close(self) -> None:
         self.followers.clear()

@@ -138,6 +138,19 @@ class TestNoticesPushTheMissingEvents:
 
         assert [[1], [2, 3, 4]] == recorder.wait_pushes(2)
 
+    def test_a_write_whose_gap_cannot_be_read_stands_and_is_pushed_by_a_catch_up(
+        self, hub: Hub, store: FollowingMemoryStore
+    ) -> None:
+        recorder = Recorder()
+        hub.listen("desk", recorder)
+        hub.append("desk", [said("one", ALICE)])
+        store.append_elsewhere("desk", [said("two")])
+        store.failing_reads = 1
+
+        (stored,) = hub.append("desk", [said("three", ALICE)])
+
+        assert (3, [[1], [2, 3]]) == (stored.sequence, recorder.wait_pushes(2))
+
     def test_a_notice_told_while_a_write_runs_is_caught_up_after_it(
         self, hub: Hub, store: FollowingMemoryStore
     ) -> None:
