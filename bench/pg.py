@@ -35,12 +35,15 @@ fsyncs and its CPU, and none reads another's tables.
   indexes: ``(session_id, seq)``, the idempotency index ``(session_id, id_key)`` and the
   partial index of ``Text`` rows), without the folded session state ``PostgresStore``
   keeps in the stream row, its ``NOTIFY`` to other processes, or any validation.
-  Two more modes of it are context for the reader, not baselines: ``PostgresStore``'s
-  own statements sent raw (:data:`RAW_STORE_STATEMENTS`), and the same with the
-  ``NOTIFY`` moved after the ``COMMIT``; between them they show what the store's round
-  trips and its in-transaction ``NOTIFY`` cost (PostgreSQL serialises the commits of
-  transactions that ``NOTIFY``: each holds a database-wide lock from its pre-commit
-  through its commit, WAL flush included, so their fsyncs are not shared).
+  Two more modes of it are context for the reader, not baselines: the same statement
+  calling ``pg_notify`` too (:data:`RAW_APPEND_NOTIFY`: the protocol of a
+  ``PostgresStore`` append, one statement that writes and notifies), and the same
+  statement followed by the ``pg_notify`` in a statement of its own, after the commit.
+  Between them they show what a ``NOTIFY`` inside the write costs: PostgreSQL
+  serialises the commits of transactions that ``NOTIFY`` (``PreCommit_Notify`` in its
+  ``async.c`` takes a cluster-wide lock held until the commit ends, WAL flush included,
+  so those commits share no fsync), while a transaction that only notifies writes no
+  WAL and holds it briefly.
 
 Both write the same events as the sharedesk run (:func:`bench.baselines.event_row`,
 msgpack-encoded), spread over the same sessions from the same threads.
@@ -94,22 +97,18 @@ RAW_APPEND = (
 )
 
 
-#: The statements of one append as ``PostgresStore`` sends them, raw: lock the stream
-#: row, look up the event's id, write the event and the stream row (and notify).
-RAW_STORE_STATEMENTS = (
-    "SELECT last_seq, text_count, state FROM streams WHERE session_id = %s FOR UPDATE",
-    "SELECT seq, id_key, record FROM events WHERE session_id = %s AND id_key = ANY(%s)",
-    "WITH ins AS (INSERT INTO events (session_id, seq, id_key, kind, parent, run_key, record)"
-    " VALUES (%s, %s, %s, 'Text', NULL, NULL, %s)) UPDATE streams SET last_seq = %s,"
-    " text_count = text_count + 1, last_activity = now() WHERE session_id = %s"
-    " RETURNING pg_notify('bench_appended', %s)",
+#: :data:`RAW_APPEND` notifying in the same statement (so in the same transaction), with
+#: ``PostgresStore``'s payload ``<seq>:<session id, hex>``.
+RAW_APPEND_NOTIFY = (
+    "WITH s AS (UPDATE streams SET last_seq = last_seq + 1, text_count = text_count + 1,"
+    " last_activity = now() WHERE session_id = %s RETURNING last_seq),"
+    " i AS (INSERT INTO events (session_id, seq, id_key, kind, parent, run_key, record)"
+    " SELECT %s, s.last_seq, %s, 'Text', NULL, NULL, %s FROM s RETURNING seq)"
+    " SELECT pg_notify('bench_appended', i.seq || ':' || %s) FROM i"
 )
 
-
-#: The write of :data:`RAW_STORE_STATEMENTS` without its ``pg_notify``.
-RAW_STORE_WRITE_QUIET = RAW_STORE_STATEMENTS[2].replace(
-    " RETURNING pg_notify('bench_appended', %s)", ""
-)
+#: :data:`RAW_APPEND` returning the sequence, for a ``pg_notify`` sent after the commit.
+RAW_APPEND_RETURNING = RAW_APPEND + " RETURNING seq"
 
 
 def database_dsn(server_dsn: str, dbname: str) -> str:
@@ -189,12 +188,10 @@ class RawPsycopgAppends:
         dsn: The baseline's own (empty) database.
         sessions: The sessions written; each gets its stream row now.
         pool_size: Connections in the pool (one per writer thread).
-        statements: ``"one"``: :data:`RAW_APPEND`; ``"store"``: ``PostgresStore``'s
-            statements (:data:`RAW_STORE_STATEMENTS` in one transaction: ``BEGIN``, three
-            statements, ``COMMIT``, five round trips), to tell the cost of its protocol
-            from the cost of its Python code; ``"store-notify-after"``: the same with the
-            ``pg_notify`` sent after the ``COMMIT``, in a statement of its own (a sixth
-            round trip), to tell what ``NOTIFY`` inside the write costs.
+        statements: ``"one"``: :data:`RAW_APPEND`; ``"notify"``:
+            :data:`RAW_APPEND_NOTIFY`, one statement that also notifies; ``"notify-after"``:
+            :data:`RAW_APPEND` and then, once it has committed, ``pg_notify`` in a
+            statement of its own (two round trips).
     """
 
     def __init__(
@@ -203,7 +200,7 @@ class RawPsycopgAppends:
         sessions: Sequence[str],
         *,
         pool_size: int,
-        statements: Literal["one", "store", "store-notify-after"] = "one",
+        statements: Literal["one", "notify", "notify-after"] = "one",
     ) -> None:
         self._sessions = list(sessions)
         self._statements = statements
@@ -235,24 +232,17 @@ class RawPsycopgAppends:
         id_key = row["id"].encode()
         record = self._encode(row)
         with self._pool.connection() as conn:
-            if self._statements != "one":
-                lock, known, write = RAW_STORE_STATEMENTS
-                after = self._statements == "store-notify-after"
-                with conn.transaction():
-                    found = conn.execute(lock, (key,), prepare=True).fetchone()
-                    if found is None:
-                        raise RuntimeError(f"no stream row for {session!r}")
-                    conn.execute(known, (key, [id_key]), prepare=True).fetchall()
-                    seq = int(found[0]) + 1
-                    notice = f"{seq}:{key.hex()}"
-                    if after:
-                        conn.execute(RAW_STORE_WRITE_QUIET, (key, seq, id_key, record, seq, key))
-                    else:
-                        conn.execute(write, (key, seq, id_key, record, seq, key, notice))
-                if after:
-                    conn.execute("SELECT pg_notify('bench_appended', %s)", (notice,))
-                return
-            cur = conn.execute(RAW_APPEND, (key, key, id_key, record), prepare=True)
+            if self._statements == "notify":
+                params: tuple[Any, ...] = (key, key, id_key, record, key.hex())
+                cur = conn.execute(RAW_APPEND_NOTIFY, params, prepare=True)
+            elif self._statements == "notify-after":
+                cur = conn.execute(RAW_APPEND_RETURNING, (key, key, id_key, record), prepare=True)
+                seq = cur.fetchone()
+                if seq is not None:
+                    notice = f"{seq[0]}:{key.hex()}"
+                    conn.execute("SELECT pg_notify('bench_appended', %s)", (notice,), prepare=True)
+            else:
+                cur = conn.execute(RAW_APPEND, (key, key, id_key, record), prepare=True)
             if cur.rowcount != 1:
                 raise RuntimeError(f"no stream row for {session!r}")
 

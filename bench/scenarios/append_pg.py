@@ -16,9 +16,10 @@ thread's ``j``-th call going to desk ``(t + j * threads) % desks`` as in the LMD
   (a total order over all streams under a table lock): context, no target;
 - ``append psycopg raw t=N``: raw psycopg, one statement (one transaction) per append
   taking the sequence from the session's stream row (:class:`bench.pg.RawPsycopgAppends`);
-- ``append psycopg raw store-statements t=N``: raw psycopg sending ``PostgresStore``'s
-  own statements, and ``... notify-after-commit``: the same with the ``NOTIFY`` sent
-  after the ``COMMIT``: context, no target (what the protocol costs, not our code).
+- ``append psycopg raw +notify t=N``: the same statement calling ``pg_notify`` too (a
+  ``PostgresStore`` append is one statement that writes and notifies), and
+  ``... notify-after-commit``: the ``pg_notify`` sent after the commit in a statement
+  of its own: context, no target (what an in-transaction ``NOTIFY`` costs).
 
 Each system first writes an untimed warm-up of one event per desk; the timed writes run
 in ``--rounds`` rounds (default 3) taking turns, and each figure sums its rounds. Then
@@ -297,18 +298,15 @@ def _run_on(run_: BenchRun, args: argparse.Namespace, dsn: str) -> None:
             closers.append(application.close)
             raw = RawPsycopgAppends(databases.create("psycopg_raw"), sessions, pool_size=threads)
             closers.append(raw.close)
-            raw_like_store = RawPsycopgAppends(
-                databases.create("psycopg_store_statements"),
-                sessions,
-                pool_size=threads,
-                statements="store",
+            raw_notify = RawPsycopgAppends(
+                databases.create("psycopg_notify"), sessions, pool_size=threads, statements="notify"
             )
-            closers.append(raw_like_store.close)
+            closers.append(raw_notify.close)
             raw_notify_after = RawPsycopgAppends(
                 databases.create("psycopg_notify_after"),
                 sessions,
                 pool_size=threads,
-                statements="store-notify-after",
+                statements="notify-after",
             )
             closers.append(raw_notify_after.close)
             baseline_system(
@@ -330,15 +328,15 @@ def _run_on(run_: BenchRun, args: argparse.Namespace, dsn: str) -> None:
                 raw,
             )
             baseline_system(
-                f"append psycopg raw store-statements t={threads}",
+                f"append psycopg raw +notify t={threads}",
                 "psycopg-raw",
-                "PostgresStore's statements, raw: BEGIN, lock, id lookup, write, COMMIT",
-                raw_like_store,
+                "the same statement calling pg_notify too (PostgresStore's protocol)",
+                raw_notify,
             )
             baseline_system(
-                f"append psycopg raw store-statements notify-after-commit t={threads}",
+                f"append psycopg raw notify-after-commit t={threads}",
                 "psycopg-raw",
-                "the same, pg_notify sent after the COMMIT in a statement of its own",
+                "the same statement, then pg_notify in a statement of its own",
                 raw_notify_after,
             )
             for label, _system, _note, write in systems:  # the untimed warm-up

@@ -158,8 +158,8 @@ class TestAppendPostgres:
             "append eventsourcing aggregate-recorder t=2",
             "append eventsourcing application-recorder t=2",
             "append psycopg raw t=2",
-            "append psycopg raw store-statements t=2",
-            "append psycopg raw store-statements notify-after-commit t=2",
+            "append psycopg raw +notify t=2",
+            "append psycopg raw notify-after-commit t=2",
         } <= labels(report)
         assert all(m.ops > 0 for m in report.measurements)
 
