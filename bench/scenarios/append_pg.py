@@ -210,6 +210,7 @@ def cross_process_latency(dsn: str, follow: str, posts: int) -> tuple[list[int],
 
 def run(run_: BenchRun, args: argparse.Namespace) -> None:
     """Measure PostgresStore and its baselines on one server (see the module header)."""
+    run_.note(RECORDER_NOTE)
     with server_dsn(run_, args.dsn) as dsn:
         if dsn is not None:
             _run_on(run_, args, dsn)
@@ -409,9 +410,28 @@ def _run_on(run_: BenchRun, args: argparse.Namespace, dsn: str) -> None:
     run_.measurements.extend(latencies)
 
 
+#: Why the eventsourcing baseline is the aggregate recorder (printed with every run).
+RECORDER_NOTE = (
+    "eventsourcing baseline: PostgresAggregateRecorder, whose guarantees match "
+    "PostgresStore's (one stream per originator, versions unique per stream by its primary "
+    "key, no order across streams); its PostgresApplicationRecorder adds a total order "
+    "over all streams under LOCK TABLE ... IN EXCLUSIVE MODE, which sharedesk does not "
+    "promise (measured as context only)"
+)
+
+
 def _targets(run_: BenchRun, args: argparse.Namespace) -> None:
     threads = _threads(run_, args)
     ours = run_.rate(f"append sharedesk store postgres t={threads}")
+    raw = run_.rate(f"append psycopg raw t={threads}")
+    notify = run_.rate(f"append psycopg raw +notify t={threads}")
+    after = run_.rate(f"append psycopg raw notify-after-commit t={threads}")
+    if ours and raw and notify and after:
+        run_.note(
+            f"context: raw psycopg calling pg_notify in its statement runs at {notify / raw:.2f}x "
+            f"raw psycopg, with pg_notify after the commit at {after / raw:.2f}x; the store "
+            f"(one statement that writes and notifies) runs at {ours / notify:.2f}x the former"
+        )
     for name, claim, label, bound in (
         (
             "append-postgres-vs-eventsourcing",
