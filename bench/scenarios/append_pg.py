@@ -340,14 +340,16 @@ def _run_on(run_: BenchRun, args: argparse.Namespace, dsn: str) -> None:
                 "the same statement, then pg_notify in a statement of its own",
                 raw_notify_after,
             )
+            acknowledged: dict[str, int] = {}
             for label, _system, _note, write in systems:  # the untimed warm-up
                 with run_.progress(f"{label} warm-up", 1):
-                    write(len(sessions), 60.0)
+                    acknowledged[label] = write(len(sessions), 60.0).ops
             for _ in range(rounds):
                 for label, system, note, write in systems:
                     with run_.progress(label, 1) as advance:
                         result = write(events_r, seconds_r)
                         advance(1)
+                    acknowledged[label] += result.ops
                     records.append(
                         dict(
                             system=system,
@@ -366,6 +368,12 @@ def _run_on(run_: BenchRun, args: argparse.Namespace, dsn: str) -> None:
                             note=note,
                         )
                     )
+            store_label = f"append sharedesk store postgres t={threads}"
+            infos = store.session_infos()
+            run_.figures["postgres store events acknowledged / stored / sessions"] = (
+                f"{acknowledged[store_label]} / {sum(i.last_sequence for i in infos)} / "
+                f"{len(infos)}"
+            )
             for follow in ("wait_turn", "view"):
                 label = f"cross-process {follow} postgres"
                 with run_.progress(f"{label} ({posts} posts)", 1) as advance:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import threading
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,6 +15,7 @@ import pytest
 import structlog
 
 from bench.__main__ import build_parser, main
+from bench.pgserver import ThrowawayPostgres
 from bench.report import Report
 from sharedesk import LmdbStore
 
@@ -146,12 +148,29 @@ class TestAppend:
         } == labels(report)
 
 
+@pytest.fixture(scope="class")
+def postgres_report(
+    postgres_server: ThrowawayPostgres, tmp_path_factory: pytest.TempPathFactory
+) -> Report:
+    """One ``append --backend postgres --quick --posts 7`` run on a fresh database."""
+    import psycopg
+
+    name = f"t_{uuid.uuid4().hex}"
+    with psycopg.connect(postgres_server.dsn, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    dsn = postgres_server.dsn.rsplit("/", 1)[0] + "/" + name
+    saved = structlog.get_config()
+    try:
+        tmp = tmp_path_factory.mktemp("postgres-bench")
+        return run_bench(tmp, "append", "--backend", "postgres", "--dsn", dsn, "--posts", "7")
+    finally:
+        structlog.configure(**saved)
+
+
 class TestAppendPostgres:
     def test_postgres_backend_measures_the_store_and_its_baselines_on_one_server(
-        self, tmp_path: Path, postgres_dsn: str
+        self, postgres_report: Report
     ) -> None:
-        report = run_bench(tmp_path, "append", "--backend", "postgres", "--dsn", postgres_dsn)
-
         assert {
             "append sharedesk store postgres t=2",
             "append sharedesk hub postgres t=2",
@@ -160,46 +179,50 @@ class TestAppendPostgres:
             "append psycopg raw t=2",
             "append psycopg raw +notify t=2",
             "append psycopg raw notify-after-commit t=2",
-        } <= labels(report)
-        assert all(m.ops > 0 for m in report.measurements)
+        } <= labels(postgres_report)
+        assert all(m.ops > 0 for m in postgres_report.measurements)
 
     def test_postgres_backend_checks_two_ratios_and_the_cross_process_latency(
-        self, tmp_path: Path, postgres_dsn: str
+        self, postgres_report: Report
     ) -> None:
-        report = run_bench(tmp_path, "append", "--backend", "postgres", "--dsn", postgres_dsn)
-
         assert [
             "append-postgres-vs-eventsourcing",
             "append-postgres-vs-raw-psycopg",
             "cross-process-view-latency-median",
-        ] == [t.name for t in report.targets]
-        assert all(t.status in ("PASS", "SHORT") for t in report.targets)
+        ] == [t.name for t in postgres_report.targets]
+        assert all(t.status in ("PASS", "SHORT") for t in postgres_report.targets)
 
     def test_postgres_backend_times_every_post_from_another_process_both_ways(
-        self, tmp_path: Path, postgres_dsn: str
+        self, postgres_report: Report
     ) -> None:
-        report = run_bench(
-            tmp_path, "append", "--backend", "postgres", "--dsn", postgres_dsn, "--posts", "7"
-        )
+        by_label = {m.label: m for m in postgres_report.measurements}
 
-        by_label = {m.label: m for m in report.measurements}
         assert (7, 7) == (
             by_label["cross-process wait_turn postgres"].ops,
             by_label["cross-process view postgres"].ops,
         )
-        assert {"median", "p99", "posts"} == set(report.figures["cross_process_wait_turn_ms"])
+        assert {"median", "p99", "posts"} == set(
+            postgres_report.figures["cross_process_wait_turn_ms"]
+        )
+
+    def test_postgres_store_holds_every_event_it_acknowledged(
+        self, postgres_report: Report
+    ) -> None:
+        figure = postgres_report.figures["postgres store events acknowledged / stored / sessions"]
+        acknowledged, stored, sessions = (int(part) for part in figure.split(" / "))
+
+        assert (acknowledged, 20) == (stored, sessions)
 
     def test_postgres_backend_drops_the_databases_it_created(
-        self, tmp_path: Path, postgres_dsn: str
+        self, postgres_report: Report, postgres_server: ThrowawayPostgres
     ) -> None:
         import psycopg
 
-        run_bench(tmp_path, "append", "--backend", "postgres", "--dsn", postgres_dsn)
-
-        with psycopg.connect(postgres_dsn) as conn:
+        with psycopg.connect(postgres_server.dsn) as conn:
             left = conn.execute(
                 "SELECT count(*) FROM pg_database WHERE datname LIKE 'sdbench_%'"
             ).fetchone()
+
         assert (0,) == left
 
 
