@@ -19,7 +19,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from sharedesk import Hub
 from sharedesk.protocol import (
+    Agent,
     CommitOutcomeUnknown,
     ConcurrencyError,
     Conversation,
@@ -536,3 +538,17 @@ class TestConnectionLoss:
             pg.read("s")
 
         assert isinstance(caught.value.__cause__, psycopg.Error)
+
+
+class TestUnderAHub:
+    def test_a_hub_runs_its_sessions_views_and_turns_on_the_store(self, dsn: str) -> None:
+        bot = Agent(id="bot", label="Bot")
+        with Hub(PostgresStore(dsn)) as hub:
+            hub.session("desk").post(ALICE, "hello")
+            turn = hub.turn("desk", bot)
+            reply = turn.commit("hi Alice")
+
+            assert ["hello"] == [m.content for m in turn.messages]
+            assert ["hello", "hi Alice"] == [m.content for m in hub.view("desk", ALICE).messages]
+            assert reply is not None and reply.sequence == 2
+            assert [] == hub.turn("desk", bot).messages
