@@ -32,7 +32,9 @@ make a commit fail; the next turn offers them.
 What the actor pushes is always the run of stored events right after the last sequence it
 pushed (:attr:`SessionActor.last`), whoever appended them: when a write's stored events
 do not follow on from it (another process, or a caller of the store itself, appended in
-between), the actor reads the events in between from the store and pushes them first.
+between), the actor reads the events in between from the store and pushes them first
+(at most ``SCAN_LIMIT`` events: further behind, the push follows a gap and subscribers
+rebuild from the store, as a :class:`~sharedesk.actors._tail.Tail` does on any gap).
 On a store several processes share (a ``FollowingStore``), the Hub hands each commit
 notice to :meth:`SessionActor.notice`, on the store's listener thread: a notice for
 events the actor has pushed already (its own commits) costs one comparison; any other
@@ -364,10 +366,14 @@ class SessionActor(HubActor):
         _push(subscribers, fresh)
 
     def _push_from_store(self, last: int, newest: int) -> int:
-        # Read (last, newest] from the store in pages and push each page; return how
-        # many events were pushed. Sets self.last as it goes.
+        # Read (last, newest] from the store and push it; return how many events were
+        # pushed. Sets self.last as it goes. More than SCAN_LIMIT behind, only the
+        # newest SCAN_LIMIT are read and pushed: the push then follows a gap, and a
+        # subscriber that sees one rebuilds from the store (as a Tail does), so a
+        # session far behind costs one bounded read, not its whole history.
         store = self.hub.store
         session_id = self.key.session_id
+        last = max(last, newest - SCAN_LIMIT)
         pushed = 0
         while last < newest:
             page = store.read(session_id, after=last, before=newest + 1, limit=SCAN_LIMIT)

@@ -18,6 +18,7 @@ import pytest
 from sharedesk.actors import Hub, HubOptions
 from sharedesk.actors._base import ActorKey
 from sharedesk.protocol import Person
+from sharedesk.protocol.constants import SCAN_LIMIT
 from sharedesk.protocol.errors import ActorCrashed
 from tests.actors.conftest import our_threads
 from tests.actors.following import FollowingMemoryStore, Recorder, said
@@ -165,6 +166,18 @@ class TestNoticesPushTheMissingEvents:
         hub.append("desk", [said("mine", ALICE)])
 
         assert [[1], [2]] == recorder.wait_through(2)
+
+    def test_a_session_far_behind_is_pushed_only_its_newest_scan_limit_events(
+        self, hub: Hub, store: FollowingMemoryStore
+    ) -> None:
+        recorder = Recorder()
+        hub.listen("desk", recorder)
+        store.append_elsewhere("desk", [said(f"{n}") for n in range(SCAN_LIMIT + 5)])
+
+        store.fire("desk", SCAN_LIMIT + 5)
+
+        (push,) = recorder.wait_through(SCAN_LIMIT + 5)
+        assert (6, SCAN_LIMIT + 5, SCAN_LIMIT) == (push[0], push[-1], len(push))
 
     def test_none_re_checks_every_session_with_listeners(
         self, hub: Hub, store: FollowingMemoryStore

@@ -21,11 +21,11 @@ import pytest
 from bench.pgserver import ThrowawayPostgres
 from sharedesk import AsyncHub
 from sharedesk.actors import Hub
-from sharedesk.protocol import HubClosed, Person, ValidationError
+from sharedesk.protocol import HubClosed, Person, SharingStateConflict, ValidationError
 from sharedesk.protocol.ports import EventStore
 from sharedesk.store.postgres import PostgresStore
 from tests.actors.conftest import our_threads
-from tests.actors.following import Recorder, said
+from tests.actors.following import BOB, Recorder, said
 from tests.store import conftest as store_fixtures
 from tests.store.conftest import ChildFactory, run_child
 from tests.store.contract import EventsContract, RunIndexContract
@@ -131,6 +131,28 @@ class TestOpeningAHubOnPostgres:
         hub.close()
 
         assert [] == our_threads()
+
+
+class TestTurnsOnPostgres:
+    def test_a_commit_losing_to_another_hubs_stores_neither_its_reply_nor_its_state(
+        self, postgres_dsn: str
+    ) -> None:
+        with Hub.open(postgres_dsn) as one, Hub.open(postgres_dsn) as two:
+            one.session("desk").post(BOB, "question")
+            first, second = one.turn("desk", ALICE), two.turn("desk", ALICE)
+            first.commit("answer from one")
+
+            with pytest.raises(SharingStateConflict):
+                second.commit("answer from two")
+
+            contents = [m.content for m in two.view("desk", BOB).messages]
+            again = two.turn("desk", ALICE)
+
+        assert (["question", "answer from one"], None, []) == (
+            contents,
+            again.reason,
+            again.messages,
+        )
 
 
 # The other process: a Hub on the same database that takes Bob's first turn, posts, then
