@@ -4,8 +4,9 @@ The server is the one ``--dsn`` names, else a throwaway one started for the run
 (:class:`bench.pgserver.ThrowawayPostgres` with ``fsync=True``, so every figure is of
 durable commits) and stopped after it. Every system gets an empty database of its own
 on that server (:class:`bench.pg.RunDatabases`, dropped at the end). Over ``--sessions``
-desks (default 1,000), from ``--threads`` threads (default 16), one event per call, each
-thread's ``j``-th call going to desk ``(t + j * threads) % desks`` as in the LMDB run:
+desks (default 1,000), from ``--threads`` threads (the largest count given; default 16),
+one event per call, each thread's ``j``-th call going to desk ``(t + j * threads) % desks``
+as in the LMDB run:
 
 - ``append sharedesk store postgres t=N``: ``PostgresStore.append`` (a pool of ``N``
   connections), and ``... hub postgres t=N`` through ``Hub.open("postgresql://...")``;
