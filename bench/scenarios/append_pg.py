@@ -30,6 +30,10 @@ for each post, in ``AsyncHub.wait_turn`` and, separately, polling a warm ``hub.v
 every millisecond; from just before A's post call to the moment B has it, median and
 p99 over ``--posts`` posts (default 300), one post at a time.
 
+Then one thread alone appends ``min(1000, --events)`` times through the store and through
+raw psycopg with ``pg_notify``, and the wall time and this process's CPU time per append
+are reported (the client's share of the cost; the pools' threads idle meanwhile).
+
 Targets: store >= 1.0x the aggregate recorder, store >= 0.5x raw psycopg, cross-process
 ``wait_turn`` latency median <= 50 ms.
 """
@@ -209,6 +213,21 @@ def cross_process_latency(dsn: str, follow: str, posts: int) -> tuple[list[int],
     return seen, calls
 
 
+def _client_cpu(calls: int, op: Callable[[int], object]) -> tuple[float, float]:
+    """Call ``op(i)`` ``calls`` times on this thread; return µs of wall and of CPU per call.
+
+    The CPU is the whole process's (``time.process_time``), so run it with no other
+    work in the process: it is what the client spends per call, the server excluded.
+    """
+    wall, cpu = time.perf_counter_ns(), time.process_time_ns()
+    for i in range(calls):
+        op(i)
+    return (
+        (time.perf_counter_ns() - wall) / calls / 1000,
+        (time.process_time_ns() - cpu) / calls / 1000,
+    )
+
+
 def run(run_: BenchRun, args: argparse.Namespace) -> None:
     """Measure PostgresStore and its baselines on one server (see the module header)."""
     run_.note(RECORDER_NOTE)
@@ -375,6 +394,20 @@ def _run_on(run_: BenchRun, args: argparse.Namespace, dsn: str) -> None:
                 f"{acknowledged[store_label]} / {sum(i.last_sequence for i in infos)} / "
                 f"{len(infos)}"
             )
+            cpu_calls = min(1000, events)
+            with run_.progress(f"client CPU per append, one thread ({cpu_calls} calls)", 1):
+                ours_cpu = _client_cpu(
+                    cpu_calls,
+                    lambda i: store.append(
+                        sessions[i % len(sessions)], [Event(authors[0], Text(payload))]
+                    ),
+                )
+                raw_notify.payload = payload
+                raw_cpu = _client_cpu(cpu_calls, lambda i: raw_notify.append(i % len(sessions)))
+            run_.figures["postgres one thread, µs per append (wall / this process's CPU)"] = {
+                "store": f"{ours_cpu[0]:.0f} / {ours_cpu[1]:.0f}",
+                "raw psycopg +notify": f"{raw_cpu[0]:.0f} / {raw_cpu[1]:.0f}",
+            }
             for follow in ("wait_turn", "view"):
                 label = f"cross-process {follow} postgres"
                 with run_.progress(f"{label} ({posts} posts)", 1) as advance:

@@ -205,6 +205,15 @@ class TestAppendPostgres:
             postgres_report.figures["cross_process_wait_turn_ms"]
         )
 
+    def test_postgres_backend_reports_the_client_cpu_of_one_append_both_ways(
+        self, postgres_report: Report
+    ) -> None:
+        figure = postgres_report.figures[
+            "postgres one thread, µs per append (wall / this process's CPU)"
+        ]
+
+        assert {"store", "raw psycopg +notify"} == set(figure)
+
     def test_postgres_store_holds_every_event_it_acknowledged(
         self, postgres_report: Report
     ) -> None:
