@@ -1,7 +1,8 @@
 """PostgresStore runs the store contract suite unchanged, plus its PostgreSQL-specific rules.
 
 Every test gets a fresh, empty database on the test session's throwaway server (the
-``postgres_dsn`` fixture); the server itself is never restarted here.
+``postgres_dsn`` fixture), or, in the contract suite, a fresh schema in a database of
+its own; the server itself is never restarted here.
 """
 
 from __future__ import annotations
@@ -19,7 +20,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from bench.pgserver import ThrowawayPostgres
+from sharedesk import Hub
 from sharedesk.protocol import (
+    Agent,
     CommitOutcomeUnknown,
     ConcurrencyError,
     Conversation,
@@ -43,17 +47,30 @@ from tests.store.contract import (
 )
 
 
+@pytest.fixture(scope="module")
+def contract_database(postgres_server: ThrowawayPostgres) -> str:
+    """One database for the contract suite (each of its stores takes a fresh schema)."""
+    name = f"contract_{uuid.uuid4().hex}"
+    with psycopg.connect(postgres_server.dsn, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    return postgres_server.dsn.rsplit("/", 1)[0] + "/" + name
+
+
 class TestPostgresStore(StoreContract):
-    """The contract, on PostgreSQL."""
+    """The contract, on PostgreSQL: each store on a schema of its own in one database.
+
+    A fresh schema isolates a store as a fresh database would (its own tables and
+    channel), at a fifth of the cost of ``CREATE DATABASE``.
+    """
 
     dsn: str
 
     @pytest.fixture(autouse=True)
-    def _database(self, postgres_dsn: str) -> None:
-        self.dsn = postgres_dsn
+    def _database(self, contract_database: str) -> None:
+        self.dsn = contract_database
 
     def make_store(self, path: Path) -> ContractStore:
-        return PostgresStore(self.dsn)
+        return PostgresStore(self.dsn, schema=f"t_{uuid.uuid4().hex}")
 
 
 del StoreContract
@@ -536,3 +553,17 @@ class TestConnectionLoss:
             pg.read("s")
 
         assert isinstance(caught.value.__cause__, psycopg.Error)
+
+
+class TestUnderAHub:
+    def test_a_hub_runs_its_sessions_views_and_turns_on_the_store(self, dsn: str) -> None:
+        bot = Agent(id="bot", label="Bot")
+        with Hub(PostgresStore(dsn)) as hub:
+            hub.session("desk").post(ALICE, "hello")
+            turn = hub.turn("desk", bot)
+            reply = turn.commit("hi Alice")
+
+            assert ["hello"] == [m.content for m in turn.messages]
+            assert ["hello", "hi Alice"] == [m.content for m in hub.view("desk", ALICE).messages]
+            assert reply is not None and reply.sequence == 2
+            assert [] == hub.turn("desk", bot).messages
