@@ -379,6 +379,7 @@ class Hub:
         check_session_id(session_id)
         if not self.following:
             return self._supervisor.add_listener(session_id, listener)
+        self._live()
         # The base is read before the listener is added: whatever is committed later
         # lies above it, and the session actor pushes everything above what it pushed.
         base = self._store.last_sequence(session_id)

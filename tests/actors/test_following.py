@@ -19,7 +19,7 @@ from sharedesk.actors import Hub, HubOptions
 from sharedesk.actors._base import ActorKey
 from sharedesk.protocol import Person
 from sharedesk.protocol.constants import SCAN_LIMIT
-from sharedesk.protocol.errors import ActorCrashed
+from sharedesk.protocol.errors import ActorCrashed, HubClosed
 from tests.actors.conftest import our_threads
 from tests.actors.following import FollowingMemoryStore, Recorder, said
 
@@ -68,6 +68,13 @@ class TestFollowingLifecycle:
         store.fire("desk", 1)
 
         assert [] == hub.active()
+
+    def test_listening_on_a_closed_hub_is_hub_closed(self, store: FollowingMemoryStore) -> None:
+        hub = Hub(store)
+        hub.close()
+
+        with pytest.raises(HubClosed):
+            hub.listen("desk", Recorder())
 
     def test_adding_a_listener_starts_the_session_actor_without_a_thread(self, hub: Hub) -> None:
         hub.listen("desk", Recorder())
