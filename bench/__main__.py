@@ -37,8 +37,8 @@ Durations on a 2-core machine: `all` about 10 minutes (scale's 100,000 sessions 
 read's 1,000,000-row desk take most of it), each scenario alone 10 s to 4 minutes,
 `--quick` a few seconds; `all` adds `append --backend postgres` (about a minute) when
 PostgreSQL's binaries are installed or `--dsn` is given. openai-agents' SQLiteSession is
-measured too when the
-`agents` package is importable (pip install openai-agents); otherwise a note says so.
+measured too when the `agents` package is importable (pip install openai-agents);
+otherwise a note says so.
 """
 
 
