@@ -11,7 +11,7 @@ import queue
 import socket
 import threading
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -35,8 +35,9 @@ from sharedesk.protocol import (
     Text,
     ValidationError,
 )
+from sharedesk.store import postgres
 from sharedesk.store._pg_schema import SCHEMA_VERSION
-from sharedesk.store.postgres import PostgresStore
+from sharedesk.store.postgres import Notify, PostgresStore
 from tests.store.contract import (
     ALICE,
     ContractStore,
@@ -232,6 +233,7 @@ class TestOptions:
             {"connect_timeout": "1"},
             {"retry_timeout": -1},
             {"retry_timeout": True},
+            {"notify": "never"},
             {"durability": "relaxed"},
         ],
         ids=str,
@@ -449,6 +451,28 @@ class TestFollow:
             assert ("desk\x00x", 2) == heard.get(timeout=10)
             assert ("other", 1) == heard.get(timeout=10)
 
+    @pytest.mark.parametrize("notify", ["commit", "after_commit"])
+    def test_a_follower_hears_appends_whichever_way_they_are_notified(
+        self, dsn: str, notify: Notify
+    ) -> None:
+        heard: queue.Queue[tuple[str | None, int]] = queue.Queue()
+        with PostgresStore(dsn) as a, PostgresStore(dsn, notify=notify) as b:
+            a.follow(lambda session_id, last: heard.put((session_id, last)))
+            b.append("s", [text()])
+            b.append_and_share(
+                "s",
+                [text()],
+                viewer="v",
+                state=SharingState(Conversation("s"), 1),
+                expected_state=None,
+            )
+
+            told = [heard.get(timeout=10)]
+            while told[-1] != ("s", 2):
+                told.append(heard.get(timeout=10))
+            # in commit order; "after_commit" may coalesce both commits into one notice
+            assert told in ([("s", 1), ("s", 2)], [("s", 2)])
+
     def test_an_append_that_stores_nothing_new_is_not_announced(self, dsn: str) -> None:
         heard: queue.Queue[tuple[str | None, int]] = queue.Queue()
         with PostgresStore(dsn) as store:
@@ -516,32 +540,60 @@ class TestConnectionLoss:
         [{"expected_version": 0}, {"unless_stored": "g"}],
         ids=["expected_version", "unless_stored"],
     )
-    def test_a_guarded_append_interrupted_at_commit_says_its_outcome_is_unknown(
+    def test_a_guarded_append_interrupted_at_commit_is_settled_by_a_read_and_run_again(
         self, pg: PostgresStore, dsn: str, guard: dict[str, Any]
     ) -> None:
+        """The trap aborted the commit: the read finds nothing stored, so it runs again."""
         interrupt_next_commit(dsn)
 
-        with pytest.raises(CommitOutcomeUnknown) as caught:
-            pg.append("s", [text(id="e1")], **guard)
+        stored = pg.append("s", [text(id="e1")], **guard)
 
-        assert ("s", "append") == (caught.value.session_id, caught.value.operation)
-        assert [1] == [e.sequence for e in pg.append("s", [text(id="e1")])]
+        assert stored == pg.read("s")
+        assert [1] == [e.sequence for e in stored]
 
-    def test_a_share_interrupted_at_commit_says_its_outcome_is_unknown(
+    def test_a_share_interrupted_at_commit_is_settled_by_a_read_and_run_again(
         self, pg: PostgresStore, dsn: str
     ) -> None:
         interrupt_next_commit(dsn)
+        state = SharingState(Conversation("s"), 0)
 
-        with pytest.raises(CommitOutcomeUnknown):
-            pg.append_and_share(
+        pg.append_and_share("s", [text()], viewer="v", state=state, expected_state=None)
+
+        assert (1, state) == (
+            pg.last_sequence("s"),
+            pg.get_sharing_state("s", "v", state.conversation),
+        )
+
+    @pytest.mark.parametrize(
+        "write",
+        [
+            lambda store: store.append("s", [text(id="e1")], expected_version=0),
+            lambda store: store.append_and_share(
                 "s",
-                [text()],
+                [text(id="e1")],
                 viewer="v",
                 state=SharingState(Conversation("s"), 0),
                 expected_state=None,
-            )
+            ),
+        ],
+        ids=["append", "append_and_share"],
+    )
+    def test_a_write_whose_interrupted_commit_cannot_be_settled_says_its_outcome_is_unknown(
+        self,
+        dsn: str,
+        monkeypatch: pytest.MonkeyPatch,
+        write: Callable[[PostgresStore], object],
+    ) -> None:
+        """As when the network, not the server, failed: the old server process lives on."""
+        monkeypatch.setattr(postgres, "_BACKEND_ALIVE", "SELECT 1 WHERE %s::int IS NOT NULL")
+        with PostgresStore(dsn, retry_timeout=0.2) as store:
+            interrupt_next_commit(dsn)
 
-        assert pg.get_sharing_state("s", "v", Conversation("s")) is None
+            with pytest.raises(CommitOutcomeUnknown) as caught:
+                write(store)
+
+            assert "s" == caught.value.session_id
+            assert [1] == [e.sequence for e in store.append("s", [text(id="e1")])]
 
     def test_a_driver_error_is_a_store_io_error_with_the_cause(
         self, pg: PostgresStore, dsn: str
@@ -567,3 +619,17 @@ class TestUnderAHub:
             assert ["hello", "hi Alice"] == [m.content for m in hub.view("desk", ALICE).messages]
             assert reply is not None and reply.sequence == 2
             assert [] == hub.turn("desk", bot).messages
+
+
+@pytest.fixture(autouse=True)
+def _no_store_thread_left_running() -> Iterator[None]:
+    """Every PostgresStore a test opens is closed by its end: no pool, listener or notifier
+    thread outlives it."""
+    before = set(threading.enumerate())
+    yield
+    leaked = [
+        thread.name
+        for thread in threading.enumerate()
+        if thread not in before and thread.name.startswith("sharedesk-pg")
+    ]
+    assert [] == leaked
