@@ -36,7 +36,7 @@ from sharedesk.protocol import (
     ValidationError,
 )
 from sharedesk.store._pg_schema import SCHEMA_VERSION
-from sharedesk.store.postgres import PostgresStore
+from sharedesk.store.postgres import Notify, PostgresStore
 from tests.store.contract import (
     ALICE,
     ContractStore,
@@ -232,6 +232,7 @@ class TestOptions:
             {"connect_timeout": "1"},
             {"retry_timeout": -1},
             {"retry_timeout": True},
+            {"notify": "never"},
             {"durability": "relaxed"},
         ],
         ids=str,
@@ -448,6 +449,28 @@ class TestFollow:
 
             assert ("desk\x00x", 2) == heard.get(timeout=10)
             assert ("other", 1) == heard.get(timeout=10)
+
+    @pytest.mark.parametrize("notify", ["commit", "after_commit"])
+    def test_a_follower_hears_appends_whichever_way_they_are_notified(
+        self, dsn: str, notify: Notify
+    ) -> None:
+        heard: queue.Queue[tuple[str | None, int]] = queue.Queue()
+        with PostgresStore(dsn) as a, PostgresStore(dsn, notify=notify) as b:
+            a.follow(lambda session_id, last: heard.put((session_id, last)))
+            b.append("s", [text()])
+            b.append_and_share(
+                "s",
+                [text()],
+                viewer="v",
+                state=SharingState(Conversation("s"), 1),
+                expected_state=None,
+            )
+
+            told = [heard.get(timeout=10)]
+            while told[-1] != ("s", 2):
+                told.append(heard.get(timeout=10))
+            # in commit order; "after_commit" may coalesce both commits into one notice
+            assert told in ([("s", 1), ("s", 2)], [("s", 2)])
 
     def test_an_append_that_stores_nothing_new_is_not_announced(self, dsn: str) -> None:
         heard: queue.Queue[tuple[str | None, int]] = queue.Queue()
