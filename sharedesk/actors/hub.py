@@ -198,6 +198,7 @@ class Hub:
                 ones), store options without a path, or a URL that is not a PostgreSQL
                 DSN.
             StoreError: The store could not be opened.
+            ImportError: A DSN, and psycopg (the ``postgres`` extra) is not installed.
 
         Cost: opens the store (LMDB: an environment, no fsync; PostgreSQL: its pool and
         the connection it listens on, the schema checked or created).
@@ -206,7 +207,6 @@ class Hub:
         settings = HubOptions(**hub_options)
         store: HubStore
         if is_postgres_dsn(path):
-            assert isinstance(path, str)
             return cls._open_postgres(path, settings, options)
         if path is None:
             if options:
@@ -233,7 +233,16 @@ class Hub:
     @classmethod
     def _open_postgres(cls, dsn: str, settings: HubOptions, options: dict[str, Any]) -> Hub:
         # psycopg loads here, never with ``import sharedesk``.
-        from sharedesk.store.postgres import PostgresStore
+        try:
+            from sharedesk.store.postgres import PostgresStore
+        except ModuleNotFoundError as exc:
+            if exc.name is None or exc.name.startswith("sharedesk"):
+                raise
+            raise ImportError(
+                f"a Hub on PostgreSQL needs {exc.name}, which is not installed: "
+                "pip install 'sharedesk[postgres]'",
+                name=exc.name,
+            ) from exc
 
         params = inspect.signature(PostgresStore).parameters.values()
         named = sorted(

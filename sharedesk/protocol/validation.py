@@ -29,7 +29,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Sequence
-from typing import Any, Final, cast
+from typing import Any, Final, TypeGuard, cast
 
 import msgspec
 
@@ -152,7 +152,7 @@ _URL: Final = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
 POSTGRES_SCHEMES: Final = ("postgresql", "postgres")
 
 
-def is_postgres_dsn(value: Any) -> bool:
+def is_postgres_dsn(value: Any) -> TypeGuard[str]:
     """Whether ``value`` is a ``str`` URL with a PostgreSQL scheme (``postgresql://...``).
 
     Only the scheme is looked at (case-insensitive); the rest is the driver's to check.

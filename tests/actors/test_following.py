@@ -14,6 +14,8 @@ import threading
 from collections.abc import Iterator
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from sharedesk.actors import Hub, HubOptions
 from sharedesk.actors._base import ActorKey
@@ -247,6 +249,45 @@ class TestNoticesPushTheMissingEvents:
 
         pushed = [sequence for push in recorder.wait_through(120) for sequence in push]
         assert list(range(1, 121)) == pushed
+
+
+#: One step of a run: the Hub appends, another process appends (told or not yet), a
+#: notice of the newest sequence, or a re-check.
+_STEPS = st.lists(
+    st.sampled_from(["own", "elsewhere", "elsewhere_untold", "notice", "recheck"]),
+    min_size=1,
+    max_size=30,
+)
+
+
+class TestPushesAreConsecutiveWhateverTheOrder:
+    @given(before=st.integers(min_value=0, max_value=3), steps=_STEPS)
+    @settings(max_examples=60)
+    def test_a_listener_is_pushed_every_event_after_listen_once_in_order(
+        self, before: int, steps: list[str]
+    ) -> None:
+        store = FollowingMemoryStore()
+        with Hub(store) as hub:
+            if before:
+                store.append_elsewhere("desk", [said("old") for _ in range(before)])
+            recorder = Recorder()
+            hub.listen("desk", recorder)
+            for step in steps:
+                if step == "own":
+                    hub.append("desk", [said("mine", ALICE)])
+                elif step.startswith("elsewhere"):
+                    (event,) = store.append_elsewhere("desk", [said("theirs")])
+                    if step == "elsewhere":
+                        store.fire("desk", event.sequence or 0)
+                elif step == "notice":
+                    store.fire("desk", store.last_sequence("desk"))
+                else:
+                    store.fire(None, 0)
+            last = store.last_sequence("desk")
+            store.fire("desk", last)  # the notice of the newest commit always comes
+            pushes = recorder.wait_through(last) if last > before else []
+
+        assert list(range(before + 1, last + 1)) == [s for push in pushes for s in push]
 
 
 class TestListenedSessionsKeepTheirActor:
