@@ -9,7 +9,9 @@ one event per call, each thread's ``j``-th call going to desk ``(t + j * threads
 as in the LMDB run:
 
 - ``append sharedesk store postgres t=N``: ``PostgresStore.append`` (a pool of ``N``
-  connections), and ``... hub postgres t=N`` through ``Hub.open("postgresql://...")``;
+  connections), ``... notify=after_commit t=N`` the same with
+  ``PostgresStore(notify="after_commit")`` (its notices sent by a notifier thread after
+  the commits), and ``... hub postgres t=N`` through ``Hub.open("postgresql://...")``;
 - ``append eventsourcing aggregate-recorder t=N``: the eventsourcing library's
   ``PostgresAggregateRecorder.insert_events``, one ``StoredEvent`` per call (the
   recorder whose guarantees match ours; see :mod:`bench.pg`);
@@ -27,15 +29,16 @@ in ``--rounds`` rounds (default 3) taking turns, and each figure sums its rounds
 the cross-process view latency: this process (A) posts to a desk through its Hub while
 a child process (B, :mod:`bench.pg_child`) with its own Hub on the same database waits
 for each post, in ``AsyncHub.wait_turn`` and, separately, polling a warm ``hub.view``
-every millisecond; from just before A's post call to the moment B has it, median and
-p99 over ``--posts`` posts (default 300), one post at a time.
+every millisecond, and once more through ``wait_turn`` with A's store on
+``notify="after_commit"``; from just before A's post call to the moment B has it,
+median and p99 over ``--posts`` posts (default 300), one post at a time.
 
 Then one thread alone appends ``min(1000, --events)`` times through the store and through
 raw psycopg with ``pg_notify``, and the wall time and this process's CPU time per append
 are reported (the client's share of the cost; the pools' threads idle meanwhile).
 
-Targets: store >= 1.0x the aggregate recorder, store >= 0.5x raw psycopg, cross-process
-``wait_turn`` latency median <= 50 ms.
+Targets: store >= 1.0x the aggregate recorder and >= 0.5x raw psycopg, with each
+``notify`` mode; cross-process ``wait_turn`` latency median <= 50 ms (default mode).
 """
 
 from __future__ import annotations
@@ -174,13 +177,16 @@ class _Child:
         self._stderr.close()
 
 
-def cross_process_latency(dsn: str, follow: str, posts: int) -> tuple[list[int], list[int]]:
+def cross_process_latency(
+    dsn: str, follow: str, posts: int, *, notify: str = "commit"
+) -> tuple[list[int], list[int]]:
     """Post ``posts`` times from this process while a child follows; return latencies.
 
     Args:
         dsn: The sharedesk database both Hubs open.
         follow: ``"wait_turn"`` or ``"view"`` (see :mod:`bench.pg_child`).
         posts: Posts timed, one at a time (the next once the child has seen the last).
+        notify: The ``notify`` option of process A's store (whose commits B follows).
 
     Returns:
         Per post: ns from just before the post call (A) to the child having it (B), and
@@ -192,10 +198,10 @@ def cross_process_latency(dsn: str, follow: str, posts: int) -> tuple[list[int],
     from sharedesk import Hub, Person
 
     ann = Person(id="ann", label="Ann")
-    desk = f"cross-process-{follow}"
+    desk = f"cross-process-{follow}-{notify}"
     seen: list[int] = []
     calls: list[int] = []
-    with Hub.open(dsn) as hub:
+    with Hub.open(dsn, notify=notify) as hub:
         child = _Child({"dsn": dsn, "desk": desk, "count": posts, "follow": follow})
         try:
             if child.answer() != "ready":
@@ -264,7 +270,9 @@ def _run_on(run_: BenchRun, args: argparse.Namespace, dsn: str) -> None:
     authors = [Agent(id=f"w{t}", label=f"writer {t}") for t in range(threads)]
     systems: list[tuple[str, str, str, Callable[[int, float], ThreadedResult]]] = []
 
-    def sharedesk_system(kind: str, append: Callable[[str, list[Any]], object]) -> None:
+    def sharedesk_system(
+        kind: str, append: Callable[[str, list[Any]], object], label: str | None = None
+    ) -> None:
         def write(count: int, budget: float, advance: Callable[[int], None]) -> ThreadedResult:
             def op(thread: int, j: int) -> None:
                 append(
@@ -278,7 +286,7 @@ def _run_on(run_: BenchRun, args: argparse.Namespace, dsn: str) -> None:
 
         systems.append(
             (
-                f"append sharedesk {kind} postgres t={threads}",
+                label or f"append sharedesk {kind} postgres t={threads}",
                 "sharedesk",
                 f"{kind}; one event per call, durable commit",
                 lambda count, budget: write(count, budget, lambda n: None),
@@ -299,6 +307,18 @@ def _run_on(run_: BenchRun, args: argparse.Namespace, dsn: str) -> None:
             store = PostgresStore(ours_dsn, min_connections=threads, max_connections=threads)
             closers.append(store.close)
             sharedesk_system("store", store.append)
+            after_commit = PostgresStore(
+                databases.create("sharedesk_after_commit"),
+                min_connections=threads,
+                max_connections=threads,
+                notify="after_commit",
+            )
+            closers.append(after_commit.close)
+            sharedesk_system(
+                "store, notify=after_commit",
+                after_commit.append,
+                f"append sharedesk store postgres notify=after_commit t={threads}",
+            )
             if via in ("hub", "both"):
                 hub = Hub.open(
                     databases.create("sharedesk_hub"),
@@ -408,11 +428,17 @@ def _run_on(run_: BenchRun, args: argparse.Namespace, dsn: str) -> None:
                 "store": f"{ours_cpu[0]:.0f} / {ours_cpu[1]:.0f}",
                 "raw psycopg +notify": f"{raw_cpu[0]:.0f} / {raw_cpu[1]:.0f}",
             }
-            for follow in ("wait_turn", "view"):
-                label = f"cross-process {follow} postgres"
+            for follow, notify in (
+                ("wait_turn", "commit"),
+                ("view", "commit"),
+                ("wait_turn", "after_commit"),
+            ):
+                label = f"cross-process {follow} postgres" + (
+                    "" if notify == "commit" else f" notify={notify}"
+                )
                 with run_.progress(f"{label} ({posts} posts)", 1) as advance:
                     try:
-                        seen, calls = cross_process_latency(ours_dsn, follow, posts)
+                        seen, calls = cross_process_latency(ours_dsn, follow, posts, notify=notify)
                     except ValidationError as error:  # a Hub that cannot open the URL
                         run_.note(f"cross-process view latency not measured: {error}")
                         break
@@ -426,11 +452,11 @@ def _run_on(run_: BenchRun, args: argparse.Namespace, dsn: str) -> None:
                         ops=len(seen),
                         seconds=sum(seen) / 1e9,
                         latencies_ns=seen,
-                        params={"backend": "postgres", "follow": follow},
+                        params={"backend": "postgres", "follow": follow, "notify": notify},
                         note="from process A's post call to process B having it",
                     )
                 )
-                if follow == "wait_turn":
+                if follow == "wait_turn" and notify == "commit":
                     latencies.append(
                         measurement(
                             scenario=NAME,
@@ -465,6 +491,7 @@ RECORDER_NOTE = (
 def _targets(run_: BenchRun, args: argparse.Namespace) -> None:
     threads = _threads(run_, args)
     ours = run_.rate(f"append sharedesk store postgres t={threads}")
+    ours_after = run_.rate(f"append sharedesk store postgres notify=after_commit t={threads}")
     raw = run_.rate(f"append psycopg raw t={threads}")
     notify = run_.rate(f"append psycopg raw +notify t={threads}")
     after = run_.rate(f"append psycopg raw notify-after-commit t={threads}")
@@ -499,6 +526,31 @@ def _targets(run_: BenchRun, args: argparse.Namespace) -> None:
                 what="events/s",
             )
         )
+    for name, claim, label, bound in (
+        (
+            "append-postgres-after-commit-vs-eventsourcing",
+            "vs eventsourcing PostgresAggregateRecorder",
+            f"append eventsourcing aggregate-recorder t={threads}",
+            1.0,
+        ),
+        (
+            "append-postgres-after-commit-vs-raw-psycopg",
+            "vs raw psycopg, one transaction per append",
+            f"append psycopg raw t={threads}",
+            0.5,
+        ),
+    ):
+        run_.targets.append(
+            ratio_target(
+                name=name,
+                claim=f"append PostgresStore(notify='after_commit') t={threads} {claim}",
+                numerator=ours_after,
+                denominator=run_.rate(label),
+                bound=bound,
+                at_least=True,
+                what="events/s",
+            )
+        )
     latency = run_.find("cross-process wait_turn postgres")
     median_ms = None if latency is None or latency.median_us is None else latency.median_us / 1000
     run_.targets.append(
@@ -520,6 +572,13 @@ def _targets(run_: BenchRun, args: argparse.Namespace) -> None:
             "median": median_ms,
             "p99": latency.p99_us / 1000,
             "posts": latency.ops,
+        }
+    late = run_.find("cross-process wait_turn postgres notify=after_commit")
+    if late is not None and late.median_us is not None and late.p99_us is not None:
+        run_.figures["cross_process_wait_turn_after_commit_ms"] = {
+            "median": late.median_us / 1000,
+            "p99": late.p99_us / 1000,
+            "posts": late.ops,
         }
     polled = run_.find("cross-process view postgres")
     if polled is not None and polled.median_us is not None and polled.p99_us is not None:

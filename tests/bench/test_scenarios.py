@@ -173,6 +173,7 @@ class TestAppendPostgres:
     ) -> None:
         assert {
             "append sharedesk store postgres t=2",
+            "append sharedesk store postgres notify=after_commit t=2",
             "append sharedesk hub postgres t=2",
             "append eventsourcing aggregate-recorder t=2",
             "append eventsourcing application-recorder t=2",
@@ -182,12 +183,14 @@ class TestAppendPostgres:
         } <= labels(postgres_report)
         assert all(m.ops > 0 for m in postgres_report.measurements)
 
-    def test_postgres_backend_checks_two_ratios_and_the_cross_process_latency(
+    def test_postgres_backend_checks_two_ratios_per_notify_mode_and_the_latency(
         self, postgres_report: Report
     ) -> None:
         assert [
             "append-postgres-vs-eventsourcing",
             "append-postgres-vs-raw-psycopg",
+            "append-postgres-after-commit-vs-eventsourcing",
+            "append-postgres-after-commit-vs-raw-psycopg",
             "cross-process-view-latency-median",
         ] == [t.name for t in postgres_report.targets]
         assert all(t.status in ("PASS", "SHORT") for t in postgres_report.targets)
@@ -197,9 +200,10 @@ class TestAppendPostgres:
     ) -> None:
         by_label = {m.label: m for m in postgres_report.measurements}
 
-        assert (7, 7) == (
+        assert (7, 7, 7) == (
             by_label["cross-process wait_turn postgres"].ops,
             by_label["cross-process view postgres"].ops,
+            by_label["cross-process wait_turn postgres notify=after_commit"].ops,
         )
         assert {"median", "p99", "posts"} == set(
             postgres_report.figures["cross_process_wait_turn_ms"]
