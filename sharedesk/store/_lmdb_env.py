@@ -10,15 +10,24 @@ open, because LMDB remaps the file. Every transaction, read or write, therefore 
 the environment's :class:`ResizeLock` in shared mode, and a resize (or adopting a map
 grown by another process) holds it exclusively.
 
-Several processes. The sub-databases are opened in an explicit write transaction:
-``begin(write=True)`` waits for LMDB's write lock with the GIL released, so while
-another process writes, only the opening thread waits (py-lmdb's ``open_db`` without a
-transaction takes the lock while holding the GIL, which froze every thread of the
-opener). A read-only transaction cannot do it: py-lmdb 3.0 resets a read-only
-transaction on commit, so a handle opened in one is never published to the
-environment. The write transaction writes nothing unless it creates them. A map
-grown by another process (``MapResizedError``) is adopted (``set_mapsize(0)``) and the
-open or transaction retried. Reader slots left by processes that died are reclaimed
+Several processes. Opening a file that has every sub-database never takes LMDB's
+write lock, so it never waits for another process's writer (nor for ever, for one
+stopped while it holds the lock). The sub-databases are created once: by the open that
+finds one missing (a new file, or one written before it existed), which is the only open
+that takes the write lock. A sub-database handle is usable by every transaction only
+once it is *published* to the environment, and py-lmdb 3.0 publishes only from a write
+transaction: its ``commit()`` of a read-only transaction is ``mdb_txn_reset``, which
+drops the handles opened in it (LMDB's own ``mdb_txn_commit`` would keep them), and its
+``open_db`` without a transaction begins a write transaction (holding the GIL while it
+waits for the lock) unless the whole environment is read-only. So the handles are
+published by the first write transaction, which takes the lock anyway (or by the open
+that creates a sub-database). Until then a read opens the handles it uses inside its own
+read-only transaction (``open_db(create=False)``), and, as LMDB requires of
+``mdb_dbi_open``, such reads run one at a time in this process
+(:meth:`SharedEnvironment.read`). Appends wait for the write lock, as they must.
+
+A map grown by another process (``MapResizedError``) is adopted (``set_mapsize(0)``)
+and the open or transaction retried. Reader slots left by processes that died are reclaimed
 (``reader_check``) at open, whenever a read finds the reader table full, and by each
 store's writer every ``READER_CHECK_COMMITS`` commits (a stale slot pins the oldest
 snapshot: until it is reclaimed no page is reused and the file grows). One case is left
@@ -38,9 +47,11 @@ environment (LMDB's own rule: it creates the file empty and writes the meta page
 
 from __future__ import annotations
 
+import contextlib
 import os
 import struct
 import threading
+from collections.abc import Iterator, Mapping
 from typing import Any, Final
 
 import lmdb
@@ -240,26 +251,165 @@ class ResizeLock:
             self._cond.notify_all()
 
 
+class Databases(Mapping[bytes, Any]):
+    """The sub-database handles, keyed by name (see ``DATABASES``), as this thread sees them.
+
+    Once the handles are published (:meth:`SharedEnvironment.publish`) every transaction
+    uses them. Before, the read transaction running on this thread (there is at most one:
+    :meth:`SharedEnvironment.read`) opens each one it uses, on first use.
+    """
+
+    __slots__ = ("_shared",)
+
+    def __init__(self, shared: SharedEnvironment) -> None:
+        self._shared = shared
+
+    def __getitem__(self, name: bytes) -> Any:
+        published = self._shared.published
+        if published is not None:
+            return published[name]
+        return self._shared.own_handle(name)
+
+    def __iter__(self) -> Iterator[bytes]:
+        return iter(DATABASES)
+
+    def __len__(self) -> int:
+        return len(DATABASES)
+
+
 class SharedEnvironment:
     """One open LMDB environment, its sub-databases, and who uses it.
 
     Attributes:
         path: The environment's real path.
         env: The py-lmdb environment.
-        dbs: The sub-databases, keyed by name (see ``DATABASES``).
+        dbs: The sub-databases, keyed by name (see :class:`Databases`).
+        published: The handles every transaction may use, once published (else ``None``).
         durability: ``"durable"`` or ``"relaxed"``, as opened.
         lock: Held shared by every transaction, exclusively by a resize.
         closed: Set once the environment is closed (under the exclusive lock).
     """
 
-    def __init__(self, path: str, env: Any, dbs: dict[bytes, Any], durability: str) -> None:
+    def __init__(self, path: str, env: Any, durability: str) -> None:
         self.path = path
         self.env = env
-        self.dbs = dbs
         self.durability = durability
         self.lock = ResizeLock()
         self.closed = False
         self.refs = 0
+        self.published: dict[bytes, Any] | None = None
+        self.dbs = Databases(self)
+        # Held by the one read transaction that opens its own handles, for its whole
+        # life, and by the publishing write transaction while it opens them: LMDB
+        # allows no other transaction to open handles meanwhile (mdb_dbi_open).
+        self._handles_lock = threading.RLock()
+        # (thread, transaction, handles it opened) of that read transaction.
+        self._own: tuple[int, Any, dict[bytes, Any]] | None = None
+
+    @contextlib.contextmanager
+    def read(self) -> Iterator[Any]:
+        """Run a read-only transaction in which :attr:`dbs` gives usable handles.
+
+        With published handles, a plain read transaction. Before, one read transaction
+        at a time in this process (reads are serialised until the first write publishes
+        the handles), each opening the handles it uses (``open_db(create=False)`` in the
+        read transaction: no write lock); a read nested in it on the same thread runs in
+        the same transaction. The caller holds :attr:`lock` shared.
+
+        Cost: one read transaction; before publication, up to one handle open (a
+        main-database lookup) per sub-database used, and waiting for other readers here.
+        """
+        if self.published is not None:
+            with self.env.begin(buffers=False) as txn:
+                yield txn
+            return
+        with self._handles_lock:
+            own = self._own
+            if own is not None:  # a read nested in this thread's own (the lock is ours)
+                yield own[1]
+                return
+            with self.env.begin(buffers=False) as txn:
+                if self.published is None:
+                    self._own = (threading.get_ident(), txn, {})
+                try:
+                    yield txn
+                finally:
+                    self._own = None
+
+    def own_handle(self, name: bytes) -> Any:
+        """Open ``name`` in this thread's read transaction (before publication).
+
+        Raises:
+            StoreIOError: No read transaction of :meth:`read` runs on this thread.
+            lmdb.Error: LMDB failed (``NotFoundError``: the sub-database is missing).
+        """
+        own = self._own
+        if own is None or own[0] != threading.get_ident():
+            raise StoreIOError(self.path, f"use sub-database {name!r} outside a transaction")
+        handles = own[2]
+        handle = handles.get(name)
+        if handle is None:
+            handle = handles[name] = self.env.open_db(name, txn=own[1], create=False)
+        return handle
+
+    def publish(self) -> None:
+        """Open every sub-database for all transactions, creating the missing ones.
+
+        py-lmdb publishes a handle to the environment only from a write transaction (it
+        resets a read-only transaction on commit, which drops the handles it opened), so
+        this takes LMDB's write lock: it waits while another process writes, with the
+        GIL released (only the calling thread waits). Done once per environment: by the
+        open when a sub-database is missing (a new file, or one written before it), else
+        by the first write, which takes the write lock anyway.
+
+        Raises:
+            CorruptRecordError: LMDB found the main database damaged.
+            StoreIOError: LMDB failed.
+
+        Cost: one write transaction; it writes (and syncs) only when it creates one.
+        """
+        while self.published is None:
+            self.lock.acquire_shared()
+            try:
+                with self.env.begin(write=True) as txn, self._handles_lock:
+                    if self.published is None:
+                        handles = {name: self.env.open_db(name, txn=txn) for name in DATABASES}
+                        txn.commit()
+                        self.published = handles
+                return
+            except lmdb.MapResizedError:
+                pass
+            except (lmdb.CorruptedError, lmdb.PageNotFoundError) as exc:
+                raise _damaged(self.path, str(exc)) from exc
+            except lmdb.Error as exc:
+                raise StoreIOError(self.path, "open") from exc
+            finally:
+                self.lock.release_shared()
+            self.resize(0)  # another process grew the map: adopt its size
+
+    def missing_databases(self) -> list[bytes]:
+        """Return the sub-databases the file lacks, read without the write lock.
+
+        Raises:
+            CorruptRecordError: LMDB found the main database damaged.
+            StoreIOError: LMDB failed.
+
+        Cost: one read transaction, one main-database lookup per sub-database.
+        """
+        while True:
+            self.lock.acquire_shared()
+            try:
+                with self.env.begin(buffers=False) as txn:
+                    return [name for name in DATABASES if txn.get(name) is None]
+            except lmdb.MapResizedError:
+                pass
+            except (lmdb.CorruptedError, lmdb.PageNotFoundError) as exc:
+                raise _damaged(self.path, str(exc)) from exc
+            except lmdb.Error as exc:
+                raise StoreIOError(self.path, "open") from exc
+            finally:
+                self.lock.release_shared()
+            self.resize(0)
 
     def map_size(self) -> int:
         """Return the current map size in bytes. Cost: O(1)."""
@@ -408,41 +558,17 @@ class _Registry:
             # LMDB read the meta pages with pread and holds the lock file, so the file
             # is initialised; nothing has been read through the map yet.
             check_data_file(real)
-            shared = SharedEnvironment(real, env, {}, durability)
+            shared = SharedEnvironment(real, env, durability)
             shared.reclaim_readers()
             if verify:
                 shared.verify()
-            shared.dbs.update(_open_databases(shared))
+            if shared.missing_databases():
+                shared.publish()  # creates them: the only open that takes the write lock
         except BaseException:
             env.close()
             raise
         _log.debug("store.env_opened", path=real, durability=durability, map_size=map_size)
         return shared
-
-
-def _open_databases(shared: SharedEnvironment) -> dict[bytes, Any]:
-    """Open the sub-databases (creating them the first time) in an explicit write transaction.
-
-    Waits for LMDB's write lock if another process holds it, with the GIL released, so
-    the opener's other threads keep running (see the module comment).
-
-    Raises:
-        CorruptRecordError: LMDB found the main database damaged.
-        StoreIOError: LMDB failed.
-
-    Cost: one write transaction; it writes (and syncs) only when it creates them.
-    """
-    env = shared.env
-    while True:
-        try:
-            with env.begin(write=True) as txn:
-                return {name: env.open_db(name, txn=txn) for name in DATABASES}
-        except lmdb.MapResizedError:
-            env.set_mapsize(0)  # another process grew the map: adopt its size
-        except (lmdb.CorruptedError, lmdb.PageNotFoundError) as exc:
-            raise _damaged(shared.path, str(exc)) from exc
-        except lmdb.Error as exc:
-            raise StoreIOError(shared.path, "open") from exc
 
 
 #: The process-wide registry (see the module comment for why it exists).

@@ -1061,34 +1061,65 @@ class TestLmdbStoreProcesses:
         assert 0 == child.returncode, err.decode()
         assert list(range(1, 301)) == [e.sequence for e in store.read("shared")]
 
-    def test_opening_while_another_process_holds_the_write_lock_lets_other_threads_run(
+    def test_opening_and_reading_while_another_process_holds_the_write_lock_do_not_wait(
         self, store_path: Path, spawn: ChildFactory
     ) -> None:
         with LmdbStore(store_path) as store:
             store.append("s", [text()])
-        holder = spawn("-c", HOLD_WRITE_LOCK_CHILD, str(store_path))
+        release = store_path.parent / "release"
+        holder = spawn("-c", HOLD_WRITE_LOCK_CHILD, str(store_path), str(release))
         assert holder.stdout is not None
         assert b"holding\n" == holder.stdout.readline()
-        beats, stop = [0], threading.Event()
 
-        def heartbeat() -> None:
-            while not stop.wait(0.005):
-                beats[0] += 1
-
-        thread = threading.Thread(target=heartbeat)
-        thread.start()
-        try:
-            before = beats[0]
+        def open_and_read() -> list[int | None]:
             with LmdbStore(store_path) as store:
-                during = beats[0] - before
-                assert [1] == [e.sequence for e in store.read("s")]
-        finally:
-            stop.set()
-            thread.join()
+                return [e.sequence for e in store.read("s")]
+
+        thread, outcome = in_thread(open_and_read)
+        thread.join(60)  # a hang detector: the holder keeps the lock until told
+        read_while_held = (list(outcome), holder.poll() is None)
+        release.touch()
         _out, err = holder.communicate(timeout=60)
+        thread.join()
 
         assert 0 == holder.returncode, err.decode()
-        assert during >= 20  # the holder keeps the lock ~2 s: the heartbeat ran meanwhile
+        assert ([[1]], True) == read_while_held
+
+    def test_a_reopened_store_reads_before_its_first_write_publishes_the_sub_databases(
+        self, store_path: Path
+    ) -> None:
+        with LmdbStore(store_path) as first:
+            stored = first.append("s", [text("a"), text("b")])
+
+        with LmdbStore(store_path) as second:
+            unpublished = second._shared.published is None
+            nested = second._in_read(lambda _txn: second.read("s"))
+            read = second.read("s")
+            appended = second.append("s", [text("c")])
+
+            assert (True, stored, stored) == (unpublished, nested, read)
+            assert second._shared.published is not None
+            assert [*stored, *appended] == second.read("s")
+
+    def test_threads_reading_a_reopened_store_while_its_first_append_commits_read_whole_rows(
+        self, store_path: Path
+    ) -> None:
+        with LmdbStore(store_path, durability="relaxed") as first:
+            first.append("s", [text(str(index)) for index in range(50)])
+
+        with LmdbStore(store_path, durability="relaxed") as second:
+
+            def read_many() -> set[int]:
+                return {len(second.read("s")) for _ in range(40)}
+
+            readers = [in_thread(read_many) for _ in range(4)]
+            second.append("s", [text("late")])
+            for thread, _ in readers:
+                thread.join()
+
+            seen = [outcome for _, outcome in readers]
+            assert all(len(out) == 1 and out[0] <= {50, 51} for out in seen), seen
+            assert 51 == len(second.read("s"))
 
     def test_map_grown_by_another_process_is_adopted(
         self, store_path: Path, spawn: ChildFactory
@@ -1119,12 +1150,14 @@ with LmdbStore(sys.argv[1]) as store:
         store.append(sys.argv[2], [Event(Person(id="c", label="C"), Text("child"))])
 """
 
+#: Holds the write lock until the file ``argv[2]`` exists.
 HOLD_WRITE_LOCK_CHILD = """
-import sys, time, lmdb
+import os, sys, time, lmdb
 env = lmdb.open(sys.argv[1], max_dbs=5)
 with env.begin(write=True):
     print("holding", flush=True)
-    time.sleep(2)
+    while not os.path.exists(sys.argv[2]):
+        time.sleep(0.01)
 """
 
 GROW_CHILD = """
