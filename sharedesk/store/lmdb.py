@@ -353,7 +353,8 @@ class LmdbStore:
             os.fspath(path), durability=durability, map_size=map_size, verify=verify
         )
         self._path = self._shared.path
-        self._dbs = self._shared.dbs
+        # The handles as this thread sees them until published, then the published ones.
+        self._dbs: Mapping[bytes, Any] = self._shared.dbs
         _index_older_events(self._shared)
         # (last sequence, Text rows) per session prefix as of this store's last commit;
         # valid only while no other writer committed in between (checked by txn id).
@@ -549,6 +550,7 @@ class LmdbStore:
             for request in group:
                 request.settle(error=exc)
             return
+        self._dbs = self._shared.published or self._dbs  # plain handles from now on
         while True:
             try:
                 outcomes = self._write(group, before_commit)
@@ -915,7 +917,12 @@ class LmdbStore:
             try:
                 if self._committer.closed or shared.closed:
                     raise StoreClosedError(self._path)
-                with shared.read() as txn:
+                published = shared.published
+                if published is None:
+                    with shared.read() as txn:
+                        return body(txn)
+                self._dbs = published  # plain handles from now on
+                with shared.env.begin(buffers=False) as txn:
                     return body(txn)
             except lmdb.MapResizedError:
                 full = False
