@@ -156,7 +156,7 @@ def check_data_file(path: str, *, full: bool = False) -> None:
         StoreIOError: The file cannot be read.
 
     Cost: one read of the first two pages and one ``fstat``; a full read of the file
-    (about 16 ms per MB) with ``full``, or when it is shorter than its meta page says.
+    (2.5 to 10 ms per MB) with ``full``, or when it is shorter than its meta page says.
     """
     data = os.path.join(path, DATA_FILE)
     problem = ""
@@ -423,7 +423,7 @@ class SharedEnvironment:
             CorruptRecordError: The file is damaged.
             StoreIOError: It cannot be read.
 
-        Cost: one read transaction held while the whole file is read (~16 ms per MB).
+        Cost: one read transaction held while the whole file is read (2.5-10 ms per MB).
         """
         self.lock.acquire_shared()
         try:

@@ -300,10 +300,14 @@ class LmdbStore:
             thread wakes is woken by the writer after the same window (plus the commit
             in progress, if any). ``None``: 2 ms when durable, 0.5 ms when relaxed.
         verify: Walk every page of the file with py-lmdb's offline verifier before
-            trusting it. Without it the open checks the meta pages and the file size
-            (so a truncated, zeroed or garbled-meta file is refused), but LMDB trusts
-            what the pages hold, and a page damaged inside the file can make LMDB abort
-            the process on a later read. ``sharedesk inspect`` verifies.
+            trusting it (``sharedesk inspect`` does). Without it the open checks the
+            meta pages against the file size, so a truncated, zeroed or garbled-meta
+            file is refused (``CorruptRecordError``); LMDB then trusts what the other
+            pages hold: a page damaged inside the file is mostly a typed error on the
+            read that reaches it, but a garbled leaf page can trip LMDB's own assertion
+            (``IS_LEAF``), which aborts the process (SIGABRT). No check cheaper than
+            the walk rules that out (the branch pages above such a leaf are intact).
+            Damage done after the open is never checked.
 
     Raises:
         ValidationError: A bad option (``max_map_size`` under 64 KiB included), a path
@@ -314,11 +318,12 @@ class LmdbStore:
         StoreIOError: LMDB could not open the environment.
 
     Cost: opens (or shares) the environment and starts one writer thread; with
-    ``verify``, reads the whole file (about 16 ms per MB). The open of a file that has
-    every sub-database takes no write lock, so it never waits for another process's
-    writer; only creating a sub-database (a new file, or one written before that
-    sub-database existed) waits for LMDB's write lock. Until this process's first
-    write, its reads of such a file run one at a time (see ``_lmdb_env``).
+    ``verify``, reads the whole file (2.5 to 10 ms per MB, large events to small). The
+    open of a file that has every sub-database takes no write lock, so it never waits
+    for another process's writer; only creating a sub-database (a new file, or one
+    written before that sub-database existed) waits for LMDB's write lock. Until this
+    process's first write, its reads of such a file run one at a time (see
+    ``_lmdb_env``).
     """
 
     def __init__(

@@ -581,6 +581,18 @@ def overwrite(offset: int, length: int | None, *, seed: int | None) -> Damage:
     return damage
 
 
+def garbage_page(rng: random.Random, pages: int) -> Damage:
+    """Overwrite one page (drawn from ``rng``, past the meta pages) with ``rng``'s bytes."""
+    at = rng.randrange(2, pages) * 4096
+    garbage = rng.randbytes(4096)
+
+    def damage(file: Any, _size: int) -> None:
+        file.seek(at)
+        file.write(garbage)
+
+    return damage
+
+
 @pytest.fixture(scope="module")
 def pristine(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     """A closed store of 300 events in 7 sessions, and the digest its reader prints."""
@@ -603,11 +615,14 @@ def run_damaged(
     cases: dict[str, Damage],
     *,
     verify: bool = False,
+    lmdb_aborts: bool = False,
 ) -> dict[str, str]:
     """Damage a copy of the pristine store per case and read it in a child.
 
     Returns each case's outcome: ``"intact"`` (every event read back unchanged) or the
-    error type. A signal, a non-zero exit or a changed read fails the test.
+    error type. A signal, a non-zero exit or a changed read fails the test; with
+    ``lmdb_aborts``, an abort by one of LMDB's own assertions is the outcome
+    ``"SIGABRT"`` (any other signal still fails).
     """
     source, digest = pristine
     outcomes: dict[str, str] = {}
@@ -619,6 +634,9 @@ def run_damaged(
             damage(file, data.stat().st_size)
         child = spawn("-c", DAMAGED_CHILD, str(path), "verify" if verify else "trust")
         out, _ = child.communicate(timeout=HANG)
+        if lmdb_aborts and -signal.SIGABRT == child.returncode and b"Assertion" in out:
+            outcomes[name] = "SIGABRT"
+            continue
         assert 0 == child.returncode, f"{name}: exit status {child.returncode}"
         (result,) = [line for line in out.decode().splitlines() if line.startswith("RESULT ")]
         outcome = result.removeprefix("RESULT ")
@@ -684,6 +702,36 @@ class TestDamagedFiles:
         errors = sum(1 for outcome in outcomes.values() if outcome != "intact")
         report(cases=len(outcomes), typed_errors=errors, signals=0, hangs=0)
         assert errors > 0
+
+    def test_a_damaged_page_inside_the_file_unverified_is_typed_intact_or_an_lmdb_abort(
+        self, pristine: tuple[Path, str], tmp_path: Path, spawn: Spawn, report: Report
+    ) -> None:
+        """The documented limit of an open without ``verify``, pinned.
+
+        Garbage over a whole page, or a few garbled bytes in a page's header and node
+        offsets, at random pages of a file of the right size: each read is a typed
+        error or intact, or LMDB's own assertion aborts the reader (a garbled leaf:
+        ``IS_LEAF(mp)`` in ``mdb_cursor_next``); never another signal, a hang or a
+        changed read.
+        """
+        pages = (pristine[0] / "data.mdb").stat().st_size // 4096
+        cases: dict[str, Damage] = {}
+        for index in range(24):
+            cases[f"garbage-page-{index}"] = garbage_page(random.Random(1000 + index), pages)
+        for index in range(8):
+            rng = random.Random(2000 + index)
+            at = rng.randrange(2, pages) * 4096 + rng.randrange(0, 60)
+            cases[f"garbled-header-{index}-at-{at}"] = overwrite(at, 4, seed=300 + index)
+        outcomes = run_damaged(pristine, tmp_path, spawn, cases, lmdb_aborts=True)
+
+        counted = {kind: list(outcomes.values()).count(kind) for kind in set(outcomes.values())}
+        report(cases=len(outcomes), hangs=0, **counted)
+        assert set(outcomes.values()) <= {
+            "intact",
+            "CorruptRecordError",
+            "StoreIOError",
+            "SIGABRT",
+        }
 
     def test_inspect_on_a_damaged_file_exits_with_an_error_not_a_signal(
         self, pristine: tuple[Path, str], tmp_path: Path, spawn: Spawn, report: Report
