@@ -36,7 +36,7 @@ from sharedesk.protocol.validation import MAX_SESSION_ID_BYTES
 from sharedesk.runs import ScriptedAdapter, SessionManager
 from sharedesk.store import LmdbStore
 from sharedesk.store._group_commit import wake
-from sharedesk.store._lmdb_env import READER_CHECK_COMMITS
+from sharedesk.store._lmdb_env import READER_CHECK_COMMITS, tree_problem
 from sharedesk.store._lmdb_layout import SEQ, session_prefix, sharing_key
 from sharedesk.store.lmdb import _Request
 from tests.store.conftest import ChildFactory, run_child
@@ -703,6 +703,28 @@ class _FullReaderTable:
         return 1
 
 
+class _GrownElsewhere:
+    """Wraps an environment so that its next read transaction finds the map grown."""
+
+    def __init__(self, env: Any) -> None:
+        self._env = env
+        self.grown = True
+        self.adopted = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._env, name)
+
+    def begin(self, **options: Any) -> Any:
+        if not options.get("write") and self.grown:
+            self.grown = False
+            raise lmdb.MapResizedError("simulated: another process grew the map")
+        return self._env.begin(**options)
+
+    def set_mapsize(self, size: int) -> None:
+        self.adopted += 1
+        self._env.set_mapsize(size)
+
+
 class TestLmdbStoreReaderSlots:
     def test_a_full_reader_table_is_reclaimed_and_the_read_retried(self, store: LmdbStore) -> None:
         stored = store.append("s", [text()])
@@ -926,11 +948,62 @@ class TestLmdbStoreDataFile:
         with pytest.raises(CorruptRecordError, match="verifier reports"):
             LmdbStore(store_path, verify=True)
 
+    def test_verify_adopts_a_map_grown_by_another_process_and_walks_again(
+        self, store_path: Path
+    ) -> None:
+        filled(store_path)
+        with LmdbStore(store_path) as first:
+            env = first._shared.env
+            first._shared.env = grown = _GrownElsewhere(env)
+            try:
+                with LmdbStore(store_path, verify=True) as second:
+                    last = second.last_sequence("s/0")
+            finally:
+                first._shared.env = env
+
+        assert (50, 1, False) == (last, grown.adopted, grown.grown)
+
     def test_verify_opens_a_sound_store(self, store_path: Path) -> None:
         filled(store_path)
 
         with LmdbStore(store_path, verify=True) as store:
             assert 50 == store.last_sequence("s/0")
+
+    def test_a_leaf_page_with_a_garbled_header_is_refused_at_open_without_verify(
+        self, store_path: Path
+    ) -> None:
+        """LMDB would abort on the read that steps onto such a leaf (``IS_LEAF``).
+
+        Every leaf but the main database's root (the sub-database records) is garbled.
+        """
+        filled(store_path)
+        raw = bytearray((store_path / "data.mdb").read_bytes())
+        # The main database's root page, in each meta page (after the page header, the
+        # meta's first 24 bytes and the free database's record; the root ends a record).
+        main_roots = {int.from_bytes(raw[at + 128 : at + 136], "little") for at in (0, 4096)}
+        for at in range(2 * 4096, len(raw), 4096):
+            if raw[at + 10] == 0x02 and at // 4096 not in main_roots:
+                raw[at + 10] = 0x04  # a leaf's flags: now it claims to be an overflow page
+        (store_path / "data.mdb").write_bytes(raw)
+
+        with pytest.raises(CorruptRecordError, match=r"page \d+ is damaged"):
+            LmdbStore(store_path)
+
+    def test_the_open_walk_passes_a_sound_store_with_deep_trees(self, store_path: Path) -> None:
+        with LmdbStore(store_path, durability="relaxed") as store:
+            for index in range(200):
+                store.append(f"s/{index % 7}", [text("x" * 40) for _ in range(50)])
+        env = lmdb.open(str(store_path), max_dbs=8, readonly=True)
+        try:
+            with env.begin() as txn:
+                depth = txn.stat(env.open_db(b"events", txn=txn, create=False))["depth"]
+        finally:
+            env.close()
+
+        with LmdbStore(store_path) as store:
+            events = sum(len(store.read(f"s/{index}")) for index in range(7))
+            assert (None, 10_000) == (tree_problem(store.path), events)
+        assert depth >= 3
 
 
 class TestLmdbStoreRecords:
