@@ -52,8 +52,8 @@ write lock (the first write publishes the sub-database handles); a read or write
 finds the map grown by another process adopts it and runs again; a read that finds the
 reader table full reclaims the slots of dead processes and runs once more; the writer
 reclaims them every ``READER_CHECK_COMMITS`` commits too, since one dead reader's slot
-stops LMDB reusing pages. A full disk (ENOSPC at commit) is handled like a full map at its ceiling:
-request by request, and only those that do not fit get ``StoreFullError``.
+stops LMDB reusing pages. A full disk (ENOSPC at commit) is handled like a full map at
+its ceiling: request by request, and only those that do not fit get ``StoreFullError``.
 """
 
 from __future__ import annotations
