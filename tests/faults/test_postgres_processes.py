@@ -1,0 +1,605 @@
+"""Process faults on one PostgreSQL database: many writers, kill -9, restarts, lost connections.
+
+The load is :mod:`tests.faults.pg_writer`: batches of event ids drawn from one pool that
+every writer shares, so several processes submit the same id, and a writer that replaces
+a killed one resubmits ids whose first append may or may not have committed. Writers
+report every event ``append`` returned (``ack``); afterwards an audit reads every session
+back and checks it: sequences 1..N with no gap, every id stored once and in its own
+session, every acknowledged event stored with the sequence it was acknowledged with.
+
+Each test prints its figures on one line, ``fault <test>: cycles=... acknowledged=...
+lost=... duplicated=... gaps=... hangs=...`` (see ``tests.faults.test_lmdb_processes``),
+which the README's Reliability table cites. Every wait is bounded (``HANG``): a writer,
+a thread or a notice that does not come in time is a hang, and the test fails.
+
+Tests that restart the server start their own (``ThrowawayPostgres``, durable commits);
+the others use a fresh database on the session's server.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import IO, Any
+
+import psycopg
+import pytest
+
+from bench.pgserver import PostgresUnavailable, ThrowawayPostgres
+from sharedesk.store.postgres import PostgresStore
+from tests.conftest import _in_ci
+from tests.faults.pg_writer import PooledWriter, pooled_event, pooled_session
+from tests.faults.test_lmdb_processes import HANG, Report
+from tests.store.conftest import ROOT, child_env
+
+pytestmark = pytest.mark.slow
+
+SESSIONS = 8
+
+
+class Hang(AssertionError):
+    """A writer, a thread or a notice did not arrive within ``HANG`` seconds."""
+
+
+class Writer:
+    """A writer child (``tests.faults.pg_writer``) whose lines a thread collects as they come.
+
+    Its stdout holds only the report lines; its stderr (the driver's and the pool's log
+    lines, a traceback) is kept apart, for the failure messages.
+    """
+
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        threads: int,
+        pool: int,
+        seed: int,
+        appends: int,
+        retry_timeout: float | None = None,
+    ) -> None:
+        args = [dsn, str(threads), str(SESSIONS), str(pool), str(seed), str(appends)]
+        args += [] if retry_timeout is None else [str(retry_timeout)]
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "tests.faults.pg_writer", *args],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=child_env(),
+            cwd=ROOT,
+        )
+        self._lines: list[str] = []
+        self._stderr: list[str] = []
+        self._ended = False
+        self._changed = threading.Condition()
+        self._readers = [
+            threading.Thread(target=self._read, args=(self.process.stdout, True), daemon=True),
+            threading.Thread(target=self._read, args=(self.process.stderr, False), daemon=True),
+        ]
+        for reader in self._readers:
+            reader.start()
+
+    def _read(self, stream: IO[bytes] | None, report: bool) -> None:
+        assert stream is not None
+        for raw in stream:
+            with self._changed:
+                (self._lines if report else self._stderr).append(
+                    raw.decode(errors="replace").rstrip("\n")
+                )
+                self._changed.notify_all()
+        if report:
+            with self._changed:
+                self._ended = True
+                self._changed.notify_all()
+
+    def diagnosis(self) -> str:
+        """The child's last report lines and the end of its stderr."""
+        with self._changed:
+            return "\n".join([*self._lines[-10:], "-- stderr:", *self._stderr[-30:]])
+
+    def lines(self) -> list[str]:
+        """The lines the child wrote so far."""
+        with self._changed:
+            return list(self._lines)
+
+    def wait_for(self, predicate: Callable[[list[str]], bool]) -> None:
+        """Wait until ``predicate(lines)`` holds; the child ending first fails the test."""
+        with self._changed:
+            if not self._changed.wait_for(lambda: predicate(self._lines) or self._ended, HANG):
+                raise Hang(f"writer {self.process.pid} is stuck:\n{self.diagnosis()}")
+        assert predicate(self.lines()), f"the writer ended early:\n{self.diagnosis()}"
+
+    def kill(self) -> None:
+        """SIGKILL the child and reap it (and its reader)."""
+        os.kill(self.process.pid, signal.SIGKILL)
+        self._end()
+        assert -signal.SIGKILL == self.process.returncode
+
+    def finish(self) -> None:
+        """Close stdin (the child's cue to stop), wait for it; it must end with ``done``."""
+        assert self.process.stdin is not None
+        self.process.stdin.close()
+        self._end()
+        ended = (self.process.returncode, self.lines()[-1:])
+        assert (0, ["done"]) == ended, self.diagnosis()
+
+    def _end(self) -> None:
+        try:
+            self.process.wait(timeout=HANG)
+        except subprocess.TimeoutExpired:
+            raise Hang(f"writer {self.process.pid} did not end") from None
+        for reader in self._readers:
+            reader.join(HANG)
+            if reader.is_alive():
+                raise Hang(f"writer {self.process.pid}: its output did not end")
+        close_pipes(self.process)
+
+
+def close_pipes(process: subprocess.Popen[bytes]) -> None:
+    for stream in (process.stdin, process.stdout, process.stderr):
+        if stream is not None:
+            stream.close()
+
+
+StartWriter = Callable[..., Writer]
+
+
+@pytest.fixture
+def start_writer() -> Iterator[StartWriter]:
+    """Start writer children; any still running at teardown is killed and reaped."""
+    writers: list[Writer] = []
+
+    def start(dsn: str, **options: Any) -> Writer:
+        writers.append(Writer(dsn, **options))
+        return writers[-1]
+
+    yield start
+    for writer in writers:
+        if writer.process.poll() is None:
+            writer.process.kill()
+        writer.process.wait(timeout=HANG)
+        close_pipes(writer.process)
+
+
+@pytest.fixture
+def own_server() -> Iterator[ThrowawayPostgres]:
+    """A server of this test's own, to restart (durable commits, so a crash keeps them)."""
+    try:
+        server = ThrowawayPostgres(fsync=True).start()
+    except PostgresUnavailable as error:
+        if _in_ci():
+            pytest.fail(f"CI=true and {error}", pytrace=False)
+        pytest.skip(str(error))
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def database(server: ThrowawayPostgres, name: str) -> str:
+    """Create database ``name`` on ``server``; return its DSN."""
+    with psycopg.connect(server.dsn, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    return server.dsn.rsplit("/", 1)[0] + "/" + name
+
+
+@dataclass
+class Acks:
+    """What the writers reported: acknowledged events and the other outcomes, counted."""
+
+    sequences: dict[tuple[str, str], set[int]] = field(default_factory=dict)
+    outcomes: Counter[str] = field(default_factory=Counter)
+
+    def add(self, lines: list[str]) -> None:
+        for line in lines:
+            word, _, rest = line.partition(" ")
+            if word == "ack" and rest.count(" ") == 2:
+                session_id, event_id, sequence = rest.split(" ")
+                self.sequences.setdefault((session_id, event_id), set()).add(int(sequence))
+            self.outcomes[word if word in ("ack", "conflict", "gave-up") else line] += 1
+
+    def retries(self) -> dict[str, int]:
+        """Typed errors the writers retried after, by type."""
+        return {
+            line.split(" ", 1)[1]: count
+            for line, count in self.outcomes.items()
+            if line.startswith("retry ")
+        }
+
+    def untyped(self) -> list[str]:
+        """Lines that report an error that is not a retried ``StoreError``."""
+        return [line for line in self.outcomes if line.startswith(("raw ", "error ", "gave-up"))]
+
+
+@dataclass
+class Audit:
+    """One read of every session after the load."""
+
+    stored: dict[tuple[str, str], int]
+    duplicated: int
+    gaps: int
+    misplaced: int
+
+    @classmethod
+    def of(cls, dsn: str) -> Audit:
+        stored: dict[tuple[str, str], int] = {}
+        duplicated = gaps = misplaced = 0
+        with PostgresStore(dsn) as store:
+            for session_id in store.sessions():
+                events = store.read(session_id)
+                if [e.sequence for e in events] != list(range(1, len(events) + 1)):
+                    gaps += 1
+                if store.last_sequence(session_id) != len(events):
+                    gaps += 1
+                duplicated += len(events) - len({e.id for e in events})
+                misplaced += sum(pooled_session(e.id, SESSIONS) != session_id for e in events)
+                stored.update({(session_id, e.id): e.sequence or 0 for e in events})
+        return cls(stored, duplicated, gaps, misplaced)
+
+    def lost(self, acks: Acks) -> int:
+        """Acknowledged events not stored with the sequence they were acknowledged with."""
+        return sum(
+            1 for key, sequences in acks.sequences.items() if sequences != {self.stored.get(key)}
+        )
+
+    def figures(self, acks: Acks) -> dict[str, int]:
+        """The figures of the report line (and what the tests assert)."""
+        return {
+            "acknowledged": len(acks.sequences),
+            "lost": self.lost(acks),
+            "duplicated": self.duplicated
+            + sum(1 for sequences in acks.sequences.values() if len(sequences) > 1),
+            "gaps": self.gaps,
+            "misplaced": self.misplaced,
+        }
+
+
+#: What a follower was told: ``(session_id, last_sequence)`` calls, in order.
+Calls = list[tuple[str | None, int]]
+
+
+class Notices:
+    """A ``follow()`` callback that keeps every ``(session_id, last_sequence)`` it is told."""
+
+    def __init__(self) -> None:
+        self.calls: Calls = []
+        self._changed = threading.Condition()
+
+    def __call__(self, session_id: str | None, last_sequence: int) -> None:
+        with self._changed:
+            self.calls.append((session_id, last_sequence))
+            self._changed.notify_all()
+
+    def mark(self) -> int:
+        with self._changed:
+            return len(self.calls)
+
+    def wait_for(self, predicate: Callable[[Calls], bool]) -> None:
+        """Wait until ``predicate(calls)`` holds, at most ``HANG`` seconds."""
+        with self._changed:
+            if not self._changed.wait_for(lambda: predicate(self.calls), HANG):
+                raise Hang(f"no such notice; the last ones: {self.calls[-10:]}")
+
+
+def reset_after(mark: int) -> Callable[[Calls], bool]:
+    """A ``Notices.wait_for`` predicate: past ``mark``, an ``on_append(None, 0)``."""
+    return lambda calls: (None, 0) in calls[mark:]
+
+
+def told_after(mark: int, session_id: str, sequence: int) -> Callable[[Calls], bool]:
+    """A ``Notices.wait_for`` predicate: past ``mark``, ``session_id`` told at ``sequence``+."""
+    return lambda calls: any(s == session_id and n >= sequence for s, n in calls[mark:])
+
+
+def resumed_after(mark: int) -> Callable[[Calls], bool]:
+    """A ``Notices.wait_for`` predicate: past ``mark``, a reset, then a notice of a commit."""
+
+    def resumed(calls: Calls) -> bool:
+        later = calls[mark:]
+        if (None, 0) not in later:
+            return False
+        return any(session_id is not None for session_id, _ in later[later.index((None, 0)) :])
+
+    return resumed
+
+
+def acks_after(mark: int, count: int) -> Callable[[list[str]], bool]:
+    """A ``Writer.wait_for`` predicate: ``count`` acks written after the first ``mark`` lines."""
+    return lambda lines: sum(line[:4] == "ack " for line in lines[mark:]) >= count
+
+
+def terminate_backends(admin: psycopg.Connection[tuple[int]], dbname: str) -> int:
+    """``pg_terminate_backend`` every other connection to ``dbname``; return how many."""
+    rows = admin.execute(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+        " WHERE datname = %s AND pid <> pg_backend_pid()",
+        (dbname,),
+    ).fetchall()
+    return sum(1 for (done,) in rows if done)
+
+
+class TestConcurrentProcesses:
+    def test_four_processes_appending_shared_ids_store_each_once_with_gap_free_sequences(
+        self, postgres_dsn: str, start_writer: StartWriter, report: Report
+    ) -> None:
+        """4 processes x 2 threads x 60 appends of ids from a pool of 400 over 8 sessions."""
+        processes, threads, appends = 4, 2, 60
+        writers = [
+            start_writer(postgres_dsn, threads=threads, pool=400, seed=seed, appends=appends)
+            for seed in range(processes)
+        ]
+        acks = Acks()
+        for writer in writers:
+            writer.wait_for(lambda lines: bool(lines) and lines[-1] == "done")
+            writer.finish()
+            acks.add(writer.lines())
+        audit = Audit.of(postgres_dsn)
+        figures = audit.figures(acks)
+        shared = sum(1 for line in acks.outcomes.elements() if line == "ack") - len(acks.sequences)
+
+        report(
+            cycles=processes * threads * appends,
+            processes=processes,
+            **figures,
+            acks_of_shared_ids=shared,
+            conflicts=acks.outcomes["conflict"],
+            retries=sum(acks.retries().values()),
+            hangs=0,
+        )
+        assert (0, 0, 0, 0) == (
+            figures["lost"],
+            figures["duplicated"],
+            figures["gaps"],
+            figures["misplaced"],
+        )
+        assert ({}, []) == (acks.retries(), acks.untyped())
+        assert set(acks.sequences) == set(audit.stored)  # nothing stored unacknowledged
+        assert shared > 0  # two writers did submit the same ids
+
+
+class TestWritersKilled:
+    def test_kill_9_of_writers_mid_load_loses_duplicates_and_gaps_no_acknowledged_event(
+        self, postgres_dsn: str, start_writer: StartWriter, report: Report
+    ) -> None:
+        """3 writers (2 threads each) at once; 30 times, one is killed and replaced."""
+        rng = random.Random(20261201)
+        cycles, pool = 30, 4000
+        acks = Acks()
+        writers = [
+            start_writer(postgres_dsn, threads=2, pool=pool, seed=seed, appends=0)
+            for seed in range(3)
+        ]
+        for cycle in range(cycles):
+            victim = writers.pop(0)
+            victim.wait_for(lambda lines: "ack" in {line[:3] for line in lines[-3:]})
+            time.sleep(rng.uniform(0.0, 0.1))
+            victim.kill()
+            acks.add(victim.lines())
+            writers.append(
+                start_writer(postgres_dsn, threads=2, pool=pool, seed=100 + cycle, appends=0)
+            )
+        for writer in writers:  # the survivors still work, then stop cleanly
+            writer.wait_for(lambda lines: "ack" in {line[:3] for line in lines[-3:]})
+            writer.finish()
+            acks.add(writer.lines())
+        audit = Audit.of(postgres_dsn)
+        figures = audit.figures(acks)
+
+        report(
+            cycles=cycles,
+            **figures,
+            stored=len(audit.stored),
+            conflicts=acks.outcomes["conflict"],
+            retries=sum(acks.retries().values()),
+            hangs=0,
+        )
+        assert (0, 0, 0, 0) == (
+            figures["lost"],
+            figures["duplicated"],
+            figures["gaps"],
+            figures["misplaced"],
+        )
+        assert ({}, []) == (acks.retries(), acks.untyped())
+        assert figures["acknowledged"] > cycles
+
+
+class TestServerRestart:
+    def test_a_server_restart_mid_load_gives_typed_errors_and_loses_no_acknowledged_event(
+        self, own_server: ThrowawayPostgres, start_writer: StartWriter, report: Report
+    ) -> None:
+        """2 writers (2 threads each, one with ``retry_timeout=0``); 3 restarts mid-load."""
+        dsn = database(own_server, "restarts")
+        restarts = 3
+        notices = Notices()
+        follower = PostgresStore(dsn)
+        stop_following = follower.follow(notices)
+        writers = [  # the store retries lost connections in one, the writer in the other
+            start_writer(dsn, threads=2, pool=3000, seed=0, appends=0),
+            start_writer(dsn, threads=2, pool=3000, seed=1, appends=0, retry_timeout=0),
+        ]
+        for writer in writers:
+            writer.wait_for(lambda lines: len(lines) > 5)
+        notices.wait_for(lambda calls: any(session_id for session_id, _ in calls))
+        first_restart = notices.mark()
+        for _ in range(restarts):
+            time.sleep(0.4)
+            last_restart = notices.mark()
+            own_server.restart(mode="immediate")
+        # Recovered without reopening: each writer acknowledges 20 more events, and the
+        # follower (another process's store) says it reconnected, then follows again.
+        marks = [len(writer.lines()) for writer in writers]
+        for writer, mark in zip(writers, marks, strict=True):
+            writer.wait_for(acks_after(mark, 20))
+        notices.wait_for(resumed_after(last_restart))
+        stop_following()
+        follower.close()
+        resets = notices.calls[first_restart:].count((None, 0))
+        acks = Acks()
+        for writer in writers:
+            writer.finish()
+            acks.add(writer.lines())
+        audit = Audit.of(dsn)
+        figures = audit.figures(acks)
+        retries = acks.retries()
+
+        report(
+            cycles=restarts,
+            **figures,
+            typed_errors=sum(retries.values()),
+            error_types="+".join(sorted(retries)) or "none",
+            untyped_errors=len(acks.untyped()),
+            follower_resets=resets,
+            hangs=0,
+        )
+        assert (0, 0, 0, 0) == (
+            figures["lost"],
+            figures["duplicated"],
+            figures["gaps"],
+            figures["misplaced"],
+        )
+        assert [] == acks.untyped()
+        assert sum(retries.values()) > 0  # the writer without store retries saw the restarts
+        assert resets > 0
+        assert set(acks.sequences) == set(audit.stored)  # every retry ended acknowledged
+
+
+class TestConnectionsTerminated:
+    @pytest.mark.parametrize("retry_timeout", [10.0, 0.0], ids=["store-retries", "caller-retries"])
+    def test_terminated_connections_give_typed_errors_and_the_pool_reconnects(
+        self, postgres_dsn: str, report: Report, retry_timeout: float
+    ) -> None:
+        """3 threads of one store append; its connections are killed 10 times.
+
+        With ``retry_timeout=0`` the store retries nothing: every lost connection reaches
+        the caller as a typed error, and the caller retries with the same ids.
+        """
+        dbname = postgres_dsn.rsplit("/", 1)[1]
+        cycles, rng = 10, random.Random(5)
+        lines: list[str] = []
+        lock = threading.Lock()
+
+        def say(line: str) -> None:
+            with lock:
+                lines.append(line)
+
+        failures: list[BaseException] = []
+        stop = threading.Event()
+        terminated = 0
+        with (
+            PostgresStore(postgres_dsn, retry_timeout=retry_timeout) as store,
+            psycopg.connect(postgres_dsn, autocommit=True) as admin,
+        ):
+            writer = PooledWriter(store, SESSIONS, 3000, say)
+
+            def work(seed: int) -> None:
+                try:
+                    writer.run(seed, 0, stop)
+                except BaseException as error:  # reported as a failure below
+                    failures.append(error)
+
+            threads = [threading.Thread(target=work, args=(seed,)) for seed in range(3)]
+            for thread in threads:
+                thread.start()
+            for _ in range(cycles):
+                time.sleep(rng.uniform(0.1, 0.3))
+                terminated += terminate_backends(admin, dbname)
+            time.sleep(0.5)
+            with lock:
+                mark = len(lines)
+            deadline = time.monotonic() + HANG
+            while time.monotonic() < deadline:  # recovered: 20 more events acknowledged
+                with lock:
+                    if sum(line[:4] == "ack " for line in lines[mark:]) >= 20:
+                        break
+                time.sleep(0.05)
+            stop.set()
+            for thread in threads:
+                thread.join(HANG)
+            hangs = sum(thread.is_alive() for thread in threads)
+            recovered = sum(line[:4] == "ack " for line in lines[mark:]) >= 20
+        acks = Acks()
+        acks.add(lines)
+        audit = Audit.of(postgres_dsn)
+        figures = audit.figures(acks)
+        retries = acks.retries()
+
+        report(
+            cycles=cycles,
+            **figures,
+            connections_terminated=terminated,
+            typed_errors=sum(retries.values()),
+            error_types="+".join(sorted(retries)) or "none",
+            untyped_errors=len(acks.untyped()),
+            hangs=hangs,
+        )
+        assert ([], 0, True) == (failures, hangs, recovered)
+        assert (0, 0, 0, 0) == (
+            figures["lost"],
+            figures["duplicated"],
+            figures["gaps"],
+            figures["misplaced"],
+        )
+        assert [] == acks.untyped()
+        assert terminated >= cycles
+        assert set(acks.sequences) == set(audit.stored)
+        if retry_timeout == 0:  # the losses reached the caller, as typed errors
+            assert sum(retries.values()) > 0
+
+
+class TestFollowerReconnects:
+    def test_a_terminated_listen_connection_tells_the_follower_to_reread_then_follows_again(
+        self, postgres_dsn: str, report: Report
+    ) -> None:
+        """8 times: every connection of the store is killed, its LISTEN one included."""
+        dbname = postgres_dsn.rsplit("/", 1)[1]
+        cycles, terminated = 8, 0
+        notices = Notices()
+        lines: list[str] = []
+        with (
+            PostgresStore(postgres_dsn) as store,
+            psycopg.connect(postgres_dsn, autocommit=True) as admin,
+        ):
+            writer = PooledWriter(store, SESSIONS, 1000, lines.append)
+            stop_following = store.follow(notices)
+            writer.append("pg/0", [pooled_event(0)], False)
+            notices.wait_for(lambda calls: ("pg/0", 1) in calls)
+            first_kill = notices.mark()
+            for cycle in range(1, cycles + 1):
+                mark = notices.mark()
+                terminated += terminate_backends(admin, dbname)
+                notices.wait_for(reset_after(mark))
+                # A commit after the reset is told: the follower listens again.
+                writer.append("pg/0", [pooled_event(SESSIONS * cycle)], False)
+                notices.wait_for(told_after(mark, "pg/0", cycle + 1))
+            stop_following()
+        acks = Acks()
+        acks.add(lines)
+        audit = Audit.of(postgres_dsn)
+        figures = audit.figures(acks)
+        retries = acks.retries()
+
+        report(
+            cycles=cycles,
+            **figures,
+            connections_terminated=terminated,
+            follower_resets=notices.calls[first_kill:].count((None, 0)),
+            typed_errors=sum(retries.values()),
+            untyped_errors=len(acks.untyped()),
+            hangs=0,
+        )
+        assert (cycles + 1, 0, 0, 0) == (
+            figures["acknowledged"],
+            figures["lost"],
+            figures["duplicated"],
+            figures["gaps"],
+        )
+        assert [] == acks.untyped()
+        assert terminated >= 2 * cycles  # the LISTEN connection and at least one more
