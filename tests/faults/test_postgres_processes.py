@@ -12,8 +12,8 @@ lost=... duplicated=... gaps=... hangs=...`` (see ``tests.faults.test_lmdb_proce
 which the README's Reliability table cites. Every wait is bounded (``HANG``): a writer,
 a thread or a notice that does not come in time is a hang, and the test fails.
 
-Tests that restart the server start their own (``ThrowawayPostgres``, durable commits);
-the others use a fresh database on the session's server.
+Tests that restart or stop the server start their own (``ThrowawayPostgres``, durable
+commits); the others use a fresh database on the session's server.
 """
 
 from __future__ import annotations
@@ -603,3 +603,64 @@ class TestFollowerReconnects:
         )
         assert [] == acks.untyped()
         assert terminated >= 2 * cycles  # the LISTEN connection and at least one more
+
+
+def bounded(call: Callable[[], object]) -> str:
+    """Run ``call`` on a thread; return ``"ok"`` or its exception's type name.
+
+    Raises:
+        Hang: It did not return within ``HANG`` seconds.
+    """
+    outcome: list[str] = []
+
+    def run() -> None:
+        try:
+            call()
+        except BaseException as error:  # the outcome under test
+            outcome.append(type(error).__name__)
+        else:
+            outcome.append("ok")
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(HANG)
+    if thread.is_alive():
+        raise Hang(f"{call} did not return")
+    return outcome[0]
+
+
+class TestServerGone:
+    def test_a_server_that_never_comes_back_gives_store_io_errors_and_close_returns(
+        self, own_server: ThrowawayPostgres, report: Report
+    ) -> None:
+        """The server shuts down at once (SIGQUIT) under a store that appends and follows."""
+        dsn = database(own_server, "gone")
+        notices = Notices()
+        store = PostgresStore(dsn, connect_timeout=1.0, retry_timeout=1.0)
+        store.follow(notices)
+        store.append("pg/0", [pooled_event(0)])
+        notices.wait_for(lambda calls: ("pg/0", 1) in calls)
+        postmaster = int((own_server.data_dir / "postmaster.pid").read_text().split()[0])
+        os.kill(postmaster, signal.SIGQUIT)
+        calls: dict[str, Callable[[], object]] = {
+            "append": lambda: store.append("pg/0", [pooled_event(SESSIONS)]),
+            "append with expected_version": lambda: store.append(
+                "pg/0", [pooled_event(2 * SESSIONS)], expected_version=1
+            ),
+            "read": lambda: store.read("pg/0"),
+            "last_sequence": lambda: store.last_sequence("pg/0"),
+            "sessions": store.sessions,
+            "log": lambda: store.log("pg/0").read_before(None, 10),
+        }
+        outcomes = {name: bounded(call) for name, call in calls.items()}
+        closed = bounded(store.close)
+        listeners = [t.name for t in threading.enumerate() if t.name.startswith("sharedesk-pg")]
+
+        report(
+            cases=len(calls),
+            typed_errors=sum(outcome == "StoreIOError" for outcome in outcomes.values()),
+            listeners_left=len(listeners),
+            hangs=0,
+        )
+        assert {name: "StoreIOError" for name in calls} == outcomes
+        assert ("ok", []) == (closed, listeners)
