@@ -8,8 +8,9 @@ ports), ``projection`` (pure folds), ``store`` (backends), ``runs`` and ``actors
 Importing it imports only core dependencies (pykka, msgspec, structlog; lmdb on use):
 names whose code needs an extra (``OpenAIChatAdapter``: httpx) and ``__version__``
 (package metadata) resolve on first use, through the module ``__getattr__``, and so
-do ``LmdbStore`` (with py-lmdb), ``PostgresStore`` (psycopg, the ``postgres`` extra), the runs API (``SessionManager``, adapters, renderers,
-the run queue) and ``AsyncHub``/``AsyncTurn``: a program uses only what it imports.
+do ``LmdbStore`` (with py-lmdb), ``PostgresStore`` (with psycopg, the ``postgres``
+extra), the runs API (``SessionManager``, adapters, renderers, the run queue) and
+``AsyncHub``/``AsyncTurn``: a program uses only what it imports.
 """
 
 import logging

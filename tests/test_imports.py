@@ -9,7 +9,7 @@ from importlib.metadata import version
 import sharedesk
 
 #: Top-level packages only an extra installs.
-OPTIONAL = ("httpx", "httpcore", "anyio", "h11", "rich", "matplotlib")
+OPTIONAL = ("httpx", "httpcore", "anyio", "h11", "rich", "matplotlib", "psycopg", "psycopg_pool")
 
 
 def run(script: str) -> str:
@@ -63,8 +63,15 @@ class TestImportSharedesk:
 
         assert (
             "OpenAIChatAdapter: OpenAIChatAdapter needs httpx, which is not installed: "
-            "pip install 'sharedesk[http]'"
+            "pip install 'sharedesk[http]'|"
+            "PostgresStore: PostgresStore needs psycopg, which is not installed: "
+            "pip install 'sharedesk[postgres]'"
         ) == missing
+
+    def test_the_postgres_store_resolves_when_its_extra_is_installed(self) -> None:
+        from sharedesk.store.postgres import PostgresStore
+
+        assert PostgresStore is sharedesk.PostgresStore is sharedesk.store.PostgresStore
 
     def test_the_adapter_resolves_when_its_extra_is_installed(self) -> None:
         from sharedesk.runs.openai_chat import OpenAIChatAdapter
