@@ -16,6 +16,7 @@ from sharedesk.protocol.events import Event, RunStarted, Text, TextDelta
 from sharedesk.protocol.ports import CompletionSink, WriteTicket
 from sharedesk.protocol.sessions import SessionState
 from sharedesk.protocol.validation import (
+    check_bool,
     check_optional_int,
     check_parents,
     check_sharing_state,
@@ -144,13 +145,15 @@ def watermark_of(state: SharingState | None) -> int:
 
 
 def check_read_args(
-    after: int | None, before: int | None, limit: int | None
+    after: int | None, before: int | None, limit: int | None, newest_first: bool = False
 ) -> tuple[int | None, int | None, int | None]:
-    """Validate ``read``'s bounds.
+    """Validate ``read``'s bounds and order.
 
     Raises:
-        ValidationError: A bound that is not a non-negative int, or ``limit`` < 0.
+        ValidationError: A bound that is not a non-negative int, ``limit`` < 0, or a
+            ``newest_first`` that is not a bool.
     """
+    check_bool("newest_first", newest_first)
     return (
         check_optional_int("after", after),
         check_optional_int("before", before),

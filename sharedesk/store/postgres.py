@@ -654,7 +654,7 @@ class PostgresStore:
         Cost: one statement, an index range scan from the requested end: O(rows returned).
         """
         check_session_id(session_id)
-        after, before, limit = check_read_args(after, before, limit)
+        after, before, limit = check_read_args(after, before, limit, newest_first)
         low = 0 if after is None else after
         high = 2**63 - 1 if before is None else before
         if limit == 0 or high <= low + 1:
