@@ -330,7 +330,10 @@ class TestConcurrentProcesses:
     def test_four_processes_appending_shared_ids_store_each_once_with_gap_free_sequences(
         self, postgres_dsn: str, start_writer: StartWriter, report: Report
     ) -> None:
-        """4 processes x 2 threads x 60 appends of ids from a pool of 400 over 8 sessions."""
+        """4 processes x 2 threads x 60 appends of ids from a pool of 400 over 8 sessions.
+
+        The four open the fresh database at once, so they race to create the schema too.
+        """
         processes, threads, appends = 4, 2, 60
         writers = [
             start_writer(postgres_dsn, threads=threads, pool=400, seed=seed, appends=appends)
@@ -651,6 +654,7 @@ class TestServerGone:
             "last_sequence": lambda: store.last_sequence("pg/0"),
             "sessions": store.sessions,
             "log": lambda: store.log("pg/0").read_before(None, 10),
+            "open": lambda: PostgresStore(dsn, connect_timeout=1.0, retry_timeout=1.0),
         }
         outcomes = {name: bounded(call) for name, call in calls.items()}
         closed = bounded(store.close)
