@@ -9,12 +9,23 @@ rules are :func:`~sharedesk.store._common.plan_append`, the session state is fol
 records are the msgpack encoding ``LmdbStore`` writes (``_lmdb_layout``), so ``append``
 returns what ``read`` returns. The tables are :mod:`sharedesk.store._pg_schema`'s.
 
-Sequencing. Each write is one transaction that first locks its session's row in
-``streams`` (``SELECT ... FOR UPDATE``; the row is created by the session's first write,
-``INSERT ... ON CONFLICT DO NOTHING``), then reads what its checks need with a fresh
-snapshot (known ids, parents, the sharing state), assigns ``last_seq + 1, ...``, and
-writes the events, the first-reply index, the sharing state and the stream row in one
-statement that also calls ``pg_notify``. The row lock serialises the writers of one
+Sequencing. Every write locks its session's row in ``streams`` (``SELECT ... FOR
+UPDATE``; the session's first write creates it, ``INSERT ... ON CONFLICT DO NOTHING``)
+before it reads what its checks need and assigns ``last_seq + 1, ...``. An ``append`` is
+one statement, a call of the schema's ``append_events`` function, which is its own
+transaction: the store plans the batch (:func:`~sharedesk.store._common.plan_append`:
+sequences, records, first replies, the folded state) against its cached *tail* of the
+session (last sequence, ``Text`` rows, state; a session it has not seen is planned as
+empty), and the function, holding the row lock, writes the plan only if
+``expected_version``, the ``unless_stored`` guard, the batch's ids, the tail and the
+stored parents are as planned. Otherwise it answers what to plan again with (the
+conflict, the ids already stored and their records, the real tail, or that a parent is
+not a root, whose rows the store then reads), and nothing is written; so a warm append
+costs one round trip, and a stale tail one more. A plan that fails its own checks (a bad
+parent) is decided again by the exact path. ``append_and_share`` is that exact path: one
+transaction of several statements (lock, known ids, the sharing state, parents, one
+statement writing events, first replies, state and stream row, ``COMMIT``), since its
+compare-and-swap compares decoded states. The row lock serialises the writers of one
 session, in any process, and nobody else: sequences are gap-free and unique (the
 primary key ``(session_id, seq)`` and the unique ``(session_id, id_key)`` stand behind
 it), ``expected_version`` is compared with the locked ``last_seq``, and the sharing
@@ -45,7 +56,8 @@ went away is retried on a fresh connection for up to ``retry_timeout`` seconds, 
 that is safe:
 
 - reads, and any write whose ``COMMIT`` was not yet sent (its transaction is lost, so
-  nothing was written), are always retried;
+  nothing was written), are always retried; an ``append`` is one statement, so its
+  ``COMMIT`` is under way as soon as it is sent;
 - a write whose connection broke while its ``COMMIT`` was under way may or may not be
   stored. A plain ``append`` (no ``expected_version``, no ``unless_stored``) is retried:
   its ids make the retry return the stored events if the first attempt committed, and
@@ -61,6 +73,7 @@ transactions the server aborted for a deadlock or a serialisation failure are re
 
 from __future__ import annotations
 
+import functools
 import random
 import re
 import threading
@@ -203,6 +216,30 @@ class _Write(NamedTuple):
     reply_present: bool
 
 
+class _Tail(NamedTuple):
+    """What a store last saw of a session's ``streams`` row (plans start from it)."""
+
+    last: int
+    text_count: int
+    state: bytes | None
+
+
+_EMPTY_TAIL: Final = _Tail(0, 0, None)
+#: ``stored_row`` of a first plan: every stored parent taken for a root ``Text`` row
+#: (``append_events`` checks them; a ``parent`` answer brings the real rows).
+_ROOT_ROW: Final = StoredRow("Text", None)
+
+
+def _assumed_root(sequence: int) -> StoredRow:
+    return _ROOT_ROW
+
+
+#: Most sessions whose tail a store caches (the cache is emptied when full).
+_TAIL_CACHE: Final = 100_000
+#: Most plans one append makes before it takes the exact, multi-statement path.
+_MAX_REPLANS: Final = 50
+
+
 class _Stream(NamedTuple):
     """A session's ``streams`` row as locked by a write."""
 
@@ -280,6 +317,7 @@ class PostgresStore:
         self._followers: dict[int, AppendCallback] = {}
         self._next_follower = 0
         self._listener: _Listener | None = None
+        self._tails: dict[bytes, _Tail] = {}
         self._pool: ConnectionPool[psycopg.Connection[Any]] = ConnectionPool(
             dsn,
             min_size=min_connections,
@@ -429,7 +467,110 @@ class PostgresStore:
                 if last != expected_version:
                     raise ConcurrencyError(expected_version, last)
             return []
-        return self._write(write, "append", plain=expected_version is None and guard is None)
+        attempt = _Attempt()
+        return self._run(
+            "append",
+            lambda conn: self._append_in(conn, write, attempt),
+            retry=expected_version is None and guard is None,
+            attempt=attempt,
+            session_id=session_id,
+        )
+
+    def _append_in(
+        self, conn: psycopg.Connection[Any], write: _Write, attempt: _Attempt
+    ) -> list[Event]:
+        """Append ``write`` with ``append_events``: one statement, usually one round trip.
+
+        The batch is planned against this store's cached tail of the session (last
+        sequence, ``Text`` rows, state; an unknown session is planned as empty), taking
+        every stored parent for a root ``Text`` row; the function checks all of that
+        under the row lock and either writes the plan or says what to plan again with
+        (known ids, the real tail, the real parents). A plan that fails its own checks
+        is decided by the exact path (:meth:`_write_in`) instead, since what it assumed
+        may be out of date.
+        """
+        session_id = write.session_id
+        sid = _utf8(session_id)
+        guard = None if write.unless_stored is None else event_id_key(b"", write.unless_stored)
+        known: dict[str, Event] = {}
+        rows: dict[int, StoredRow] | None = None  # the real parents, once asked
+        checked = False  # an answer passed expected_version and the guard
+        for _ in range(_MAX_REPLANS):
+            tail = self._tails.get(sid, _EMPTY_TAIL)
+            now = datetime.now(UTC)
+            try:
+                plan = plan_append(
+                    write.events,
+                    tail.last,
+                    known,
+                    now,
+                    stored_row=_assumed_root if rows is None else rows.get,
+                    answered=(),
+                    state=functools.partial(self._decode_session_state, session_id, tail.state),
+                )
+            except ValidationError:
+                if rows is not None:
+                    raise  # decided on the real rows: exact
+                break
+            new = plan.new
+            if not new and checked:
+                return plan.result  # every id is stored; the guards passed in that call
+            parents = sorted(
+                {e.parent for e in new if e.parent is not None and e.parent <= tail.last}
+            )
+            seqs = [e.sequence for e in new]
+            payload = f"{seqs[-1]}:{sid.hex()}" if new else ""
+            params: list[Any] = [
+                sid,
+                tail.last,
+                write.expected_version,
+                guard,
+                [event_id_key(b"", e.id) for e in new],
+                parents,
+                seqs,
+                [type(e.body).__name__ for e in new],
+                [0 if e.parent is None else e.parent for e in new],
+                [b"" if e.run_id is None else run_index_key(b"", e.run_id) for e in new],
+                [ENCODER.encode(e) for e in new],
+                list(plan.first_replies),
+                list(plan.first_replies.values()),
+                plan.texts,
+                now,
+                None if plan.state is None else ENCODER.encode(plan.state),
+                self._channel,
+                payload,
+            ]
+            attempt.committing = True  # one statement: its transaction commits with it
+            row = conn.execute(self._sql.append_events, params).fetchone()
+            attempt.committing = False
+            assert row is not None
+            outcome, last, texts, state, known_seqs, known_records = row
+            self._remember(sid, _Tail(last, texts, state))
+            if outcome == "ok":
+                return plan.result
+            if outcome == "conflict":
+                assert write.expected_version is not None
+                raise ConcurrencyError(write.expected_version, last)
+            if outcome == "guarded":
+                assert write.unless_stored is not None
+                raise AlreadyStored(session_id, write.unless_stored)
+            checked = True
+            if outcome == "known":
+                for seq, record in zip(known_seqs, known_records, strict=True):
+                    event = decode_record(EVENT_DECODER, session_id, seq, record)
+                    known[event.id] = event
+            elif outcome == "parent":
+                rows = {}
+                for seq, kind, parent, _reply in conn.execute(self._sql.parents, [sid, parents]):
+                    rows[seq] = StoredRow(kind, parent)
+        return self._write_in(conn, write, attempt)
+
+    def _remember(self, sid: bytes, tail: _Tail) -> None:
+        """Cache ``tail`` as the session's newest known tail (bounded; see ``_TAIL_CACHE``)."""
+        tails = self._tails
+        if len(tails) >= _TAIL_CACHE and sid not in tails:
+            tails.clear()
+        tails[sid] = tail
 
     def append_and_share(
         self,
@@ -568,6 +709,11 @@ class PostgresStore:
             if plan.new or sharing_row is not None:
                 self._write_rows(conn, sid, plan, sharing_row, now)
             attempt.committing = True  # leaving the block sends COMMIT
+        if plan.new:
+            raw_state = stream.state if plan.state is None else ENCODER.encode(plan.state)
+            self._remember(
+                sid, _Tail(stream.last + len(plan.new), stream.text_count + plan.texts, raw_state)
+            )
         return plan.result
 
     def _write_rows(
@@ -973,6 +1119,12 @@ class _Queries:
             f"SELECT e.seq, e.kind, e.parent, r.reply FROM {s}.events e "
             f"LEFT JOIN {s}.replies r ON r.session_id = e.session_id AND r.root = e.seq "
             f"WHERE e.session_id = %s AND e.seq = ANY(%s::bigint[])"
+        )
+        self.append_events = (
+            f"SELECT * FROM {s}.append_events(%s, %s, %s::bigint, %s::bytea, %s::bytea[], "
+            f"%s::bigint[], %s::bigint[], %s::text[], %s::bigint[], %s::bytea[], %s::bytea[], "
+            f"%s::bigint[], %s::bigint[], %s::bigint, %s::timestamptz, %s::bytea, %s::text, "
+            f"%s::text)"
         )
         self.get_sharing = f"SELECT state FROM {s}.sharing WHERE session_id = %s AND key = %s"
         self.put_sharing = (

@@ -9,15 +9,19 @@ from __future__ import annotations
 import queue
 import socket
 import threading
+import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from sharedesk.protocol import (
     CommitOutcomeUnknown,
+    ConcurrencyError,
     Conversation,
     Event,
     SchemaTooNewError,
@@ -269,6 +273,122 @@ class TestSequencing:
             stored = {e.id: e for e in a.read("s")}
             assert (20, 20) == (len(stored), a.last_sequence("s"))
             assert all(r == [stored[id_] for id_ in ids] for r in results)
+
+
+class TestStaleTail:
+    """A store plans appends on its cached tail of a session; another store moves it."""
+
+    @pytest.fixture
+    def pair(self, dsn: str) -> Iterator[tuple[PostgresStore, PostgresStore]]:
+        with PostgresStore(dsn) as a, PostgresStore(dsn) as b:
+            yield a, b
+
+    def test_an_append_lands_after_rows_another_store_wrote(
+        self, pair: tuple[PostgresStore, PostgresStore]
+    ) -> None:
+        a, b = pair
+        a.append("s", [text()])
+        b.append("s", [text(), text()])
+
+        assert [4] == [e.sequence for e in a.append("s", [text()])]
+        assert list(range(1, 5)) == [e.sequence for e in b.read("s")]
+
+    def test_expected_version_is_checked_against_the_real_last_sequence(
+        self, pair: tuple[PostgresStore, PostgresStore]
+    ) -> None:
+        a, b = pair
+        a.append("s", [text()])
+        b.append("s", [text()])
+
+        with pytest.raises(ConcurrencyError) as caught:
+            a.append("s", [text()], expected_version=1)
+        assert (1, 2) == (caught.value.expected, caught.value.actual)
+        assert [3] == [e.sequence for e in a.append("s", [text()], expected_version=2)]
+
+    def test_an_id_another_store_wrote_is_answered_with_its_event(
+        self, pair: tuple[PostgresStore, PostgresStore]
+    ) -> None:
+        a, b = pair
+        a.append("s", [text()])
+        (theirs,) = b.append("s", [text("theirs", id="x")])
+
+        result = a.append("s", [text("mine", id="x"), text("new")])
+
+        assert [theirs.sequence, 3] == [e.sequence for e in result]
+        assert theirs == result[0]
+
+    def test_a_reply_to_a_root_another_store_wrote_is_indexed_as_its_first(
+        self, pair: tuple[PostgresStore, PostgresStore]
+    ) -> None:
+        a, b = pair
+        a.append("s", [text("a")])
+        b.append("s", [text("root"), text("reply", parent=2)])
+
+        a.append("s", [text("later reply", parent=2), text("reply to 1", parent=1)])
+
+        assert {1: 5, 2: 3} == a.first_replies("s", [1, 2])
+
+    def test_a_reply_to_a_reply_another_store_wrote_is_refused(
+        self, pair: tuple[PostgresStore, PostgresStore]
+    ) -> None:
+        a, b = pair
+        a.append("s", [text("root")])
+        b.append("s", [text("reply", parent=1)])
+
+        with pytest.raises(ValidationError, match="a reply to row 1"):
+            a.append("s", [text("deeper", parent=2)])
+        assert 2 == a.last_sequence("s")
+
+    def test_the_session_state_folds_what_both_stores_appended(
+        self, pair: tuple[PostgresStore, PostgresStore]
+    ) -> None:
+        a, b = pair
+        a.append("s", [Event(ALICE, Text("go"), id="r1.input.0", run_id="r1")])
+        b.append("s", [Event(ALICE, Text("go"), id="r2.input.0", run_id="r2")])
+        a.append("s", [Event(ALICE, Text("go"), id="r3.input.0", run_id="r3")])
+
+        assert ("r1", "r2", "r3") == b.session_state("s").open_runs
+
+    @settings(
+        max_examples=40,
+        suppress_health_check=[HealthCheck.function_scoped_fixture],
+    )
+    @given(
+        batches=st.lists(
+            st.tuples(
+                st.integers(min_value=0, max_value=1),
+                st.lists(st.sampled_from("abcdef"), max_size=4),
+                st.one_of(st.none(), st.integers(min_value=0, max_value=8)),
+            ),
+            max_size=8,
+        )
+    )
+    def test_appends_through_two_stores_match_a_simple_model(
+        self,
+        pair: tuple[PostgresStore, PostgresStore],
+        batches: list[tuple[int, list[str], int | None]],
+    ) -> None:
+        """Whichever store appends, ids, sequences and expected versions act as one log."""
+        session_id = uuid.uuid4().hex
+        model: dict[str, int] = {}
+        for which, ids, expected_version in batches:
+            store = pair[which]
+            batch = [text(id=id_) for id_ in ids]
+            if expected_version is not None and expected_version != len(model):
+                with pytest.raises(ConcurrencyError):
+                    store.append(session_id, batch, expected_version=expected_version)
+                continue
+            result = store.append(session_id, batch, expected_version=expected_version)
+            for id_ in ids:
+                model.setdefault(id_, len(model) + 1)
+            assert [model[id_] for id_ in ids] == [e.sequence for e in result]
+
+        stored = pair[0].read(session_id)
+        assert sorted(model, key=model.__getitem__) == [e.id for e in stored]
+        assert (len(model), len(model)) == (
+            pair[0].last_sequence(session_id),
+            pair[1].last_sequence(session_id),
+        )
 
 
 class TestIdentifiers:
