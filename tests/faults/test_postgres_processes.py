@@ -18,6 +18,7 @@ commits); the others use a fresh database on the session's server.
 
 from __future__ import annotations
 
+import functools
 import os
 import random
 import signal
@@ -34,6 +35,7 @@ import psycopg
 import pytest
 
 from bench.pgserver import PostgresUnavailable, ThrowawayPostgres
+from sharedesk.protocol import Conversation, Event, SharingState
 from sharedesk.store.postgres import PostgresStore
 from tests.conftest import _in_ci
 from tests.faults.pg_writer import PooledWriter, pooled_event, pooled_session
@@ -43,6 +45,7 @@ from tests.store.conftest import ROOT, child_env
 pytestmark = pytest.mark.slow
 
 SESSIONS = 8
+VIEWER = "person:pgfault"
 
 
 class Hang(AssertionError):
@@ -612,28 +615,35 @@ class TestFollowerReconnects:
         assert terminated >= 2 * cycles  # the LISTEN connection and at least one more
 
 
-def bounded(call: Callable[[], object]) -> str:
-    """Run ``call`` on a thread; return ``"ok"`` or its exception's type name.
+class Background:
+    """``call()`` on a thread of its own: its result, or the name of what it raised."""
 
-    Raises:
-        Hang: It did not return within ``HANG`` seconds.
-    """
-    outcome: list[str] = []
+    def __init__(self, call: Callable[[], object]) -> None:
+        self._outcome: list[object] = []
+        self._thread = threading.Thread(target=self._run, args=(call,), daemon=True)
+        self._thread.start()
 
-    def run() -> None:
+    def _run(self, call: Callable[[], object]) -> None:
         try:
-            call()
+            self._outcome.append(call())
         except BaseException as error:  # the outcome under test
-            outcome.append(type(error).__name__)
-        else:
-            outcome.append("ok")
+            self._outcome.append(type(error).__name__)
 
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    thread.join(HANG)
-    if thread.is_alive():
-        raise Hang(f"{call} did not return")
-    return outcome[0]
+    def outcome(self) -> object:
+        """Wait for the call; return its result or its exception's type name.
+
+        Raises:
+            Hang: It did not return within ``HANG`` seconds.
+        """
+        self._thread.join(HANG)
+        if self._thread.is_alive():
+            raise Hang("a call did not return")
+        return self._outcome[0]
+
+
+def bounded(call: Callable[[], object]) -> object:
+    """Run ``call`` on a thread; return its result or its exception's type name (see above)."""
+    return Background(call).outcome()
 
 
 class TestServerGone:
@@ -651,7 +661,7 @@ class TestServerGone:
         os.kill(postmaster, signal.SIGQUIT)
         calls: dict[str, Callable[[], object]] = {
             "append": lambda: store.append("pg/0", [pooled_event(SESSIONS)]),
-            "append with expected_version": lambda: store.append(
+            "append-expected_version": lambda: store.append(
                 "pg/0", [pooled_event(2 * SESSIONS)], expected_version=1
             ),
             "read": lambda: store.read("pg/0"),
@@ -661,7 +671,12 @@ class TestServerGone:
             "open": lambda: PostgresStore(dsn, connect_timeout=1.0, retry_timeout=1.0),
         }
         outcomes = {name: bounded(call) for name, call in calls.items()}
-        closed = bounded(store.close)
+
+        def close() -> str:
+            store.close()
+            return "closed"
+
+        closed = bounded(close)
         listeners = [t.name for t in threading.enumerate() if t.name.startswith("sharedesk-pg")]
 
         report(
@@ -671,4 +686,97 @@ class TestServerGone:
             hangs=0,
         )
         assert {name: "StoreIOError" for name in calls} == outcomes
-        assert ("ok", []) == (closed, listeners)
+        assert ("closed", []) == (closed, listeners)
+
+
+def waiting_for_a_lock(admin: psycopg.Connection[tuple[int]], dbname: str) -> list[int]:
+    """The backends of ``dbname`` waiting for a lock (bounded: a hang fails the test)."""
+    deadline = time.monotonic() + HANG
+    while time.monotonic() < deadline:
+        rows = admin.execute(
+            "SELECT pid FROM pg_stat_activity WHERE datname = %s AND wait_event_type = 'Lock'",
+            (dbname,),
+        ).fetchall()
+        if rows:
+            return [pid for (pid,) in rows]
+        time.sleep(0.01)
+    raise Hang("no append came to wait for the session's row lock")
+
+
+#: Where the connection of a write dies, and what the caller must then see.
+RETRIED = "stored-by-the-store's-retry"
+WRITES = {
+    # One statement is the whole transaction: it may have committed. Plain: retried.
+    "append": RETRIED,
+    "append-expected_version": "CommitOutcomeUnknown",
+    # The first statement of a transaction: nothing was committed, so it is retried.
+    "append_and_share": RETRIED,
+}
+
+
+class TestConnectionLostMidAppend:
+    @pytest.mark.parametrize("write", list(WRITES))
+    def test_a_write_whose_connection_dies_mid_statement_is_retried_or_says_so(
+        self, postgres_dsn: str, report: Report, write: str
+    ) -> None:
+        """5 times: a write waits for its session's row lock, and its backend is killed.
+
+        A write that may have committed is retried by the store only when its ids make
+        that exact (a plain append); one with ``expected_version`` raises
+        ``CommitOutcomeUnknown``, and the caller's retry with the same ids (re-reading
+        the version) stores it once. A write killed before its ``COMMIT`` is retried.
+        """
+        dbname = postgres_dsn.rsplit("/", 1)[1]
+        cycles = 5
+        conversation = Conversation("pg/0")
+        outcomes: Counter[str] = Counter()
+        acknowledged: dict[tuple[str, str], int] = {}
+        with (
+            PostgresStore(postgres_dsn) as store,
+            psycopg.connect(postgres_dsn, autocommit=True) as admin,
+            psycopg.connect(postgres_dsn) as holder,
+        ):
+            store.append("pg/0", [pooled_event(0)])
+
+            def submit(event: Event, cycle: int) -> list[Event]:
+                if write == "append":
+                    return store.append("pg/0", [event])
+                if write == "append-expected_version":
+                    version = store.last_sequence("pg/0")
+                    return store.append("pg/0", [event], expected_version=version)
+                expected = store.get_sharing_state("pg/0", VIEWER, conversation)
+                state = SharingState(conversation, cycle)
+                return store.append_and_share(
+                    "pg/0", [event], viewer=VIEWER, state=state, expected_state=expected
+                )
+
+            for cycle in range(1, cycles + 1):
+                event = pooled_event(SESSIONS * cycle)
+                holder.execute(  # the row every write to pg/0 locks (README: the tables)
+                    "SELECT last_seq FROM sharedesk.streams WHERE session_id = %s FOR UPDATE",
+                    [b"pg/0"],
+                )
+                append = Background(functools.partial(submit, event, cycle))
+                for pid in waiting_for_a_lock(admin, dbname):
+                    admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+                holder.rollback()
+                outcome = append.outcome()
+                if isinstance(outcome, list):
+                    outcomes[RETRIED] += 1
+                else:
+                    outcomes[str(outcome)] += 1
+                    outcome = submit(event, cycle)  # the caller's retry, same ids
+                assert isinstance(outcome, list)
+                (stored,) = outcome
+                acknowledged[("pg/0", stored.id)] = stored.sequence or 0
+        acks = Acks(sequences={key: {sequence} for key, sequence in acknowledged.items()})
+        figures = Audit.of(postgres_dsn).figures(acks)
+
+        report(cycles=cycles, **figures, outcomes="+".join(sorted(outcomes)), hangs=0)
+        assert (cycles, 0, 0, 0) == (
+            figures["acknowledged"],
+            figures["lost"],
+            figures["duplicated"],
+            figures["gaps"],
+        )
+        assert {WRITES[write]: cycles} == dict(outcomes)
