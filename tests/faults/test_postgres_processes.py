@@ -285,11 +285,40 @@ class Notices:
         with self._changed:
             return len(self.calls)
 
-    def wait_for(self, predicate: Callable[[Calls], bool]) -> None:
-        """Wait until ``predicate(calls)`` holds, at most ``HANG`` seconds."""
+    def wait_for(
+        self, predicate: Callable[[Calls], bool], expected: Callable[[], object] = str
+    ) -> None:
+        """Wait until ``predicate(calls)`` holds, at most ``HANG`` seconds.
+
+        ``expected()`` describes what was waited for, in the failure message.
+        """
         with self._changed:
             if not self._changed.wait_for(lambda: predicate(self.calls), HANG):
-                raise Hang(f"no such notice; the last ones: {self.calls[-10:]}")
+                newest = sorted(told_last(self.calls).items())
+                raise Hang(
+                    f"no such notice ({expected()}); {len(self.calls)} told, the last ones: "
+                    f"{self.calls[-10:]}; the newest per session: {newest}"
+                )
+
+
+def told_last(calls: Calls) -> Counter[str]:
+    """The newest sequence each session was told at."""
+    newest: Counter[str] = Counter()
+    for session_id, sequence in calls:
+        if session_id is not None:
+            newest[session_id] = max(newest[session_id], sequence)
+    return newest
+
+
+def out_of_order(calls: Calls) -> int:
+    """Notices of a session that did not tell a higher sequence than the one before."""
+    newest: dict[str, int] = {}
+    disorders = 0
+    for session_id, sequence in calls:
+        if session_id is not None:
+            disorders += sequence <= newest.get(session_id, 0)
+            newest[session_id] = sequence
+    return disorders
 
 
 def reset_after(mark: int) -> Callable[[Calls], bool]:
@@ -336,20 +365,32 @@ class TestConcurrentProcesses:
         """4 processes x 2 threads x 60 appends of ids from a pool of 400 over 8 sessions.
 
         The four open the fresh database at once, so they race to create the schema too.
+        A follower in this process (another store) is told every session's commits in
+        order, up to its last sequence.
         """
         processes, threads, appends = 4, 2, 60
         writers = [
             start_writer(postgres_dsn, threads=threads, pool=400, seed=seed, appends=appends)
             for seed in range(processes)
         ]
-        acks = Acks()
-        for writer in writers:
-            writer.wait_for(lambda lines: bool(lines) and lines[-1] == "done")
-            writer.finish()
-            acks.add(writer.lines())
-        audit = Audit.of(postgres_dsn)
+        writers[0].wait_for(lambda lines: "ready" in lines)
+        notices = Notices()
+        with PostgresStore(postgres_dsn) as follower:
+            stop_following = follower.follow(notices)
+            acks = Acks()
+            for writer in writers:
+                writer.wait_for(lambda lines: bool(lines) and lines[-1] == "done")
+                writer.finish()
+                acks.add(writer.lines())
+            audit = Audit.of(postgres_dsn)
+            last: Counter[str] = Counter()
+            for (session_id, _), sequence in audit.stored.items():
+                last[session_id] = max(last[session_id], sequence)
+            notices.wait_for(lambda calls: told_last(calls) == last, lambda: sorted(last.items()))
+            stop_following()
         figures = audit.figures(acks)
         shared = sum(1 for line in acks.outcomes.elements() if line == "ack") - len(acks.sequences)
+        disorders = out_of_order(notices.calls)
 
         report(
             cycles=processes * threads * appends,
@@ -358,8 +399,11 @@ class TestConcurrentProcesses:
             acks_of_shared_ids=shared,
             conflicts=acks.outcomes["conflict"],
             retries=sum(acks.retries().values()),
+            notices=len(notices.calls),
+            notices_out_of_order=disorders,
             hangs=0,
         )
+        assert 0 == disorders
         assert (0, 0, 0, 0) == (
             figures["lost"],
             figures["duplicated"],
