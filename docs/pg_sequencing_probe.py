@@ -6,8 +6,12 @@ per call from 16 threads over 1,000 desks: ``PostgresStore`` as shipped (each wr
 locks its session's ``streams`` row), and the same store that also takes ``LOCK TABLE
 events IN EXCLUSIVE MODE`` first, as eventsourcing's ``PostgresApplicationRecorder``
 does for every insert (all writers serialised; here added to the ``append_events``
-function, so both run the same statement). Prints appends per second of each and
-their ratio. Not a benchmark (``python -m bench append --backend postgres`` is): a
+function, so both run the same statement). A third line, raw psycopg inserting the
+same records one transaction per append (``BEGIN``, ``INSERT``, ``COMMIT``, no checks),
+is the floor the issue measures against. The two stores send their notices with
+``notify="after_commit"``, because a ``NOTIFY`` inside the transaction serialises every
+notifying commit of the server and would hide the difference; a fourth line is the
+store with the default ``notify="commit"``. Prints appends per second and the ratios. Not a benchmark (``python -m bench append --backend postgres`` is): a
 quick in-run ratio behind the choice documented in ``sharedesk/store/postgres.py``.
 """
 
@@ -23,11 +27,13 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import psycopg  # noqa: E402
+from psycopg_pool import ConnectionPool  # noqa: E402
 
 from bench.pgserver import ThrowawayPostgres  # noqa: E402
 from sharedesk import Event, Person, Text  # noqa: E402
+from sharedesk.store._lmdb_layout import ENCODER  # noqa: E402
 from sharedesk.store._pg_schema import APPEND_FUNCTION  # noqa: E402
-from sharedesk.store.postgres import PostgresStore  # noqa: E402
+from sharedesk.store.postgres import Notify, PostgresStore  # noqa: E402
 
 THREADS, DESKS, PER_THREAD, ROUNDS = 16, 1000, 120, 3
 ALICE = Person(id="alice", label="Alice")
@@ -63,18 +69,65 @@ def rate(store: PostgresStore) -> float:
     return THREADS * PER_THREAD / (time.perf_counter() - start)
 
 
+class RawInserts:
+    """Raw psycopg: the same record inserted in one transaction per append, no checks."""
+
+    def __init__(self, dsn: str) -> None:
+        self._pool: ConnectionPool[Any] = ConnectionPool(
+            dsn, min_size=THREADS, max_size=THREADS, kwargs={"autocommit": True}
+        )
+        with self._pool.connection() as conn:
+            conn.execute(
+                "CREATE TABLE IF NOT EXISTS raw_events (session_id bytea, seq bigserial, "
+                "id bytea, record bytea, PRIMARY KEY (session_id, seq))"
+            )
+
+    def append(self, session_id: str, events: list[Event]) -> None:
+        (event,) = events
+        with self._pool.connection() as conn, conn.transaction():
+            conn.execute(
+                "INSERT INTO raw_events (session_id, id, record) VALUES (%s, %s, %s)",
+                [session_id.encode(), event.id.encode(), ENCODER.encode(event)],
+            )
+
+    def close(self) -> None:
+        self._pool.close()
+
+
 def main() -> None:
     with ThrowawayPostgres(fsync=True) as server:
-        rates: dict[str, list[float]] = {"row lock": [], "table lock": []}
+        rates: dict[str, list[float]] = {
+            "row lock": [],
+            "table lock": [],
+            "raw": [],
+            "row lock, notify=commit": [],
+        }
+        stores: tuple[tuple[str, type[PostgresStore], Notify], ...] = (
+            ("row lock", PostgresStore, "after_commit"),
+            ("table lock", TableLockedStore, "after_commit"),
+            ("row lock, notify=commit", PostgresStore, "commit"),
+        )
         for round_ in range(ROUNDS):
-            for name, cls in (("row lock", PostgresStore), ("table lock", TableLockedStore)):
-                schema = f"probe_{name.replace(' ', '_')}_{round_}"
-                with cls(server.dsn, schema=schema, max_connections=THREADS) as store:
+            for name, cls, notify in stores:
+                schema = f"probe_{len(rates[name])}_{abs(hash(name)) % 1000}"
+                with cls(
+                    server.dsn, schema=schema, max_connections=THREADS, notify=notify
+                ) as store:
                     rates[name].append(rate(store))
-        row, table = (sorted(r)[len(r) // 2] for r in rates.values())
-        print(f"row lock   {row:8.0f} appends/s (median of {ROUNDS}: {rates['row lock']})")
-        print(f"table lock {table:8.0f} appends/s (median of {ROUNDS}: {rates['table lock']})")
-        print(f"row lock / table lock = {row / table:.2f}x")
+            raw = RawInserts(server.dsn)
+            try:
+                rates["raw"].append(rate(raw))  # type: ignore[arg-type]
+            finally:
+                raw.close()
+        row, table, floor, in_commit = (sorted(r)[len(r) // 2] for r in rates.values())
+        for name, values in rates.items():
+            each = ", ".join(f"{r:.0f}" for r in values)
+            median = sorted(values)[len(values) // 2]
+            print(f"{name:22} {median:6.0f} appends/s (median of {ROUNDS}: {each})")
+        print(
+            f"row lock / table lock = {row / table:.2f}x; row lock / raw = {row / floor:.2f}x; "
+            f"notify=commit / raw = {in_commit / floor:.2f}x"
+        )
 
 
 if __name__ == "__main__":

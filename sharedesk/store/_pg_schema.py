@@ -53,7 +53,8 @@ class Migration(NamedTuple):
 #: last sequence the caller planned with (``stale``) and the stored parents the plan
 #: names (``parent``: one is not a root ``Text`` row); the first that fails is returned
 #: and nothing is written. Otherwise it writes the planned rows, the first replies (the
-#: earliest recorded wins), the stream row and the notice, and returns ``ok``. Every
+#: earliest recorded wins), the stream row and the notice (unless ``p_channel`` is
+#: NULL), and returns ``ok``. Every
 #: answer carries the locked row's figures, so the caller can plan again.
 APPEND_FUNCTION: Final = """
 CREATE FUNCTION {s}.append_events(
@@ -124,7 +125,9 @@ BEGIN
         UPDATE {s}.streams SET last_seq = s_last, text_count = s_texts,
             last_activity = p_at, state = s_state
             WHERE session_id = p_sid;
-        PERFORM pg_notify(p_channel, p_payload);
+        IF p_channel IS NOT NULL THEN
+            PERFORM pg_notify(p_channel, p_payload);
+        END IF;
     END IF;
     RETURN QUERY SELECT 'ok', s_last, s_texts, s_state, NULL::bigint[], NULL::bytea[];
 END
