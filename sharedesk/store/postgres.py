@@ -1257,12 +1257,18 @@ class _PostgresLog:
 
 
 class _Listener:
-    """The thread that listens on the store's channel and calls its followers."""
+    """The thread that listens on the store's channel and calls its followers.
+
+    A notice no newer than one already told for its session is dropped: notices sent
+    after commit (``notify="after_commit"``) by several processes reach the channel in
+    the order their notifiers send them, not always in commit order.
+    """
 
     def __init__(self, store: PostgresStore) -> None:
         self._store = store
         self._stopping = threading.Event()
         self._conn: psycopg.Connection[Any] | None = None
+        self._newest: dict[str, int] = {}  # the newest last told per session (this thread's)
         self._thread = threading.Thread(
             target=self._run, name=f"sharedesk-pg-listener:{store.path}", daemon=True
         )
@@ -1329,7 +1335,10 @@ class _Listener:
         """Wait up to ``_LISTEN_POLL`` for notices, telling the followers of each at once."""
         for notice in conn.notifies(timeout=_LISTEN_POLL):
             parsed = _parse_payload(notice.payload)
-            if parsed is not None:
+            if parsed is not None and parsed[1] > self._newest.get(parsed[0], 0):
+                if len(self._newest) >= _TAIL_CACHE:
+                    self._newest.clear()
+                self._newest[parsed[0]] = parsed[1]
                 self._tell(*parsed)
             if self._stopping.is_set():
                 return
