@@ -1,11 +1,12 @@
 """The load of the PostgreSQL fault tests: appends of shared ids, every ack reported.
 
 As a child process:
-``python -m tests.faults.pg_writer DSN THREADS SESSIONS POOL SEED APPENDS [RETRY_TIMEOUT]``
-(``APPENDS`` appends per thread, 0: until stdin closes; ``RETRY_TIMEOUT`` the store's
-``retry_timeout``, its default when left out: with 0, every lost connection reaches the
-writer as a typed error). The tests also run :class:`PooledWriter` in their own
-process, on threads.
+``python -m tests.faults.pg_writer DSN THREADS SESSIONS POOL SEED APPENDS [OPTION=VALUE...]``
+(``APPENDS`` appends per thread, started when a line comes on stdin; 0: at once, until
+stdin closes; each ``OPTION=VALUE`` a
+``PostgresStore`` option: ``retry_timeout=0`` makes every lost connection reach the
+writer as a typed error, ``notify=after_commit`` sends notices after commits). The
+tests also run :class:`PooledWriter` in their own process, on threads.
 
 Every writer draws its event ids from one pool shared by all writers: id ``e<n>``
 (``0 <= n < POOL``) always belongs to session ``pg/<n % SESSIONS>`` and always carries
@@ -36,6 +37,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 from sharedesk.protocol import (
     ConcurrencyError,
@@ -145,7 +147,10 @@ def say(line: str) -> None:
 def main(argv: list[str]) -> None:
     dsn, threads, sessions, pool = argv[0], int(argv[1]), int(argv[2]), int(argv[3])
     seed, appends = int(argv[4]), int(argv[5])
-    store = PostgresStore(dsn, retry_timeout=float(argv[6])) if argv[6:] else PostgresStore(dsn)
+    options: dict[str, Any] = dict(arg.split("=", 1) for arg in argv[6:])
+    if "retry_timeout" in options:
+        options["retry_timeout"] = float(options["retry_timeout"])
+    store = PostgresStore(dsn, **options)
     writer = PooledWriter(store, sessions, pool, say)
     stop = threading.Event()
 
@@ -156,6 +161,8 @@ def main(argv: list[str]) -> None:
     if appends == 0:
         threading.Thread(target=stop_at_end_of_input, daemon=True).start()
     say("ready")
+    if appends > 0:
+        sys.stdin.readline()  # the cue to start
 
     def work(thread_seed: int) -> None:
         try:

@@ -67,10 +67,10 @@ class Writer:
         pool: int,
         seed: int,
         appends: int,
-        retry_timeout: float | None = None,
+        **options: object,
     ) -> None:
         args = [dsn, str(threads), str(SESSIONS), str(pool), str(seed), str(appends)]
-        args += [] if retry_timeout is None else [str(retry_timeout)]
+        args += [f"{name}={value}" for name, value in options.items()]
         self.process = subprocess.Popen(
             [sys.executable, "-m", "tests.faults.pg_writer", *args],
             stdin=subprocess.PIPE,
@@ -125,6 +125,12 @@ class Writer:
         os.kill(self.process.pid, signal.SIGKILL)
         self._end()
         assert -signal.SIGKILL == self.process.returncode
+
+    def go(self) -> None:
+        """Tell a child with a number of appends to start them."""
+        assert self.process.stdin is not None
+        self.process.stdin.write(b"go\n")
+        self.process.stdin.flush()
 
     def finish(self) -> None:
         """Close stdin (the child's cue to stop), wait for it; it must end with ``done``."""
@@ -359,24 +365,31 @@ def terminate_backends(admin: psycopg.Connection[tuple[int]], dbname: str) -> in
 
 
 class TestConcurrentProcesses:
+    @pytest.mark.parametrize("notify", ["commit", "after_commit"])
     def test_four_processes_appending_shared_ids_store_each_once_with_gap_free_sequences(
-        self, postgres_dsn: str, start_writer: StartWriter, report: Report
+        self, postgres_dsn: str, start_writer: StartWriter, report: Report, notify: str
     ) -> None:
         """4 processes x 2 threads x 60 appends of ids from a pool of 400 over 8 sessions.
 
         The four open the fresh database at once, so they race to create the schema too.
         A follower in this process (another store) is told every session's commits in
-        order, up to its last sequence.
+        order, up to its last sequence, whether the writers notify inside their commits
+        or after them.
         """
         processes, threads, appends = 4, 2, 60
         writers = [
-            start_writer(postgres_dsn, threads=threads, pool=400, seed=seed, appends=appends)
+            start_writer(
+                postgres_dsn, threads=threads, pool=400, seed=seed, appends=appends, notify=notify
+            )
             for seed in range(processes)
         ]
-        writers[0].wait_for(lambda lines: "ready" in lines)
+        for writer in writers:
+            writer.wait_for(lambda lines: "ready" in lines)
         notices = Notices()
         with PostgresStore(postgres_dsn) as follower:
             stop_following = follower.follow(notices)
+            for writer in writers:
+                writer.go()
             acks = Acks()
             for writer in writers:
                 writer.wait_for(lambda lines: bool(lines) and lines[-1] == "done")
