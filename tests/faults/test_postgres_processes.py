@@ -253,6 +253,13 @@ class Audit:
                 stored.update({(session_id, e.id): e.sequence or 0 for e in events})
         return cls(stored, duplicated, gaps, misplaced)
 
+    def last_sequences(self) -> Counter[str]:
+        """Each session's last sequence."""
+        last: Counter[str] = Counter()
+        for (session_id, _), sequence in self.stored.items():
+            last[session_id] = max(last[session_id], sequence)
+        return last
+
     def lost(self, acks: Acks) -> int:
         """Acknowledged events not stored with the sequence they were acknowledged with."""
         return sum(
@@ -396,9 +403,7 @@ class TestConcurrentProcesses:
                 writer.finish()
                 acks.add(writer.lines())
             audit = Audit.of(postgres_dsn)
-            last: Counter[str] = Counter()
-            for (session_id, _), sequence in audit.stored.items():
-                last[session_id] = max(last[session_id], sequence)
+            last = audit.last_sequences()
             notices.wait_for(lambda calls: told_last(calls) == last, lambda: sorted(last.items()))
             stop_following()
         figures = audit.figures(acks)
@@ -478,7 +483,13 @@ class TestServerRestart:
     def test_a_server_restart_mid_load_gives_typed_errors_and_loses_no_acknowledged_event(
         self, own_server: ThrowawayPostgres, start_writer: StartWriter, report: Report
     ) -> None:
-        """2 writers (2 threads each, one with ``retry_timeout=0``); 3 restarts mid-load."""
+        """2 writers (2 threads each); 3 restarts mid-load; a follower in this process.
+
+        One writer has the store's defaults; the other ``retry_timeout=0`` (every lost
+        connection reaches it) and ``notify="after_commit"`` (its notifier thread's
+        connection is lost too). Once all are back, the follower is told every
+        session's commits up to its last sequence.
+        """
         dsn = database(own_server, "restarts")
         restarts = 3
         notices = Notices()
@@ -486,7 +497,15 @@ class TestServerRestart:
         stop_following = follower.follow(notices)
         writers = [  # the store retries lost connections in one, the writer in the other
             start_writer(dsn, threads=2, pool=3000, seed=0, appends=0),
-            start_writer(dsn, threads=2, pool=3000, seed=1, appends=0, retry_timeout=0),
+            start_writer(
+                dsn,
+                threads=2,
+                pool=3000,
+                seed=1,
+                appends=0,
+                retry_timeout=0,
+                notify="after_commit",
+            ),
         ]
         for writer in writers:
             writer.wait_for(lambda lines: len(lines) > 5)
@@ -502,9 +521,10 @@ class TestServerRestart:
         for writer, mark in zip(writers, marks, strict=True):
             writer.wait_for(acks_after(mark, 20))
         notices.wait_for(resumed_after(last_restart))
-        stop_following()
-        follower.close()
-        resets = notices.calls[first_restart:].count((None, 0))
+        # 150 more acks each, so every session commits again while the follower listens.
+        marks = [len(writer.lines()) for writer in writers]
+        for writer, mark in zip(writers, marks, strict=True):
+            writer.wait_for(acks_after(mark, 150))
         acks, by_writer = Acks(), []
         for writer in writers:
             writer.finish()
@@ -513,6 +533,11 @@ class TestServerRestart:
             alone.add(writer.lines())
             by_writer.append(sum(alone.retries().values()))
         audit = Audit.of(dsn)
+        last = audit.last_sequences()
+        notices.wait_for(lambda calls: told_last(calls) == last, lambda: sorted(last.items()))
+        stop_following()
+        follower.close()
+        resets = notices.calls[first_restart:].count((None, 0))
         figures = audit.figures(acks)
         retries = acks.retries()
 
