@@ -73,9 +73,14 @@ that is safe:
   its ids make the retry return the stored events if the first attempt committed, and
   store them otherwise, so the outcome is the same either way. Any other write (with
   ``expected_version``, ``unless_stored``, or ``append_and_share``, whose retry would
-  fail its own check if the first attempt committed) raises
-  :class:`~sharedesk.protocol.errors.CommitOutcomeUnknown`, and retrying it with the
-  same ids is safe for the caller, who can re-read first.
+  fail its own check if the first attempt committed) is *settled* first, on another
+  connection: once the server process that ran it is gone (its transaction is over,
+  committed or not), a read of one row it writes (its first new event, or the sharing
+  state it stores) tells which. Committed: its result is returned. Not committed: it
+  runs again. When that cannot be told within ``retry_timeout`` (the old server process
+  lives on, as when the network rather than the server failed, or the server stays
+  unreachable), it raises :class:`~sharedesk.protocol.errors.CommitOutcomeUnknown`, and
+  retrying with the same ids is safe for the caller, who can re-read first.
 
 Anything else the driver raises becomes ``StoreIOError`` (with the cause chained);
 transactions the server aborted for a deadlock or a serialisation failure are retried.
@@ -91,7 +96,7 @@ import time
 from collections.abc import Callable, Collection, Sequence
 from datetime import UTC, datetime
 from types import TracebackType
-from typing import Any, Final, Literal, NamedTuple, Self, TypeVar
+from typing import Any, Final, Literal, NamedTuple, Self, TypeVar, cast
 
 import msgspec
 import psycopg
@@ -165,6 +170,8 @@ _LISTEN_POLL: Final = 0.2
 #: Backoff of the listener's reconnection attempts: first and longest wait, seconds.
 _RECONNECT_FIRST: Final = 0.05
 _RECONNECT_MAX: Final = 2.0
+#: Whether a server process is still running (a write's, whose connection broke).
+_BACKEND_ALIVE: Final = "SELECT 1 FROM pg_stat_activity WHERE pid = %s"
 #: SQLSTATEs of transactions the server aborted that are safe to run again.
 _RETRYABLE_STATES: Final = frozenset({"40001", "40P01"})
 _URL: Final = re.compile(r"postgres(ql)?://", re.IGNORECASE)
@@ -212,13 +219,39 @@ def _utf8(value: str) -> bytes:
     return value.encode("utf-8")
 
 
-class _Attempt:
-    """How far one write got: whether its ``COMMIT`` was sent (its outcome then unknown)."""
+class _Probe(NamedTuple):
+    """A row one write stores, by which a later read tells whether it committed."""
 
-    __slots__ = ("committing",)
+    query: str  # selects the row's bytes by (session_id, key)
+    sid: bytes
+    key: bytes
+    value: bytes
+
+
+class _Attempt:
+    """How far one write got: whether its ``COMMIT`` was sent (its outcome then unknown).
+
+    Once committing, it also keeps the server process that runs the write, a probe
+    (``None``: the write stores nothing) and the write's result, so that a broken
+    connection's outcome can be settled by a read (see ``PostgresStore._settle``).
+    """
+
+    __slots__ = ("backend_pid", "committing", "probe", "result")
 
     def __init__(self) -> None:
         self.committing = False
+        self.backend_pid = 0
+        self.probe: _Probe | None = None
+        self.result: list[Event] = []
+
+    def commit_sent(
+        self, conn: psycopg.Connection[Any], probe: _Probe | None, result: list[Event]
+    ) -> None:
+        """Note that the ``COMMIT`` (or the one-statement write) is about to be sent."""
+        self.committing = True
+        self.backend_pid = conn.info.backend_pid
+        self.probe = probe
+        self.result = result
 
 
 class _Write(NamedTuple):
@@ -435,7 +468,12 @@ class PostgresStore:
                 aborted = exc.sqlstate in _RETRYABLE_STATES
                 unknown = lost and attempt is not None and attempt.committing
                 if unknown and not retry:
-                    raise CommitOutcomeUnknown(self._path, operation, session_id) from exc
+                    assert attempt is not None
+                    settled = self._settle(attempt, deadline)
+                    if settled is None:
+                        raise CommitOutcomeUnknown(self._path, operation, session_id) from exc
+                    if settled:
+                        return cast(T, attempt.result)  # it committed: its result stands
                 if not (lost or aborted) or time.monotonic() >= deadline:
                     raise StoreIOError(self._path, operation) from exc
                 _log.warning(
@@ -449,6 +487,31 @@ class PostgresStore:
                     self._pool.check()  # drop the other idle connections the loss broke
                 time.sleep(delay + random.uniform(0, delay))
                 delay = min(max(delay * 2, 0.01), 0.5)
+
+    def _settle(self, attempt: _Attempt, deadline: float) -> bool | None:
+        """Tell whether a write whose connection broke while committing was stored.
+
+        Waits (until ``deadline``) for the server process that ran it to be gone, so
+        that the write's transaction is over, then reads its probe row on another
+        connection: the row as the write would have stored it means it committed.
+
+        Returns:
+            ``True`` when it committed, ``False`` when it did not (it may run again),
+            ``None`` when that cannot be told in time.
+        """
+        try:
+            with self._pool.connection() as conn:
+                while conn.execute(_BACKEND_ALIVE, [attempt.backend_pid]).fetchone():
+                    if time.monotonic() >= deadline or self._closed:
+                        return None
+                    time.sleep(0.05)
+                probe = attempt.probe
+                if probe is None:
+                    return False  # it stores nothing either way
+                row = conn.execute(probe.query, [probe.sid, probe.key]).fetchone()
+        except (psycopg.Error, PoolTimeout):
+            return None
+        return row is not None and bytes(row[0]) == probe.value
 
     # -- writes --------------------------------------------------------------------------
 
@@ -480,7 +543,8 @@ class PostgresStore:
             ConcurrencyError: ``expected_version`` differs from the last sequence.
             AlreadyStored: The event ``unless_stored`` names is stored; nothing written.
             CommitOutcomeUnknown: The connection broke during the ``COMMIT`` of a
-                guarded append (``expected_version`` or ``unless_stored``).
+                guarded append (``expected_version`` or ``unless_stored``) and whether
+                it was stored could not be told (see the module header).
             StoreClosedError: The store is closed.
             StoreIOError: The server failed; the cause is chained.
 
@@ -572,7 +636,9 @@ class PostgresStore:
                 self._channel if self._notifier is None else None,
                 payload,
             ]
-            attempt.committing = True  # one statement: its transaction commits with it
+            # One statement: its transaction commits with it.
+            probe = _Probe(self._sql.probe_event, sid, params[4][0], params[10][0]) if new else None
+            attempt.commit_sent(conn, probe, plan.result)
             row = conn.execute(self._sql.append_events, params).fetchone()
             attempt.committing = False
             assert row is not None
@@ -600,9 +666,15 @@ class PostgresStore:
         return self._write_in(conn, write, attempt)
 
     def _remember(self, sid: bytes, tail: _Tail) -> None:
-        """Cache ``tail`` as the session's newest known tail (bounded; see ``_TAIL_CACHE``)."""
+        """Cache ``tail`` as the session's newest known tail (bounded; see ``_TAIL_CACHE``).
+
+        An older tail (a slower thread's answer) never replaces a newer one.
+        """
         tails = self._tails
-        if len(tails) >= _TAIL_CACHE and sid not in tails:
+        known = tails.get(sid)
+        if known is not None and known.last > tail.last:
+            return
+        if known is None and len(tails) >= _TAIL_CACHE:
             tails.clear()
         tails[sid] = tail
 
@@ -644,7 +716,8 @@ class PostgresStore:
             PresentSetOverflow: Noting the reply overflows the present set; nothing
                 was written.
             CorruptRecordError: The stored state cannot be decoded; nothing was written.
-            CommitOutcomeUnknown: The connection broke during the ``COMMIT``.
+            CommitOutcomeUnknown: The connection broke during the ``COMMIT`` and
+                whether it was stored could not be told (see the module header).
             StoreClosedError, StoreIOError: As for :meth:`append`.
 
         Cost: as :meth:`append`, plus one state read and write in the same transaction.
@@ -742,7 +815,15 @@ class PostgresStore:
                 sharing_row = (key, state)
             if plan.new or sharing_row is not None:
                 self._write_rows(conn, sid, plan, sharing_row, now)
-            attempt.committing = True  # leaving the block sends COMMIT
+            probe: _Probe | None = None
+            if plan.new:
+                first = plan.new[0]
+                probe = _Probe(
+                    sql.probe_event, sid, event_id_key(b"", first.id), ENCODER.encode(first)
+                )
+            elif sharing_row is not None:
+                probe = _Probe(sql.get_sharing, sid, sharing_row[0], ENCODER.encode(sharing_row[1]))
+            attempt.commit_sent(conn, probe, plan.result)  # leaving the block sends COMMIT
         if plan.new:
             if self._notifier is not None:
                 self._notifier.tell(sid, stream.last + len(plan.new))
@@ -1165,6 +1246,7 @@ class _Queries:
             f"%s::bigint[], %s::bigint[], %s::bigint, %s::timestamptz, %s::bytea, %s::text, "
             f"%s::text)"
         )
+        self.probe_event = f"SELECT record FROM {s}.events WHERE session_id = %s AND id_key = %s"
         self.get_sharing = f"SELECT state FROM {s}.sharing WHERE session_id = %s AND key = %s"
         self.put_sharing = (
             f"INSERT INTO {s}.sharing (session_id, key, state) VALUES (%s, %s, %s) "

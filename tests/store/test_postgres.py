@@ -11,7 +11,7 @@ import queue
 import socket
 import threading
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +35,7 @@ from sharedesk.protocol import (
     Text,
     ValidationError,
 )
+from sharedesk.store import postgres
 from sharedesk.store._pg_schema import SCHEMA_VERSION
 from sharedesk.store.postgres import Notify, PostgresStore
 from tests.store.contract import (
@@ -539,32 +540,60 @@ class TestConnectionLoss:
         [{"expected_version": 0}, {"unless_stored": "g"}],
         ids=["expected_version", "unless_stored"],
     )
-    def test_a_guarded_append_interrupted_at_commit_says_its_outcome_is_unknown(
+    def test_a_guarded_append_interrupted_at_commit_is_settled_by_a_read_and_run_again(
         self, pg: PostgresStore, dsn: str, guard: dict[str, Any]
     ) -> None:
+        """The trap aborted the commit: the read finds nothing stored, so it runs again."""
         interrupt_next_commit(dsn)
 
-        with pytest.raises(CommitOutcomeUnknown) as caught:
-            pg.append("s", [text(id="e1")], **guard)
+        stored = pg.append("s", [text(id="e1")], **guard)
 
-        assert ("s", "append") == (caught.value.session_id, caught.value.operation)
-        assert [1] == [e.sequence for e in pg.append("s", [text(id="e1")])]
+        assert stored == pg.read("s")
+        assert [1] == [e.sequence for e in stored]
 
-    def test_a_share_interrupted_at_commit_says_its_outcome_is_unknown(
+    def test_a_share_interrupted_at_commit_is_settled_by_a_read_and_run_again(
         self, pg: PostgresStore, dsn: str
     ) -> None:
         interrupt_next_commit(dsn)
+        state = SharingState(Conversation("s"), 0)
 
-        with pytest.raises(CommitOutcomeUnknown):
-            pg.append_and_share(
+        pg.append_and_share("s", [text()], viewer="v", state=state, expected_state=None)
+
+        assert (1, state) == (
+            pg.last_sequence("s"),
+            pg.get_sharing_state("s", "v", state.conversation),
+        )
+
+    @pytest.mark.parametrize(
+        "write",
+        [
+            lambda store: store.append("s", [text(id="e1")], expected_version=0),
+            lambda store: store.append_and_share(
                 "s",
-                [text()],
+                [text(id="e1")],
                 viewer="v",
                 state=SharingState(Conversation("s"), 0),
                 expected_state=None,
-            )
+            ),
+        ],
+        ids=["append", "append_and_share"],
+    )
+    def test_a_write_whose_interrupted_commit_cannot_be_settled_says_its_outcome_is_unknown(
+        self,
+        dsn: str,
+        monkeypatch: pytest.MonkeyPatch,
+        write: Callable[[PostgresStore], object],
+    ) -> None:
+        """As when the network, not the server, failed: the old server process lives on."""
+        monkeypatch.setattr(postgres, "_BACKEND_ALIVE", "SELECT 1 WHERE %s::int IS NOT NULL")
+        with PostgresStore(dsn, retry_timeout=0.2) as store:
+            interrupt_next_commit(dsn)
 
-        assert pg.get_sharing_state("s", "v", Conversation("s")) is None
+            with pytest.raises(CommitOutcomeUnknown) as caught:
+                write(store)
+
+            assert "s" == caught.value.session_id
+            assert [1] == [e.sequence for e in store.append("s", [text(id="e1")])]
 
     def test_a_driver_error_is_a_store_io_error_with_the_cause(
         self, pg: PostgresStore, dsn: str
@@ -590,3 +619,17 @@ class TestUnderAHub:
             assert ["hello", "hi Alice"] == [m.content for m in hub.view("desk", ALICE).messages]
             assert reply is not None and reply.sequence == 2
             assert [] == hub.turn("desk", bot).messages
+
+
+@pytest.fixture(autouse=True)
+def _no_store_thread_left_running() -> Iterator[None]:
+    """Every PostgresStore a test opens is closed by its end: no pool, listener or notifier
+    thread outlives it."""
+    before = set(threading.enumerate())
+    yield
+    leaked = [
+        thread.name
+        for thread in threading.enumerate()
+        if thread not in before and thread.name.startswith("sharedesk-pg")
+    ]
+    assert [] == leaked
