@@ -18,10 +18,12 @@ commits); the others use a fresh database on the session's server.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import random
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -858,3 +860,158 @@ class TestConnectionLostMidAppend:
             figures["gaps"],
         )
         assert {RETRIED: cycles} == dict(outcomes)
+
+
+#: Replies that say a write committed, as the wire protocol carries them: the ``ok``
+#: row ``append_events`` answers in autocommit (a text column of length 2), and the
+#: ``CommandComplete`` of a ``COMMIT``.
+COMMITTED_REPLIES = (b"\x00\x00\x00\x02ok", b"C\x00\x00\x00\x0bCOMMIT\x00")
+
+
+class CuttingProxy:
+    """A TCP proxy to a server that can lose the reply of the next committed write.
+
+    Every connection through it is forwarded both ways. After :meth:`arm`, the first
+    reply from the server that says a write committed (``COMMITTED_REPLIES``) is
+    dropped and its connection cut (both sockets closed): the server committed the
+    write, but the client never hears of it.
+    """
+
+    def __init__(self, port: int) -> None:
+        self._upstream = port
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self._listener.settimeout(0.1)
+        self.port: int = self._listener.getsockname()[1]
+        self._armed = threading.Event()
+        self._closing = threading.Event()
+        self._lock = threading.Lock()
+        self._sockets: list[socket.socket] = []
+        self._threads = [threading.Thread(target=self._accept, daemon=True)]
+        self.cuts = 0
+        self._threads[0].start()
+
+    def arm(self) -> None:
+        self._armed.set()
+
+    def _accept(self) -> None:
+        while not self._closing.is_set():
+            try:
+                client, _ = self._listener.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            server = socket.create_connection(("127.0.0.1", self._upstream))
+            pumps = [
+                threading.Thread(target=self._pump, args=(client, server, False), daemon=True),
+                threading.Thread(target=self._pump, args=(server, client, True), daemon=True),
+            ]
+            with self._lock:
+                self._sockets += [client, server]
+                self._threads += pumps
+            for pump in pumps:
+                pump.start()
+
+    def _pump(self, source: socket.socket, target: socket.socket, replies: bool) -> None:
+        try:
+            while data := source.recv(65536):
+                if (
+                    replies
+                    and self._armed.is_set()
+                    and any(reply in data for reply in COMMITTED_REPLIES)
+                ):
+                    with self._lock:
+                        cut, self.cuts = self._armed.is_set(), self.cuts + self._armed.is_set()
+                        self._armed.clear()
+                    if cut:
+                        break
+                target.sendall(data)
+        except OSError:
+            pass
+        for end in (source, target):
+            with contextlib.suppress(OSError):
+                end.shutdown(socket.SHUT_RDWR)
+
+    def close(self) -> None:
+        self._closing.set()
+        self._listener.close()
+        with self._lock:
+            for sock in self._sockets:
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+                sock.close()
+            threads = list(self._threads)
+        for thread in threads:
+            thread.join(HANG)
+
+
+class TestReplyLost:
+    @pytest.mark.parametrize("write", WRITES)
+    def test_a_committed_write_whose_reply_is_lost_returns_the_stored_events(
+        self, postgres_server: ThrowawayPostgres, postgres_dsn: str, report: Report, write: str
+    ) -> None:
+        """5 times: the write commits, and its connection is cut before the reply.
+
+        A plain append is retried and its ids return the stored events; a write with
+        ``expected_version`` or a sharing state is settled (its server process gone, a
+        read shows it stored) and returns its result: no ``ConcurrencyError`` and no
+        ``SharingStateConflict`` for a write that did happen.
+        """
+        cycles = 5
+        proxy = CuttingProxy(postgres_server.port)
+        dsn = f"postgresql://postgres@127.0.0.1:{proxy.port}/{postgres_dsn.rsplit('/', 1)[1]}"
+        conversation = Conversation("pg/0")
+        outcomes: Counter[str] = Counter()
+        acknowledged: dict[tuple[str, str], int] = {}
+        try:
+            with PostgresStore(dsn, max_connections=2) as store:
+                store.append("pg/0", [pooled_event(0)])
+                for cycle in range(1, cycles + 1):
+                    event = pooled_event(SESSIONS * cycle)
+                    version = store.last_sequence("pg/0")
+                    expected = store.get_sharing_state("pg/0", VIEWER, conversation)
+                    call: Callable[[], list[Event]]
+                    if write == "append":
+                        call = functools.partial(store.append, "pg/0", [event])
+                    elif write == "append-expected_version":
+                        call = functools.partial(
+                            store.append, "pg/0", [event], expected_version=version
+                        )
+                    else:
+                        call = functools.partial(
+                            store.append_and_share,
+                            "pg/0",
+                            [event],
+                            viewer=VIEWER,
+                            state=SharingState(conversation, cycle),
+                            expected_state=expected,
+                        )
+                    proxy.arm()
+                    outcome = bounded(call)
+                    if isinstance(outcome, list):
+                        outcomes["returned"] += 1
+                        (stored,) = outcome
+                        acknowledged[("pg/0", stored.id)] = stored.sequence or 0
+                    else:
+                        outcomes[str(outcome)] += 1
+        finally:
+            proxy.close()
+        acks = Acks(sequences={key: {sequence} for key, sequence in acknowledged.items()})
+        audit = Audit.of(postgres_dsn)
+        figures = audit.figures(acks)
+
+        report(
+            cycles=cycles,
+            **figures,
+            replies_cut=proxy.cuts,
+            outcomes="+".join(sorted(outcomes)),
+            hangs=0,
+        )
+        assert ({"returned": cycles}, cycles) == (dict(outcomes), proxy.cuts)
+        assert (cycles, 0, 0, 0) == (
+            figures["acknowledged"],
+            figures["lost"],
+            figures["duplicated"],
+            figures["gaps"],
+        )
+        assert len(audit.stored) == cycles + 1
