@@ -493,25 +493,31 @@ class PostgresStore:
 
         Waits (until ``deadline``) for the server process that ran it to be gone, so
         that the write's transaction is over, then reads its probe row on another
-        connection: the row as the write would have stored it means it committed.
+        connection: the row as the write would have stored it means it committed. A
+        connection lost meanwhile is replaced, until ``deadline``.
 
         Returns:
             ``True`` when it committed, ``False`` when it did not (it may run again),
             ``None`` when that cannot be told in time.
         """
-        try:
-            with self._pool.connection() as conn:
-                while conn.execute(_BACKEND_ALIVE, [attempt.backend_pid]).fetchone():
-                    if time.monotonic() >= deadline or self._closed:
-                        return None
-                    time.sleep(0.05)
-                probe = attempt.probe
-                if probe is None:
-                    return False  # it stores nothing either way
-                row = conn.execute(probe.query, [probe.sid, probe.key]).fetchone()
-        except (psycopg.Error, PoolTimeout):
-            return None
-        return row is not None and bytes(row[0]) == probe.value
+        while True:
+            try:
+                with self._pool.connection() as conn:
+                    while conn.execute(_BACKEND_ALIVE, [attempt.backend_pid]).fetchone():
+                        if time.monotonic() >= deadline or self._closed:
+                            return None
+                        time.sleep(0.05)
+                    probe = attempt.probe
+                    if probe is None:
+                        return False  # it stores nothing either way
+                    row = conn.execute(probe.query, [probe.sid, probe.key]).fetchone()
+            except (psycopg.Error, PoolTimeout):
+                # This connection went too (or none came): ask again on another one.
+                if time.monotonic() >= deadline or self._closed:
+                    return None
+                time.sleep(0.05)
+                continue
+            return row is not None and bytes(row[0]) == probe.value
 
     # -- writes --------------------------------------------------------------------------
 
