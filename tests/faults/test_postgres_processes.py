@@ -572,8 +572,10 @@ class TestConnectionsTerminated:
     ) -> None:
         """3 threads of one store append; its connections are killed 10 times.
 
-        With ``retry_timeout=0`` the store retries nothing: every lost connection reaches
-        the caller as a typed error, and the caller retries with the same ids.
+        With the store's retries, no lost connection reaches the caller, not even the
+        one a write's settling read is on. With ``retry_timeout=0`` the store retries
+        nothing: every lost connection reaches the caller as a typed error, and the
+        caller retries with the same ids.
         """
         dbname = postgres_dsn.rsplit("/", 1)[1]
         cycles, rng = 10, random.Random(5)
@@ -646,6 +648,8 @@ class TestConnectionsTerminated:
         assert set(acks.sequences) == set(audit.stored)
         if retry_timeout == 0:  # the losses reached the caller, as typed errors
             assert sum(retries.values()) > 0
+        else:  # the store retried or settled every one within its retry_timeout
+            assert {} == retries
 
 
 class TestFollowerReconnects:
