@@ -666,9 +666,15 @@ class PostgresStore:
         return self._write_in(conn, write, attempt)
 
     def _remember(self, sid: bytes, tail: _Tail) -> None:
-        """Cache ``tail`` as the session's newest known tail (bounded; see ``_TAIL_CACHE``)."""
+        """Cache ``tail`` as the session's newest known tail (bounded; see ``_TAIL_CACHE``).
+
+        An older tail (a slower thread's answer) never replaces a newer one.
+        """
         tails = self._tails
-        if len(tails) >= _TAIL_CACHE and sid not in tails:
+        known = tails.get(sid)
+        if known is not None and known.last > tail.last:
+            return
+        if known is None and len(tails) >= _TAIL_CACHE:
             tails.clear()
         tails[sid] = tail
 

@@ -619,3 +619,17 @@ class TestUnderAHub:
             assert ["hello", "hi Alice"] == [m.content for m in hub.view("desk", ALICE).messages]
             assert reply is not None and reply.sequence == 2
             assert [] == hub.turn("desk", bot).messages
+
+
+@pytest.fixture(autouse=True)
+def _no_store_thread_left_running() -> Iterator[None]:
+    """Every PostgresStore a test opens is closed by its end: no pool, listener or notifier
+    thread outlives it."""
+    before = set(threading.enumerate())
+    yield
+    leaked = [
+        thread.name
+        for thread in threading.enumerate()
+        if thread not in before and thread.name.startswith("sharedesk-pg")
+    ]
+    assert [] == leaked
