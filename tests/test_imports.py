@@ -47,6 +47,28 @@ class TestImportSharedesk:
             "after: lmdb sharedesk.store.lmdb sharedesk.runs sharedesk.actors.aio",
         ] == loaded
 
+    def test_it_loads_psycopg_only_for_a_hub_on_postgresql(self) -> None:
+        loaded = run(
+            "import sys, sharedesk\n"
+            "from sharedesk import AsyncHub, Hub\n"
+            "Hub.open(None).close()\n"
+            "print('psycopg' in sys.modules, 'psycopg_pool' in sys.modules)\n"
+        )
+
+        assert "False False" == loaded
+
+    def test_a_hub_on_postgresql_without_psycopg_names_the_extra(self) -> None:
+        said = run(
+            "import sys; sys.modules['psycopg'] = None\n"
+            "from sharedesk import Hub\n"
+            "try:\n"
+            "    Hub.open('postgresql://127.0.0.1:1/desks')\n"
+            "except ImportError as exc:\n"
+            "    print(exc)\n"
+        )
+
+        assert "pip install 'sharedesk[postgres]'" in said
+
     def test_it_works_with_every_optional_dependency_missing(self) -> None:
         blocked = "; ".join(f"sys.modules[{name!r}] = None" for name in OPTIONAL)
         missing = run(
