@@ -493,25 +493,31 @@ class PostgresStore:
 
         Waits (until ``deadline``) for the server process that ran it to be gone, so
         that the write's transaction is over, then reads its probe row on another
-        connection: the row as the write would have stored it means it committed.
+        connection: the row as the write would have stored it means it committed. A
+        connection lost meanwhile is replaced, until ``deadline``.
 
         Returns:
             ``True`` when it committed, ``False`` when it did not (it may run again),
             ``None`` when that cannot be told in time.
         """
-        try:
-            with self._pool.connection() as conn:
-                while conn.execute(_BACKEND_ALIVE, [attempt.backend_pid]).fetchone():
-                    if time.monotonic() >= deadline or self._closed:
-                        return None
-                    time.sleep(0.05)
-                probe = attempt.probe
-                if probe is None:
-                    return False  # it stores nothing either way
-                row = conn.execute(probe.query, [probe.sid, probe.key]).fetchone()
-        except (psycopg.Error, PoolTimeout):
-            return None
-        return row is not None and bytes(row[0]) == probe.value
+        while True:
+            try:
+                with self._pool.connection() as conn:
+                    while conn.execute(_BACKEND_ALIVE, [attempt.backend_pid]).fetchone():
+                        if time.monotonic() >= deadline or self._closed:
+                            return None
+                        time.sleep(0.05)
+                    probe = attempt.probe
+                    if probe is None:
+                        return False  # it stores nothing either way
+                    row = conn.execute(probe.query, [probe.sid, probe.key]).fetchone()
+            except (psycopg.Error, PoolTimeout):
+                # This connection went too (or none came): ask again on another one.
+                if time.monotonic() >= deadline or self._closed:
+                    return None
+                time.sleep(0.05)
+                continue
+            return row is not None and bytes(row[0]) == probe.value
 
     # -- writes --------------------------------------------------------------------------
 
@@ -1339,12 +1345,18 @@ class _PostgresLog:
 
 
 class _Listener:
-    """The thread that listens on the store's channel and calls its followers."""
+    """The thread that listens on the store's channel and calls its followers.
+
+    A notice no newer than one already told for its session is dropped: notices sent
+    after commit (``notify="after_commit"``) by several processes reach the channel in
+    the order their notifiers send them, not always in commit order.
+    """
 
     def __init__(self, store: PostgresStore) -> None:
         self._store = store
         self._stopping = threading.Event()
         self._conn: psycopg.Connection[Any] | None = None
+        self._newest: dict[str, int] = {}  # the newest last told per session (this thread's)
         self._thread = threading.Thread(
             target=self._run, name=f"sharedesk-pg-listener:{store.path}", daemon=True
         )
@@ -1411,7 +1423,10 @@ class _Listener:
         """Wait up to ``_LISTEN_POLL`` for notices, telling the followers of each at once."""
         for notice in conn.notifies(timeout=_LISTEN_POLL):
             parsed = _parse_payload(notice.payload)
-            if parsed is not None:
+            if parsed is not None and parsed[1] > self._newest.get(parsed[0], 0):
+                if len(self._newest) >= _TAIL_CACHE:
+                    self._newest.clear()
+                self._newest[parsed[0]] = parsed[1]
                 self._tell(*parsed)
             if self._stopping.is_set():
                 return
