@@ -206,6 +206,8 @@ class _Ticket(asyncio.Future[list[Event]]):
 
     def resolve(self) -> None:
         """Complete the future with the outcome (loop thread; once)."""
+        if self.done():  # only cancel() completes it otherwise, and that is refused
+            return
         if self._failure is not None:
             self.set_exception(self._failure)
         else:

@@ -208,6 +208,24 @@ class TestCancelledInFlight:
 
         assert (True, "cancelled", 1) == self._run(store_path, body)
 
+    def test_a_timeout_expiring_in_flight_raises_only_once_the_write_settled(
+        self, store_path: Path | None
+    ) -> None:
+        async def body(hub: AsyncHub, store: Any) -> tuple[str, int]:
+            store.gate.clear()
+            loop = asyncio.get_running_loop()
+            loop.call_later(0.1, store.gate.set)
+            try:
+                async with asyncio.timeout(0.02):
+                    await hub.post("desk", ANN, "held", id="held")
+            except TimeoutError:
+                outcome = "timeout"
+            else:
+                outcome = "done"
+            return outcome, len(await _stored(hub, "desk", ["held"]))
+
+        assert ("timeout", 1) == self._run(store_path, body)
+
     def test_cancelling_twice_still_waits_for_the_write(self, store_path: Path | None) -> None:
         async def body(hub: AsyncHub, store: Any) -> tuple[bool, str, int]:
             store.gate.clear()
