@@ -51,6 +51,7 @@ from sharedesk.protocol.codec import encode_json
 from sharedesk.protocol.constants import SESSION_WINDOW
 from sharedesk.protocol.errors import SharedeskError, ValidationError
 from sharedesk.protocol.events import Event, Text
+from sharedesk.protocol.validation import MAX_INT
 from sharedesk.protocol.views import Conversation, SessionMessage, SessionQuery
 from sharedesk.runs import ScriptedAdapter
 from sharedesk.runs.types import Run, Session
@@ -551,16 +552,16 @@ def run_view(
 
     Raises:
         ValidationError: ``path`` is not a store, the session is unknown, or
-            ``window``/``thread`` is negative.
+            ``window``/``thread`` is out of range.
         PageError: The store served a malformed page (a bug in the store).
 
     Cost: one projection over the session's log: at most ``SCAN_LIMIT`` rows read; no
     writes.
     """
-    if window < 0:
-        raise ValidationError(f"--window must be >= 0, got {window}")
-    if thread is not None and thread < 1:
-        raise ValidationError(f"--thread must be a sequence >= 1, got {thread}")
+    if not 0 <= window < MAX_INT:
+        raise ValidationError(f"--window must be in [0, 2**63), got {window}")
+    if thread is not None and not 1 <= thread < MAX_INT:
+        raise ValidationError(f"--thread must be a sequence in [1, 2**63), got {thread}")
     with open_existing_store(path) as store:
         _require_session(store, path, session_id)
         viewer = _known_label(store, session_id, viewer)

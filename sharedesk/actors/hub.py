@@ -667,8 +667,14 @@ class Hub:
         return bool(runs.drain(timeout))
 
     def status(self, session_id: str) -> RunQueueStatus:
-        """Return the run queue's status of ``session_id``. Cost: O(1)."""
-        return self._run_queue().status(session_id)
+        """Return the run queue's status of ``session_id``.
+
+        Raises:
+            ValidationError: ``session_id`` is not a valid session id.
+
+        Cost: O(1).
+        """
+        return self._run_queue().status(check_session_id(session_id))
 
     # -- introspection and lifecycle ---------------------------------------------------
     def stats(self) -> HubStats:
@@ -681,9 +687,12 @@ class Hub:
         Returns:
             Whether the session was marked failed.
 
+        Raises:
+            ValidationError: ``session_id`` is not a valid session id.
+
         Cost: O(1); the session's actors start again on their next request.
         """
-        return self._supervisor.recover(session_id)
+        return self._supervisor.recover(check_session_id(session_id))
 
     def active(self) -> list[ActorKey]:
         """Return the running actors, least recently used first. Cost: O(actors)."""

@@ -69,6 +69,19 @@ def check_int(name: str, value: Any, *, minimum: int = 0) -> int:
     return value
 
 
+def check_bool(name: str, value: Any) -> bool:
+    """Return ``value`` if it is a ``bool``.
+
+    Raises:
+        ValidationError: Otherwise (a truthy string such as ``"no"`` is not a flag).
+
+    Cost: O(1).
+    """
+    if not isinstance(value, bool):
+        raise ValidationError(f"{name} must be a bool, got {type(value).__name__}")
+    return value
+
+
 def check_text(name: str, value: Any, *, empty: bool = True) -> str:
     """Return ``value`` if it is a ``str`` that encodes to UTF-8 (no lone surrogates).
 
@@ -260,7 +273,8 @@ def check_conversation(conversation: object, name: str = "conversation") -> Conv
 
     Raises:
         ValidationError: Not a ``Conversation``, a desk that is not text, or a
-            ``thread_root`` that is neither ``None`` nor an int in ``[0, 2**63)``.
+            ``thread_root`` that is neither ``None`` nor a sequence (an int in
+            ``[1, 2**63)``).
 
     Cost: O(len(desk)).
     """
@@ -268,7 +282,7 @@ def check_conversation(conversation: object, name: str = "conversation") -> Conv
         raise ValidationError(f"{name} must be a Conversation, got {type(conversation).__name__}")
     check_text(f"{name}.desk", conversation.desk)
     if conversation.thread_root is not None:
-        check_int(f"{name}.thread_root", conversation.thread_root)
+        check_int(f"{name}.thread_root", conversation.thread_root, minimum=1)
     return conversation
 
 
@@ -354,6 +368,42 @@ def check_append_args(session_id: Any, events: Any, expected_version: Any) -> li
     return batch
 
 
+def _surrogate_path(value: Any, where: str, depth: int = 0) -> str | None:
+    """Return the path of the first ``str`` in ``value`` that does not encode to UTF-8.
+
+    Only called once an encoding failed, to name the field; ``None`` when not found.
+    Cost: O(size of ``value``), bounded by ``MAX_DEPTH`` levels.
+    """
+    if depth > MAX_DEPTH:
+        return None
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return where
+        return None
+    if isinstance(value, msgspec.Struct):
+        for name in value.__struct_fields__:
+            found = _surrogate_path(getattr(value, name), f"{where}.{name}", depth + 1)
+            if found is not None:
+                return found
+        return None
+    if isinstance(value, dict):
+        for key, item in value.items():
+            found = _surrogate_path(key, f"{where} key {key!r}", depth + 1)
+            if found is None:
+                found = _surrogate_path(item, f"{where}[{key!r}]", depth + 1)
+            if found is not None:
+                return found
+        return None
+    if isinstance(value, list | tuple | set | frozenset):
+        for index, item in enumerate(value):
+            found = _surrogate_path(item, f"{where}[{index}]", depth + 1)
+            if found is not None:
+                return found
+    return None
+
+
 def check_events(events: Any) -> list[Event]:
     """Check a batch given to ``append`` and return it as a list.
 
@@ -390,8 +440,9 @@ def check_events(events: Any) -> list[Event]:
         try:
             copy = _EVENT_DECODER.decode(_ENCODER.encode(event))
         except UnicodeEncodeError as exc:
+            field = _surrogate_path(event, where) or where
             raise ValidationError(
-                f"{where} holds a lone surrogate {exc.object[exc.start : exc.end]!r}"
+                f"{field} holds a lone surrogate {exc.object[exc.start : exc.end]!r}"
             ) from exc
         except (msgspec.EncodeError, TypeError, ValueError, OverflowError) as exc:
             raise ValidationError(f"{where} is malformed: {exc}") from exc

@@ -12,7 +12,12 @@ from sharedesk.logconfig import logger
 from sharedesk.protocol.errors import ValidationError
 from sharedesk.protocol.events import Event, RunStarted, Text, TextDelta
 from sharedesk.protocol.ports import CompletionSink, WriteTicket
-from sharedesk.protocol.validation import check_optional_int, check_sharing_state, check_text
+from sharedesk.protocol.validation import (
+    check_bool,
+    check_optional_int,
+    check_sharing_state,
+    check_text,
+)
 from sharedesk.protocol.views import SharingState
 
 _log = logger()
@@ -136,13 +141,15 @@ def watermark_of(state: SharingState | None) -> int:
 
 
 def check_read_args(
-    after: int | None, before: int | None, limit: int | None
+    after: int | None, before: int | None, limit: int | None, newest_first: bool = False
 ) -> tuple[int | None, int | None, int | None]:
-    """Validate ``read``'s bounds.
+    """Validate ``read``'s bounds and order.
 
     Raises:
-        ValidationError: A bound that is not a non-negative int, or ``limit`` < 0.
+        ValidationError: A bound that is not a non-negative int, ``limit`` < 0, or a
+            ``newest_first`` that is not a bool.
     """
+    check_bool("newest_first", newest_first)
     return (
         check_optional_int("after", after),
         check_optional_int("before", before),

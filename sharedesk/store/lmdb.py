@@ -950,7 +950,7 @@ class LmdbStore:
         end it starts from; no writes.
         """
         check_session_id(session_id)
-        after, before, limit = check_read_args(after, before, limit)
+        after, before, limit = check_read_args(after, before, limit, newest_first)
         prefix = session_prefix(session_id)
         low = 0 if after is None else after
         high = MAX_SEQ if before is None or before > MAX_SEQ else before

@@ -456,7 +456,7 @@ class MemoryStore:
         for a plain message, else one msgpack round trip).
         """
         check_session_id(session_id)
-        after, before, limit = check_read_args(after, before, limit)
+        after, before, limit = check_read_args(after, before, limit, newest_first)
         with self._lock:
             self._live()
             stream = self._streams.get(session_id)

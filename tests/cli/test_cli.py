@@ -276,6 +276,8 @@ class TestBadInput:
             (["view", "{store}", DESK, "--as", "agent:"], "--as must be"),
             (["view", "{store}", DESK, "--as", "operator", "--window", "-3"], "--window"),
             (["view", "{store}", DESK, "--as", "operator", "--thread", "0"], "--thread"),
+            (["view", "{store}", DESK, "--as", "operator", "--thread", str(2**64)], "--thread"),
+            (["view", "{store}", DESK, "--as", "operator", "--window", str(2**64)], "--window"),
             (["view", "{store}", DESK], "--as"),
             (["view", "{store}", DESK, "--as", "operator", "--window", "many"], "--window"),
             (["--log-level", "loud", "inspect", "{store}"], "level must be"),

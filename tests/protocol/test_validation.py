@@ -54,6 +54,24 @@ class TestEvents:
         with pytest.raises(ValidationError, match=r"events\[1\]"):
             check_events([Event(Operator(), Text("x")), {"body": "x"}])
 
+    @pytest.mark.parametrize(
+        ("event", "field"),
+        [
+            (Event(Operator(), Text("a\udc80")), "events[0].body.content"),
+            (
+                Event(Operator(), Text("x"), metadata={"k": ["a", "\udc80"]}),
+                "events[0].metadata['k'][1]",
+            ),
+            (Event(Operator(), Text("x"), metadata={"k\udc80": 1}), "events[0].metadata key"),
+        ],
+        ids=["content", "nested-value", "key"],
+    )
+    def test_a_lone_surrogate_is_refused_naming_its_field(self, event: Event, field: str) -> None:
+        with pytest.raises(ValidationError) as raised:
+            check_events([event])
+        assert str(raised.value).startswith(f"{field}")
+        assert "lone surrogate" in str(raised.value)
+
     def test_a_field_of_the_wrong_type_is_refused(self) -> None:
         with pytest.raises(ValidationError):
             check_events([Event(Operator(), Text(5))])  # type: ignore[arg-type]
@@ -149,3 +167,9 @@ class TestConversation:
 
         with pytest.raises(ValidationError, match="thread_root"):
             check_conversation(Conversation("d", "3"))  # type: ignore[arg-type]
+
+    def test_a_thread_root_of_zero_is_refused_as_no_sequence(self) -> None:
+        from sharedesk.protocol import Conversation
+
+        with pytest.raises(ValidationError, match=r"thread_root must be in \[1, 2\*\*63\)"):
+            check_conversation(Conversation("d", 0))

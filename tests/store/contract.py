@@ -317,8 +317,16 @@ class EventsContract(_Fixture):
 
     @pytest.mark.parametrize(
         "bounds",
-        [{"after": -1}, {"before": -2}, {"limit": -1}, {"after": "1"}, {"limit": True}],
-        ids=["after", "before", "limit", "str", "bool"],
+        [
+            {"after": -1},
+            {"before": -2},
+            {"limit": -1},
+            {"after": "1"},
+            {"limit": True},
+            {"newest_first": "yes"},
+            {"newest_first": 1},
+        ],
+        ids=["after", "before", "limit", "str", "bool", "order-str", "order-int"],
     )
     def test_read_with_bad_bounds_raises_validation_error(
         self, store: ContractStore, bounds: dict[str, Any]
