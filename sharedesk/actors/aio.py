@@ -81,7 +81,7 @@ WORKERS: Final = 8
 #: Most submitted writes resolved in one callback of the loop (see ``_LoopSink``).
 RESOLVE_CHUNK: Final = 32
 #: Most writes handed off per window of the loop, about one iteration (see ``_LoopSink``):
-#: twice what one drain resumes, so the steady state never waits.
+#: twice what one drain resumes, so that in the steady state writes seldom wait.
 ADMIT_CHUNK: Final = 2 * RESOLVE_CHUNK
 #: Prefix of the worker threads' names (the Hub's ``sharedesk-`` prefix included).
 WORKER_PREFIX: Final = "sharedesk-aio"
@@ -105,7 +105,7 @@ class _LoopSink:
     most :data:`ADMIT_CHUNK` writes are handed off per window (about one iteration: a
     window ends with a callback scheduled when it opens); later ones wait, in arrival
     order, for a later window. In the steady state, the tasks a drain resumes fit in
-    one window and nothing waits.
+    one window and seldom wait.
     """
 
     __slots__ = ("_admitted", "_gated", "_loop", "_queue", "_scheduled", "_window")
@@ -407,7 +407,9 @@ class AsyncHub:
 
         Cost: one store append, group-committed with every other waiting write (LMDB:
         one shared fsync); submitted without a thread when the session's actor is
-        running and idle (one loop wake-up per group), else on a worker thread.
+        running and idle (one loop wake-up per group), else on a worker thread. At
+        most :data:`ADMIT_CHUNK` writes are handed off per iteration of the loop; a
+        burst waits for its chunk.
         """
         check_session_id(session_id)
         batch = check_event_sequence(events)  # the store copies it before queueing
