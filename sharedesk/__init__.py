@@ -8,8 +8,9 @@ ports), ``projection`` (pure folds), ``store`` (backends), ``runs`` and ``actors
 Importing it imports only core dependencies (pykka, msgspec, structlog; lmdb on use):
 names whose code needs an extra (``OpenAIChatAdapter``: httpx) and ``__version__``
 (package metadata) resolve on first use, through the module ``__getattr__``, and so
-do ``LmdbStore`` (with py-lmdb), the runs API (``SessionManager``, adapters, renderers,
-the run queue) and ``AsyncHub``/``AsyncTurn``: a program uses only what it imports.
+do ``LmdbStore`` (with py-lmdb), ``PostgresStore`` (with psycopg, the ``postgres``
+extra), the runs API (``SessionManager``, adapters, renderers, the run queue) and
+``AsyncHub``/``AsyncTurn``: a program uses only what it imports.
 """
 
 import logging
@@ -40,6 +41,7 @@ from sharedesk.protocol import (
     ActorCrashed,
     ActorTimeout,
     Agent,
+    CommitOutcomeUnknown,
     ConcurrencyError,
     Conversation,
     CorruptRecordError,
@@ -79,6 +81,7 @@ from sharedesk.protocol import (
     RunStarted,
     RunStateError,
     RunTimeout,
+    SchemaTooNewError,
     SessionAuthor,
     SessionFailed,
     SessionLog,
@@ -131,6 +134,7 @@ if TYPE_CHECKING:
     )
     from sharedesk.runs.openai_chat import OpenAIChatAdapter
     from sharedesk.store.lmdb import LmdbStore
+    from sharedesk.store.postgres import PostgresStore
 
 # A library never configures logging for the application.
 logging.getLogger("sharedesk").addHandler(logging.NullHandler())
@@ -152,6 +156,7 @@ __all__ = [
     "Agent",
     "AsyncHub",
     "AsyncTurn",
+    "CommitOutcomeUnknown",
     "ConcurrencyError",
     "Conversation",
     "CorruptRecordError",
@@ -183,6 +188,7 @@ __all__ = [
     "PageOutOfRange",
     "PageTooLarge",
     "Person",
+    "PostgresStore",
     "PresentSetOverflow",
     "PresentSetTooLarge",
     "Projection",
@@ -207,6 +213,7 @@ __all__ = [
     "RunTimeout",
     "SCAN_LIMIT",
     "SESSION_WINDOW",
+    "SchemaTooNewError",
     "ScriptedAdapter",
     "ScriptedCall",
     "Session",

@@ -9,7 +9,7 @@ from importlib.metadata import version
 import sharedesk
 
 #: Top-level packages only an extra installs.
-OPTIONAL = ("httpx", "httpcore", "anyio", "h11", "rich", "matplotlib")
+OPTIONAL = ("httpx", "httpcore", "anyio", "h11", "rich", "matplotlib", "psycopg", "psycopg_pool")
 
 
 def run(script: str) -> str:
@@ -47,6 +47,28 @@ class TestImportSharedesk:
             "after: lmdb sharedesk.store.lmdb sharedesk.runs sharedesk.actors.aio",
         ] == loaded
 
+    def test_it_loads_psycopg_only_for_a_hub_on_postgresql(self) -> None:
+        loaded = run(
+            "import sys, sharedesk\n"
+            "from sharedesk import AsyncHub, Hub\n"
+            "Hub.open(None).close()\n"
+            "print('psycopg' in sys.modules, 'psycopg_pool' in sys.modules)\n"
+        )
+
+        assert "False False" == loaded
+
+    def test_a_hub_on_postgresql_without_psycopg_names_the_extra(self) -> None:
+        said = run(
+            "import sys; sys.modules['psycopg'] = None\n"
+            "from sharedesk import Hub\n"
+            "try:\n"
+            "    Hub.open('postgresql://127.0.0.1:1/desks')\n"
+            "except ImportError as exc:\n"
+            "    print(exc)\n"
+        )
+
+        assert "pip install 'sharedesk[postgres]'" in said
+
     def test_it_works_with_every_optional_dependency_missing(self) -> None:
         blocked = "; ".join(f"sys.modules[{name!r}] = None" for name in OPTIONAL)
         missing = run(
@@ -63,8 +85,15 @@ class TestImportSharedesk:
 
         assert (
             "OpenAIChatAdapter: OpenAIChatAdapter needs httpx, which is not installed: "
-            "pip install 'sharedesk[http]'"
+            "pip install 'sharedesk[http]'|"
+            "PostgresStore: PostgresStore needs psycopg, which is not installed: "
+            "pip install 'sharedesk[postgres]'"
         ) == missing
+
+    def test_the_postgres_store_resolves_when_its_extra_is_installed(self) -> None:
+        from sharedesk.store.postgres import PostgresStore
+
+        assert PostgresStore is sharedesk.PostgresStore is sharedesk.store.PostgresStore
 
     def test_the_adapter_resolves_when_its_extra_is_installed(self) -> None:
         from sharedesk.runs.openai_chat import OpenAIChatAdapter

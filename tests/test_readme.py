@@ -4,6 +4,8 @@ Each block runs in a fresh namespace, so it must import what it uses (a reader c
 block at a time); the blocks share the directory, so a later block may reopen what an
 earlier one wrote. A block whose first line is ``# continues the previous block`` runs in
 the previous block's namespace instead. Any block added to the README is run here too.
+A block that reads ``SHAREDESK_POSTGRES_DSN`` gets a fresh database on the test session's
+throwaway PostgreSQL server (the ``postgres_dsn`` fixture) in that variable.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from sharedesk.logconfig import LOGGER_NAME
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 CONTINUES = "# continues the previous block"
+POSTGRES_DSN = "SHAREDESK_POSTGRES_DSN"
 _BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
 
 
@@ -68,11 +71,13 @@ class TestReadme:
 
     @pytest.mark.usefixtures("offline", "restored_logging")
     def test_every_python_block_runs_in_order_each_in_its_own_namespace(
-        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
     ) -> None:
         monkeypatch.chdir(tmp_path)
         namespace: dict[str, object] = {}
         for line, block in python_blocks():
+            if POSTGRES_DSN in block:
+                monkeypatch.setenv(POSTGRES_DSN, request.getfixturevalue("postgres_dsn"))
             if not block.startswith(CONTINUES):
                 namespace = {"__name__": "readme"}
             try:

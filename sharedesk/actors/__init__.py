@@ -1,9 +1,11 @@
 """The actor runtime: the Hub supervising session, projector and sharing actors.
 
-``Hub.open(path=None, **options)`` opens a Hub over an in-memory or LMDB store; the Hub
-routes writes through each session's actor, serves views from projector actors kept
-current by pushed rows, plans turns through a sharing actor and commits them through
-the session actor. ``AsyncHub``/``AsyncTurn`` (asyncio) are imported on first use.
+``Hub.open(path=None, **options)`` opens a Hub over an in-memory, LMDB or PostgreSQL
+store (a ``postgresql://`` DSN: several Hub processes share the database and follow
+each other's commits); the Hub routes writes through each session's actor, serves views
+from projector actors that catch up from the session's tail, plans turns through a
+sharing actor and commits them through the session actor. ``AsyncHub``/``AsyncTurn``
+(asyncio) are imported on first use.
 """
 
 from typing import TYPE_CHECKING, Any

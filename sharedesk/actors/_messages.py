@@ -61,10 +61,32 @@ class Push(msgspec.Struct, frozen=True):
     """Told to the sharing actor: committed events, in order, without gap or duplicate.
 
     Attributes:
-        events: Consecutive stored events, oldest first.
+        events: Consecutive stored events, oldest first (empty only in a wake-up sent to
+            listeners of a session whose actor is not running: "re-check the store").
     """
 
     events: tuple[Event, ...]
+
+
+class CatchUp(msgspec.Struct, frozen=True):
+    """Told to a session actor: the store says the session may hold events it has not pushed.
+
+    The actor reads what it lacks after the last sequence it pushed and pushes it (see
+    :meth:`~sharedesk.actors.session.SessionActor.notice`).
+    """
+
+
+class Prime(Request[int], frozen=True):
+    """Ask a session actor to push everything committed after ``base`` from now on.
+
+    Sent when a listener is added on a following Hub, so that events other processes
+    commit after the listener was added reach it (answer: the actor's last sequence).
+
+    Attributes:
+        base: The session's last sequence read before the listener was added.
+    """
+
+    base: int
 
 
 class View(Request[Projection], frozen=True):
@@ -107,4 +129,15 @@ class Plan(Request[TurnPlan], frozen=True):
     conversation: Conversation
 
 
-__all__ = ["Append", "Commit", "GetTranscript", "Plan", "Push", "Request", "TurnPlan", "View"]
+__all__ = [
+    "Append",
+    "CatchUp",
+    "Commit",
+    "GetTranscript",
+    "Plan",
+    "Prime",
+    "Push",
+    "Request",
+    "TurnPlan",
+    "View",
+]

@@ -41,9 +41,12 @@ store keeps the first event of each id and returns it to every later writer.
 
 ``wait_turn`` sleeps on a listener of the session's committed events
 (:meth:`Hub.listen`): every append through this Hub (from any task or thread) wakes
-it, and it plans the turn again; it never polls. Appends made by other processes on
-the same LMDB path are not pushed here: they are seen by the next turn planned after an
-append through this Hub, or after ``timeout``.
+it, and it plans the turn again; it never polls. On a store several processes share
+and follow (PostgreSQL: ``AsyncHub.open("postgresql://...")``), appends made by the
+other processes wake it too: their commit notices (``LISTEN``/``NOTIFY``) are pushed to
+the listener like this Hub's own appends. Appends made by other processes on one LMDB
+path are not pushed (LMDB tells no one): they are seen by the next turn planned after
+an append through this Hub, or after ``timeout``.
 """
 
 from __future__ import annotations
@@ -359,7 +362,9 @@ class AsyncHub:
         """Open an AsyncHub over a new store: ``await`` it, or use it in ``async with``.
 
         Args:
-            path: Where the LMDB store lives; ``None`` keeps everything in memory.
+            path: Where the LMDB store lives; a PostgreSQL DSN (``postgresql://...``,
+                ``postgres://...``) for a store several processes share; ``None`` keeps
+                everything in memory (as for :meth:`Hub.open`).
             **options: As for :meth:`Hub.open`.
 
         Returns:
@@ -559,7 +564,8 @@ class AsyncHub:
         """Return ``viewer``'s next turn as soon as it has at least one message.
 
         Plans the turn; while it is empty, sleeps until the next append to the session
-        through this Hub (any task or thread) and plans again. Never polls.
+        through this Hub (any task or thread), or, on a following store (PostgreSQL),
+        by any process sharing the store, and plans again. Never polls.
 
         Args:
             session_id: The session (desk).
@@ -589,7 +595,7 @@ class AsyncHub:
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
         watch = _Watch(loop)
-        remove = self._hub.listen(session_id, watch)
+        remove = await self._listen(session_id, watch)
         self._watches.add(watch)
         try:
             while True:
@@ -735,6 +741,22 @@ class AsyncHub:
     def _live(self) -> None:
         if self._closed:
             raise HubClosed(self._path)
+
+    async def _listen(self, session_id: str, watch: _Watch) -> Callable[[], None]:
+        """Add ``watch`` as a listener; on a following Hub on a worker (it reads the store)."""
+        if not self._hub.following:
+            return self._hub.listen(session_id, watch)
+        job = self._offload(self._hub.listen, session_id, watch)
+        try:
+            return await asyncio.wrap_future(job)
+        except asyncio.CancelledError:
+            # Added or not, it must not outlive the task: remove it once it is added.
+            def drop(done: Future[Callable[[], None]]) -> None:
+                if not done.cancelled() and done.exception() is None:
+                    done.result()()
+
+            job.add_done_callback(drop)
+            raise
 
     def _sink(self, loop: asyncio.AbstractEventLoop) -> _LoopSink:
         sink = self._sinks.get(loop)

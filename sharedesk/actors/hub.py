@@ -27,6 +27,16 @@ one per actor, plus the reaper, plus the store's and the run queue's own.
 Every wait for an actor's thread is bounded by ``ask_timeout`` (``ActorTimeout``) and
 ends early with ``HubClosed`` when the Hub closes.
 
+Several processes on one store: ``Hub.open("postgresql://...")`` (or ``postgres://``)
+runs the Hub on a :class:`~sharedesk.store.postgres.PostgresStore`, which several Hub
+processes may share. Such a store is a ``FollowingStore``: the Hub follows it from
+``__init__`` to ``close()`` (one ``follow`` call), and each commit another process makes
+is pushed to this Hub's subscribers (the sharing actors, :meth:`Hub.listen` listeners
+such as ``AsyncHub.wait_turn``) exactly as its own appends are: consecutive stored
+events, none twice, in order with its own (see :mod:`sharedesk.actors.supervisor`).
+Views and turns read the store's last sequence anyway, so they follow other processes
+whether pushed or not; a notice of this Hub's own commit costs one comparison.
+
 Lifecycle in a host process: every thread of ours is a daemon thread, so none keeps the
 interpreter alive, and every wait of a caller is taken in slices of a quarter second, so
 Ctrl-C (``KeyboardInterrupt``) reaches a caller blocked in the Hub. A Hub not closed
@@ -58,6 +68,7 @@ from sharedesk.actors._messages import (
     Commit,
     GetTranscript,
     Plan,
+    Prime,
     TurnPlan,
     View,
 )
@@ -68,7 +79,7 @@ from sharedesk.protocol.authors import SessionAuthor, author_key
 from sharedesk.protocol.constants import SESSION_WINDOW
 from sharedesk.protocol.errors import HubClosed, ValidationError
 from sharedesk.protocol.events import Event, Text, new_event_id
-from sharedesk.protocol.ports import SessionLog, WriteTicket
+from sharedesk.protocol.ports import FollowingStore, SessionLog, WriteTicket
 from sharedesk.protocol.sessions import SessionState
 from sharedesk.protocol.transcripts import Transcript
 from sharedesk.protocol.validation import (
@@ -81,6 +92,7 @@ from sharedesk.protocol.validation import (
     check_optional_str,
     check_path,
     check_session_id,
+    is_postgres_dsn,
 )
 from sharedesk.protocol.views import Conversation, Projection, SessionMessage
 from sharedesk.store.memory import MemoryStore
@@ -129,12 +141,20 @@ class Hub:
     ) -> None:
         """Run actors over ``store``, which the Hub now owns (``close()`` closes it).
 
+        A store that is a :class:`~sharedesk.protocol.ports.FollowingStore` (several
+        processes share it) is followed until ``close()``: commits of other processes
+        are pushed to this Hub's subscribers as its own are.
+
         Args:
             store: A store with the event-store and sharing-state ports.
             options: How to run the actors (defaults: :class:`HubOptions`).
             path: Where the store lives, for error messages (``None``: in memory).
 
-        Cost: starts the reaper thread when ``idle_timeout`` is set; no I/O.
+        Raises:
+            StoreClosedError: A following store that is closed already.
+
+        Cost: starts the reaper thread when ``idle_timeout`` is set; one ``follow`` call
+        on a following store; no I/O otherwise.
         """
         self._store = store
         self._options = options if options is not None else HubOptions()
@@ -143,7 +163,16 @@ class Hub:
         self._lock = threading.Lock()
         self._closing = False
         self._runs: RunQueue | None = None
-        self._supervisor = ActorSupervisor(store, self._options, path)
+        self._supervisor = ActorSupervisor(
+            store, self._options, path, following=isinstance(store, FollowingStore)
+        )
+        self._unfollow: Callable[[], None] | None = None
+        if isinstance(store, FollowingStore):
+            try:
+                self._unfollow = store.follow(self._supervisor.notice)
+            except BaseException:
+                self._supervisor.close(self._options.ask_timeout)
+                raise
         self._exit_hook = _CloseAtExit(self)
         atexit.register(self._exit_hook)
         _log.info("hub.opened", path=path, max_active=self._options.max_active)
@@ -153,22 +182,32 @@ class Hub:
         """Open a Hub over a new store.
 
         Args:
-            path: Where the LMDB store lives; ``None`` keeps everything in memory.
+            path: Where the LMDB store lives; a PostgreSQL DSN (``postgresql://...`` or
+                ``postgres://...``) for a ``PostgresStore`` that several Hub processes
+                may share (each follows the others' commits); ``None`` keeps everything
+                in memory. Any other URL is refused.
             **options: :class:`HubOptions` fields for the Hub; every other option goes
-                to ``LmdbStore(path, ...)`` (e.g. ``durability="relaxed"``).
+                to the store: ``LmdbStore(path, ...)`` (e.g. ``durability="relaxed"``)
+                or ``PostgresStore(dsn, ...)``.
 
         Returns:
             The Hub, owning its store.
 
         Raises:
-            ValidationError: A bad option, or store options without a path.
+            ValidationError: A bad option (an unknown one: the message names the valid
+                ones), store options without a path, or a URL that is not a PostgreSQL
+                DSN.
             StoreError: The store could not be opened.
+            ImportError: A DSN, and psycopg (the ``postgres`` extra) is not installed.
 
-        Cost: opens the store (LMDB: an environment; no fsync).
+        Cost: opens the store (LMDB: an environment, no fsync; PostgreSQL: its pool and
+        the connection it listens on, the schema checked or created).
         """
         hub_options = {k: options.pop(k) for k in list(options) if k in HUB_OPTION_NAMES}
         settings = HubOptions(**hub_options)
         store: HubStore
+        if is_postgres_dsn(path):
+            return cls._open_postgres(path, settings, options)
         if path is None:
             if options:
                 raise ValidationError(
@@ -191,6 +230,39 @@ class Hub:
             where = os.fspath(path)
         return cls(store, settings, path=where)
 
+    @classmethod
+    def _open_postgres(cls, dsn: str, settings: HubOptions, options: dict[str, Any]) -> Hub:
+        # psycopg loads here, never with ``import sharedesk``.
+        try:
+            from sharedesk.store.postgres import PostgresStore
+        except ModuleNotFoundError as exc:
+            if exc.name is None or exc.name.startswith("sharedesk"):
+                raise
+            raise ImportError(
+                f"a Hub on PostgreSQL needs {exc.name}, which is not installed: "
+                "pip install 'sharedesk[postgres]'",
+                name=exc.name,
+            ) from exc
+
+        params = inspect.signature(PostgresStore).parameters.values()
+        named = sorted(
+            p.name
+            for p in params
+            if p.name != "dsn" and p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)
+        )
+        unknown = sorted(name for name in options if name not in named)
+        if unknown:
+            raise ValidationError(
+                f"unknown options {unknown}: Hub options are {sorted(HUB_OPTION_NAMES)}, "
+                f"store options {named}"
+            )
+        store = PostgresStore(dsn, **options)
+        try:
+            return cls(store, settings, path=store.path)  # the DSN without its password
+        except BaseException:
+            store.close()
+            raise
+
     # -- what the Hub runs on ---------------------------------------------------------
 
     @property
@@ -207,6 +279,11 @@ class Hub:
     def closed(self) -> bool:
         """Whether ``close()`` was called."""
         return self._closing
+
+    @property
+    def following(self) -> bool:
+        """Whether the Hub follows its store's commit notices (a ``FollowingStore``)."""
+        return self._unfollow is not None
 
     def try_submit(
         self,
@@ -290,17 +367,40 @@ class Hub:
     def listen(self, session_id: str, listener: Listener) -> Callable[[], None]:
         """Have ``listener.deliver(Push)`` called with the events committed to ``session_id``.
 
-        The listener is told what projectors are told (consecutive stored events, on
-        the thread that committed them, in commit order) until the returned function is
-        called. It must be quick and must not block or raise.
+        The listener is told what the sharing actor is told (consecutive stored events,
+        on the thread that committed them, in commit order) until the returned function
+        is called. It must be quick and must not block or raise. On a following Hub
+        (:attr:`following`) that includes the events other processes commit after this
+        call returns (pushed by the session's actor, which this call starts and which
+        stays running while the session has listeners).
 
         Returns:
             The function that removes the listener (idempotent).
 
-        Cost: O(subscribers of the session) under the Hub's lock, now and on removal.
+        Raises:
+            ValidationError: A malformed session id.
+            HubClosed: The Hub is closed.
+
+        Cost: O(subscribers of the session) under the Hub's lock, now and on removal; on
+        a following Hub also one O(1) store read and one message to the session's actor
+        (so call it off an event loop; ``AsyncHub`` does).
         """
         check_session_id(session_id)
-        return self._supervisor.add_listener(session_id, listener)
+        if not self.following:
+            return self._supervisor.add_listener(session_id, listener)
+        self._live()
+        # The base is read before the listener is added: whatever is committed later
+        # lies above it, and the session actor pushes everything above what it pushed.
+        base = self._store.last_sequence(session_id)
+        remove = self._supervisor.add_listener(session_id, listener)
+        try:
+            self._supervisor.call(
+                ActorKey(kind="session", session_id=session_id), Prime(base=base), inline=True
+            )
+        except BaseException:
+            remove()
+            raise
+        return remove
 
     # -- the store port ----------------------------------------------------------------
 
@@ -718,6 +818,8 @@ class Hub:
             self._closing = True
             runs = self._runs
         atexit.unregister(self._exit_hook)
+        if self._unfollow is not None:
+            self._unfollow()  # no notice reaches the actors being stopped
         if runs is not None:
             runs.close()
         self._supervisor.close(timeout)

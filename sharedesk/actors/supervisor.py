@@ -28,6 +28,19 @@ stops actors unused for that long. Reactivation is transparent.
 Every wait for an actor's thread is bounded by ``ask_timeout`` (``ActorTimeout``) and
 ends early with ``HubClosed`` when the supervisor closes; it is taken in slices of
 ``_POLL`` seconds, so Ctrl-C (``KeyboardInterrupt``) reaches a caller blocked in it.
+
+Following (a store several processes share, the ``FollowingStore`` port): the Hub hands
+the store :meth:`ActorSupervisor.notice` as its ``on_append`` callback. It runs on the
+store's listener thread and only routes: a notice for a session nobody subscribes to
+(no sharing actor, no listener) is dropped at once (views and turns catch up from the
+store when asked); otherwise it goes to the session's running actor
+(:meth:`SessionActor.notice`: one comparison for this Hub's own commits, else one told
+``CatchUp``), the only publisher of the session's events, so events other processes
+commit reach subscribers consecutively, once, in order with this Hub's own pushes. A
+session with listeners keeps its session actor running (passivation skips it: the Hub
+starts it when a listener is added); should it not run (it crashed), the listeners get
+an empty push, a wake-up to re-check the store. ``(None, 0)`` does that for every
+session with subscribers.
 """
 
 from __future__ import annotations
@@ -76,7 +89,11 @@ class Listener(Protocol):
     """Told the events committed to a session (see :meth:`Hub.listen`)."""
 
     def deliver(self, message: Push) -> None:
-        """Take one push (consecutive stored events); quick, never blocks or raises."""
+        """Take one push (consecutive stored events); quick, never blocks or raises.
+
+        On a following Hub a push may be empty: the session may have changed in another
+        process (its events were not read here); re-check the store.
+        """
         ...
 
 
@@ -172,19 +189,24 @@ class ActorSupervisor:
     takes none (see the module docstring).
     """
 
-    def __init__(self, store: HubStore, options: HubOptions, path: str | None) -> None:
+    def __init__(
+        self, store: HubStore, options: HubOptions, path: str | None, *, following: bool = False
+    ) -> None:
         """Supervise actors over ``store`` (which the caller owns and closes).
 
         Args:
             store: The store every actor reads and writes.
             options: The supervision policy (timeouts, ``max_active``, restarts).
             path: Where the store lives, for error messages (``None``: in memory).
+            following: Whether the store's commit notices reach :meth:`notice` (then
+                session actors of sessions with listeners are not passivated).
 
         Cost: starts the reaper thread when ``idle_timeout`` is set; no I/O.
         """
         self._store = store
         self._options = options
         self._path = path
+        self._following = following
         self._lock = threading.Lock()
         self._slots: OrderedDict[ActorKey, Slot] = OrderedDict()
         self._subscribers: dict[str, dict[ActorKey, HubActor]] = {}
@@ -348,6 +370,44 @@ class ActorSupervisor:
         """Return the slot held for the actor named ``key``, if any. Cost: O(1)."""
         return self._slots.get(key)
 
+    def notice(self, session_id: str | None, last: int) -> None:
+        """Route a commit notice of the store (the ``FollowingStore`` ``on_append``).
+
+        Args:
+            session_id: The session committed to (``None``: any session may have
+                changed, re-check every one with subscribers).
+            last: Its last sequence after the commit (ignored with ``None``).
+
+        Cost: O(1) for a session without subscribers or for this Hub's own commit;
+        else one told message; ``(None, 0)``: O(sessions with subscribers). Never
+        blocks on an actor and never raises (a failure is logged).
+        """
+        try:
+            if session_id is None:
+                self._recheck_all()
+            elif session_id in self._pushed_to:
+                self._notice(session_id, last)
+        except Exception:  # the store's thread must go on; nothing here is worth more
+            _log.exception("hub.notice_failed", session_id=session_id, last=last)
+
+    def _notice(self, session_id: str, last: int | None) -> None:
+        slot = self._slots.get(ActorKey(kind="session", session_id=session_id))
+        actor = slot.actor if slot is not None else None
+        if isinstance(actor, SessionActor) and actor.is_alive():
+            actor.notice(last)
+            return
+        if session_id in self._listeners:  # no session actor to push: wake them to re-check
+            wake = Push(events=())
+            for subscriber in self._pushed_to.get(session_id, ()):
+                subscriber.deliver(wake)  # a sharing actor applies nothing
+
+    def _recheck_all(self) -> None:
+        with self._lock:
+            sessions = list(self._pushed_to)
+        _log.info("hub.recheck", sessions=len(sessions))
+        for session_id in sessions:
+            self._notice(session_id, None)
+
     def add_listener(self, session_id: str, listener: Listener) -> Callable[[], None]:
         """Push ``session_id``'s committed events to ``listener`` too, until removed.
 
@@ -463,6 +523,11 @@ class ActorSupervisor:
             self._subscribers.pop(session_id, None)
             self._pushed_to.pop(session_id, None)
 
+    def _kept_locked(self, key: ActorKey) -> bool:
+        # A following Hub keeps the session actor of a session with listeners: it is
+        # the one that pushes them what other processes commit.
+        return self._following and key.kind == "session" and key.session_id in self._listeners
+
     def _acquire(self, key: ActorKey) -> Slot:
         slot = self.pin_running(key)
         return slot if slot is not None else self._acquire_slow(key)
@@ -534,7 +599,7 @@ class ActorSupervisor:
             budget -= 1
             key = next(iter(self._slots))
             slot = self._slots[key]
-            if slot.pins or slot.touched:
+            if slot.pins or slot.touched or self._kept_locked(key):
                 slot.touched = False
                 self._slots.move_to_end(key)
                 continue
@@ -600,7 +665,12 @@ class ActorSupervisor:
             victims: list[Slot] = []
             with self._lock:
                 for slot in self._slots.values():
-                    if not slot.pins and slot.ref is not None and now - slot.last_used >= idle:
+                    if (
+                        not slot.pins
+                        and slot.ref is not None
+                        and now - slot.last_used >= idle
+                        and not self._kept_locked(slot.key)
+                    ):
                         victims.append(slot)
                 for victim in victims:
                     self._forget_locked(victim)

@@ -3,7 +3,8 @@
 A package lists a lazy name in :data:`LAZY` and defines
 ``def __getattr__(name): return load_lazy(name, __name__)``; its ``TYPE_CHECKING`` block
 imports the name for type checkers. ``OpenAIChatAdapter`` needs httpx (the ``http``
-extra); the others need nothing optional but are imported only when used, to keep
+extra) and ``PostgresStore`` psycopg (the ``postgres`` extra); the others need nothing
+optional but are imported only when used, to keep
 ``import sharedesk`` light: ``LmdbStore`` (with py-lmdb: many programs run on
 ``MemoryStore`` alone), the runs API and the asyncio front end.
 """
@@ -22,6 +23,7 @@ LAZY: Final[Mapping[str, tuple[str, str | None]]] = MappingProxyType(
         "AsyncTurn": ("sharedesk.actors.aio", None),
         "LmdbStore": ("sharedesk.store.lmdb", None),
         "OpenAIChatAdapter": ("sharedesk.runs.openai_chat", "http"),
+        "PostgresStore": ("sharedesk.store.postgres", "postgres"),
         "Adapter": ("sharedesk.runs", None),
         "AdapterResult": ("sharedesk.runs", None),
         "Emit": ("sharedesk.runs", None),

@@ -609,3 +609,44 @@ class StoreIOError(StoreError):
     path: str
     operation: str
     template = "store at {path} failed during {operation}"
+
+
+class CommitOutcomeUnknown(StoreIOError):
+    """Raised when the connection was lost while a write's ``COMMIT`` was under way.
+
+    The write may or may not have been stored: the server may have committed it before
+    the connection went. Retrying it with the same event ids is safe (a stored id is
+    answered with its stored event); read the session to learn which happened.
+
+    Attributes:
+        path: Where the store lives (a DSN without its password).
+        operation: What was being done (``"append"``, ``"append_and_share"``).
+        session_id: The session written to.
+    """
+
+    session_id: str
+    template = (
+        "the connection to the store at {path} was lost while committing {operation} to "
+        "session {session_id!r}: it may or may not be stored; retrying with the same "
+        "event ids is safe"
+    )
+
+
+class SchemaTooNewError(StoreError):
+    """Raised when a database's store schema is newer than this code; nothing was changed.
+
+    Attributes:
+        path: Where the store lives (a DSN without its password).
+        schema: The PostgreSQL schema holding the store's tables.
+        found: The schema version the database holds.
+        supported: The newest version this code knows.
+    """
+
+    path: str
+    schema: str
+    found: int
+    supported: int
+    template = (
+        "the store at {path} (schema {schema!r}) is at version {found}, newer than the "
+        "{supported} this version of sharedesk supports: upgrade sharedesk"
+    )

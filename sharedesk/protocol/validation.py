@@ -29,7 +29,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Sequence
-from typing import Any, Final, cast
+from typing import Any, Final, TypeGuard, cast
 
 import msgspec
 
@@ -138,13 +138,31 @@ def check_path(value: Any, name: str = "path") -> str:
     if scheme is not None:  # never turn a database URL into nested directories
         raise ValidationError(
             f"{name} must be a directory, got a URL with scheme {scheme.group(1)!r} "
-            "(no store for URLs is available in this release)"
+            f"(the only URLs a store opens are PostgreSQL DSNs: "
+            f"{', '.join(s + '://...' for s in POSTGRES_SCHEMES)}, with Hub.open or "
+            "PostgresStore)"
         )
     return check_text(name, text)
 
 
 #: A URL's scheme and ``://`` at the start of a path (``postgresql://...``).
 _URL: Final = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
+
+#: The URL schemes of PostgreSQL connection strings (libpq's), which ``Hub.open`` takes.
+POSTGRES_SCHEMES: Final = ("postgresql", "postgres")
+
+
+def is_postgres_dsn(value: Any) -> TypeGuard[str]:
+    """Whether ``value`` is a ``str`` URL with a PostgreSQL scheme (``postgresql://...``).
+
+    Only the scheme is looked at (case-insensitive); the rest is the driver's to check.
+
+    Cost: O(1).
+    """
+    if not isinstance(value, str):
+        return False
+    scheme = _URL.match(value)
+    return scheme is not None and scheme.group(1).lower() in POSTGRES_SCHEMES
 
 
 #: The containers whose nesting :func:`check_depth` counts (a struct inside a value too).

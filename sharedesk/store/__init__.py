@@ -1,6 +1,7 @@
 """Store backends behind the :class:`~sharedesk.EventStore` port.
 
-``LmdbStore`` is imported on first use (with py-lmdb), see :mod:`sharedesk.protocol._lazy`.
+``LmdbStore`` (with py-lmdb) and ``PostgresStore`` (with psycopg, the ``postgres`` extra)
+are imported on first use, see :mod:`sharedesk.protocol._lazy`.
 """
 
 from typing import TYPE_CHECKING, Any
@@ -11,10 +12,11 @@ from sharedesk.store.memory import MemoryStore
 
 if TYPE_CHECKING:
     from sharedesk.store.lmdb import LmdbStore
+    from sharedesk.store.postgres import PostgresStore
 
 
 def __getattr__(name: str) -> Any:
     return load_lazy(name, __name__)
 
 
-__all__ = ["LmdbStore", "MemoryStore", "SessionInfo"]
+__all__ = ["LmdbStore", "MemoryStore", "PostgresStore", "SessionInfo"]

@@ -2,19 +2,23 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable
+from collections.abc import Callable, Collection, Container, Iterable, Mapping
 from datetime import datetime
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 import msgspec
 
 from sharedesk.logconfig import logger
+from sharedesk.projection.runstate import fold_session_state, moves_session_state
+from sharedesk.projection.session import is_blank
 from sharedesk.protocol.errors import ValidationError
 from sharedesk.protocol.events import Event, RunStarted, Text, TextDelta
 from sharedesk.protocol.ports import CompletionSink, WriteTicket
+from sharedesk.protocol.sessions import SessionState
 from sharedesk.protocol.validation import (
     check_bool,
     check_optional_int,
+    check_parents,
     check_sharing_state,
     check_text,
 )
@@ -210,3 +214,104 @@ def check_roots(roots: Any) -> list[int]:
             raise ValidationError(f"roots must hold sequences (ints >= 1), got {root!r}")
         checked.append(root)
     return checked
+
+
+class StoredRow(NamedTuple):
+    """What the append rules need of a stored row named as a ``parent``.
+
+    Attributes:
+        kind: The body's class name (``"Text"``, ``"TextDelta"``, ...).
+        parent: The row's own ``parent``.
+    """
+
+    kind: str
+    parent: int | None
+
+
+class AppendPlan(NamedTuple):
+    """What one checked batch writes, decided by :func:`plan_append`.
+
+    Attributes:
+        result: One stored event per input, in input order (a known id's stored event).
+        new: The events to store, in sequence order (sequence and timestamp set).
+        first_replies: Root sequence -> its first non-blank reply, for the roots this
+            batch answers first (roots already answered are left out).
+        texts: How many of ``new`` are ``Text`` rows.
+        state: The session state with ``new`` folded in, or ``None`` when none moved it.
+    """
+
+    result: list[Event]
+    new: list[Event]
+    first_replies: dict[int, int]
+    texts: int
+    state: SessionState | None
+
+
+def plan_append(
+    batch: list[Event],
+    last: int,
+    known: Mapping[str, Event],
+    now: datetime,
+    *,
+    stored_row: Callable[[int], StoredRow | None],
+    answered: Container[int],
+    state: Callable[[], SessionState],
+) -> AppendPlan:
+    """Decide what appending a checked ``batch`` after sequence ``last`` writes.
+
+    The append rules every store shares: an event whose id is in ``known`` (or repeats
+    an earlier id of the batch) is answered with the stored event and takes no
+    sequence; new events get ``last + 1, ...`` and ``now``; each new event's ``parent``
+    must name an earlier root ``Text`` row (stored, looked up with ``stored_row``, or new
+    in this batch); a root's first non-blank reply is recorded unless ``answered``
+    holds the root; the session state (``state()``, read only when an event moves it)
+    is folded with the new events.
+
+    Raises:
+        ValidationError: A parent at or above its event's sequence, or one that is not
+            a root ``Text`` row; nothing may be written.
+
+    Cost: O(len(batch)), one ``stored_row`` call per parent below ``last + 1``.
+    """
+    fresh: dict[str, Event] = {}
+    result: list[Event] = []
+    next_sequence = last + 1
+    for event in batch:
+        stored = known.get(event.id) or fresh.get(event.id)
+        if stored is None:
+            stored = msgspec.structs.replace(event, sequence=next_sequence, timestamp=now)
+            fresh[event.id] = stored
+            next_sequence += 1
+        result.append(stored)
+    new = list(fresh.values())
+    check_parents(new, last + 1)
+    first_replies: dict[int, int] = {}
+    texts = 0
+    folded: SessionState | None = None
+    for index, stored in enumerate(new):
+        assert stored.sequence is not None
+        parent = stored.parent
+        if parent is not None:
+            if parent > last:
+                check_root(index, new[parent - last - 1])
+            else:
+                row = stored_row(parent)
+                if row is None:
+                    raise not_a_root_error(index, parent, "missing")
+                if row.kind != "Text":
+                    raise not_a_root_error(index, parent, f"a {row.kind} event")
+                if row.parent is not None:
+                    raise not_a_root_error(index, parent, f"a reply to row {row.parent}")
+        body = stored.body
+        if isinstance(body, Text):
+            texts += 1
+            if (
+                parent is not None
+                and parent not in first_replies
+                and parent not in answered
+                and not is_blank(body.content)
+            ):
+                first_replies[parent] = stored.sequence
+        if moves_session_state(stored):
+            folded = fold_session_state(state() if folded is None else folded, stored)
+    return AppendPlan(result, new, first_replies, texts, folded)

@@ -11,8 +11,6 @@ from typing import Any, Self
 
 import msgspec
 
-from sharedesk.projection.runstate import fold_session_state, moves_session_state
-from sharedesk.projection.session import is_blank
 from sharedesk.projection.sharing import note_present
 from sharedesk.protocol.errors import (
     AlreadyStored,
@@ -28,20 +26,20 @@ from sharedesk.protocol.validation import (
     check_append_args,
     check_conversation,
     check_optional_str,
-    check_parents,
     check_session_id,
 )
 from sharedesk.protocol.views import Conversation, SessionPage, SharingState, to_log_message
 from sharedesk.store._common import (
     Outcome,
     SessionInfo,
+    StoredRow,
     check_log_args,
     check_read_args,
-    check_root,
     check_roots,
     check_sharing_args,
     check_viewer,
     hand_over,
+    plan_append,
     private_copy,
     watermark_of,
 )
@@ -164,47 +162,33 @@ class MemoryStore:
         last = len(stream.events) if stream is not None else 0
         if expected_version is not None and expected_version != last:
             raise ConcurrencyError(expected_version, last)
-        known = stream.by_id if stream is not None else {}
-        fresh: dict[str, Event] = {}
-        result: list[Event] = []
-        next_sequence = last + 1
-        now = datetime.now(UTC)
-        for event in batch:
-            stored = known.get(event.id) or fresh.get(event.id)
-            if stored is None:
-                stored = msgspec.structs.replace(event, sequence=next_sequence, timestamp=now)
-                fresh[event.id] = stored
-                next_sequence += 1
-            result.append(stored)
-        new = list(fresh.values())
-        check_parents(new, last + 1)
         earlier = stream.events if stream is not None else []
-        for index, stored in enumerate(new):
-            parent = stored.parent
-            if parent is not None:
-                row = earlier[parent - 1] if parent <= last else new[parent - last - 1]
-                check_root(index, row)
-        if new:
+        plan = plan_append(
+            batch,
+            last,
+            stream.by_id if stream is not None else {},
+            datetime.now(UTC),
+            stored_row=lambda sequence: StoredRow(
+                type(earlier[sequence - 1].body).__name__, earlier[sequence - 1].parent
+            ),
+            answered=stream.first_reply if stream is not None else {},
+            state=lambda: stream.state if stream is not None else EMPTY_SESSION_STATE,
+        )
+        if plan.new:
             if stream is None:
                 stream = self._streams[session_id] = _Stream()
-            first_reply = stream.first_reply
-            for stored in new:
+            for stored in plan.new:
                 assert stored.sequence is not None
                 stream.events.append(stored)
                 stream.by_id[stored.id] = stored
-                body = stored.body
-                if isinstance(body, Text):
+                if isinstance(stored.body, Text):
                     stream.text_sequences.append(stored.sequence)
-                    parent = stored.parent
-                    fresh_parent = parent is not None and parent not in first_reply
-                    if fresh_parent and not is_blank(body.content):
-                        assert parent is not None
-                        first_reply[parent] = stored.sequence
                 if stored.run_id is not None:
                     stream.by_run.setdefault(stored.run_id, []).append(stored.sequence)
-                if moves_session_state(stored):
-                    stream.state = fold_session_state(stream.state, stored)
-        return result
+            stream.first_reply.update(plan.first_replies)
+            if plan.state is not None:
+                stream.state = plan.state
+        return plan.result
 
     def get_sharing_state(
         self, session_id: str, viewer: str, conversation: Conversation

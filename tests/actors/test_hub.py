@@ -211,13 +211,14 @@ class TestOptions:
         with pytest.raises(ValidationError):
             Hub.open(path)
 
-    def test_a_database_url_is_refused_and_no_directory_is_made(
-        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    @pytest.mark.parametrize("url", ["mysql://db/desks", "sqlite:///desks.db", "file:///tmp/x"])
+    def test_a_url_other_than_a_postgresql_dsn_is_refused_and_no_directory_is_made(
+        self, url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     ) -> None:
         monkeypatch.chdir(tmp_path)
 
-        with pytest.raises(ValidationError, match="URL with scheme 'postgresql'"):
-            Hub.open("postgresql://db/desks")
+        with pytest.raises(ValidationError, match=r"URL with scheme .*postgresql://"):
+            Hub.open(url)
 
         assert [] == list(tmp_path.iterdir())
 

@@ -55,6 +55,7 @@ from sharedesk import (
 from sharedesk.cli import Output, main, parse_viewer, render_message, safe_text
 from sharedesk.logconfig import LOGGER_NAME
 from sharedesk.protocol.views import SessionMessage
+from sharedesk.store.postgres import PostgresStore
 from tests.faults.counting import FaultCounter
 
 #: Every test here: no deadline (shared 2-core machine), fixtures reused across examples.
@@ -147,11 +148,15 @@ def stored(store: Any, session_id: str) -> list[Event]:
         return []
 
 
-@pytest.fixture(params=["memory", "lmdb"])
+@pytest.fixture(params=["memory", "lmdb", "postgres"])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
-    opened: Any = (
-        MemoryStore() if request.param == "memory" else LmdbStore(tmp_path, durability="relaxed")
-    )
+    opened: Any
+    if request.param == "memory":
+        opened = MemoryStore()
+    elif request.param == "lmdb":
+        opened = LmdbStore(tmp_path, durability="relaxed")
+    else:
+        opened = PostgresStore(request.getfixturevalue("postgres_dsn"))
     with opened:
         yield opened
 

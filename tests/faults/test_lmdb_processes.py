@@ -16,6 +16,7 @@ import hashlib
 import json
 import os
 import random
+import select
 import shutil
 import signal
 import subprocess
@@ -411,6 +412,139 @@ class TestOpensRacingMapGrowth:
         assert [0] * runs == codes, errors
 
 
+#: Takes LMDB's write lock with raw py-lmdb and holds it mid-write (one put made, not
+#: committed) until it reads a line; then aborts.
+LOCK_HOLDER_CHILD = """
+import sys, lmdb
+env = lmdb.open(sys.argv[1], max_dbs=8)
+txn = env.begin(write=True)
+txn.put(b"\\xffheld", b"x" * 100)
+print("holding", flush=True)
+sys.stdin.readline()
+txn.abort()
+"""
+
+#: Opens the store and reads ``s`` (printing ``opened``, then ``read <n>``), then
+#: appends one event in a thread: ``appending`` if it has not returned after a second.
+#: On a line from stdin it waits for the append (``ack s <id> <sequence>``) and closes.
+OPENER_CHILD = """
+import sys, threading
+from sharedesk.protocol import Event, Person, Text
+from sharedesk.store import LmdbStore
+store = LmdbStore(sys.argv[1], durability="relaxed")
+print("opened", flush=True)
+print(f"read {len(store.read('s'))}", flush=True)
+done = threading.Event()
+def append():
+    (event,) = store.append("s", [Event(Person(id="o", label="O"), Text("after"))])
+    print(f"ack s {event.id} {event.sequence}", flush=True)
+    done.set()
+threading.Thread(target=append, daemon=True).start()
+print("appended early" if done.wait(1.0) else "appending", flush=True)
+sys.stdin.readline()
+done.wait()
+store.close()
+print("closed", flush=True)
+"""
+
+#: Seconds a child may take to open and read beside a held write lock (the old open
+#: waited for the lock: with a holder that never lets go, for ever).
+OPEN_BOUND: float = 30
+
+
+class ChildLines:
+    """The lines of a child's output, each awaited with a deadline (a miss fails the test)."""
+
+    def __init__(self, child: subprocess.Popen[bytes]) -> None:
+        assert child.stdout is not None
+        self._fd = child.stdout.fileno()
+        self._buffer = b""
+
+    def expect(self, prefix: bytes, within: float) -> bytes:
+        """Return the next line that starts with ``prefix``, read within ``within`` seconds."""
+        deadline = time.monotonic() + within
+        while True:
+            while b"\n" in self._buffer:
+                line, self._buffer = self._buffer.split(b"\n", 1)
+                if line.startswith(prefix):
+                    return line
+            left = deadline - time.monotonic()
+            assert left > 0, f"no {prefix!r} line within {within} s (a hang)"
+            ready, _, _ = select.select([self._fd], [], [], left)
+            if ready:
+                chunk = os.read(self._fd, 65536)
+                assert chunk, f"the child ended before a {prefix!r} line"
+                self._buffer += chunk
+
+
+def tell(child: subprocess.Popen[bytes]) -> None:
+    """Send the child the line it waits for."""
+    assert child.stdin is not None
+    child.stdin.write(b"go\n")
+    child.stdin.flush()
+
+
+class TestWriteLockHeld:
+    def test_opens_and_reads_beside_a_held_or_stopped_write_lock_never_wait_for_it(
+        self, tmp_path: Path, spawn: Spawn, report: Report
+    ) -> None:
+        """Another process holds the write lock mid-write (kept, or SIGSTOPped) meanwhile.
+
+        A store opens and reads, and ``sharedesk inspect`` runs, within ``OPEN_BOUND``;
+        an append waits for the lock and commits once it is released.
+        """
+        path, cycles = tmp_path / "desk", 6
+        with LmdbStore(path, durability="relaxed") as store:
+            append_small(store, 1)
+        acknowledged: dict[tuple[str, str], int] = {}
+        waited = inspected = 0
+        slowest = 0.0
+        for cycle in range(cycles):
+            stopped = cycle % 2 == 1
+            holder = spawn("-c", LOCK_HOLDER_CHILD, str(path))
+            ChildLines(holder).expect(b"holding", HANG)
+            if stopped:
+                os.kill(holder.pid, signal.SIGSTOP)
+            started = time.monotonic()
+            opener = spawn("-c", OPENER_CHILD, str(path))
+            lines = ChildLines(opener)
+            lines.expect(b"opened", OPEN_BOUND)
+            assert f"read {cycle + 1}".encode() == lines.expect(b"read ", OPEN_BOUND)
+            slowest = max(slowest, time.monotonic() - started)
+            inspect = spawn("-m", "sharedesk.cli", "inspect", str(path))
+            inspect.communicate(timeout=OPEN_BOUND)
+            assert 0 == inspect.returncode
+            inspected += 1
+            assert b"appending" == lines.expect(b"append", HANG)  # it waits for the lock
+            waited += 1
+            if stopped:
+                os.kill(holder.pid, signal.SIGCONT)
+            tell(holder)
+            finish(holder)
+            tell(opener)
+            _, _, event_id, sequence = lines.expect(b"ack ", HANG).decode().split(" ")
+            acknowledged[("s", event_id)] = int(sequence)
+            lines.expect(b"closed", HANG)
+            finish(opener)
+        stored, duplicated, gaps = audit(path)
+        lost = sum(1 for key, sequence in acknowledged.items() if stored.get(key) != sequence)
+
+        report(
+            cycles=cycles,
+            acknowledged=len(acknowledged),
+            lost=lost,
+            duplicated=duplicated,
+            gaps=gaps,
+            hangs=0,
+            stopped_holders=cycles // 2,
+            inspect_runs=inspected,
+            appends_waited=waited,
+            slowest_open_and_read_s=round(slowest, 2),
+        )
+        assert (cycles, 0, 0, 0) == (len(acknowledged), lost, duplicated, gaps)
+        assert cycles + 1 == len(stored)
+
+
 #: Opens a (damaged) store (``argv[2] == "verify"``: with ``verify=True``), reads every
 #: session, prints ``RESULT ok <digest>`` or ``RESULT error <type>``. The parent judges
 #: its exit status.
@@ -443,6 +577,18 @@ def overwrite(offset: int, length: int | None, *, seed: int | None) -> Damage:
         count = size - offset if length is None else length
         file.seek(offset)
         file.write(bytes(count) if seed is None else random.Random(seed).randbytes(count))
+
+    return damage
+
+
+def garbage_page(rng: random.Random, pages: int) -> Damage:
+    """Overwrite one page (drawn from ``rng``, past the meta pages) with ``rng``'s bytes."""
+    at = rng.randrange(2, pages) * 4096
+    garbage = rng.randbytes(4096)
+
+    def damage(file: Any, _size: int) -> None:
+        file.seek(at)
+        file.write(garbage)
 
     return damage
 
@@ -538,7 +684,7 @@ class TestDamagedFiles:
     def test_a_garbage_page_inside_the_file_is_a_typed_error_or_reads_intact_when_verified(
         self, pristine: tuple[Path, str], tmp_path: Path, spawn: Spawn, report: Report
     ) -> None:
-        """Without ``verify`` LMDB trusts its pages: one of these aborts it (SIGABRT)."""
+        """With ``verify`` every page is walked before LMDB reads any."""
         size = (pristine[0] / "data.mdb").stat().st_size
         rng = random.Random(11)
         cases = {}
@@ -550,6 +696,30 @@ class TestDamagedFiles:
         errors = sum(1 for outcome in outcomes.values() if outcome != "intact")
         report(cases=len(outcomes), typed_errors=errors, signals=0, hangs=0)
         assert errors > 0
+
+    def test_a_damaged_page_inside_the_file_unverified_is_a_typed_error_or_reads_intact(
+        self, pristine: tuple[Path, str], tmp_path: Path, spawn: Spawn, report: Report
+    ) -> None:
+        """Without ``verify``, a damaged page inside a file of the right size is no signal.
+
+        Garbage over a whole page, or a few garbled bytes in a page's header and node
+        offsets, at random pages. A garbled leaf used to trip LMDB's own assertion
+        (``IS_LEAF(mp)`` in ``mdb_cursor_next``) and abort the reader; the open's walk
+        of the branch pages refuses it first.
+        """
+        pages = (pristine[0] / "data.mdb").stat().st_size // 4096
+        cases: dict[str, Damage] = {}
+        for index in range(40):
+            cases[f"garbage-page-{index}"] = garbage_page(random.Random(1000 + index), pages)
+        for index in range(8):
+            rng = random.Random(2000 + index)
+            at = rng.randrange(2, pages) * 4096 + rng.randrange(0, 60)
+            cases[f"garbled-header-{index}-at-{at}"] = overwrite(at, 4, seed=300 + index)
+        outcomes = run_damaged(pristine, tmp_path, spawn, cases)
+
+        counted = {kind: list(outcomes.values()).count(kind) for kind in set(outcomes.values())}
+        report(cases=len(outcomes), signals=0, hangs=0, **counted)
+        assert set(outcomes.values()) <= {"intact", "CorruptRecordError", "StoreIOError"}
 
     def test_inspect_on_a_damaged_file_exits_with_an_error_not_a_signal(
         self, pristine: tuple[Path, str], tmp_path: Path, spawn: Spawn, report: Report

@@ -36,7 +36,7 @@ from sharedesk.protocol.validation import MAX_SESSION_ID_BYTES
 from sharedesk.runs import ScriptedAdapter, SessionManager
 from sharedesk.store import LmdbStore
 from sharedesk.store._group_commit import wake
-from sharedesk.store._lmdb_env import READER_CHECK_COMMITS
+from sharedesk.store._lmdb_env import READER_CHECK_COMMITS, tree_problem
 from sharedesk.store._lmdb_layout import SEQ, session_prefix, sharing_key
 from sharedesk.store.lmdb import _Request
 from tests.store.conftest import ChildFactory, run_child
@@ -703,6 +703,28 @@ class _FullReaderTable:
         return 1
 
 
+class _GrownElsewhere:
+    """Wraps an environment so that its next read transaction finds the map grown."""
+
+    def __init__(self, env: Any) -> None:
+        self._env = env
+        self.grown = True
+        self.adopted = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._env, name)
+
+    def begin(self, **options: Any) -> Any:
+        if not options.get("write") and self.grown:
+            self.grown = False
+            raise lmdb.MapResizedError("simulated: another process grew the map")
+        return self._env.begin(**options)
+
+    def set_mapsize(self, size: int) -> None:
+        self.adopted += 1
+        self._env.set_mapsize(size)
+
+
 class TestLmdbStoreReaderSlots:
     def test_a_full_reader_table_is_reclaimed_and_the_read_retried(self, store: LmdbStore) -> None:
         stored = store.append("s", [text()])
@@ -926,11 +948,62 @@ class TestLmdbStoreDataFile:
         with pytest.raises(CorruptRecordError, match="verifier reports"):
             LmdbStore(store_path, verify=True)
 
+    def test_verify_adopts_a_map_grown_by_another_process_and_walks_again(
+        self, store_path: Path
+    ) -> None:
+        filled(store_path)
+        with LmdbStore(store_path) as first:
+            env = first._shared.env
+            first._shared.env = grown = _GrownElsewhere(env)
+            try:
+                with LmdbStore(store_path, verify=True) as second:
+                    last = second.last_sequence("s/0")
+            finally:
+                first._shared.env = env
+
+        assert (50, 1, False) == (last, grown.adopted, grown.grown)
+
     def test_verify_opens_a_sound_store(self, store_path: Path) -> None:
         filled(store_path)
 
         with LmdbStore(store_path, verify=True) as store:
             assert 50 == store.last_sequence("s/0")
+
+    def test_a_leaf_page_with_a_garbled_header_is_refused_at_open_without_verify(
+        self, store_path: Path
+    ) -> None:
+        """LMDB would abort on the read that steps onto such a leaf (``IS_LEAF``).
+
+        Every leaf but the main database's root (the sub-database records) is garbled.
+        """
+        filled(store_path)
+        raw = bytearray((store_path / "data.mdb").read_bytes())
+        # The main database's root page, in each meta page (after the page header, the
+        # meta's first 24 bytes and the free database's record; the root ends a record).
+        main_roots = {int.from_bytes(raw[at + 128 : at + 136], "little") for at in (0, 4096)}
+        for at in range(2 * 4096, len(raw), 4096):
+            if raw[at + 10] == 0x02 and at // 4096 not in main_roots:
+                raw[at + 10] = 0x04  # a leaf's flags: now it claims to be an overflow page
+        (store_path / "data.mdb").write_bytes(raw)
+
+        with pytest.raises(CorruptRecordError, match=r"page \d+ is damaged"):
+            LmdbStore(store_path)
+
+    def test_the_open_walk_passes_a_sound_store_with_deep_trees(self, store_path: Path) -> None:
+        with LmdbStore(store_path, durability="relaxed") as store:
+            for index in range(200):
+                store.append(f"s/{index % 7}", [text("x" * 40) for _ in range(50)])
+        env = lmdb.open(str(store_path), max_dbs=8, readonly=True)
+        try:
+            with env.begin() as txn:
+                depth = txn.stat(env.open_db(b"events", txn=txn, create=False))["depth"]
+        finally:
+            env.close()
+
+        with LmdbStore(store_path) as store:
+            events = sum(len(store.read(f"s/{index}")) for index in range(7))
+            assert (None, 10_000) == (tree_problem(store.path), events)
+        assert depth >= 3
 
 
 class TestLmdbStoreRecords:
@@ -1061,34 +1134,65 @@ class TestLmdbStoreProcesses:
         assert 0 == child.returncode, err.decode()
         assert list(range(1, 301)) == [e.sequence for e in store.read("shared")]
 
-    def test_opening_while_another_process_holds_the_write_lock_lets_other_threads_run(
+    def test_opening_and_reading_while_another_process_holds_the_write_lock_do_not_wait(
         self, store_path: Path, spawn: ChildFactory
     ) -> None:
         with LmdbStore(store_path) as store:
             store.append("s", [text()])
-        holder = spawn("-c", HOLD_WRITE_LOCK_CHILD, str(store_path))
+        release = store_path.parent / "release"
+        holder = spawn("-c", HOLD_WRITE_LOCK_CHILD, str(store_path), str(release))
         assert holder.stdout is not None
         assert b"holding\n" == holder.stdout.readline()
-        beats, stop = [0], threading.Event()
 
-        def heartbeat() -> None:
-            while not stop.wait(0.005):
-                beats[0] += 1
-
-        thread = threading.Thread(target=heartbeat)
-        thread.start()
-        try:
-            before = beats[0]
+        def open_and_read() -> list[int | None]:
             with LmdbStore(store_path) as store:
-                during = beats[0] - before
-                assert [1] == [e.sequence for e in store.read("s")]
-        finally:
-            stop.set()
-            thread.join()
+                return [e.sequence for e in store.read("s")]
+
+        thread, outcome = in_thread(open_and_read)
+        thread.join(60)  # a hang detector: the holder keeps the lock until told
+        read_while_held = (list(outcome), holder.poll() is None)
+        release.touch()
         _out, err = holder.communicate(timeout=60)
+        thread.join()
 
         assert 0 == holder.returncode, err.decode()
-        assert during >= 20  # the holder keeps the lock ~2 s: the heartbeat ran meanwhile
+        assert ([[1]], True) == read_while_held
+
+    def test_a_reopened_store_reads_before_its_first_write_publishes_the_sub_databases(
+        self, store_path: Path
+    ) -> None:
+        with LmdbStore(store_path) as first:
+            stored = first.append("s", [text("a"), text("b")])
+
+        with LmdbStore(store_path) as second:
+            unpublished = second._shared.published is None
+            nested = second._in_read(lambda _txn: second.read("s"))
+            read = second.read("s")
+            appended = second.append("s", [text("c")])
+
+            assert (True, stored, stored) == (unpublished, nested, read)
+            assert second._shared.published is not None
+            assert [*stored, *appended] == second.read("s")
+
+    def test_threads_reading_a_reopened_store_while_its_first_append_commits_read_whole_rows(
+        self, store_path: Path
+    ) -> None:
+        with LmdbStore(store_path, durability="relaxed") as first:
+            first.append("s", [text(str(index)) for index in range(50)])
+
+        with LmdbStore(store_path, durability="relaxed") as second:
+
+            def read_many() -> set[int]:
+                return {len(second.read("s")) for _ in range(40)}
+
+            readers = [in_thread(read_many) for _ in range(4)]
+            second.append("s", [text("late")])
+            for thread, _ in readers:
+                thread.join()
+
+            seen = [outcome for _, outcome in readers]
+            assert all(len(out) == 1 and out[0] <= {50, 51} for out in seen), seen
+            assert 51 == len(second.read("s"))
 
     def test_map_grown_by_another_process_is_adopted(
         self, store_path: Path, spawn: ChildFactory
@@ -1119,12 +1223,14 @@ with LmdbStore(sys.argv[1]) as store:
         store.append(sys.argv[2], [Event(Person(id="c", label="C"), Text("child"))])
 """
 
+#: Holds the write lock until the file ``argv[2]`` exists.
 HOLD_WRITE_LOCK_CHILD = """
-import sys, time, lmdb
+import os, sys, time, lmdb
 env = lmdb.open(sys.argv[1], max_dbs=5)
 with env.begin(write=True):
     print("holding", flush=True)
-    time.sleep(2)
+    while not os.path.exists(sys.argv[2]):
+        time.sleep(0.01)
 """
 
 GROW_CHILD = """

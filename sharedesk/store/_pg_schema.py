@@ -1,0 +1,268 @@
+"""The PostgreSQL schema of a ``PostgresStore`` and the migrations that build it.
+
+Every table lives in one PostgreSQL schema (``sharedesk`` unless the store is opened with
+``schema=...``), so several applications can share a database. Identifiers that callers
+choose (session ids, event ids, viewers, run ids) may hold any character, NUL included,
+which PostgreSQL ``text`` cannot: they are stored as UTF-8 ``bytea``, and the ones with no
+length limit are hashed as ``LmdbStore`` hashes them (see ``_lmdb_layout``).
+
+==============  ===========================================================================
+table           rows
+==============  ===========================================================================
+schema_version  one per migration applied: ``version``, ``description``, ``applied_at``
+streams         one per session written: ``last_seq``, ``text_count``, ``last_activity``,
+                ``state`` (the folded session state, msgpack); the row each write locks
+events          ``(session_id, seq)``: ``id_key`` (unique per session), ``kind`` (the body's
+                class), ``parent``, ``run_key``, ``record`` (the event, msgpack, as LMDB
+                stores it); partial indexes serve the ``Text`` log and the run index
+replies         ``(session_id, root)``: the root's first non-blank reply (the earliest
+                recorded wins)
+sharing         ``(session_id, key)``: a sharing state (msgpack); ``key`` hashes the viewer
+                and the conversation
+==============  ===========================================================================
+
+Migrations. :func:`migrate` runs at every open, in one transaction holding
+``pg_advisory_xact_lock`` on a key derived from the schema name, so concurrent openers
+apply each migration once and the others wait and find it done. A database whose
+``schema_version`` holds a version above :data:`SCHEMA_VERSION` was written by newer
+code: the open is refused with :class:`~sharedesk.protocol.errors.SchemaTooNewError`,
+and nothing is changed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from typing import Any, Final, NamedTuple
+
+from sharedesk.protocol.errors import SchemaTooNewError, ValidationError
+
+
+class Migration(NamedTuple):
+    """One step of the schema: its version, what it does, its statements."""
+
+    version: int
+    description: str
+    statements: tuple[str, ...]
+
+
+#: ``append_events``: one append as one statement (its own transaction in autocommit).
+#: It locks the session's ``streams`` row (creating it), then checks, in this order,
+#: ``p_expected`` against the locked last sequence (``conflict``), the guard id
+#: (``guarded``), the batch's ids (``known``: their stored sequences and records), the
+#: last sequence the caller planned with (``stale``) and the stored parents the plan
+#: names (``parent``: one is not a root ``Text`` row); the first that fails is returned
+#: and nothing is written. Otherwise it writes the planned rows, the first replies (the
+#: earliest recorded wins), the stream row and the notice (unless ``p_channel`` is
+#: NULL), and returns ``ok``. Every
+#: answer carries the locked row's figures, so the caller can plan again.
+APPEND_FUNCTION: Final = """
+CREATE FUNCTION {s}.append_events(
+    p_sid bytea, p_last bigint, p_expected bigint, p_guard bytea, p_ids bytea[],
+    p_parents bigint[], p_seqs bigint[], p_kinds text[], p_parent_of bigint[],
+    p_runs bytea[], p_records bytea[], p_roots bigint[], p_replies bigint[],
+    p_texts bigint, p_at timestamptz, p_state bytea, p_channel text, p_payload text
+) RETURNS TABLE (
+    outcome text, last_seq bigint, text_count bigint, state bytea,
+    known_seqs bigint[], known_records bytea[]
+) LANGUAGE plpgsql AS $fn$
+DECLARE
+    s_last bigint;
+    s_texts bigint;
+    s_state bytea;
+BEGIN
+    SELECT st.last_seq, st.text_count, st.state INTO s_last, s_texts, s_state
+        FROM {s}.streams st WHERE st.session_id = p_sid FOR UPDATE;
+    IF NOT FOUND THEN
+        INSERT INTO {s}.streams (session_id) VALUES (p_sid) ON CONFLICT DO NOTHING;
+        SELECT st.last_seq, st.text_count, st.state INTO s_last, s_texts, s_state
+            FROM {s}.streams st WHERE st.session_id = p_sid FOR UPDATE;
+    END IF;
+    IF p_expected IS NOT NULL AND p_expected <> s_last THEN
+        RETURN QUERY SELECT 'conflict', s_last, s_texts, s_state, NULL::bigint[], NULL::bytea[];
+        RETURN;
+    END IF;
+    IF p_guard IS NOT NULL AND EXISTS (
+        SELECT 1 FROM {s}.events e WHERE e.session_id = p_sid AND e.id_key = p_guard
+    ) THEN
+        RETURN QUERY SELECT 'guarded', s_last, s_texts, s_state, NULL::bigint[], NULL::bytea[];
+        RETURN;
+    END IF;
+    IF EXISTS (SELECT 1 FROM {s}.events e WHERE e.session_id = p_sid AND e.id_key = ANY(p_ids))
+    THEN
+        RETURN QUERY SELECT 'known', s_last, s_texts, s_state,
+            ARRAY(SELECT e.seq FROM {s}.events e
+                  WHERE e.session_id = p_sid AND e.id_key = ANY(p_ids) ORDER BY e.seq),
+            ARRAY(SELECT e.record FROM {s}.events e
+                  WHERE e.session_id = p_sid AND e.id_key = ANY(p_ids) ORDER BY e.seq);
+        RETURN;
+    END IF;
+    IF s_last <> p_last THEN
+        RETURN QUERY SELECT 'stale', s_last, s_texts, s_state, NULL::bigint[], NULL::bytea[];
+        RETURN;
+    END IF;
+    IF EXISTS (
+        SELECT 1 FROM unnest(p_parents) AS p(seq)
+        LEFT JOIN {s}.events e ON e.session_id = p_sid AND e.seq = p.seq
+        WHERE e.seq IS NULL OR e.kind <> 'Text' OR e.parent IS NOT NULL
+    ) THEN
+        RETURN QUERY SELECT 'parent', s_last, s_texts, s_state, NULL::bigint[], NULL::bytea[];
+        RETURN;
+    END IF;
+    IF cardinality(p_seqs) > 0 THEN
+        INSERT INTO {s}.events (session_id, seq, id_key, kind, parent, run_key, record)
+            SELECT p_sid, q, i, k, nullif(pa, 0), nullif(r, ''::bytea), d
+            FROM unnest(p_seqs, p_ids, p_kinds, p_parent_of, p_runs, p_records)
+                AS t(q, i, k, pa, r, d);
+        IF cardinality(p_roots) > 0 THEN
+            INSERT INTO {s}.replies (session_id, root, reply)
+                SELECT p_sid, a, b FROM unnest(p_roots, p_replies) AS t(a, b)
+                ON CONFLICT DO NOTHING;
+        END IF;
+        s_last := p_seqs[cardinality(p_seqs)];
+        s_texts := s_texts + p_texts;
+        s_state := coalesce(p_state, s_state);
+        UPDATE {s}.streams SET last_seq = s_last, text_count = s_texts,
+            last_activity = p_at, state = s_state
+            WHERE session_id = p_sid;
+        IF p_channel IS NOT NULL THEN
+            PERFORM pg_notify(p_channel, p_payload);
+        END IF;
+    END IF;
+    RETURN QUERY SELECT 'ok', s_last, s_texts, s_state, NULL::bigint[], NULL::bytea[];
+END
+$fn$"""
+
+#: The migrations, oldest first; ``{s}`` is the quoted schema name.
+MIGRATIONS: Final = (
+    Migration(
+        1,
+        "streams, events, replies, sharing",
+        (
+            """CREATE TABLE {s}.streams (
+                session_id bytea PRIMARY KEY,
+                last_seq bigint NOT NULL DEFAULT 0,
+                text_count bigint NOT NULL DEFAULT 0,
+                last_activity timestamptz,
+                state bytea
+            )""",
+            """CREATE TABLE {s}.events (
+                session_id bytea NOT NULL,
+                seq bigint NOT NULL,
+                id_key bytea NOT NULL,
+                kind text NOT NULL,
+                parent bigint,
+                run_key bytea,
+                record bytea NOT NULL,
+                PRIMARY KEY (session_id, seq),
+                UNIQUE (session_id, id_key)
+            )""",
+            "CREATE INDEX events_texts ON {s}.events (session_id, seq) WHERE kind = 'Text'",
+            "CREATE INDEX events_runs ON {s}.events (session_id, run_key, seq) "
+            "WHERE run_key IS NOT NULL",
+            """CREATE TABLE {s}.replies (
+                session_id bytea NOT NULL,
+                root bigint NOT NULL,
+                reply bigint NOT NULL,
+                PRIMARY KEY (session_id, root)
+            )""",
+            """CREATE TABLE {s}.sharing (
+                session_id bytea NOT NULL,
+                key bytea NOT NULL,
+                state bytea NOT NULL,
+                PRIMARY KEY (session_id, key)
+            )""",
+            APPEND_FUNCTION,
+        ),
+    ),
+)
+
+#: The schema version this code writes and reads.
+SCHEMA_VERSION: Final = MIGRATIONS[-1].version
+
+#: A schema name the store accepts: a lower-case SQL identifier, at most 40 characters
+#: (the ``NOTIFY`` channel adds a suffix and must stay under 64 bytes).
+_SCHEMA_NAME: Final = re.compile(r"[a-z_][a-z0-9_]{0,39}")
+
+
+def check_schema_name(schema: Any) -> str:
+    """Return ``schema`` if it can name the store's PostgreSQL schema.
+
+    Raises:
+        ValidationError: Not a ``str`` matching ``[a-z_][a-z0-9_]{0,39}``, or starting
+            with ``pg_`` (reserved by PostgreSQL).
+    """
+    if not isinstance(schema, str) or _SCHEMA_NAME.fullmatch(schema) is None:
+        raise ValidationError(
+            f"schema must be a lower-case SQL identifier of at most 40 characters "
+            f"([a-z_][a-z0-9_]*), got {schema!r}"
+        )
+    if schema.startswith("pg_"):
+        raise ValidationError(f"schema must not start with 'pg_' (reserved), got {schema!r}")
+    return schema
+
+
+def notify_channel(schema: str) -> str:
+    """Return the ``LISTEN``/``NOTIFY`` channel of the stores on ``schema``."""
+    return f"{schema}_appended"
+
+
+def advisory_key(schema: str) -> int:
+    """Return the ``pg_advisory_xact_lock`` key migrations of ``schema`` hold (a signed int64)."""
+    digest = hashlib.blake2b(f"sharedesk.migrate:{schema}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big", signed=True)
+
+
+def migrate(conn: Any, schema: str, where: str) -> int:
+    """Create or upgrade the store's tables in ``schema``; return the schema version.
+
+    ``conn`` is a psycopg connection outside a transaction. A current schema is found
+    by a read and left alone; otherwise one transaction holding the schema's advisory
+    lock reads the version again and applies the missing migrations, and commits.
+
+    Raises:
+        SchemaTooNewError: The database holds a newer version; nothing was changed.
+        psycopg.Error: The server failed (the caller wraps it).
+
+    Cost: two reads when the schema is current (no lock); otherwise the advisory lock
+    and each missing migration's statements.
+    """
+    quoted = f'"{schema}"'
+    with conn.transaction():  # the common case: current already, no lock, no DDL
+        found = _version(conn, schema, quoted)
+    if found == SCHEMA_VERSION:
+        return found
+    if found > SCHEMA_VERSION:
+        raise SchemaTooNewError(where, schema, found, SCHEMA_VERSION)
+    with conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", [advisory_key(schema)])
+        conn.execute(f"CREATE SCHEMA IF NOT EXISTS {quoted}")
+        conn.execute(
+            f"""CREATE TABLE IF NOT EXISTS {quoted}.schema_version (
+                version integer PRIMARY KEY,
+                description text NOT NULL,
+                applied_at timestamptz NOT NULL DEFAULT now()
+            )"""
+        )
+        found = _version(conn, schema, quoted)
+        if found > SCHEMA_VERSION:
+            raise SchemaTooNewError(where, schema, found, SCHEMA_VERSION)
+        for migration in MIGRATIONS:
+            if migration.version <= found:
+                continue
+            for statement in migration.statements:
+                conn.execute(statement.format(s=quoted))
+            conn.execute(
+                f"INSERT INTO {quoted}.schema_version (version, description) VALUES (%s, %s)",
+                [migration.version, migration.description],
+            )
+    return SCHEMA_VERSION
+
+
+def _version(conn: Any, schema: str, quoted: str) -> int:
+    """Return the newest version in ``schema``'s version table (0: no table yet)."""
+    exists = conn.execute("SELECT to_regclass(%s)", [f"{quoted}.schema_version"]).fetchone()
+    if exists is None or exists[0] is None:
+        return 0
+    row = conn.execute(f"SELECT coalesce(max(version), 0) FROM {quoted}.schema_version")
+    return int(row.fetchone()[0])

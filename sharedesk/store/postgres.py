@@ -1,0 +1,1537 @@
+r"""PostgresStore: the event store on PostgreSQL, for several processes on one database.
+
+Interface. The store contract and every port ``LmdbStore`` has (``EventStore``,
+``SharingStateStore``, ``RunIndexStore``, the session listing), plus ``FollowingStore``:
+several processes (several Hubs) may share one database, and each learns what the others
+commit through ``LISTEN``/``NOTIFY``. The rules are the other stores' own: the append
+rules are :func:`~sharedesk.store._common.plan_append`, the session state is folded by
+``projection/runstate``, input is checked by ``protocol/validation`` before any SQL, and
+records are the msgpack encoding ``LmdbStore`` writes (``_lmdb_layout``), so ``append``
+returns what ``read`` returns. The tables are :mod:`sharedesk.store._pg_schema`'s.
+
+Sequencing. Every write locks its session's row in ``streams`` (``SELECT ... FOR
+UPDATE``; the session's first write creates it, ``INSERT ... ON CONFLICT DO NOTHING``)
+before it reads what its checks need and assigns ``last_seq + 1, ...``. An ``append`` is
+one statement, a call of the schema's ``append_events`` function, which is its own
+transaction: the store plans the batch (:func:`~sharedesk.store._common.plan_append`:
+sequences, records, first replies, the folded state) against its cached *tail* of the
+session (last sequence, ``Text`` rows, state; a session it has not seen is planned as
+empty), and the function, holding the row lock, writes the plan only if
+``expected_version``, the ``unless_stored`` guard, the batch's ids, the tail and the
+stored parents are as planned. Otherwise it answers what to plan again with (the
+conflict, the ids already stored and their records, the real tail, or that a parent is
+not a root, whose rows the store then reads), and nothing is written; so a warm append
+costs one round trip, and a stale tail one more. A plan that fails its own checks (a bad
+parent) is decided again by the exact path. ``append_and_share`` is that exact path: one
+transaction of several statements (lock, known ids, the sharing state, parents, one
+statement writing events, first replies, state and stream row, ``COMMIT``), since its
+compare-and-swap compares decoded states. The row lock serialises the writers of one
+session, in any process, and nobody else: sequences are gap-free and unique (the
+primary key ``(session_id, seq)`` and the unique ``(session_id, id_key)`` stand behind
+it), ``expected_version`` is compared with the locked ``last_seq``, and the sharing
+compare-and-swap and ``unless_stored`` are decided under the same lock. This is the
+per-stream serialisation KurrentDB applies for expected-revision appends. The
+alternative, the eventsourcing library's ``PostgresApplicationRecorder``, takes ``LOCK
+TABLE ... IN EXCLUSIVE MODE`` for every insert, which serialises writers of *all*
+sessions (it needs that for its global notification order, which sharedesk does not
+have); an optimistic insert that retries on a unique violation of ``(session_id, seq)``
+would need no lock but turns every collision into a rolled-back transaction and still
+needs the stream row for the session's counters and state. Measured in one run (16
+threads, 1,000 desks, one event per append, fsync on, 2 shared cores, notices sent
+after commit so that they do not serialise the commits): the row lock appends 4.09x as
+fast as the same store serialised by the table lock, and at 0.53x the rate of raw
+psycopg inserting the same records with no checks; with the notice inside the
+transaction (the default), 0.22x (``docs/pg_sequencing_probe.py``).
+
+Notices. Each commit that stored events announces ``<last_seq>:<hex of the session
+id's UTF-8>`` (hex, because a payload cannot hold NUL and a session id can) on the
+channel ``<schema>_appended`` (for the default schema, ``sharedesk_appended``). With
+``notify="commit"`` (the default) the ``pg_notify`` runs inside the append's
+transaction, so PostgreSQL delivers it exactly at commit, in commit order, and never
+loses it; but the server serialises the commits of notifying transactions (a
+database-wide lock from pre-commit to the end of the commit), so they no longer share
+WAL flushes. With ``notify="after_commit"`` a notifier thread
+(``sharedesk-pg-notifier:<dsn>``) sends the notices right after the commits, coalesced
+per session and in commit order, from its own connection with ``synchronous_commit``
+off; a process killed between a commit and its notice loses that notice.
+:meth:`PostgresStore.follow` keeps one dedicated autocommit connection that ``LISTEN``\s
+on the channel, read by a daemon thread (``sharedesk-pg-listener:<dsn>``) that waits at
+most ``_LISTEN_POLL`` seconds at a time, so ``close()`` stops it promptly. When that
+connection is lost, the thread reconnects with backoff and tells every follower
+``(None, 0)``: notices may have been missed.
+
+Connection loss and retries. Connections come from a ``psycopg_pool.ConnectionPool``,
+which replaces broken ones. An operation that fails because its connection or the server
+went away is retried on a fresh connection for up to ``retry_timeout`` seconds, when
+that is safe:
+
+- reads, and any write whose ``COMMIT`` was not yet sent (its transaction is lost, so
+  nothing was written), are always retried; an ``append`` is one statement, so its
+  ``COMMIT`` is under way as soon as it is sent;
+- a write whose connection broke while its ``COMMIT`` was under way may or may not be
+  stored. A plain ``append`` (no ``expected_version``, no ``unless_stored``) is retried:
+  its ids make the retry return the stored events if the first attempt committed, and
+  store them otherwise, so the outcome is the same either way. Any other write (with
+  ``expected_version``, ``unless_stored``, or ``append_and_share``, whose retry would
+  fail its own check if the first attempt committed) is *settled* first, on another
+  connection: once the server process that ran it is gone (its transaction is over,
+  committed or not), a read of one row it writes (its first new event, or the sharing
+  state it stores) tells which. Committed: its result is returned. Not committed: it
+  runs again. When that cannot be told within ``retry_timeout`` (the old server process
+  lives on, as when the network rather than the server failed, or the server stays
+  unreachable), it raises :class:`~sharedesk.protocol.errors.CommitOutcomeUnknown`, and
+  retrying with the same ids is safe for the caller, who can re-read first.
+
+Anything else the driver raises becomes ``StoreIOError`` (with the cause chained);
+transactions the server aborted for a deadlock or a serialisation failure are retried.
+"""
+
+from __future__ import annotations
+
+import functools
+import random
+import re
+import threading
+import time
+from collections.abc import Callable, Collection, Sequence
+from datetime import UTC, datetime
+from types import TracebackType
+from typing import Any, Final, Literal, NamedTuple, Self, TypeVar, cast
+
+import msgspec
+import psycopg
+import psycopg.errors
+from psycopg.conninfo import conninfo_to_dict
+from psycopg_pool import ConnectionPool, PoolTimeout
+
+from sharedesk.projection.sharing import note_present
+from sharedesk.protocol._log import logger
+from sharedesk.protocol.errors import (
+    AlreadyStored,
+    CommitOutcomeUnknown,
+    ConcurrencyError,
+    CorruptRecordError,
+    SharedeskError,
+    SharingStateConflict,
+    StoreClosedError,
+    StoreIOError,
+    ValidationError,
+)
+from sharedesk.protocol.events import Event
+from sharedesk.protocol.ports import AppendCallback
+from sharedesk.protocol.sessions import EMPTY_SESSION_STATE, SessionState
+from sharedesk.protocol.validation import (
+    check_append_args,
+    check_conversation,
+    check_int,
+    check_optional_str,
+    check_session_id,
+)
+from sharedesk.protocol.views import Conversation, LogMessage, SessionPage, SharingState
+from sharedesk.store._common import (
+    AppendPlan,
+    SessionInfo,
+    StoredRow,
+    check_log_args,
+    check_read_args,
+    check_roots,
+    check_sharing_args,
+    check_viewer,
+    plan_append,
+    watermark_of,
+)
+from sharedesk.store._lmdb_layout import (
+    ENCODER,
+    EVENT_DECODER,
+    LOG_DECODER,
+    SESSION_STATE_DECODER,
+    decode_record,
+    decode_state,
+    event_id_key,
+    run_index_key,
+    sharing_key,
+)
+from sharedesk.store._pg_schema import check_schema_name, migrate, notify_channel
+
+__all__ = ["Notify", "PostgresStore"]
+
+T = TypeVar("T")
+
+_log = logger()
+
+#: When an append's notice is sent: ``"commit"``, by the append's own transaction (it
+#: cannot be lost, but PostgreSQL serialises the commits of notifying transactions);
+#: ``"after_commit"``, by the store's notifier thread right after (commits group again;
+#: a process killed in between loses that notice).
+Notify = Literal["commit", "after_commit"]
+
+#: Most seconds the listener waits for a notice before it looks at its stop flag.
+_LISTEN_POLL: Final = 0.2
+#: Backoff of the listener's reconnection attempts: first and longest wait, seconds.
+_RECONNECT_FIRST: Final = 0.05
+_RECONNECT_MAX: Final = 2.0
+#: Whether a server process is still running (a write's, whose connection broke).
+_BACKEND_ALIVE: Final = "SELECT 1 FROM pg_stat_activity WHERE pid = %s"
+#: SQLSTATEs of transactions the server aborted that are safe to run again.
+_RETRYABLE_STATES: Final = frozenset({"40001", "40P01"})
+_URL: Final = re.compile(r"postgres(ql)?://", re.IGNORECASE)
+
+
+def _redact(dsn: str) -> str:
+    """Return ``dsn`` as ``postgresql://user@host:port/dbname``, without its password."""
+    try:
+        parts = conninfo_to_dict(dsn)
+    except psycopg.Error:
+        return "postgresql://?"
+    user = f"{parts['user']}@" if parts.get("user") else ""
+    port = f":{parts['port']}" if parts.get("port") else ""
+    return f"postgresql://{user}{parts.get('host', '')}{port}/{parts.get('dbname', '')}"
+
+
+def _check_dsn(dsn: Any) -> str:
+    """Return ``dsn`` if it is a ``postgresql://`` (or ``postgres://``) URL libpq parses.
+
+    Raises:
+        ValidationError: Not a ``str``, not such a URL, a NUL, or unparsable.
+    """
+    if not isinstance(dsn, str):
+        raise ValidationError(f"dsn must be a str, got {type(dsn).__name__}")
+    if _URL.match(dsn) is None:
+        raise ValidationError(
+            f"dsn must be a URL starting with postgresql:// or postgres://, got {_redact(dsn)!r}"
+        )
+    if "\0" in dsn:
+        raise ValidationError("dsn holds a NUL character")
+    try:
+        conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError as exc:
+        raise ValidationError(f"dsn is not a valid connection URL: {exc}") from None
+    return dsn
+
+
+def _check_seconds(name: str, value: Any, low: float, high: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not low <= value <= high:
+        raise ValidationError(f"{name} must be seconds in [{low}, {high}], got {value!r}")
+    return float(value)
+
+
+def _utf8(value: str) -> bytes:
+    return value.encode("utf-8")
+
+
+class _Probe(NamedTuple):
+    """A row one write stores, by which a later read tells whether it committed."""
+
+    query: str  # selects the row's bytes by (session_id, key)
+    sid: bytes
+    key: bytes
+    value: bytes
+
+
+class _Attempt:
+    """How far one write got: whether its ``COMMIT`` was sent (its outcome then unknown).
+
+    Once committing, it also keeps the server process that runs the write, a probe
+    (``None``: the write stores nothing) and the write's result, so that a broken
+    connection's outcome can be settled by a read (see ``PostgresStore._settle``).
+    """
+
+    __slots__ = ("backend_pid", "committing", "probe", "result")
+
+    def __init__(self) -> None:
+        self.committing = False
+        self.backend_pid = 0
+        self.probe: _Probe | None = None
+        self.result: list[Event] = []
+
+    def commit_sent(
+        self, conn: psycopg.Connection[Any], probe: _Probe | None, result: list[Event]
+    ) -> None:
+        """Note that the ``COMMIT`` (or the one-statement write) is about to be sent."""
+        self.committing = True
+        self.backend_pid = conn.info.backend_pid
+        self.probe = probe
+        self.result = result
+
+
+class _Write(NamedTuple):
+    """One checked write: an append, or (``sharing`` set) an append-and-share."""
+
+    session_id: str
+    events: list[Event]
+    expected_version: int | None
+    unless_stored: str | None
+    sharing: tuple[str, SharingState, SharingState | None] | None
+    reply_present: bool
+
+
+class _Tail(NamedTuple):
+    """What a store last saw of a session's ``streams`` row (plans start from it)."""
+
+    last: int
+    text_count: int
+    state: bytes | None
+
+
+_EMPTY_TAIL: Final = _Tail(0, 0, None)
+#: ``stored_row`` of a first plan: every stored parent taken for a root ``Text`` row
+#: (``append_events`` checks them; a ``parent`` answer brings the real rows).
+_ROOT_ROW: Final = StoredRow("Text", None)
+
+
+def _assumed_root(sequence: int) -> StoredRow:
+    return _ROOT_ROW
+
+
+#: Most sessions whose tail a store caches (the cache is emptied when full).
+_TAIL_CACHE: Final = 100_000
+#: Most plans one append makes before it takes the exact, multi-statement path.
+_MAX_REPLANS: Final = 50
+
+
+class _Stream(NamedTuple):
+    """A session's ``streams`` row as locked by a write."""
+
+    last: int
+    text_count: int
+    state: bytes | None
+
+
+class PostgresStore:
+    """An event store in a PostgreSQL database, shared by any number of processes.
+
+    Implements the store contract, the sharing-state, run-index and following ports
+    (see the module header for how writes are sequenced, notified and retried). Safe
+    to share between threads: each call borrows a connection from the store's pool.
+    ``append`` returns once its transaction has committed (durable as the server's
+    ``synchronous_commit`` makes it).
+
+    Args:
+        dsn: A libpq connection URL, ``postgresql://user:password@host:port/dbname``
+            (``postgres://`` too; query parameters as libpq takes them).
+        schema: The PostgreSQL schema holding the store's tables (created if missing;
+            a lower-case identifier of at most 40 characters). Stores on different
+            schemas of one database are independent.
+        min_connections: Connections the pool keeps open.
+        max_connections: Most connections the pool opens (the most calls served at
+            once; more wait for one).
+        connect_timeout: Most seconds a call waits for a connection from the pool
+            (when the server cannot be reached, the open fails after this long).
+        retry_timeout: Most seconds an operation whose connection was lost is retried
+            (see the module header for which are); 0 never retries.
+        notify: When each append's ``NOTIFY`` is sent. ``"commit"``: inside the
+            append's transaction, so it is delivered exactly when the append commits
+            and never lost; but PostgreSQL holds a database-wide lock from a notifying
+            transaction's pre-commit to its end, so notifying commits do not share WAL
+            flushes. ``"after_commit"``: the store's notifier thread sends the notices
+            right after each commit (coalesced per session, on its own connection with
+            ``synchronous_commit`` off): commits group again, but a process killed
+            between a commit and its notice loses that notice (followers learn of the
+            append with the session's next one).
+
+    Raises:
+        ValidationError: An unknown or bad option, or a ``dsn`` that is not a
+            PostgreSQL URL.
+        SchemaTooNewError: The database was written by a newer sharedesk.
+        StoreIOError: The server could not be reached, or refused the schema.
+
+    Cost: opens the pool (``min_connections`` connections, on the pool's threads),
+    then one connection checks the schema (two reads when current; otherwise the
+    migrations, under an advisory lock).
+    """
+
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        schema: str = "sharedesk",
+        min_connections: int = 1,
+        max_connections: int = 10,
+        connect_timeout: float = 10.0,
+        retry_timeout: float = 10.0,
+        notify: Notify = "commit",
+        **unknown: Any,
+    ) -> None:
+        if unknown:
+            raise ValidationError(
+                f"unknown PostgresStore options {sorted(unknown)}; the options are "
+                "schema, min_connections, max_connections, connect_timeout, retry_timeout, notify"
+            )
+        dsn = _check_dsn(dsn)
+        self._schema = check_schema_name(schema)
+        check_int("min_connections", min_connections)
+        check_int("max_connections", max_connections, minimum=1)
+        if min_connections > max_connections:
+            raise ValidationError(
+                f"min_connections={min_connections} exceeds max_connections={max_connections}"
+            )
+        self._connect_timeout = _check_seconds("connect_timeout", connect_timeout, 0.001, 3600)
+        self._retry_timeout = _check_seconds("retry_timeout", retry_timeout, 0, 3600)
+        if notify not in ("commit", "after_commit"):
+            raise ValidationError(f"notify must be 'commit' or 'after_commit', got {notify!r}")
+        self._notify: Notify = notify
+        self._dsn = dsn
+        self._path = _redact(dsn)
+        self._channel = notify_channel(self._schema)
+        self._sql = _Queries(f'"{self._schema}"')
+        self._closed = False
+        self._lock = threading.Lock()
+        self._followers: dict[int, AppendCallback] = {}
+        self._next_follower = 0
+        self._listener: _Listener | None = None
+        self._tails: dict[bytes, _Tail] = {}
+        self._notifier: _Notifier | None = None
+        self._pool: ConnectionPool[psycopg.Connection[Any]] = ConnectionPool(
+            dsn,
+            min_size=min_connections,
+            max_size=max_connections,
+            timeout=self._connect_timeout,
+            name=f"sharedesk-pg:{self._path}",
+            kwargs={"autocommit": True},  # reads are one statement; writes say BEGIN
+            num_workers=2,
+            open=False,
+        )
+        try:
+            self._pool.open()
+            self._run("open", lambda conn: migrate(conn, self._schema, self._path), retry=True)
+            if notify == "after_commit":
+                self._notifier = _Notifier(self)
+        except BaseException:
+            self._pool.close()
+            raise
+
+    @property
+    def path(self) -> str:
+        """Where the store lives: its DSN without the password."""
+        return self._path
+
+    @property
+    def schema(self) -> str:
+        """The PostgreSQL schema holding the store's tables."""
+        return self._schema
+
+    @property
+    def channel(self) -> str:
+        """The ``NOTIFY`` channel appends are announced on (``<schema>_appended``)."""
+        return self._channel
+
+    # -- running statements --------------------------------------------------------------
+
+    def _live(self) -> None:
+        if self._closed:
+            raise StoreClosedError(self._path)
+
+    def _run(
+        self,
+        operation: str,
+        work: Callable[[psycopg.Connection[Any]], T],
+        *,
+        retry: bool,
+        attempt: _Attempt | None = None,
+        session_id: str = "",
+    ) -> T:
+        """Run ``work(conn)`` on a pooled connection, retrying lost connections if safe.
+
+        ``attempt`` (for writes) tells whether the ``COMMIT`` was sent when the
+        connection broke; ``retry`` says whether a write whose outcome is then unknown
+        may run again.
+
+        Raises:
+            SharedeskError: What ``work`` raised (its transaction rolled back).
+            CommitOutcomeUnknown: The connection broke during the ``COMMIT`` of a write
+                that may not run again.
+            StoreIOError: The server failed, or stayed unreachable past the budget.
+            StoreClosedError: The store is closed.
+        """
+        deadline = time.monotonic() + self._retry_timeout
+        delay = 0.0
+        while True:
+            self._live()
+            if attempt is not None:
+                attempt.committing = False
+            try:
+                with self._pool.connection() as conn:
+                    return work(conn)
+            except SharedeskError:
+                raise
+            except PoolTimeout as exc:
+                if self._closed:
+                    raise StoreClosedError(self._path) from None
+                error: StoreIOError = StoreIOError(self._path, operation)
+                raise error from exc
+            except psycopg.Error as exc:
+                if self._closed:
+                    raise StoreClosedError(self._path) from None
+                lost = isinstance(exc, psycopg.OperationalError) and (
+                    exc.sqlstate is None or exc.sqlstate.startswith(("08", "57P"))
+                )
+                aborted = exc.sqlstate in _RETRYABLE_STATES
+                unknown = lost and attempt is not None and attempt.committing
+                if unknown and not retry:
+                    assert attempt is not None
+                    settled = self._settle(attempt, deadline)
+                    if settled is None:
+                        raise CommitOutcomeUnknown(self._path, operation, session_id) from exc
+                    if settled:
+                        return cast(T, attempt.result)  # it committed: its result stands
+                if not (lost or aborted) or time.monotonic() >= deadline:
+                    raise StoreIOError(self._path, operation) from exc
+                _log.warning(
+                    "store.pg_retry",
+                    path=self._path,
+                    operation=operation,
+                    error=type(exc).__name__,
+                    unknown=unknown,
+                )
+                if lost:
+                    self._pool.check()  # drop the other idle connections the loss broke
+                time.sleep(delay + random.uniform(0, delay))
+                delay = min(max(delay * 2, 0.01), 0.5)
+
+    def _settle(self, attempt: _Attempt, deadline: float) -> bool | None:
+        """Tell whether a write whose connection broke while committing was stored.
+
+        Waits (until ``deadline``) for the server process that ran it to be gone, so
+        that the write's transaction is over, then reads its probe row on another
+        connection: the row as the write would have stored it means it committed. A
+        connection lost meanwhile is replaced, until ``deadline``.
+
+        Returns:
+            ``True`` when it committed, ``False`` when it did not (it may run again),
+            ``None`` when that cannot be told in time.
+        """
+        while True:
+            try:
+                with self._pool.connection() as conn:
+                    while conn.execute(_BACKEND_ALIVE, [attempt.backend_pid]).fetchone():
+                        if time.monotonic() >= deadline or self._closed:
+                            return None
+                        time.sleep(0.05)
+                    probe = attempt.probe
+                    if probe is None:
+                        return False  # it stores nothing either way
+                    row = conn.execute(probe.query, [probe.sid, probe.key]).fetchone()
+            except (psycopg.Error, PoolTimeout):
+                # This connection went too (or none came): ask again on another one.
+                if time.monotonic() >= deadline or self._closed:
+                    return None
+                time.sleep(0.05)
+                continue
+            return row is not None and bytes(row[0]) == probe.value
+
+    # -- writes --------------------------------------------------------------------------
+
+    def append(
+        self,
+        session_id: str,
+        events: Sequence[Event],
+        *,
+        expected_version: int | None = None,
+        unless_stored: str | None = None,
+    ) -> list[Event]:
+        """Append ``events`` to ``session_id`` and return them as stored.
+
+        Args:
+            session_id: The session.
+            events: Events with ``sequence`` and ``timestamp`` left ``None``.
+            expected_version: When set, append only if the session's last sequence
+                equals it.
+            unless_stored: When set, append only if the session holds no event with
+                this id (checked inside the write transaction).
+
+        Returns:
+            One stored event per input, in input order; an event whose ``id`` the
+            session already holds (or that repeats an earlier id of the batch) is
+            returned as stored, not stored again.
+
+        Raises:
+            ValidationError: Malformed input; nothing was written.
+            ConcurrencyError: ``expected_version`` differs from the last sequence.
+            AlreadyStored: The event ``unless_stored`` names is stored; nothing written.
+            CommitOutcomeUnknown: The connection broke during the ``COMMIT`` of a
+                guarded append (``expected_version`` or ``unless_stored``) and whether
+                it was stored could not be told (see the module header).
+            StoreClosedError: The store is closed.
+            StoreIOError: The server failed; the cause is chained.
+
+        Cost: one transaction, four to six statements (lock the stream row, look up
+        the batch's ids and parents, write, commit), each a round trip to the server;
+        one ``NOTIFY`` when events were stored. Blocks while another writer of the same
+        session (in any process) holds its row.
+        """
+        batch = check_append_args(session_id, events, expected_version)
+        guard = check_optional_str("unless_stored", unless_stored)
+        write = _Write(session_id, batch, expected_version, guard, None, False)
+        if not batch and guard is None:
+            self._live()
+            if expected_version is not None:
+                last = self.last_sequence(session_id)
+                if last != expected_version:
+                    raise ConcurrencyError(expected_version, last)
+            return []
+        attempt = _Attempt()
+        return self._run(
+            "append",
+            lambda conn: self._append_in(conn, write, attempt),
+            retry=expected_version is None and guard is None,
+            attempt=attempt,
+            session_id=session_id,
+        )
+
+    def _append_in(
+        self, conn: psycopg.Connection[Any], write: _Write, attempt: _Attempt
+    ) -> list[Event]:
+        """Append ``write`` with ``append_events``: one statement, usually one round trip.
+
+        The batch is planned against this store's cached tail of the session (last
+        sequence, ``Text`` rows, state; an unknown session is planned as empty), taking
+        every stored parent for a root ``Text`` row; the function checks all of that
+        under the row lock and either writes the plan or says what to plan again with
+        (known ids, the real tail, the real parents). A plan that fails its own checks
+        is decided by the exact path (:meth:`_write_in`) instead, since what it assumed
+        may be out of date.
+        """
+        session_id = write.session_id
+        sid = _utf8(session_id)
+        guard = None if write.unless_stored is None else event_id_key(b"", write.unless_stored)
+        known: dict[str, Event] = {}
+        rows: dict[int, StoredRow] | None = None  # the real parents, once asked
+        checked = False  # an answer passed expected_version and the guard
+        for _ in range(_MAX_REPLANS):
+            tail = self._tails.get(sid, _EMPTY_TAIL)
+            now = datetime.now(UTC)
+            try:
+                plan = plan_append(
+                    write.events,
+                    tail.last,
+                    known,
+                    now,
+                    stored_row=_assumed_root if rows is None else rows.get,
+                    answered=(),
+                    state=functools.partial(self._decode_session_state, session_id, tail.state),
+                )
+            except ValidationError:
+                if rows is not None:
+                    raise  # decided on the real rows: exact
+                break
+            new = plan.new
+            if not new and checked:
+                return plan.result  # every id is stored; the guards passed in that call
+            parents = sorted(
+                {e.parent for e in new if e.parent is not None and e.parent <= tail.last}
+            )
+            seqs = [e.sequence for e in new]
+            payload = f"{seqs[-1]}:{sid.hex()}" if new else ""
+            params: list[Any] = [
+                sid,
+                tail.last,
+                write.expected_version,
+                guard,
+                [event_id_key(b"", e.id) for e in new],
+                parents,
+                seqs,
+                [type(e.body).__name__ for e in new],
+                [0 if e.parent is None else e.parent for e in new],
+                [b"" if e.run_id is None else run_index_key(b"", e.run_id) for e in new],
+                [ENCODER.encode(e) for e in new],
+                list(plan.first_replies),
+                list(plan.first_replies.values()),
+                plan.texts,
+                now,
+                None if plan.state is None else ENCODER.encode(plan.state),
+                self._channel if self._notifier is None else None,
+                payload,
+            ]
+            # One statement: its transaction commits with it.
+            probe = _Probe(self._sql.probe_event, sid, params[4][0], params[10][0]) if new else None
+            attempt.commit_sent(conn, probe, plan.result)
+            row = conn.execute(self._sql.append_events, params).fetchone()
+            attempt.committing = False
+            assert row is not None
+            outcome, last, texts, state, known_seqs, known_records = row
+            self._remember(sid, _Tail(last, texts, state))
+            if outcome == "ok":
+                if new and self._notifier is not None:
+                    self._notifier.tell(sid, last)
+                return plan.result
+            if outcome == "conflict":
+                assert write.expected_version is not None
+                raise ConcurrencyError(write.expected_version, last)
+            if outcome == "guarded":
+                assert write.unless_stored is not None
+                raise AlreadyStored(session_id, write.unless_stored)
+            checked = True
+            if outcome == "known":
+                for seq, record in zip(known_seqs, known_records, strict=True):
+                    event = decode_record(EVENT_DECODER, session_id, seq, record)
+                    known[event.id] = event
+            elif outcome == "parent":
+                rows = {}
+                for seq, kind, parent, _reply in conn.execute(self._sql.parents, [sid, parents]):
+                    rows[seq] = StoredRow(kind, parent)
+        return self._write_in(conn, write, attempt)
+
+    def _remember(self, sid: bytes, tail: _Tail) -> None:
+        """Cache ``tail`` as the session's newest known tail (bounded; see ``_TAIL_CACHE``).
+
+        An older tail (a slower thread's answer) never replaces a newer one.
+        """
+        tails = self._tails
+        known = tails.get(sid)
+        if known is not None and known.last > tail.last:
+            return
+        if known is None and len(tails) >= _TAIL_CACHE:
+            tails.clear()
+        tails[sid] = tail
+
+    def append_and_share(
+        self,
+        session_id: str,
+        events: Sequence[Event],
+        *,
+        viewer: str,
+        state: SharingState,
+        expected_state: SharingState | None,
+        expected_version: int | None = None,
+        reply_present: bool = False,
+    ) -> list[Event]:
+        """Append ``events`` and store ``state`` in one transaction.
+
+        The state is keyed by (session, viewer, ``state.conversation``); ``events`` may
+        be empty. Checks run in this order: input, ``expected_version``, the stored
+        state, parents, the present set.
+
+        Args:
+            session_id: The session.
+            events: Events to append, as for :meth:`append`.
+            viewer: The participant's :func:`~sharedesk.protocol.author_key`.
+            state: The state to store.
+            expected_state: The state the caller read (``None``: no state stored).
+            expected_version: When set, write only if the last sequence equals it.
+            reply_present: Note the first event's stored sequence (its old one when its
+                id was stored before) as present in ``state``, inside the transaction.
+
+        Returns:
+            The events as stored, as :meth:`append` returns them.
+
+        Raises:
+            ValidationError: Malformed input; nothing was written.
+            ConcurrencyError: ``expected_version`` differs from the last sequence.
+            SharingStateConflict: The stored state is not ``expected_state``; nothing
+                was written.
+            PresentSetOverflow: Noting the reply overflows the present set; nothing
+                was written.
+            CorruptRecordError: The stored state cannot be decoded; nothing was written.
+            CommitOutcomeUnknown: The connection broke during the ``COMMIT`` and
+                whether it was stored could not be told (see the module header).
+            StoreClosedError, StoreIOError: As for :meth:`append`.
+
+        Cost: as :meth:`append`, plus one state read and write in the same transaction.
+        """
+        batch = check_append_args(session_id, events, expected_version)
+        sharing = check_sharing_args(viewer, state, expected_state)
+        write = _Write(session_id, batch, expected_version, None, sharing, reply_present)
+        return self._write(write, "append_and_share", plain=False)
+
+    def _write(self, write: _Write, operation: str, *, plain: bool) -> list[Event]:
+        attempt = _Attempt()
+        return self._run(
+            operation,
+            lambda conn: self._write_in(conn, write, attempt),
+            retry=plain,
+            attempt=attempt,
+            session_id=write.session_id,
+        )
+
+    def _lock_stream(self, conn: psycopg.Connection[Any], sid: bytes) -> _Stream:
+        """Lock the session's ``streams`` row (creating it first if needed); return it."""
+        sql = self._sql
+        row = conn.execute(sql.lock_stream, [sid]).fetchone()
+        if row is None:
+            conn.execute(sql.create_stream, [sid])
+            row = conn.execute(sql.lock_stream, [sid]).fetchone()
+            assert row is not None
+        return _Stream(row[0], row[1], row[2])
+
+    def _write_in(
+        self, conn: psycopg.Connection[Any], write: _Write, attempt: _Attempt
+    ) -> list[Event]:
+        """Check ``write`` against the locked stream and write it, in one transaction."""
+        sql = self._sql
+        session_id = write.session_id
+        sid = _utf8(session_id)
+        now = datetime.now(UTC)
+        with conn.transaction():
+            stream = self._lock_stream(conn, sid)
+            last = stream.last
+            if write.expected_version is not None and write.expected_version != last:
+                raise ConcurrencyError(write.expected_version, last)
+            id_keys = [event_id_key(b"", event.id) for event in write.events]
+            guard_key = (
+                None if write.unless_stored is None else event_id_key(b"", write.unless_stored)
+            )
+            lookup = id_keys if guard_key is None else [*id_keys, guard_key]
+            known: dict[str, Event] = {}
+            guarded = False
+            if lookup:
+                for seq, id_key, record in conn.execute(sql.known_ids, [sid, lookup]):
+                    if id_key == guard_key:
+                        guarded = True
+                    event = decode_record(EVENT_DECODER, session_id, seq, record)
+                    known[event.id] = event
+            if guarded:
+                assert write.unless_stored is not None
+                raise AlreadyStored(session_id, write.unless_stored)
+            sharing_row: tuple[bytes, SharingState] | None = None
+            if write.sharing is not None:
+                viewer, state, expected_state = write.sharing
+                key = sharing_key(b"", viewer, state.conversation)
+                found = conn.execute(sql.get_sharing, [sid, key]).fetchone()
+                stored_state = None if found is None else decode_state(session_id, found[0])
+                if stored_state != expected_state:
+                    raise SharingStateConflict(
+                        watermark_of(expected_state), watermark_of(stored_state)
+                    )
+                sharing_row = (key, state)
+            parents = sorted(
+                {e.parent for e in write.events if e.parent is not None and e.parent <= last}
+            )
+            rows: dict[int, StoredRow] = {}
+            answered: set[int] = set()
+            if parents:
+                for seq, kind, parent, reply in conn.execute(sql.parents, [sid, parents]):
+                    rows[seq] = StoredRow(kind, parent)
+                    if reply is not None:
+                        answered.add(seq)
+            plan = plan_append(
+                write.events,
+                last,
+                known,
+                now,
+                stored_row=rows.get,
+                answered=answered,
+                state=lambda: self._decode_session_state(session_id, stream.state),
+            )
+            if sharing_row is not None:
+                key, state = sharing_row
+                if write.reply_present and plan.result:
+                    reply_seq = plan.result[0].sequence
+                    assert reply_seq is not None
+                    state = note_present(state, reply_seq)
+                sharing_row = (key, state)
+            if plan.new or sharing_row is not None:
+                self._write_rows(conn, sid, plan, sharing_row, now)
+            probe: _Probe | None = None
+            if plan.new:
+                first = plan.new[0]
+                probe = _Probe(
+                    sql.probe_event, sid, event_id_key(b"", first.id), ENCODER.encode(first)
+                )
+            elif sharing_row is not None:
+                probe = _Probe(sql.get_sharing, sid, sharing_row[0], ENCODER.encode(sharing_row[1]))
+            attempt.commit_sent(conn, probe, plan.result)  # leaving the block sends COMMIT
+        if plan.new:
+            if self._notifier is not None:
+                self._notifier.tell(sid, stream.last + len(plan.new))
+            raw_state = stream.state if plan.state is None else ENCODER.encode(plan.state)
+            self._remember(
+                sid, _Tail(stream.last + len(plan.new), stream.text_count + plan.texts, raw_state)
+            )
+        return plan.result
+
+    def _write_rows(
+        self,
+        conn: psycopg.Connection[Any],
+        sid: bytes,
+        plan: AppendPlan,
+        sharing_row: tuple[bytes, SharingState] | None,
+        now: datetime,
+    ) -> None:
+        """Write the plan's events, first replies, sharing state and stream row: one statement."""
+        sql = self._sql
+        new = plan.new
+        if not new:
+            assert sharing_row is not None
+            conn.execute(sql.put_sharing, [sid, sharing_row[0], ENCODER.encode(sharing_row[1])])
+            return
+        last = new[-1].sequence
+        assert last is not None
+        seqs: list[int] = []
+        ids: list[bytes] = []
+        kinds: list[str] = []
+        parents: list[int] = []
+        runs: list[bytes] = []
+        records: list[bytes] = []
+        for event in new:
+            assert event.sequence is not None
+            seqs.append(event.sequence)
+            ids.append(event_id_key(b"", event.id))
+            kinds.append(type(event.body).__name__)
+            parents.append(0 if event.parent is None else event.parent)
+            runs.append(b"" if event.run_id is None else run_index_key(b"", event.run_id))
+            records.append(ENCODER.encode(event))
+        state = None if plan.state is None else ENCODER.encode(plan.state)
+        payload = f"{last}:{sid.hex()}"
+        params: list[Any] = [sid, seqs, ids, kinds, parents, runs, records]
+        if plan.first_replies:
+            roots = list(plan.first_replies)
+            params += [sid, roots, [plan.first_replies[r] for r in roots]]
+        if sharing_row is not None:
+            params += [sid, sharing_row[0], ENCODER.encode(sharing_row[1])]
+        channel = self._channel if self._notifier is None else None
+        params += [last, plan.texts, now, state, sid, channel, channel, payload]
+        query = sql.write(bool(plan.first_replies), sharing_row is not None)
+        conn.execute(query, params)
+
+    def _decode_session_state(self, session_id: str, raw: bytes | None) -> SessionState:
+        if raw is None:
+            return EMPTY_SESSION_STATE
+        try:
+            state: SessionState = SESSION_STATE_DECODER.decode(raw)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            raise CorruptRecordError(session_id, 0, f"session state: {exc}") from exc
+        return state
+
+    # -- reads ---------------------------------------------------------------------------
+
+    def _read(self, operation: str, work: Callable[[psycopg.Connection[Any]], T]) -> T:
+        return self._run(operation, work, retry=True)
+
+    def read(
+        self,
+        session_id: str,
+        *,
+        after: int | None = None,
+        before: int | None = None,
+        limit: int | None = None,
+        newest_first: bool = False,
+    ) -> list[Event]:
+        """Return stored events with ``after < sequence < before``.
+
+        Args:
+            session_id: The session.
+            after: Exclusive lower bound, or ``None``.
+            before: Exclusive upper bound, or ``None``.
+            limit: The first ``limit`` events in the chosen order, or all.
+            newest_first: Order newest first.
+
+        Raises:
+            ValidationError: A bound that is not a non-negative int.
+            CorruptRecordError: A record in the range cannot be decoded.
+            StoreClosedError: The store is closed.
+            StoreIOError: The server failed.
+
+        Cost: one statement, an index range scan from the requested end: O(rows returned).
+        """
+        check_session_id(session_id)
+        after, before, limit = check_read_args(after, before, limit, newest_first)
+        low = 0 if after is None else after
+        high = 2**63 - 1 if before is None else before
+        if limit == 0 or high <= low + 1:
+            self._live()
+            return []
+        query = self._sql.read_desc if newest_first else self._sql.read_asc
+        sid = _utf8(session_id)
+
+        def work(conn: psycopg.Connection[Any]) -> list[Event]:
+            rows = conn.execute(query, [sid, low, high, limit]).fetchall()
+            return [decode_record(EVENT_DECODER, session_id, seq, raw) for seq, raw in rows]
+
+        return self._read("read", work)
+
+    def _one(self, operation: str, query: str, params: list[Any]) -> tuple[Any, ...] | None:
+        def work(conn: psycopg.Connection[Any]) -> tuple[Any, ...] | None:
+            row = conn.execute(query, params).fetchone()
+            return row
+
+        return self._read(operation, work)
+
+    def last_sequence(self, session_id: str) -> int:
+        """Return the session's last sequence (0 for a session with no events).
+
+        Raises:
+            ValidationError: A malformed session id.
+            StoreClosedError: The store is closed.
+            StoreIOError: The server failed.
+
+        Cost: one primary-key lookup.
+        """
+        check_session_id(session_id)
+        row = self._one("read", self._sql.last_sequence, [_utf8(session_id)])
+        return 0 if row is None else int(row[0])
+
+    def session_state(self, session_id: str) -> SessionState:
+        """Return the session's state, folded as its events were appended.
+
+        Raises:
+            ValidationError: A malformed session id.
+            CorruptRecordError: The stored state cannot be decoded.
+            StoreClosedError: The store is closed.
+            StoreIOError: The server failed.
+
+        Cost: one primary-key lookup.
+        """
+        check_session_id(session_id)
+        row = self._one("read", self._sql.session_state, [_utf8(session_id)])
+        return self._decode_session_state(session_id, None if row is None else row[0])
+
+    def run_events(self, session_id: str, run_id: str) -> list[Event]:
+        """Return the events carrying ``run_id``, oldest first (read from the run index).
+
+        Raises:
+            ValidationError: A malformed argument.
+            CorruptRecordError: A record cannot be decoded.
+            StoreClosedError: The store is closed.
+            StoreIOError: The server failed.
+
+        Cost: one statement over the run index: O(the run's events).
+        """
+        check_session_id(session_id)
+        check_optional_str("run_id", run_id)
+        sid, key = _utf8(session_id), run_index_key(b"", run_id)
+
+        def work(conn: psycopg.Connection[Any]) -> list[Event]:
+            rows = conn.execute(self._sql.run_events, [sid, key]).fetchall()
+            return [decode_record(EVENT_DECODER, session_id, seq, raw) for seq, raw in rows]
+
+        return [event for event in self._read("read", work) if event.run_id == run_id]
+
+    def first_replies(self, session_id: str, roots: Collection[int]) -> dict[int, int]:
+        """Return, for each root in ``roots`` that has one, its first non-blank reply.
+
+        Args:
+            session_id: The session.
+            roots: Sequences of root rows (others are left out of the answer).
+
+        Raises:
+            ValidationError: A malformed session id or root.
+            StoreClosedError: The store is closed.
+            StoreIOError: The server failed.
+
+        Cost: one statement, one index lookup per root (the index is written on append).
+        """
+        check_session_id(session_id)
+        wanted = check_roots(roots)
+        if not wanted:
+            self._live()
+            return {}
+        sid = _utf8(session_id)
+
+        def work(conn: psycopg.Connection[Any]) -> dict[int, int]:
+            rows = conn.execute(self._sql.first_replies, [sid, wanted]).fetchall()
+            return {int(root): int(reply) for root, reply in rows}
+
+        return self._read("read", work)
+
+    def get_sharing_state(
+        self, session_id: str, viewer: str, conversation: Conversation
+    ) -> SharingState | None:
+        """Return the stored sharing state of (session, viewer, conversation), or ``None``.
+
+        Raises:
+            ValidationError: A malformed argument.
+            CorruptRecordError: The stored state cannot be decoded.
+            StoreClosedError: The store is closed.
+            StoreIOError: The server failed.
+
+        Cost: one primary-key lookup.
+        """
+        check_session_id(session_id)
+        check_viewer(viewer)
+        check_conversation(conversation)
+        key = sharing_key(b"", viewer, conversation)
+        row = self._one("read", self._sql.get_sharing, [_utf8(session_id), key])
+        return None if row is None else decode_state(session_id, row[0])
+
+    def sessions(self) -> list[str]:
+        """Return the ids of the sessions holding at least one event, sorted.
+
+        Raises:
+            StoreClosedError: The store is closed.
+            StoreIOError: The server failed.
+
+        Cost: one scan of the ``streams`` table, O(sessions).
+        """
+        return [info.session_id for info in self.session_infos()]
+
+    def session_info(self, session_id: str) -> SessionInfo | None:
+        """Return what the store knows about ``session_id``, or ``None`` if it has no events.
+
+        Raises:
+            ValidationError: A malformed session id.
+            StoreClosedError: The store is closed.
+            StoreIOError: The server failed.
+
+        Cost: one primary-key lookup.
+        """
+        check_session_id(session_id)
+        sid = _utf8(session_id)
+        row = self._one("read", self._sql.session_info, [sid])
+        return None if row is None else _info(sid, row)
+
+    def session_infos(self) -> list[SessionInfo]:
+        """Return :class:`SessionInfo` for every session holding events, sorted by id.
+
+        Raises:
+            StoreClosedError: The store is closed.
+            StoreIOError: The server failed.
+
+        Cost: one scan of the ``streams`` table, O(sessions).
+        """
+
+        def work(conn: psycopg.Connection[Any]) -> list[SessionInfo]:
+            rows = conn.execute(self._sql.session_infos).fetchall()
+            return [_info(row[0], row[1:]) for row in rows]
+
+        return sorted(self._read("read", work), key=lambda info: info.session_id)
+
+    def log(self, session_id: str) -> _PostgresLog:
+        """Return the session's ``Text`` rows as a :class:`~sharedesk.SessionLog`.
+
+        Rows carry ``desk == session_id``; the log reads the store at each call.
+
+        Raises:
+            ValidationError: A malformed session id.
+
+        Cost: none until ``read_before``: one statement over the ``Text`` index, reading
+        ``limit + 1`` index entries and ``limit`` records, whatever lies between.
+        """
+        check_session_id(session_id)
+        return _PostgresLog(self, session_id)
+
+    def _read_text_before(self, session_id: str, before: int | None, limit: int) -> SessionPage:
+        before, limit = check_log_args(before, limit)
+        high = 2**63 - 1 if before is None else before
+        if limit == 0 or high <= 1:
+            self._live()
+            return SessionPage(messages=[], next_before=None)
+        sid = _utf8(session_id)
+
+        def work(conn: psycopg.Connection[Any]) -> list[tuple[Any, ...]]:
+            rows = conn.execute(self._sql.texts_before, [sid, high, limit + 1]).fetchall()
+            return rows
+
+        rows = self._read("read", work)
+        messages: list[LogMessage] = []
+        for seq, raw in rows[:limit]:
+            record = decode_record(LOG_DECODER, session_id, seq, raw)
+            messages.append(
+                LogMessage(
+                    sequence=seq,
+                    author=record.author,
+                    content=record.body.content,
+                    desk=session_id,
+                    parent=record.parent,
+                )
+            )
+        more = len(rows) > limit
+        return SessionPage(messages=messages, next_before=messages[-1].sequence if more else None)
+
+    # -- following ------------------------------------------------------------------------
+
+    def follow(self, on_append: AppendCallback) -> Callable[[], None]:
+        """Call ``on_append(session_id, last_sequence)`` after each commit to a session.
+
+        Commits of every process on this database and schema count, this store's
+        included; several commits may be told as one call with the newest sequence,
+        and calls for one session come in commit order. ``on_append(None, 0)`` follows
+        a reconnection of the listener: notices may have been missed, so the follower
+        should re-read what it follows. Calls come from the store's listener thread;
+        ``on_append`` must be quick and must not raise (what it raises is logged).
+
+        Returns:
+            The function that stops following (idempotent); ``close()`` stops every
+            follower. The listener thread stops with the last follower.
+
+        Raises:
+            StoreClosedError: The store is closed.
+            StoreIOError: The listener's connection could not be opened.
+
+        Cost: the first follower opens one dedicated connection and starts the
+        ``sharedesk-pg-listener`` thread; nothing per commit beyond the notice.
+        """
+        if not callable(on_append):
+            raise ValidationError(f"on_append must be callable, got {type(on_append).__name__}")
+        with self._lock:
+            self._live()
+            token = self._next_follower
+            self._next_follower += 1
+            self._followers[token] = on_append
+            if self._listener is None:
+                listener = _Listener(self)
+                try:
+                    listener.start()
+                except BaseException:
+                    del self._followers[token]
+                    raise
+                self._listener = listener
+
+        def stop() -> None:
+            with self._lock:
+                if self._followers.pop(token, None) is None or self._followers:
+                    return
+                listener, self._listener = self._listener, None
+            if listener is not None:
+                listener.stop()
+
+        return stop
+
+    def _followers_now(self) -> list[AppendCallback]:
+        with self._lock:
+            return list(self._followers.values())
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Close the store; later calls raise ``StoreClosedError``. Idempotent.
+
+        Stops the listener (within about ``_LISTEN_POLL`` seconds) and every follower,
+        and closes the pool (calls in progress finish or fail with
+        ``StoreClosedError``).
+        """
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            listener, self._listener = self._listener, None
+            self._followers.clear()
+        if listener is not None:
+            listener.stop()
+        if self._notifier is not None:
+            self._notifier.stop()
+        self._pool.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "open"
+        return f"PostgresStore({self._path!r}, schema={self._schema!r}) [{state}]"
+
+
+def _info(sid: bytes, row: Sequence[Any]) -> SessionInfo:
+    last, texts, activity = row
+    return SessionInfo(
+        session_id=bytes(sid).decode("utf-8"),
+        last_sequence=int(last),
+        text_count=int(texts),
+        last_activity=activity.astimezone(UTC),
+    )
+
+
+class _Queries:
+    """The store's SQL, with its schema's quoted name filled in."""
+
+    def __init__(self, s: str) -> None:
+        self.s = s
+        self.lock_stream = (
+            f"SELECT last_seq, text_count, state FROM {s}.streams WHERE session_id = %s FOR UPDATE"
+        )
+        self.create_stream = (
+            f"INSERT INTO {s}.streams (session_id) VALUES (%s) ON CONFLICT DO NOTHING"
+        )
+        self.known_ids = (
+            f"SELECT seq, id_key, record FROM {s}.events WHERE session_id = %s AND id_key = ANY(%s)"
+        )
+        self.parents = (
+            f"SELECT e.seq, e.kind, e.parent, r.reply FROM {s}.events e "
+            f"LEFT JOIN {s}.replies r ON r.session_id = e.session_id AND r.root = e.seq "
+            f"WHERE e.session_id = %s AND e.seq = ANY(%s::bigint[])"
+        )
+        self.append_events = (
+            f"SELECT * FROM {s}.append_events(%s, %s, %s::bigint, %s::bytea, %s::bytea[], "
+            f"%s::bigint[], %s::bigint[], %s::text[], %s::bigint[], %s::bytea[], %s::bytea[], "
+            f"%s::bigint[], %s::bigint[], %s::bigint, %s::timestamptz, %s::bytea, %s::text, "
+            f"%s::text)"
+        )
+        self.probe_event = f"SELECT record FROM {s}.events WHERE session_id = %s AND id_key = %s"
+        self.get_sharing = f"SELECT state FROM {s}.sharing WHERE session_id = %s AND key = %s"
+        self.put_sharing = (
+            f"INSERT INTO {s}.sharing (session_id, key, state) VALUES (%s, %s, %s) "
+            f"ON CONFLICT (session_id, key) DO UPDATE SET state = excluded.state"
+        )
+        self.read_asc = (
+            f"SELECT seq, record FROM {s}.events WHERE session_id = %s AND seq > %s AND seq < %s "
+            f"ORDER BY seq LIMIT %s"
+        )
+        self.read_desc = (
+            f"SELECT seq, record FROM {s}.events WHERE session_id = %s AND seq > %s AND seq < %s "
+            f"ORDER BY seq DESC LIMIT %s"
+        )
+        self.texts_before = (
+            f"SELECT seq, record FROM {s}.events WHERE session_id = %s AND kind = 'Text' "
+            f"AND seq < %s ORDER BY seq DESC LIMIT %s"
+        )
+        self.run_events = (
+            f"SELECT seq, record FROM {s}.events WHERE session_id = %s AND run_key = %s "
+            f"ORDER BY seq"
+        )
+        self.first_replies = (
+            f"SELECT root, reply FROM {s}.replies WHERE session_id = %s "
+            f"AND root = ANY(%s::bigint[])"
+        )
+        self.last_sequence = f"SELECT last_seq FROM {s}.streams WHERE session_id = %s"
+        self.session_state = f"SELECT state FROM {s}.streams WHERE session_id = %s"
+        self.session_info = (
+            f"SELECT last_seq, text_count, last_activity FROM {s}.streams "
+            f"WHERE session_id = %s AND last_seq > 0"
+        )
+        self.session_infos = (
+            f"SELECT session_id, last_seq, text_count, last_activity FROM {s}.streams "
+            f"WHERE last_seq > 0"
+        )
+        self._writes: dict[tuple[bool, bool], str] = {}
+
+    def write(self, replies: bool, sharing: bool) -> str:
+        """Return the one statement that writes an append's rows (see ``_write_rows``)."""
+        key = (replies, sharing)
+        query = self._writes.get(key)
+        if query is None:
+            s = self.s
+            parts = [
+                f"WITH ins AS (INSERT INTO {s}.events "
+                f"(session_id, seq, id_key, kind, parent, run_key, record) "
+                f"SELECT %s, q, i, k, nullif(p, 0), nullif(r, ''::bytea), d FROM unnest("
+                f"%s::bigint[], %s::bytea[], %s::text[], %s::bigint[], %s::bytea[], %s::bytea[]"
+                f") AS t(q, i, k, p, r, d))"
+            ]
+            if replies:
+                parts.append(
+                    f", rep AS (INSERT INTO {s}.replies (session_id, root, reply) "
+                    f"SELECT %s, a, b FROM unnest(%s::bigint[], %s::bigint[]) AS t(a, b) "
+                    f"ON CONFLICT DO NOTHING)"
+                )
+            if sharing:
+                parts.append(f", shr AS ({self.put_sharing})")
+            parts.append(
+                f" UPDATE {s}.streams SET last_seq = %s, text_count = text_count + %s, "
+                f"last_activity = %s, state = coalesce(%s::bytea, state) "
+                f"WHERE session_id = %s RETURNING "
+                f"CASE WHEN %s::text IS NULL THEN NULL ELSE pg_notify(%s::text, %s::text) END"
+            )
+            query = self._writes[key] = "".join(parts)
+        return query
+
+
+class _PostgresLog:
+    """A :class:`~sharedesk.SessionLog` over one session of a :class:`PostgresStore`."""
+
+    __slots__ = ("_session_id", "_store")
+
+    def __init__(self, store: PostgresStore, session_id: str) -> None:
+        self._store = store
+        self._session_id = session_id
+
+    def read_before(self, before: int | None, limit: int) -> SessionPage:
+        """Return at most ``limit`` ``Text`` rows below ``before``, newest first.
+
+        Raises:
+            ValidationError: Bad arguments.
+            CorruptRecordError: A row in the page cannot be decoded.
+            StoreClosedError: The store is closed.
+            StoreIOError: The server failed.
+
+        Cost: one statement over the ``Text`` index: ``limit + 1`` entries.
+        """
+        return self._store._read_text_before(self._session_id, before, limit)
+
+
+class _Listener:
+    """The thread that listens on the store's channel and calls its followers.
+
+    A notice no newer than one already told for its session is dropped: notices sent
+    after commit (``notify="after_commit"``) by several processes reach the channel in
+    the order their notifiers send them, not always in commit order.
+    """
+
+    def __init__(self, store: PostgresStore) -> None:
+        self._store = store
+        self._stopping = threading.Event()
+        self._conn: psycopg.Connection[Any] | None = None
+        self._newest: dict[str, int] = {}  # the newest last told per session (this thread's)
+        self._thread = threading.Thread(
+            target=self._run, name=f"sharedesk-pg-listener:{store.path}", daemon=True
+        )
+
+    def _connect(self) -> psycopg.Connection[Any]:
+        store = self._store
+        conn = psycopg.connect(
+            store._dsn, autocommit=True, connect_timeout=max(1, int(store._connect_timeout))
+        )
+        try:
+            conn.execute(f'LISTEN "{store.channel}"')
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    def start(self) -> None:
+        """Open the connection and start the thread.
+
+        Raises:
+            StoreIOError: The connection could not be opened.
+        """
+        try:
+            self._conn = self._connect()
+        except psycopg.Error as exc:
+            raise StoreIOError(self._store.path, "follow") from exc
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop the thread and close its connection (joins unless called from it)."""
+        self._stopping.set()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join()
+
+    def _run(self) -> None:
+        delay = _RECONNECT_FIRST
+        try:
+            while not self._stopping.is_set():
+                conn = self._conn
+                if conn is None:
+                    try:
+                        conn = self._conn = self._connect()
+                    except psycopg.Error as exc:
+                        _log.warning("store.pg_listener_reconnect_failed", error=repr(exc))
+                        self._stopping.wait(delay)
+                        delay = min(delay * 2, _RECONNECT_MAX)
+                        continue
+                    delay = _RECONNECT_FIRST
+                    self._tell(None, 0)
+                try:
+                    self._drain(conn)
+                except psycopg.Error as exc:
+                    if self._stopping.is_set():
+                        break
+                    _log.warning("store.pg_listener_lost", error=repr(exc))
+                    conn.close()
+                    self._conn = None
+        finally:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+
+    def _drain(self, conn: psycopg.Connection[Any]) -> None:
+        """Wait up to ``_LISTEN_POLL`` for notices, telling the followers of each at once."""
+        for notice in conn.notifies(timeout=_LISTEN_POLL):
+            parsed = _parse_payload(notice.payload)
+            if parsed is not None and parsed[1] > self._newest.get(parsed[0], 0):
+                if len(self._newest) >= _TAIL_CACHE:
+                    self._newest.clear()
+                self._newest[parsed[0]] = parsed[1]
+                self._tell(*parsed)
+            if self._stopping.is_set():
+                return
+
+    def _tell(self, session_id: str | None, last: int) -> None:
+        for follower in self._store._followers_now():
+            try:
+                follower(session_id, last)
+            except Exception:
+                _log.exception("store.pg_follower_failed")
+
+
+def _parse_payload(payload: str) -> tuple[str, int] | None:
+    """Return (session id, last sequence) of a notice payload ``<last>:<hex id>``."""
+    last, _, hexed = payload.partition(":")
+    try:
+        return bytes.fromhex(hexed).decode("utf-8"), int(last)
+    except ValueError:
+        _log.warning("store.pg_bad_notice", payload=payload[:100])
+        return None
+
+
+class _Notifier:
+    """The thread that sends the notices of a store opened with ``notify="after_commit"``.
+
+    ``tell`` records a session's newest last sequence (coalesced while a send is under
+    way); the thread sends every recorded notice in one transaction on its own
+    autocommit connection, with ``synchronous_commit`` off. A lost connection is
+    reopened and the notices are sent again.
+    """
+
+    def __init__(self, store: PostgresStore) -> None:
+        self._store = store
+        self._cond = threading.Condition()
+        self._pending: dict[bytes, int] = {}
+        self._newest: dict[bytes, int] = {}  # the newest last told per session
+        self._stopping = False
+        self._conn: psycopg.Connection[Any] | None = None
+        self._thread = threading.Thread(
+            target=self._run, name=f"sharedesk-pg-notifier:{store.path}", daemon=True
+        )
+        self._thread.start()
+
+    def tell(self, sid: bytes, last: int) -> None:
+        """Record that ``sid`` committed up to ``last``. Cost: O(1), never blocks on I/O."""
+        with self._cond:
+            if last <= self._newest.get(sid, 0):
+                return  # a later commit of the session was told already: keep commit order
+            if len(self._newest) >= _TAIL_CACHE:
+                self._newest.clear()
+            self._newest[sid] = self._pending[sid] = last
+            self._cond.notify()
+
+    def stop(self) -> None:
+        """Send what is recorded, stop the thread, close its connection."""
+        with self._cond:
+            self._stopping = True
+            self._cond.notify()
+        if self._thread is not threading.current_thread():
+            self._thread.join()
+
+    def _run(self) -> None:
+        delay = _RECONNECT_FIRST
+        try:
+            while True:
+                with self._cond:
+                    while not self._pending and not self._stopping:
+                        self._cond.wait()
+                    pending, self._pending = self._pending, {}
+                    stopping = self._stopping
+                if pending:
+                    try:
+                        self._send(pending)
+                        delay = _RECONNECT_FIRST
+                    except psycopg.Error as exc:
+                        _log.warning("store.pg_notifier_failed", error=repr(exc))
+                        if self._conn is not None:
+                            self._conn.close()
+                            self._conn = None
+                        if stopping:
+                            return
+                        with self._cond:
+                            for sid, last in pending.items():
+                                if last > self._pending.get(sid, 0):
+                                    self._pending[sid] = last
+                        time.sleep(delay)
+                        delay = min(delay * 2, _RECONNECT_MAX)
+                        continue
+                if stopping:
+                    return
+        finally:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+
+    def _send(self, pending: dict[bytes, int]) -> None:
+        store = self._store
+        conn = self._conn
+        if conn is None:
+            conn = self._conn = psycopg.connect(
+                store._dsn, autocommit=True, connect_timeout=max(1, int(store._connect_timeout))
+            )
+            conn.execute("SET synchronous_commit = off")
+        payloads = [f"{last}:{sid.hex()}" for sid, last in pending.items()]
+        conn.execute(
+            "SELECT count(pg_notify(%s::text, p)) FROM unnest(%s::text[]) AS p",
+            [store.channel, payloads],
+        )
