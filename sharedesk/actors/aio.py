@@ -17,7 +17,10 @@ Two paths lead off the loop:
   subscribers, releases the actor, and hands the group's tickets to the loop's queue
   (:class:`_LoopSink`), hopping into the loop with ``call_soon_threadsafe`` at most
   once per group. So a thousand coroutines appending at once cost one fsync and one
-  wake-up of the loop per group, not one thread per caller.
+  wake-up of the loop per group, not one thread per caller. The loop hands off and
+  resolves these writes in chunks (at most :data:`ADMIT_CHUNK` hand-offs and
+  :data:`RESOLVE_CHUNK` resolutions per iteration), so a burst of them never holds one
+  iteration of the loop for long: timers and other tasks run between chunks.
 - **Worker threads** for everything else (reads, views, turn plans, transcripts, the
   first write to a session, a busy session, a store that takes no submitted writes):
   the sync :class:`~sharedesk.actors.hub.Hub` call runs on one of the AsyncHub's own
@@ -27,7 +30,8 @@ Two paths lead off the loop:
 
 Cancellation rule (``append``, ``post``, ``AsyncTurn.commit``): a write is either not
 started or wholly settled by the time its task sees ``CancelledError``. Cancelled
-before the write was handed off (still queued for a worker), nothing is written.
+before the write was handed off (waiting for its chunk, or still queued for a worker),
+nothing is written.
 Cancelled after (queued on the store's writer, or running on a worker), the write
 cannot be recalled: the coroutine waits for its outcome (at most one group commit for
 an append; a commit's actor round trip at most ``ask_timeout``), ignoring further
@@ -79,29 +83,74 @@ T = TypeVar("T")
 WORKERS: Final = 8
 #: Most submitted writes resolved in one callback of the loop (see ``_LoopSink``).
 RESOLVE_CHUNK: Final = 32
+#: Most writes handed off per window of the loop, about one iteration (see ``_LoopSink``):
+#: twice what one drain resumes, so that in the steady state writes seldom wait.
+ADMIT_CHUNK: Final = 2 * RESOLVE_CHUNK
 #: Prefix of the worker threads' names (the Hub's ``sharedesk-`` prefix included).
 WORKER_PREFIX: Final = "sharedesk-aio"
 
 
 class _LoopSink:
-    """A ``CompletionSink`` of one event loop: at most one hop into it per delivery.
+    """One event loop's side of submitted writes: admission in chunks, resolution in chunks.
 
-    Settled tickets join one queue per loop; a delivery hops into the loop
-    (``call_soon_threadsafe``) only when no drain is scheduled already, so a group
-    costs one hop, and groups settling while the loop is busy cost none. A drain
-    resolves at most :data:`RESOLVE_CHUNK` tickets and schedules itself again
-    (``call_soon``) while tickets remain: each resolved future resumes its task in the
-    next iteration of the loop, so resolving a thousand at once would make one
-    iteration run a thousand tasks while timers and every other task wait. In chunks,
-    an iteration runs one chunk's tasks, however many groups are waiting.
+    **Resolution** (a ``CompletionSink``): settled tickets join one queue per loop; a
+    delivery hops into the loop (``call_soon_threadsafe``) only when no drain is
+    scheduled already, so a group costs one hop, and groups settling while the loop is
+    busy cost none. A drain resolves at most :data:`RESOLVE_CHUNK` tickets and schedules
+    itself again (``call_soon``) while tickets remain: each resolved future resumes its
+    task in the next iteration of the loop, so resolving a thousand at once would make
+    one iteration run a thousand tasks while timers and every other task wait. In
+    chunks, an iteration runs one chunk's tasks, however many groups are waiting.
+
+    **Admission** (:meth:`admit`): the same bound on the way in. A thousand tasks started
+    at once each make their first append in the same iteration; handing all of them off
+    there would make that iteration do a thousand appends' checks and submissions. At
+    most :data:`ADMIT_CHUNK` writes are handed off per window (about one iteration: a
+    window ends with a callback scheduled when it opens); later ones wait, in arrival
+    order, for a later window. In the steady state, the tasks a drain resumes fit in
+    one window and seldom wait.
     """
 
-    __slots__ = ("_loop", "_queue", "_scheduled")
+    __slots__ = ("_admitted", "_gated", "_loop", "_queue", "_scheduled", "_window")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
         self._queue: collections.deque[WriteTicket] = collections.deque()
         self._scheduled = False
+        # Admission: writes handed off in the current window, whether a callback ends
+        # it (always, while any write waits), and the writes waiting for a window.
+        self._admitted = 0
+        self._window = False
+        self._gated: collections.deque[asyncio.Future[None]] = collections.deque()
+
+    def admit(self) -> asyncio.Future[None] | None:
+        """Admit one write now (``None``), or return the future to await first (loop thread).
+
+        Cost: O(1); a future only when this window is full.
+        """
+        if self._admitted < ADMIT_CHUNK and not self._gated:
+            self._admitted += 1
+            if not self._window:
+                self._window = True
+                self._loop.call_soon(self._next_window)
+            return None
+        waiting: asyncio.Future[None] = self._loop.create_future()
+        self._gated.append(waiting)  # a window is open: its end admits the next ones
+        return waiting
+
+    def _next_window(self) -> None:
+        gated = self._gated
+        admitted = 0
+        while gated and admitted < ADMIT_CHUNK:
+            waiting = gated.popleft()
+            if not waiting.done():  # else cancelled while waiting: nothing was written
+                waiting.set_result(None)
+                admitted += 1
+        self._admitted = admitted
+        if admitted or gated:
+            self._loop.call_soon(self._next_window)
+        else:
+            self._window = False
 
     def deliver(self, tickets: Sequence[WriteTicket]) -> None:
         """Queue ``tickets`` for the loop; hop into it unless a drain is due (never blocks)."""
@@ -131,45 +180,42 @@ class _LoopSink:
         self._loop.call_soon(self._drain)
 
 
-class _Ticket:
-    """One submitted write awaited in a loop: settled on the writer, resolved in the loop."""
+class _Ticket(asyncio.Future[list[Event]]):
+    """One submitted write, awaited in a loop: the future its task awaits is the ticket.
 
-    __slots__ = ("error", "future", "resolved", "result", "sink", "waiter")
+    Settled on the writer thread (:meth:`settle` records the outcome), resolved in the
+    loop (:meth:`resolve` completes the future). It refuses cancellation: the write
+    cannot be recalled once handed off, so a cancelled task keeps waiting here, and
+    asyncio raises ``CancelledError`` in it once the outcome is in (the module's
+    cancellation rule, with no second future and no wrapper coroutine per write).
+    """
 
-    def __init__(self, future: asyncio.Future[list[Event]], sink: _LoopSink) -> None:
-        self.future = future
+    __slots__ = ("_failure", "_stored", "sink")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, sink: _LoopSink) -> None:
+        super().__init__(loop=loop)
         self.sink = sink
-        self.result: list[Event] | None = None
-        self.error: BaseException | None = None
-        self.resolved = False
-        # Set when the awaiting task was cancelled before the outcome came back.
-        self.waiter: asyncio.Future[None] | None = None
+        self._stored: list[Event] | None = None
+        self._failure: BaseException | None = None
+
+    def cancel(self, msg: Any | None = None) -> bool:
+        """Refuse: the write is in flight (the awaiting task is cancelled once it settles)."""
+        return False
 
     def settle(self, result: list[Event] | None, error: BaseException | None) -> None:
         """Record the outcome (writer thread)."""
-        self.result = result
-        self.error = error
+        self._stored = result
+        self._failure = error
 
     def resolve(self) -> None:
-        """Complete the future with the outcome (loop thread)."""
-        self.resolved = True
-        future = self.future
-        if not future.done():
-            if self.error is not None:
-                future.set_exception(self.error)
-            else:
-                assert self.result is not None
-                future.set_result(self.result)
-        waiter = self.waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
-
-
-async def _outcome_of(ticket: _Ticket) -> None:
-    """Wait, through any cancellation, until a submitted write's outcome came back."""
-    if not ticket.resolved:
-        waiter = ticket.waiter = asyncio.get_running_loop().create_future()
-        await _settle(waiter)
+        """Complete the future with the outcome (loop thread; once)."""
+        if self.done():  # only cancel() completes it otherwise, and that is refused
+            return
+        if self._failure is not None:
+            self.set_exception(self._failure)
+        else:
+            assert self._stored is not None
+            self.set_result(self._stored)
 
 
 async def _settle(future: asyncio.Future[Any]) -> None:
@@ -366,21 +412,26 @@ class AsyncHub:
 
         Cost: one store append, group-committed with every other waiting write (LMDB:
         one shared fsync); submitted without a thread when the session's actor is
-        running and idle (one loop wake-up per group), else on a worker thread.
+        running and idle (one loop wake-up per group), else on a worker thread. At
+        most :data:`ADMIT_CHUNK` writes are handed off per iteration of the loop; a
+        burst waits for its chunk.
         """
         check_session_id(session_id)
         batch = check_event_sequence(events)  # the store copies it before queueing
         self._live()
         loop = asyncio.get_running_loop()
-        ticket = _Ticket(loop.create_future(), self._sink(loop))
+        sink = self._sink(loop)
+        waiting = sink.admit()
+        if waiting is not None:
+            await waiting  # cancelled here: nothing was handed off
+            self._live()
+        ticket = _Ticket(loop, sink)
         if self._hub.try_submit(session_id, batch, expected_version, ticket):
-            # Awaited here rather than in a helper coroutine: one object fewer per
-            # append for the collector, with a thousand appends in flight.
-            try:
-                return await ticket.future
-            except asyncio.CancelledError:
-                await _outcome_of(ticket)
-                raise
+            # The store holds its own copies: drop the caller's while waiting, and await
+            # here rather than in a helper coroutine, so that fewer objects per append
+            # stay alive for the collector, with a thousand appends in flight.
+            del events, batch
+            return await ticket
         stored: list[Event] = await self._write(
             self._hub.append, session_id, batch, expected_version=expected_version
         )
@@ -675,13 +726,14 @@ class AsyncHub:
     async def _commit(self, turn: Turn, reply: str | Event | None) -> Event | None:
         self._live()
         loop = asyncio.get_running_loop()
-        ticket = _Ticket(loop.create_future(), self._sink(loop))
+        sink = self._sink(loop)
+        waiting = sink.admit()
+        if waiting is not None:
+            await waiting  # cancelled here: nothing was handed off
+            self._live()
+        ticket = _Ticket(loop, sink)
         if self._hub.try_submit_commit(turn, reply, ticket):
-            try:
-                stored = await ticket.future
-            except asyncio.CancelledError:
-                await _outcome_of(ticket)
-                raise
+            stored = await ticket
             return stored[0] if stored else None
         event: Event | None = await self._write(turn.commit, reply)
         return event

@@ -65,7 +65,7 @@ class Request:
     A store subclasses it with what the write holds. The caller blocks in :meth:`wait`
     on ``_done``, a lock acquired at creation (by the caller's thread) and released once
     the outcome is settled and the request's turn in the relay comes (see the module
-    docstring). A request with a ``ticket`` has no waiting thread and no lock held.
+    docstring). A request with a ``ticket`` has no waiting thread and no lock.
 
     Attributes:
         result: The stored events, once settled without error.
@@ -92,15 +92,17 @@ class Request:
         self._next: Request | None = None
         self._batons: collections.deque[Request] | None = None
         self.ticket = ticket
-        self._main = threading.current_thread() is threading.main_thread()
-        self._done = threading.Lock()
         if ticket is None:
+            self._main = threading.current_thread() is threading.main_thread()
+            self._done = threading.Lock()
             self._done.acquire()
+        # A request with a ticket has no caller to wake: no lock (one object fewer for
+        # the collector per submitted write in flight; nothing reads _done or _main).
 
     @property
     def woken(self) -> bool:
         """Whether the caller may run (its lock is free). Cost: O(1); never blocks."""
-        return not self._done.locked()
+        return self.ticket is not None or not self._done.locked()
 
     def settle(self, result: list[Event] | None = None, error: BaseException | None = None) -> None:
         """Record the outcome (a result or an error); the caller is woken by :func:`wake`."""
@@ -237,7 +239,8 @@ class GroupCommitter(Generic[R]):
         self._group_wait = group_wait
         self._closed_error = closed_error
         self._path = path
-        self._cond = threading.Condition(threading.Lock())
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
         self._queue: list[R] = []
         # Relay successors handed on as batons (woken callers append without the lock),
         # and how many callers of woken groups still wait for their baton (under _cond).
@@ -306,7 +309,7 @@ class GroupCommitter(Generic[R]):
 
         Cost: one queue append under the committer's lock; never blocks on the writer.
         """
-        with self._cond:
+        with self._lock:  # the condition's own lock (its __enter__ is a Python call)
             if self.closed:
                 raise self._closed_error()
             queue = self._queue

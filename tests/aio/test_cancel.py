@@ -5,7 +5,8 @@ nothing is written; cancelled after, the task waits for the write to settle and 
 raises ``CancelledError``. A retry with the same event ids stores nothing twice. The
 sweeps cancel after every number of loop steps until the write completes first, so
 every await point of ``append``, ``post`` and ``commit`` is hit; the gated tests hold a
-write in flight to cancel it there for certain.
+write in flight to cancel it there for certain, and a burst holds one back from its
+chunk of hand-offs.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from sharedesk import Agent, AsyncHub, Event, Person, Text
+from sharedesk.actors.aio import ADMIT_CHUNK
 from tests.aio.conftest import Runner, our_threads
 from tests.aio.stores import wrapped_hub
 
@@ -150,6 +152,31 @@ class TestCancelledCommit:
         assert seen <= {("cancelled", 0), ("cancelled", 1), ("done", 1)}
 
 
+class TestCancelledWhileWaitingForItsChunk:
+    def test_a_write_cancelled_before_its_chunk_came_is_never_written(self, arun: Runner) -> None:
+        async def body(hub: AsyncHub) -> tuple[str, int, int, int]:
+            sessions = [f"desk-{i}" for i in range(ADMIT_CHUNK)]
+            await asyncio.gather(*(hub.post(s, ANN, "warm") for s in [*sessions, "late"]))
+            # One iteration's chunk of writes, then one more, all started at once.
+            chunk = [asyncio.create_task(hub.post(s, ANN, "x")) for s in sessions]
+            late = asyncio.create_task(hub.post("late", ANN, "never", id="never"))
+            await asyncio.sleep(0)  # every task made its first step: the late one waits
+            late.cancel()
+            outcome = await _outcome(late)
+            await asyncio.gather(*chunk)
+            written = await hub.last_sequence("late")
+            await hub.post("late", ANN, "never", id="never")
+            await hub.post("late", ANN, "never", id="never")
+            return (
+                outcome,
+                written,
+                await hub.last_sequence("late"),
+                sum([await hub.last_sequence(s) for s in sessions]),
+            )
+
+        assert ("cancelled", 1, 2, 2 * ADMIT_CHUNK) == arun(body)
+
+
 class TestCancelledInFlight:
     def _run(self, store_path: Path | None, body: Any) -> Any:
         async def main() -> Any:
@@ -180,6 +207,24 @@ class TestCancelledInFlight:
             return pending, await _outcome(task), len(await _stored(hub, "desk", ["held"]))
 
         assert (True, "cancelled", 1) == self._run(store_path, body)
+
+    def test_a_timeout_expiring_in_flight_raises_only_once_the_write_settled(
+        self, store_path: Path | None
+    ) -> None:
+        async def body(hub: AsyncHub, store: Any) -> tuple[str, int]:
+            store.gate.clear()
+            loop = asyncio.get_running_loop()
+            loop.call_later(0.1, store.gate.set)
+            try:
+                async with asyncio.timeout(0.02):
+                    await hub.post("desk", ANN, "held", id="held")
+            except TimeoutError:
+                outcome = "timeout"
+            else:
+                outcome = "done"
+            return outcome, len(await _stored(hub, "desk", ["held"]))
+
+        assert ("timeout", 1) == self._run(store_path, body)
 
     def test_cancelling_twice_still_waits_for_the_write(self, store_path: Path | None) -> None:
         async def body(hub: AsyncHub, store: Any) -> tuple[bool, str, int]:

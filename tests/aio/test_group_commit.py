@@ -50,11 +50,14 @@ class _Sink:
 
 
 class _Ticket:
-    def __init__(self, sink: _Sink) -> None:
+    def __init__(self, sink: _Sink, hold: threading.Event | None = None) -> None:
         self.sink = sink
         self.outcome: tuple[Any, Any] | None = None
+        self._hold = hold
 
     def settle(self, result: list[Event] | None, error: BaseException | None) -> None:
+        if self._hold is not None:  # keep the writer here while more writes queue up
+            assert self._hold.wait(10)
         self.outcome = (result, error)
 
     def resolve(self) -> None:
@@ -96,11 +99,15 @@ class TestSubmittedWrites:
     def test_a_group_of_submitted_writes_is_delivered_once_per_sink(self, store: Any) -> None:
         sink = _Sink()
         sink.expected = 50
-        tickets = [_Ticket(sink) for _ in range(50)]
+        queued = threading.Event()
+        # The first write's settling holds the writer until all are queued, so that
+        # however the threads are scheduled the other 49 wait for it together.
+        tickets = [_Ticket(sink, queued)] + [_Ticket(sink) for _ in range(49)]
         for i, ticket in enumerate(tickets):
             store.submit_append(
                 f"s{i}", [Event(ANN, Text("x"))], expected_version=None, ticket=ticket
             )
+        queued.set()
         assert sink.done.wait(10)
 
         assert 50 == sum(len(d) for d in sink.deliveries)

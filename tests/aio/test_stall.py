@@ -9,6 +9,7 @@ throughout. The figures asserted are structural (at least a few heartbeats), not
 from __future__ import annotations
 
 import asyncio
+import collections
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
@@ -16,7 +17,9 @@ from typing import Any, TypeVar
 
 import pytest
 
-from sharedesk import Agent, AsyncHub, Event, Person, Text
+from sharedesk import Agent, AsyncHub, Event, Hub, HubOptions, LmdbStore, MemoryStore, Person, Text
+from sharedesk.actors.aio import ADMIT_CHUNK
+from sharedesk.protocol.ports import WriteTicket
 from tests.aio.conftest import Heartbeat, our_threads, ticks_during
 from tests.aio.stores import wrapped_hub
 
@@ -174,3 +177,69 @@ class TestTheProbe:
     ) -> None:
         """The measure above fails an AsyncHub that runs its Hub calls on the loop."""
         assert 0 == _measure(store_path, SCENARIOS[name], blocking=True)
+
+
+class _CountingHub(Hub):
+    """A Hub that records, for each write handed off without a thread, the loop's step."""
+
+    def __init__(self, store: Any) -> None:
+        super().__init__(store, HubOptions(ask_timeout=10.0))
+        self.step = 0
+        self.handed: list[int] = []
+
+    def try_submit(
+        self,
+        session_id: str,
+        events: Sequence[Event],
+        expected_version: int | None,
+        ticket: WriteTicket,
+    ) -> bool:
+        self.handed.append(self.step)
+        return super().try_submit(session_id, events, expected_version, ticket)
+
+
+async def _count_steps(hub: _CountingHub) -> None:
+    """Advance ``hub.step`` once per iteration of the loop."""
+    while True:
+        await asyncio.sleep(0)
+        hub.step += 1
+
+
+class TestABurstOfWrites:
+    """A thousand tasks started at once append in chunks, not all in one loop iteration."""
+
+    BURST = 10 * ADMIT_CHUNK
+
+    def _burst(self, store_path: Path | None) -> tuple[list[int], list[int]]:
+        async def main() -> tuple[list[int], list[int]]:
+            store: Any = MemoryStore() if store_path is None else LmdbStore(store_path)
+            counting = _CountingHub(store)
+            hub = AsyncHub(counting)
+            try:
+                sessions = [f"desk-{i}" for i in range(self.BURST)]
+                await asyncio.gather(*(hub.post(s, ANN, "warm") for s in sessions))
+                counting.handed.clear()
+                steps = asyncio.create_task(_count_steps(counting))
+                await asyncio.gather(*(hub.post(s, ANN, "x") for s in sessions))
+                steps.cancel()
+                per_step = list(collections.Counter(counting.handed).values())
+                return per_step, [await hub.last_sequence(s) for s in sessions]
+            finally:
+                await hub.close()
+
+        result = asyncio.run(main())
+        assert [] == our_threads()
+        return result
+
+    def test_no_loop_iteration_hands_off_more_than_two_chunks_of_a_burst(
+        self, store_path: Path | None
+    ) -> None:
+        per_step, _ = self._burst(store_path)
+
+        assert self.BURST == sum(per_step)
+        assert max(per_step) <= 2 * ADMIT_CHUNK
+
+    def test_every_write_of_a_burst_is_written_once(self, store_path: Path | None) -> None:
+        _, lasts = self._burst(store_path)
+
+        assert [2] * self.BURST == lasts
