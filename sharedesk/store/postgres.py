@@ -620,32 +620,65 @@ class PostgresStore:
             parents = sorted(
                 {e.parent for e in new if e.parent is not None and e.parent <= tail.last}
             )
-            seqs = [e.sequence for e in new]
-            payload = f"{seqs[-1]}:{sid.hex()}" if new else ""
-            params: list[Any] = [
-                sid,
-                tail.last,
-                write.expected_version,
-                guard,
-                [event_id_key(b"", e.id) for e in new],
-                parents,
-                seqs,
-                [type(e.body).__name__ for e in new],
-                [0 if e.parent is None else e.parent for e in new],
-                [b"" if e.run_id is None else run_index_key(b"", e.run_id) for e in new],
-                [ENCODER.encode(e) for e in new],
-                list(plan.first_replies),
-                list(plan.first_replies.values()),
-                plan.texts,
-                now,
-                None if plan.state is None else ENCODER.encode(plan.state),
-                self._channel if self._notifier is None else None,
-                payload,
-            ]
+            payload = f"{new[-1].sequence}:{sid.hex()}" if new else ""
+            channel = self._channel if self._notifier is None else None
+            state = None if plan.state is None else ENCODER.encode(plan.state)
+            if len(new) == 1:
+                # The common case, one event: scalar parameters, which psycopg adapts
+                # far more cheaply than arrays (the statement builds the arrays).
+                event = new[0]
+                id_key = event_id_key(b"", event.id)
+                record = ENCODER.encode(event)
+                root, reply = next(iter(plan.first_replies.items()), (None, None))
+                query = self._sql.append_one
+                params: list[Any] = [
+                    sid,
+                    tail.last,
+                    write.expected_version,
+                    guard,
+                    id_key,
+                    parents[0] if parents else None,
+                    event.sequence,
+                    type(event.body).__name__,
+                    0 if event.parent is None else event.parent,
+                    b"" if event.run_id is None else run_index_key(b"", event.run_id),
+                    record,
+                    root,
+                    reply,
+                    plan.texts,
+                    now,
+                    state,
+                    channel,
+                    payload,
+                ]
+            else:
+                query = self._sql.append_events
+                params = [
+                    sid,
+                    tail.last,
+                    write.expected_version,
+                    guard,
+                    [event_id_key(b"", e.id) for e in new],
+                    parents,
+                    [e.sequence for e in new],
+                    [type(e.body).__name__ for e in new],
+                    [0 if e.parent is None else e.parent for e in new],
+                    [b"" if e.run_id is None else run_index_key(b"", e.run_id) for e in new],
+                    [ENCODER.encode(e) for e in new],
+                    list(plan.first_replies),
+                    list(plan.first_replies.values()),
+                    plan.texts,
+                    now,
+                    state,
+                    channel,
+                    payload,
+                ]
+                if new:
+                    id_key, record = params[4][0], params[10][0]
             # One statement: its transaction commits with it.
-            probe = _Probe(self._sql.probe_event, sid, params[4][0], params[10][0]) if new else None
+            probe = _Probe(self._sql.probe_event, sid, id_key, record) if new else None
             attempt.commit_sent(conn, probe, plan.result)
-            row = conn.execute(self._sql.append_events, params).fetchone()
+            row = conn.execute(query, params, binary=True).fetchone()
             attempt.committing = False
             assert row is not None
             outcome, last, texts, state, known_seqs, known_records = row
@@ -1251,6 +1284,15 @@ class _Queries:
             f"%s::bigint[], %s::bigint[], %s::text[], %s::bigint[], %s::bytea[], %s::bytea[], "
             f"%s::bigint[], %s::bigint[], %s::bigint, %s::timestamptz, %s::bytea, %s::text, "
             f"%s::text)"
+        )
+        # append_events for one event, from scalars: array_remove(ARRAY[NULL], NULL)
+        # is the empty array (no stored parent to check, no first reply).
+        self.append_one = (
+            f"SELECT * FROM {s}.append_events(%s, %s, %s::bigint, %s::bytea, "
+            f"ARRAY[%s::bytea], array_remove(ARRAY[%s::bigint], NULL), ARRAY[%s::bigint], "
+            f"ARRAY[%s::text], ARRAY[%s::bigint], ARRAY[%s::bytea], ARRAY[%s::bytea], "
+            f"array_remove(ARRAY[%s::bigint], NULL), array_remove(ARRAY[%s::bigint], NULL), "
+            f"%s::bigint, %s::timestamptz, %s::bytea, %s::text, %s::text)"
         )
         self.probe_event = f"SELECT record FROM {s}.events WHERE session_id = %s AND id_key = %s"
         self.get_sharing = f"SELECT state FROM {s}.sharing WHERE session_id = %s AND key = %s"
