@@ -140,6 +140,7 @@ from sharedesk.store._common import (
     plan_append,
     watermark_of,
 )
+from sharedesk.store._group_commit import GroupCommitter, Request
 from sharedesk.store._lmdb_layout import (
     ENCODER,
     EVENT_DECODER,
@@ -265,6 +266,20 @@ class _Write(NamedTuple):
     reply_present: bool
 
 
+class _GroupWrite(Request):
+    """A plain append waiting for the store's group writer."""
+
+    __slots__ = ("write",)
+
+    def __init__(self, write: _Write) -> None:
+        super().__init__()
+        self.write = write
+
+
+#: A notice to send once its transaction has committed: (session id's UTF-8, last seq).
+_Told = list[tuple[bytes, int]]
+
+
 class _Tail(NamedTuple):
     """What a store last saw of a session's ``streams`` row (plans start from it)."""
 
@@ -287,6 +302,9 @@ def _assumed_root(sequence: int) -> StoredRow:
 _TAIL_CACHE: Final = 100_000
 #: Most plans one append makes before it takes the exact, multi-statement path.
 _MAX_REPLANS: Final = 50
+#: Most seconds the group writer gathers plain appends once one is waiting (see
+#: ``_group_commit``; it never waits longer than its last commit took).
+_GROUP_WAIT: Final = 0.002
 
 
 class _Stream(NamedTuple):
@@ -350,12 +368,14 @@ class PostgresStore:
         connect_timeout: float = 10.0,
         retry_timeout: float = 10.0,
         notify: Notify = "commit",
+        group_commit: bool = True,
         **unknown: Any,
     ) -> None:
         if unknown:
             raise ValidationError(
                 f"unknown PostgresStore options {sorted(unknown)}; the options are "
-                "schema, min_connections, max_connections, connect_timeout, retry_timeout, notify"
+                "schema, min_connections, max_connections, connect_timeout, retry_timeout, notify, "
+                "group_commit"
             )
         dsn = _check_dsn(dsn)
         self._schema = check_schema_name(schema)
@@ -370,6 +390,8 @@ class PostgresStore:
         if notify not in ("commit", "after_commit"):
             raise ValidationError(f"notify must be 'commit' or 'after_commit', got {notify!r}")
         self._notify: Notify = notify
+        if not isinstance(group_commit, bool):
+            raise ValidationError(f"group_commit must be a bool, got {group_commit!r}")
         self._dsn = dsn
         self._path = _redact(dsn)
         self._channel = notify_channel(self._schema)
@@ -381,6 +403,9 @@ class PostgresStore:
         self._listener: _Listener | None = None
         self._tails: dict[bytes, _Tail] = {}
         self._notifier: _Notifier | None = None
+        self._committer: GroupCommitter[_GroupWrite] | None = None
+        self._flight_lock = threading.Lock()
+        self._in_flight = 0  # plain appends under way (alone or in a group)
         self._pool: ConnectionPool[psycopg.Connection[Any]] = ConnectionPool(
             dsn,
             min_size=min_connections,
@@ -396,7 +421,17 @@ class PostgresStore:
             self._run("open", lambda conn: migrate(conn, self._schema, self._path), retry=True)
             if notify == "after_commit":
                 self._notifier = _Notifier(self)
+            if group_commit:
+                self._committer = GroupCommitter(
+                    self._commit_group,
+                    group_wait=_GROUP_WAIT,
+                    name=f"sharedesk-pg-writer:{self._path}",
+                    closed_error=lambda: StoreClosedError(self._path),
+                    path=self._path,
+                )
         except BaseException:
+            if self._notifier is not None:
+                self._notifier.stop()
             self._pool.close()
             raise
 
@@ -569,17 +604,137 @@ class PostgresStore:
                 if last != expected_version:
                     raise ConcurrencyError(expected_version, last)
             return []
+        plain = expected_version is None and guard is None
+        if not plain or self._committer is None:
+            return self._append_alone(write, plain=plain)
+        with self._flight_lock:
+            alone = self._in_flight == 0  # no one to group with: no hand-off either
+            self._in_flight += 1
+        try:
+            if alone:
+                return self._append_alone(write, plain=True)
+            return self._committer.submit(_GroupWrite(write))
+        finally:
+            with self._flight_lock:
+                self._in_flight -= 1
+
+    def _append_alone(self, write: _Write, *, plain: bool) -> list[Event]:
+        """Append ``write`` in a transaction of its own (one ``append_events`` call)."""
         attempt = _Attempt()
         return self._run(
             "append",
             lambda conn: self._append_in(conn, write, attempt),
-            retry=expected_version is None and guard is None,
+            retry=plain,
             attempt=attempt,
-            session_id=session_id,
+            session_id=write.session_id,
         )
 
+    def _commit_group(self, group: list[_GroupWrite], before_commit: Callable[[], None]) -> None:
+        """Write a group of plain appends in one transaction: one commit, one flush.
+
+        The group writer's commit function (see ``_group_commit``). A group of one is
+        appended alone. Otherwise each write's ``append_events`` call (re-planned in
+        the same transaction as :meth:`_append_in` re-plans) runs in one transaction,
+        in the order of their session ids, so that the row locks of two groups (of two
+        processes) are taken in one order and cannot deadlock; a write that fails its
+        own checks gets its error and leaves the others alone; then one ``COMMIT``
+        (one ``NOTIFY`` lock, one WAL flush). When the transaction fails (a server
+        error, a lost connection, also during the ``COMMIT``), each write is appended
+        alone: plain appends are idempotent by id, so the outcome is the same whether
+        or not the group committed.
+        """
+        before_commit()  # the last group's callers run while this one is written
+        if len(group) == 1:
+            self._settle_alone(group[0])
+            return
+        writes = sorted(group, key=lambda request: request.write.session_id.encode())
+        outcomes: list[tuple[list[Event] | None, SharedeskError | None]] = []
+        told: _Told = []
+        try:
+            self._live()
+            with self._pool.connection() as conn, conn.transaction():
+                with conn.pipeline():  # every first call sent at once, answered at once
+                    calls = [self._first_call(conn, request.write) for request in writes]
+                for request, call in zip(writes, calls, strict=True):
+                    try:
+                        result = None if call is None else self._first_answer(call, told)
+                        if result is None:  # plan again, in this transaction
+                            result = self._append_in(conn, request.write, _Attempt(), told)
+                    except SharedeskError as exc:
+                        outcomes.append((None, exc))
+                    else:
+                        outcomes.append((result, None))
+        except (psycopg.Error, PoolTimeout, SharedeskError) as exc:
+            for request in writes:  # what this transaction cached was not committed
+                self._tails.pop(request.write.session_id.encode(), None)
+            _log.warning(
+                "store.pg_group_failed",
+                path=self._path,
+                writes=len(group),
+                error=type(exc).__name__,
+            )
+            for request in writes:
+                self._settle_alone(request)
+            return
+        for request, (stored, error) in zip(writes, outcomes, strict=True):
+            request.settle(stored, error)
+        if self._notifier is not None:
+            for sid, last in told:
+                self._notifier.tell(sid, last)
+
+    def _first_call(
+        self, conn: psycopg.Connection[Any], write: _Write
+    ) -> tuple[bytes, AppendPlan, psycopg.Cursor[Any]] | None:
+        """Send a group write's first ``append_events`` call (in a pipeline).
+
+        Planned as :meth:`_append_in` plans first, on the cached tail; ``None`` when
+        that plan fails its own checks (the write is then planned again after).
+        """
+        sid = _utf8(write.session_id)
+        tail = self._tails.get(sid, _EMPTY_TAIL)
+        now = datetime.now(UTC)
+        try:
+            plan = plan_append(
+                write.events,
+                tail.last,
+                {},
+                now,
+                stored_row=_assumed_root,
+                answered=(),
+                state=functools.partial(self._decode_session_state, write.session_id, tail.state),
+            )
+        except ValidationError:
+            return None
+        query, params, _probe, _parents = self._call(write, sid, None, tail, plan, now)
+        return sid, plan, conn.execute(query, params, binary=True)
+
+    def _first_answer(
+        self, call: tuple[bytes, AppendPlan, psycopg.Cursor[Any]], told: _Told
+    ) -> list[Event] | None:
+        """Return the stored events of a first call that wrote its plan, else ``None``."""
+        sid, plan, cursor = call
+        row = cursor.fetchone()
+        assert row is not None
+        outcome, last, texts, state, _seqs, _records = row
+        self._remember(sid, _Tail(last, texts, state))
+        if outcome != "ok":
+            return None  # "stale", "known" or "parent": nothing was written
+        if self._notifier is not None:
+            told.append((sid, last))
+        return plan.result
+
+    def _settle_alone(self, request: _GroupWrite) -> None:
+        try:
+            request.settle(self._append_alone(request.write, plain=True))
+        except SharedeskError as exc:
+            request.settle(error=exc)
+
     def _append_in(
-        self, conn: psycopg.Connection[Any], write: _Write, attempt: _Attempt
+        self,
+        conn: psycopg.Connection[Any],
+        write: _Write,
+        attempt: _Attempt,
+        told: _Told | None = None,
     ) -> list[Event]:
         """Append ``write`` with ``append_events``: one statement, usually one round trip.
 
@@ -589,7 +744,8 @@ class PostgresStore:
         under the row lock and either writes the plan or says what to plan again with
         (known ids, the real tail, the real parents). A plan that fails its own checks
         is decided by the exact path (:meth:`_write_in`) instead, since what it assumed
-        may be out of date.
+        may be out of date. ``told`` (inside a group's transaction) collects the
+        notices for the notifier thread to send once the group has committed.
         """
         session_id = write.session_id
         sid = _utf8(session_id)
@@ -617,66 +773,7 @@ class PostgresStore:
             new = plan.new
             if not new and checked:
                 return plan.result  # every id is stored; the guards passed in that call
-            parents = sorted(
-                {e.parent for e in new if e.parent is not None and e.parent <= tail.last}
-            )
-            payload = f"{new[-1].sequence}:{sid.hex()}" if new else ""
-            channel = self._channel if self._notifier is None else None
-            state = None if plan.state is None else ENCODER.encode(plan.state)
-            if len(new) == 1:
-                # The common case, one event: scalar parameters, which psycopg adapts
-                # far more cheaply than arrays (the statement builds the arrays).
-                event = new[0]
-                id_key = event_id_key(b"", event.id)
-                record = ENCODER.encode(event)
-                root, reply = next(iter(plan.first_replies.items()), (None, None))
-                query = self._sql.append_one
-                params: list[Any] = [
-                    sid,
-                    tail.last,
-                    write.expected_version,
-                    guard,
-                    id_key,
-                    parents[0] if parents else None,
-                    event.sequence,
-                    type(event.body).__name__,
-                    0 if event.parent is None else event.parent,
-                    b"" if event.run_id is None else run_index_key(b"", event.run_id),
-                    record,
-                    root,
-                    reply,
-                    plan.texts,
-                    now,
-                    state,
-                    channel,
-                    payload,
-                ]
-            else:
-                query = self._sql.append_events
-                params = [
-                    sid,
-                    tail.last,
-                    write.expected_version,
-                    guard,
-                    [event_id_key(b"", e.id) for e in new],
-                    parents,
-                    [e.sequence for e in new],
-                    [type(e.body).__name__ for e in new],
-                    [0 if e.parent is None else e.parent for e in new],
-                    [b"" if e.run_id is None else run_index_key(b"", e.run_id) for e in new],
-                    [ENCODER.encode(e) for e in new],
-                    list(plan.first_replies),
-                    list(plan.first_replies.values()),
-                    plan.texts,
-                    now,
-                    state,
-                    channel,
-                    payload,
-                ]
-                if new:
-                    id_key, record = params[4][0], params[10][0]
-            # One statement: its transaction commits with it.
-            probe = _Probe(self._sql.probe_event, sid, id_key, record) if new else None
+            query, params, probe, parents = self._call(write, sid, guard, tail, plan, now)
             attempt.commit_sent(conn, probe, plan.result)
             row = conn.execute(query, params, binary=True).fetchone()
             attempt.committing = False
@@ -685,7 +782,10 @@ class PostgresStore:
             self._remember(sid, _Tail(last, texts, state))
             if outcome == "ok":
                 if new and self._notifier is not None:
-                    self._notifier.tell(sid, last)
+                    if told is None:
+                        self._notifier.tell(sid, last)
+                    else:
+                        told.append((sid, last))
                 return plan.result
             if outcome == "conflict":
                 assert write.expected_version is not None
@@ -702,7 +802,80 @@ class PostgresStore:
                 rows = {}
                 for seq, kind, parent, _reply in conn.execute(self._sql.parents, [sid, parents]):
                     rows[seq] = StoredRow(kind, parent)
-        return self._write_in(conn, write, attempt)
+        return self._write_in(conn, write, attempt, told)
+
+    def _call(
+        self,
+        write: _Write,
+        sid: bytes,
+        guard: bytes | None,
+        tail: _Tail,
+        plan: AppendPlan,
+        now: datetime,
+    ) -> tuple[str, list[Any], _Probe | None, list[int]]:
+        """Return the ``append_events`` call writing ``plan`` (planned on ``tail``).
+
+        Returns the statement, its parameters, the probe of its first new event and
+        the stored parents it checks. One event (the common case) is sent as scalars,
+        which psycopg adapts far more cheaply than arrays; the statement builds them.
+        """
+        new = plan.new
+        parents = sorted({e.parent for e in new if e.parent is not None and e.parent <= tail.last})
+        payload = f"{new[-1].sequence}:{sid.hex()}" if new else ""
+        channel = self._channel if self._notifier is None else None
+        state = None if plan.state is None else ENCODER.encode(plan.state)
+        if len(new) == 1:
+            event = new[0]
+            id_key = event_id_key(b"", event.id)
+            record = ENCODER.encode(event)
+            root, reply = next(iter(plan.first_replies.items()), (None, None))
+            query = self._sql.append_one
+            params: list[Any] = [
+                sid,
+                tail.last,
+                write.expected_version,
+                guard,
+                id_key,
+                parents[0] if parents else None,
+                event.sequence,
+                type(event.body).__name__,
+                0 if event.parent is None else event.parent,
+                b"" if event.run_id is None else run_index_key(b"", event.run_id),
+                record,
+                root,
+                reply,
+                plan.texts,
+                now,
+                state,
+                channel,
+                payload,
+            ]
+        else:
+            query = self._sql.append_events
+            params = [
+                sid,
+                tail.last,
+                write.expected_version,
+                guard,
+                [event_id_key(b"", e.id) for e in new],
+                parents,
+                [e.sequence for e in new],
+                [type(e.body).__name__ for e in new],
+                [0 if e.parent is None else e.parent for e in new],
+                [b"" if e.run_id is None else run_index_key(b"", e.run_id) for e in new],
+                [ENCODER.encode(e) for e in new],
+                list(plan.first_replies),
+                list(plan.first_replies.values()),
+                plan.texts,
+                now,
+                state,
+                channel,
+                payload,
+            ]
+            if new:
+                id_key, record = params[4][0], params[10][0]
+        probe = _Probe(self._sql.probe_event, sid, id_key, record) if new else None
+        return query, params, probe, parents
 
     def _remember(self, sid: bytes, tail: _Tail) -> None:
         """Cache ``tail`` as the session's newest known tail (bounded; see ``_TAIL_CACHE``).
@@ -787,9 +960,17 @@ class PostgresStore:
         return _Stream(row[0], row[1], row[2])
 
     def _write_in(
-        self, conn: psycopg.Connection[Any], write: _Write, attempt: _Attempt
+        self,
+        conn: psycopg.Connection[Any],
+        write: _Write,
+        attempt: _Attempt,
+        told: _Told | None = None,
     ) -> list[Event]:
-        """Check ``write`` against the locked stream and write it, in one transaction."""
+        """Check ``write`` against the locked stream and write it, in one transaction.
+
+        Inside a group's transaction it is a savepoint, and ``told`` collects its
+        notice (see :meth:`_append_in`).
+        """
         sql = self._sql
         session_id = write.session_id
         sid = _utf8(session_id)
@@ -865,7 +1046,10 @@ class PostgresStore:
             attempt.commit_sent(conn, probe, plan.result)  # leaving the block sends COMMIT
         if plan.new:
             if self._notifier is not None:
-                self._notifier.tell(sid, stream.last + len(plan.new))
+                if told is None:
+                    self._notifier.tell(sid, stream.last + len(plan.new))
+                else:
+                    told.append((sid, stream.last + len(plan.new)))
             raw_state = stream.state if plan.state is None else ENCODER.encode(plan.state)
             self._remember(
                 sid, _Tail(stream.last + len(plan.new), stream.text_count + plan.texts, raw_state)
@@ -1228,6 +1412,8 @@ class PostgresStore:
             self._closed = True
             listener, self._listener = self._listener, None
             self._followers.clear()
+        if self._committer is not None:
+            self._committer.close()  # the group being written completes
         if listener is not None:
             listener.stop()
         if self._notifier is not None:
