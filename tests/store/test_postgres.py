@@ -7,13 +7,14 @@ its own; the server itself is never restarted here.
 
 from __future__ import annotations
 
+import functools
 import queue
 import socket
 import threading
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import psycopg
 import pytest
@@ -35,6 +36,7 @@ from sharedesk.protocol import (
     Text,
     ValidationError,
 )
+from sharedesk.protocol.validation import check_append_args
 from sharedesk.store import postgres
 from sharedesk.store._pg_schema import SCHEMA_VERSION
 from sharedesk.store.postgres import Notify, PostgresStore
@@ -234,6 +236,7 @@ class TestOptions:
             {"retry_timeout": -1},
             {"retry_timeout": True},
             {"notify": "never"},
+            {"group_commit": "yes"},
             {"durability": "relaxed"},
         ],
         ids=str,
@@ -605,6 +608,184 @@ class TestConnectionLoss:
             pg.read("s")
 
         assert isinstance(caught.value.__cause__, psycopg.Error)
+
+
+def commit_as_group(
+    store: PostgresStore, writes: Sequence[tuple[str, list[Event]]]
+) -> list[list[Event] | BaseException]:
+    """Hand ``writes`` (plain appends) to the store's group commit function as one group.
+
+    Returns each write's outcome, in order: its stored events or its error.
+    """
+    group = [
+        postgres._GroupWrite(
+            postgres._Write(
+                session_id, check_append_args(session_id, events, None), None, None, None, False
+            )
+        )
+        for session_id, events in writes
+    ]
+    store._commit_group(group, lambda: None)
+    outcomes: list[list[Event] | BaseException] = []
+    for request in group:
+        assert request.settled
+        outcomes.append(request.error or request.result or [])
+    return outcomes
+
+
+def sequences(outcomes: list[list[Event] | BaseException]) -> list[list[int | None]]:
+    """The stored sequences of each outcome of :func:`commit_as_group` (all succeeded)."""
+    assert all(isinstance(outcome, list) for outcome in outcomes), outcomes
+    return [[e.sequence for e in cast(list[Event], outcome)] for outcome in outcomes]
+
+
+def transactions_of_events(dsn: str) -> int:
+    """How many transactions wrote the stored events (distinct ``xmin``)."""
+    return len(rows(dsn, "SELECT DISTINCT xmin::text FROM sharedesk.events"))
+
+
+class TestGroupCommit:
+    """Plain appends made while others are under way are committed together."""
+
+    def test_a_group_of_appends_to_several_sessions_commits_in_one_transaction(
+        self, pg: PostgresStore, dsn: str
+    ) -> None:
+        outcomes = commit_as_group(pg, [("b", [text("b1")]), ("a", [text("a1")]), ("c", [text()])])
+
+        assert [[1], [1], [1]] == sequences(outcomes)
+        assert outcomes == [pg.read("b"), pg.read("a"), pg.read("c")]
+        assert 1 == transactions_of_events(dsn)
+
+    def test_two_appends_to_one_session_in_a_group_are_sequenced_one_after_the_other(
+        self, pg: PostgresStore, dsn: str
+    ) -> None:
+        pg.append("s", [text()])
+
+        outcomes = commit_as_group(pg, [("s", [text("x")]), ("s", [text("y"), text("z")])])
+
+        assert [[2], [3, 4]] == sequences(outcomes)
+        assert ["hello", "x", "y", "z"] == [cast(Text, e.body).content for e in pg.read("s")]
+
+    def test_a_write_planned_on_a_stale_tail_is_planned_again_inside_its_group(
+        self, pg: PostgresStore, dsn: str
+    ) -> None:
+        pg.append("s", [text()])
+        with PostgresStore(dsn) as other:
+            other.append("s", [text(), text()])
+
+        outcomes = commit_as_group(pg, [("s", [text("mine")]), ("t", [text()])])
+
+        assert [[4], [1]] == sequences(outcomes)
+        assert 3 == transactions_of_events(dsn)  # pg's first, other's, and the group
+
+    def test_a_known_id_in_a_group_is_answered_with_its_stored_event(
+        self, pg: PostgresStore
+    ) -> None:
+        (stored,) = pg.append("s", [text("first", id="x")])
+
+        outcomes = commit_as_group(pg, [("s", [text("again", id="x")]), ("t", [text()])])
+
+        assert [[stored], pg.read("t")] == outcomes
+        assert 1 == pg.last_sequence("s")
+
+    def test_a_write_failing_its_checks_fails_alone_and_the_others_commit(
+        self, pg: PostgresStore, dsn: str
+    ) -> None:
+        pg.append("s", [text("root"), text("reply", parent=1)])
+
+        outcomes = commit_as_group(
+            pg, [("s", [text("deeper", parent=2)]), ("t", [text()]), ("u", [text()])]
+        )
+
+        assert isinstance(outcomes[0], ValidationError)
+        assert [pg.read("t"), pg.read("u")] == outcomes[1:]
+        assert (2, 1, 1) == (pg.last_sequence("s"), pg.last_sequence("t"), pg.last_sequence("u"))
+
+    def test_a_group_whose_commit_is_interrupted_is_appended_write_by_write(
+        self, pg: PostgresStore, dsn: str
+    ) -> None:
+        interrupt_next_commit(dsn)
+
+        outcomes = commit_as_group(pg, [("s", [text(id="e1")]), ("t", [text(id="e2")])])
+
+        assert [pg.read("s"), pg.read("t")] == outcomes
+        assert [["e1"], ["e2"]] == [[e.id for e in pg.read(sid)] for sid in ("s", "t")]
+        assert 2 == transactions_of_events(dsn)
+
+    def test_appends_from_threads_waiting_for_the_writer_share_one_commit(
+        self, pg: PostgresStore, dsn: str
+    ) -> None:
+        """Two appends to a locked session hold the caller and the writer; three more queue."""
+        pg.append("locked", [text()])
+        done: list[str] = []
+        lock = threading.Lock()
+
+        def append(session_id: str) -> None:
+            pg.append(session_id, [text()])
+            with lock:
+                done.append(session_id)
+
+        with admin(dsn) as holder:
+            holder.execute("BEGIN")
+            holder.execute("SELECT 1 FROM sharedesk.streams FOR UPDATE")
+            blocked = [threading.Thread(target=append, args=("locked",)) for _ in range(2)]
+            for waiting, thread in enumerate(blocked, 1):  # one alone, one in the writer
+                thread.start()
+                wait_for(functools.partial(rows_waiting_for_a_lock, dsn, waiting))
+            queued = [threading.Thread(target=append, args=(sid,)) for sid in ("a", "b", "c")]
+            for thread in queued:
+                thread.start()
+            committer = pg._committer
+            assert committer is not None
+            wait_for(lambda: committer.queued == 3)
+            holder.execute("ROLLBACK")
+        for thread in blocked + queued:
+            thread.join()
+
+        xmins = rows(
+            dsn,
+            "SELECT DISTINCT xmin::text FROM sharedesk.events WHERE session_id = ANY(%s)",
+            [[b"a", b"b", b"c"]],
+        )
+        assert (1, 3) == (len(xmins), pg.last_sequence("locked"))
+
+    def test_group_commit_off_appends_each_write_alone(self, dsn: str) -> None:
+        with PostgresStore(dsn, group_commit=False) as store:
+
+            def work(index: int) -> None:
+                store.append(f"s{index}", [text()])
+
+            run_threads_indexed(work, 4)
+
+            assert store._committer is None
+            assert 4 == transactions_of_events(dsn)
+
+    def test_close_ends_the_group_writer(self, dsn: str) -> None:
+        store = PostgresStore(dsn)
+        committer = store._committer
+        assert committer is not None and committer.writer.is_alive()
+
+        store.close()
+
+        assert not committer.writer.is_alive()
+        with pytest.raises(StoreClosedError):
+            store.append("s", [text()])
+
+
+def rows_waiting_for_a_lock(dsn: str, count: int) -> bool:
+    """Whether ``count`` connections to the test's database wait for a lock."""
+    found = rows(
+        dsn,
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+        "AND wait_event_type = 'Lock'",
+    )
+    return count == int(found[0][0])
+
+
+def wait_for(condition: Callable[[], bool]) -> None:
+    """Poll ``condition`` until it holds (the test's own timeout bounds the wait)."""
+    while not condition():
+        threading.Event().wait(0.01)
 
 
 class TestUnderAHub:
