@@ -51,6 +51,7 @@ msgpack-encoded), spread over the same sessions from the same threads.
 
 from __future__ import annotations
 
+import abc
 import threading
 import uuid
 from collections.abc import Callable, Sequence
@@ -181,7 +182,38 @@ def _spread(
     return run_threads(threads, -(-events // threads), op, max_seconds=max_seconds, advance=advance)
 
 
-class RawPsycopgAppends:
+class _SpreadAppends(abc.ABC):
+    """A baseline whose ``append(index)`` the append scenario spreads over threads."""
+
+    _sessions: Sequence[str]
+    payload: str
+
+    @abc.abstractmethod
+    def append(self, index: int) -> None:
+        """Append one event to the ``index``-th session."""
+
+    def run(
+        self,
+        threads: int,
+        events: int,
+        payload: str,
+        *,
+        max_seconds: float,
+        advance: Callable[[int], None] = lambda n: None,
+    ) -> ThreadedResult:
+        """Append ``events`` events from ``threads`` threads (at most ``max_seconds``)."""
+        self.payload = payload
+        return _spread(
+            self._sessions,
+            threads,
+            events,
+            lambda s, _t: self.append(s),
+            max_seconds=max_seconds,
+            advance=advance,
+        )
+
+
+class RawPsycopgAppends(_SpreadAppends):
     """Raw psycopg appends (see the module header): a pool, one statement per append.
 
     Args:
@@ -246,26 +278,6 @@ class RawPsycopgAppends:
             if cur.rowcount != 1:
                 raise RuntimeError(f"no stream row for {session!r}")
 
-    def run(
-        self,
-        threads: int,
-        events: int,
-        payload: str,
-        *,
-        max_seconds: float,
-        advance: Callable[[int], None] = lambda n: None,
-    ) -> ThreadedResult:
-        """Append ``events`` events from ``threads`` threads (at most ``max_seconds``)."""
-        self.payload = payload
-        return _spread(
-            self._sessions,
-            threads,
-            events,
-            lambda s, _t: self.append(s),
-            max_seconds=max_seconds,
-            advance=advance,
-        )
-
     def stored(self) -> tuple[int, int]:
         """Return (events stored, sum of the streams' last sequences): equal when sound."""
         with self._pool.connection() as conn:
@@ -280,7 +292,7 @@ class RawPsycopgAppends:
         self._pool.close()
 
 
-class EventsourcingAppends:
+class EventsourcingAppends(_SpreadAppends):
     """The eventsourcing library's PostgreSQL recorder doing the same writes.
 
     Args:
@@ -337,26 +349,6 @@ class EventsourcingAppends:
                     state=self._encode(row),
                 )
             ]
-        )
-
-    def run(
-        self,
-        threads: int,
-        events: int,
-        payload: str,
-        *,
-        max_seconds: float,
-        advance: Callable[[int], None] = lambda n: None,
-    ) -> ThreadedResult:
-        """Append ``events`` events from ``threads`` threads (at most ``max_seconds``)."""
-        self.payload = payload
-        return _spread(
-            self._sessions,
-            threads,
-            events,
-            lambda s, _t: self.append(s),
-            max_seconds=max_seconds,
-            advance=advance,
         )
 
     def stored(self) -> int:

@@ -30,15 +30,20 @@ def _in_ci() -> bool:
     return os.environ.get("CI", "").strip().lower() in {"true", "1", "yes"}
 
 
-@pytest.fixture(scope="session")
-def postgres_server() -> Iterator[ThrowawayPostgres]:
-    """A PostgreSQL server on 127.0.0.1 for the whole test session (fsync off)."""
+def start_postgres(*, fsync: bool) -> ThrowawayPostgres:
+    """Start a throwaway server; fail the test under CI=true if none starts, else skip it."""
     try:
-        server = ThrowawayPostgres(fsync=False).start()
+        return ThrowawayPostgres(fsync=fsync).start()
     except PostgresUnavailable as error:
         if _in_ci():
             pytest.fail(f"CI=true and {error}", pytrace=False)
         pytest.skip(str(error))
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[ThrowawayPostgres]:
+    """A PostgreSQL server on 127.0.0.1 for the whole test session (fsync off)."""
+    server = start_postgres(fsync=False)
     try:
         yield server
     finally:

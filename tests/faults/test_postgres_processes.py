@@ -36,10 +36,10 @@ from typing import IO, Any
 import psycopg
 import pytest
 
-from bench.pgserver import PostgresUnavailable, ThrowawayPostgres
+from bench.pgserver import ThrowawayPostgres
 from sharedesk.protocol import Conversation, Event, SharingState
 from sharedesk.store.postgres import PostgresStore
-from tests.conftest import _in_ci
+from tests.conftest import start_postgres
 from tests.faults.pg_writer import PooledWriter, pooled_event, pooled_session
 from tests.faults.test_lmdb_processes import HANG, Report
 from tests.store.conftest import ROOT, child_env
@@ -183,12 +183,7 @@ def start_writer() -> Iterator[StartWriter]:
 @pytest.fixture
 def own_server() -> Iterator[ThrowawayPostgres]:
     """A server of this test's own, to restart (durable commits, so a crash keeps them)."""
-    try:
-        server = ThrowawayPostgres(fsync=True).start()
-    except PostgresUnavailable as error:
-        if _in_ci():
-            pytest.fail(f"CI=true and {error}", pytrace=False)
-        pytest.skip(str(error))
+    server = start_postgres(fsync=True)
     try:
         yield server
     finally:
