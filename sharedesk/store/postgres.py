@@ -39,11 +39,13 @@ insert, which serialises writers of *all* sessions (it needs that for its global
 notification order, which sharedesk does not have); an optimistic insert that retries on
 a unique violation of ``(session_id, seq)`` would need no lock but turns every collision
 into a rolled-back transaction and still needs the stream row for the session's counters
-and state. Measured in one run (16 threads, 1,000 desks, one event per append, fsync on,
-2 shared cores, notices sent after commit so that they do not serialise the commits):
-the row lock appends 4.09x as fast as the same store serialised by the table lock, and
-at 0.53x the rate of raw psycopg inserting the same records with no checks; with the
-notice inside the transaction (the default), 0.22x (``docs/pg_sequencing_probe.py``).
+and state. Measured with every append committed alone (16 threads, 1,000 desks, one
+event per append, fsync on, 2 shared cores, notices sent after commit so that they do
+not serialise the commits): the row lock appended 4.09x as fast as the same store
+serialised by the table lock. With the group writer below, the probe
+(``python -m bench.probe_pg_sequencing``, 16:02 UTC, load 1-2) measures the row lock at
+1.04x the table lock and 0.78x raw psycopg: a group already takes its rows' locks
+together, so the lock matters less than it did for lone commits.
 
 Group commit. A plain append (no ``expected_version``, no ``unless_stored``) made while
 another plain append of this store is under way goes to the store's group writer (a

@@ -10,7 +10,7 @@ is started and stopped here.
 
 Run from the repository root::
 
-    PYTHONPATH=. .venv/bin/python docs/pg_follow_latency.py [N] [notify]
+    .venv/bin/python -m bench.probe_pg_follow [N] [notify]
 
 ``notify`` is ``PostgresStore``'s option (``commit``, the default, or ``after_commit``).
 """

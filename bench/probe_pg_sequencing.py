@@ -1,7 +1,7 @@
 """Probe: PostgresStore's per-session row lock against a table lock (eventsourcing's way).
 
-Run from the repository root: ``.venv/bin/python docs/pg_sequencing_probe.py``. Starts a
-throwaway server (fsync on), then alternates two stores on it, each appending one event
+Run from the repository root: ``.venv/bin/python -m bench.probe_pg_sequencing``.
+Starts a throwaway server (fsync on), then alternates two stores on it, each appending one event
 per call from 16 threads over 1,000 desks: ``PostgresStore`` as shipped (each write
 locks its session's ``streams`` row), and the same store that also takes ``LOCK TABLE
 events IN EXCLUSIVE MODE`` first, as eventsourcing's ``PostgresApplicationRecorder``
@@ -11,29 +11,26 @@ same records one transaction per append (``BEGIN``, ``INSERT``, ``COMMIT``, no c
 is the floor the issue measures against. The two stores send their notices with
 ``notify="after_commit"``, because a ``NOTIFY`` inside the transaction serialises every
 notifying commit of the server and would hide the difference; a fourth line is the
-store with the default ``notify="commit"``. Prints appends per second and the ratios. Not a benchmark (``python -m bench append --backend postgres`` is): a
-quick in-run ratio behind the choice documented in ``sharedesk/store/postgres.py``.
+store with the default ``notify="commit"``. Prints appends per second and the ratios.
+Not a benchmark (``python -m bench append --backend postgres`` is): a quick in-run
+ratio behind the choice documented in ``sharedesk/store/postgres.py``.
 """
 
 from __future__ import annotations
 
 import random
-import sys
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import psycopg
+from psycopg_pool import ConnectionPool
 
-import psycopg  # noqa: E402
-from psycopg_pool import ConnectionPool  # noqa: E402
-
-from bench.pgserver import ThrowawayPostgres  # noqa: E402
-from sharedesk import Event, Person, Text  # noqa: E402
-from sharedesk.store._lmdb_layout import ENCODER  # noqa: E402
-from sharedesk.store._pg_schema import APPEND_FUNCTION  # noqa: E402
-from sharedesk.store.postgres import Notify, PostgresStore  # noqa: E402
+from bench.pgserver import ThrowawayPostgres
+from sharedesk import Event, Person, Text
+from sharedesk.store._lmdb_layout import ENCODER
+from sharedesk.store._pg_schema import APPEND_FUNCTION
+from sharedesk.store.postgres import Notify, PostgresStore
 
 THREADS, DESKS, PER_THREAD, ROUNDS = 16, 1000, 120, 3
 ALICE = Person(id="alice", label="Alice")
@@ -107,7 +104,7 @@ def main() -> None:
             ("table lock", TableLockedStore, "after_commit"),
             ("row lock, notify=commit", PostgresStore, "commit"),
         )
-        for round_ in range(ROUNDS):
+        for _round in range(ROUNDS):
             for name, cls, notify in stores:
                 schema = f"probe_{len(rates[name])}_{abs(hash(name)) % 1000}"
                 with cls(
