@@ -43,7 +43,7 @@ and state. Measured with every append committed alone (16 threads, 1,000 desks, 
 event per append, fsync on, 2 shared cores, notices sent after commit so that they do
 not serialise the commits): the row lock appended 4.09x as fast as the same store
 serialised by the table lock. With the group writer below, the probe
-(``python -m bench.probe_pg_sequencing``, 16:02 UTC, load 1-2) measures the row lock at
+(``python -m bench.probe_pg_sequencing``, 16:00 UTC, load 1-2) measures the row lock at
 1.04x the table lock and 0.78x raw psycopg: a group already takes its rows' locks
 together, so the lock matters less than it did for lone commits.
 
