@@ -444,6 +444,19 @@ class TestIdentifiers:
 
 
 class TestFollow:
+    def test_close_wakes_the_listener_instead_of_waiting_for_its_poll(
+        self, dsn: str, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        monkeypatch.setattr(postgres, "_LISTEN_POLL", 120.0)
+        store = PostgresStore(dsn)
+        store.follow(lambda session_id, last: None)
+        closer = threading.Thread(target=store.close)
+        closer.start()
+        closer.join(30)  # the listener's poll alone would take 120 s
+
+        assert not closer.is_alive()
+        assert not [t for t in threading.enumerate() if "pg-listener" in t.name]
+
     def test_a_follower_hears_another_stores_appends(self, dsn: str) -> None:
         heard: queue.Queue[tuple[str | None, int]] = queue.Queue()
         with PostgresStore(dsn) as a, PostgresStore(dsn) as b:
