@@ -728,15 +728,7 @@ class PostgresStore:
         tail = self._tails.get(sid, _EMPTY_TAIL)
         now = datetime.now(UTC)
         try:
-            plan = plan_append(
-                write.events,
-                tail.last,
-                {},
-                now,
-                stored_row=_assumed_root,
-                answered=(),
-                state=functools.partial(self._decode_session_state, write.session_id, tail.state),
-            )
+            plan = self._plan_on(write, tail, {}, None, now)
         except ValidationError:
             return None
         query, params, _probe, _parents = self._call(write, sid, None, tail, plan, now)
@@ -791,15 +783,7 @@ class PostgresStore:
             tail = self._tails.get(sid, _EMPTY_TAIL)
             now = datetime.now(UTC)
             try:
-                plan = plan_append(
-                    write.events,
-                    tail.last,
-                    known,
-                    now,
-                    stored_row=_assumed_root if rows is None else rows.get,
-                    answered=(),
-                    state=functools.partial(self._decode_session_state, session_id, tail.state),
-                )
+                plan = self._plan_on(write, tail, known, rows, now)
             except ValidationError:
                 if rows is not None:
                     raise  # decided on the real rows: exact
@@ -837,6 +821,33 @@ class PostgresStore:
                 for seq, kind, parent, _reply in conn.execute(self._sql.parents, [sid, parents]):
                     rows[seq] = StoredRow(kind, parent)
         return self._write_in(conn, write, attempt, told)
+
+    def _plan_on(
+        self,
+        write: _Write,
+        tail: _Tail,
+        known: dict[str, Event],
+        rows: dict[int, StoredRow] | None,
+        now: datetime,
+    ) -> AppendPlan:
+        """Plan ``write`` on the cached ``tail`` with what the server has told so far.
+
+        ``known``: the stored events of ids the server named; ``rows``: the real parent
+        rows once asked (``None``: every parent is assumed a root ``Text`` row, which
+        ``append_events`` checks under the row lock).
+
+        Raises:
+            ValidationError: The plan fails its own checks on what it assumed.
+        """
+        return plan_append(
+            write.events,
+            tail.last,
+            known,
+            now,
+            stored_row=_assumed_root if rows is None else rows.get,
+            answered=(),
+            state=functools.partial(self._decode_session_state, write.session_id, tail.state),
+        )
 
     def _call(
         self,
