@@ -497,56 +497,35 @@ def _targets(run_: BenchRun, args: argparse.Namespace) -> None:
             f"raw psycopg, with pg_notify after the commit at {after / raw:.2f}x; the store "
             f"(one statement that writes and notifies) runs at {ours / notify:.2f}x the former"
         )
-    for name, claim, label, bound in (
-        (
-            "append-postgres-vs-eventsourcing",
-            "vs eventsourcing PostgresAggregateRecorder",
-            f"append eventsourcing aggregate-recorder t={threads}",
-            1.0,
-        ),
-        (
-            "append-postgres-vs-raw-psycopg",
-            "vs raw psycopg, one transaction per append",
-            f"append psycopg raw t={threads}",
-            0.5,
-        ),
+    for store, prefix, numerator in (
+        ("PostgresStore", "append-postgres", ours),
+        ("PostgresStore(notify='after_commit')", "append-postgres-after-commit", ours_after),
     ):
-        run_.targets.append(
-            ratio_target(
-                name=name,
-                claim=f"append PostgresStore t={threads} {claim}",
-                numerator=ours,
-                denominator=run_.rate(label),
-                bound=bound,
-                at_least=True,
-                what="events/s",
+        for name, claim, label, bound in (
+            (
+                f"{prefix}-vs-eventsourcing",
+                "vs eventsourcing PostgresAggregateRecorder",
+                f"append eventsourcing aggregate-recorder t={threads}",
+                1.0,
+            ),
+            (
+                f"{prefix}-vs-raw-psycopg",
+                "vs raw psycopg, one transaction per append",
+                f"append psycopg raw t={threads}",
+                0.5,
+            ),
+        ):
+            run_.targets.append(
+                ratio_target(
+                    name=name,
+                    claim=f"append {store} t={threads} {claim}",
+                    numerator=numerator,
+                    denominator=run_.rate(label),
+                    bound=bound,
+                    at_least=True,
+                    what="events/s",
+                )
             )
-        )
-    for name, claim, label, bound in (
-        (
-            "append-postgres-after-commit-vs-eventsourcing",
-            "vs eventsourcing PostgresAggregateRecorder",
-            f"append eventsourcing aggregate-recorder t={threads}",
-            1.0,
-        ),
-        (
-            "append-postgres-after-commit-vs-raw-psycopg",
-            "vs raw psycopg, one transaction per append",
-            f"append psycopg raw t={threads}",
-            0.5,
-        ),
-    ):
-        run_.targets.append(
-            ratio_target(
-                name=name,
-                claim=f"append PostgresStore(notify='after_commit') t={threads} {claim}",
-                numerator=ours_after,
-                denominator=run_.rate(label),
-                bound=bound,
-                at_least=True,
-                what="events/s",
-            )
-        )
     latency = run_.find("cross-process wait_turn postgres")
     median_ms = None if latency is None or latency.median_us is None else latency.median_us / 1000
     run_.targets.append(
