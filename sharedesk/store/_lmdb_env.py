@@ -56,8 +56,8 @@ import contextlib
 import os
 import struct
 import threading
-from collections.abc import Iterator, Mapping
-from typing import Any, Final
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, Final, TypeVar
 
 import lmdb
 import lmdb.verify
@@ -66,6 +66,8 @@ from sharedesk.protocol._log import logger
 from sharedesk.protocol.errors import CorruptRecordError, StoreIOError, ValidationError
 
 _log = logger()
+
+T = TypeVar("T")
 
 #: The sub-databases of a store, by purpose. ``replies`` and ``runs`` came later: opening
 #: a database written before them creates them empty (LmdbStore treats roots it lacks as
@@ -513,24 +515,17 @@ class SharedEnvironment:
 
         Cost: one write transaction; it writes (and syncs) only when it creates one.
         """
-        while self.published is None:
-            self.lock.acquire_shared()
-            try:
-                with self.env.begin(write=True) as txn, self._handles_lock:
-                    if self.published is None:
-                        handles = {name: self.env.open_db(name, txn=txn) for name in DATABASES}
-                        txn.commit()
-                        self.published = handles
-                return
-            except lmdb.MapResizedError:
-                pass
-            except (lmdb.CorruptedError, lmdb.PageNotFoundError) as exc:
-                raise _damaged(self.path, str(exc)) from exc
-            except lmdb.Error as exc:
-                raise StoreIOError(self.path, "open") from exc
-            finally:
-                self.lock.release_shared()
-            self.resize(0)  # another process grew the map: adopt its size
+        if self.published is not None:
+            return
+
+        def attempt() -> None:
+            with self.env.begin(write=True) as txn, self._handles_lock:
+                if self.published is None:
+                    handles = {name: self.env.open_db(name, txn=txn) for name in DATABASES}
+                    txn.commit()
+                    self.published = handles
+
+        self._adopting_growth("open", attempt)
 
     def missing_databases(self) -> list[bytes]:
         """Return the sub-databases the file lacks, read without the write lock.
@@ -541,20 +536,41 @@ class SharedEnvironment:
 
         Cost: one read transaction, one main-database lookup per sub-database.
         """
+
+        def attempt() -> list[bytes]:
+            with self.env.begin(buffers=False) as txn:
+                return [name for name in DATABASES if txn.get(name) is None]
+
+        return self._adopting_growth("open", attempt)
+
+    def _adopting_growth(
+        self, operation: str, attempt: Callable[[], T], *, damaged: bool = True
+    ) -> T:
+        """Return ``attempt()``, run under :attr:`lock` shared, adopting a map grown meanwhile.
+
+        On ``MapResizedError`` (another process grew the map) the new size is adopted
+        (``resize(0)``) and ``attempt`` runs again.
+
+        Raises:
+            CorruptRecordError: With ``damaged``, LMDB found the main database damaged.
+            StoreIOError: ``operation`` failed in LMDB (also a damaged database when not
+                ``damaged``).
+        """
         while True:
             self.lock.acquire_shared()
             try:
-                with self.env.begin(buffers=False) as txn:
-                    return [name for name in DATABASES if txn.get(name) is None]
+                return attempt()
             except lmdb.MapResizedError:
                 pass
             except (lmdb.CorruptedError, lmdb.PageNotFoundError) as exc:
-                raise _damaged(self.path, str(exc)) from exc
+                if damaged:
+                    raise _damaged(self.path, str(exc)) from exc
+                raise StoreIOError(self.path, operation) from exc
             except lmdb.Error as exc:
-                raise StoreIOError(self.path, "open") from exc
+                raise StoreIOError(self.path, operation) from exc
             finally:
                 self.lock.release_shared()
-            self.resize(0)
+            self.resize(0)  # another process grew the map: adopt its size
 
     def map_size(self) -> int:
         """Return the current map size in bytes. Cost: O(1)."""
@@ -572,19 +588,12 @@ class SharedEnvironment:
 
         Cost: one read transaction held while the whole file is read (2.5-10 ms per MB).
         """
-        while True:
-            self.lock.acquire_shared()
-            try:
-                with self.env.begin():  # pins the snapshot the verifier walks
-                    check_data_file(self.path, full=True)
-                return
-            except lmdb.MapResizedError:
-                pass
-            except lmdb.Error as exc:
-                raise StoreIOError(self.path, "verify") from exc
-            finally:
-                self.lock.release_shared()
-            self.resize(0)  # another process grew the map: adopt its size
+
+        def attempt() -> None:
+            with self.env.begin():  # pins the snapshot the verifier walks
+                check_data_file(self.path, full=True)
+
+        self._adopting_growth("verify", attempt, damaged=False)
 
     def check_trees(self) -> None:
         """Refuse a file with a damaged page LMDB would abort on (see :func:`tree_problem`).
@@ -608,18 +617,12 @@ class SharedEnvironment:
 
     def _walk_pinned(self) -> str | None:
         """Run :func:`tree_problem` inside a read transaction, adopting a grown map."""
-        while True:
-            self.lock.acquire_shared()
-            try:
-                with self.env.begin():  # pins the snapshot the walk reads
-                    return tree_problem(self.path)
-            except lmdb.MapResizedError:
-                pass
-            except lmdb.Error as exc:
-                raise StoreIOError(self.path, "open") from exc
-            finally:
-                self.lock.release_shared()
-            self.resize(0)  # another process grew the map: adopt its size
+
+        def attempt() -> str | None:
+            with self.env.begin():  # pins the snapshot the walk reads
+                return tree_problem(self.path)
+
+        return self._adopting_growth("open", attempt, damaged=False)
 
     def reclaim_readers(self) -> int:
         """Free the reader slots of processes that died; return how many were freed.
