@@ -127,6 +127,28 @@ class ThreadedResult(msgspec.Struct, frozen=True):
     latencies_ns: list[int]
 
 
+def merge_rounds(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Sum the rounds of each label into one record (ops, seconds, latencies, rounds).
+
+    Records keep their first round's other fields; labels keep their first order.
+    """
+    merged: dict[str, dict[str, Any]] = {}
+    for record in records:
+        known = merged.get(record["label"])
+        if known is None:
+            merged[record["label"]] = {
+                **record,
+                "latencies_ns": list(record.get("latencies_ns", ())),
+                "params": {**record["params"], "rounds": 1},
+            }
+        else:
+            known["ops"] += record["ops"]
+            known["seconds"] += record["seconds"]
+            known["latencies_ns"].extend(record.get("latencies_ns", ()))
+            known["params"]["rounds"] += 1
+    return list(merged.values())
+
+
 def run_threads(
     threads: int,
     ops_per_thread: int,

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import baselines
-from bench.harness import BenchRun, open_store, run_threads
+from bench.harness import BenchRun, merge_rounds, open_store, run_threads
 from bench.options import pick
 from bench.report import Target, measurement, percentile, ratio_target
 
@@ -382,21 +382,7 @@ def run(run_: BenchRun, args: argparse.Namespace) -> None:
         runner.close()
         store.close()
 
-    merged: dict[str, dict[str, Any]] = {}
-    for record in records:
-        known = merged.get(record["label"])
-        if known is None:
-            merged[record["label"]] = {
-                **record,
-                "latencies_ns": list(record.get("latencies_ns", ())),
-                "params": {**record["params"], "rounds": 1},
-            }
-        else:
-            known["ops"] += record["ops"]
-            known["seconds"] += record["seconds"]
-            known["latencies_ns"].extend(record.get("latencies_ns", ()))
-            known["params"]["rounds"] += 1
-    for record in merged.values():
+    for record in merge_rounds(records):
         run_.measurements.append(measurement(scenario=NAME, operation="append", **record))
     run_.measurements.append(
         measurement(

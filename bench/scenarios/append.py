@@ -36,7 +36,14 @@ from pathlib import Path
 from typing import Any
 
 from bench import baselines
-from bench.harness import BenchRun, ThreadedResult, open_hub, open_store, run_threads
+from bench.harness import (
+    BenchRun,
+    ThreadedResult,
+    merge_rounds,
+    open_hub,
+    open_store,
+    run_threads,
+)
 from bench.options import int_list, pick
 from bench.report import measurement, ratio_target
 from bench.scenarios import append_pg
@@ -371,21 +378,7 @@ def run(run_: BenchRun, args: argparse.Namespace) -> None:
         )
         run_.note(f"store durable t={headline} vs raw lmdb 16 events/txn, round by round: {ratios}")
 
-    merged: dict[str, dict[str, Any]] = {}
-    for record in records:
-        known = merged.get(record["label"])
-        if known is None:
-            merged[record["label"]] = {
-                **record,
-                "latencies_ns": list(record.get("latencies_ns", ())),
-                "params": {**record["params"], "rounds": 1},
-            }
-        else:
-            known["ops"] += record["ops"]
-            known["seconds"] += record["seconds"]
-            known["latencies_ns"].extend(record.get("latencies_ns", ()))
-            known["params"]["rounds"] += 1
-    for record in merged.values():
+    for record in merge_rounds(records):
         run_.measurements.append(measurement(**record))
 
     if "durable" in modes and "store" in paths:

@@ -56,7 +56,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from bench.harness import BenchRun, ThreadedResult, run_threads
+from bench.harness import BenchRun, ThreadedResult, merge_rounds, run_threads
 from bench.options import pick
 from bench.report import Measurement, Target, measurement, ratio_target
 
@@ -110,25 +110,6 @@ def postgres_available(given_dsn: str | None) -> bool:
     from bench.pgserver import find_bindir
 
     return bool(given_dsn) or find_bindir() is not None
-
-
-def _merge(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Sum the rounds of each label into one record (ops, seconds, latencies)."""
-    merged: dict[str, dict[str, Any]] = {}
-    for record in records:
-        known = merged.get(record["label"])
-        if known is None:
-            merged[record["label"]] = {
-                **record,
-                "latencies_ns": list(record.get("latencies_ns", ())),
-                "params": {**record["params"], "rounds": 1},
-            }
-        else:
-            known["ops"] += record["ops"]
-            known["seconds"] += record["seconds"]
-            known["latencies_ns"].extend(record.get("latencies_ns", ()))
-            known["params"]["rounds"] += 1
-    return list(merged.values())
 
 
 class _Child:
@@ -469,7 +450,7 @@ def _run_on(run_: BenchRun, args: argparse.Namespace, dsn: str) -> None:
         finally:
             for close in reversed(closers):
                 close()
-    for record in _merge(records):
+    for record in merge_rounds(records):
         run_.measurements.append(measurement(scenario=NAME, operation="append", **record))
     run_.measurements.extend(latencies)
 
