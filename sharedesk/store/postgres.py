@@ -51,22 +51,25 @@ Group commit. A plain append (no ``expected_version``, no ``unless_stored``) mad
 another plain append of this store is under way goes to the store's group writer (a
 :class:`~sharedesk.store._group_commit.GroupCommitter`, thread
 ``sharedesk-pg-writer:<dsn>``); a lone one runs on its caller's thread as above. The
-writer takes the waiting appends as a group and runs them in one transaction: every
-write's first ``append_events`` call goes out in one pipeline, in the order of the
-session ids' bytes (so two processes' groups lock rows in one order and cannot deadlock
-on each other), the writes answered ``stale``, ``known`` or ``parent`` are planned again
-in the same transaction, a write that fails its own checks gets its error and leaves the
-others alone, and one ``COMMIT`` ends it: one WAL flush and, with ``notify="commit"``,
-one turn of the notify lock for the whole group, instead of one each. When the
-transaction fails (a server error, a lost connection, also during the ``COMMIT``), each
-write of the group is appended alone, as above: plain appends are idempotent by id, so
-the outcome is the same whether the group committed or not. ``group_commit=False``
-appends every write alone. Measured (``python -m bench append --backend postgres``, 16
-threads, 1,000 desks, one event per call, fsync on, 2 shared cores, three runs): the
-default store appends at 0.59-0.96x the eventsourcing library's
-``PostgresAggregateRecorder`` and 0.61-0.64x raw psycopg (one transaction per append),
-where committing every append alone reached 0.30x and 0.22x; the group writer's CPU
-(plans, parameters, the pipeline, under the GIL) is what bounds it (see the README).
+writer takes the waiting appends as a group and writes them with one statement
+(``append_group``, its own transaction), at most one write per session: each write is
+planned on its session's cached tail, the plans go to the server as arrays, and the
+statement locks the sessions' ``streams`` rows in the order of the session ids' bytes
+(so two processes' groups cannot deadlock on each other), writes the plans of the
+sessions whose row, ids and stored parents are as planned, notifies each, and names
+them. One commit ends it: one WAL flush and, with ``notify="commit"``, one turn of the
+notify lock for the whole group, instead of one each. Each write the statement did not
+write (its session not cached here, a second write of one session, a stale tail, an id
+already stored, a parent that is not a root) is then appended alone, which plans it
+exactly. When the statement fails (a server error, a lost connection, also during the
+commit), each write of the group is appended alone: plain appends are idempotent by id,
+so the outcome is the same whether the group committed or not. ``group_commit=False``
+appends every write alone. Every pooled connection uses generic plans
+(``plan_cache_mode = force_generic_plan``): the default mode kept re-planning the group
+statement, which cost more than running it. Measured (``python -m bench append
+--backend postgres``, 16 threads, 1,000 desks, one event per call, fsync on, 2 shared
+cores): see the README's PostgreSQL figures; one writer thread beat two (each with its
+own connection), whose groups were half the size.
 
 Notices. Each commit that stored events announces ``<last_seq>:<hex of the session
 id's UTF-8>`` (hex, because a payload cannot hold NUL and a session id can) on the
@@ -244,6 +247,17 @@ def _check_seconds(name: str, value: Any, low: float, high: float) -> float:
     return float(value)
 
 
+def _configure(conn: psycopg.Connection[Any]) -> None:
+    """Set up a new pooled connection: generic plans for every prepared statement.
+
+    The store's statements look rows up by key, which a generic plan does as well as a
+    custom one; with the default ``plan_cache_mode`` PostgreSQL keeps re-planning the
+    ``append_group`` statement (its generic plan looks costlier than the one-row custom
+    plans), which costs more than executing it.
+    """
+    conn.execute("SET plan_cache_mode = force_generic_plan")
+
+
 def _utf8(value: str) -> bytes:
     return value.encode("utf-8")
 
@@ -304,16 +318,21 @@ class _GroupWrite(Request):
         self.write = write
 
 
-#: A notice to send once its transaction has committed: (session id's UTF-8, last seq).
-_Told = list[tuple[bytes, int]]
-
-
 class _Tail(NamedTuple):
     """What a store last saw of a session's ``streams`` row (plans start from it)."""
 
     last: int
     text_count: int
     state: bytes | None
+
+
+class _Unit(NamedTuple):
+    """A write of a group, planned on its session's cached tail."""
+
+    request: _GroupWrite
+    sid: bytes
+    tail: _Tail
+    plan: AppendPlan
 
 
 _EMPTY_TAIL: Final = _Tail(0, 0, None)
@@ -444,6 +463,7 @@ class PostgresStore:
             timeout=self._connect_timeout,
             name=f"sharedesk-pg:{self._path}",
             kwargs={"autocommit": True},  # reads are one statement; writes say BEGIN
+            configure=_configure,
             num_workers=2,
             open=False,
         )
@@ -664,90 +684,157 @@ class PostgresStore:
         )
 
     def _commit_group(self, group: list[_GroupWrite], before_commit: Callable[[], None]) -> None:
-        """Write a group of plain appends in one transaction: one commit, one flush.
+        """Write a group of plain appends in one statement: one transaction, one flush.
 
         The group writer's commit function (see ``_group_commit``). A group of one is
-        appended alone. Otherwise each write's ``append_events`` call (re-planned in
-        the same transaction as :meth:`_append_in` re-plans) runs in one transaction,
-        in the order of their session ids, so that the row locks of two groups (of two
-        processes) are taken in one order and cannot deadlock; a write that fails its
-        own checks gets its error and leaves the others alone; then one ``COMMIT``
-        (one ``NOTIFY`` lock, one WAL flush). When the transaction fails (a server
-        error, a lost connection, also during the ``COMMIT``), each write is appended
-        alone: plain appends are idempotent by id, so the outcome is the same whether
-        or not the group committed.
+        appended alone. Otherwise each write is planned on its session's cached tail
+        and the plans go to the server as one ``append_group`` statement (its own
+        transaction): it locks the sessions' ``streams`` rows in session-id order (so
+        two groups, of two processes, cannot deadlock) and writes the plan of every
+        session whose row still holds the planned last sequence, none of whose ids is
+        stored and whose stored parents are root ``Text`` rows; the others are left
+        alone. Each write not written so (a session not cached here, a second write
+        of one session in the group, a plan that failed its own checks or that the
+        server refused) is then appended alone, which re-plans it exactly. When the
+        statement fails (a server error, a lost connection, also mid-commit), each
+        write is appended alone: plain appends are idempotent by id, so the outcome
+        is the same whether or not the group committed.
         """
         before_commit()  # the last group's callers run while this one is written
         if len(group) == 1:
             self._settle_alone(group[0])
             return
-        writes = sorted(group, key=lambda request: request.write.session_id.encode())
-        outcomes: list[tuple[list[Event] | None, SharedeskError | None]] = []
-        told: _Told = []
-        try:
-            self._live()
-            with self._pool.connection() as conn, conn.transaction():
-                with conn.pipeline():  # every first call sent at once, answered at once
-                    calls = [self._first_call(conn, request.write) for request in writes]
-                for request, call in zip(writes, calls, strict=True):
-                    try:
-                        result = None if call is None else self._first_answer(call, told)
-                        if result is None:  # plan again, in this transaction
-                            result = self._append_in(conn, request.write, _Attempt(), told)
-                    except SharedeskError as exc:
-                        outcomes.append((None, exc))
-                    else:
-                        outcomes.append((result, None))
-        except (psycopg.Error, PoolTimeout, SharedeskError) as exc:
-            for request in writes:  # what this transaction cached was not committed
-                self._tails.pop(request.write.session_id.encode(), None)
-            _log.warning(
-                "store.pg_group_failed",
-                path=self._path,
-                writes=len(group),
-                error=type(exc).__name__,
-            )
-            for request in writes:
-                self._settle_alone(request)
-            return
-        for request, (stored, error) in zip(writes, outcomes, strict=True):
-            request.settle(stored, error)
-        if self._notifier is not None:
-            for sid, last in told:
-                self._notifier.tell(sid, last)
-
-    def _first_call(
-        self, conn: psycopg.Connection[Any], write: _Write
-    ) -> tuple[bytes, AppendPlan, psycopg.Cursor[Any]] | None:
-        """Send a group write's first ``append_events`` call (in a pipeline).
-
-        Planned as :meth:`_append_in` plans first, on the cached tail; ``None`` when
-        that plan fails its own checks (the write is then planned again after).
-        """
-        sid = _utf8(write.session_id)
-        tail = self._tails.get(sid, _EMPTY_TAIL)
+        units: list[_Unit] = []
+        later: list[_GroupWrite] = []
+        planned: set[bytes] = set()
         now = datetime.now(UTC)
-        try:
-            plan = self._plan_on(write, tail, {}, None, now)
-        except ValidationError:
-            return None
-        query, params, _probe, _parents = self._call(write, sid, None, tail, plan, now)
-        return sid, plan, conn.execute(query, params, binary=True)
+        for request in group:
+            write = request.write
+            sid = _utf8(write.session_id)
+            tail = self._tails.get(sid)
+            if tail is None or sid in planned:
+                later.append(request)
+                continue
+            try:
+                plan = self._plan_on(write, tail, {}, None, now)
+            except ValidationError:
+                later.append(request)
+                continue
+            planned.add(sid)
+            units.append(_Unit(request, sid, tail, plan))
+        units.sort(key=lambda unit: unit.sid)  # lock order: see _Queries.group
+        written: dict[bytes, int] = {}
+        if units:
+            try:
+                self._live()
+                with self._pool.connection() as conn:
+                    query, params = self._group_call(units, now)
+                    answer = conn.execute(query, params, binary=True)
+                    written = {bytes(sid): texts for sid, texts, _ in answer}
+            except (psycopg.Error, PoolTimeout, SharedeskError) as exc:
+                for unit in units:  # what the statement may have written is unknown
+                    self._tails.pop(unit.sid, None)
+                _log.warning(
+                    "store.pg_group_failed",
+                    path=self._path,
+                    writes=len(group),
+                    error=type(exc).__name__,
+                )
+                later.extend(unit.request for unit in units)
+                units = []
+        for unit in units:
+            texts = written.get(unit.sid)
+            if texts is None:
+                later.append(unit.request)
+                continue
+            plan = unit.plan
+            last = plan.new[-1].sequence
+            assert last is not None
+            state = unit.tail.state if plan.state is None else ENCODER.encode(plan.state)
+            self._remember(unit.sid, _Tail(last, texts, state))
+            unit.request.settle(plan.result)
+            if self._notifier is not None:
+                self._notifier.tell(unit.sid, last)
+        for request in later:
+            self._settle_alone(request)
 
-    def _first_answer(
-        self, call: tuple[bytes, AppendPlan, psycopg.Cursor[Any]], told: _Told
-    ) -> list[Event] | None:
-        """Return the stored events of a first call that wrote its plan, else ``None``."""
-        sid, plan, cursor = call
-        row = cursor.fetchone()
-        assert row is not None
-        outcome, last, texts, state, _seqs, _records = row
-        self._remember(sid, _Tail(last, texts, state))
-        if outcome != "ok":
-            return None  # "stale", "known" or "parent": nothing was written
-        if self._notifier is not None:
-            told.append((sid, last))
-        return plan.result
+    def _group_call(self, units: list[_Unit], now: datetime) -> tuple[str, dict[str, Any]]:
+        """Return the ``append_group`` statement writing ``units`` and its parameters."""
+        sids: list[bytes] = []
+        lasts: list[int] = []
+        new_lasts: list[int | None] = []
+        texts: list[int] = []
+        states: list[bytes | None] = []
+        payloads: list[str] = []
+        e_sid: list[bytes] = []
+        e_seq: list[int | None] = []
+        e_id: list[bytes] = []
+        e_kind: list[str] = []
+        e_parent: list[int] = []
+        e_run: list[bytes] = []
+        e_record: list[bytes] = []
+        p_sid: list[bytes] = []
+        p_seq: list[int] = []
+        r_sid: list[bytes] = []
+        r_root: list[int] = []
+        r_reply: list[int] = []
+        for _request, sid, tail, plan in units:
+            new = plan.new
+            last = new[-1].sequence
+            sids.append(sid)
+            lasts.append(tail.last)
+            new_lasts.append(last)
+            texts.append(plan.texts)
+            states.append(None if plan.state is None else ENCODER.encode(plan.state))
+            payloads.append(f"{last}:{sid.hex()}")
+            stored_parents: set[int] = set()
+            for event in new:
+                parent = event.parent
+                e_sid.append(sid)
+                e_seq.append(event.sequence)
+                e_id.append(event_id_key(b"", event.id))
+                e_kind.append(type(event.body).__name__)
+                e_run.append(b"" if event.run_id is None else run_index_key(b"", event.run_id))
+                e_record.append(ENCODER.encode(event))
+                if parent is None:
+                    e_parent.append(0)
+                    continue
+                e_parent.append(parent)
+                if parent <= tail.last and parent not in stored_parents:
+                    stored_parents.add(parent)
+                    p_sid.append(sid)
+                    p_seq.append(parent)
+            for root, reply in plan.first_replies.items():
+                r_sid.append(sid)
+                r_root.append(root)
+                r_reply.append(reply)
+        params: dict[str, Any] = {
+            "sid": sids,
+            "last": lasts,
+            "new_last": new_lasts,
+            "texts": texts,
+            "state": states,
+            "payload": payloads,
+            "e_sid": e_sid,
+            "e_seq": e_seq,
+            "e_id": e_id,
+            "e_kind": e_kind,
+            "e_parent": e_parent,
+            "e_run": e_run,
+            "e_record": e_record,
+            "at": now,
+        }
+        if p_sid:
+            params["p_sid"] = p_sid
+            params["p_seq"] = p_seq
+        if r_sid:
+            params["r_sid"] = r_sid
+            params["r_root"] = r_root
+            params["r_reply"] = r_reply
+        notify = self._notifier is None
+        if notify:
+            params["channel"] = self._channel
+        return self._sql.group(bool(p_sid), bool(r_sid), notify), params
 
     def _settle_alone(self, request: _GroupWrite) -> None:
         try:
@@ -760,7 +847,6 @@ class PostgresStore:
         conn: psycopg.Connection[Any],
         write: _Write,
         attempt: _Attempt,
-        told: _Told | None = None,
     ) -> list[Event]:
         """Append ``write`` with ``append_events``: one statement, usually one round trip.
 
@@ -770,8 +856,7 @@ class PostgresStore:
         under the row lock and either writes the plan or says what to plan again with
         (known ids, the real tail, the real parents). A plan that fails its own checks
         is decided by the exact path (:meth:`_write_in`) instead, since what it assumed
-        may be out of date. ``told`` (inside a group's transaction) collects the
-        notices for the notifier thread to send once the group has committed.
+        may be out of date.
         """
         session_id = write.session_id
         sid = _utf8(session_id)
@@ -800,10 +885,7 @@ class PostgresStore:
             self._remember(sid, _Tail(last, texts, state))
             if outcome == "ok":
                 if new and self._notifier is not None:
-                    if told is None:
-                        self._notifier.tell(sid, last)
-                    else:
-                        told.append((sid, last))
+                    self._notifier.tell(sid, last)
                 return plan.result
             if outcome == "conflict":
                 assert write.expected_version is not None
@@ -820,7 +902,7 @@ class PostgresStore:
                 rows = {}
                 for seq, kind, parent, _reply in conn.execute(self._sql.parents, [sid, parents]):
                     rows[seq] = StoredRow(kind, parent)
-        return self._write_in(conn, write, attempt, told)
+        return self._write_in(conn, write, attempt)
 
     def _plan_on(
         self,
@@ -1009,13 +1091,8 @@ class PostgresStore:
         conn: psycopg.Connection[Any],
         write: _Write,
         attempt: _Attempt,
-        told: _Told | None = None,
     ) -> list[Event]:
-        """Check ``write`` against the locked stream and write it, in one transaction.
-
-        Inside a group's transaction it is a savepoint, and ``told`` collects its
-        notice (see :meth:`_append_in`).
-        """
+        """Check ``write`` against the locked stream and write it, in one transaction."""
         sql = self._sql
         session_id = write.session_id
         sid = _utf8(session_id)
@@ -1091,10 +1168,7 @@ class PostgresStore:
             attempt.commit_sent(conn, probe, plan.result)  # leaving the block sends COMMIT
         if plan.new:
             if self._notifier is not None:
-                if told is None:
-                    self._notifier.tell(sid, stream.last + len(plan.new))
-                else:
-                    told.append((sid, stream.last + len(plan.new)))
+                self._notifier.tell(sid, stream.last + len(plan.new))
             raw_state = stream.state if plan.state is None else ENCODER.encode(plan.state)
             self._remember(
                 sid, _Tail(stream.last + len(plan.new), stream.text_count + plan.texts, raw_state)
@@ -1562,6 +1636,7 @@ class _Queries:
             f"WHERE last_seq > 0"
         )
         self._writes: dict[tuple[bool, bool], str] = {}
+        self._groups: dict[tuple[bool, bool, bool], str] = {}
 
     def write(self, replies: bool, sharing: bool) -> str:
         """Return the one statement that writes an append's rows (see ``_write_rows``)."""
@@ -1591,6 +1666,74 @@ class _Queries:
                 f"CASE WHEN %s::text IS NULL THEN NULL ELSE pg_notify(%s::text, %s::text) END"
             )
             query = self._writes[key] = "".join(parts)
+        return query
+
+    def group(self, parents: bool, replies: bool, notify: bool) -> str:
+        """Return the ``append_group`` statement of a group's plans (one session each).
+
+        It locks the sessions' ``streams`` rows in the order given (the caller sorts
+        them by session id), keeps the sessions whose row holds the planned last
+        sequence, none of whose event ids is stored and (``parents``) whose stored
+        parents are root ``Text`` rows, writes their events, rows and (``replies``)
+        first replies, and returns each written session's id and ``Text`` count,
+        notifying each one (``notify``). A shape without parents or replies leaves
+        their parts out, which the server then neither plans nor starts.
+        """
+        key = (parents, replies, notify)
+        query = self._groups.get(key)
+        if query is not None:
+            return query
+        s = self.s
+        bad = (
+            f"SELECT ev.sid FROM ev JOIN {s}.events e "
+            f"ON e.session_id = ev.sid AND e.id_key = ev.id_key"
+        )
+        if parents:
+            bad += (
+                f" UNION ALL SELECT p.sid FROM unnest(%(p_sid)b::bytea[], %(p_seq)b::bigint[]) "
+                f"AS p(sid, seq) LEFT JOIN {s}.events e ON e.session_id = p.sid AND e.seq = p.seq "
+                f"WHERE e.seq IS NULL OR e.kind <> 'Text' OR e.parent IS NOT NULL"
+            )
+        parts = [
+            "WITH u AS MATERIALIZED (SELECT * FROM unnest(%(sid)b::bytea[], "
+            "%(last)b::bigint[], %(new_last)b::bigint[], %(texts)b::bigint[], "
+            "%(state)b::bytea[], %(payload)b::text[]) "
+            "AS u(sid, last, new_last, texts, state, payload)), "
+            f"lk AS MATERIALIZED (SELECT l.* FROM u CROSS JOIN LATERAL (SELECT st.session_id, "
+            f"st.last_seq FROM {s}.streams st WHERE st.session_id = u.sid FOR UPDATE) l), "
+            "ev AS MATERIALIZED (SELECT * FROM unnest(%(e_sid)b::bytea[], %(e_seq)b::bigint[], "
+            "%(e_id)b::bytea[], %(e_kind)b::text[], %(e_parent)b::bigint[], "
+            "%(e_run)b::bytea[], %(e_record)b::bytea[]) "
+            "AS ev(sid, seq, id_key, kind, parent, run_key, record)), "
+            f"bad AS MATERIALIZED ({bad}), "
+            "ok AS MATERIALIZED (SELECT u.* FROM u JOIN lk "
+            "ON lk.session_id = u.sid AND lk.last_seq = u.last "
+            "WHERE NOT EXISTS (SELECT 1 FROM bad WHERE bad.sid = u.sid)), "
+            f"upd AS (UPDATE {s}.streams st SET last_seq = ok.new_last, "
+            "text_count = st.text_count + ok.texts, last_activity = %(at)b::timestamptz, "
+            "state = coalesce(ok.state, st.state) FROM ok WHERE st.session_id = ok.sid "
+            "RETURNING st.session_id, st.text_count, ok.payload), "
+            f"ins AS (INSERT INTO {s}.events "
+            "(session_id, seq, id_key, kind, parent, run_key, record) "
+            "SELECT ev.sid, ev.seq, ev.id_key, ev.kind, nullif(ev.parent, 0), "
+            "nullif(ev.run_key, ''::bytea), ev.record "
+            "FROM ev JOIN upd ON upd.session_id = ev.sid)",
+        ]
+        if replies:
+            parts.append(
+                f", rep AS (INSERT INTO {s}.replies (session_id, root, reply) "
+                "SELECT r.sid, r.root, r.reply FROM unnest(%(r_sid)b::bytea[], "
+                "%(r_root)b::bigint[], %(r_reply)b::bigint[]) AS r(sid, root, reply) "
+                "JOIN upd ON upd.session_id = r.sid ON CONFLICT DO NOTHING)"
+            )
+        if notify:
+            parts.append(
+                " SELECT upd.session_id, upd.text_count, "
+                "pg_notify(%(channel)b::text, upd.payload) FROM upd"
+            )
+        else:
+            parts.append(" SELECT upd.session_id, upd.text_count, NULL FROM upd")
+        query = self._groups[key] = "".join(parts)
         return query
 
 

@@ -30,18 +30,23 @@ from sharedesk.protocol import (
     Conversation,
     Event,
     SchemaTooNewError,
+    SessionStarted,
     SharingState,
     StoreClosedError,
     StoreIOError,
+    System,
     Text,
+    TextDelta,
     ValidationError,
 )
+from sharedesk.protocol.sessions import SESSION_STARTED_ID
 from sharedesk.protocol.validation import check_append_args
 from sharedesk.store import postgres
 from sharedesk.store._pg_schema import SCHEMA_VERSION
 from sharedesk.store.postgres import Notify, PostgresStore
 from tests.store.contract import (
     ALICE,
+    BOT,
     ContractStore,
     StoreContract,
     run_threads,
@@ -663,11 +668,22 @@ class TestGroupCommit:
     def test_a_group_of_appends_to_several_sessions_commits_in_one_transaction(
         self, pg: PostgresStore, dsn: str
     ) -> None:
-        outcomes = commit_as_group(pg, [("b", [text("b1")]), ("a", [text("a1")]), ("c", [text()])])
+        for session_id in ("a", "b", "c"):
+            pg.append(session_id, [text()])
 
-        assert [[1], [1], [1]] == sequences(outcomes)
-        assert outcomes == [pg.read("b"), pg.read("a"), pg.read("c")]
-        assert 1 == transactions_of_events(dsn)
+        outcomes = commit_as_group(pg, [("b", [text("b2")]), ("a", [text("a2")]), ("c", [text()])])
+
+        assert [[2], [2], [2]] == sequences(outcomes)
+        assert outcomes == [pg.read("b", after=1), pg.read("a", after=1), pg.read("c", after=1)]
+        assert 4 == transactions_of_events(dsn)  # the three first appends and the group
+
+    def test_a_session_this_store_has_not_written_is_appended_alone(
+        self, pg: PostgresStore, dsn: str
+    ) -> None:
+        outcomes = commit_as_group(pg, [("a", [text()]), ("b", [text()])])
+
+        assert [[1], [1]] == sequences(outcomes)
+        assert 2 == transactions_of_events(dsn)
 
     def test_two_appends_to_one_session_in_a_group_are_sequenced_one_after_the_other(
         self, pg: PostgresStore, dsn: str
@@ -679,57 +695,93 @@ class TestGroupCommit:
         assert [[2], [3, 4]] == sequences(outcomes)
         assert ["hello", "x", "y", "z"] == [cast(Text, e.body).content for e in pg.read("s")]
 
-    def test_a_write_planned_on_a_stale_tail_is_planned_again_inside_its_group(
+    def test_a_write_planned_on_a_stale_tail_is_appended_alone_after_its_group(
         self, pg: PostgresStore, dsn: str
     ) -> None:
         pg.append("s", [text()])
+        pg.append("t", [text()])
         with PostgresStore(dsn) as other:
             other.append("s", [text(), text()])
 
         outcomes = commit_as_group(pg, [("s", [text("mine")]), ("t", [text()])])
 
-        assert [[4], [1]] == sequences(outcomes)
-        assert 3 == transactions_of_events(dsn)  # pg's first, other's, and the group
+        assert [[4], [2]] == sequences(outcomes)
+        assert ["hello"] * 3 + ["mine"] == [cast(Text, e.body).content for e in pg.read("s")]
+        assert 5 == transactions_of_events(dsn)  # pg's two, other's, the group, s alone
 
     def test_a_known_id_in_a_group_is_answered_with_its_stored_event(
         self, pg: PostgresStore
     ) -> None:
         (stored,) = pg.append("s", [text("first", id="x")])
+        pg.append("t", [text()])
 
         outcomes = commit_as_group(pg, [("s", [text("again", id="x")]), ("t", [text()])])
 
-        assert [[stored], pg.read("t")] == outcomes
+        assert [[stored], pg.read("t", after=1)] == outcomes
         assert 1 == pg.last_sequence("s")
 
     def test_a_write_failing_its_checks_fails_alone_and_the_others_commit(
         self, pg: PostgresStore, dsn: str
     ) -> None:
         pg.append("s", [text("root"), text("reply", parent=1)])
+        pg.append("t", [text()])
+        pg.append("u", [text()])
 
         outcomes = commit_as_group(
             pg, [("s", [text("deeper", parent=2)]), ("t", [text()]), ("u", [text()])]
         )
 
         assert isinstance(outcomes[0], ValidationError)
-        assert [pg.read("t"), pg.read("u")] == outcomes[1:]
-        assert (2, 1, 1) == (pg.last_sequence("s"), pg.last_sequence("t"), pg.last_sequence("u"))
+        assert [pg.read("t", after=1), pg.read("u", after=1)] == outcomes[1:]
+        assert (2, 2, 2) == (pg.last_sequence("s"), pg.last_sequence("t"), pg.last_sequence("u"))
+
+    def test_a_reply_in_a_group_to_a_stored_root_records_the_first_reply(
+        self, pg: PostgresStore
+    ) -> None:
+        pg.append("s", [text("root")])
+        pg.append("t", [text()])
+
+        outcomes = commit_as_group(pg, [("s", [text("reply", parent=1)]), ("t", [text()])])
+
+        assert [[2], [2]] == sequences(outcomes)
+        assert {1: 2} == pg.first_replies("s", [1])
+
+    def test_a_group_keeps_run_rows_and_the_folded_session_state(
+        self, pg: PostgresStore, dsn: str
+    ) -> None:
+        pg.append("s", [text()])
+        pg.append("t", [text()])
+        started = Event(System("session", "x"), SessionStarted({"k": 1}), id=SESSION_STARTED_ID)
+        run = [Event(BOT, TextDelta("ch"), run_id="run-1")]
+
+        outcomes = commit_as_group(pg, [("s", [started]), ("t", run)])
+
+        assert [[2], [2]] == sequences(outcomes)
+        assert {"k": 1} == pg.session_state("s").metadata
+        assert outcomes[1] == pg.run_events("t", "run-1")
+        with PostgresStore(dsn) as fresh:  # the stored state, not this store's cache
+            assert {"k": 1} == fresh.session_state("s").metadata
 
     def test_a_group_whose_commit_is_interrupted_is_appended_write_by_write(
         self, pg: PostgresStore, dsn: str
     ) -> None:
+        pg.append("s", [text()])
+        pg.append("t", [text()])
         interrupt_next_commit(dsn)
 
         outcomes = commit_as_group(pg, [("s", [text(id="e1")]), ("t", [text(id="e2")])])
 
-        assert [pg.read("s"), pg.read("t")] == outcomes
-        assert [["e1"], ["e2"]] == [[e.id for e in pg.read(sid)] for sid in ("s", "t")]
-        assert 2 == transactions_of_events(dsn)
+        assert [pg.read("s", after=1), pg.read("t", after=1)] == outcomes
+        assert [["e1"], ["e2"]] == [[e.id for e in pg.read(sid, after=1)] for sid in ("s", "t")]
+        assert 4 == transactions_of_events(dsn)
 
     def test_appends_from_threads_waiting_for_the_writer_share_one_commit(
         self, pg: PostgresStore, dsn: str
     ) -> None:
         """Two appends to a locked session hold the caller and the writer; three more queue."""
         pg.append("locked", [text()])
+        for session_id in ("a", "b", "c"):
+            pg.append(session_id, [text()])
         done: list[str] = []
         lock = threading.Lock()
 
@@ -757,7 +809,8 @@ class TestGroupCommit:
 
         xmins = rows(
             dsn,
-            "SELECT DISTINCT xmin::text FROM sharedesk.events WHERE session_id = ANY(%s)",
+            "SELECT DISTINCT xmin::text FROM sharedesk.events "
+            "WHERE session_id = ANY(%s) AND seq = 2",
             [[b"a", b"b", b"c"]],
         )
         assert (1, 3) == (len(xmins), pg.last_sequence("locked"))
