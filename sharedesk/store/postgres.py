@@ -335,6 +335,17 @@ class _Unit(NamedTuple):
     plan: AppendPlan
 
 
+class _GroupShape(NamedTuple):
+    """Which optional parts a group's ``append_group`` statement needs (see ``_Queries``)."""
+
+    parents: bool  # a stored parent to check
+    replies: bool  # a first reply to record
+    states: bool  # a folded session state to store
+    runs: bool  # an event of a run
+    event_parents: bool  # an event with a parent
+    notify: bool  # notices sent by the statement
+
+
 _EMPTY_TAIL: Final = _Tail(0, 0, None)
 #: ``stored_row`` of a first plan: every stored parent taken for a root ``Text`` row
 #: (``append_events`` checks them; a ``parent`` answer brings the real rows).
@@ -700,8 +711,8 @@ class PostgresStore:
         write is appended alone: plain appends are idempotent by id, so the outcome
         is the same whether or not the group committed.
         """
-        before_commit()  # the last group's callers run while this one is written
         if len(group) == 1:
+            before_commit()
             self._settle_alone(group[0])
             return
         units: list[_Unit] = []
@@ -724,11 +735,14 @@ class PostgresStore:
             units.append(_Unit(request, sid, tail, plan))
         units.sort(key=lambda unit: unit.sid)  # lock order: see _Queries.group
         written: dict[bytes, int] = {}
-        if units:
+        if not units:
+            before_commit()
+        else:
+            query, params = self._group_call(units, now)
             try:
                 self._live()
                 with self._pool.connection() as conn:
-                    query, params = self._group_call(units, now)
+                    before_commit()  # the last group's callers run while this one is written
                     answer = conn.execute(query, params, binary=True)
                     written = {bytes(sid): texts for sid, texts, _ in answer}
             except (psycopg.Error, PoolTimeout, SharedeskError) as exc:
@@ -755,6 +769,7 @@ class PostgresStore:
             unit.request.settle(plan.result)
             if self._notifier is not None:
                 self._notifier.tell(unit.sid, last)
+        before_commit()  # called already, unless the statement failed before it was sent
         for request in later:
             self._settle_alone(request)
 
@@ -765,7 +780,6 @@ class PostgresStore:
         new_lasts: list[int | None] = []
         texts: list[int] = []
         states: list[bytes | None] = []
-        payloads: list[str] = []
         e_sid: list[bytes] = []
         e_seq: list[int | None] = []
         e_id: list[bytes] = []
@@ -778,30 +792,38 @@ class PostgresStore:
         r_sid: list[bytes] = []
         r_root: list[int] = []
         r_reply: list[int] = []
+        any_state = any_run = any_parent = False
         for _request, sid, tail, plan in units:
             new = plan.new
-            last = new[-1].sequence
             sids.append(sid)
             lasts.append(tail.last)
-            new_lasts.append(last)
+            new_lasts.append(new[-1].sequence)
             texts.append(plan.texts)
-            states.append(None if plan.state is None else ENCODER.encode(plan.state))
-            payloads.append(f"{last}:{sid.hex()}")
-            stored_parents: set[int] = set()
+            checked: set[int] = set()  # this session's stored parents, checked once each
+            if plan.state is None:
+                states.append(None)
+            else:
+                states.append(ENCODER.encode(plan.state))
+                any_state = True
             for event in new:
-                parent = event.parent
                 e_sid.append(sid)
                 e_seq.append(event.sequence)
                 e_id.append(event_id_key(b"", event.id))
                 e_kind.append(type(event.body).__name__)
-                e_run.append(b"" if event.run_id is None else run_index_key(b"", event.run_id))
                 e_record.append(ENCODER.encode(event))
+                if event.run_id is None:
+                    e_run.append(b"")
+                else:
+                    e_run.append(run_index_key(b"", event.run_id))
+                    any_run = True
+                parent = event.parent
                 if parent is None:
                     e_parent.append(0)
                     continue
                 e_parent.append(parent)
-                if parent <= tail.last and parent not in stored_parents:
-                    stored_parents.add(parent)
+                any_parent = True
+                if parent <= tail.last and parent not in checked:
+                    checked.add(parent)
                     p_sid.append(sid)
                     p_seq.append(parent)
             for root, reply in plan.first_replies.items():
@@ -813,17 +835,19 @@ class PostgresStore:
             "last": lasts,
             "new_last": new_lasts,
             "texts": texts,
-            "state": states,
-            "payload": payloads,
             "e_sid": e_sid,
             "e_seq": e_seq,
             "e_id": e_id,
             "e_kind": e_kind,
-            "e_parent": e_parent,
-            "e_run": e_run,
             "e_record": e_record,
             "at": now,
         }
+        if any_state:
+            params["state"] = states
+        if any_run:
+            params["e_run"] = e_run
+        if any_parent:
+            params["e_parent"] = e_parent
         if p_sid:
             params["p_sid"] = p_sid
             params["p_seq"] = p_seq
@@ -834,7 +858,8 @@ class PostgresStore:
         notify = self._notifier is None
         if notify:
             params["channel"] = self._channel
-        return self._sql.group(bool(p_sid), bool(r_sid), notify), params
+        shape = _GroupShape(bool(p_sid), bool(r_sid), any_state, any_run, any_parent, notify)
+        return self._sql.group(shape), params
 
     def _settle_alone(self, request: _GroupWrite) -> None:
         try:
@@ -1636,7 +1661,7 @@ class _Queries:
             f"WHERE last_seq > 0"
         )
         self._writes: dict[tuple[bool, bool], str] = {}
-        self._groups: dict[tuple[bool, bool, bool], str] = {}
+        self._groups: dict[_GroupShape, str] = {}
 
     def write(self, replies: bool, sharing: bool) -> str:
         """Return the one statement that writes an append's rows (see ``_write_rows``)."""
@@ -1668,19 +1693,20 @@ class _Queries:
             query = self._writes[key] = "".join(parts)
         return query
 
-    def group(self, parents: bool, replies: bool, notify: bool) -> str:
+    def group(self, shape: _GroupShape) -> str:
         """Return the ``append_group`` statement of a group's plans (one session each).
 
         It locks the sessions' ``streams`` rows in the order given (the caller sorts
         them by session id), keeps the sessions whose row holds the planned last
-        sequence, none of whose event ids is stored and (``parents``) whose stored
-        parents are root ``Text`` rows, writes their events, rows and (``replies``)
+        sequence, none of whose event ids is stored and whose stored parents (if
+        ``shape.parents``) are root ``Text`` rows, writes their events, stream rows and
         first replies, and returns each written session's id and ``Text`` count,
-        notifying each one (``notify``). A shape without parents or replies leaves
-        their parts out, which the server then neither plans nor starts.
+        notifying each one unless ``shape.notify`` is false. A part the shape says no
+        group row needs (stored parents, replies, states, run keys, event parents) is
+        left out with its parameters: psycopg adapts fewer arrays, and the server
+        neither plans nor starts that part.
         """
-        key = (parents, replies, notify)
-        query = self._groups.get(key)
+        query = self._groups.get(shape)
         if query is not None:
             return query
         s = self.s
@@ -1688,22 +1714,23 @@ class _Queries:
             f"SELECT ev.sid FROM ev JOIN {s}.events e "
             f"ON e.session_id = ev.sid AND e.id_key = ev.id_key"
         )
-        if parents:
+        if shape.parents:
             bad += (
                 f" UNION ALL SELECT p.sid FROM unnest(%(p_sid)b::bytea[], %(p_seq)b::bigint[]) "
                 f"AS p(sid, seq) LEFT JOIN {s}.events e ON e.session_id = p.sid AND e.seq = p.seq "
                 f"WHERE e.seq IS NULL OR e.kind <> 'Text' OR e.parent IS NOT NULL"
             )
+        state = "%(state)b::bytea[]" if shape.states else "NULL::bytea[]"
+        parent = "%(e_parent)b::bigint[]" if shape.event_parents else "NULL::bigint[]"
+        run = "%(e_run)b::bytea[]" if shape.runs else "NULL::bytea[]"
         parts = [
             "WITH u AS MATERIALIZED (SELECT * FROM unnest(%(sid)b::bytea[], "
-            "%(last)b::bigint[], %(new_last)b::bigint[], %(texts)b::bigint[], "
-            "%(state)b::bytea[], %(payload)b::text[]) "
-            "AS u(sid, last, new_last, texts, state, payload)), "
+            f"%(last)b::bigint[], %(new_last)b::bigint[], %(texts)b::bigint[], {state}) "
+            "AS u(sid, last, new_last, texts, state)), "
             f"lk AS MATERIALIZED (SELECT l.* FROM u CROSS JOIN LATERAL (SELECT st.session_id, "
             f"st.last_seq FROM {s}.streams st WHERE st.session_id = u.sid FOR UPDATE) l), "
             "ev AS MATERIALIZED (SELECT * FROM unnest(%(e_sid)b::bytea[], %(e_seq)b::bigint[], "
-            "%(e_id)b::bytea[], %(e_kind)b::text[], %(e_parent)b::bigint[], "
-            "%(e_run)b::bytea[], %(e_record)b::bytea[]) "
+            f"%(e_id)b::bytea[], %(e_kind)b::text[], {parent}, {run}, %(e_record)b::bytea[]) "
             "AS ev(sid, seq, id_key, kind, parent, run_key, record)), "
             f"bad AS MATERIALIZED ({bad}), "
             "ok AS MATERIALIZED (SELECT u.* FROM u JOIN lk "
@@ -1712,28 +1739,28 @@ class _Queries:
             f"upd AS (UPDATE {s}.streams st SET last_seq = ok.new_last, "
             "text_count = st.text_count + ok.texts, last_activity = %(at)b::timestamptz, "
             "state = coalesce(ok.state, st.state) FROM ok WHERE st.session_id = ok.sid "
-            "RETURNING st.session_id, st.text_count, ok.payload), "
+            "RETURNING st.session_id, st.last_seq, st.text_count), "
             f"ins AS (INSERT INTO {s}.events "
             "(session_id, seq, id_key, kind, parent, run_key, record) "
             "SELECT ev.sid, ev.seq, ev.id_key, ev.kind, nullif(ev.parent, 0), "
             "nullif(ev.run_key, ''::bytea), ev.record "
             "FROM ev JOIN upd ON upd.session_id = ev.sid)",
         ]
-        if replies:
+        if shape.replies:
             parts.append(
                 f", rep AS (INSERT INTO {s}.replies (session_id, root, reply) "
                 "SELECT r.sid, r.root, r.reply FROM unnest(%(r_sid)b::bytea[], "
                 "%(r_root)b::bigint[], %(r_reply)b::bigint[]) AS r(sid, root, reply) "
                 "JOIN upd ON upd.session_id = r.sid ON CONFLICT DO NOTHING)"
             )
-        if notify:
+        if shape.notify:  # the payload: <last_seq>:<hex of the session id>
             parts.append(
-                " SELECT upd.session_id, upd.text_count, "
-                "pg_notify(%(channel)b::text, upd.payload) FROM upd"
+                " SELECT upd.session_id, upd.text_count, pg_notify(%(channel)b::text, "
+                "upd.last_seq || ':' || encode(upd.session_id, 'hex')) FROM upd"
             )
         else:
             parts.append(" SELECT upd.session_id, upd.text_count, NULL FROM upd")
-        query = self._groups[key] = "".join(parts)
+        query = self._groups[shape] = "".join(parts)
         return query
 
 

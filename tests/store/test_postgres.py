@@ -16,13 +16,14 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, cast
 
+import msgspec
 import psycopg
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bench.pgserver import ThrowawayPostgres
-from sharedesk import Hub
+from sharedesk import Hub, MemoryStore
 from sharedesk.protocol import (
     Agent,
     CommitOutcomeUnknown,
@@ -651,6 +652,11 @@ def commit_as_group(
     return outcomes
 
 
+def untimed(events: Sequence[Event]) -> list[Event]:
+    """``events`` without their timestamps (two stores stamp the same write apart)."""
+    return [msgspec.structs.replace(e, timestamp=None) for e in events]
+
+
 def sequences(outcomes: list[list[Event] | BaseException]) -> list[list[int | None]]:
     """The stored sequences of each outcome of :func:`commit_as_group` (all succeeded)."""
     assert all(isinstance(outcome, list) for outcome in outcomes), outcomes
@@ -774,6 +780,92 @@ class TestGroupCommit:
         assert [pg.read("s", after=1), pg.read("t", after=1)] == outcomes
         assert [["e1"], ["e2"]] == [[e.id for e in pg.read(sid, after=1)] for sid in ("s", "t")]
         assert 4 == transactions_of_events(dsn)
+
+    @settings(
+        max_examples=40,
+        deadline=None,
+        suppress_health_check=[HealthCheck.function_scoped_fixture],
+    )
+    @given(
+        sessions=st.lists(
+            st.tuples(
+                st.sampled_from(["fresh", "cached", "stale"]),
+                st.lists(
+                    st.tuples(
+                        st.sampled_from(["text", "reply-stored", "reply-new", "bad", "run"]),
+                        st.sampled_from(["new", "known", "repeat"]),
+                    ),
+                    min_size=1,
+                    max_size=3,
+                ),
+            ),
+            min_size=1,
+            max_size=5,
+        )
+    )
+    def test_a_group_stores_what_appending_each_write_to_a_memory_store_stores(
+        self,
+        dsn: str,
+        sessions: list[tuple[str, list[tuple[str, str]]]],
+    ) -> None:
+        """One write per session: the group's outcomes and rows are a lone append's."""
+        model = MemoryStore()
+        writes: list[tuple[str, list[Event]]] = []
+        with PostgresStore(dsn) as pg, PostgresStore(dsn) as other:
+            for index, (history, specs) in enumerate(sessions):
+                session_id = f"{uuid.uuid4().hex[:8]}-{index}"
+                start = [text("root", id=f"{session_id}-root"), text("reply", parent=1)]
+                if history != "fresh":
+                    for store in (pg, model):
+                        store.append(session_id, start)
+                if history == "stale":  # written by another store after pg cached it
+                    late = [text("late", id=f"{session_id}-late")]
+                    other.append(session_id, late)
+                    model.append(session_id, late)
+                batch: list[Event] = []
+                for n, (kind, ident) in enumerate(specs):
+                    event_id = {
+                        "new": f"{session_id}-{n}",
+                        "known": f"{session_id}-root",
+                        "repeat": f"{session_id}-0",
+                    }[ident]
+                    if kind == "run":
+                        batch.append(Event(BOT, TextDelta("ch"), id=event_id, run_id="r"))
+                        continue
+                    parent = {"text": None, "reply-stored": 1, "reply-new": None, "bad": 2}[kind]
+                    batch.append(text(kind, id=event_id, parent=parent))
+                writes.append((session_id, batch))
+
+            outcomes = commit_as_group(pg, writes)
+
+            for (session_id, batch), outcome in zip(writes, outcomes, strict=True):
+                try:
+                    expected: list[Event] | type[BaseException] = model.append(session_id, batch)
+                except ValidationError:
+                    expected = ValidationError
+                if isinstance(outcome, BaseException):
+                    assert expected is type(outcome)
+                else:
+                    assert isinstance(expected, list)
+                    assert untimed(expected) == untimed(outcome)
+                assert untimed(model.read(session_id)) == untimed(pg.read(session_id))
+                with PostgresStore(dsn) as fresh:  # what is stored, not what pg cached
+                    assert model.first_replies(session_id, [1, 2, 3]) == fresh.first_replies(
+                        session_id, [1, 2, 3]
+                    )
+                    assert model.session_state(session_id) == fresh.session_state(session_id)
+                    assert untimed(model.run_events(session_id, "r")) == untimed(
+                        fresh.run_events(session_id, "r")
+                    )
+                    assert model.last_sequence(session_id) == fresh.last_sequence(session_id)
+                    info, stored_info = (
+                        model.session_info(session_id),
+                        fresh.session_info(session_id),
+                    )
+                    assert (info and info.text_count) == (stored_info and stored_info.text_count)
+                    assert model.log(session_id).read_before(None, 50) == fresh.log(
+                        session_id
+                    ).read_before(None, 50)
 
     def test_appends_from_threads_waiting_for_the_writer_share_one_commit(
         self, pg: PostgresStore, dsn: str
