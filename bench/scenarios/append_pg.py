@@ -37,8 +37,9 @@ Then one thread alone appends ``min(1000, --events)`` times through the store an
 raw psycopg with ``pg_notify``, and the wall time and this process's CPU time per append
 are reported (the client's share of the cost; the pools' threads idle meanwhile).
 
-Targets: store >= 1.0x the aggregate recorder and >= 0.5x raw psycopg, with each
-``notify`` mode; cross-process ``wait_turn`` latency median <= 50 ms (default mode).
+Targets: the default store >= 1.0x the aggregate recorder and >= 0.5x raw psycopg;
+cross-process ``wait_turn`` latency median <= 50 ms. ``notify="after_commit"`` is measured
+as context (its ratio to the default store is noted).
 """
 
 from __future__ import annotations
@@ -478,35 +479,37 @@ def _targets(run_: BenchRun, args: argparse.Namespace) -> None:
             f"raw psycopg, with pg_notify after the commit at {after / raw:.2f}x; the store "
             f"(one statement that writes and notifies) runs at {ours / notify:.2f}x the former"
         )
-    for store, prefix, numerator in (
-        ("PostgresStore", "append-postgres", ours),
-        ("PostgresStore(notify='after_commit')", "append-postgres-after-commit", ours_after),
+    if ours and ours_after:
+        run_.note(
+            f"context: PostgresStore(notify='after_commit') runs at {ours_after / ours:.2f}x "
+            "the default store (a group's notices cost one turn of the notify lock either way; "
+            "after_commit adds the notifier thread's work)"
+        )
+    for name, claim, label, bound in (
+        (
+            "append-postgres-vs-eventsourcing",
+            "vs eventsourcing PostgresAggregateRecorder",
+            f"append eventsourcing aggregate-recorder t={threads}",
+            1.0,
+        ),
+        (
+            "append-postgres-vs-raw-psycopg",
+            "vs raw psycopg, one transaction per append",
+            f"append psycopg raw t={threads}",
+            0.5,
+        ),
     ):
-        for name, claim, label, bound in (
-            (
-                f"{prefix}-vs-eventsourcing",
-                "vs eventsourcing PostgresAggregateRecorder",
-                f"append eventsourcing aggregate-recorder t={threads}",
-                1.0,
-            ),
-            (
-                f"{prefix}-vs-raw-psycopg",
-                "vs raw psycopg, one transaction per append",
-                f"append psycopg raw t={threads}",
-                0.5,
-            ),
-        ):
-            run_.targets.append(
-                ratio_target(
-                    name=name,
-                    claim=f"append {store} t={threads} {claim}",
-                    numerator=numerator,
-                    denominator=run_.rate(label),
-                    bound=bound,
-                    at_least=True,
-                    what="events/s",
-                )
+        run_.targets.append(
+            ratio_target(
+                name=name,
+                claim=f"append PostgresStore t={threads} {claim}",
+                numerator=ours,
+                denominator=run_.rate(label),
+                bound=bound,
+                at_least=True,
+                what="events/s",
             )
+        )
     latency = run_.find("cross-process wait_turn postgres")
     median_ms = None if latency is None or latency.median_us is None else latency.median_us / 1000
     run_.targets.append(

@@ -21,7 +21,11 @@ written: the commit function's ``before_commit()`` wakes them right before its c
 so that they run while that commit syncs instead of taking the GIL from the writer at
 each put; two groups then alternate, one syncing while the other's callers come back
 with their next writes. No caller waits for more than the writing of the group after
-its own.
+its own. A committer built with ``pipeline=False`` wakes a group's callers as soon as it
+is committed instead, so the next group gathers them all: the better choice when a
+commit costs much more than the callers' work between two writes (``PostgresStore``,
+whose group statement has a fixed cost on the server: measured, 16 threads, groups of
+16 at 8,500-9,200 appends/s against alternating groups of 7.5 at 7,600-8,100).
 
 Wake-ups: a caller blocks on a lock acquired when its request is made and released once
 the outcome is settled, the cheapest wake-up CPython offers. The writer wakes only the
@@ -217,6 +221,7 @@ class GroupCommitter(Generic[R]):
         commit: CommitGroup[R],
         *,
         group_wait: float,
+        pipeline: bool = True,
         name: str,
         closed_error: Callable[[], BaseException],
         path: str | None = None,
@@ -229,6 +234,11 @@ class GroupCommitter(Generic[R]):
                 get that error).
             group_wait: Most seconds the writer gathers, once a request is waiting (see
                 the module docstring); 0 commits at once, and hands no batons.
+            pipeline: Whether a committed group's callers are left asleep until the
+                next group's commit when requests are already waiting (see the module
+                docstring); ``False`` wakes them once their group is committed, so the
+                next group gathers all of them (for a store whose commit costs more
+                than the callers' work between two appends).
             name: The writer thread's name.
             closed_error: Makes the error a request gets once the committer is closed.
             path: Named in the log record of a failing commit function.
@@ -237,6 +247,7 @@ class GroupCommitter(Generic[R]):
         """
         self._commit = commit
         self._group_wait = group_wait
+        self._pipeline = pipeline
         self._closed_error = closed_error
         self._path = path
         self._lock = threading.Lock()
@@ -403,7 +414,7 @@ class GroupCommitter(Generic[R]):
                     request.settle(error=exc)
         self._wake_pending()  # in case this group failed before its commit
         with self._cond:
-            defer = bool(self._queue) and not self.closed
+            defer = self._pipeline and bool(self._queue) and not self.closed
         self._pending = group
         if not defer:
             self._wake_pending()

@@ -183,14 +183,12 @@ class TestAppendPostgres:
         } <= labels(postgres_report)
         assert all(m.ops > 0 for m in postgres_report.measurements)
 
-    def test_postgres_backend_checks_two_ratios_per_notify_mode_and_the_latency(
+    def test_postgres_backend_checks_two_ratios_of_the_default_store_and_the_latency(
         self, postgres_report: Report
     ) -> None:
         assert [
             "append-postgres-vs-eventsourcing",
             "append-postgres-vs-raw-psycopg",
-            "append-postgres-after-commit-vs-eventsourcing",
-            "append-postgres-after-commit-vs-raw-psycopg",
             "cross-process-view-latency-median",
         ] == [t.name for t in postgres_report.targets]
         assert all(t.status in ("PASS", "SHORT") for t in postgres_report.targets)

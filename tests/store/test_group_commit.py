@@ -274,6 +274,26 @@ class TestPipelining:
         assert ["first"] == contents(first[1][0])
         assert isinstance(second[1][0], OSError)
 
+    def test_without_pipelining_a_group_is_woken_once_committed_though_requests_wait(
+        self, fake: FakeCommit
+    ) -> None:
+        committer: GroupCommitter[Named] = GroupCommitter(
+            fake, group_wait=0.002, pipeline=False, name="test-no-pipeline", closed_error=closed
+        )
+        try:
+            release, first = hold_first_group(committer, fake)
+            second = in_thread(submit(committer, "second"))
+            wait_until(lambda: committer.queued == 1)
+
+            release.set()
+            for thread, _ in (first, second):
+                thread.join(30)
+        finally:
+            committer.close()
+
+        assert [True, True] == fake.woken_on_entry
+        assert (["first"], ["second"]) == (contents(first[1][0]), contents(second[1][0]))
+
 
 class TestWakeUps:
     def test_callers_of_a_group_are_woken_in_relay(self) -> None:
