@@ -294,6 +294,34 @@ class TestPipelining:
         assert [True, True] == fake.woken_on_entry
         assert (["first"], ["second"]) == (contents(first[1][0]), contents(second[1][0]))
 
+    def test_without_pipelining_the_callers_of_a_group_merge_with_the_requests_queued(
+        self, fake: FakeCommit
+    ) -> None:
+        """A caller split off by a late commit joins the next group instead of its own."""
+        committer: GroupCommitter[Named] = GroupCommitter(
+            fake, group_wait=5.0, pipeline=False, name="test-merge", closed_error=closed
+        )
+        try:
+            release, first = hold_first_group(committer, fake)
+            thread = first[0]
+
+            def first_caller_again() -> list[Event]:  # once answered, "first"'s caller goes on
+                thread.join(30)
+                return committer.submit(Named("third"))
+
+            again = in_thread(first_caller_again)
+            second = in_thread(submit(committer, "second"))
+            wait_until(lambda: committer.queued == 1)
+            time.sleep(0.2)  # the commit takes a while: the gathering window is as long
+
+            release.set()
+            for waiting, _ in (first, second, again):
+                waiting.join(30)
+        finally:
+            committer.close()
+
+        assert [["first"], ["second", "third"]] == fake.groups
+
 
 class TestWakeUps:
     def test_callers_of_a_group_are_woken_in_relay(self) -> None:
