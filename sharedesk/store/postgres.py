@@ -117,18 +117,28 @@ that is safe:
 
 Anything else the driver raises becomes ``StoreIOError`` (with the cause chained);
 transactions the server aborted for a deadlock or a serialisation failure are retried.
+
+A server that stops answering while its connections stay open (a stopped server
+process, a network that drops packets without closing anything) would hold a call
+forever, since psycopg has no per-call timeout: each use of a connection is watched
+(:mod:`sharedesk.store._pg_watchdog`), and one still running ``call_timeout`` seconds
+(default 60) after it began has its connection cut off, which the rules above then
+treat as a lost connection. So every call ends within about ``call_timeout +
+retry_timeout`` (plus ``connect_timeout`` for a new connection), with its result or a
+typed error, and so does ``close()``.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import math
 import random
 import re
 import threading
 import time
 import uuid
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from datetime import UTC, datetime
 from types import TracebackType
 from typing import Any, Final, Literal, NamedTuple, Self, TypeVar, cast
@@ -188,6 +198,7 @@ from sharedesk.store._lmdb_layout import (
     sharing_key,
 )
 from sharedesk.store._pg_schema import check_schema_name, migrate, notify_channel
+from sharedesk.store._pg_watchdog import Watchdog
 
 __all__ = ["Notify", "PostgresStore"]
 
@@ -260,6 +271,19 @@ def _configure(conn: psycopg.Connection[Any]) -> None:
     plans), which costs more than executing it.
     """
     conn.execute("SET plan_cache_mode = force_generic_plan")
+
+
+def _connection_kwargs(dsn: str, connect_timeout: float) -> dict[str, Any]:
+    """Return the pool's connection arguments.
+
+    Autocommit, and ``connect_timeout`` unless the DSN sets it: psycopg's default is
+    130 s, which a pool worker connecting to a server that accepts but never answers
+    would wait.
+    """
+    kwargs: dict[str, Any] = {"autocommit": True}  # reads are one statement; writes BEGIN
+    if "connect_timeout" not in conninfo_to_dict(dsn):
+        kwargs["connect_timeout"] = max(2, math.ceil(connect_timeout))
+    return kwargs
 
 
 def _utf8(value: str) -> bytes:
@@ -413,6 +437,12 @@ class PostgresStore:
         group_commit: Whether plain appends made while others are under way are
             committed together, one transaction per group (see the module header);
             ``False`` commits each alone.
+        call_timeout: Most seconds one use of a connection may take (a statement, or
+            the statements of one write); a use still waiting then has its connection
+            cut off, and is retried or fails like any lost connection, so no call waits
+            on a server that stopped answering for more than about ``call_timeout +
+            retry_timeout`` (see ``_pg_watchdog``). 0: no limit. Raise it for reads so
+            large that one statement takes longer.
 
     Raises:
         ValidationError: An unknown or bad option, or a ``dsn`` that is not a
@@ -436,13 +466,14 @@ class PostgresStore:
         retry_timeout: float = 10.0,
         notify: Notify = "commit",
         group_commit: bool = True,
+        call_timeout: float = 60.0,
         **unknown: Any,
     ) -> None:
         if unknown:
             raise ValidationError(
                 f"unknown PostgresStore options {sorted(unknown)}; the options are "
                 "schema, min_connections, max_connections, connect_timeout, retry_timeout, notify, "
-                "group_commit"
+                "group_commit, call_timeout"
             )
         dsn = _check_dsn(dsn)
         self._schema = check_schema_name(schema)
@@ -454,6 +485,7 @@ class PostgresStore:
             )
         self._connect_timeout = _check_seconds("connect_timeout", connect_timeout, 0.001, 3600)
         self._retry_timeout = _check_seconds("retry_timeout", retry_timeout, 0, 3600)
+        call_timeout = _check_seconds("call_timeout", call_timeout, 0, 86400)
         if notify not in ("commit", "after_commit"):
             raise ValidationError(f"notify must be 'commit' or 'after_commit', got {notify!r}")
         self._notify: Notify = notify
@@ -461,6 +493,7 @@ class PostgresStore:
             raise ValidationError(f"group_commit must be a bool, got {group_commit!r}")
         self._dsn = dsn
         self._path = _redact(dsn)
+        self._watchdog = Watchdog(call_timeout, self._path)
         self._channel = notify_channel(self._schema)
         self._sql = _Queries(f'"{self._schema}"')
         self._closed = False
@@ -479,7 +512,7 @@ class PostgresStore:
             max_size=max_connections,
             timeout=self._connect_timeout,
             name=f"sharedesk-pg:{self._path}",
-            kwargs={"autocommit": True},  # reads are one statement; writes say BEGIN
+            kwargs=_connection_kwargs(dsn, self._connect_timeout),
             configure=_configure,
             num_workers=2,
             open=False,
@@ -502,6 +535,7 @@ class PostgresStore:
             if self._notifier is not None:
                 self._notifier.stop()
             self._pool.close()
+            self._watchdog.stop()
             raise
 
     @property
@@ -524,6 +558,16 @@ class PostgresStore:
     def _live(self) -> None:
         if self._closed:
             raise StoreClosedError(self._path)
+
+    @contextlib.contextmanager
+    def _borrow(self, timeout: float | None = None) -> Iterator[psycopg.Connection[Any]]:
+        """Borrow a pooled connection for one use, cut off after ``call_timeout``.
+
+        Raises:
+            PoolTimeout: No connection within ``timeout`` (default ``connect_timeout``).
+        """
+        with self._pool.connection(timeout) as conn, self._watchdog.watch(conn):
+            yield conn
 
     def _run(
         self,
@@ -554,7 +598,7 @@ class PostgresStore:
             if attempt is not None:
                 attempt.committing = False
             try:
-                with self._pool.connection() as conn:
+                with self._borrow() as conn:
                     return work(conn)
             except SharedeskError:
                 raise
@@ -606,7 +650,7 @@ class PostgresStore:
         """
         while True:
             try:
-                with self._pool.connection() as conn:
+                with self._borrow() as conn:
                     while conn.execute(_BACKEND_ALIVE, [attempt.backend_pid]).fetchone():
                         if time.monotonic() >= deadline or self._closed:
                             return None
@@ -748,7 +792,7 @@ class PostgresStore:
             query, params = self._group_call(units, now)
             try:
                 self._live()
-                with self._pool.connection() as conn:
+                with self._borrow() as conn:
                     before_commit()  # the last group's callers run while this one is written
                     answer = conn.execute(query, params, binary=True)
                     written = {bytes(sid): texts for sid, texts, _ in answer}
@@ -1570,6 +1614,7 @@ class PostgresStore:
         if self._notifier is not None:
             self._notifier.stop()
         self._pool.close()
+        self._watchdog.stop()
 
     def __enter__(self) -> Self:
         return self
@@ -1820,8 +1865,9 @@ class _Listener:
             store._dsn, autocommit=True, connect_timeout=max(1, int(store._connect_timeout))
         )
         try:
-            conn.execute(f'LISTEN "{store.channel}"')
-            conn.execute(f'LISTEN "{self._wake}"')
+            with store._watchdog.watch(conn):
+                conn.execute(f'LISTEN "{store.channel}"')
+                conn.execute(f'LISTEN "{self._wake}"')
         except BaseException:
             conn.close()
             raise
@@ -1849,7 +1895,7 @@ class _Listener:
         if self._thread.is_alive() and self._thread is not threading.current_thread():
             with (
                 contextlib.suppress(psycopg.Error, PoolTimeout),
-                self._store._pool.connection(timeout=_LISTEN_POLL) as conn,
+                self._store._borrow(timeout=_LISTEN_POLL) as conn,
             ):
                 conn.execute("SELECT pg_notify(%s, '')", [self._wake])
             self._thread.join()
@@ -1994,9 +2040,11 @@ class _Notifier:
             conn = self._conn = psycopg.connect(
                 store._dsn, autocommit=True, connect_timeout=max(1, int(store._connect_timeout))
             )
-            conn.execute("SET synchronous_commit = off")
+            with store._watchdog.watch(conn):
+                conn.execute("SET synchronous_commit = off")
         payloads = [f"{last}:{sid.hex()}" for sid, last in pending.items()]
-        conn.execute(
-            "SELECT count(pg_notify(%s::text, p)) FROM unnest(%s::text[]) AS p",
-            [store.channel, payloads],
-        )
+        with store._watchdog.watch(conn):
+            conn.execute(
+                "SELECT count(pg_notify(%s::text, p)) FROM unnest(%s::text[]) AS p",
+                [store.channel, payloads],
+            )

@@ -37,7 +37,8 @@ import psycopg
 import pytest
 
 from bench.pgserver import ThrowawayPostgres
-from sharedesk.protocol import Conversation, Event, SharingState
+from sharedesk import Hub
+from sharedesk.protocol import Conversation, Event, Person, SharingState
 from sharedesk.store.postgres import PostgresStore
 from tests.conftest import start_postgres
 from tests.faults.pg_writer import PooledWriter, pooled_event, pooled_session
@@ -771,6 +772,113 @@ class TestServerGone:
         )
         assert {name: "StoreIOError" for name in calls} == outcomes
         assert ("closed", []) == (closed, listeners)
+
+
+def server_processes(server: ThrowawayPostgres) -> list[int]:
+    """The pids of ``server``'s postmaster and of every process it started."""
+    postmaster = int((server.data_dir / "postmaster.pid").read_text().split()[0])
+    children = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == postmaster:
+            children.append(int(entry))
+    return [postmaster, *children]
+
+
+@contextlib.contextmanager
+def stopped(server: ThrowawayPostgres) -> Iterator[None]:
+    """SIGSTOP every process of ``server`` (it keeps its connections and answers nothing)."""
+    pids = server_processes(server)
+    for pid in pids:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+
+
+#: The stopped-server test's ``call_timeout`` (with 0, no limit, its first call hangs).
+CALL_TIMEOUT = 0.5
+
+
+def closing(closable: Hub | PostgresStore) -> str:
+    closable.close()
+    return "closed"
+
+
+class TestServerStopped:
+    def test_calls_on_a_server_that_stops_answering_fail_typed_within_their_budget(
+        self, own_server: ThrowawayPostgres, report: Report
+    ) -> None:
+        """Every server process is stopped under a store whose connections stay open.
+
+        Each call must end within about ``call_timeout + retry_timeout`` (plus the
+        pool's ``connect_timeout`` for a new connection), with a typed error; so must a
+        Hub's post and ``close()``. Once the server resumes, what was acknowledged is
+        there and the same store serves again.
+        """
+        dsn = database(own_server, "stopped")
+        budget: dict[str, Any] = {
+            "call_timeout": CALL_TIMEOUT,
+            "retry_timeout": 0.5,
+            "connect_timeout": 0.5,
+        }
+        notices = Notices()
+        store = PostgresStore(dsn, min_connections=2, max_connections=4, **budget)
+        store.follow(notices)
+        acknowledged = store.append("pg/0", [pooled_event(0)])
+        hub = Hub.open(dsn, **budget)
+        hub.session("pg/1").post(Person("pat", "Pat"), "before the stop")
+        calls: dict[str, Callable[[], object]] = {
+            "append": lambda: store.append("pg/0", [pooled_event(SESSIONS)]),
+            "append-expected_version": lambda: store.append(
+                "pg/0", [pooled_event(2 * SESSIONS)], expected_version=1
+            ),
+            "read": lambda: store.read("pg/0"),
+            "last_sequence": lambda: store.last_sequence("pg/0"),
+            "log": lambda: store.log("pg/0").read_before(None, 10),
+            "hub post": lambda: hub.session("pg/1").post(Person("pat", "Pat"), "stopped"),
+        }
+        seconds: dict[str, float] = {}
+        outcomes: dict[str, object] = {}
+        with stopped(own_server):
+            for name, call in calls.items():
+                started = time.monotonic()
+                outcomes[name] = bounded(call)
+                seconds[name] = time.monotonic() - started
+            started = time.monotonic()
+            hub_closed = bounded(lambda: closing(hub))
+            seconds["hub close"] = time.monotonic() - started
+        store.append("pg/2", [pooled_event(2)])  # resumed: the same store serves again
+        stored = store.read("pg/0")
+        started = time.monotonic()
+        with stopped(own_server):
+            closed = bounded(lambda: closing(store))
+        seconds["close"] = time.monotonic() - started
+
+        report(
+            cases=len(calls) + 2,
+            typed_errors=sum(
+                outcome in ("StoreIOError", "CommitOutcomeUnknown") for outcome in outcomes.values()
+            ),
+            slowest_seconds=round(max(seconds.values()), 2),
+            hangs=0,
+        )
+        typed = {"StoreIOError", "CommitOutcomeUnknown"}
+        assert {name: True for name in calls} == {
+            name: outcome in typed for name, outcome in outcomes.items()
+        }, outcomes
+        assert ("closed", "closed") == (hub_closed, closed)
+        assert max(seconds.values()) < 10, seconds
+        assert acknowledged == stored[:1]
 
 
 def waiting_for_a_lock(admin: psycopg.Connection[tuple[int]], dbname: str) -> list[int]:

@@ -243,6 +243,8 @@ class TestOptions:
             {"retry_timeout": True},
             {"notify": "never"},
             {"group_commit": "yes"},
+            {"call_timeout": -1},
+            {"call_timeout": "60"},
             {"durability": "relaxed"},
         ],
         ids=str,
@@ -928,6 +930,26 @@ class TestGroupCommit:
         assert not committer.writer.is_alive()
         with pytest.raises(StoreClosedError):
             store.append("s", [text()])
+
+
+class TestThreads:
+    def test_close_leaves_none_of_the_stores_threads_running(self, dsn: str) -> None:
+        store = PostgresStore(dsn)
+        store.follow(lambda session_id, last: None)
+        store.append("s", [text()])
+
+        def work(index: int) -> None:
+            store.append(f"s{index}", [text()])
+
+        run_threads_indexed(work, 4)
+        mine = [t for t in threading.enumerate() if t.name.endswith(f":{store.path}")]
+        assert {"sharedesk-pg-listener", "sharedesk-pg-watchdog", "sharedesk-pg-writer"} <= {
+            t.name.split(":", 1)[0] for t in mine
+        }
+
+        store.close()
+
+        assert [] == [t.name for t in mine if t.is_alive()]
 
 
 def rows_waiting_for_a_lock(dsn: str, count: int) -> bool:

@@ -1,0 +1,138 @@
+"""The call deadline of a ``PostgresStore``: no call waits on a silent server for good.
+
+psycopg has no per-call timeout: a call waits for the server's answer as long as the
+connection stays open. A server that stops answering but keeps its connections (a
+stopped server process, a network that drops packets without closing anything) would
+hold every call, a Hub's inline writes and ``close()`` with it. :class:`Watchdog` bounds
+that. Each use of a connection is *watched* (:meth:`Watchdog.watch`); one daemon thread
+(``sharedesk-pg-watchdog:<dsn>``), started with the first watched call and stopped by
+:meth:`Watchdog.stop`, shuts down the socket of any use still running ``timeout``
+seconds after it began (``shutdown(SHUT_RDWR)`` on a duplicate of its descriptor, so the
+waiting thread wakes at once and libpq reports the connection lost). The caller's
+retry rules then decide, as for any lost connection: reads and plain appends are
+retried until the store's ``retry_timeout``, a write that was committing is settled or
+becomes ``CommitOutcomeUnknown``, and what stays unreachable becomes ``StoreIOError``.
+
+A connection whose socket was shut down is closed when its use ends, so the pool
+replaces it and nobody else receives it. The check costs one lock and one dictionary
+entry per use; the thread sleeps until the oldest watched use's deadline (uses are
+watched in the order they begin, so that is the earliest) and not at all while nothing
+is watched.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from sharedesk.protocol._log import logger
+
+__all__ = ["Watchdog"]
+
+_log = logger()
+
+
+class Watchdog:
+    """Shuts down the connection of any watched use running past its deadline.
+
+    Thread-safe. ``timeout`` 0 watches nothing (and starts no thread).
+    """
+
+    def __init__(self, timeout: float, path: str) -> None:
+        self._timeout = timeout
+        self._path = path
+        self._cond = threading.Condition()
+        self._uses: dict[int, tuple[float, Any]] = {}  # key -> (deadline, connection)
+        self._cut: set[int] = set()  # keys whose socket was shut down
+        self._next = 0
+        self._stopping = False
+        self._thread: threading.Thread | None = None
+
+    @property
+    def timeout(self) -> float:
+        """Most seconds one use of a connection may take (0: no limit)."""
+        return self._timeout
+
+    @contextlib.contextmanager
+    def watch(self, conn: Any) -> Iterator[None]:
+        """Watch one use of ``conn`` (a psycopg connection) while the block runs.
+
+        When the block is still running ``timeout`` seconds after it began, ``conn``'s
+        socket is shut down (the block then sees a lost connection); ``conn`` is then
+        closed when the block ends, so that it is never used again.
+
+        Cost: one lock and one dictionary entry; starts the watchdog thread the first
+        time.
+        """
+        if self._timeout <= 0:
+            yield
+            return
+        with self._cond:
+            key = self._next
+            self._next += 1
+            idle = not self._uses
+            self._uses[key] = (time.monotonic() + self._timeout, conn)
+            if self._thread is None and not self._stopping:
+                self._thread = threading.Thread(
+                    target=self._run, name=f"sharedesk-pg-watchdog:{self._path}", daemon=True
+                )
+                self._thread.start()
+            elif idle:
+                self._cond.notify()
+        try:
+            yield
+        finally:
+            with self._cond:
+                del self._uses[key]
+                cut = key in self._cut
+                self._cut.discard(key)
+            if cut:
+                conn.close()
+
+    def stop(self) -> None:
+        """Stop the thread (idempotent); later uses are not watched by it."""
+        with self._cond:
+            self._stopping = True
+            thread = self._thread
+            self._cond.notify()
+        if thread is not None and thread is not threading.current_thread():
+            thread.join()
+
+    def _run(self) -> None:
+        cond = self._cond
+        with cond:
+            while not self._stopping:
+                pending = [entry for key, entry in self._uses.items() if key not in self._cut]
+                if not pending:
+                    cond.wait()
+                    continue
+                deadline = min(deadline for deadline, _ in pending)
+                now = time.monotonic()
+                if deadline > now:
+                    cond.wait(deadline - now)
+                    continue
+                for key, (due, conn) in list(self._uses.items()):
+                    if due <= now and key not in self._cut:
+                        self._cut.add(key)
+                        _cut_off(conn, self._path, self._timeout)
+
+
+def _cut_off(conn: Any, path: str, timeout: float) -> None:
+    """Shut down ``conn``'s socket so that the thread waiting on it wakes now."""
+    try:
+        fd = conn.pgconn.socket
+        duplicate = socket.socket(fileno=os.dup(fd))
+    except Exception:  # closed or broken already: nobody waits on it
+        return
+    try:
+        duplicate.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+    finally:
+        duplicate.close()
+    _log.warning("store.pg_call_timeout", path=path, seconds=timeout)

@@ -1,0 +1,129 @@
+"""The PostgreSQL call deadline (``sharedesk.store._pg_watchdog``), on plain sockets."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from types import SimpleNamespace
+
+import pytest
+
+from sharedesk.store._pg_watchdog import Watchdog
+
+
+class FakeConnection:
+    """What the watchdog touches of a psycopg connection: its socket and ``close()``."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.pgconn = SimpleNamespace(socket=sock.fileno())
+        self.closed = False
+
+    def close(self) -> None:
+        self.closed = True
+
+
+@pytest.fixture
+def pair() -> Iterator[tuple[socket.socket, socket.socket]]:
+    mine, peer = socket.socketpair()
+    yield mine, peer
+    mine.close()
+    peer.close()
+
+
+def watchdog_threads() -> list[str]:
+    return [t.name for t in threading.enumerate() if t.name.startswith("sharedesk-pg-watchdog")]
+
+
+def test_a_use_still_waiting_at_its_deadline_is_woken_and_its_connection_closed(
+    pair: tuple[socket.socket, socket.socket],
+) -> None:
+    mine, _peer = pair
+    conn = FakeConnection(mine)
+    watchdog = Watchdog(0.2, "test")
+    try:
+        started = time.monotonic()
+        with watchdog.watch(conn):
+            received = mine.recv(1)  # the peer never sends: only the watchdog ends this
+        waited = time.monotonic() - started
+    finally:
+        watchdog.stop()
+
+    assert b"" == received
+    assert 0.2 <= waited < 10
+    assert conn.closed
+
+
+def test_a_use_that_ends_in_time_keeps_its_connection(
+    pair: tuple[socket.socket, socket.socket],
+) -> None:
+    mine, peer = pair
+    conn = FakeConnection(mine)
+    watchdog = Watchdog(0.2, "test")
+    try:
+        with watchdog.watch(conn):
+            peer.sendall(b"x")
+            assert b"x" == mine.recv(1)
+        time.sleep(0.4)  # past the deadline the use would have had
+    finally:
+        watchdog.stop()
+
+    peer.sendall(b"y")
+    assert b"y" == mine.recv(1)
+    assert not conn.closed
+
+
+def test_uses_are_cut_one_by_one_at_their_own_deadlines(
+    pair: tuple[socket.socket, socket.socket],
+) -> None:
+    mine, _peer = pair
+    late, late_peer = socket.socketpair()
+    watchdog = Watchdog(0.3, "test")
+    outcome: list[bytes] = []
+
+    def wait_on_late() -> None:
+        with watchdog.watch(FakeConnection(late)):
+            outcome.append(late.recv(1))
+
+    try:
+        with watchdog.watch(FakeConnection(mine)):
+            time.sleep(0.2)
+            waiter = threading.Thread(target=wait_on_late)
+            waiter.start()
+            assert b"" == mine.recv(1)  # cut at 0.3 s, while the later use still runs
+            assert waiter.is_alive()
+        waiter.join(10)
+    finally:
+        watchdog.stop()
+        late.close()
+        late_peer.close()
+
+    assert [b""] == outcome
+
+
+def test_no_timeout_watches_nothing_and_starts_no_thread(
+    pair: tuple[socket.socket, socket.socket],
+) -> None:
+    mine, peer = pair
+    watchdog = Watchdog(0, "zero")
+    with watchdog.watch(FakeConnection(mine)):
+        peer.sendall(b"x")
+        assert b"x" == mine.recv(1)
+
+    assert [] == [name for name in watchdog_threads() if name.endswith(":zero")]
+    watchdog.stop()
+
+
+def test_stop_ends_the_thread(pair: tuple[socket.socket, socket.socket]) -> None:
+    mine, _peer = pair
+    watchdog = Watchdog(30, "stopping")
+    with watchdog.watch(FakeConnection(mine)):
+        assert ["sharedesk-pg-watchdog:stopping"] == [
+            name for name in watchdog_threads() if name.endswith(":stopping")
+        ]
+
+    watchdog.stop()
+    watchdog.stop()  # idempotent
+
+    assert [] == [name for name in watchdog_threads() if name.endswith(":stopping")]
