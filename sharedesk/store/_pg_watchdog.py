@@ -15,9 +15,9 @@ becomes ``CommitOutcomeUnknown``, and what stays unreachable becomes ``StoreIOEr
 
 A connection whose socket was shut down is closed when its use ends, so the pool
 replaces it and nobody else receives it. The check costs one lock and one dictionary
-entry per use; the thread sleeps until the oldest watched use's deadline (uses are
-watched in the order they begin, so that is the earliest) and not at all while nothing
-is watched.
+entry per use, and no wake-up of the thread: it sleeps until the oldest watched use's
+deadline (uses are watched in the order they begin, so that is the earliest), and once
+nothing has been watched for one ``timeout``, until the next use.
 """
 
 from __future__ import annotations
@@ -51,6 +51,7 @@ class Watchdog:
         self._cut: set[int] = set()  # keys whose socket was shut down
         self._next = 0
         self._stopping = False
+        self._asleep = False  # the thread waits for a notify (nothing watched for a while)
         self._thread: threading.Thread | None = None
 
     @property
@@ -75,14 +76,14 @@ class Watchdog:
         with self._cond:
             key = self._next
             self._next += 1
-            idle = not self._uses
             self._uses[key] = (time.monotonic() + self._timeout, conn)
             if self._thread is None and not self._stopping:
                 self._thread = threading.Thread(
                     target=self._run, name=f"sharedesk-pg-watchdog:{self._path}", daemon=True
                 )
                 self._thread.start()
-            elif idle:
+            elif self._asleep:
+                self._asleep = False
                 self._cond.notify()
         try:
             yield
@@ -104,13 +105,28 @@ class Watchdog:
             thread.join()
 
     def _run(self) -> None:
+        """Sleep until the oldest use's deadline and cut what is due.
+
+        With nothing watched, the thread naps one ``timeout`` (a use that begins
+        meanwhile is due no sooner than the nap ends, so it needs no wake-up), then, if
+        still nothing is watched, sleeps until a use wakes it: back-to-back calls from
+        one thread never wake it, and an idle store costs nothing.
+        """
         cond = self._cond
+        napped = False
         with cond:
             while not self._stopping:
                 pending = [entry for key, entry in self._uses.items() if key not in self._cut]
                 if not pending:
-                    cond.wait()
+                    if napped:
+                        self._asleep = True
+                        cond.wait()
+                        napped = False
+                    else:
+                        cond.wait(self._timeout)
+                        napped = True
                     continue
+                napped = False
                 deadline = min(deadline for deadline, _ in pending)
                 now = time.monotonic()
                 if deadline > now:

@@ -27,6 +27,7 @@ class FakeConnection:
 @pytest.fixture
 def pair() -> Iterator[tuple[socket.socket, socket.socket]]:
     mine, peer = socket.socketpair()
+    mine.settimeout(10)  # a watchdog that never cuts fails the test instead of hanging it
     yield mine, peer
     mine.close()
     peer.close()
@@ -79,6 +80,7 @@ def test_uses_are_cut_one_by_one_at_their_own_deadlines(
 ) -> None:
     mine, _peer = pair
     late, late_peer = socket.socketpair()
+    late.settimeout(10)
     watchdog = Watchdog(0.3, "test")
     outcome: list[bytes] = []
 
@@ -127,3 +129,24 @@ def test_stop_ends_the_thread(pair: tuple[socket.socket, socket.socket]) -> None
     watchdog.stop()  # idempotent
 
     assert [] == [name for name in watchdog_threads() if name.endswith(":stopping")]
+
+
+def test_a_use_after_a_quiet_spell_is_still_cut_at_its_deadline(
+    pair: tuple[socket.socket, socket.socket],
+) -> None:
+    mine, peer = pair
+    watchdog = Watchdog(0.2, "quiet")
+    try:
+        with watchdog.watch(FakeConnection(mine)):
+            peer.sendall(b"x")
+            mine.recv(1)
+        time.sleep(0.6)  # one nap of 0.2 s, then asleep until the next use
+        started = time.monotonic()
+        with watchdog.watch(FakeConnection(mine)):
+            received = mine.recv(1)
+        waited = time.monotonic() - started
+    finally:
+        watchdog.stop()
+
+    assert b"" == received
+    assert 0.2 <= waited < 10
