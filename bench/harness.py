@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,7 +27,7 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 
-from bench.report import Measurement, Target
+from bench.report import Measurement, Target, ratio_target
 from sharedesk import Hub, LmdbStore
 
 
@@ -79,6 +79,29 @@ class BenchRun:
         """Return the ops/s of the measurement labelled ``label``, if taken."""
         m = self.find(label)
         return None if m is None else m.ops_per_s
+
+    def throughput_targets(
+        self, subject: str, rate: float | None, baselines: Iterable[tuple[str, str, str, float]]
+    ) -> None:
+        """Add one target per baseline: ``rate`` at least ``bound`` times the baseline's.
+
+        Args:
+            subject: What ``rate`` measures, starting each target's claim.
+            rate: Our events/s (``None`` when not measured).
+            baselines: ``(target name, claim after the subject, baseline label, bound)``.
+        """
+        for name, claim, label, bound in baselines:
+            self.targets.append(
+                ratio_target(
+                    name=name,
+                    claim=f"{subject} {claim}",
+                    numerator=rate,
+                    denominator=self.rate(label),
+                    bound=bound,
+                    at_least=True,
+                    what="events/s",
+                )
+            )
 
     def median(self, label: str) -> float | None:
         """Return the median µs of the measurement labelled ``label``, if taken."""

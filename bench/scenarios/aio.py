@@ -36,7 +36,7 @@ from typing import Any
 from bench import baselines
 from bench.harness import BenchRun, merge_rounds, open_store, run_threads
 from bench.options import pick
-from bench.report import Target, measurement, percentile, ratio_target
+from bench.report import Target, measurement, percentile
 
 NAME = "async"
 HELP = "AsyncHub: 1,000 coroutines appending, loop stalls, wait_turn wake-up latency"
@@ -491,28 +491,25 @@ def run(run_: BenchRun, args: argparse.Namespace) -> None:
         "p99": percentile(wake_sorted, 0.99) / 1000 if wake_sorted else None,
     }
 
-    ours = run_.rate(async_label)
-    for name, claim, label, bound in (
-        ("async-append-vs-raw-lmdb", "vs raw lmdb 16 events/txn", raw_label, 1.0),
-        ("async-append-vs-threaded-store", f"vs threaded LmdbStore t={threads}", store_label, 2.0),
+    run_.throughput_targets(
+        f"append AsyncHub durable c={coroutines}",
+        run_.rate(async_label),
         (
-            "async-append-vs-sqlite-session",
-            f"vs openai-agents SQLiteSession c={coroutines}",
-            agents_label,
-            10.0,
+            ("async-append-vs-raw-lmdb", "vs raw lmdb 16 events/txn", raw_label, 1.0),
+            (
+                "async-append-vs-threaded-store",
+                f"vs threaded LmdbStore t={threads}",
+                store_label,
+                2.0,
+            ),
+            (
+                "async-append-vs-sqlite-session",
+                f"vs openai-agents SQLiteSession c={coroutines}",
+                agents_label,
+                10.0,
+            ),
         ),
-    ):
-        run_.targets.append(
-            ratio_target(
-                name=name,
-                claim=f"append AsyncHub durable c={coroutines} {claim}",
-                numerator=ours,
-                denominator=run_.rate(label),
-                bound=bound,
-                at_least=True,
-                what="events/s",
-            )
-        )
+    )
     for name, claim, value, bound in (
         ("async-loop-stall-max", "longest loop stall during the AsyncHub appends", stall_max, 50.0),
         (

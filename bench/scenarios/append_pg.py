@@ -59,7 +59,7 @@ from typing import Any
 
 from bench.harness import BenchRun, ThreadedResult, merge_rounds, run_threads
 from bench.options import pick
-from bench.report import Measurement, Target, measurement, ratio_target
+from bench.report import Measurement, Target, measurement
 
 NAME = "append"
 
@@ -485,31 +485,24 @@ def _targets(run_: BenchRun, args: argparse.Namespace) -> None:
             "the default store (a group's notices cost one turn of the notify lock either way; "
             "after_commit adds the notifier thread's work)"
         )
-    for name, claim, label, bound in (
+    run_.throughput_targets(
+        f"append PostgresStore t={threads}",
+        ours,
         (
-            "append-postgres-vs-eventsourcing",
-            "vs eventsourcing PostgresAggregateRecorder",
-            f"append eventsourcing aggregate-recorder t={threads}",
-            1.0,
+            (
+                "append-postgres-vs-eventsourcing",
+                "vs eventsourcing PostgresAggregateRecorder",
+                f"append eventsourcing aggregate-recorder t={threads}",
+                1.0,
+            ),
+            (
+                "append-postgres-vs-raw-psycopg",
+                "vs raw psycopg, one transaction per append",
+                f"append psycopg raw t={threads}",
+                0.5,
+            ),
         ),
-        (
-            "append-postgres-vs-raw-psycopg",
-            "vs raw psycopg, one transaction per append",
-            f"append psycopg raw t={threads}",
-            0.5,
-        ),
-    ):
-        run_.targets.append(
-            ratio_target(
-                name=name,
-                claim=f"append PostgresStore t={threads} {claim}",
-                numerator=ours,
-                denominator=run_.rate(label),
-                bound=bound,
-                at_least=True,
-                what="events/s",
-            )
-        )
+    )
     latency = run_.find("cross-process wait_turn postgres")
     median_ms = None if latency is None or latency.median_us is None else latency.median_us / 1000
     run_.targets.append(

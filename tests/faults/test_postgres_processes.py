@@ -731,6 +731,19 @@ def bounded(call: Callable[[], object]) -> object:
     return Background(call).outcome()
 
 
+def calls_on(store: PostgresStore) -> dict[str, Callable[[], object]]:
+    """The store calls a server fault test makes of session ``pg/0`` (acknowledged: 1 event)."""
+    return {
+        "append": lambda: store.append("pg/0", [pooled_event(SESSIONS)]),
+        "append-expected_version": lambda: store.append(
+            "pg/0", [pooled_event(2 * SESSIONS)], expected_version=1
+        ),
+        "read": lambda: store.read("pg/0"),
+        "last_sequence": lambda: store.last_sequence("pg/0"),
+        "log": lambda: store.log("pg/0").read_before(None, 10),
+    }
+
+
 class TestServerGone:
     def test_a_server_that_never_comes_back_gives_store_io_errors_and_close_returns(
         self, own_server: ThrowawayPostgres, report: Report
@@ -744,15 +757,9 @@ class TestServerGone:
         notices.wait_for(lambda calls: ("pg/0", 1) in calls)
         postmaster = int((own_server.data_dir / "postmaster.pid").read_text().split()[0])
         os.kill(postmaster, signal.SIGQUIT)
-        calls: dict[str, Callable[[], object]] = {
-            "append": lambda: store.append("pg/0", [pooled_event(SESSIONS)]),
-            "append-expected_version": lambda: store.append(
-                "pg/0", [pooled_event(2 * SESSIONS)], expected_version=1
-            ),
-            "read": lambda: store.read("pg/0"),
-            "last_sequence": lambda: store.last_sequence("pg/0"),
+        calls = {
+            **calls_on(store),
             "sessions": store.sessions,
-            "log": lambda: store.log("pg/0").read_before(None, 10),
             "open": lambda: PostgresStore(dsn, connect_timeout=1.0, retry_timeout=1.0),
         }
         outcomes = {name: bounded(call) for name, call in calls.items()}
@@ -837,14 +844,8 @@ class TestServerStopped:
         acknowledged = store.append("pg/0", [pooled_event(0)])
         hub = Hub.open(dsn, **budget)
         hub.session("pg/1").post(Person("pat", "Pat"), "before the stop")
-        calls: dict[str, Callable[[], object]] = {
-            "append": lambda: store.append("pg/0", [pooled_event(SESSIONS)]),
-            "append-expected_version": lambda: store.append(
-                "pg/0", [pooled_event(2 * SESSIONS)], expected_version=1
-            ),
-            "read": lambda: store.read("pg/0"),
-            "last_sequence": lambda: store.last_sequence("pg/0"),
-            "log": lambda: store.log("pg/0").read_before(None, 10),
+        calls = {
+            **calls_on(store),
             "hub post": lambda: hub.session("pg/1").post(Person("pat", "Pat"), "stopped"),
         }
         seconds: dict[str, float] = {}

@@ -6,6 +6,7 @@ syncing) or fail it, and settles every request with one event named after it.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import threading
 import time
@@ -83,6 +84,18 @@ def committer(fake: FakeCommit) -> Iterator[GroupCommitter[Named]]:
     yield writer
     writer.close()
     assert not writer.writer.is_alive()
+
+
+@contextlib.contextmanager
+def unpipelined(fake: FakeCommit, *, group_wait: float) -> Iterator[GroupCommitter[Named]]:
+    """A committer built with ``pipeline=False``, closed when the block ends."""
+    writer: GroupCommitter[Named] = GroupCommitter(
+        fake, group_wait=group_wait, pipeline=False, name="test-unpipelined", closed_error=closed
+    )
+    try:
+        yield writer
+    finally:
+        writer.close()
 
 
 def in_thread(call: Callable[[], Any]) -> tuple[threading.Thread, list[Any]]:
@@ -277,10 +290,7 @@ class TestPipelining:
     def test_without_pipelining_a_group_is_woken_once_committed_though_requests_wait(
         self, fake: FakeCommit
     ) -> None:
-        committer: GroupCommitter[Named] = GroupCommitter(
-            fake, group_wait=0.002, pipeline=False, name="test-no-pipeline", closed_error=closed
-        )
-        try:
+        with unpipelined(fake, group_wait=0.002) as committer:
             release, first = hold_first_group(committer, fake)
             second = in_thread(submit(committer, "second"))
             wait_until(lambda: committer.queued == 1)
@@ -288,8 +298,6 @@ class TestPipelining:
             release.set()
             for thread, _ in (first, second):
                 thread.join(30)
-        finally:
-            committer.close()
 
         assert [True, True] == fake.woken_on_entry
         assert (["first"], ["second"]) == (contents(first[1][0]), contents(second[1][0]))
@@ -298,10 +306,7 @@ class TestPipelining:
         self, fake: FakeCommit
     ) -> None:
         """A caller split off by a late commit joins the next group instead of its own."""
-        committer: GroupCommitter[Named] = GroupCommitter(
-            fake, group_wait=5.0, pipeline=False, name="test-merge", closed_error=closed
-        )
-        try:
+        with unpipelined(fake, group_wait=5.0) as committer:
             release, first = hold_first_group(committer, fake)
             thread = first[0]
 
@@ -317,8 +322,6 @@ class TestPipelining:
             release.set()
             for waiting, _ in (first, second, again):
                 waiting.join(30)
-        finally:
-            committer.close()
 
         assert [["first"], ["second", "third"]] == fake.groups
 
