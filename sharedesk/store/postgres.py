@@ -60,10 +60,11 @@ sessions whose row, ids and stored parents are as planned, notifies each, and na
 them. One commit ends it: one WAL flush and, with ``notify="commit"``, one turn of the
 notify lock for the whole group, instead of one each. Each write the statement did not
 write (its session not cached here, a second write of one session, a stale tail, an id
-already stored, a parent that is not a root) is then appended alone, which plans it
-exactly. When the statement fails (a server error, a lost connection, also during the
-commit), each write of the group is appended alone: plain appends are idempotent by id,
-so the outcome is the same whether the group committed or not. ``group_commit=False``
+already stored, a parent that is not a root) is then appended alone by its own caller,
+which plans it exactly. When the statement fails (a server error, a lost connection,
+also during the commit), each write of the group is appended alone so: plain appends are
+idempotent by id, so the outcome is the same whether the group committed or not. The
+writer itself never appends alone, so one slow append cannot hold the groups behind it. ``group_commit=False``
 appends every write alone. Every pooled connection uses generic plans
 (``plan_cache_mode = force_generic_plan``): the default mode kept re-planning the group
 statement, which cost more than running it. Measured (``python -m bench append
@@ -334,6 +335,14 @@ class _Write(NamedTuple):
     unless_stored: str | None
     sharing: tuple[str, SharingState, SharingState | None] | None
     reply_present: bool
+
+
+class _AppendAlone(Exception):
+    """What a group write's caller is told when its group did not write it: append it alone.
+
+    The group writer never appends a write alone itself, so that one slow or cut-off
+    append cannot hold the writes queued behind it; each caller does its own, at once.
+    """
 
 
 class _GroupWrite(Request):
@@ -729,7 +738,10 @@ class PostgresStore:
         try:
             if alone:
                 return self._append_alone(write, plain=True)
-            return self._committer.submit(_GroupWrite(write))
+            try:
+                return self._committer.submit(_GroupWrite(write))
+            except _AppendAlone:  # the group did not write it: plan it exactly, alone
+                return self._append_alone(write, plain=True)
         finally:
             with self._flight_lock:
                 self._in_flight -= 1
@@ -749,7 +761,8 @@ class PostgresStore:
         """Write a group of plain appends in one statement: one transaction, one flush.
 
         The group writer's commit function (see ``_group_commit``). A group of one is
-        appended alone. Otherwise each write is planned on its session's cached tail
+        handed back to its caller, to append alone (``_AppendAlone``). Otherwise each
+        write is planned on its session's cached tail
         and the plans go to the server as one ``append_group`` statement (its own
         transaction): it locks the sessions' ``streams`` rows in session-id order (so
         two groups, of two processes, cannot deadlock) and writes the plan of every
@@ -757,14 +770,15 @@ class PostgresStore:
         stored and whose stored parents are root ``Text`` rows; the others are left
         alone. Each write not written so (a session not cached here, a second write
         of one session in the group, a plan that failed its own checks or that the
-        server refused) is then appended alone, which re-plans it exactly. When the
-        statement fails (a server error, a lost connection, also mid-commit), each
-        write is appended alone: plain appends are idempotent by id, so the outcome
-        is the same whether or not the group committed.
+        server refused) is then handed back to its caller to append alone, which
+        plans it exactly. When the statement fails (a server error, a lost or cut-off
+        connection, also mid-commit), each write is handed back so: plain appends are
+        idempotent by id, so the outcome is the same whether or not the group
+        committed.
         """
         if len(group) == 1:
             before_commit()
-            self._settle_alone(group[0])
+            group[0].settle(error=_AppendAlone())
             return
         units: list[_Unit] = []
         later: list[_GroupWrite] = []
@@ -821,8 +835,8 @@ class PostgresStore:
             if self._notifier is not None:
                 self._notifier.tell(unit.sid, last)
         before_commit()  # called already, unless the statement failed before it was sent
-        for request in later:
-            self._settle_alone(request)
+        for request in later:  # each caller appends its own, all at once
+            request.settle(error=_AppendAlone())
 
     def _group_call(self, units: list[_Unit], now: datetime) -> tuple[str, dict[str, Any]]:
         """Return the ``append_group`` statement writing ``units`` and its parameters."""
@@ -911,12 +925,6 @@ class PostgresStore:
             params["channel"] = self._channel
         shape = _GroupShape(bool(p_sid), bool(r_sid), any_state, any_run, any_parent, notify)
         return self._sql.group(shape), params
-
-    def _settle_alone(self, request: _GroupWrite) -> None:
-        try:
-            request.settle(self._append_alone(request.write, plain=True))
-        except SharedeskError as exc:
-            request.settle(error=exc)
 
     def _append_in(
         self,

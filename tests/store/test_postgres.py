@@ -32,6 +32,7 @@ from sharedesk.protocol import (
     Event,
     SchemaTooNewError,
     SessionStarted,
+    SharedeskError,
     SharingState,
     StoreClosedError,
     StoreIOError,
@@ -636,7 +637,8 @@ def commit_as_group(
 ) -> list[list[Event] | BaseException]:
     """Hand ``writes`` (plain appends) to the store's group commit function as one group.
 
-    Returns each write's outcome, in order: its stored events or its error.
+    Returns each write's outcome, in order: its stored events or its error. A write the
+    group hands back is then appended alone, in group order, as its caller would.
     """
     group = [
         postgres._GroupWrite(
@@ -650,6 +652,12 @@ def commit_as_group(
     outcomes: list[list[Event] | BaseException] = []
     for request in group:
         assert request.settled
+        if isinstance(request.error, postgres._AppendAlone):  # as append() does
+            try:
+                outcomes.append(store._append_alone(request.write, plain=True))
+            except SharedeskError as error:
+                outcomes.append(error)
+            continue
         outcomes.append(request.error or request.result or [])
     return outcomes
 
@@ -869,12 +877,11 @@ class TestGroupCommit:
                         session_id
                     ).read_before(None, 50)
 
-    def test_appends_from_threads_waiting_for_the_writer_share_one_commit(
+    def test_writes_waiting_for_a_locked_session_hold_neither_the_writer_nor_others(
         self, pg: PostgresStore, dsn: str
     ) -> None:
-        """Two appends to a locked session hold the caller and the writer; three more queue."""
-        pg.append("locked", [text()])
-        for session_id in ("a", "b", "c"):
+        """Two appends wait for a session another transaction holds; three others commit."""
+        for session_id in ("locked", "a", "b", "c"):
             pg.append(session_id, [text()])
         done: list[str] = []
         lock = threading.Lock()
@@ -886,28 +893,42 @@ class TestGroupCommit:
 
         with admin(dsn) as holder:
             holder.execute("BEGIN")
-            holder.execute("SELECT 1 FROM sharedesk.streams FOR UPDATE")
+            holder.execute(
+                "SELECT 1 FROM sharedesk.streams WHERE session_id = 'locked'::bytea FOR UPDATE"
+            )
             blocked = [threading.Thread(target=append, args=("locked",)) for _ in range(2)]
-            for waiting, thread in enumerate(blocked, 1):  # one alone, one in the writer
+            for waiting, thread in enumerate(blocked, 1):  # one alone, one handed back
                 thread.start()
                 wait_for(functools.partial(rows_waiting_for_a_lock, dsn, waiting))
-            queued = [threading.Thread(target=append, args=(sid,)) for sid in ("a", "b", "c")]
-            for thread in queued:
+            others = [threading.Thread(target=append, args=(sid,)) for sid in ("a", "b", "c")]
+            for thread in others:
                 thread.start()
-            committer = pg._committer
-            assert committer is not None
-            wait_for(lambda: committer.queued == 3)
+            for thread in others:
+                thread.join(10)  # bounded: held behind the lock, they would never end
+            committed_while_held = sorted(done)
             holder.execute("ROLLBACK")
-        for thread in blocked + queued:
+        for thread in blocked:
             thread.join()
 
-        xmins = rows(
-            dsn,
-            "SELECT DISTINCT xmin::text FROM sharedesk.events "
-            "WHERE session_id = ANY(%s) AND seq = 2",
-            [[b"a", b"b", b"c"]],
-        )
-        assert (1, 3) == (len(xmins), pg.last_sequence("locked"))
+        assert ["a", "b", "c"] == committed_while_held
+        assert (3, 2, 2, 2) == tuple(pg.last_sequence(s) for s in ("locked", "a", "b", "c"))
+
+    def test_appends_from_threads_share_one_commit(self, pg: PostgresStore, dsn: str) -> None:
+        """Eight threads append to eight sessions at once; groups take several each."""
+        sessions = [f"s{index}" for index in range(8)]
+        for session_id in sessions:
+            pg.append(session_id, [text()])
+        start = threading.Barrier(8)
+
+        def work(index: int) -> None:
+            start.wait()
+            for _ in range(5):
+                pg.append(sessions[index], [text()])
+
+        run_threads_indexed(work, 8)
+
+        assert [6] * 8 == [pg.last_sequence(s) for s in sessions]
+        assert transactions_of_events(dsn) < 8 + 40  # the 8 first appends, then fewer than 40
 
     def test_group_commit_off_appends_each_write_alone(self, dsn: str) -> None:
         with PostgresStore(dsn, group_commit=False) as store:
