@@ -64,10 +64,10 @@ already stored, a parent that is not a root) is then appended alone by its own c
 which plans it exactly. When the statement fails (a server error, a lost connection,
 also during the commit), each write of the group is appended alone so: plain appends are
 idempotent by id, so the outcome is the same whether the group committed or not. The
-writer itself never appends alone, so one slow append cannot hold the groups behind it. ``group_commit=False``
-appends every write alone. Every pooled connection uses generic plans
-(``plan_cache_mode = force_generic_plan``): the default mode kept re-planning the group
-statement, which cost more than running it. Measured (``python -m bench append
+writer itself never appends alone, so one slow append cannot hold the groups behind
+it. ``group_commit=False`` appends every write alone. Every pooled connection uses
+generic plans (``plan_cache_mode = force_generic_plan``): the default mode kept
+re-planning the group statement, which cost more than running it. Measured (``python -m bench append
 --backend postgres``, 16 threads, 1,000 desks, one event per call, fsync on, 2 shared
 cores): see the README's PostgreSQL figures; one writer thread beat two (each with its
 own connection), whose groups were half the size.
@@ -126,7 +126,9 @@ forever, since psycopg has no per-call timeout: each use of a connection is watc
 (default 60) after it began has its connection cut off, which the rules above then
 treat as a lost connection. So every call ends within about ``call_timeout +
 retry_timeout`` (plus ``connect_timeout`` for a new connection), with its result or a
-typed error, and so does ``close()``.
+typed error, and so does ``close()``; an append that joined a group may also wait out
+the group ahead of it and its own (two more ``call_timeout`` at most), since the group
+writer hands every write it could not write back to its caller.
 """
 
 from __future__ import annotations
@@ -450,7 +452,9 @@ class PostgresStore:
             the statements of one write); a use still waiting then has its connection
             cut off, and is retried or fails like any lost connection, so no call waits
             on a server that stopped answering for more than about ``call_timeout +
-            retry_timeout`` (see ``_pg_watchdog``). 0: no limit. Raise it for reads so
+            retry_timeout`` (see ``_pg_watchdog``; an append that joined a group may
+            also wait out the group ahead of it and its own, two more
+            ``call_timeout`` at most). 0: no limit. Raise it for reads so
             large that one statement takes longer.
 
     Raises:

@@ -816,6 +816,28 @@ def stopped(server: ThrowawayPostgres) -> Iterator[None]:
 CALL_TIMEOUT = 0.5
 
 
+def appends_at_once(store: PostgresStore, count: int) -> str:
+    """Append to ``count`` sessions from as many threads at once (a group, and what
+    it hands back); return the one error type they all ended with, else ``"mixed"``."""
+    names: list[str] = []
+    start = threading.Barrier(count)
+
+    def append(index: int) -> None:
+        start.wait()
+        try:
+            store.append(f"pg/{index}", [pooled_event(3 * SESSIONS + index)])
+            names.append("stored")
+        except Exception as error:
+            names.append(type(error).__name__)
+
+    threads = [threading.Thread(target=append, args=(index,)) for index in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return names[0] if len(set(names)) == 1 else "mixed"
+
+
 def closing(closable: Hub | PostgresStore) -> str:
     closable.close()
     return "closed"
@@ -847,6 +869,7 @@ class TestServerStopped:
         calls = {
             **calls_on(store),
             "hub post": lambda: hub.session("pg/1").post(Person("pat", "Pat"), "stopped"),
+            "4 appends at once": lambda: appends_at_once(store, 4),
         }
         seconds: dict[str, float] = {}
         outcomes: dict[str, object] = {}
