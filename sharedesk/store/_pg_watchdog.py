@@ -14,10 +14,13 @@ retried until the store's ``retry_timeout``, a write that was committing is sett
 becomes ``CommitOutcomeUnknown``, and what stays unreachable becomes ``StoreIOError``.
 
 A connection whose socket was shut down is closed when its use ends, so the pool
-replaces it and nobody else receives it. The check costs one lock and one dictionary
-entry per use, and no wake-up of the thread: it sleeps until the oldest watched use's
-deadline (uses are watched in the order they begin, so that is the earliest), and once
-nothing has been watched for one ``timeout``, until the next use.
+replaces it and nobody else receives it. While a use is watched its descriptor stays its
+connection's (nothing closes a connection inside a watched block), so the descriptor
+the watchdog shuts down is never one the system has handed to somebody else. The check
+costs one lock and one dictionary entry per use, and no wake-up of the thread: it
+sleeps until the oldest watched use's deadline (uses are watched in the order they
+begin, so that is the earliest), and once nothing has been watched for one
+``timeout``, until the next use. :meth:`Watchdog.stop` cuts every use still watched.
 """
 
 from __future__ import annotations
@@ -96,10 +99,20 @@ class Watchdog:
                 conn.close()
 
     def stop(self) -> None:
-        """Stop the thread (idempotent); later uses are not watched by it."""
+        """Cut every use still watched, stop the thread (idempotent).
+
+        The store stops its watchdog last in ``close()``: a call still waiting on the
+        server then has its connection cut at once (it ends as a lost connection, which
+        a closed store reports as ``StoreClosedError``) instead of waiting with nobody
+        left to cut it. Later uses are not watched.
+        """
         with self._cond:
             self._stopping = True
             thread = self._thread
+            for key, (_due, conn) in self._uses.items():
+                if key not in self._cut:
+                    self._cut.add(key)
+                    _cut_off(conn, self._path, self._timeout)
             self._cond.notify()
         if thread is not None and thread is not threading.current_thread():
             thread.join()

@@ -265,15 +265,30 @@ def _check_seconds(name: str, value: Any, low: float, high: float) -> float:
     return float(value)
 
 
-def _configure(conn: psycopg.Connection[Any]) -> None:
-    """Set up a new pooled connection: generic plans for every prepared statement.
+class _WatchedPool(ConnectionPool[psycopg.Connection[Any]]):
+    """The store's pool: what it runs on a connection itself is watched too.
 
-    The store's statements look rows up by key, which a generic plan does as well as a
-    custom one; with the default ``plan_cache_mode`` PostgreSQL keeps re-planning the
-    ``append_group`` statement (its generic plan looks costlier than the one-row custom
-    plans), which costs more than executing it.
+    A new connection is set up (generic plans for every prepared statement: the store's
+    statements look rows up by key, which a generic plan does as well as a custom one;
+    with the default ``plan_cache_mode`` PostgreSQL keeps re-planning the
+    ``append_group`` statement, its generic plan looking costlier than the one-row
+    custom plans, which costs more than executing it), and :meth:`check` tests each idle
+    connection, under the store's watchdog, so that neither waits on a silent server
+    for more than ``call_timeout``.
     """
-    conn.execute("SET plan_cache_mode = force_generic_plan")
+
+    def __init__(self, dsn: str, *, watchdog: Watchdog, **options: Any) -> None:
+        self._watchdog = watchdog
+        super().__init__(dsn, configure=self._set_up, **options)
+
+    def _set_up(self, conn: psycopg.Connection[Any]) -> None:
+        with self._watchdog.watch(conn):
+            conn.execute("SET plan_cache_mode = force_generic_plan")
+
+    def check_connection(self, conn: psycopg.Connection[Any]) -> None:  # type: ignore[override]
+        """Raise unless ``conn`` answers an empty statement (cut off after ``call_timeout``)."""
+        with self._watchdog.watch(conn):
+            ConnectionPool.check_connection(conn)
 
 
 def _connection_kwargs(dsn: str, connect_timeout: float) -> dict[str, Any]:
@@ -519,14 +534,14 @@ class PostgresStore:
         self._committer: GroupCommitter[_GroupWrite] | None = None
         self._flight_lock = threading.Lock()
         self._in_flight = 0  # plain appends under way (alone or in a group)
-        self._pool: ConnectionPool[psycopg.Connection[Any]] = ConnectionPool(
+        self._pool = _WatchedPool(
             dsn,
+            watchdog=self._watchdog,
             min_size=min_connections,
             max_size=max_connections,
             timeout=self._connect_timeout,
             name=f"sharedesk-pg:{self._path}",
             kwargs=_connection_kwargs(dsn, self._connect_timeout),
-            configure=_configure,
             num_workers=2,
             open=False,
         )
@@ -797,7 +812,7 @@ class PostgresStore:
                 continue
             try:
                 plan = self._plan_on(write, tail, {}, None, now)
-            except ValidationError:
+            except SharedeskError:  # its own checks, or a stored state it cannot read
                 later.append(request)
                 continue
             planned.add(sid)
@@ -807,9 +822,9 @@ class PostgresStore:
         if not units:
             before_commit()
         else:
-            query, params = self._group_call(units, now)
             try:
                 self._live()
+                query, params = self._group_call(units, now)
                 with self._borrow() as conn:
                     before_commit()  # the last group's callers run while this one is written
                     answer = conn.execute(query, params, binary=True)

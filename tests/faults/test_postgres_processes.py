@@ -904,6 +904,48 @@ class TestServerStopped:
         assert max(seconds.values()) < 10, seconds
         assert acknowledged == stored[:1]
 
+    def test_retries_past_cut_connections_and_close_mid_call_stay_bounded(
+        self, own_server: ThrowawayPostgres, report: Report
+    ) -> None:
+        """Retrying longer than a call may take, and closing while a call waits.
+
+        A read with ``retry_timeout`` (3 s) well past ``call_timeout`` (0.5 s) retries
+        on connections the pool checks first, each check cut off like any use; a store
+        closed while a call waits on the stopped server (``call_timeout`` 60 s) cuts it.
+        """
+        dsn = database(own_server, "stopped_retries")
+        retrying = PostgresStore(
+            dsn, min_connections=3, call_timeout=0.5, retry_timeout=3.0, connect_timeout=0.5
+        )
+        patient = PostgresStore(dsn, min_connections=2, call_timeout=60.0)
+        retrying.append("pg/0", [pooled_event(0)])
+        patient.read("pg/0")
+        with stopped(own_server):
+            started = time.monotonic()
+            read = bounded(lambda: retrying.read("pg/0"))
+            read_seconds = time.monotonic() - started
+            waiting = Background(lambda: patient.read("pg/0"))
+            time.sleep(0.3)  # the read waits on the stopped server
+            started = time.monotonic()
+            closed = bounded(lambda: closing(patient))
+            cut = waiting.outcome()
+            close_seconds = time.monotonic() - started
+            retrying_closed = bounded(lambda: closing(retrying))
+
+        report(
+            cases=2,
+            typed_errors=(read == "StoreIOError") + (cut == "StoreClosedError"),
+            slowest_seconds=round(max(read_seconds, close_seconds), 2),
+            hangs=0,
+        )
+        assert ("StoreIOError", "closed", "StoreClosedError", "closed") == (
+            read,
+            closed,
+            cut,
+            retrying_closed,
+        )
+        assert read_seconds < 10 and close_seconds < 10, (read_seconds, close_seconds)
+
 
 def waiting_for_a_lock(admin: psycopg.Connection[tuple[int]], dbname: str) -> list[int]:
     """The backends of ``dbname`` waiting for a lock (bounded: a hang fails the test)."""

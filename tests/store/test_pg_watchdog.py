@@ -150,3 +150,26 @@ def test_a_use_after_a_quiet_spell_is_still_cut_at_its_deadline(
 
     assert b"" == received
     assert 0.2 <= waited < 10
+
+
+def test_stop_cuts_the_uses_still_watched(pair: tuple[socket.socket, socket.socket]) -> None:
+    """A store stops its watchdog last in close(): nothing may stay waiting after it."""
+    mine, _peer = pair
+    conn = FakeConnection(mine)
+    watchdog = Watchdog(30, "closing")
+    received: list[bytes] = []
+
+    def wait() -> None:
+        with watchdog.watch(conn):
+            received.append(mine.recv(1))
+
+    waiter = threading.Thread(target=wait)
+    waiter.start()
+    time.sleep(0.1)
+    started = time.monotonic()
+    watchdog.stop()
+    waiter.join(10)
+
+    assert [b""] == received
+    assert time.monotonic() - started < 5
+    assert conn.closed

@@ -29,6 +29,7 @@ from sharedesk.protocol import (
     CommitOutcomeUnknown,
     ConcurrencyError,
     Conversation,
+    CorruptRecordError,
     Event,
     SchemaTooNewError,
     SessionStarted,
@@ -777,6 +778,23 @@ class TestGroupCommit:
         assert outcomes[1] == pg.run_events("t", "run-1")
         with PostgresStore(dsn) as fresh:  # the stored state, not this store's cache
             assert {"k": 1} == fresh.session_state("s").metadata
+
+    def test_a_write_whose_stored_state_cannot_be_read_fails_alone_in_its_group(
+        self, pg: PostgresStore, dsn: str
+    ) -> None:
+        pg.append("a", [text()])
+        pg.append("b", [text()])
+        with admin(dsn) as conn:
+            conn.execute(
+                "UPDATE sharedesk.streams SET state = '\\xc1'::bytea WHERE session_id = 'a'"
+            )
+        pg.append("a", [text()])  # the garbage is now this store's cached state of "a"
+        started = Event(System("session", "x"), SessionStarted({"k": 1}), id=SESSION_STARTED_ID)
+
+        outcomes = commit_as_group(pg, [("a", [started]), ("b", [text("fine")])])
+
+        assert isinstance(outcomes[0], CorruptRecordError)
+        assert [[2]] == sequences(outcomes[1:])
 
     def test_a_group_whose_commit_is_interrupted_is_appended_write_by_write(
         self, pg: PostgresStore, dsn: str
