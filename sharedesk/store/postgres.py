@@ -977,8 +977,12 @@ class PostgresStore:
                     raise  # decided on the real rows: exact
                 break
             new = plan.new
-            if not new and checked:
-                return plan.result  # every id is stored; the guards passed in that call
+            if not new and checked:  # every id is stored; the guards passed in that call
+                if self._notifier is not None and tail.last:
+                    # The attempt that stored them may have been cut off before its
+                    # notice: tell it again (followers drop a notice they have had).
+                    self._notifier.tell(sid, tail.last)
+                return plan.result
             query, params, probe, parents = self._call(write, sid, guard, tail, plan, now)
             attempt.commit_sent(conn, probe, plan.result)
             row = conn.execute(query, params, binary=True).fetchone()
@@ -1269,9 +1273,11 @@ class PostgresStore:
             elif sharing_row is not None:
                 probe = _Probe(sql.get_sharing, sid, sharing_row[0], ENCODER.encode(sharing_row[1]))
             attempt.commit_sent(conn, probe, plan.result)  # leaving the block sends COMMIT
+        if self._notifier is not None and (plan.new or (write.events and stream.last)):
+            # Every event known: told again, the attempt that stored them may have been
+            # cut off before its notice (followers drop a notice they have had).
+            self._notifier.tell(sid, stream.last + len(plan.new))
         if plan.new:
-            if self._notifier is not None:
-                self._notifier.tell(sid, stream.last + len(plan.new))
             raw_state = stream.state if plan.state is None else ENCODER.encode(plan.state)
             self._remember(
                 sid, _Tail(stream.last + len(plan.new), stream.text_count + plan.texts, raw_state)

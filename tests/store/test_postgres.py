@@ -454,6 +454,26 @@ class TestIdentifiers:
 
 
 class TestFollow:
+    def test_after_commit_an_append_of_stored_ids_is_told_again(self, dsn: str) -> None:
+        """The attempt that stored them may have been cut off before its notice."""
+        with PostgresStore(dsn) as other:
+            other.append("s", [text(id="e1"), text(id="e2")])
+        with PostgresStore(dsn, notify="after_commit") as store:
+            notifier = store._notifier
+            assert notifier is not None
+            told: list[tuple[bytes, int]] = []
+            tell = notifier.tell
+
+            def spy(sid: bytes, last: int) -> None:
+                told.append((sid, last))
+                tell(sid, last)
+
+            notifier.tell = spy  # type: ignore[method-assign]
+
+            store.append("s", [text(id="e1")])
+
+            assert [(b"s", 2)] == told
+
     def test_close_wakes_the_listener_instead_of_waiting_for_its_poll(
         self, dsn: str, monkeypatch: pytest.MonkeyPatch
     ) -> None:
