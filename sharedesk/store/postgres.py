@@ -781,13 +781,13 @@ class PostgresStore:
 
         The group writer's commit function (see ``_group_commit``). A group of one is
         handed back to its caller, to append alone (``_AppendAlone``). Otherwise each
-        write is planned on its session's cached tail
-        and the plans go to the server as one ``append_group`` statement (its own
-        transaction): it locks the sessions' ``streams`` rows in session-id order (so
-        two groups, of two processes, cannot deadlock) and writes the plan of every
-        session whose row still holds the planned last sequence, none of whose ids is
-        stored and whose stored parents are root ``Text`` rows; the others are left
-        alone. Each write not written so (a session not cached here, a second write
+        write is planned on its session's cached tail and the plans go to the server
+        as one ``append_group`` statement (its own transaction): it locks the
+        sessions' ``streams`` rows in session-id order (so two groups, of two
+        processes, cannot deadlock) and writes the plan of every session whose row
+        still holds the planned last sequence, none of whose ids is stored and whose
+        stored parents are root ``Text`` rows; the others are left alone. Each write
+        not written so (a session not cached here, a second write
         of one session in the group, a plan that failed its own checks or that the
         server refused) is then handed back to its caller to append alone, which
         plans it exactly. When the statement fails (a server error, a lost or cut-off
