@@ -71,6 +71,7 @@ __all__ = [
     "EventsourcingAppends",
     "RawPsycopgAppends",
     "RunDatabases",
+    "create_database",
     "database_dsn",
 ]
 
@@ -120,6 +121,16 @@ def database_dsn(server_dsn: str, dbname: str) -> str:
     return urlunsplit(parts._replace(path="/" + quote(dbname)))
 
 
+def create_database(server_dsn: str, name: str) -> str:
+    """Create the empty database ``name`` on the server ``server_dsn`` names; return its DSN.
+
+    Cost: one connection and one ``CREATE DATABASE``.
+    """
+    with psycopg.connect(server_dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    return database_dsn(server_dsn, name)
+
+
 class RunDatabases:
     """The databases one bench run creates on a server, dropped by :meth:`drop`.
 
@@ -137,10 +148,9 @@ class RunDatabases:
     def create(self, system: str) -> str:
         """Create an empty database for ``system``; return its DSN."""
         name = f"{self._prefix}_{system.replace('-', '_')}"
-        with psycopg.connect(self._server_dsn, autocommit=True) as conn:
-            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+        dsn = create_database(self._server_dsn, name)
         self._names.append(name)
-        return database_dsn(self._server_dsn, name)
+        return dsn
 
     def drop(self) -> None:
         """Drop every database created (closing what is still connected to them)."""

@@ -24,8 +24,7 @@ import sys
 import time
 import uuid
 
-import psycopg
-
+from bench.pg import create_database
 from bench.pgserver import ThrowawayPostgres
 from sharedesk import AsyncHub, Person
 
@@ -69,10 +68,7 @@ def main() -> None:
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 1000
     notify = sys.argv[2] if len(sys.argv) > 2 else "commit"
     with ThrowawayPostgres(fsync=False) as server:
-        name = f"latency_{uuid.uuid4().hex}"
-        with psycopg.connect(server.dsn, autocommit=True) as conn:
-            conn.execute(f'CREATE DATABASE "{name}"')
-        dsn = server.dsn.rsplit("/", 1)[0] + "/" + name
+        dsn = create_database(server.dsn, f"latency_{uuid.uuid4().hex}")
         lat = asyncio.run(measure(dsn, n, notify))
     p99 = lat[max(0, int(0.99 * len(lat)) - 1)]
     print(

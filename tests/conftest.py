@@ -53,9 +53,6 @@ def postgres_server() -> Iterator[ThrowawayPostgres]:
 @pytest.fixture
 def postgres_dsn(postgres_server: ThrowawayPostgres) -> str:
     """The DSN of a new, empty database on the session's server."""
-    import psycopg
+    from bench.pg import create_database
 
-    name = f"t_{uuid.uuid4().hex}"
-    with psycopg.connect(postgres_server.dsn, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    return postgres_server.dsn.rsplit("/", 1)[0] + "/" + name
+    return create_database(postgres_server.dsn, f"t_{uuid.uuid4().hex}")

@@ -48,12 +48,9 @@ def _no_thread_left() -> Iterator[None]:
 @pytest.fixture(scope="module")
 def contract_database(postgres_server: ThrowawayPostgres) -> str:
     """One database for the contract tests below (each test takes a schema of its own)."""
-    import psycopg
+    from bench.pg import create_database
 
-    name = f"hub_contract_{uuid.uuid4().hex}"
-    with psycopg.connect(postgres_server.dsn, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    return postgres_server.dsn.rsplit("/", 1)[0] + "/" + name
+    return create_database(postgres_server.dsn, f"hub_contract_{uuid.uuid4().hex}")
 
 
 class _OnPostgres:

@@ -153,12 +153,9 @@ def postgres_report(
     postgres_server: ThrowawayPostgres, tmp_path_factory: pytest.TempPathFactory
 ) -> Report:
     """One ``append --backend postgres --quick --posts 7`` run on a fresh database."""
-    import psycopg
+    from bench.pg import create_database
 
-    name = f"t_{uuid.uuid4().hex}"
-    with psycopg.connect(postgres_server.dsn, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    dsn = postgres_server.dsn.rsplit("/", 1)[0] + "/" + name
+    dsn = create_database(postgres_server.dsn, f"t_{uuid.uuid4().hex}")
     saved = structlog.get_config()
     try:
         tmp = tmp_path_factory.mktemp("postgres-bench")

@@ -36,6 +36,7 @@ from typing import IO, Any
 import psycopg
 import pytest
 
+from bench.pg import create_database
 from bench.pgserver import ThrowawayPostgres
 from sharedesk import Hub
 from sharedesk.protocol import Conversation, Event, Person, SharingState
@@ -193,9 +194,7 @@ def own_server() -> Iterator[ThrowawayPostgres]:
 
 def database(server: ThrowawayPostgres, name: str) -> str:
     """Create database ``name`` on ``server``; return its DSN."""
-    with psycopg.connect(server.dsn, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    return server.dsn.rsplit("/", 1)[0] + "/" + name
+    return create_database(server.dsn, name)
 
 
 @dataclass

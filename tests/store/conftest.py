@@ -26,14 +26,16 @@ def child_env() -> dict[str, str]:
 
 
 @pytest.fixture(autouse=True)
-def _no_writer_left_running() -> Iterator[None]:
-    """Every store a test opens is closed by its end: no LMDB writer thread outlives it."""
+def _no_store_thread_left_running() -> Iterator[None]:
+    """Every store a test opens is closed by its end: no LMDB writer thread, and none of a
+    PostgresStore's (pool, writer, listener, notifier, watchdog), outlives it."""
     before = set(threading.enumerate())
     yield
     leaked = [
         thread.name
         for thread in threading.enumerate()
-        if thread not in before and thread.name.startswith("sharedesk-lmdb-writer")
+        if thread not in before
+        and thread.name.startswith(("sharedesk-lmdb-writer", "sharedesk-pg"))
     ]
     assert [] == leaked
 

@@ -22,6 +22,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from bench.pg import create_database
 from bench.pgserver import ThrowawayPostgres
 from sharedesk import Hub, MemoryStore
 from sharedesk.protocol import (
@@ -61,10 +62,7 @@ from tests.store.contract import (
 @pytest.fixture(scope="module")
 def contract_database(postgres_server: ThrowawayPostgres) -> str:
     """One database for the contract suite (each of its stores takes a fresh schema)."""
-    name = f"contract_{uuid.uuid4().hex}"
-    with psycopg.connect(postgres_server.dsn, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    return postgres_server.dsn.rsplit("/", 1)[0] + "/" + name
+    return create_database(postgres_server.dsn, f"contract_{uuid.uuid4().hex}")
 
 
 class TestPostgresStore(StoreContract):
@@ -1039,17 +1037,3 @@ class TestUnderAHub:
             assert ["hello", "hi Alice"] == [m.content for m in hub.view("desk", ALICE).messages]
             assert reply is not None and reply.sequence == 2
             assert [] == hub.turn("desk", bot).messages
-
-
-@pytest.fixture(autouse=True)
-def _no_store_thread_left_running() -> Iterator[None]:
-    """Every PostgresStore a test opens is closed by its end: no pool, listener or notifier
-    thread outlives it."""
-    before = set(threading.enumerate())
-    yield
-    leaked = [
-        thread.name
-        for thread in threading.enumerate()
-        if thread not in before and thread.name.startswith("sharedesk-pg")
-    ]
-    assert [] == leaked
