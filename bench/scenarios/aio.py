@@ -262,6 +262,21 @@ def run(run_: BenchRun, args: argparse.Namespace) -> None:
             )
         )
         run_threads(threads, -(-len(sessions) // threads), store_op, max_seconds=60.0)
+
+        def timed_round(heartbeat: _Heartbeat) -> tuple[int, float, list[int]]:
+            """One timed round of AsyncHub appends, watched by ``heartbeat``."""
+            return runner.run(
+                _async_appends(
+                    hub,
+                    sessions,
+                    coroutines=coroutines,
+                    events=events_r,
+                    payload=payload,
+                    max_seconds=seconds_r,
+                    heartbeat=heartbeat,
+                )
+            )
+
         if agents:
             baselines.run_agents_child(agents_request)  # the warm-up
         for _ in range(rounds):
@@ -288,17 +303,7 @@ def run(run_: BenchRun, args: argparse.Namespace) -> None:
             idle_late.extend(runner.run(_idle(min(1.0, seconds_r / 4))))
             heartbeat = _Heartbeat()
             with run_.progress(async_label, 1) as advance, collector:
-                ops, seconds, latencies = runner.run(
-                    _async_appends(
-                        hub,
-                        sessions,
-                        coroutines=coroutines,
-                        events=events_r,
-                        payload=payload,
-                        max_seconds=seconds_r,
-                        heartbeat=heartbeat,
-                    )
-                )
+                ops, seconds, latencies = timed_round(heartbeat)
                 advance(1)
             late.extend(heartbeat.late)
             busy.extend(heartbeat.busy)
@@ -359,17 +364,7 @@ def run(run_: BenchRun, args: argparse.Namespace) -> None:
         gc.freeze()
         try:
             with run_.progress(async_label + " (extra round, gc.freeze)", 1) as advance:
-                runner.run(
-                    _async_appends(
-                        hub,
-                        sessions,
-                        coroutines=coroutines,
-                        events=events_r,
-                        payload=payload,
-                        max_seconds=seconds_r,
-                        heartbeat=frozen,
-                    )
-                )
+                timed_round(frozen)
                 advance(1)
         finally:
             gc.unfreeze()

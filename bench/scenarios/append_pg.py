@@ -519,23 +519,18 @@ def _targets(run_: BenchRun, args: argparse.Namespace) -> None:
             unit="ms",
         )
     )
-    if latency is not None and latency.p99_us is not None:
-        run_.figures["cross_process_wait_turn_ms"] = {
-            "median": median_ms,
-            "p99": latency.p99_us / 1000,
-            "posts": latency.ops,
-        }
-    late = run_.find("cross-process wait_turn postgres notify=after_commit")
-    if late is not None and late.median_us is not None and late.p99_us is not None:
-        run_.figures["cross_process_wait_turn_after_commit_ms"] = {
-            "median": late.median_us / 1000,
-            "p99": late.p99_us / 1000,
-            "posts": late.ops,
-        }
-    polled = run_.find("cross-process view postgres")
-    if polled is not None and polled.median_us is not None and polled.p99_us is not None:
-        run_.figures["cross_process_view_polled_ms"] = {
-            "median": polled.median_us / 1000,
-            "p99": polled.p99_us / 1000,
-            "posts": polled.ops,
-        }
+    for figure, label in (
+        ("cross_process_wait_turn_ms", "cross-process wait_turn postgres"),
+        (
+            "cross_process_wait_turn_after_commit_ms",
+            "cross-process wait_turn postgres notify=after_commit",
+        ),
+        ("cross_process_view_polled_ms", "cross-process view postgres"),
+    ):
+        taken = run_.find(label)
+        if taken is not None and taken.median_us is not None and taken.p99_us is not None:
+            run_.figures[figure] = {
+                "median": taken.median_us / 1000,
+                "p99": taken.p99_us / 1000,
+                "posts": taken.ops,
+            }
