@@ -400,6 +400,35 @@ class _GroupShape(NamedTuple):
     notify: bool  # notices sent by the statement
 
 
+class _Row(NamedTuple):
+    """A new event's ``events`` columns as every write statement sends them."""
+
+    seq: int
+    id_key: bytes
+    kind: str  # the body's class
+    parent: int  # 0: none (the statements turn it into NULL)
+    run_key: bytes  # empty: none (likewise)
+    record: bytes  # the event, msgpack
+
+
+def _row(event: Event) -> _Row:
+    """Return the columns of ``event``, a planned new event (its sequence set)."""
+    assert event.sequence is not None
+    return _Row(
+        event.sequence,
+        event_id_key(b"", event.id),
+        type(event.body).__name__,
+        0 if event.parent is None else event.parent,
+        b"" if event.run_id is None else run_index_key(b"", event.run_id),
+        ENCODER.encode(event),
+    )
+
+
+def _stored_parents(events: Sequence[Event], last: int) -> list[int]:
+    """Return the parents ``events`` name that are stored (at or below ``last``), ascending."""
+    return sorted({e.parent for e in events if e.parent is not None and e.parent <= last})
+
+
 _EMPTY_TAIL: Final = _Tail(0, 0, None)
 #: ``stored_row`` of a first plan: every stored parent taken for a root ``Text`` row
 #: (``append_events`` checks them; a ``parent`` answer brings the real rows).
@@ -865,7 +894,7 @@ class PostgresStore:
         texts: list[int] = []
         states: list[bytes | None] = []
         e_sid: list[bytes] = []
-        e_seq: list[int | None] = []
+        e_seq: list[int] = []
         e_id: list[bytes] = []
         e_kind: list[str] = []
         e_parent: list[int] = []
@@ -883,33 +912,25 @@ class PostgresStore:
             lasts.append(tail.last)
             new_lasts.append(new[-1].sequence)
             texts.append(plan.texts)
-            checked: set[int] = set()  # this session's stored parents, checked once each
             if plan.state is None:
                 states.append(None)
             else:
                 states.append(ENCODER.encode(plan.state))
                 any_state = True
             for event in new:
+                row = _row(event)
                 e_sid.append(sid)
-                e_seq.append(event.sequence)
-                e_id.append(event_id_key(b"", event.id))
-                e_kind.append(type(event.body).__name__)
-                e_record.append(ENCODER.encode(event))
-                if event.run_id is None:
-                    e_run.append(b"")
-                else:
-                    e_run.append(run_index_key(b"", event.run_id))
-                    any_run = True
-                parent = event.parent
-                if parent is None:
-                    e_parent.append(0)
-                    continue
-                e_parent.append(parent)
-                any_parent = True
-                if parent <= tail.last and parent not in checked:
-                    checked.add(parent)
-                    p_sid.append(sid)
-                    p_seq.append(parent)
+                e_seq.append(row.seq)
+                e_id.append(row.id_key)
+                e_kind.append(row.kind)
+                e_parent.append(row.parent)
+                e_run.append(row.run_key)
+                e_record.append(row.record)
+                any_parent = any_parent or row.parent != 0
+                any_run = any_run or row.run_key != b""
+            for parent in _stored_parents(new, tail.last):
+                p_sid.append(sid)
+                p_seq.append(parent)
             for root, reply in plan.first_replies.items():
                 r_sid.append(sid)
                 r_root.append(root)
@@ -1054,14 +1075,13 @@ class PostgresStore:
         which psycopg adapts far more cheaply than arrays; the statement builds them.
         """
         new = plan.new
-        parents = sorted({e.parent for e in new if e.parent is not None and e.parent <= tail.last})
+        parents = _stored_parents(new, tail.last)
         payload = f"{new[-1].sequence}:{sid.hex()}" if new else ""
         channel = self._channel if self._notifier is None else None
         state = None if plan.state is None else ENCODER.encode(plan.state)
-        if len(new) == 1:
-            event = new[0]
-            id_key = event_id_key(b"", event.id)
-            record = ENCODER.encode(event)
+        rows = [_row(e) for e in new]
+        if len(rows) == 1:
+            row = rows[0]
             root, reply = next(iter(plan.first_replies.items()), (None, None))
             query = self._sql.append_one
             params: list[Any] = [
@@ -1069,13 +1089,13 @@ class PostgresStore:
                 tail.last,
                 write.expected_version,
                 guard,
-                id_key,
+                row.id_key,
                 parents[0] if parents else None,
-                event.sequence,
-                type(event.body).__name__,
-                0 if event.parent is None else event.parent,
-                b"" if event.run_id is None else run_index_key(b"", event.run_id),
-                record,
+                row.seq,
+                row.kind,
+                row.parent,
+                row.run_key,
+                row.record,
                 root,
                 reply,
                 plan.texts,
@@ -1091,13 +1111,13 @@ class PostgresStore:
                 tail.last,
                 write.expected_version,
                 guard,
-                [event_id_key(b"", e.id) for e in new],
+                [r.id_key for r in rows],
                 parents,
-                [e.sequence for e in new],
-                [type(e.body).__name__ for e in new],
-                [0 if e.parent is None else e.parent for e in new],
-                [b"" if e.run_id is None else run_index_key(b"", e.run_id) for e in new],
-                [ENCODER.encode(e) for e in new],
+                [r.seq for r in rows],
+                [r.kind for r in rows],
+                [r.parent for r in rows],
+                [r.run_key for r in rows],
+                [r.record for r in rows],
                 list(plan.first_replies),
                 list(plan.first_replies.values()),
                 plan.texts,
@@ -1106,9 +1126,7 @@ class PostgresStore:
                 channel,
                 payload,
             ]
-            if new:
-                id_key, record = params[4][0], params[10][0]
-        probe = _Probe(self._sql.probe_event, sid, id_key, record) if new else None
+        probe = _Probe(self._sql.probe_event, sid, rows[0].id_key, rows[0].record) if rows else None
         return query, params, probe, parents
 
     def _remember(self, sid: bytes, tail: _Tail) -> None:
@@ -1236,9 +1254,7 @@ class PostgresStore:
                         watermark_of(expected_state), watermark_of(stored_state)
                     )
                 sharing_row = (key, state)
-            parents = sorted(
-                {e.parent for e in write.events if e.parent is not None and e.parent <= last}
-            )
+            parents = _stored_parents(write.events, last)
             rows: dict[int, StoredRow] = {}
             answered: set[int] = set()
             if parents:
@@ -1301,23 +1317,10 @@ class PostgresStore:
             return
         last = new[-1].sequence
         assert last is not None
-        seqs: list[int] = []
-        ids: list[bytes] = []
-        kinds: list[str] = []
-        parents: list[int] = []
-        runs: list[bytes] = []
-        records: list[bytes] = []
-        for event in new:
-            assert event.sequence is not None
-            seqs.append(event.sequence)
-            ids.append(event_id_key(b"", event.id))
-            kinds.append(type(event.body).__name__)
-            parents.append(0 if event.parent is None else event.parent)
-            runs.append(b"" if event.run_id is None else run_index_key(b"", event.run_id))
-            records.append(ENCODER.encode(event))
+        rows = [_row(e) for e in new]
         state = None if plan.state is None else ENCODER.encode(plan.state)
         payload = f"{last}:{sid.hex()}"
-        params: list[Any] = [sid, seqs, ids, kinds, parents, runs, records]
+        params: list[Any] = [sid, *([list(column) for column in zip(*rows, strict=True)])]
         if plan.first_replies:
             roots = list(plan.first_replies)
             params += [sid, roots, [plan.first_replies[r] for r in roots]]
