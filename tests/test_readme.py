@@ -1,11 +1,13 @@
-"""The README's code runs as written: every Python block, in order, in a temp directory, offline.
+"""The README's and the docs' code runs as written, and they hold no dated entries.
 
-Each block runs in a fresh namespace, so it must import what it uses (a reader copies one
-block at a time); the blocks share the directory, so a later block may reopen what an
-earlier one wrote. A block whose first line is ``# continues the previous block`` runs in
-the previous block's namespace instead. Any block added to the README is run here too.
-A block that reads ``SHAREDESK_POSTGRES_DSN`` gets a fresh database on the test session's
-throwaway PostgreSQL server (the ``postgres_dsn`` fixture) in that variable.
+Every ```python block of ``README.md`` and of each page in ``docs/`` runs, in order, in a
+temp directory of its own per page, offline. Each block runs in a fresh namespace, so it
+must import what it uses (a reader copies one block at a time); the blocks of one page
+share the directory, so a later block may reopen what an earlier one wrote. A block whose
+first line is ``# continues the previous block`` runs in the previous block's namespace
+instead. A block that reads ``SHAREDESK_POSTGRES_DSN`` gets a fresh database on the test
+session's throwaway PostgreSQL server (the ``postgres_dsn`` fixture) in that variable.
+Blocks that show shell commands are ```sh (or ```text) and are not run.
 """
 
 from __future__ import annotations
@@ -22,16 +24,32 @@ import structlog
 
 from sharedesk.logconfig import LOGGER_NAME
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+ROOT = Path(__file__).resolve().parent.parent
+README = ROOT / "README.md"
+DOCS = ROOT / "docs"
+PAGES = [README, *sorted(DOCS.glob("*.md"))]
 CONTINUES = "# continues the previous block"
 POSTGRES_DSN = "SHAREDESK_POSTGRES_DSN"
 _BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
 
+# What a lab notebook leaves behind: clock times, dates, machine load, issue numbers.
+DATED = {
+    "a clock time": re.compile(r"\b\d{1,2}:\d{2}(?::\d{2})?\s*UTC\b"),
+    "a date": re.compile(r"\b20\d\d-\d\d-\d\d\b"),
+    "a load average": re.compile(r"\bload(?: average)? (?:of )?\d", re.I),
+    "the word load average": re.compile(r"\bload average", re.I),
+    "an issue number": re.compile(r"\bissues? #?\d+", re.I),
+}
 
-def python_blocks() -> list[tuple[int, str]]:
-    """Every ```python block of the README, with the line its code starts on."""
-    text = README.read_text(encoding="utf-8")
+
+def python_blocks(page: Path) -> list[tuple[int, str]]:
+    """Every ```python block of ``page``, with the line its code starts on."""
+    text = page.read_text(encoding="utf-8")
     return [(text.count("\n", 0, m.start(1)) + 1, m.group(1)) for m in _BLOCK.finditer(text)]
+
+
+def page_id(page: Path) -> str:
+    return str(page.relative_to(ROOT))
 
 
 @pytest.fixture
@@ -45,7 +63,7 @@ def offline(monkeypatch: pytest.MonkeyPatch) -> None:
             "::1",
             "localhost",
         ):
-            raise OSError(f"README examples run offline; tried to connect to {address!r}")
+            raise OSError(f"documented examples run offline; tried to connect to {address!r}")
         connect(self, address)
 
     monkeypatch.setattr(socket.socket, "connect", local_only)
@@ -53,9 +71,11 @@ def offline(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture
 def restored_logging() -> Iterator[None]:
-    """The README configures logging; give the suite its set-up back afterwards."""
+    """A page may configure logging; give the suite its set-up back afterwards."""
     ours = logging.getLogger(LOGGER_NAME)
     handlers, level, propagate = list(ours.handlers), ours.level, ours.propagate
+    root = logging.getLogger()
+    root_handlers, root_level = list(root.handlers), root.level
     try:
         yield
     finally:
@@ -63,26 +83,63 @@ def restored_logging() -> Iterator[None]:
         ours.handlers[:] = handlers
         ours.setLevel(level)
         ours.propagate = propagate
+        root.handlers[:] = root_handlers
+        root.setLevel(root_level)
+
+
+def run_page(page: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> None:
+    """Run every Python block of ``page`` in order, in the current directory."""
+    namespace: dict[str, object] = {}
+    for line, block in python_blocks(page):
+        if POSTGRES_DSN in block:
+            monkeypatch.setenv(POSTGRES_DSN, request.getfixturevalue("postgres_dsn"))
+        if not block.startswith(CONTINUES):
+            namespace = {"__name__": "docs_example"}
+        try:
+            exec(compile("\n" * (line - 1) + block, str(page), "exec"), namespace)
+        except Exception as exc:
+            raise AssertionError(f"the block at {page_id(page)}:{line} failed: {exc!r}") from exc
 
 
 class TestReadme:
     def test_the_readme_has_python_examples(self) -> None:
-        assert python_blocks()
+        assert python_blocks(README)
 
+    def test_the_readme_is_at_most_300_lines(self) -> None:
+        lines = README.read_text(encoding="utf-8").count("\n")
+
+        assert lines <= 300
+
+    def test_the_readme_links_the_table_of_contents(self) -> None:
+        assert "(docs/index.md)" in README.read_text(encoding="utf-8")
+
+
+class TestDocs:
+    def test_every_page_is_listed_in_the_table_of_contents(self) -> None:
+        index = (DOCS / "index.md").read_text(encoding="utf-8")
+        pages = {p.name for p in DOCS.glob("*.md")} - {"index.md"}
+
+        assert set() == {name for name in pages if f"({name})" not in index}
+
+    @pytest.mark.parametrize("page", PAGES, ids=page_id)
     @pytest.mark.usefixtures("offline", "restored_logging")
-    def test_every_python_block_runs_in_order_each_in_its_own_namespace(
-        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
+    def test_every_python_block_of_a_page_runs_in_order(
+        self,
+        page: Path,
+        tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch,
+        request: pytest.FixtureRequest,
     ) -> None:
         monkeypatch.chdir(tmp_path)
-        namespace: dict[str, object] = {}
-        for line, block in python_blocks():
-            if POSTGRES_DSN in block:
-                monkeypatch.setenv(POSTGRES_DSN, request.getfixturevalue("postgres_dsn"))
-            if not block.startswith(CONTINUES):
-                namespace = {"__name__": "readme"}
-            try:
-                exec(compile("\n" * (line - 1) + block, str(README), "exec"), namespace)
-            except Exception as exc:
-                raise AssertionError(f"the README block at line {line} failed: {exc!r}") from exc
+        run_page(page, monkeypatch, request)
 
-        assert (tmp_path / "desk-data").is_dir()
+    @pytest.mark.parametrize("page", PAGES, ids=page_id)
+    def test_a_page_holds_no_dated_entries(self, page: Path) -> None:
+        text = page.read_text(encoding="utf-8")
+        found = [
+            f"{page_id(page)}:{text.count(chr(10), 0, m.start()) + 1}: {what}: {m.group(0)!r}"
+            for what, pattern in DATED.items()
+            for m in pattern.finditer(text)
+        ]
+
+        assert [] == found
