@@ -12,6 +12,7 @@ Blocks that show shell commands are ```sh (or ```text) and are not run.
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import re
 import socket
@@ -31,6 +32,8 @@ PAGES = [README, *sorted(DOCS.glob("*.md"))]
 CONTINUES = "# continues the previous block"
 POSTGRES_DSN = "SHAREDESK_POSTGRES_DSN"
 _BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
+_LINK = re.compile(r"\]\(([^)#\s]+\.md)(?:#[^)]*)?\)")
+REGENERATE = ".venv/bin/python docs/gen_reference.py"
 
 # What a lab notebook leaves behind: clock times, dates, machine load, issue numbers.
 DATED = {
@@ -50,6 +53,15 @@ def python_blocks(page: Path) -> list[tuple[int, str]]:
 
 def page_id(page: Path) -> str:
     return str(page.relative_to(ROOT))
+
+
+def generator() -> Any:
+    """The module docs/gen_reference.py, which renders the reference pages."""
+    spec = importlib.util.spec_from_file_location("gen_reference", DOCS / "gen_reference.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 @pytest.fixture
@@ -143,3 +155,18 @@ class TestDocs:
         ]
 
         assert [] == found
+
+    @pytest.mark.parametrize("page", PAGES, ids=page_id)
+    def test_every_link_of_a_page_to_another_page_resolves(self, page: Path) -> None:
+        links = _LINK.findall(page.read_text(encoding="utf-8"))
+
+        assert [] == [link for link in links if not (page.parent / link).is_file()]
+
+
+class TestReference:
+    @pytest.mark.parametrize("name", ["reference.md", "errors.md", "options.md"])
+    def test_a_generated_page_matches_the_docstrings(self, name: str) -> None:
+        """A stale page fails; the fix is one command, run from the checkout."""
+        committed = (DOCS / name).read_text(encoding="utf-8")
+
+        assert generator().render(name) == committed, f"docs/{name} is stale: run {REGENERATE}"
