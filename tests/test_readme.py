@@ -38,6 +38,7 @@ REGENERATE = ".venv/bin/python docs/gen_reference.py"
 # What a lab notebook leaves behind: clock times, dates, machine load, issue numbers.
 DATED = {
     "a clock time": re.compile(r"\b\d{1,2}:\d{2}(?::\d{2})?\s*UTC\b"),
+    "a time of day": re.compile(r"(?<![\w:\[])(?:[01]\d|2[0-3]):[0-5]\d\b(?!:)"),
     "a date": re.compile(r"\b20\d\d-\d\d-\d\d\b"),
     "a load average": re.compile(r"\bload(?: average)? (?:of )?\d", re.I),
     "the word load average": re.compile(r"\bload average", re.I),
