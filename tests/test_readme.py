@@ -40,8 +40,7 @@ DATED = {
     "a clock time": re.compile(r"\b\d{1,2}:\d{2}(?::\d{2})?\s*UTC\b"),
     "a time of day": re.compile(r"(?<![\w:\[])(?:[01]\d|2[0-3]):[0-5]\d\b(?!:)"),
     "a date": re.compile(r"\b20\d\d-\d\d-\d\d\b"),
-    "a load average": re.compile(r"\bload(?: average)? (?:of )?\d", re.I),
-    "the word load average": re.compile(r"\bload average", re.I),
+    "a load average": re.compile(r"\bload average|\bload (?:of )?\d+\.\d", re.I),
     "an issue number": re.compile(r"\bissues? #?\d+", re.I),
 }
 
