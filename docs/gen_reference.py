@@ -183,17 +183,37 @@ def signature(name: str, obj: Any) -> str:
     return f"{name}({', '.join(params)})" + (f" -> {returns}" if returns else "")
 
 
-def members(cls: type) -> Iterable[tuple[str, Any]]:
-    """Yield the public methods and properties a class defines itself, in source order."""
-    for name, value in vars(cls).items():
-        if name.startswith("_") and name not in ("__enter__", "__aenter__"):
+def members(cls: type) -> Iterable[tuple[str, Any, type]]:
+    """Yield the public methods and properties of a class, with the class defining each.
+
+    A class's own members come first, in source order, then those it inherits from
+    sharedesk's own bases (a store base, say), nearest base first.
+    """
+    seen: set[str] = set()
+    for owner in cls.__mro__:
+        if owner is not cls and not _documented_base(owner):
             continue
-        if isinstance(value, property | classmethod | staticmethod) or inspect.isfunction(value):
-            yield name, value
+        for name, value in vars(owner).items():
+            if name in seen or (name.startswith("_") and name not in ("__enter__", "__aenter__")):
+                continue
+            if isinstance(value, property | classmethod | staticmethod) or inspect.isfunction(
+                value
+            ):
+                seen.add(name)
+                yield name, value, owner
 
 
-def entry(name: str, obj: Any, module: str) -> list[str]:
-    """Return the lines of one public name: signature, docstring, members."""
+def _documented_base(owner: type) -> bool:
+    """Whether ``owner`` is one of sharedesk's own bases, documented where it is defined."""
+    return owner.__module__.startswith("sharedesk") and not issubclass(owner, BaseException)
+
+
+def entry(name: str, obj: Any, module: str, bases: dict[str, type] | None = None) -> list[str]:
+    """Return the lines of one public name: signature, docstring, members.
+
+    A member inherited from one of sharedesk's own bases gets its signature and a link to
+    the base, where its docstring is rendered once; the base is added to ``bases``.
+    """
     out = [f"### `{name}`", ""]
     if inspect.isclass(obj) or callable(obj):
         out.extend(["```text", signature(name, obj), "```", ""])
@@ -207,13 +227,23 @@ def entry(name: str, obj: Any, module: str) -> list[str]:
         doc = None
     out.extend(markdown(doc))
     if inspect.isclass(obj):
-        for member, value in members(obj):
+        for member, value, owner in members(obj):
             target = value.fget if isinstance(value, property) else getattr(obj, member)
             title = f"`{name}.{member}`" + (" (property)" if isinstance(value, property) else "")
             out.extend(["", f"#### {title}", ""])
             if not isinstance(value, property):
                 out.extend(["```text", signature(member, target), "```", ""])
-            out.extend(markdown(getattr(target, "__doc__", None)))
+            if owner is obj:
+                out.extend(markdown(getattr(target, "__doc__", None)))
+            else:
+                qualified = f"{owner.__module__}.{owner.__qualname__}"
+                anchor = f"{owner.__qualname__}{member}".lower()
+                out.append(
+                    f"Inherited from `{qualified}`: see [`{owner.__qualname__}.{member}`]"
+                    f"(#{re.sub(r'[^a-z0-9_-]', '', anchor)})."
+                )
+                if bases is not None:
+                    bases[qualified] = owner
     out.append("")
     return out
 
@@ -245,20 +275,32 @@ def render_reference() -> str:
         out.append(f"- [{title}](#{anchor})")
     out.extend(f"- [`{module}`](#{module.replace('.', '')})" for module in MODULES)
     out.append("")
+    bases: dict[str, type] = {}
     for title, group in groups.items():
         out.extend([f"## {title}", ""])
         if title == "Errors":
             out.extend(["Every error is a `SharedeskError`; see [errors](errors.md).", ""])
         for name in group:
             if name in names:
-                out.extend(entry(name, getattr(sharedesk, name), "sharedesk"))
+                out.extend(entry(name, getattr(sharedesk, name), "sharedesk", bases))
     for module_name, exported in MODULES.items():
         module = __import__(module_name, fromlist=["_"])
         out.extend([f"## `{module_name}`", ""])
         out.extend(markdown(module.__doc__))
         out.append("")
         for name in exported:
-            out.extend(entry(name, getattr(module, name), module_name))
+            out.extend(entry(name, getattr(module, name), module_name, bases))
+    if bases:
+        out.extend(
+            [
+                "## Bases",
+                "",
+                "Where the members that public classes inherit are defined and documented.",
+                "",
+            ]
+        )
+        for qualified in sorted(bases):
+            out.extend(entry(bases[qualified].__qualname__, bases[qualified], qualified))
     return "\n".join(out).rstrip() + "\n"
 
 
