@@ -124,6 +124,34 @@ def measurement(
     )
 
 
+def timed_calls(
+    *,
+    scenario: str,
+    operation: str,
+    label: str,
+    latencies_ns: Sequence[int],
+    system: str = "sharedesk",
+    params: dict[str, Any] | None = None,
+    note: str = "",
+) -> Measurement:
+    """Build the :class:`Measurement` of calls timed one by one.
+
+    ``ops`` counts the calls and ``seconds`` sums their latencies (the time between
+    calls does not count).
+    """
+    return measurement(
+        scenario=scenario,
+        system=system,
+        operation=operation,
+        label=label,
+        ops=len(latencies_ns),
+        seconds=sum(latencies_ns) / 1e9,
+        latencies_ns=latencies_ns,
+        params=params,
+        note=note,
+    )
+
+
 Status = Literal["PASS", "SHORT", "N/A", "not judged", "context"]
 
 

@@ -54,7 +54,7 @@ from typing import Any
 
 from bench.harness import BenchRun, ThreadedResult, merge_rounds, run_threads
 from bench.options import pick
-from bench.report import Measurement, Target, measurement
+from bench.report import Measurement, Target, measurement, timed_calls
 
 NAME = "append"
 
@@ -385,13 +385,10 @@ def _run_on(run_: BenchRun, args: argparse.Namespace, dsn: str) -> None:
                     seen, calls = cross_process_latency(ours_dsn, follow, posts)
                     advance(1)
                 latencies.append(
-                    measurement(
+                    timed_calls(
                         scenario=NAME,
-                        system="sharedesk",
                         operation="cross-process",
                         label=label,
-                        ops=len(seen),
-                        seconds=sum(seen) / 1e9,
                         latencies_ns=seen,
                         params={"backend": "postgres", "follow": follow},
                         note="from process A's post call to process B having it",
@@ -399,13 +396,10 @@ def _run_on(run_: BenchRun, args: argparse.Namespace, dsn: str) -> None:
                 )
                 if follow == "wait_turn":
                     latencies.append(
-                        measurement(
+                        timed_calls(
                             scenario=NAME,
-                            system="sharedesk",
                             operation="post",
                             label="cross-process post postgres (process A)",
-                            ops=len(calls),
-                            seconds=sum(calls) / 1e9,
                             latencies_ns=calls,
                             params={"backend": "postgres"},
                             note="the post call whose arrival in process B was timed",

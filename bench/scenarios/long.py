@@ -33,7 +33,7 @@ from typing import Any
 
 from bench.harness import BenchRun, open_hub
 from bench.options import pick
-from bench.report import Target, measurement, ratio_target
+from bench.report import Target, ratio_target, timed_calls
 from bench.scenarios.scale import THREAD_SLACK, touch_sessions
 
 NAME = "long"
@@ -154,9 +154,13 @@ def _history(run_: BenchRun, small: int, large: int, repeat: int) -> None:
                         latencies[name].append(time.perf_counter_ns() - t0)
                     adv(2)
             for name, events in sizes.items():
-                timed = latencies[name]
-                _record(run_, operation, events, repeat, sum(timed) / 1e9, timed)
-                medians[(operation, name)] = run_.median(f"long {operation} desk={events}") or 0.0
+                medians[(operation, name)] = _timed(
+                    run_,
+                    operation,
+                    f"long {operation} desk={events}",
+                    latencies[name],
+                    {"events": events},
+                )
         for operation, target in (
             ("run_once replay", "long-run-once-flat-in-history"),
             ("get_session", "long-get-session-flat-in-history"),
@@ -178,21 +182,15 @@ def _history(run_: BenchRun, small: int, large: int, repeat: int) -> None:
         hub.close()
 
 
-def _record(
-    run_: BenchRun, operation: str, events: int, ops: int, seconds: float, latencies: list[int]
-) -> None:
-    run_.measurements.append(
-        measurement(
-            scenario=NAME,
-            system="sharedesk",
-            operation=operation,
-            label=f"long {operation} desk={events}",
-            ops=ops,
-            seconds=seconds,
-            latencies_ns=latencies,
-            params={"events": events},
-        )
+def _timed(
+    run_: BenchRun, operation: str, label: str, latencies: list[int], params: dict[str, Any]
+) -> float:
+    """Record calls timed one by one as ``label``; return their median µs (0 if none)."""
+    taken = timed_calls(
+        scenario=NAME, operation=operation, label=label, latencies_ns=latencies, params=params
     )
+    run_.measurements.append(taken)
+    return taken.median_us or 0.0
 
 
 def _crowd(run_: BenchRun, viewers: int, posts: int, max_active: int) -> None:
@@ -226,20 +224,9 @@ def _crowd(run_: BenchRun, viewers: int, posts: int, max_active: int) -> None:
             hub.close()
     rates: dict[int, float] = {}
     for crowd in crowds:
-        timed = latencies[crowd]
-        run_.measurements.append(
-            measurement(
-                scenario=NAME,
-                system="sharedesk",
-                operation="post",
-                label=f"long post viewers={crowd}",
-                ops=len(timed),
-                seconds=sum(timed) / 1e9,
-                latencies_ns=timed,
-                params={"viewers": crowd},
-            )
+        median = _timed(
+            run_, "post", f"long post viewers={crowd}", latencies[crowd], {"viewers": crowd}
         )
-        median = run_.median(f"long post viewers={crowd}") or 0.0
         # Posts/s at the median post: a stall of the machine (other processes) that
         # lands on one side's few posts cannot decide the ratio.
         rates[crowd] = 1e6 / median if median > 0 else 0.0
@@ -289,20 +276,13 @@ def _stream(run_: BenchRun, chunks: int, repeat: int) -> None:
                     latencies[label].append(time.perf_counter_ns() - t0)
                 adv(2)
         for label, adapter in kinds.items():
-            timed = latencies[label]
-            run_.measurements.append(
-                measurement(
-                    scenario=NAME,
-                    system="sharedesk",
-                    operation="run_once",
-                    label=f"long run_once durable {label}",
-                    ops=repeat,
-                    seconds=sum(timed) / 1e9,
-                    latencies_ns=timed,
-                    params={"chunks": chunks if adapter is streamer else 0},
-                )
+            medians[label] = _timed(
+                run_,
+                "run_once",
+                f"long run_once durable {label}",
+                latencies[label],
+                {"chunks": chunks if adapter is streamer else 0},
             )
-            medians[label] = run_.median(f"long run_once durable {label}") or 0.0
     finally:
         hub.close()
     run_.targets.append(

@@ -38,7 +38,7 @@ from bench.harness import (
     time_calls,
 )
 from bench.options import int_list, pick
-from bench.report import measurement, ratio_target
+from bench.report import measurement, ratio_target, timed_calls
 from sharedesk import EventStore, Hub, SessionLog
 
 NAME = "read"
@@ -273,13 +273,10 @@ def _turns(run_: BenchRun, hubs: list[tuple[int, str, Hub]], turns: int) -> dict
                 advance(1)
     medians: dict[int, float] = {}
     for h, (rows, suffix, _) in enumerate(hubs):
-        turn_m = measurement(
+        turn_m = timed_calls(
             scenario=NAME,
-            system="sharedesk",
             operation="turn",
             label=f"turn delta n={rows}{suffix}",
-            ops=turns,
-            seconds=sum(turn_ns[h]) / 1e9,
             latencies_ns=turn_ns[h],
             params={"rows": rows},
             note=(
@@ -289,13 +286,10 @@ def _turns(run_: BenchRun, hubs: list[tuple[int, str, Hub]], turns: int) -> dict
         )
         run_.measurements.append(turn_m)
         run_.measurements.append(
-            measurement(
+            timed_calls(
                 scenario=NAME,
-                system="sharedesk",
                 operation="commit",
                 label=f"turn commit n={rows}{suffix}",
-                ops=turns,
-                seconds=sum(commit_ns[h]) / 1e9,
                 latencies_ns=commit_ns[h],
                 params={"rows": rows},
                 note="turn.commit(reply): reply and sharing state in one durable step",
