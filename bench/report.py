@@ -324,7 +324,7 @@ def print_summary(console: Console, report: Report) -> None:
         )
     console.print(table)
     for figure, value in report.figures.items():
-        console.print(f"  {figure}: {value}")
+        console.print(f"  {figure}: {_fmt_figure(value)}", highlight=False)
     for target in report.targets:
         console.print(target_line(target), highlight=False)
     for note in report.notes:
@@ -359,10 +359,21 @@ def target_line(target: Target) -> str:
 
 
 def _fmt_value(value: float, unit: str) -> str:
-    """Ratios with three decimals (``0.397x``), counts and sizes as whole numbers."""
+    """Format a target's figure: a ratio as ``0.397x``, ms as ``4.3 ms``, else whole."""
     if unit == "x":
         return f"{value:.3f}x"
+    if unit == "ms":
+        return f"{value:,.1f} ms"
     return f"{value:,.0f}{unit}"
+
+
+def _fmt_figure(value: Any) -> str:
+    """Format a scenario's figure: floats with two decimals, dicts as ``key value``."""
+    if isinstance(value, float):
+        return f"{value:,.2f}"
+    if isinstance(value, dict):
+        return ", ".join(f"{key} {_fmt_figure(item)}" for key, item in value.items())
+    return str(value)
 
 
 def _baseline_key(m: Measurement) -> str:

@@ -13,8 +13,7 @@ Four parts, each a ratio measured in this run:
 - ``crowd``: posts per second (at the median post) from one thread to a desk whose
   channel view is held warm by 1 viewer, and to one held warm by 200 viewers (each asked
   for its view once), on two in-memory Hubs, the two taking turns post by post; at least
-  0.7x. (Pushing each post to every projector, as before, gave 0.29x here: 200 wake-ups
-  per post.) Peak threads while posting: at most ``max_active`` + 16.
+  0.7x. Peak threads while posting: at most ``max_active`` + 16.
 - ``stream``: on a durable Hub, ``run_once`` with an adapter that streams 300
   ``TextDelta`` chunks then the closing ``Text``, against ``run_once`` with an adapter
   that posts the final text alone (taking turns); median wall time at most 2x.

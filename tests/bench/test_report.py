@@ -20,6 +20,7 @@ from bench.report import (
     machine_info,
     measurement,
     percentile,
+    print_summary,
     ratio_target,
     target_line,
     utc_now,
@@ -332,3 +333,25 @@ class TestPlots:
         assert ["append-append-latency-1.png", "append-append-latency-2.png"] == sorted(
             p.name.split("Z-", 1)[1] for p in written if "latency" in p.name
         )
+
+
+class TestSummary:
+    def printed(self, report: Report) -> str:
+        console = Console(record=True, width=300)
+        print_summary(console, report)
+        return console.export_text()
+
+    def test_the_table_names_the_baseline_of_each_ratio(self) -> None:
+        report = append_report(
+            append_run("lmdb-raw", 1, seconds=0.5, baseline="raw py-lmdb (16 events/txn)"),
+            append_run("sharedesk", 16, seconds=1.0),
+        )
+
+        assert "0.50x raw py-lmdb (16 events/txn)" in self.printed(report)
+
+    def test_figures_are_printed_rounded(self) -> None:
+        report = msgspec.structs.replace(
+            append_report(), figures={"stall_ms": {"max": 2.976638, "heartbeats": 18}}
+        )
+
+        assert "  stall_ms: max 2.98, heartbeats 18" in self.printed(report)
