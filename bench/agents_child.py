@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 from bench import baselines
 
@@ -18,40 +19,27 @@ def main(argv: list[str] | None = None) -> int:
     """Run the requested baseline; print ``{"ops", "seconds", "latencies_ns"}``."""
     request = json.loads((sys.argv[1:] if argv is None else argv)[0])
     path = Path(request["path"])
-    if request["kind"] == "append":
-        result = baselines.agents_appends(
-            path,
-            request["sessions"],
-            threads=request["threads"],
-            events=request["events"],
-            payload=request["payload"],
-            max_seconds=request["max_seconds"],
-        )
-        figures = {
-            "ops": result.ops,
-            "seconds": result.seconds,
-            "latencies_ns": result.latencies_ns,
-        }
-    elif request["kind"] == "async_append":
-        result = baselines.agents_async_appends(
-            path,
-            request["sessions"],
-            coroutines=request["coroutines"],
-            events=request["events"],
-            payload=request["payload"],
-            max_seconds=request["max_seconds"],
-        )
-        figures = {
-            "ops": result.ops,
-            "seconds": result.seconds,
-            "latencies_ns": result.latencies_ns,
-        }
-    else:
+    if request["kind"] == "read":
         seconds, latencies = baselines.agents_reads(
             path, rows=request["rows"], repeat=request["repeat"], payload=request["payload"]
         )
-        figures = {"ops": len(latencies), "seconds": seconds, "latencies_ns": latencies}
-    print(json.dumps(figures))
+        ops = len(latencies)
+    else:
+        common: dict[str, Any] = {
+            "events": request["events"],
+            "payload": request["payload"],
+            "max_seconds": request["max_seconds"],
+        }
+        if request["kind"] == "append":
+            result = baselines.agents_appends(
+                path, request["sessions"], threads=request["threads"], **common
+            )
+        else:
+            result = baselines.agents_async_appends(
+                path, request["sessions"], coroutines=request["coroutines"], **common
+            )
+        ops, seconds, latencies = result.ops, result.seconds, result.latencies_ns
+    print(json.dumps({"ops": ops, "seconds": seconds, "latencies_ns": latencies}))
     return 0
 
 

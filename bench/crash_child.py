@@ -31,8 +31,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from bench.harness import open_hub, open_store
-    from sharedesk import Agent, Event, Text
-    from sharedesk.logconfig import configure_logging
+    from sharedesk import Agent, Event, Text, configure_logging
 
     configure_logging(level="warning")
 

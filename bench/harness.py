@@ -81,22 +81,27 @@ class BenchRun:
         return None if m is None else m.ops_per_s
 
     def throughput_targets(
-        self, subject: str, rate: float | None, baselines: Iterable[tuple[str, str, str, float]]
+        self,
+        subject: str,
+        rate: float | None,
+        baselines: Iterable[tuple[str, str, str, float | None]],
     ) -> None:
         """Add one target per baseline: ``rate`` at least ``bound`` times the baseline's.
 
         Args:
-            subject: What ``rate`` measures, starting each target's claim.
+            subject: What ``rate`` measures (each target's claim).
             rate: Our events/s (``None`` when not measured).
-            baselines: ``(target name, claim after the subject, baseline label, bound)``.
+            baselines: ``(target name, baseline's name, baseline's label, bound)``; a
+                bound of ``None`` reports the ratio as context.
         """
-        for name, claim, label, bound in baselines:
+        for name, baseline, label, bound in baselines:
             self.targets.append(
                 ratio_target(
                     name=name,
-                    claim=f"{subject} {claim}",
+                    claim=subject,
                     numerator=rate,
                     denominator=self.rate(label),
+                    baseline=baseline,
                     bound=bound,
                     at_least=True,
                     what="events/s",

@@ -1,9 +1,12 @@
 """Results of a bench run: measurements, targets, the summary table, JSON and plots.
 
 Every figure a scenario produces is a :class:`Measurement` (one system doing one
-operation under one set of parameters). Headline claims are :class:`Target`s: a ratio
-of two measurements of the same run against a bound, printed as ``PASS`` or ``SHORT``
-(``N/A`` when one side was not measured). Nothing here asserts: the bench reports.
+operation under one set of parameters). Headline claims are :class:`Target`s, most of
+them a ratio of two measurements of the same run that names its baseline, held to a
+bound. A full run prints each as ``PASS`` or ``SHORT``; a ``--quick`` run is too small
+to judge one and prints ``not judged (--quick)``; ``N/A`` means one side was not
+measured, ``context`` a figure held to no bound. Nothing here asserts: the bench
+reports.
 """
 
 from __future__ import annotations
@@ -22,8 +25,6 @@ from rich.table import Table
 
 #: Most latency samples kept per measurement in the JSON file (statistics use them all).
 MAX_KEPT_SAMPLES = 5000
-
-Status = Literal["PASS", "SHORT", "N/A"]
 
 
 class Measurement(msgspec.Struct, frozen=True, kw_only=True):
@@ -123,33 +124,83 @@ def measurement(
     )
 
 
+def timed_calls(
+    *,
+    scenario: str,
+    operation: str,
+    label: str,
+    latencies_ns: Sequence[int],
+    system: str = "sharedesk",
+    params: dict[str, Any] | None = None,
+    note: str = "",
+) -> Measurement:
+    """Build the :class:`Measurement` of calls timed one by one.
+
+    ``ops`` counts the calls and ``seconds`` sums their latencies (the time between
+    calls does not count).
+    """
+    return measurement(
+        scenario=scenario,
+        system=system,
+        operation=operation,
+        label=label,
+        ops=len(latencies_ns),
+        seconds=sum(latencies_ns) / 1e9,
+        latencies_ns=latencies_ns,
+        params=params,
+        note=note,
+    )
+
+
+Status = Literal["PASS", "SHORT", "N/A", "not judged", "context"]
+
+
 class Target(msgspec.Struct, frozen=True, kw_only=True):
     """A headline claim: ``value`` compared with ``bound`` (a ratio or an absolute figure).
 
     Attributes:
         name: What the target measures, as a short kebab-case name
             (``"append-store-vs-raw-lmdb"``).
-        claim: The claim in words, e.g. ``"append via store >= 0.4x raw lmdb@16/txn"``.
+        claim: What was measured, e.g. ``"append via store durable t=16"``.
         value: The measured figure, or ``None`` when it could not be measured.
-        bound: The bound the figure is held to.
+        bound: The bound the figure is held to; ``None`` for a figure reported as
+            context, held to nothing.
         at_least: ``True`` when ``value >= bound`` passes, ``False`` for ``<=``.
         detail: The figures the value was computed from, or why it is missing.
         unit: ``"x"`` for a ratio, else the unit of an absolute figure.
+        baseline: What a ratio is a ratio to, e.g. ``"raw py-lmdb (16 events/txn)"``;
+            every ratio names one.
+        judged: ``False`` for a ``--quick`` run, whose figures are too small to hold
+            against a bound.
     """
 
     name: str
     claim: str
     value: float | None
-    bound: float
+    bound: float | None
     at_least: bool
     detail: str
     unit: str = "x"
+    baseline: str = ""
+    judged: bool = True
+
+    def __post_init__(self) -> None:
+        if self.unit == "x" and not self.baseline:
+            raise ValueError(f"ratio target {self.name!r} does not name its baseline")
 
     @property
     def status(self) -> Status:
-        """``PASS``, ``SHORT``, or ``N/A`` when the value is missing."""
+        """``PASS`` or ``SHORT`` against the bound, else why not.
+
+        ``N/A`` when the value is missing, ``context`` when there is no bound, ``not
+        judged`` on a ``--quick`` run.
+        """
         if self.value is None:
             return "N/A"
+        if self.bound is None:
+            return "context"
+        if not self.judged:
+            return "not judged"
         ok = self.value >= self.bound if self.at_least else self.value <= self.bound
         return "PASS" if ok else "SHORT"
 
@@ -160,7 +211,8 @@ def ratio_target(
     claim: str,
     numerator: float | None,
     denominator: float | None,
-    bound: float,
+    baseline: str,
+    bound: float | None,
     at_least: bool,
     what: str,
 ) -> Target:
@@ -168,10 +220,11 @@ def ratio_target(
 
     Args:
         name: What the target measures (see :class:`Target`).
-        claim: The claim in words.
+        claim: What the numerator measured.
         numerator: Figure of our side (``None`` when not measured).
         denominator: Figure of the baseline (``None`` when not measured).
-        bound: The bound on the ratio.
+        baseline: What the denominator measured (printed after the ratio).
+        bound: The bound on the ratio (``None``: reported as context).
         at_least: Whether the ratio must be at least (else at most) ``bound``.
         what: Units of the two figures, for the detail line (e.g. ``"events/s"``).
 
@@ -179,21 +232,17 @@ def ratio_target(
         The target; ``value`` is ``None`` when either figure is missing or zero.
     """
     if numerator is None or denominator is None or denominator == 0:
-        return Target(
-            name=name,
-            claim=claim,
-            value=None,
-            bound=bound,
-            at_least=at_least,
-            detail="not measured in this run",
-        )
+        value, detail = None, "not measured in this run"
+    else:
+        value, detail = numerator / denominator, f"{numerator:,.1f} / {denominator:,.1f} {what}"
     return Target(
         name=name,
         claim=claim,
-        value=numerator / denominator,
+        value=value,
         bound=bound,
         at_least=at_least,
-        detail=f"{numerator:,.1f} / {denominator:,.1f} {what}",
+        detail=detail,
+        baseline=baseline,
     )
 
 
@@ -239,7 +288,11 @@ def _fmt_us(value: float | None) -> str:
 
 
 def print_summary(console: Console, report: Report) -> None:
-    """Print the summary table, the targets as PASS/SHORT lines, and the notes.
+    """Print the summary table, the targets (one line each), and the notes.
+
+    A target's line starts with its status: ``PASS`` or ``SHORT`` on a full run,
+    ``not judged (--quick)`` on a quick one, ``context`` for a figure held to no bound,
+    ``N/A`` when it was not measured. A ratio is followed by the name of its baseline.
 
     Args:
         console: Where to print.
@@ -252,13 +305,15 @@ def print_summary(console: Console, report: Report) -> None:
         ("ops/s", "right"),
         ("median", "right"),
         ("p99", "right"),
-        ("vs baseline", "right"),
+        ("vs baseline", "left"),
     ):
         table.add_column(column, justify=justify)  # type: ignore[arg-type]
     baselines = _baseline_rates(report.measurements)
     for m in report.measurements:
         base = baselines.get((m.scenario, m.operation, _baseline_key(m)))
-        versus = f"{m.ops_per_s / base:.2f}x" if base and m.system == "sharedesk" else ""
+        versus = ""
+        if base is not None and m.system == "sharedesk":
+            versus = f"{m.ops_per_s / base[1]:.2f}x {base[0]}"
         table.add_row(
             m.label,
             f"{m.ops:,}",
@@ -269,38 +324,75 @@ def print_summary(console: Console, report: Report) -> None:
         )
     console.print(table)
     for figure, value in report.figures.items():
-        console.print(f"  {figure}: {value}")
+        console.print(f"  {figure}: {_fmt_figure(value)}", highlight=False)
     for target in report.targets:
-        style = {"PASS": "green", "SHORT": "red", "N/A": "yellow"}[target.status]
-        shown = "-" if target.value is None else _fmt_value(target.value, target.unit)
-        relation = ">=" if target.at_least else "<="
-        bound = _fmt_value(target.bound, target.unit)
-        console.print(
-            f"[{style}]{target.status}[/{style}] {target.name}: {target.claim}: "
-            f"{shown} ({relation} {bound}; {target.detail})",
-            highlight=False,
-        )
+        console.print(target_line(target), highlight=False)
     for note in report.notes:
         console.print(f"[dim]note: {note}[/dim]", highlight=False)
 
 
+#: How each status is shown at the start of a target's line (rich markup).
+_SHOWN: dict[Status, str] = {
+    "PASS": "[green]PASS[/green]",
+    "SHORT": "[red]SHORT[/red]",
+    "N/A": "[yellow]N/A[/yellow]",
+    "not judged": "[dim]not judged (--quick)[/dim]",
+    "context": "[cyan]context[/cyan]",
+}
+
+
+def target_line(target: Target) -> str:
+    """Return the summary line of ``target`` (rich markup): status, claim, value, bound.
+
+    Example: ``PASS async-append-vs-raw-lmdb: append AsyncHub durable c=1000: 1.040x raw
+    py-lmdb (16 events/txn) (target >= 1.000x; 41,600.0 / 40,000.0 events/s)``.
+    """
+    shown = "-" if target.value is None else _fmt_value(target.value, target.unit)
+    if target.baseline:
+        shown = f"{shown} {target.baseline}"
+    if target.bound is None:
+        held = target.detail
+    else:
+        relation = ">=" if target.at_least else "<="
+        held = f"target {relation} {_fmt_value(target.bound, target.unit)}; {target.detail}"
+    return f"{_SHOWN[target.status]} {target.name}: {target.claim}: {shown} ({held})"
+
+
 def _fmt_value(value: float, unit: str) -> str:
-    """Ratios with three decimals (``0.397x``), counts and sizes as whole numbers."""
+    """Format a target's figure: a ratio as ``0.397x``, ms as ``4.3 ms``, else whole."""
     if unit == "x":
         return f"{value:.3f}x"
+    if unit == "ms":
+        return f"{value:,.1f} ms"
     return f"{value:,.0f}{unit}"
+
+
+def _fmt_figure(value: Any) -> str:
+    """Format a scenario's figure: floats with two decimals, dicts as ``key value``."""
+    if isinstance(value, float):
+        return f"{value:,.2f}"
+    if isinstance(value, dict):
+        return ", ".join(f"{key} {_fmt_figure(item)}" for key, item in value.items())
+    return str(value)
 
 
 def _baseline_key(m: Measurement) -> str:
     return str(m.params.get("compare", ""))
 
 
-def _baseline_rates(measurements: Sequence[Measurement]) -> dict[tuple[str, str, str], float]:
-    """Index the ``baseline=True`` measurements by (scenario, operation, compare key)."""
-    rates: dict[tuple[str, str, str], float] = {}
+def _baseline_rates(
+    measurements: Sequence[Measurement],
+) -> dict[tuple[str, str, str], tuple[str, float]]:
+    """Index the baseline measurements by (scenario, operation, compare key).
+
+    A baseline measurement names itself in ``params["baseline"]``; the value is that
+    name and its ops/s.
+    """
+    rates: dict[tuple[str, str, str], tuple[str, float]] = {}
     for m in measurements:
-        if m.params.get("baseline") and m.ops_per_s > 0:
-            rates.setdefault((m.scenario, m.operation, _baseline_key(m)), m.ops_per_s)
+        name = m.params.get("baseline")
+        if isinstance(name, str) and name and m.ops_per_s > 0:
+            rates.setdefault((m.scenario, m.operation, _baseline_key(m)), (name, m.ops_per_s))
     return rates
 
 
@@ -318,7 +410,7 @@ def write_json(report: Report, directory: Path) -> Path:
 
 
 def write_plots(report: Report, directory: Path) -> tuple[list[Path], str | None]:
-    """Draw throughput-vs-threads and latency-histogram PNGs, when matplotlib is installed.
+    """Draw throughput-vs-threads and latency PNGs (small multiples), when matplotlib is installed.
 
     Returns:
         The files written, and a note when plotting was skipped.
@@ -374,20 +466,58 @@ def write_plots(report: Report, directory: Path) -> tuple[list[Path], str | None
         if m.samples_us:
             by_operation.setdefault(f"{m.scenario}-{m.operation}", []).append(m)
     for name, group in sorted(by_operation.items()):
-        fig, ax = plt.subplots(figsize=(7, 4.5))
-        low = max(min(min(m.samples_us) for m in group), 0.1)
-        high = max(max(m.samples_us) for m in group) * 1.01
-        bins = [low * (high / low) ** (k / 60) for k in range(61)] if high > low else 10
-        for m in group[:8]:
-            ax.hist(m.samples_us, bins=bins, histtype="step", label=m.label)
-        ax.set_xscale("log")
-        ax.set_xlabel("latency (µs, log scale)")
-        ax.set_ylabel("operations")
-        ax.set_yscale("log")
-        ax.set_title(f"{name.replace('-', ' ')} latency")
-        ax.legend(fontsize="x-small")
-        save(fig, f"{name}-latency")
+        pages = [group[k : k + PANELS_PER_PLOT] for k in range(0, len(group), PANELS_PER_PLOT)]
+        for page, panels in enumerate(pages, start=1):
+            scenario, operation = name.split("-", 1)
+            fig = _latency_panels(plt, panels, f"{scenario}: {operation} latency")
+            save(fig, f"{name}-latency" if len(pages) == 1 else f"{name}-latency-{page}")
     return written, None
+
+
+#: Most series in one latency plot (one panel each); more go to further plots.
+PANELS_PER_PLOT = 12
+
+
+def _latency_panels(plt: Any, group: Sequence[Measurement], title: str) -> Any:
+    """Draw one latency histogram per measurement, in a grid sharing one log x axis.
+
+    Small multiples: each series keeps its own panel, titled with its label and marked
+    at its median and p99, however many series the operation has.
+    """
+    columns = min(3, len(group))
+    rows = -(-len(group) // columns)
+    fig, axes = plt.subplots(
+        rows,
+        columns,
+        figsize=(4.2 * columns, 2.6 * rows + 0.6),
+        sharex=True,
+        squeeze=False,
+    )
+    low = max(min(min(m.samples_us) for m in group), 0.1)
+    high = max(max(m.samples_us) for m in group) * 1.01
+    bins = [low * (high / low) ** (k / 60) for k in range(61)] if high > low else 10
+    for ax, m in zip(axes.flat, group, strict=False):
+        ax.hist(m.samples_us, bins=bins, color="tab:blue")
+        for value, style in ((m.median_us, "-"), (m.p99_us, "--")):
+            if value is not None:
+                ax.axvline(value, color="black", linestyle=style, linewidth=0.8)
+        ax.set_title(
+            f"{m.label}\nmedian {_fmt_us(m.median_us)}, p99 {_fmt_us(m.p99_us)}",
+            fontsize="small",
+        )
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.grid(True, alpha=0.3)
+    for ax in list(axes.flat)[len(group) :]:
+        ax.set_visible(False)
+    for column in range(columns):  # the lowest panel of each column shows the x axis
+        lowest = axes[(len(group) - 1 - column) // columns, column]
+        lowest.xaxis.set_tick_params(labelbottom=True)
+        lowest.set_xlabel("latency (µs, log scale)")
+    for ax in axes[:, 0]:
+        ax.set_ylabel("operations")
+    fig.suptitle(title)
+    return fig
 
 
 def utc_now() -> datetime:

@@ -9,9 +9,7 @@ one event per call, each thread's ``j``-th call going to desk ``(t + j * threads
 as in the LMDB run:
 
 - ``append sharedesk store postgres t=N``: ``PostgresStore.append`` (a pool of ``N``
-  connections), ``... notify=after_commit t=N`` the same with
-  ``PostgresStore(notify="after_commit")`` (its notices sent by a notifier thread after
-  the commits), and ``... hub postgres t=N`` through ``Hub.open("postgresql://...")``;
+  connections), and ``... hub postgres t=N`` through ``Hub.open("postgresql://...")``;
 - ``append eventsourcing aggregate-recorder t=N``: the eventsourcing library's
   ``PostgresAggregateRecorder.insert_events``, one ``StoredEvent`` per call (the
   recorder whose guarantees match ours; see :mod:`bench.pg`);
@@ -20,26 +18,23 @@ as in the LMDB run:
 - ``append psycopg raw t=N``: raw psycopg, one statement (one transaction) per append
   taking the sequence from the session's stream row (:class:`bench.pg.RawPsycopgAppends`);
 - ``append psycopg raw +notify t=N``: the same statement calling ``pg_notify`` too (a
-  ``PostgresStore`` append is one statement that writes and notifies), and
-  ``... notify-after-commit``: the ``pg_notify`` sent after the commit in a statement
-  of its own: context, no target (what an in-transaction ``NOTIFY`` costs).
+  ``PostgresStore`` append writes and notifies in one transaction): context, no target
+  (what an in-transaction ``NOTIFY`` costs).
 
 Each system first writes an untimed warm-up of one event per desk; the timed writes run
 in ``--rounds`` rounds (default 3) taking turns, and each figure sums its rounds. Then
 the cross-process view latency: this process (A) posts to a desk through its Hub while
 a child process (B, :mod:`bench.pg_child`) with its own Hub on the same database waits
 for each post, in ``AsyncHub.wait_turn`` and, separately, polling a warm ``hub.view``
-every millisecond, and once more through ``wait_turn`` with A's store on
-``notify="after_commit"``; from just before A's post call to the moment B has it,
-median and p99 over ``--posts`` posts (default 300), one post at a time.
+every millisecond; from just before A's post call to the moment B has it, median and
+p99 over ``--posts`` posts (default 300), one post at a time.
 
 Then one thread alone appends ``min(1000, --events)`` times through the store and through
 raw psycopg with ``pg_notify``, and the wall time and this process's CPU time per append
 are reported (the client's share of the cost; the pools' threads idle meanwhile).
 
-Targets: the default store >= 1.0x the aggregate recorder and >= 0.5x raw psycopg;
-cross-process ``wait_turn`` latency median <= 50 ms. ``notify="after_commit"`` is measured
-as context (its ratio to the default store is noted).
+Targets: the store >= 1.0x eventsourcing's ``PostgresAggregateRecorder`` and >= 0.5x
+raw psycopg; cross-process ``wait_turn`` latency median <= 50 ms.
 """
 
 from __future__ import annotations
@@ -59,7 +54,7 @@ from typing import Any
 
 from bench.harness import BenchRun, ThreadedResult, merge_rounds, run_threads
 from bench.options import pick
-from bench.report import Measurement, Target, measurement
+from bench.report import Measurement, Target, measurement, timed_calls
 
 NAME = "append"
 
@@ -159,16 +154,13 @@ class _Child:
         self._stderr.close()
 
 
-def cross_process_latency(
-    dsn: str, follow: str, posts: int, *, notify: str = "commit"
-) -> tuple[list[int], list[int]]:
+def cross_process_latency(dsn: str, follow: str, posts: int) -> tuple[list[int], list[int]]:
     """Post ``posts`` times from this process while a child follows; return latencies.
 
     Args:
         dsn: The sharedesk database both Hubs open.
         follow: ``"wait_turn"`` or ``"view"`` (see :mod:`bench.pg_child`).
         posts: Posts timed, one at a time (the next once the child has seen the last).
-        notify: The ``notify`` option of process A's store (whose commits B follows).
 
     Returns:
         Per post: ns from just before the post call (A) to the child having it (B), and
@@ -180,10 +172,10 @@ def cross_process_latency(
     from sharedesk import Hub, Person
 
     ann = Person(id="ann", label="Ann")
-    desk = f"cross-process-{follow}-{notify}"
+    desk = f"cross-process-{follow}"
     seen: list[int] = []
     calls: list[int] = []
-    with Hub.open(dsn, notify=notify) as hub:
+    with Hub.open(dsn) as hub:
         child = _Child({"dsn": dsn, "desk": desk, "count": posts, "follow": follow})
         try:
             if child.answer() != "ready":
@@ -250,6 +242,8 @@ def _run_on(run_: BenchRun, args: argparse.Namespace, dsn: str) -> None:
     from sharedesk import Agent, Event, Hub, PostgresStore, Text
 
     authors = [Agent(id=f"w{t}", label=f"writer {t}") for t in range(threads)]
+    recorder_label = f"append eventsourcing aggregate-recorder t={threads}"
+    recorder = f"eventsourcing PostgresAggregateRecorder t={threads}"
     systems: list[tuple[str, str, str, Callable[[int, float], ThreadedResult]]] = []
 
     def sharedesk_system(
@@ -289,18 +283,6 @@ def _run_on(run_: BenchRun, args: argparse.Namespace, dsn: str) -> None:
             store = PostgresStore(ours_dsn, min_connections=threads, max_connections=threads)
             closers.append(store.close)
             sharedesk_system("store", store.append)
-            after_commit = PostgresStore(
-                databases.create("sharedesk_after_commit"),
-                min_connections=threads,
-                max_connections=threads,
-                notify="after_commit",
-            )
-            closers.append(after_commit.close)
-            sharedesk_system(
-                "store, notify=after_commit",
-                after_commit.append,
-                f"append sharedesk store postgres notify=after_commit t={threads}",
-            )
             if via in ("hub", "both"):
                 hub = Hub.open(
                     databases.create("sharedesk_hub"),
@@ -325,15 +307,8 @@ def _run_on(run_: BenchRun, args: argparse.Namespace, dsn: str) -> None:
                 databases.create("psycopg_notify"), sessions, pool_size=threads, statements="notify"
             )
             closers.append(raw_notify.close)
-            raw_notify_after = RawPsycopgAppends(
-                databases.create("psycopg_notify_after"),
-                sessions,
-                pool_size=threads,
-                statements="notify-after",
-            )
-            closers.append(raw_notify_after.close)
             baseline_system(
-                f"append eventsourcing aggregate-recorder t={threads}",
+                recorder_label,
                 "eventsourcing",
                 "PostgresAggregateRecorder.insert_events, one StoredEvent per call",
                 aggregate,
@@ -355,12 +330,6 @@ def _run_on(run_: BenchRun, args: argparse.Namespace, dsn: str) -> None:
                 "psycopg-raw",
                 "the same statement calling pg_notify too (PostgresStore's protocol)",
                 raw_notify,
-            )
-            baseline_system(
-                f"append psycopg raw notify-after-commit t={threads}",
-                "psycopg-raw",
-                "the same statement, then pg_notify in a statement of its own",
-                raw_notify_after,
             )
             acknowledged: dict[str, int] = {}
             for label, _system, _note, write in systems:  # the untimed warm-up
@@ -385,7 +354,7 @@ def _run_on(run_: BenchRun, args: argparse.Namespace, dsn: str) -> None:
                                 "backend": "postgres",
                                 "series": label.rsplit(" t=", 1)[0],
                                 "compare": "postgres",
-                                "baseline": "aggregate-recorder" in label,
+                                **({"baseline": recorder} if label == recorder_label else {}),
                             },
                             note=note,
                         )
@@ -410,39 +379,27 @@ def _run_on(run_: BenchRun, args: argparse.Namespace, dsn: str) -> None:
                 "store": f"{ours_cpu[0]:.0f} / {ours_cpu[1]:.0f}",
                 "raw psycopg +notify": f"{raw_cpu[0]:.0f} / {raw_cpu[1]:.0f}",
             }
-            for follow, notify in (
-                ("wait_turn", "commit"),
-                ("view", "commit"),
-                ("wait_turn", "after_commit"),
-            ):
-                label = f"cross-process {follow} postgres" + (
-                    "" if notify == "commit" else f" notify={notify}"
-                )
+            for follow in ("wait_turn", "view"):
+                label = f"cross-process {follow} postgres"
                 with run_.progress(f"{label} ({posts} posts)", 1) as advance:
-                    seen, calls = cross_process_latency(ours_dsn, follow, posts, notify=notify)
+                    seen, calls = cross_process_latency(ours_dsn, follow, posts)
                     advance(1)
                 latencies.append(
-                    measurement(
+                    timed_calls(
                         scenario=NAME,
-                        system="sharedesk",
                         operation="cross-process",
                         label=label,
-                        ops=len(seen),
-                        seconds=sum(seen) / 1e9,
                         latencies_ns=seen,
-                        params={"backend": "postgres", "follow": follow, "notify": notify},
+                        params={"backend": "postgres", "follow": follow},
                         note="from process A's post call to process B having it",
                     )
                 )
-                if follow == "wait_turn" and notify == "commit":
+                if follow == "wait_turn":
                     latencies.append(
-                        measurement(
+                        timed_calls(
                             scenario=NAME,
-                            system="sharedesk",
                             operation="post",
                             label="cross-process post postgres (process A)",
-                            ops=len(calls),
-                            seconds=sum(calls) / 1e9,
                             latencies_ns=calls,
                             params={"backend": "postgres"},
                             note="the post call whose arrival in process B was timed",
@@ -469,40 +426,43 @@ RECORDER_NOTE = (
 def _targets(run_: BenchRun, args: argparse.Namespace) -> None:
     threads = _threads(run_, args)
     ours = run_.rate(f"append sharedesk store postgres t={threads}")
-    ours_after = run_.rate(f"append sharedesk store postgres notify=after_commit t={threads}")
     raw = run_.rate(f"append psycopg raw t={threads}")
     notify = run_.rate(f"append psycopg raw +notify t={threads}")
-    after = run_.rate(f"append psycopg raw notify-after-commit t={threads}")
-    if ours and raw and notify and after:
-        run_.note(
-            f"context: raw psycopg calling pg_notify in its statement runs at {notify / raw:.2f}x "
-            f"raw psycopg, with pg_notify after the commit at {after / raw:.2f}x; the store "
-            f"(one statement that writes and notifies) runs at {ours / notify:.2f}x the former"
-        )
-    if ours and ours_after:
-        run_.note(
-            f"context: PostgresStore(notify='after_commit') runs at {ours_after / ours:.2f}x "
-            "the default store (a group's notices cost one turn of the notify lock either way; "
-            "after_commit adds the notifier thread's work)"
-        )
     run_.throughput_targets(
         f"append PostgresStore t={threads}",
         ours,
         (
             (
                 "append-postgres-vs-eventsourcing",
-                "vs eventsourcing PostgresAggregateRecorder",
+                f"eventsourcing PostgresAggregateRecorder t={threads}",
                 f"append eventsourcing aggregate-recorder t={threads}",
                 1.0,
             ),
             (
                 "append-postgres-vs-raw-psycopg",
-                "vs raw psycopg, one transaction per append",
+                f"raw psycopg, one transaction per append t={threads}",
                 f"append psycopg raw t={threads}",
                 0.5,
             ),
         ),
     )
+    run_.throughput_targets(
+        f"append via Hub postgres t={threads}",
+        run_.rate(f"append sharedesk hub postgres t={threads}"),
+        (
+            (
+                "append-postgres-hub-vs-store",
+                f"PostgresStore alone t={threads}",
+                f"append sharedesk store postgres t={threads}",
+                None,
+            ),
+        ),
+    )
+    if ours and raw and notify:
+        run_.note(
+            f"context: raw psycopg calling pg_notify in its statement runs at {notify / raw:.2f}x "
+            f"raw psycopg without it; the store runs at {ours / notify:.2f}x the former"
+        )
     latency = run_.find("cross-process wait_turn postgres")
     median_ms = None if latency is None or latency.median_us is None else latency.median_us / 1000
     run_.targets.append(
@@ -521,10 +481,6 @@ def _targets(run_: BenchRun, args: argparse.Namespace) -> None:
     )
     for figure, label in (
         ("cross_process_wait_turn_ms", "cross-process wait_turn postgres"),
-        (
-            "cross_process_wait_turn_after_commit_ms",
-            "cross-process wait_turn postgres notify=after_commit",
-        ),
         ("cross_process_view_polled_ms", "cross-process view postgres"),
     ):
         taken = run_.find(label)

@@ -8,17 +8,21 @@ import msgspec
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from rich.console import Console
 
 from bench.options import int_list, pick
 from bench.report import (
     MAX_KEPT_SAMPLES,
+    PANELS_PER_PLOT,
     Measurement,
     Report,
     Target,
     machine_info,
     measurement,
     percentile,
+    print_summary,
     ratio_target,
+    target_line,
     utc_now,
     write_json,
     write_plots,
@@ -89,6 +93,28 @@ class TestMeasurement:
         assert 0.0 == m.ops_per_s
 
 
+def target(value: float | None, **changes: object) -> Target:
+    """A ratio target of ``value`` held to at least 0.4 (``changes`` override fields)."""
+    fields: dict[str, object] = {
+        "name": "append-store-vs-raw-lmdb",
+        "claim": "append LmdbStore durable t=16",
+        "value": value,
+        "bound": 0.4,
+        "at_least": True,
+        "detail": "d",
+        "baseline": "raw py-lmdb (16 events/txn)",
+        **changes,
+    }
+    return Target(**fields)  # type: ignore[arg-type]
+
+
+def shown(line: str) -> str:
+    """``line`` as printed, its rich markup rendered to plain text."""
+    console = Console(record=True, width=400)
+    console.print(line, highlight=False)
+    return console.export_text().strip()
+
+
 class TestTarget:
     @pytest.mark.parametrize(
         ("value", "at_least", "status"),
@@ -104,45 +130,73 @@ class TestTarget:
     def test_status_compares_value_with_bound_in_the_stated_direction(
         self, value: float | None, at_least: bool, status: str
     ) -> None:
-        target = Target(
-            name="append-store-vs-raw-lmdb",
-            claim="c",
-            value=value,
-            bound=0.4,
-            at_least=at_least,
-            detail="d",
-        )
+        assert status == target(value, at_least=at_least).status
 
-        assert status == target.status
+    @pytest.mark.parametrize("value", [0.1, 0.9])
+    def test_a_quick_run_judges_no_target(self, value: float) -> None:
+        assert "not judged" == target(value, judged=False).status
+
+    def test_a_target_without_a_bound_is_context(self) -> None:
+        assert "context" == target(0.35, bound=None).status
+
+    def test_a_ratio_must_name_its_baseline(self) -> None:
+        with pytest.raises(ValueError, match="baseline"):
+            target(0.5, baseline="")
+
+    def test_an_absolute_figure_needs_no_baseline(self) -> None:
+        assert "PASS" == target(4.0, unit="ms", baseline="", bound=10.0, at_least=False).status
 
     def test_ratio_is_numerator_over_denominator(self) -> None:
-        target = ratio_target(
+        made = ratio_target(
             name="append-store-vs-raw-lmdb",
             claim="c",
             numerator=30.0,
             denominator=60.0,
+            baseline="raw py-lmdb (16 events/txn)",
             bound=0.4,
             at_least=True,
             what="ev/s",
         )
 
-        assert (0.5, "PASS") == (target.value, target.status)
+        assert (0.5, "PASS") == (made.value, made.status)
 
     @pytest.mark.parametrize(("numerator", "denominator"), [(None, 1.0), (1.0, None), (1.0, 0.0)])
     def test_ratio_with_a_missing_side_is_not_applicable(
         self, numerator: float | None, denominator: float | None
     ) -> None:
-        target = ratio_target(
+        made = ratio_target(
             name="warm-view-vs-sqlite",
             claim="c",
             numerator=numerator,
             denominator=denominator,
+            baseline="sqlite last-30",
             bound=1.0,
             at_least=False,
             what="µs",
         )
 
-        assert ("N/A", None) == (target.status, target.value)
+        assert ("N/A", None) == (made.status, made.value)
+
+
+class TestTargetLine:
+    def test_a_ratio_is_followed_by_the_name_of_its_baseline(self) -> None:
+        line = shown(target_line(target(1.04)))
+
+        assert line.startswith("PASS append-store-vs-raw-lmdb: append LmdbStore durable t=16: ")
+        assert "1.040x raw py-lmdb (16 events/txn) (target >= 0.400x; d)" in line
+
+    @pytest.mark.parametrize("value", [0.1, 0.9])
+    def test_a_quick_run_prints_neither_pass_nor_short(self, value: float) -> None:
+        line = shown(target_line(target(value, judged=False)))
+
+        assert line.startswith("not judged (--quick) append-store-vs-raw-lmdb:")
+        assert "PASS" not in line and "SHORT" not in line
+
+    def test_a_context_figure_is_printed_without_a_bound(self) -> None:
+        line = shown(target_line(target(0.35, bound=None)))
+
+        assert line.startswith("context ")
+        assert "0.350x raw py-lmdb (16 events/txn) (d)" in line
 
 
 class TestJsonFile:
@@ -163,16 +217,7 @@ class TestJsonFile:
                     latencies_ns=[5],
                 )
             ],
-            targets=[
-                Target(
-                    name="append-store-vs-raw-lmdb",
-                    claim="c",
-                    value=1.0,
-                    bound=0.4,
-                    at_least=True,
-                    detail="",
-                )
-            ],
+            targets=[target(1.0)],
             figures={"k": 1},
             notes=["n"],
         )
@@ -271,3 +316,42 @@ class TestPlots:
         write_plots(report, tmp_path)
 
         assert ["raw lmdb 16/txn"] == annotations
+
+    def test_many_latency_series_are_split_over_plots_of_small_multiples(
+        self, tmp_path: Path
+    ) -> None:
+        series = PANELS_PER_PLOT + 2
+        report = append_report(
+            *(
+                append_run("sqlite", k, latencies_ns=[1000 * (k + j + 1) for j in range(50)])
+                for k in range(series)
+            )
+        )
+
+        written, _ = write_plots(report, tmp_path)
+
+        assert ["append-append-latency-1.png", "append-append-latency-2.png"] == sorted(
+            p.name.split("Z-", 1)[1] for p in written if "latency" in p.name
+        )
+
+
+class TestSummary:
+    def printed(self, report: Report) -> str:
+        console = Console(record=True, width=300)
+        print_summary(console, report)
+        return console.export_text()
+
+    def test_the_table_names_the_baseline_of_each_ratio(self) -> None:
+        report = append_report(
+            append_run("lmdb-raw", 1, seconds=0.5, baseline="raw py-lmdb (16 events/txn)"),
+            append_run("sharedesk", 16, seconds=1.0),
+        )
+
+        assert "0.50x raw py-lmdb (16 events/txn)" in self.printed(report)
+
+    def test_figures_are_printed_rounded(self) -> None:
+        report = msgspec.structs.replace(
+            append_report(), figures={"stall_ms": {"max": 2.976638, "heartbeats": 18}}
+        )
+
+        assert "  stall_ms: max 2.98, heartbeats 18" in self.printed(report)
