@@ -1,28 +1,27 @@
 r"""The ``sharedesk`` command: a demo desk, and inspection of a store.
 
-``STORE`` is an LMDB directory or a PostgreSQL DSN (``postgresql://...``) in every command:
+In every command ``STORE`` is an LMDB directory or a PostgreSQL DSN (``postgresql://...``):
 
-- ``sharedesk demo [--path STORE]``: a scripted shared desk (an operator, a person and two
-  agents answering through ``ScriptedAdapter``, in the channel and one thread). It prints
-  each turn's delta and each participant's view; running it again continues the desk.
-- ``sharedesk inspect STORE [SESSION] [--json]``: the sessions of a store with their event
-  counts and last activity, or one session's events as JSON lines.
+- ``sharedesk demo [--path STORE]``: a scripted desk (an operator, a person and two agents
+  in the channel and one thread), printing each turn's delta and each participant's view;
+  run again, it continues the desk.
+- ``sharedesk inspect STORE [SESSION] [--json]``: the sessions with their event counts and
+  last activity, or one session's events as JSON lines.
 - ``sharedesk view STORE SESSION --as operator|person:ID|agent:ID [--thread N]
   [--window N] [--json]``: one participant's projection of a desk.
 
-``inspect`` and ``view`` never create a store and never write: they open an LMDB store as
-one more reader process, so they work while a Hub has it open elsewhere. Bad input and
-every :class:`~sharedesk.SharedeskError` end with one line on standard error and exit
-status 2, never a traceback. This module is the one place that configures logging.
+``inspect`` and ``view`` never create a store and never write; on LMDB they are one more
+reader process, so they work while a Hub has the store open elsewhere. Bad input and every
+:class:`~sharedesk.SharedeskError` end with one line on standard error and exit status 2,
+never a traceback. This module is the one place that configures logging.
 
-Terminal safety: everything printed goes through :func:`safe_text`, so no text read from a
-store reaches the terminal raw. C0 controls, DEL, C1 controls (so every ESC, CSI and OSC
-sequence, such as an OSC 52 clipboard write), the bidirectional embeddings, overrides and
-isolates and the line and paragraph separators are shown as visible escapes (``\x1b``,
-``\u202e``) in text, and as ``\u`` escapes in JSON lines, which decode to the stored text
-exactly. Styles are applied to segments, never parsed from them. Colour and layout come
-from rich (the ``cli`` extra) when standard output is a terminal; otherwise output is plain
-text, one line per message.
+Terminal safety: all output goes through :func:`safe_text`. C0 and C1 controls and DEL (so
+every ESC, CSI and OSC sequence, such as an OSC 52 clipboard write), the bidirectional
+embeddings, overrides and isolates, and the line and paragraph separators are shown as
+visible escapes (``\x1b``, ``\u202e``) in text and as ``\u`` escapes in JSON lines, which
+decode to the stored text exactly. Styles are attached to segments, never parsed from
+them. Colour comes from rich (the ``cli`` extra) on a terminal; otherwise output is plain,
+one line per message.
 """
 
 from __future__ import annotations
@@ -73,9 +72,8 @@ _SHORT: Final = {"\t": "\\t", "\n": "\\n", "\r": "\\r"}
 
 
 def _visible(match: re.Match[str]) -> str:
-    char = match[0]
-    code = ord(char)
-    return _SHORT.get(char) or (f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}")
+    code = ord(match[0])
+    return _SHORT.get(match[0]) or (f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}")
 
 
 def _json_escape(match: re.Match[str]) -> str:
@@ -83,17 +81,12 @@ def _json_escape(match: re.Match[str]) -> str:
 
 
 def safe_text(text: str, *, json: bool = False) -> str:
-    r"""Return ``text`` with every unsafe character shown as an escape.
+    r"""Return ``text`` with every unsafe character shown as an escape. Cost: O(len(text)).
 
     ``ESC ]52;c;... BEL`` (OSC 52, set the clipboard) becomes the literal text
-    ``\x1b]52;c;...\x07``; a newline becomes ``\n``, so one message stays one line.
-
-    Args:
-        text: What is to be printed.
-        json: ``text`` is a JSON document: unsafe characters become ``\uXXXX`` escapes, so
-            it still decodes to the same value (they can only be inside its strings).
-
-    Cost: O(len(text)).
+    ``\x1b]52;c;...\x07``; a newline becomes ``\n``, so one message stays one line. With
+    ``json``, ``text`` is a JSON document and they become ``\uXXXX`` escapes (they can only
+    be inside its strings), so it still decodes to the same value.
     """
     return _UNSAFE.sub(_json_escape if json else _visible, text)
 
@@ -110,12 +103,9 @@ class Output:
     """
 
     def __init__(self, stream: IO[str] | None = None, *, styled: bool | None = None) -> None:
-        """Print to ``stream`` (default: standard output at the time of the call).
+        """Print to ``stream`` (default: standard output), coloured if ``styled``.
 
-        Args:
-            stream: The text stream.
-            styled: Colour with rich, if installed; default: ``stream`` is a terminal or
-                ``FORCE_COLOR`` (rich's own switch) is set.
+        ``styled`` defaults to ``stream`` being a terminal or ``FORCE_COLOR`` being set.
         """
         self._stream = stream if stream is not None else sys.stdout
         self._console: Any = None
@@ -199,15 +189,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the ``sharedesk`` command line.
+    """Run the command line ``argv`` (default ``sys.argv[1:]``); return the exit status.
 
-    Args:
-        argv: The arguments after the program name (default ``sys.argv[1:]``).
-
-    Returns:
-        The exit status: 0 on success, 2 on bad input or a sharedesk error, 130 on Ctrl-C.
-
-    Cost: that of the command run.
+    The status is 0 on success, 2 on bad input or a sharedesk error, 130 on Ctrl-C.
     """
     args = build_parser().parse_args(argv)
     err = Output(sys.stderr, styled=False)
@@ -219,16 +203,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         elif args.command == "inspect":
             run_inspect(console, args.store, args.session, as_json=args.json)
         else:
-            viewer = parse_viewer(args.viewer)
-            run_view(
-                console,
-                args.store,
-                args.session,
-                viewer,
-                thread=args.thread,
-                window=args.window,
-                as_json=args.json,
-            )
+            who, thread, window = parse_viewer(args.viewer), args.thread, args.window
+            run_view(console, args.store, args.session, who, thread, window, as_json=args.json)
         sys.stdout.flush()
     except BrokenPipeError:  # before OSError, its base: a pager or `head` stopped reading
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
@@ -309,14 +285,10 @@ def shown(location: str) -> str:
 
 
 def _check_postgres_store(dsn: str) -> None:
-    """Refuse a database that holds no store (opening one would create its schema).
+    """Refuse a database without the store's schema, which opening it would create.
 
-    Raises:
-        ValidationError: The database has no schema :data:`PG_SCHEMA`.
-        StoreIOError: The server cannot be reached or refused the connection; the
-            driver's error, naming the reason, is the cause.
-
-    A DSN libpq cannot parse is left for ``PostgresStore`` to name.
+    An unreachable or refusing server is a ``StoreIOError`` whose cause names the reason;
+    a DSN libpq cannot parse is left for ``PostgresStore`` to name.
     """
     import psycopg
 
@@ -333,19 +305,16 @@ def _check_postgres_store(dsn: str) -> None:
 
 @contextmanager
 def open_existing_store(location: str) -> Iterator[LmdbStore | PostgresStore]:
-    """Open the store at ``location``, which must exist, and close it afterwards.
-
-    Args:
-        location: An LMDB store directory or a PostgreSQL DSN.
+    """Open the store at ``location`` (an LMDB directory or a DSN), which must exist.
 
     Raises:
         ValidationError: ``location`` is not an existing store, or a bad DSN.
         StoreIOError: The store could not be opened.
         ImportError: A DSN, and psycopg (the ``postgres`` extra) is not installed.
 
-    Cost: LMDB: opens the environment and reads the whole file once to verify it (a
-    damaged file is ``CorruptRecordError``, never a crash). PostgreSQL: one connection
-    checks the schema, then the store's pool opens. No writes.
+    Cost: LMDB reads the whole file once to verify it (a damaged file is
+    ``CorruptRecordError``, never a crash); PostgreSQL checks the schema on one
+    connection, then opens the store's pool. No writes.
     """
     store: LmdbStore | PostgresStore
     if is_postgres_dsn(location):
@@ -377,20 +346,9 @@ def _require_session(store: LmdbStore | PostgresStore, location: str, session_id
 
 
 def run_inspect(console: Output, location: str, session_id: str | None, *, as_json: bool) -> None:
-    """List the store's sessions, or print one session's events as JSON lines.
+    """List the sessions (by id), or print one's events up to its last sequence as JSON lines.
 
-    Args:
-        console: Where to print.
-        location: An LMDB store directory or a PostgreSQL DSN.
-        session_id: A session to dump (its events up to its last sequence when the dump
-            starts), or ``None`` to list them all, sorted by id.
-        as_json: List sessions as JSON lines instead of a table.
-
-    Raises:
-        ValidationError: ``location`` is not a store, or ``session_id`` is unknown.
-
-    Cost: a listing reads each session's summary; a dump reads the session's events in
-    pages of 512; no writes.
+    Cost: a summary per session, or the session's events in pages of 512; no writes.
     """
     with open_existing_store(location) as store:
         if session_id is not None:
@@ -399,7 +357,7 @@ def run_inspect(console: Output, location: str, session_id: str | None, *, as_js
                 page = store.read(session_id, after=after, before=last + 1, limit=_PAGE)
                 for event in page:
                     console.json(event)
-                after = page[-1].sequence or last
+                after = last if not page else page[-1].sequence or last
             return
         infos = store.session_infos()
     if as_json:
@@ -433,29 +391,18 @@ def run_view(
     location: str,
     session_id: str,
     viewer: SessionAuthor,
+    thread: int | None = None,
+    window: int = SESSION_WINDOW,
     *,
-    thread: int | None,
-    window: int,
-    as_json: bool,
+    as_json: bool = False,
 ) -> None:
-    """Print ``viewer``'s projection of the desk ``session_id``: ``hub.view`` without a Hub.
+    """Print ``viewer``'s projection of a desk's channel or thread: ``hub.view`` without a Hub.
 
-    Args:
-        console: Where to print.
-        location: An LMDB store directory or a PostgreSQL DSN.
-        session_id: The desk.
-        viewer: The participant; their own messages are marked, and they are shown with
-            the label their newest row carries.
-        thread: The thread root to show, or ``None`` for the channel.
-        window: Messages shown at most.
-        as_json: Print one JSON object per message instead.
-
-    Raises:
-        ValidationError: ``location`` is not a store, the session is unknown, or
-            ``window``/``thread`` is out of range.
+    The viewer's own messages are marked, and the viewer is shown with the label its
+    newest row carries.
 
     Cost: one projection (at most ``SCAN_LIMIT`` rows) and one read of the newest 2048
-    rows, for the viewer's label; no writes.
+    rows; no writes.
     """
     if not 0 <= window < MAX_INT:
         raise ValidationError(f"--window must be in [0, 2**63), got {window}")
@@ -494,11 +441,7 @@ RESEARCHER = Agent(id="researcher", label="Researcher")
 #: turn (``hub.turn``) and commit their reply.
 _ROUND: Final = (
     (TRIAGE, False, "On it: ticket #{t} goes to Researcher. Details in the thread."),
-    (
-        RESEARCHER,
-        True,
-        "Ticket #{t}: the EU gateway times out after 30 s; a retry with backoff should cover it.",
-    ),
+    (RESEARCHER, True, "Ticket #{t}: the EU gateway times out; a retry with backoff fixes it."),
     (ANA, True, "Thanks! Retry with backoff sounds right."),
     (TRIAGE, True, "Agreed with the retry plan for #{t}; scheduling the fix tonight."),
     (RESEARCHER, True, "Fix for #{t} queued behind tonight's deploy."),
@@ -506,19 +449,10 @@ _ROUND: Final = (
 
 
 def run_demo(console: Output, location: str) -> None:
-    """Play one round of the scripted desk at ``location``, printing what each participant sees.
+    """Play the next round of the scripted desk at ``location`` (created if missing).
 
     The operator opens the round and Ana files a ticket, then :data:`_ROUND` plays: each
-    agent's turn shows only what is new to it. Then every participant's channel view and
-    the thread are printed. Run again, it plays the next round on the same desk.
-
-    Args:
-        console: Where to print.
-        location: An LMDB store directory (created if missing) or a PostgreSQL DSN.
-
-    Raises:
-        ValidationError: ``location`` is an existing file.
-        SharedeskError: The store or the Hub failed.
+    agent's turn shows only what is new to it. Then every participant's view is printed.
 
     Cost: seven durable appends and a few projections; one Hub open and close.
     """
@@ -548,9 +482,7 @@ def run_demo(console: Output, location: str) -> None:
             for message in turn.messages:
                 render_message(console, message, who)
             committed = turn.commit(reply)
-            console.line(
-                "  ", ("committed", "green"), f" #{committed.sequence}" if committed else ""
-            )
+            console.line("  ", ("committed", "green"), f" #{committed and committed.sequence}")
         console.line(("-- what each participant sees --", "bold"))
         views: list[tuple[SessionAuthor, Conversation | None]] = [
             *((member, None) for member in (OPERATOR, ANA, TRIAGE, RESEARCHER)),
