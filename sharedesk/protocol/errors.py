@@ -257,11 +257,9 @@ class RunNotFound(RunError):
 
 
 class RunStateError(RunError):
-    """Raised when a run's ``status`` does not allow the ``action`` asked for.
+    """Raised when a run's ``status`` refuses an ``action``; nothing was written.
 
-    Examples: cancelling a finished run, executing a run twice, emitting an event into a
-    run that has finished (``action``: ``"cancel"``, ``"execute"``, ``"emit"``). Nothing
-    was written.
+    ``action`` is ``"cancel"`` (a finished run), ``"execute"`` (twice) or ``"emit"``.
     """
 
     status: str
@@ -277,10 +275,9 @@ class RunTimeout(RunError):
 
 
 class RunFailed(RunError):
-    """Raised when a run's adapter raised; the run finished as ``"failed"``.
+    """Raised when a run's adapter raised; the run finished as ``"failed"``, cause chained.
 
-    ``error_code`` (the exception's class name) and ``error_message`` are what was
-    recorded; the adapter's exception is the ``__cause__``.
+    ``error_code`` (the exception's class name) and ``error_message`` are as recorded.
     """
 
     error_code: str
@@ -326,7 +323,7 @@ class ProviderError(SharedeskError):
     status_code: int | None
     detail: str
     retry_after: float | None = None
-    template = "provider {provider!r} failed ({_status}{_wait}): {detail}"
+    template = "provider {provider!r} failed ({_answer}): {detail}"
 
     @property
     def status(self) -> int | None:
@@ -334,12 +331,9 @@ class ProviderError(SharedeskError):
         return self.status_code
 
     @property
-    def _status(self) -> str:
-        return "no response" if self.status_code is None else f"HTTP {self.status_code}"
-
-    @property
-    def _wait(self) -> str:
-        return "" if self.retry_after is None else f", retry after {self.retry_after} s"
+    def _answer(self) -> str:
+        wait = "" if self.retry_after is None else f", retry after {self.retry_after} s"
+        return ("no response" if self.status_code is None else f"HTTP {self.status_code}") + wait
 
 
 class StoreError(SharedeskError):
@@ -360,8 +354,7 @@ class StoreClosedError(StoreError):
 class HubClosed(StoreClosedError):
     """Raised when a Hub (or a handle, view or turn taken from it) is used after ``close()``.
 
-    Also raised to callers still waiting on an actor when the Hub closes. It is a
-    :class:`StoreClosedError`, because a Hub serves the store interface too.
+    Also raised to callers still waiting on an actor when the Hub closes.
     """
 
     @property
