@@ -373,6 +373,22 @@ class TestPostgres:
             "hunter2" in result.stderr,
         )
 
+    def test_a_dsn_without_psycopg_installed_names_the_extra(self) -> None:
+        script = (
+            "import sys; sys.modules['psycopg'] = None\n"
+            "from sharedesk.cli import main\n"
+            "sys.exit(main(['inspect', 'postgresql://127.0.0.1:1/desks']))\n"
+        )
+        result = subprocess.run(
+            [sys.executable, "-c", script], capture_output=True, text=True, timeout=60
+        )
+
+        assert (EXIT_USAGE, 1, True) == (
+            result.returncode,
+            len(result.stderr.strip().splitlines()),
+            "pip install 'sharedesk[postgres]'" in result.stderr,
+        )
+
     def test_demo_plays_and_continues_a_desk_on_postgresql(self, postgres_dsn: str) -> None:
         first = sharedesk("demo", "--path", postgres_dsn, timeout=120)
         second = sharedesk("demo", "--path", postgres_dsn, timeout=120)
