@@ -578,6 +578,25 @@ class TestHostileContent:
         assert (EXIT_USAGE, []) == (result.returncode, unsafe(result.stderr))
 
 
+class TestLogLines:
+    def test_console_log_lines_escape_unsafe_characters_in_their_values(self) -> None:
+        script = (
+            "from sharedesk.logconfig import configure_logging, logger\n"
+            "configure_logging(level='info')\n"
+            f"logger().warning('hub.opened', session_id={HOSTILE['clipboard (OSC 52)']!r},"
+            f" viewer={HOSTILE['clipboard through C1 OSC'] + HOSTILE['line separator']!r})\n"
+        )
+        result = subprocess.run(
+            [sys.executable, "-c", script], capture_output=True, text=True, timeout=60
+        )
+
+        assert (0, [], True) == (
+            result.returncode,
+            unsafe(result.stderr),
+            "\\x1b]52;c;" in result.stderr,
+        )
+
+
 class TestSafeText:
     @pytest.mark.parametrize(
         ("raw", "shown"),
