@@ -583,8 +583,8 @@ class TestLogLines:
         script = (
             "from sharedesk.logconfig import configure_logging, logger\n"
             "configure_logging(level='info')\n"
-            f"logger().warning('hub.opened', session_id={HOSTILE['clipboard (OSC 52)']!r},"
-            f" viewer={HOSTILE['clipboard through C1 OSC'] + HOSTILE['line separator']!r})\n"
+            f"logger().warning('hub.opened', session_id={HOSTILE['retitle']!r},"
+            f" viewer={HOSTILE['C1 CSI'] + HOSTILE['line separator']!r})\n"
         )
         result = subprocess.run(
             [sys.executable, "-c", script], capture_output=True, text=True, timeout=60
@@ -593,7 +593,7 @@ class TestLogLines:
         assert (0, [], True) == (
             result.returncode,
             unsafe(result.stderr),
-            "\\x1b]52;c;" in result.stderr,
+            "\\x1b]0;pwned" in result.stderr,
         )
 
 
