@@ -1,15 +1,6 @@
-r"""The ``sharedesk`` command: a demo desk, and inspection of a store.
+r"""The ``sharedesk`` command: ``demo``, ``inspect`` and ``view`` (``sharedesk --help``).
 
-In every command ``STORE`` is an LMDB directory or a PostgreSQL DSN (``postgresql://...``):
-
-- ``sharedesk demo [--path STORE]``: a scripted desk (an operator, a person and two agents
-  in the channel and one thread), printing each turn's delta and each participant's view;
-  run again, it continues the desk.
-- ``sharedesk inspect STORE [SESSION] [--json]``: the sessions with their event counts and
-  last activity, or one session's events as JSON lines.
-- ``sharedesk view STORE SESSION --as operator|person:ID|agent:ID [--thread N]
-  [--window N] [--json]``: one participant's projection of a desk.
-
+Every command takes a store as an LMDB directory or a PostgreSQL DSN (``postgresql://``).
 ``inspect`` and ``view`` never create a store and never write; on LMDB they are one more
 reader process, so they work while a Hub has the store open elsewhere. Bad input and every
 :class:`~sharedesk.SharedeskError` end with one line on standard error and exit status 2,
@@ -165,18 +156,22 @@ def build_parser() -> argparse.ArgumentParser:
     """
     store = "an LMDB store directory or a PostgreSQL DSN (postgresql://...)"
     parser = _Parser(prog="sharedesk", description="Shared desks for multi-agent conversations.")
-    parser.add_argument("--log-level", default="warning", help="lowest level logged to stderr")
+    parser.add_argument(
+        "--log-level", default="warning", help="debug, info, warning (default) or error"
+    )
     parser.add_argument("--log-json", action="store_true", help="log JSON lines")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    demo = sub.add_parser("demo", help="play (or continue) a scripted shared desk")
+    demo = sub.add_parser("demo", help="play the next round of a scripted shared desk")
     demo.add_argument("--path", default="sharedesk-data", metavar="STORE", help=store)
     inspect = sub.add_parser("inspect", help="list a store's sessions, or dump one's events")
-    inspect.add_argument("store", help=store)
-    inspect.add_argument("session", nargs="?", help="a session: print its events as JSON lines")
+    inspect.add_argument("store", metavar="STORE", help=store)
+    inspect.add_argument(
+        "session", nargs="?", metavar="SESSION", help="a session: print its events as JSON lines"
+    )
     inspect.add_argument("--json", action="store_true", help="list sessions as JSON lines")
     view = sub.add_parser("view", help="print one participant's view of a desk")
-    view.add_argument("store", help=store)
-    view.add_argument("session", help="the desk (session id)")
+    view.add_argument("store", metavar="STORE", help=store)
+    view.add_argument("session", metavar="SESSION", help="the desk (session id)")
     view.add_argument(
         "--as", dest="viewer", required=True, metavar="WHO", help="operator, person:ID or agent:ID"
     )
