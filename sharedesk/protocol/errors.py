@@ -1,13 +1,10 @@
-"""The sharedesk error tree.
+"""The sharedesk error tree: every error derives from :class:`SharedeskError`.
 
-Every error sharedesk raises derives from :class:`SharedeskError`, one family per
-concern. An error takes the figures of the failure as named arguments, keeps them as
-attributes of the same name and builds its message from them (expected, found, where);
-its docstring says when it is raised.
-
-An error is declared once: its figures as annotated class attributes (in the order of
-the constructor's arguments, a base class's first; one given a value has that default)
-and its message as a ``template``, formatted with the figures and the error's
+An error takes the figures of the failure as named arguments, keeps them as attributes
+of the same name and builds its message from them; its docstring says when it is
+raised. It is declared once, the figures as annotated class attributes (the
+constructor's arguments in order, a base class's first; one given a value has that
+default) and the message as a ``template`` formatted with the figures and the error's
 properties. The base builds the constructor (typed through ``dataclass_transform``) and
 ``__reduce__``, so an error pickles with its figures::
 
@@ -19,9 +16,7 @@ properties. The base builds the constructor (typed through ``dataclass_transform
         template = "page holds {actual} rows, but at most {requested} were requested"
 
 A subclass without a ``template`` inherits its parent's figures and message (it may
-override a property the template uses). A class written the plain way (its own
-``__init__`` calling ``super().__init__(message)``, and ``_figures`` naming its
-arguments, for pickling) works too. New errors go at the end of the file.
+override a property the template uses). New errors go at the end of the file.
 
 ``SharedeskError`` derives from :class:`Exception`, not :class:`ValueError`: msgspec
 rewraps ``ValueError``/``TypeError`` raised in ``__post_init__`` while decoding, and our
@@ -59,10 +54,9 @@ class SharedeskError(Exception):
     __signature__: ClassVar[inspect.Signature]
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        """Bind the figures, keep them as attributes, build the message from the template.
+        """Keep the figures as attributes and build the message from the template.
 
-        A class without a template (a family base, or an error written the plain way that
-        calls this with its message) takes the arguments of :class:`Exception`.
+        A class without a template (a family base) takes :class:`Exception`'s arguments.
         """
         if self.template is None:
             super().__init__(*args, **kwargs)
