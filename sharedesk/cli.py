@@ -286,9 +286,11 @@ def _check_postgres_store(dsn: str) -> None:
     a DSN libpq cannot parse is left for ``PostgresStore`` to name.
     """
     import psycopg
+    from psycopg.conninfo import conninfo_to_dict
 
-    try:
-        with psycopg.connect(dsn, connect_timeout=10) as conn:
+    try:  # a DSN's own connect_timeout wins; else 10 s, not libpq's "wait forever"
+        timeout: dict[str, Any] = {"connect_timeout": 10}
+        with psycopg.connect(dsn, **(timeout | conninfo_to_dict(dsn))) as conn:
             row = conn.execute("SELECT to_regnamespace(%s) IS NOT NULL", [PG_SCHEMA]).fetchone()
     except psycopg.OperationalError as exc:
         raise StoreIOError(path=shown(dsn), operation="open") from exc
