@@ -81,7 +81,9 @@ def configure_logging(json: bool = False, level: str | int = "info") -> None:
     level and the context bound by the actors (``session_id``, ``viewer``, ``run_id``,
     ...): sharedesk's own (the ``sharedesk`` logger gets a handler of its own and no
     longer propagates, so they are not printed twice) and the application's structlog
-    lines. Calling it again replaces the previous configuration.
+    lines. Calling it again replaces the previous configuration. In the console format
+    string values are shown as Python literals, so control characters in them (a stored
+    id or label) are escaped.
 
     Args:
         json: Render one JSON object per line (for log collectors) instead of the
@@ -99,7 +101,8 @@ def configure_logging(json: bool = False, level: str | int = "info") -> None:
     renderer: structlog.typing.Processor = (
         structlog.processors.JSONRenderer()
         if json
-        else structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())
+        # repr of strings: a stored id or label in a value never reaches the terminal raw
+        else structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty(), repr_native_str=True)
     )
     decorate: list[structlog.typing.Processor] = [
         structlog.processors.add_log_level,

@@ -90,6 +90,19 @@ class TestImportSharedesk:
             "pip install 'sharedesk[postgres]'"
         ) == missing
 
+    def test_the_servers_package_imports_nothing_optional_and_starts_no_thread(self) -> None:
+        found = run(
+            "import sys, threading\n"
+            "import msgspec, lmdb, pykka, structlog\n"  # structlog imports rich itself
+            "before = set(sys.modules)\n"
+            "import sharedesk.servers\n"
+            f"optional = {OPTIONAL!r}\n"
+            "added = {m.split('.')[0] for m in set(sys.modules) - before}\n"
+            "print(sorted(added & set(optional)), threading.active_count())\n"
+        )
+
+        assert "[] 1" == found
+
     def test_the_postgres_store_resolves_when_its_extra_is_installed(self) -> None:
         from sharedesk.store.postgres import PostgresStore
 

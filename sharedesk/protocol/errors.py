@@ -1,29 +1,27 @@
-"""The sharedesk error tree.
+"""The sharedesk error tree: every error derives from :class:`SharedeskError`.
 
-Every error sharedesk raises derives from :class:`SharedeskError`. Each error takes the
-figures that describe the failure as arguments, keeps them as attributes of the same
-name, and builds its message from them (what was expected, what was found, where).
-
-An error is declared once: its figures as annotated class attributes (in the order of
-the constructor's arguments, a base class's first) and its message as a ``template``,
-formatted with the figures (and any property of the error). The base class builds the
-constructor (typed for mypy through ``dataclass_transform``) and ``__reduce__``, so an
-error pickles with its figures::
+An error takes the figures of the failure as named arguments, keeps them as attributes
+of the same name and builds its message from them; its docstring says when it is
+raised. It is declared once, the figures as annotated class attributes (the
+constructor's arguments in order, a base class's first; one given a value has that
+default) and the message as a ``template`` formatted with the figures and the error's
+properties. The base builds the constructor (typed through ``dataclass_transform``) and
+``__reduce__``, so an error pickles with its figures::
 
     class PageTooLarge(PageError):
+        \"\"\"Raised when a page holds more rows (``actual``) than were asked for.\"\"\"
+
         requested: int
         actual: int
         template = "page holds {actual} rows, but at most {requested} were requested"
 
-A subclass without a ``template`` of its own inherits its parent's figures and message;
-one that only changes the message declares a new ``template``. A class written the
-plain way (its own ``__init__`` calling ``super().__init__(message)`` and a ``_figures``
-tuple naming its constructor's arguments, for pickling) is accepted too.
+A subclass without a ``template`` inherits its parent's figures and message (it may
+override a property the template uses). New errors go at the end of the file.
 
 ``SharedeskError`` derives from :class:`Exception`, not :class:`ValueError`: msgspec
 rewraps ``ValueError``/``TypeError`` raised in ``__post_init__`` while decoding, and our
-invariants (``PresentSetTooLarge``) must reach the caller unchanged. Note that
-:class:`ValidationError` shares its name with ``msgspec.ValidationError``; inside the
+invariants (``PresentSetTooLarge``) must reach the caller unchanged. Our
+:class:`ValidationError` shares its name with ``msgspec.ValidationError``: inside the
 package always write msgspec's in full.
 """
 
@@ -33,91 +31,75 @@ import inspect
 from typing import Any, ClassVar, dataclass_transform
 
 
-def _declared_figures(cls: type) -> tuple[str, ...]:
-    """Return the figures (annotated, non-``ClassVar`` attributes) of ``cls``, bases first."""
-    names: list[str] = []
-    for klass in reversed(cls.__mro__):
-        for name, annotation in vars(klass).get("__annotations__", {}).items():
-            if name.startswith("_") or "ClassVar" in str(annotation) or name in names:
-                continue
-            names.append(name)
-    return tuple(names)
-
-
 class _Figures(dict[str, Any]):
-    """The values a message template is formatted with: the error's attributes."""
+    """What a template is formatted with: the error's attributes and properties."""
 
     def __init__(self, error: SharedeskError) -> None:
         super().__init__()
-        self._error = error
+        self.error = error
 
     def __missing__(self, name: str) -> Any:
-        return getattr(self._error, name)
-
-
-def _declared_init(self: SharedeskError, *args: Any, **kwargs: Any) -> None:
-    """Bind the figures of a declared error, keep them as attributes, build the message."""
-    cls = type(self)
-    names = cls._figures
-    if len(args) > len(names):
-        raise TypeError(f"{cls.__name__}() takes {len(names)} arguments, got {len(args)}")
-    values = dict(zip(names, args, strict=False))
-    for name, value in kwargs.items():
-        if name not in names or name in values:
-            raise TypeError(f"{cls.__name__}() got an unexpected or repeated argument {name!r}")
-        values[name] = value
-    missing = [name for name in names if name not in values]
-    if missing:
-        raise TypeError(f"{cls.__name__}() is missing the arguments {missing}")
-    for name in names:
-        setattr(self, name, values[name])
-    template = cls.template
-    assert template is not None
-    Exception.__init__(self, template.format_map(_Figures(self)))
+        return getattr(self.error, name)
 
 
 @dataclass_transform()
 class SharedeskError(Exception):
     """Base class of every error raised by sharedesk."""
 
-    #: The message, formatted with the figures; a class that declares one gets a
-    #: constructor taking its figures (see the module docstring).
+    #: The message, formatted with the figures; a class that declares one takes its
+    #: figures as arguments (see the module docstring).
     template: ClassVar[str | None] = None
-    #: Names of the constructor's arguments, kept as attributes (used to pickle the error).
+    #: The names of the constructor's arguments, kept as attributes (and pickled).
     _figures: ClassVar[tuple[str, ...]] = ()
+    __signature__: ClassVar[inspect.Signature]
 
-    def __init__(self, *args: object) -> None:
-        super().__init__(*args)
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        """Keep the figures as attributes and build the message from the template.
+
+        A class without a template (a family base) takes :class:`Exception`'s arguments.
+        """
+        if self.template is None:
+            super().__init__(*args, **kwargs)
+            return
+        try:
+            bound = self.__signature__.bind(*args, **kwargs)
+        except TypeError as exc:
+            raise TypeError(f"{type(self).__name__}(): {exc}") from None
+        bound.apply_defaults()
+        for name, value in bound.arguments.items():
+            setattr(self, name, value)
+        super().__init__(self.template.format_map(_Figures(self)))
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        own = vars(cls)
-        if "__init__" in own:
-            return  # written the plain way: it keeps its own __init__ and _figures
-        if cls.template is not None and ("template" in own or "__annotations__" in own):
-            cls._figures = _declared_figures(cls)
-        if own.get("template") is not None:
-            cls.__init__ = _declared_init  # type: ignore[method-assign]
-        if cls.__init__ is _declared_init:
-            cls.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
-                [
-                    inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD)
-                    for name in cls._figures
-                ]
-            )
+        if "__init__" in vars(cls) or cls.template is None:
+            return  # written the plain way, or a family base raised with a plain message
+        names = dict.fromkeys(
+            name
+            for klass in reversed(cls.__mro__)
+            for name, annotation in vars(klass).get("__annotations__", {}).items()
+            if not name.startswith("_") and "ClassVar" not in str(annotation)
+        )
+        cls._figures = tuple(names)
+        cls.__signature__ = inspect.Signature(
+            [
+                inspect.Parameter(
+                    name,
+                    inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                    default=getattr(cls, name, inspect.Parameter.empty),
+                )
+                for name in names
+            ]
+        )
 
     def __reduce__(self) -> str | tuple[Any, ...]:
-        if not self._figures:  # a family base raised with a plain message
+        if not self._figures:
             return super().__reduce__()
         return (type(self), tuple(getattr(self, name) for name in self._figures))
 
 
 class ValidationError(SharedeskError):
-    """Raised when input is malformed; nothing was written.
-
-    Attributes:
-        message: What is wrong, naming the offending field or value.
-    """
+    """Raised when input is malformed; ``message`` says what is wrong. Nothing was written."""
 
     message: str
     template = "{message}"
@@ -126,11 +108,7 @@ class ValidationError(SharedeskError):
 class ConcurrencyError(SharedeskError):
     """Raised when an append's ``expected_version`` is not the session's last sequence.
 
-    Nothing was written.
-
-    Attributes:
-        expected: The version the caller expected.
-        actual: The session's last sequence at the time of the append.
+    ``expected`` is the version asked for, ``actual`` the last sequence. Nothing was written.
     """
 
     expected: int
@@ -142,11 +120,8 @@ class SharingStateConflict(ConcurrencyError):
     """Raised when a turn commits against a sharing state that moved since it was read.
 
     Another turn of the same viewer and conversation committed first; nothing was
-    written (compare-and-swap on the stored state).
-
-    Attributes:
-        expected: The watermark the committing turn planned from (-1 for no state).
-        actual: The stored watermark (-1 for no state).
+    written (compare-and-swap on the stored state). ``expected`` is the watermark the
+    turn planned from, ``actual`` the stored one (-1 for no state).
     """
 
     template = (
@@ -156,33 +131,22 @@ class SharingStateConflict(ConcurrencyError):
 
 
 class AlreadyStored(SharedeskError):
-    """Raised when an append guarded by ``unless_stored`` finds that event already stored.
+    """Raised when an append guarded by ``unless_stored`` finds that event stored.
 
     The guard is checked inside the write transaction (a run's emit is refused once the
     run's ``RunFinished`` is stored, whatever else was appended meanwhile). Nothing was
     written.
-
-    Attributes:
-        session_id: The session.
-        event_id: The id the guard named.
     """
 
-    _figures = ("session_id", "event_id")
-
-    def __init__(self, session_id: str, event_id: str) -> None:
-        super().__init__(f"session {session_id!r} already holds event {event_id!r}")
-        self.session_id = session_id
-        self.event_id = event_id
+    session_id: str
+    event_id: str
+    template = "session {session_id!r} already holds event {event_id!r}"
 
 
 class LogReadError(SharedeskError):
-    """Raised when a host :class:`~sharedesk.SessionLog` raised while being read.
+    """Raised when a host :class:`~sharedesk.SessionLog` raised; the cause is chained.
 
-    The original exception is the ``__cause__``.
-
-    Attributes:
-        before: The exclusive cursor that was asked for.
-        limit: The number of rows that was asked for.
+    ``before`` and ``limit`` are what was asked of it.
     """
 
     before: int | None
@@ -195,12 +159,7 @@ class PageError(SharedeskError):
 
 
 class PageTooLarge(PageError):
-    """Raised when a page holds more rows than the limit asked for.
-
-    Attributes:
-        requested: The limit asked for.
-        actual: The number of rows the page held.
-    """
+    """Raised when a page holds more rows (``actual``) than were asked for (``requested``)."""
 
     requested: int
     actual: int
@@ -208,34 +167,21 @@ class PageTooLarge(PageError):
 
 
 class EmptyPageCursor(PageError):
-    """Raised when a page holds no rows but still gives a ``next_before`` cursor.
-
-    Attributes:
-        next_before: The cursor the empty page gave.
-    """
+    """Raised when a page holds no rows but still gives a cursor, ``next_before``."""
 
     next_before: int
     template = "empty page gives cursor next_before={next_before}; expected None"
 
 
 class DuplicateSequence(PageError):
-    """Raised when a row's sequence was already seen in the same walk.
-
-    Attributes:
-        sequence: The repeated sequence.
-    """
+    """Raised when a row's ``sequence`` was already seen in the same walk."""
 
     sequence: int
     template = "sequence {sequence} was already returned in this walk"
 
 
 class PageOutOfRange(PageError):
-    """Raised when a row lies at or above the exclusive cursor that was asked for.
-
-    Attributes:
-        sequence: The row's sequence.
-        before: The exclusive cursor asked for.
-    """
+    """Raised when a row's ``sequence`` is at or above the exclusive cursor ``before``."""
 
     sequence: int
     before: int
@@ -243,12 +189,7 @@ class PageOutOfRange(PageError):
 
 
 class PageNotDescending(PageError):
-    """Raised when a row's sequence is not strictly below the previous row's.
-
-    Attributes:
-        previous: The previous row's sequence.
-        next: The offending row's sequence.
-    """
+    """Raised when a row (``next``) is not below the row before it (``previous``)."""
 
     previous: int
     next: int
@@ -256,12 +197,7 @@ class PageNotDescending(PageError):
 
 
 class CursorDidNotAdvance(PageError):
-    """Raised when ``next_before`` is at or above the cursor that was asked for.
-
-    Attributes:
-        before: The cursor asked for.
-        next_before: The cursor the page gave.
-    """
+    """Raised when a page's ``next_before`` is not below the cursor asked for, ``before``."""
 
     before: int
     next_before: int
@@ -269,12 +205,7 @@ class CursorDidNotAdvance(PageError):
 
 
 class CursorAfterOldest(PageError):
-    """Raised when ``next_before`` lies above the oldest row of its page.
-
-    Attributes:
-        next_before: The cursor the page gave.
-        oldest: The sequence of the page's oldest row.
-    """
+    """Raised when a page's ``next_before`` lies above its oldest row, ``oldest``."""
 
     next_before: int
     oldest: int
@@ -284,12 +215,7 @@ class CursorAfterOldest(PageError):
 
 
 class WatermarkRegression(SharedeskError):
-    """Raised when a delta is asked for below the sharing state's watermark.
-
-    Attributes:
-        before: The exclusive cursor asked for.
-        watermark: The state's watermark.
-    """
+    """Raised when a delta is asked for below (``before``) the state's ``watermark``."""
 
     before: int
     watermark: int
@@ -297,12 +223,7 @@ class WatermarkRegression(SharedeskError):
 
 
 class PresentSetOverflow(SharedeskError):
-    """Raised when noting one more present sequence would exceed the present-set limit.
-
-    Attributes:
-        limit: The most sequences a state may hold above its watermark.
-        sequence: The sequence that did not fit.
-    """
+    """Raised when noting ``sequence`` would overflow the present set past its ``limit``."""
 
     limit: int
     sequence: int
@@ -310,12 +231,7 @@ class PresentSetOverflow(SharedeskError):
 
 
 class PresentSetTooLarge(SharedeskError):
-    """Raised when a sharing state is built or decoded with too many present sequences.
-
-    Attributes:
-        limit: The most sequences a state may hold above its watermark.
-        actual: The number of sequences the state holds.
-    """
+    """Raised when a sharing state holds more present sequences (``actual``) than ``limit``."""
 
     limit: int
     actual: int
@@ -329,25 +245,15 @@ class RunError(SharedeskError):
 
 
 class RunNotFound(RunError):
-    """Raised when no run with the given id exists (or the id is not a run id).
-
-    Attributes:
-        run_id: The id that was looked up.
-    """
+    """Raised when no run with the given id exists (or the id is not a run id)."""
 
     template = "no run with id {run_id!r}"
 
 
 class RunStateError(RunError):
-    """Raised when a run is not in a state that allows the action asked for.
+    """Raised when a run's ``status`` refuses an ``action``; nothing was written.
 
-    Examples: cancelling a finished run, executing a run twice, emitting an event into a
-    run that has finished. Nothing was written.
-
-    Attributes:
-        run_id: The run.
-        status: The run's status when the action was refused.
-        action: What was refused (``"cancel"``, ``"execute"``, ``"emit"``).
+    ``action`` is ``"cancel"`` (a finished run), ``"execute"`` (twice) or ``"emit"``.
     """
 
     status: str
@@ -356,26 +262,16 @@ class RunStateError(RunError):
 
 
 class RunTimeout(RunError):
-    """Raised when a run overran its ``adapter_opts["timeout"]``; it finished as ``"timeout"``.
-
-    Attributes:
-        run_id: The run.
-        timeout: The timeout that was exceeded, in seconds.
-    """
+    """Raised when a run overran ``adapter_opts["timeout"]`` and finished as ``"timeout"``."""
 
     timeout: float
     template = "run {run_id!r} did not finish within {timeout} s"
 
 
 class RunFailed(RunError):
-    """Raised when a run's adapter raised; the run finished as ``"failed"``.
+    """Raised when a run's adapter raised; the run finished as ``"failed"``, cause chained.
 
-    The adapter's exception is the ``__cause__``.
-
-    Attributes:
-        run_id: The run.
-        error_code: The recorded error code (the exception's class name).
-        error_message: The recorded error message.
+    ``error_code`` (the exception's class name) and ``error_message`` are as recorded.
     """
 
     error_code: str
@@ -384,22 +280,13 @@ class RunFailed(RunError):
 
 
 class RunCancelled(RunError):
-    """Raised by ``execute_run`` (or a queued run's future) when the run was cancelled.
-
-    Attributes:
-        run_id: The run.
-    """
+    """Raised by ``execute_run`` (or a queued run's future) when the run was cancelled."""
 
     template = "run {run_id!r} was cancelled"
 
 
 class QueueFull(SharedeskError):
-    """Raised when a session already has ``max_queued_runs`` runs waiting; nothing was written.
-
-    Attributes:
-        session_id: The session.
-        max_queued_runs: The most runs that may wait per session.
-    """
+    """Raised when a session already has ``max_queued_runs`` runs waiting; nothing was written."""
 
     session_id: str
     max_queued_runs: int
@@ -410,11 +297,7 @@ class QueueFull(SharedeskError):
 
 
 class QueueClosed(SharedeskError):
-    """Raised when a run is submitted to a run queue that was closed.
-
-    Attributes:
-        session_id: The session the run was submitted for.
-    """
+    """Raised when a run for ``session_id`` is submitted to a run queue that was closed."""
 
     session_id: str
     template = "the run queue is closed; cannot submit a run for {session_id!r}"
@@ -423,37 +306,28 @@ class QueueClosed(SharedeskError):
 class ProviderError(SharedeskError):
     """Raised by a provider adapter when its provider answered with an error or not at all.
 
-    The transport's exception, when there was one, is the ``__cause__``.
-
-    Attributes:
-        provider: The adapter's name.
-        status_code: The HTTP status, or ``None`` when no response came back.
-        detail: What went wrong (the response body, shortened, or the transport error).
-        retry_after: Seconds the provider asked the caller to wait before retrying (its
-            ``retry-after`` header, e.g. with HTTP 429), or ``None``.
+    ``provider`` is the adapter's name, ``status_code`` the HTTP status (``None`` when no
+    response came back), ``detail`` what went wrong (the response body, shortened, or the
+    transport error), ``retry_after`` the seconds the provider asked the caller to wait
+    (its ``retry-after`` header, e.g. with HTTP 429), or ``None``. The transport's
+    exception, when there was one, is the ``__cause__``.
     """
 
-    _figures = ("provider", "status_code", "detail", "retry_after")
-
-    def __init__(
-        self,
-        provider: str,
-        status_code: int | None,
-        detail: str,
-        retry_after: float | None = None,
-    ) -> None:
-        status = "no response" if status_code is None else f"HTTP {status_code}"
-        wait = "" if retry_after is None else f", retry after {retry_after} s"
-        super().__init__(f"provider {provider!r} failed ({status}{wait}): {detail}")
-        self.provider = provider
-        self.status_code = status_code
-        self.detail = detail
-        self.retry_after = retry_after
+    provider: str
+    status_code: int | None
+    detail: str
+    retry_after: float | None = None
+    template = "provider {provider!r} failed ({_answer}): {detail}"
 
     @property
     def status(self) -> int | None:
         """The HTTP status (the same as ``status_code``), or ``None``."""
         return self.status_code
+
+    @property
+    def _answer(self) -> str:
+        wait = "" if self.retry_after is None else f", retry after {self.retry_after} s"
+        return ("no response" if self.status_code is None else f"HTTP {self.status_code}") + wait
 
 
 class StoreError(SharedeskError):
@@ -461,11 +335,7 @@ class StoreError(SharedeskError):
 
 
 class StoreClosedError(StoreError):
-    """Raised when a store (or a Hub) is used after ``close()``.
-
-    Attributes:
-        path: Where the store lives, or ``None`` for an in-memory store.
-    """
+    """Raised when a store is used after ``close()``; ``path`` is ``None`` in memory."""
 
     path: str | None
     template = "the {_where} is closed"
@@ -478,14 +348,8 @@ class StoreClosedError(StoreError):
 class HubClosed(StoreClosedError):
     """Raised when a Hub (or a handle, view or turn taken from it) is used after ``close()``.
 
-    Also raised to callers still waiting on an actor when the Hub closes. It is a
-    :class:`StoreClosedError`, because a Hub serves the store interface too.
-
-    Attributes:
-        path: Where the Hub's store lives, or ``None`` for an in-memory Hub.
+    Also raised to callers still waiting on an actor when the Hub closes.
     """
-
-    template = "the {_where} is closed"
 
     @property
     def _where(self) -> str:
@@ -497,15 +361,11 @@ class HubError(SharedeskError):
 
 
 class ActorTimeout(HubError):
-    """Raised when an actor did not answer a request within the Hub's ``ask_timeout``.
+    """Raised when an actor did not answer within the Hub's ``ask_timeout`` (``timeout``).
 
-    The request may still take effect later; appends are idempotent by event ``id``, so
-    retrying with the same ids is safe.
-
-    Attributes:
-        actor: The kind of actor asked (``"session"``, ``"projector"``, ``"sharing"``).
-        session_id: The session the actor serves.
-        timeout: The time waited, in seconds.
+    ``actor`` is ``"session"``, ``"projector"`` or ``"sharing"``. The request may still
+    take effect later; appends are idempotent by event ``id``, so a retry with the same
+    ids is safe.
     """
 
     actor: str
@@ -517,14 +377,9 @@ class ActorTimeout(HubError):
 class ActorCrashed(HubError):
     """Raised to the caller whose request made an actor's handler fail unexpectedly.
 
-    The actor was replaced by a fresh one that recovers its state from the store; the
-    original exception is the ``__cause__``. Requests queued behind the failed one are
-    served by the fresh actor.
-
-    Attributes:
-        actor: The kind of actor that failed.
-        session_id: The session the actor serves.
-        detail: The failure, as ``repr`` of the original exception.
+    The actor was replaced by a fresh one that recovers its state from the store; requests
+    queued behind the failed one are served by it. ``detail`` is the ``repr`` of the
+    original exception, which is the ``__cause__``.
     """
 
     actor: str
@@ -536,14 +391,8 @@ class ActorCrashed(HubError):
 class SessionFailed(HubError):
     """Raised for every call on a session whose actors failed too often.
 
-    The session's actors restarted more than ``restarts`` times within ``period``
-    seconds; the Hub stopped restarting them until ``hub.recover(session_id)``. Other
-    sessions are unaffected.
-
-    Attributes:
-        session_id: The failed session.
-        restarts: The restart intensity that was exceeded (most restarts allowed).
-        period: The period of the restart intensity, in seconds.
+    They restarted more than ``restarts`` times within ``period`` seconds; the Hub stopped
+    restarting them until ``hub.recover(session_id)``. Other sessions are unaffected.
     """
 
     session_id: str
@@ -556,41 +405,27 @@ class SessionFailed(HubError):
 
 
 class StoreFullError(StoreError):
-    """Raised when an append would grow the store past its ``max_map_size``, or the disk is full.
+    """Raised when an append would grow the store past ``max_map_size`` or the disk is full.
 
-    Nothing from the failing append was written.
-
-    Attributes:
-        path: Where the store lives.
-        map_size: The store's current map size in bytes.
-        max_map_size: The configured ceiling in bytes (0: none).
-        disk_full: The file system holding the store had no space left.
+    ``map_size`` and ``max_map_size`` are bytes (0: no ceiling); ``disk_full`` says the
+    disk had no space left. Nothing of the append was written.
     """
 
-    _figures = ("path", "map_size", "max_map_size", "disk_full")
+    path: str
+    map_size: int
+    max_map_size: int
+    disk_full: bool = False
+    template = "store at {path} is full: {_reason}"
 
-    def __init__(
-        self, path: str, map_size: int, max_map_size: int, disk_full: bool = False
-    ) -> None:
-        if disk_full:
-            reason = f"the disk has no space left (map size {map_size} bytes)"
-        else:
-            reason = f"map size {map_size} bytes may not grow past max_map_size={max_map_size}"
-        super().__init__(f"store at {path} is full: {reason}")
-        self.path = path
-        self.map_size = map_size
-        self.max_map_size = max_map_size
-        self.disk_full = disk_full
+    @property
+    def _reason(self) -> str:
+        if self.disk_full:
+            return f"the disk has no space left (map size {self.map_size} bytes)"
+        return f"map size {self.map_size} bytes may not grow past max_map_size={self.max_map_size}"
 
 
 class CorruptRecordError(StoreError):
-    """Raised when a stored record cannot be decoded; other records stay readable.
-
-    Attributes:
-        session_id: The session the record belongs to.
-        sequence: The record's sequence.
-        detail: What the decoder reported.
-    """
+    """Raised when record ``sequence`` cannot be decoded (``detail``); others stay readable."""
 
     session_id: str
     sequence: int
@@ -599,12 +434,7 @@ class CorruptRecordError(StoreError):
 
 
 class StoreIOError(StoreError):
-    """Raised when the storage engine fails (disk, permissions, lock); the cause is chained.
-
-    Attributes:
-        path: Where the store lives.
-        operation: What was being done (``"open"``, ``"append"``, ``"read"``, ...).
-    """
+    """Raised when the storage engine fails during ``operation``; the cause is chained."""
 
     path: str
     operation: str
@@ -614,14 +444,9 @@ class StoreIOError(StoreError):
 class CommitOutcomeUnknown(StoreIOError):
     """Raised when the connection was lost while a write's ``COMMIT`` was under way.
 
-    The write may or may not have been stored: the server may have committed it before
-    the connection went. Retrying it with the same event ids is safe (a stored id is
-    answered with its stored event); read the session to learn which happened.
-
-    Attributes:
-        path: Where the store lives (a DSN without its password).
-        operation: What was being done (``"append"``, ``"append_and_share"``).
-        session_id: The session written to.
+    The write to ``session_id`` may or may not be stored: the server may have committed
+    it before the connection went. Retrying it with the same event ids is safe (a stored
+    id is answered with its stored event); read the session to learn which happened.
     """
 
     session_id: str

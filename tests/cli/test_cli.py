@@ -1,4 +1,9 @@
-"""The ``sharedesk`` command, end to end in subprocesses (plus its pure helpers in-process)."""
+"""The ``sharedesk`` command, end to end in subprocesses (plus its pure helpers in-process).
+
+Every command that reads a store runs on both backends: an LMDB directory and a PostgreSQL
+DSN (a fresh database on the test session's server on 127.0.0.1; under ``CI=true`` those
+tests fail instead of skipping when no server starts).
+"""
 
 from __future__ import annotations
 
@@ -10,12 +15,15 @@ import textwrap
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import psycopg
 import pytest
 
 from sharedesk import Agent, Event, Operator, Person, Text, ValidationError
-from sharedesk.cli import EXIT_USAGE, describe, parse_viewer
+from sharedesk.cli import EXIT_USAGE, describe, parse_viewer, safe_text
 from sharedesk.store.lmdb import LmdbStore
+from sharedesk.store.postgres import PostgresStore
 
 CHECKOUT = Path(__file__).resolve().parents[2]
 DESK = "desk/one"
@@ -40,11 +48,32 @@ def sharedesk(
     )
 
 
+@pytest.fixture(params=["lmdb", "postgres"])
+def location(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """Where a new store goes: an LMDB directory, or the DSN of an empty database."""
+    if request.param == "lmdb":
+        return str(tmp_path / "store")
+    dsn: str = request.getfixturevalue("postgres_dsn")
+    return dsn
+
+
+def open_store(location: str) -> Any:
+    """Open (creating) the store at ``location`` for a test to fill or check."""
+    if location.startswith("postgresql://"):
+        return PostgresStore(location)
+    return LmdbStore(location, durability="relaxed")
+
+
+def contents(location: str) -> dict[str, int]:
+    """Every session of the store at ``location`` with its last sequence."""
+    with open_store(location) as store:
+        return {info.session_id: info.last_sequence for info in store.session_infos()}
+
+
 @pytest.fixture
-def store_path(tmp_path: Path) -> Path:
+def store_path(location: str) -> str:
     """A store with a small desk: a channel post, a ticket (thread root) and a reply."""
-    path = tmp_path / "store"
-    with LmdbStore(path, durability="relaxed") as store:
+    with open_store(location) as store:
         first = store.append(
             DESK,
             [
@@ -57,7 +86,7 @@ def store_path(tmp_path: Path) -> Path:
             [Event(Agent(id="a1", label="Agent One"), Text("Looking"), parent=first[1].sequence)],
         )
         store.append("other", [Event(Operator(), Text("elsewhere"))])
-    return path
+    return location
 
 
 WRITER = textwrap.dedent(
@@ -155,14 +184,14 @@ class TestDemo:
 
 class TestInspect:
     def test_inspect_into_a_pipe_nobody_reads_exits_0_without_an_error(
-        self, store_path: Path
+        self, store_path: str
     ) -> None:
         """Like `sharedesk inspect PATH | head -0`: a closed pipe is not an error."""
         read_end, write_end = os.pipe()
         os.close(read_end)  # closed before the child writes: its first write breaks
         try:
             result = subprocess.run(
-                [sys.executable, "-m", "sharedesk.cli", "inspect", str(store_path), "--json"],
+                [sys.executable, "-m", "sharedesk.cli", "inspect", store_path, "--json"],
                 stdout=write_end,
                 stderr=subprocess.PIPE,
                 text=True,
@@ -174,31 +203,29 @@ class TestInspect:
 
         assert (0, "") == (result.returncode, result.stderr)
 
-    def test_inspect_lists_sessions_with_event_counts(self, store_path: Path) -> None:
-        result = sharedesk("inspect", str(store_path), "--json")
+    def test_inspect_lists_sessions_with_event_counts(self, store_path: str) -> None:
+        result = sharedesk("inspect", store_path, "--json")
 
         rows = [json.loads(line) for line in result.stdout.splitlines()]
         assert 0 == result.returncode, result.stderr
         assert {DESK: 3, "other": 1} == {row["session"]: row["events"] for row in rows}
         assert all(row["last_activity"] for row in rows)
 
-    def test_inspect_lists_sessions_sorted_by_id(self, store_path: Path) -> None:
-        result = sharedesk("inspect", str(store_path), "--json")
+    def test_inspect_lists_sessions_sorted_by_id(self, store_path: str) -> None:
+        result = sharedesk("inspect", store_path, "--json")
 
         assert [DESK, "other"] == [
             json.loads(line)["session"] for line in result.stdout.splitlines()
         ]
 
-    def test_inspect_table_names_each_session(self, store_path: Path) -> None:
-        result = sharedesk("inspect", str(store_path))
+    def test_inspect_table_names_each_session(self, store_path: str) -> None:
+        result = sharedesk("inspect", store_path)
 
         assert 0 == result.returncode, result.stderr
         assert DESK in result.stdout and "other" in result.stdout
 
-    def test_inspect_session_dumps_its_events_as_json_lines_in_order(
-        self, store_path: Path
-    ) -> None:
-        result = sharedesk("inspect", str(store_path), DESK)
+    def test_inspect_session_dumps_its_events_as_json_lines_in_order(self, store_path: str) -> None:
+        result = sharedesk("inspect", store_path, DESK)
 
         events = [json.loads(line) for line in result.stdout.splitlines()]
         assert 0 == result.returncode, result.stderr
@@ -227,9 +254,9 @@ class TestInspect:
 
 class TestView:
     def test_view_prints_the_channel_with_the_viewer_own_messages_marked(
-        self, store_path: Path
+        self, store_path: str
     ) -> None:
-        result = sharedesk("view", str(store_path), DESK, "--as", "person:ana")
+        result = sharedesk("view", store_path, DESK, "--as", "person:ana")
 
         lines = result.stdout.splitlines()
         assert 0 == result.returncode, result.stderr
@@ -238,20 +265,16 @@ class TestView:
             _content_and_mark(line) for line in lines[1:]
         ]
 
-    def test_view_of_a_thread_shows_root_and_replies(self, store_path: Path) -> None:
-        result = sharedesk(
-            "view", str(store_path), DESK, "--as", "agent:a1", "--thread", "2", "--json"
-        )
+    def test_view_of_a_thread_shows_root_and_replies(self, store_path: str) -> None:
+        result = sharedesk("view", store_path, DESK, "--as", "agent:a1", "--thread", "2", "--json")
 
         messages = [json.loads(line) for line in result.stdout.splitlines()]
         assert 0 == result.returncode, result.stderr
         assert [2, 3] == [m["sequence"] for m in messages]
         assert [None, 2] == [m["parent"] for m in messages]
 
-    def test_view_window_limits_the_messages(self, store_path: Path) -> None:
-        result = sharedesk(
-            "view", str(store_path), DESK, "--as", "operator", "--window", "1", "--json"
-        )
+    def test_view_window_limits_the_messages(self, store_path: str) -> None:
+        result = sharedesk("view", store_path, DESK, "--as", "operator", "--window", "1", "--json")
 
         messages = [json.loads(line) for line in result.stdout.splitlines()]
         assert 0 == result.returncode, result.stderr
@@ -265,6 +288,7 @@ def _content_and_mark(line: str) -> str:
 
 
 class TestBadInput:
+    @pytest.mark.parametrize("location", ["lmdb"], indirect=True)
     @pytest.mark.parametrize(
         ("args", "says"),
         [
@@ -286,13 +310,13 @@ class TestBadInput:
         ],
     )
     def test_bad_input_is_one_line_on_stderr_and_exit_2(
-        self, store_path: Path, tmp_path: Path, args: list[str], says: str
+        self, store_path: str, tmp_path: Path, args: list[str], says: str
     ) -> None:
         (tmp_path / "empty").mkdir()
         paths = {
             "{missing}": str(tmp_path / "missing"),
             "{empty}": str(tmp_path / "empty"),
-            "{store}": str(store_path),
+            "{store}": store_path,
         }
 
         result = sharedesk(*[paths.get(a, a) for a in args])
@@ -306,6 +330,70 @@ class TestBadInput:
         sharedesk("inspect", str(tmp_path / "missing"))
 
         assert not (tmp_path / "missing").exists()
+
+
+def schemas(dsn: str) -> set[str]:
+    with psycopg.connect(dsn) as conn:
+        return {row[0] for row in conn.execute("SELECT nspname FROM pg_namespace")}
+
+
+class TestPostgres:
+    def test_inspect_of_a_database_without_a_store_is_one_line_and_creates_nothing(
+        self, postgres_dsn: str
+    ) -> None:
+        before = schemas(postgres_dsn)
+
+        result = sharedesk("inspect", postgres_dsn)
+
+        assert (EXIT_USAGE, 1, True, before) == (
+            result.returncode,
+            len(result.stderr.strip().splitlines()),
+            "holds no schema 'sharedesk'" in result.stderr,
+            schemas(postgres_dsn),
+        )
+
+    def test_a_server_that_refuses_the_connection_is_one_line_naming_the_reason(self) -> None:
+        result = sharedesk("view", "postgresql://127.0.0.1:1/desks", DESK, "--as", "operator")
+
+        assert (EXIT_USAGE, 1, True) == (
+            result.returncode,
+            len(result.stderr.strip().splitlines()),
+            "refused" in result.stderr,
+        )
+
+    @pytest.mark.parametrize("location", ["postgres"], indirect=True)
+    def test_a_dsn_is_named_without_its_password(self, store_path: str) -> None:
+        dsn = store_path + ("&" if "?" in store_path else "?") + "password=hunter2"
+
+        result = sharedesk("inspect", dsn, "no-such-session")
+
+        assert (EXIT_USAGE, True, False) == (
+            result.returncode,
+            "unknown session 'no-such-session'" in result.stderr,
+            "hunter2" in result.stderr,
+        )
+
+    def test_a_dsn_without_psycopg_installed_names_the_extra(self) -> None:
+        script = (
+            "import sys; sys.modules['psycopg'] = None\n"
+            "from sharedesk.cli import main\n"
+            "sys.exit(main(['inspect', 'postgresql://127.0.0.1:1/desks']))\n"
+        )
+        result = subprocess.run(
+            [sys.executable, "-c", script], capture_output=True, text=True, timeout=60
+        )
+
+        assert (EXIT_USAGE, 1, True) == (
+            result.returncode,
+            len(result.stderr.strip().splitlines()),
+            "pip install 'sharedesk[postgres]'" in result.stderr,
+        )
+
+    def test_demo_plays_and_continues_a_desk_on_postgresql(self, postgres_dsn: str) -> None:
+        first = sharedesk("demo", "--path", postgres_dsn, timeout=120)
+        second = sharedesk("demo", "--path", postgres_dsn, timeout=120)
+
+        assert (0, 0, True) == (first.returncode, second.returncode, "round 2" in second.stdout)
 
 
 class TestEntryPoint:
@@ -349,77 +437,186 @@ HOSTILE = {
     "clear screen": "\x1b[2J\x1b[H",
     "retitle": "\x1b]0;pwned\x07",
     "clipboard (OSC 52)": "\x1b]52;c;cm0gLXJmIH4=\x07",
+    "clipboard through C1 OSC": "\x9d52;c;cm0gLXJmIH4=\x9c",
     "C1 CSI": "\x9b31m",
-    "bell and backspace": "\x07\x08",
+    "bell, backspace, DEL": "\x07\x08\x7f",
     "bidi override": "\u202e",
+    "bidi embedding": "\u202b",
+    "bidi isolate": "\u2066\u2069",
+    "line separator": "\u2028",
+    "paragraph separator": "\u2029",
 }
 
 
+def unsafe(text: str) -> list[str]:
+    """The characters of ``text`` that must never reach a terminal raw (lines' ends aside)."""
+    return [
+        ch
+        for ch in text.replace("\n", "")
+        if ord(ch) < 0x20
+        or 0x7F <= ord(ch) < 0xA0
+        or ch in "\u2028\u2029"
+        or 0x202A <= ord(ch) <= 0x202E
+        or 0x2066 <= ord(ch) <= 0x2069
+    ]
+
+
 @pytest.fixture
-def hostile_store(tmp_path: Path) -> Path:
-    """A desk whose session id, labels, ids and contents all carry control sequences."""
-    path = tmp_path / "store"
-    with LmdbStore(path, durability="relaxed") as store:
-        for name, seq in HOSTILE.items():
-            store.append(
-                f"desk{seq}",
-                [Event(Person(id=f"ana{seq}", label=f"Ana{seq}"), Text(f"{name}: {seq}"))],
-            )
-    return path
-
-
-def controls(text: str) -> list[str]:
-    """The control characters in ``text`` other than the newlines ending its lines."""
-    return [ch for ch in text.replace("\n", "") if ord(ch) < 0x20 or 0x7F <= ord(ch) < 0xA0]
+def hostile_store(location: str) -> str:
+    """A desk ``hostile`` whose labels, ids and contents carry every unsafe sequence, and a
+    desk named with each."""
+    with open_store(location) as store:
+        store.append(
+            "hostile",
+            [
+                Event(Person(id=f"ana{seq}", label=f"Ana{seq}"), Text(f"{name}: {seq}"))
+                for name, seq in HOSTILE.items()
+            ],
+        )
+        for seq in HOSTILE.values():
+            store.append(f"desk{seq}", [Event(Operator(), Text(seq))])
+    return location
 
 
 class TestHostileContent:
-    def test_inspect_lists_session_ids_with_their_control_characters_escaped(
-        self, hostile_store: Path
+    def test_inspect_lists_session_ids_with_every_unsafe_character_escaped(
+        self, hostile_store: str
     ) -> None:
-        result = sharedesk("inspect", str(hostile_store))
+        result = sharedesk("inspect", hostile_store)
 
         assert (0, [], True) == (
             result.returncode,
-            controls(result.stdout),
-            "desk\\x1b]52;c;cm0gLXJmIH4=\\x07" in result.stdout,
+            unsafe(result.stdout),
+            "desk\\x9d52;c;cm0gLXJmIH4=\\x9c" in result.stdout,
         )
 
-    @pytest.mark.parametrize("name", sorted(HOSTILE))
-    def test_view_escapes_control_characters_in_labels_and_content(
-        self, hostile_store: Path, name: str
+    def test_inspect_json_lines_escape_every_unsafe_character_and_decode_exactly(
+        self, hostile_store: str
     ) -> None:
-        seq = HOSTILE[name]
-        result = sharedesk("view", str(hostile_store), f"desk{seq}", "--as", "operator")
+        before = contents(hostile_store)
 
-        assert (0, [], "\u202e" in result.stdout) == (
+        result = sharedesk("inspect", hostile_store, "--json")
+
+        assert (0, [], before) == (
             result.returncode,
-            controls(result.stdout),
-            False,
+            unsafe(result.stdout),
+            {row["session"]: row["events"] for row in map(json.loads, result.stdout.splitlines())},
         )
 
-    def test_view_escapes_control_characters_even_in_colour(self, hostile_store: Path) -> None:
-        seq = HOSTILE["retitle"]
+    def test_inspect_of_a_session_escapes_every_unsafe_character_and_decodes_exactly(
+        self, hostile_store: str
+    ) -> None:
+        result = sharedesk("inspect", hostile_store, "hostile")
+
+        events = [json.loads(line) for line in result.stdout.splitlines()]
+        assert (0, [], [f"{name}: {seq}" for name, seq in HOSTILE.items()]) == (
+            result.returncode,
+            unsafe(result.stdout),
+            [event["body"]["content"] for event in events],
+        )
+
+    def test_view_escapes_every_unsafe_character_in_labels_and_content(
+        self, hostile_store: str
+    ) -> None:
+        result = sharedesk("view", hostile_store, "hostile", "--as", "operator")
+
+        assert (0, [], len(HOSTILE) + 1) == (
+            result.returncode,
+            unsafe(result.stdout),
+            len(result.stdout.splitlines()),
+        )
+
+    def test_view_json_lines_escape_every_unsafe_character_and_decode_exactly(
+        self, hostile_store: str
+    ) -> None:
+        result = sharedesk("view", hostile_store, "hostile", "--as", "operator", "--json")
+
+        messages = [json.loads(line) for line in result.stdout.splitlines()]
+        assert (0, [], [f"Ana{seq}" for seq in HOSTILE.values()]) == (
+            result.returncode,
+            unsafe(result.stdout),
+            [message["author"]["label"] for message in messages],
+        )
+
+    def test_view_of_a_session_named_with_an_osc_sequence_escapes_it(
+        self, hostile_store: str
+    ) -> None:
+        seq = HOSTILE["clipboard through C1 OSC"]
+        result = sharedesk("view", hostile_store, f"desk{seq}", "--as", "operator")
+
+        assert (0, [], True) == (
+            result.returncode,
+            unsafe(result.stdout),
+            result.stdout.startswith("desk\\x9d52;c;"),
+        )
+
+    @pytest.mark.parametrize("location", ["lmdb"], indirect=True)
+    def test_view_escapes_control_characters_even_in_colour(self, hostile_store: str) -> None:
         result = sharedesk(
-            "view", str(hostile_store), f"desk{seq}", "--as", "operator", env={"FORCE_COLOR": "1"}
+            "view", hostile_store, "hostile", "--as", "operator", env={"FORCE_COLOR": "1"}
         )
 
-        assert (0, True, False) == (
+        assert (0, True, False, True) == (
             result.returncode,
             "\\x1b]0;pwned\\x07" in result.stdout,
             "\x1b]" in result.stdout,
+            "\x1b[" in result.stdout,
         )
 
-    def test_json_output_keeps_the_content_exactly(self, hostile_store: Path) -> None:
-        seq = HOSTILE["clipboard (OSC 52)"]
-        result = sharedesk("inspect", str(hostile_store), f"desk{seq}")
+    def test_reading_a_hostile_store_writes_nothing(self, hostile_store: str) -> None:
+        before = contents(hostile_store)
+        for args in (["--json"], ["hostile"], [f"desk{HOSTILE['retitle']}"]):
+            sharedesk("inspect", hostile_store, *args)
+        sharedesk("view", hostile_store, "hostile", "--as", "agent:\x1b[2J")
 
-        assert f"clipboard (OSC 52): {seq}" == json.loads(result.stdout)["body"]["content"]
+        assert before == contents(hostile_store)
 
-    def test_an_error_naming_a_hostile_session_is_escaped(self, hostile_store: Path) -> None:
-        result = sharedesk("view", str(hostile_store), "nope\x1b[2J", "--as", "operator")
+    @pytest.mark.parametrize("location", ["lmdb"], indirect=True)
+    def test_an_error_naming_a_hostile_session_is_escaped(self, hostile_store: str) -> None:
+        result = sharedesk("view", hostile_store, "nope\x1b[2J\u2028", "--as", "operator")
 
-        assert (EXIT_USAGE, []) == (result.returncode, controls(result.stderr))
+        assert (EXIT_USAGE, []) == (result.returncode, unsafe(result.stderr))
+
+
+class TestLogLines:
+    def test_console_log_lines_escape_unsafe_characters_in_their_values(self) -> None:
+        script = (
+            "from sharedesk.logconfig import configure_logging, logger\n"
+            "configure_logging(level='info')\n"
+            f"logger().warning('hub.opened', session_id={HOSTILE['retitle']!r},"
+            f" viewer={HOSTILE['C1 CSI'] + HOSTILE['line separator']!r})\n"
+        )
+        result = subprocess.run(
+            [sys.executable, "-c", script], capture_output=True, text=True, timeout=60
+        )
+
+        assert (0, [], True) == (
+            result.returncode,
+            unsafe(result.stderr),
+            "\\x1b]0;pwned" in result.stderr,
+        )
+
+
+class TestSafeText:
+    @pytest.mark.parametrize(
+        ("raw", "shown"),
+        [
+            ("\x1b]52;c;eA==\x07", "\\x1b]52;c;eA==\\x07"),
+            ("\x9d52;c;eA==\x9c", "\\x9d52;c;eA==\\x9c"),
+            ("a\nb\tc", "a\\nb\\tc"),
+            ("\u202eevil\u2028", "\\u202eevil\\u2028"),
+            ("plain café ✓", "plain café ✓"),
+        ],
+    )
+    def test_unsafe_characters_are_shown_as_visible_escapes(self, raw: str, shown: str) -> None:
+        assert shown == safe_text(raw)
+
+    def test_in_json_they_become_unicode_escapes_that_decode_to_the_same_text(self) -> None:
+        raw = "\x9d\u202e\u2028\x7f ok"
+
+        escaped = safe_text(json.dumps(raw, ensure_ascii=False), json=True)
+
+        assert ([], raw) == (unsafe(escaped), json.loads(escaped))
 
 
 class TestPipedOutput:
@@ -432,11 +629,12 @@ class TestPipedOutput:
 
         assert 1 == sum(long in line for line in result.stdout.splitlines())
 
-    def test_output_is_plain_text_when_rich_is_not_installed(self, store_path: Path) -> None:
+    @pytest.mark.parametrize("location", ["lmdb"], indirect=True)
+    def test_output_is_plain_text_when_rich_is_not_installed(self, store_path: str) -> None:
         script = (
             "import sys; sys.modules['rich'] = None\n"
             "from sharedesk.cli import main\n"
-            f"sys.exit(main(['view', {str(store_path)!r}, {DESK!r}, '--as', 'operator']))\n"
+            f"sys.exit(main(['view', {store_path!r}, {DESK!r}, '--as', 'operator']))\n"
         )
         env = {**os.environ, "FORCE_COLOR": "1"}
         result = subprocess.run(

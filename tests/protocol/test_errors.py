@@ -157,3 +157,62 @@ class TestDeclaredErrors:
         copy = pickle.loads(pickle.dumps(Plain("/x", 2)))
 
         assert ("2 locks held at /x", "/x", 2) == (str(copy), copy.where, copy.count)
+
+
+class TestOneStyle:
+    @pytest.mark.parametrize("cls", _every_error(), ids=lambda cls: cls.__name__)
+    def test_every_error_is_declared_with_figures_and_a_template_not_its_own_init(
+        self, cls: type[errors.SharedeskError]
+    ) -> None:
+        own_init = cls.__init__ is not errors.SharedeskError.__init__
+
+        assert (own_init, bool(cls._figures), cls.template is not None) in {
+            (False, True, True),  # an error raised with its figures
+            (False, False, False),  # a family base, raised with a plain message
+        }
+
+    @pytest.mark.parametrize("cls", _every_error(), ids=lambda cls: cls.__name__)
+    def test_every_docstring_says_when_the_error_is_raised(
+        self, cls: type[errors.SharedeskError]
+    ) -> None:
+        summary = (cls.__doc__ or "").split("\n")[0]
+
+        assert summary.startswith(("Raised ", "Base ")), summary
+
+    def test_a_figure_given_a_value_in_the_class_is_an_optional_argument(self) -> None:
+        error = errors.ProviderError("openai", 429, "slow down")
+
+        assert (None, "provider 'openai' failed (HTTP 429): slow down") == (
+            error.retry_after,
+            str(error),
+        )
+
+    def test_a_template_may_use_a_property_built_from_the_figures(self) -> None:
+        assert [
+            "provider 'p' failed (no response, retry after 2.0 s): gone",
+            "store at /x is full: the disk has no space left (map size 8 bytes)",
+        ] == [
+            str(errors.ProviderError("p", None, "gone", retry_after=2.0)),
+            str(errors.StoreFullError("/x", 8, 16, disk_full=True)),
+        ]
+
+    def test_a_wrong_argument_is_a_type_error_naming_the_error(self) -> None:
+        with pytest.raises(TypeError, match=r"^PageTooLarge\(\): .*'sideways'"):
+            errors.PageTooLarge(64, 65, sideways=1)  # type: ignore[call-arg]
+
+    def test_an_error_appended_in_the_declared_style_gets_a_constructor_and_pickles(
+        self,
+    ) -> None:
+        class LockHeld(errors.StoreError):
+            """Raised when another process holds the lock of ``path`` (``pid``, if known)."""
+
+            path: str
+            pid: int | None = None
+            template = "the lock of {path} is held by process {pid}"
+
+        error = LockHeld("/x")
+
+        assert ("the lock of /x is held by process None", ("path", "pid")) == (
+            str(error),
+            LockHeld._figures,
+        )
