@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from types import TracebackType
@@ -46,17 +46,33 @@ class RunFuture(Future[RunResult]):
 
     ``cancel()`` succeeds only while the run waits (and records it as cancelled in the
     store); cancel a running run with ``SessionManager.cancel_run(store, future.run_id)``,
-    and the future then raises ``RunCancelled``.
+    and the future then raises ``RunCancelled``. A caller interrupted while it waits in
+    :meth:`result` (Ctrl-C: ``KeyboardInterrupt``) cancels the run, as cancelling the
+    task awaiting ``aexecute_run`` does, so a process that stops waiting also stops its
+    run instead of waiting for it at exit.
 
     Attributes:
         run_id: The run's id.
         session_id: The run's session.
     """
 
-    def __init__(self, run_id: str, session_id: str) -> None:
+    def __init__(self, run_id: str, session_id: str, interrupt: Callable[[], None]) -> None:
         super().__init__()
         self.run_id = run_id
         self.session_id = session_id
+        self._interrupt = interrupt
+
+    def result(self, timeout: float | None = None) -> RunResult:
+        """Wait for the run's result (see :meth:`concurrent.futures.Future.result`).
+
+        Raises:
+            KeyboardInterrupt: The wait was interrupted; the run was cancelled.
+        """
+        try:
+            return super().result(timeout)
+        except KeyboardInterrupt:
+            self._interrupt()
+            raise
 
 
 @dataclass(eq=False)
@@ -182,7 +198,7 @@ class RunQueue:
                 continuation=continuation,
                 continuation_opts=continuation_opts,
                 adapter_opts=adapter_opts,
-                future=RunFuture(run.id, session_id),
+                future=RunFuture(run.id, session_id, lambda: self._interrupted(job)),
             )
             with self._cond:
                 lane.reserved -= 1
@@ -337,6 +353,15 @@ class RunQueue:
                     self._threads.discard(threading.current_thread())
                     self._forget_if_idle(session_id)
                 self._cond.notify_all()
+
+    def _interrupted(self, job: _Job) -> None:
+        """Cancel a run whose waiter was interrupted (the waiter's thread)."""
+        if job.future.cancel():  # still waiting: _on_done records the cancel
+            return
+        try:
+            SessionManager.cancel_run(self._store, job.run.id)
+        except SharedeskError as exc:  # it finished meanwhile, or the store closed
+            logger().debug("queue.cancel_skipped", run_id=job.run.id, error=str(exc))
 
     def _on_done(self, job: _Job) -> None:
         """Record a future cancelled while waiting as a cancelled run (any thread)."""
