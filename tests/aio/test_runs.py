@@ -246,14 +246,28 @@ class TestAdapterChecks:
 
         assert 0 == arun(body)
 
-    def test_aexecute_run_refuses_it_and_records_the_run_failed(self, arun: Runner) -> None:
+    def test_aexecute_run_refuses_it_writes_nothing_and_the_run_stays_pending(
+        self, arun: Runner
+    ) -> None:
         async def body(hub: AsyncHub) -> Any:
             run = await asyncio.to_thread(SessionManager.start_run, hub.hub, "desk", "hi")
             with pytest.raises(ValidationError, match="native_continuation"):
                 await SessionManager.aexecute_run(hub, NoContinuationFlag(), run.id)
-            return SessionManager.get_run(hub.hub, run.id).status
+            return await hub.last_sequence("desk"), SessionManager.get_run(hub.hub, run.id).status
 
-        assert "failed" == arun(body)
+        assert (1, "pending") == arun(body)
+
+    def test_arun_once_refuses_native_continuation_without_it_and_writes_nothing(
+        self, arun: Runner
+    ) -> None:
+        async def body(hub: AsyncHub) -> Any:
+            with pytest.raises(ValidationError, match="natively"):
+                await SessionManager.arun_once(
+                    hub, CoroutineAdapter(), "go", session_id="s", continuation="native"
+                )
+            return await hub.last_sequence("s")
+
+        assert 0 == arun(body)
 
     def test_arun_once_writes_its_input_as_the_given_author(self, arun: Runner) -> None:
         pat = Person(id="pat", label="Pat")
@@ -302,7 +316,7 @@ class TestBusyDesk:
         """So it gets the run index, the session state and the busy-desk guard of sync runs."""
 
         async def body(hub: AsyncHub) -> bool:
-            return aio._sync_store(hub, asyncio.get_running_loop()) is hub.hub
+            return aio.sync_store(hub) is hub.hub
 
         assert arun(body)
 

@@ -13,7 +13,7 @@ from typing import Any
 import msgspec
 
 from sharedesk.protocol.events import Event
-from sharedesk.runs.manager import fold_session
+from sharedesk.runs.rules import fold_session
 from sharedesk.runs.types import Run, Session
 from sharedesk.store.memory import MemoryStore
 

@@ -10,6 +10,7 @@ import textwrap
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -142,6 +143,19 @@ class TestSubmit:
     ) -> None:
         with pytest.raises(ValidationError):
             queue.submit("s1", ScriptedAdapter(["hi"]), [])
+
+        assert (0, 0) == (queue.status("s1").queued, store.last_sequence("s1"))
+
+    @pytest.mark.parametrize(
+        "options",
+        [{"continuation": "native"}, {"continuation_opts": {"limit": -1}}],
+        ids=["native-without-native", "bad-budget"],
+    )
+    def test_options_the_adapter_cannot_serve_are_refused_at_submit_and_nothing_is_written(
+        self, store: EventStore, queue: RunQueue, options: dict[str, Any]
+    ) -> None:
+        with pytest.raises(ValidationError):
+            queue.submit("s1", ScriptedAdapter(["hi"]), "hello", **options)
 
         assert (0, 0) == (queue.status("s1").queued, store.last_sequence("s1"))
 
