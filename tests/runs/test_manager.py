@@ -36,7 +36,12 @@ from sharedesk.runs.rules import (
 )
 from sharedesk.store.memory import MemoryStore
 from tests.logs import capture_logs
-from tests.runs.conftest import BlockingAdapter, FailingAdapter, RecordingAdapter
+from tests.runs.conftest import (
+    BlockingAdapter,
+    CoroutineExecute,
+    FailingAdapter,
+    RecordingAdapter,
+)
 
 
 @pytest.fixture
@@ -270,13 +275,6 @@ class TestExecuteRun:
             SessionManager.execute_run(store, Finisher(), run.id)
 
         assert "ValidationError" == info.value.error_code
-
-
-class CoroutineExecute(RecordingAdapter):
-    """An adapter whose ``execute`` is a coroutine function: for the async executor only."""
-
-    async def execute(self, run: Any, session: Any, emit: Any, opts: Any) -> Any:  # type: ignore[override]
-        raise AssertionError("never executed")
 
 
 class BadAuthor(RecordingAdapter):

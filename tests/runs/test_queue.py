@@ -26,7 +26,7 @@ from sharedesk.protocol.events import RunFinished, RunStarted, Text
 from sharedesk.protocol.ports import EventStore
 from sharedesk.runs import RunQueueStatus, ScriptedAdapter, SessionManager
 from sharedesk.runs.queue import RunQueue
-from tests.runs.conftest import BlockingAdapter, FailingAdapter
+from tests.runs.conftest import BlockingAdapter, CoroutineExecute, FailingAdapter
 
 
 @pytest.fixture
@@ -147,15 +147,19 @@ class TestSubmit:
         assert (0, 0) == (queue.status("s1").queued, store.last_sequence("s1"))
 
     @pytest.mark.parametrize(
-        "options",
-        [{"continuation": "native"}, {"continuation_opts": {"limit": -1}}],
-        ids=["native-without-native", "bad-budget"],
+        ("adapter", "options"),
+        [
+            (ScriptedAdapter(["hi"]), {"continuation": "native"}),
+            (ScriptedAdapter(["hi"]), {"continuation_opts": {"limit": -1}}),
+            (CoroutineExecute(), {}),
+        ],
+        ids=["native-without-native", "bad-budget", "coroutine-execute"],
     )
     def test_options_the_adapter_cannot_serve_are_refused_at_submit_and_nothing_is_written(
-        self, store: EventStore, queue: RunQueue, options: dict[str, Any]
+        self, store: EventStore, queue: RunQueue, adapter: Any, options: dict[str, Any]
     ) -> None:
         with pytest.raises(ValidationError):
-            queue.submit("s1", ScriptedAdapter(["hi"]), "hello", **options)
+            queue.submit("s1", adapter, "hello", **options)
 
         assert (0, 0) == (queue.status("s1").queued, store.last_sequence("s1"))
 
