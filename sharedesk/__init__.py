@@ -116,6 +116,8 @@ from sharedesk.store import (
 
 if TYPE_CHECKING:
     from sharedesk.actors.aio import AsyncHub, AsyncTurn
+    from sharedesk.adapters.openai_chat import OpenAIChatAdapter
+    from sharedesk.adapters.render import to_anthropic_messages, to_openai_messages
     from sharedesk.runs import (
         Adapter,
         AdapterResult,
@@ -129,10 +131,7 @@ if TYPE_CHECKING:
         ScriptedCall,
         Session,
         SessionManager,
-        to_anthropic_messages,
-        to_openai_messages,
     )
-    from sharedesk.runs.openai_chat import OpenAIChatAdapter
     from sharedesk.store.lmdb import LmdbStore
     from sharedesk.store.postgres import PostgresStore
 

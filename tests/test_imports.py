@@ -109,7 +109,7 @@ class TestImportSharedesk:
         assert PostgresStore is sharedesk.PostgresStore is sharedesk.store.PostgresStore
 
     def test_the_adapter_resolves_when_its_extra_is_installed(self) -> None:
-        from sharedesk.runs.openai_chat import OpenAIChatAdapter
+        from sharedesk.adapters.openai_chat import OpenAIChatAdapter
 
         assert OpenAIChatAdapter is sharedesk.OpenAIChatAdapter
 

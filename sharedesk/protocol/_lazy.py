@@ -22,7 +22,12 @@ LAZY: Final[Mapping[str, tuple[str, str | None]]] = MappingProxyType(
         "AsyncHub": ("sharedesk.actors.aio", None),
         "AsyncTurn": ("sharedesk.actors.aio", None),
         "LmdbStore": ("sharedesk.store.lmdb", None),
-        "OpenAIChatAdapter": ("sharedesk.runs.openai_chat", "http"),
+        "AnthropicMessagesAdapter": ("sharedesk.adapters.anthropic", "http"),
+        "FunctionTool": ("sharedesk.adapters._http", "http"),
+        "HttpAdapter": ("sharedesk.adapters._http", "http"),
+        "OpenAIChatAdapter": ("sharedesk.adapters.openai_chat", "http"),
+        "OpenAIResponsesAdapter": ("sharedesk.adapters.openai_responses", "http"),
+        "to_responses_input": ("sharedesk.adapters.render", None),
         "PostgresStore": ("sharedesk.store.postgres", "postgres"),
         "Adapter": ("sharedesk.runs", None),
         "AdapterResult": ("sharedesk.runs", None),
@@ -36,8 +41,8 @@ LAZY: Final[Mapping[str, tuple[str, str | None]]] = MappingProxyType(
         "ScriptedCall": ("sharedesk.runs", None),
         "Session": ("sharedesk.runs", None),
         "SessionManager": ("sharedesk.runs", None),
-        "to_anthropic_messages": ("sharedesk.runs", None),
-        "to_openai_messages": ("sharedesk.runs", None),
+        "to_anthropic_messages": ("sharedesk.adapters.render", None),
+        "to_openai_messages": ("sharedesk.adapters.render", None),
     }
 )
 

@@ -1,23 +1,12 @@
-"""Runs: sessions and runs as folds over events, adapters, renderers and the run queue.
+"""Runs: sessions and runs as folds over events, their executors and the run queue.
 
 Imports ``protocol`` and ``projection`` only, and reaches storage only through the
 :class:`~sharedesk.EventStore` port, so it works the same over ``MemoryStore``,
-``LmdbStore`` and a ``Hub``.
-
-Adapters that need an optional dependency (``OpenAIChatAdapter``: httpx, the ``http``
-extra) are imported on first use of their name, so importing ``sharedesk`` never
-imports them.
+``LmdbStore`` and a ``Hub``. Provider adapters live in :mod:`sharedesk.adapters`.
 """
 
-from typing import TYPE_CHECKING, Any
-
-from sharedesk.protocol._lazy import load_lazy
-from sharedesk.runs._http import FunctionTool
-from sharedesk.runs.anthropic import AnthropicMessagesAdapter
 from sharedesk.runs.manager import SessionManager
-from sharedesk.runs.openai_responses import OpenAIResponsesAdapter, to_responses_input
 from sharedesk.runs.queue import RunFuture, RunQueue
-from sharedesk.runs.render import to_anthropic_messages, to_openai_messages
 from sharedesk.runs.scripted import ScriptedAdapter
 from sharedesk.runs.types import (
     Adapter,
@@ -31,23 +20,11 @@ from sharedesk.runs.types import (
     Session,
 )
 
-if TYPE_CHECKING:
-    from sharedesk.runs.openai_chat import OpenAIChatAdapter
-
-
-def __getattr__(name: str) -> Any:
-    return load_lazy(name, __name__)
-
-
 __all__ = [
     "Adapter",
     "AdapterResult",
-    "AnthropicMessagesAdapter",
     "AsyncEmit",
     "Emit",
-    "FunctionTool",
-    "OpenAIChatAdapter",
-    "OpenAIResponsesAdapter",
     "Run",
     "RunFuture",
     "RunQueue",
@@ -57,7 +34,4 @@ __all__ = [
     "ScriptedCall",
     "Session",
     "SessionManager",
-    "to_anthropic_messages",
-    "to_openai_messages",
-    "to_responses_input",
 ]

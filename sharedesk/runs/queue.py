@@ -1,7 +1,8 @@
 """RunQueue: per-session FIFO execution of runs, with bounded concurrency and waiting.
 
 Each session has a lane: a FIFO of waiting runs and a count of running ones. A run is
-started (its input stored, ``SessionManager.start_run``) when it is submitted, so its id
+started (its input stored, ``SessionManager.start_run``) when it is submitted
+(its adapter and options checked first: a refused run writes nothing), so its id
 exists at once; the lane's order is the order of the inputs in the session, even when
 several threads submit at once (submits of one session take turns storing). A
 lane runs at most ``max_concurrent_runs`` runs at a time, each on a driver thread the
@@ -19,7 +20,7 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from types import TracebackType
@@ -34,7 +35,8 @@ from sharedesk.protocol.errors import (
 )
 from sharedesk.protocol.ports import EventStore
 from sharedesk.protocol.validation import check_session_id
-from sharedesk.runs.manager import SessionManager
+from sharedesk.runs import execute
+from sharedesk.runs.rules import OPERATOR, RunOptions, check_options
 from sharedesk.runs.types import Adapter, Run, RunQueueStatus, RunResult
 
 #: How long ``close()`` waits for running runs before cancelling them, in seconds.
@@ -46,26 +48,40 @@ class RunFuture(Future[RunResult]):
 
     ``cancel()`` succeeds only while the run waits (and records it as cancelled in the
     store); cancel a running run with ``SessionManager.cancel_run(store, future.run_id)``,
-    and the future then raises ``RunCancelled``.
+    and the future then raises ``RunCancelled``. A caller interrupted while it waits in
+    :meth:`result` (Ctrl-C: ``KeyboardInterrupt``) cancels the run, as cancelling the
+    task awaiting ``aexecute_run`` does, so a process that stops waiting also stops its
+    run instead of waiting for it at exit.
 
     Attributes:
         run_id: The run's id.
         session_id: The run's session.
     """
 
-    def __init__(self, run_id: str, session_id: str) -> None:
+    def __init__(self, run_id: str, session_id: str, interrupt: Callable[[], None]) -> None:
         super().__init__()
         self.run_id = run_id
         self.session_id = session_id
+        self._interrupt = interrupt
+
+    def result(self, timeout: float | None = None) -> RunResult:
+        """Wait for the run's result (see :meth:`concurrent.futures.Future.result`).
+
+        Raises:
+            KeyboardInterrupt: The wait was interrupted; the run was cancelled.
+        """
+        try:
+            return super().result(timeout)
+        except KeyboardInterrupt:
+            self._interrupt()
+            raise
 
 
 @dataclass(eq=False)
 class _Job:
     run: Run
     adapter: Adapter
-    continuation: str | bool
-    continuation_opts: Mapping[str, Any] | None
-    adapter_opts: Mapping[str, Any] | None
+    options: RunOptions
     future: RunFuture
 
 
@@ -151,12 +167,14 @@ class RunQueue:
                 slot is busy; nothing was written.
             QueueClosed: The queue was closed; nothing was written (if it closed while
                 the input was being stored, the run is recorded as cancelled).
-            ValidationError: A bad session id or input; nothing was written.
+            ValidationError: A bad session id, input, adapter or option (as for
+                ``SessionManager.run_once``); nothing was written.
 
         Cost: one append (the input), under the session's submit lock only (submits of
         one session take turns; the queue lock is not held); does not block on the run.
         """
         check_session_id(session_id)
+        options = check_options(adapter, continuation, continuation_opts, adapter_opts, sync=True)
         with self._cond:
             if self._closed:
                 raise QueueClosed(session_id)
@@ -170,7 +188,7 @@ class RunQueue:
             lane.reserved += 1
         with lane.submitting:
             try:
-                run = SessionManager.start_run(self._store, session_id, input)
+                run = execute.start_run(self._store, session_id, input, OPERATOR)
             except BaseException:
                 with self._cond:
                     lane.reserved -= 1
@@ -179,10 +197,8 @@ class RunQueue:
             job = _Job(
                 run=run,
                 adapter=adapter,
-                continuation=continuation,
-                continuation_opts=continuation_opts,
-                adapter_opts=adapter_opts,
-                future=RunFuture(run.id, session_id),
+                options=options,
+                future=RunFuture(run.id, session_id, lambda: self._interrupted(job)),
             )
             with self._cond:
                 lane.reserved -= 1
@@ -262,7 +278,7 @@ class RunQueue:
             if job.future.cancel():  # given a slot but not started yet
                 continue
             try:
-                SessionManager.cancel_run(self._store, job.run.id)
+                execute.cancel_run(self._store, job.run.id)
             except SharedeskError as exc:  # it finished meanwhile, or the store closed
                 logger().debug("queue.cancel_skipped", run_id=job.run.id, error=str(exc))
         for thread in threads:
@@ -314,14 +330,7 @@ class RunQueue:
         while job is not None:
             if job.future.set_running_or_notify_cancel():
                 try:
-                    result = SessionManager.execute_run(
-                        self._store,
-                        job.adapter,
-                        job.run.id,
-                        continuation=job.continuation,
-                        continuation_opts=job.continuation_opts,
-                        adapter_opts=job.adapter_opts,
-                    )
+                    result = execute.execute_run(self._store, job.adapter, job.run.id, job.options)
                 except BaseException as exc:
                     job.future.set_exception(exc)
                 else:
@@ -338,6 +347,15 @@ class RunQueue:
                     self._forget_if_idle(session_id)
                 self._cond.notify_all()
 
+    def _interrupted(self, job: _Job) -> None:
+        """Cancel a run whose waiter was interrupted (the waiter's thread)."""
+        if job.future.cancel():  # still waiting: _on_done records the cancel
+            return
+        try:
+            execute.cancel_run(self._store, job.run.id)
+        except SharedeskError as exc:  # it finished meanwhile, or the store closed
+            logger().debug("queue.cancel_skipped", run_id=job.run.id, error=str(exc))
+
     def _on_done(self, job: _Job) -> None:
         """Record a future cancelled while waiting as a cancelled run (any thread)."""
         if not job.future.cancelled():
@@ -348,6 +366,6 @@ class RunQueue:
                 lane.waiting.remove(job)
                 self._forget_if_idle(job.run.session_id)
         try:
-            SessionManager.cancel_run(self._store, job.run.id)
+            execute.cancel_run(self._store, job.run.id)
         except SharedeskError as exc:  # already cancelled, or the store closed
             logger().debug("queue.cancel_skipped", run_id=job.run.id, error=str(exc))

@@ -159,11 +159,16 @@ AsyncEmit = Callable[[Event], Awaitable[Event]]
 class Adapter(Protocol):
     """A provider adapter: what ``SessionManager.execute_run`` drives.
 
-    ``execute`` runs in a worker thread owned by the manager. It reports output by
+    ``execute`` runs in a worker thread owned by the executor. It reports output by
     emitting events (deltas, tool calls and results, the final ``Text``) and may return
     an :class:`AdapterResult`. To record a provider session (for native continuation) it
     emits an event whose body is ``RunStarted(provider=self.name, model=...,
     provider_session_id=...)``; the session's ``provider_sessions`` fold picks it up.
+
+    The async executor (``SessionManager.aexecute_run``) prefers a coroutine function
+    ``aexecute(run, session, emit, opts)``, with ``emit`` an :data:`AsyncEmit`, and also
+    takes an ``execute`` that is a coroutine function; the sync executor refuses such an
+    ``execute`` (``ValidationError``, nothing written).
 
     An adapter may also have ``author`` (a ``SessionAuthor``): the participant it runs
     as. Its replayed transcript is relative to that author, and the rows it emits should

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
-import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -22,7 +22,7 @@ from sharedesk import (
     Text,
     TextDelta,
 )
-from tests.aio.conftest import Heartbeat, Runner, ticks_during
+from tests.aio.conftest import Runner
 
 USAGE = {"prompt_tokens": 7, "completion_tokens": 3, "total_tokens": 10}
 CHUNKS = ["Hel", "lo ", "there"]
@@ -36,7 +36,11 @@ class Provider:
         self.requests: list[dict[str, Any]] = []
         self.status = 200
         self.garbage = False
-        self.pause = 0.0
+        #: When set, a streamed answer sends its first chunk, sets ``first_sent`` and
+        #: waits for ``gate`` (10 s at most; ``gate_opened`` says whether it was opened).
+        self.gate: threading.Event | None = None
+        self.first_sent = threading.Event()
+        self.gate_opened = False
 
 
 def make_handler(provider: Provider) -> type[BaseHTTPRequestHandler]:
@@ -59,11 +63,13 @@ def make_handler(provider: Provider) -> type[BaseHTTPRequestHandler]:
                 if provider.garbage:
                     self.wfile.write(b"data: {not json\n\n")
                     return
-                for piece in CHUNKS:
-                    time.sleep(provider.pause)
+                for index, piece in enumerate(CHUNKS):
                     chunk = {"choices": [{"index": 0, "delta": {"content": piece}}]}
                     self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
                     self.wfile.flush()
+                    if index == 0 and provider.gate is not None:
+                        provider.first_sent.set()
+                        provider.gate_opened = provider.gate.wait(10)
                 final = {"choices": [], "usage": USAGE}
                 self.wfile.write(f"data: {json.dumps(final)}\n\ndata: [DONE]\n\n".encode())
                 return
@@ -141,22 +147,27 @@ class TestStreaming:
         assert (True, {"include_usage": True}) == (request["stream"], request["stream_options"])
         assert USAGE == result.token_usage
 
-    def test_the_heartbeat_runs_while_chunks_trickle_in(
+    def test_the_loop_runs_while_the_stream_is_open(
         self, arun: Runner, provider: tuple[str, Provider]
     ) -> None:
-        provider[1].pause = 0.1
+        """The test's coroutine runs, and lets the server go on, mid-stream."""
+        state = provider[1]
+        state.gate = threading.Event()
 
-        async def body(hub: AsyncHub) -> int:
-            async with Heartbeat() as heartbeat:
-                _, ticks = await ticks_during(
-                    heartbeat,
-                    SessionManager.arun_once(
-                        hub, adapter(provider[0]), "hello", adapter_opts={"stream": True}
-                    ),
+        async def body(hub: AsyncHub) -> Any:
+            task = asyncio.create_task(
+                SessionManager.arun_once(
+                    hub, adapter(provider[0]), "hello", adapter_opts={"stream": True}
                 )
-            return ticks
+            )
+            await asyncio.to_thread(state.first_sent.wait, 10)
+            running = not task.done()
+            assert state.gate is not None
+            state.gate.set()
+            return running, (await task).output
 
-        assert arun(body) >= 5
+        assert (True, "Hello there") == arun(body)
+        assert state.gate_opened
 
     def test_a_malformed_chunk_fails_the_run_with_a_provider_error(
         self, arun: Runner, provider: tuple[str, Provider]

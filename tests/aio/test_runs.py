@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -36,25 +35,30 @@ from sharedesk import (
 )
 from sharedesk.runs import aio
 from sharedesk.runs.types import AsyncEmit, Run, Session
-from tests.aio.conftest import Heartbeat, Runner, ticks_during
+from tests.aio.conftest import Runner
 
 BOT = Agent(id="coro", label="coro")
 BOB = Person(id="bob", label="Bob")
 
 
 class CoroutineAdapter:
-    """An adapter whose ``execute`` is a coroutine: streams two deltas, then the text."""
+    """An adapter whose ``execute`` is a coroutine: streams two deltas, then the text.
+
+    With ``hold`` it first waits until ``release`` is set (or it is cancelled).
+    """
 
     name = "coro"
     native_continuation = False
 
-    def __init__(self, *, sleep: float = 0.0, fail: bool = False) -> None:
-        self.sleep = sleep
+    def __init__(self, *, hold: bool = False, fail: bool = False) -> None:
         self.fail = fail
         self.cancelled = False
         self.started = asyncio.Event()
+        self.release = asyncio.Event()
+        self.ended = asyncio.Event()
+        if not hold:
+            self.release.set()
         self.transcripts: list[Any] = []
-        self.late_emit: BaseException | None = None
 
     async def execute(
         self, run: Run, session: Session, emit: AsyncEmit, opts: Mapping[str, Any]
@@ -62,10 +66,12 @@ class CoroutineAdapter:
         self.transcripts.append(session.context.get("transcript"))
         self.started.set()
         try:
-            await asyncio.sleep(self.sleep)
+            await self.release.wait()
         except asyncio.CancelledError:
             self.cancelled = True
             raise
+        finally:
+            self.ended.set()
         if self.fail:
             raise ValueError("the model fell over")
         await emit(Event(BOT, TextDelta("he")))
@@ -74,18 +80,21 @@ class CoroutineAdapter:
         return AdapterResult(output="hello", token_usage={"total_tokens": 3})
 
 
-class SleepyAdapter:
-    """A sync adapter that blocks its thread for ``sleep`` seconds, then replies."""
+class GatedAdapter:
+    """A sync adapter that blocks its thread until ``release`` is set (10 s at most)."""
 
-    name = "sleepy"
+    name = "gated"
     native_continuation = False
 
-    def __init__(self, sleep: float) -> None:
-        self.sleep = sleep
+    def __init__(self) -> None:
+        self.started = threading.Event()
+        self.release = threading.Event()
+        self.released = False
 
     def execute(self, run: Run, session: Session, emit: Any, opts: Mapping[str, Any]) -> None:
-        time.sleep(self.sleep)
-        emit(Event(Agent(id="sleepy", label="sleepy"), Text("awake")))
+        self.started.set()
+        self.released = self.release.wait(10)
+        emit(Event(Agent(id="gated", label="gated"), Text("awake")))
 
 
 def bodies(events: list[Event]) -> list[Any]:
@@ -156,7 +165,7 @@ class TestCoroutineAdapters:
 
     def test_a_time_out_finishes_the_run_and_cancels_the_adapter(self, arun: Runner) -> None:
         async def body(hub: AsyncHub) -> tuple[bool, str, bool]:
-            adapter = CoroutineAdapter(sleep=30)
+            adapter = CoroutineAdapter(hold=True)
             run = await asyncio.to_thread(SessionManager.start_run, hub.hub, "desk", "hi")
             try:
                 await SessionManager.aexecute_run(
@@ -172,14 +181,14 @@ class TestCoroutineAdapters:
 
     def test_cancel_run_from_another_task_ends_the_run_as_cancelled(self, arun: Runner) -> None:
         async def body(hub: AsyncHub) -> tuple[str, bool]:
-            adapter = CoroutineAdapter(sleep=30)
+            adapter = CoroutineAdapter(hold=True)
             run = await asyncio.to_thread(SessionManager.start_run, hub.hub, "desk", "hi")
             task = asyncio.create_task(SessionManager.aexecute_run(hub, adapter, run.id))
             await adapter.started.wait()
             await asyncio.to_thread(SessionManager.cancel_run, hub.hub, run.id)
             with pytest.raises(RunCancelled):
                 await task
-            await asyncio.sleep(0.05)
+            await asyncio.wait_for(adapter.ended.wait(), 10)
             return (await asyncio.to_thread(SessionManager.get_run, hub.hub, run.id)).status, (
                 adapter.cancelled
             )
@@ -188,7 +197,7 @@ class TestCoroutineAdapters:
 
     def test_cancelling_the_awaiting_task_cancels_the_run(self, arun: Runner) -> None:
         async def body(hub: AsyncHub) -> tuple[bool, str, bool]:
-            adapter = CoroutineAdapter(sleep=30)
+            adapter = CoroutineAdapter(hold=True)
             run = await asyncio.to_thread(SessionManager.start_run, hub.hub, "desk", "hi")
             task = asyncio.create_task(SessionManager.aexecute_run(hub, adapter, run.id))
             await adapter.started.wait()
@@ -246,14 +255,28 @@ class TestAdapterChecks:
 
         assert 0 == arun(body)
 
-    def test_aexecute_run_refuses_it_and_records_the_run_failed(self, arun: Runner) -> None:
+    def test_aexecute_run_refuses_it_writes_nothing_and_the_run_stays_pending(
+        self, arun: Runner
+    ) -> None:
         async def body(hub: AsyncHub) -> Any:
             run = await asyncio.to_thread(SessionManager.start_run, hub.hub, "desk", "hi")
             with pytest.raises(ValidationError, match="native_continuation"):
                 await SessionManager.aexecute_run(hub, NoContinuationFlag(), run.id)
-            return SessionManager.get_run(hub.hub, run.id).status
+            return await hub.last_sequence("desk"), SessionManager.get_run(hub.hub, run.id).status
 
-        assert "failed" == arun(body)
+        assert (1, "pending") == arun(body)
+
+    def test_arun_once_refuses_native_continuation_without_it_and_writes_nothing(
+        self, arun: Runner
+    ) -> None:
+        async def body(hub: AsyncHub) -> Any:
+            with pytest.raises(ValidationError, match="natively"):
+                await SessionManager.arun_once(
+                    hub, CoroutineAdapter(), "go", session_id="s", continuation="native"
+                )
+            return await hub.last_sequence("s")
+
+        assert 0 == arun(body)
 
     def test_arun_once_writes_its_input_as_the_given_author(self, arun: Runner) -> None:
         pat = Person(id="pat", label="Pat")
@@ -302,7 +325,7 @@ class TestBusyDesk:
         """So it gets the run index, the session state and the busy-desk guard of sync runs."""
 
         async def body(hub: AsyncHub) -> bool:
-            return aio._sync_store(hub, asyncio.get_running_loop()) is hub.hub
+            return aio.sync_store(hub) is hub.hub
 
         assert arun(body)
 
@@ -323,37 +346,27 @@ class TestSyncAdapters:
 
 
 class TestTheLoopStaysFree:
-    def test_the_heartbeat_runs_while_a_slow_sync_adapter_is_awaited(self, arun: Runner) -> None:
-        async def body(hub: AsyncHub) -> int:
-            async with Heartbeat() as heartbeat:
-                _, ticks = await ticks_during(
-                    heartbeat, SessionManager.arun_once(hub, SleepyAdapter(0.3), "hi")
-                )
-            return ticks
+    def test_the_loop_runs_while_a_blocking_sync_adapter_is_awaited(self, arun: Runner) -> None:
+        """The test's own coroutine runs, and releases the adapter, while it blocks."""
 
-        assert arun(body) >= 5
+        async def body(hub: AsyncHub) -> Any:
+            adapter = GatedAdapter()
+            task = asyncio.create_task(SessionManager.arun_once(hub, adapter, "hi"))
+            await asyncio.to_thread(adapter.started.wait, 10)
+            running = not task.done()
+            adapter.release.set()
+            output = (await task).output
+            return running, adapter.released, output
 
-    def test_the_heartbeat_runs_while_a_slow_coroutine_adapter_is_awaited(
-        self, arun: Runner
-    ) -> None:
-        async def body(hub: AsyncHub) -> int:
-            async with Heartbeat() as heartbeat:
-                _, ticks = await ticks_during(
-                    heartbeat, SessionManager.arun_once(hub, CoroutineAdapter(sleep=0.3), "hi")
-                )
-            return ticks
+        assert (True, True, "awake") == arun(body)
 
-        assert arun(body) >= 5
+    def test_the_loop_runs_while_a_waiting_coroutine_adapter_is_awaited(self, arun: Runner) -> None:
+        async def body(hub: AsyncHub) -> Any:
+            adapter = CoroutineAdapter(hold=True)
+            task = asyncio.create_task(SessionManager.arun_once(hub, adapter, "hi"))
+            await asyncio.wait_for(adapter.started.wait(), 10)
+            running = not task.done()
+            adapter.release.set()
+            return running, (await task).output
 
-    def test_the_sync_run_once_blocks_the_loop_which_the_probe_sees(self, arun: Runner) -> None:
-        """The probe above catches what a sync run awaited on the loop does: it blocks it."""
-
-        async def body(hub: AsyncHub) -> int:
-            async def blocking() -> Any:
-                return SessionManager.run_once(hub.hub, SleepyAdapter(0.3), "hi")
-
-            async with Heartbeat() as heartbeat:
-                _, ticks = await ticks_during(heartbeat, blocking())
-            return ticks
-
-        assert 0 == arun(body)
+        assert (True, "hello") == arun(body)

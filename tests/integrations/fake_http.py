@@ -13,7 +13,7 @@ from typing import Any
 import msgspec
 
 from sharedesk.protocol.events import Event
-from sharedesk.runs.manager import fold_session
+from sharedesk.runs.rules import fold_session
 from sharedesk.runs.types import Run, Session
 from sharedesk.store.memory import MemoryStore
 
@@ -27,6 +27,9 @@ class Reply:
     events: list[Any] | None = None
     raw: bytes | None = None
     headers: dict[str, str] = field(default_factory=dict)
+    #: Sent again and again after ``events`` until the client goes away (a keep-alive
+    #: comment: a server that never answers yet never falls silent).
+    forever: bytes | None = None
 
 
 def sse(event: dict[str, Any]) -> bytes:
@@ -65,6 +68,11 @@ def _handler(server: FakeServer) -> type[BaseHTTPRequestHandler]:
                 for event in reply.events:
                     self.wfile.write(event if isinstance(event, bytes) else sse(event))
                     self.wfile.flush()
+                while reply.forever is not None:
+                    try:
+                        self.wfile.write(reply.forever)
+                    except OSError:  # the client gave up
+                        return
                 return
             data = reply.raw if reply.raw is not None else json.dumps(reply.json_body).encode()
             self.send_header("Content-Type", "application/json")

@@ -10,13 +10,13 @@ import httpx
 import pytest
 
 from sharedesk.actors.aio import AsyncHub
+from sharedesk.adapters._http import FunctionTool
+from sharedesk.adapters.anthropic import ANTHROPIC_VERSION, AnthropicMessagesAdapter
 from sharedesk.projection.transcript import TranscriptBuilder
 from sharedesk.protocol.authors import Agent, Person, System
 from sharedesk.protocol.errors import ProviderError, RunFailed
 from sharedesk.protocol.events import Event, Text, TextDelta, ToolCall, ToolResult
 from sharedesk.runs import SessionManager
-from sharedesk.runs._http import FunctionTool
-from sharedesk.runs.anthropic import ANTHROPIC_VERSION, AnthropicMessagesAdapter
 from tests.integrations.fake_http import Desk, FakeServer, Reply, fake_server
 
 AGENT = Agent(id="anthropic", label="anthropic")
@@ -74,7 +74,7 @@ def execute(
     opts: dict[str, Any] | None = None, **context: Any,
 ) -> Any:  # fmt: skip
     session = desk.session(**context)
-    return asyncio.run(adapter.execute(desk.run(prompt), session, desk.emit, opts or {}))
+    return asyncio.run(adapter.aexecute(desk.run(prompt), session, desk.emit, opts or {}))
 
 
 class TestPlain:
@@ -116,7 +116,7 @@ class TestPlain:
         run = type(run)(id=run.id, session_id=run.session_id, status=run.status,
                         input=[{"role": "system", "content": "Say ok."}, *run.input])  # fmt: skip
 
-        asyncio.run(adapter.execute(run, desk.session(), desk.emit, {}))
+        asyncio.run(adapter.aexecute(run, desk.session(), desk.emit, {}))
 
         assert "Be brief.\n\nSay ok." == server.bodies()[0]["system"]
 

@@ -1,4 +1,4 @@
-"""What the async HTTP adapters share: retry-after, server-sent events, tools."""
+"""What the HTTP adapters share: the deadline, retry-after, server-sent events, tools."""
 
 from __future__ import annotations
 
@@ -8,8 +8,23 @@ from typing import Any
 import httpx
 import pytest
 
+from sharedesk.adapters._http import (
+    DEFAULT_DEADLINE_S,
+    FunctionTool,
+    HttpAdapter,
+    call_tool,
+    check_tools,
+    retry_after,
+    sse_events,
+)
+from sharedesk.adapters.anthropic import AnthropicMessagesAdapter
+from sharedesk.adapters.openai_chat import OpenAIChatAdapter
+from sharedesk.adapters.openai_responses import OpenAIResponsesAdapter
 from sharedesk.protocol.errors import ProviderError, ValidationError
-from sharedesk.runs._http import FunctionTool, call_tool, check_tools, retry_after, sse_events
+from sharedesk.protocol.events import Text
+from tests.integrations.fake_http import Desk, Reply, fake_server
+
+ADAPTERS = [OpenAIChatAdapter, OpenAIResponsesAdapter, AnthropicMessagesAdapter]
 
 
 def events_of(body: bytes) -> list[dict[str, Any]]:
@@ -18,6 +33,35 @@ def events_of(body: bytes) -> list[dict[str, Any]]:
         return [event async for event in sse_events("p", response)]
 
     return asyncio.run(collect())
+
+
+class TestDeadline:
+    @pytest.mark.parametrize("stream", [True, False], ids=["streamed", "plain"])
+    @pytest.mark.parametrize("kind", ADAPTERS, ids=lambda k: k.__name__)
+    def test_a_server_that_only_sends_keep_alive_comments_fails_the_run_at_the_deadline(
+        self, kind: type[HttpAdapter], stream: bool
+    ) -> None:
+        desk = Desk()
+        with fake_server() as server:
+            server.replies.append(Reply(events=[], forever=b": keep-alive\n\n"))
+            adapter = kind(server.url, "m", deadline=0.2)
+
+            with pytest.raises(ProviderError) as caught:
+                asyncio.run(
+                    adapter.aexecute(desk.run("hi"), desk.session(), desk.emit, {"stream": stream})
+                )
+
+        assert (None, "no answer within 0.2 s") == (caught.value.status_code, caught.value.detail)
+        assert [] == [b for b in desk.bodies() if isinstance(b, Text)]
+
+    @pytest.mark.parametrize("kind", ADAPTERS, ids=lambda k: k.__name__)
+    def test_every_adapter_has_a_finite_deadline_by_default(self, kind: type[HttpAdapter]) -> None:
+        assert DEFAULT_DEADLINE_S == kind("http://127.0.0.1:1", "m").deadline
+
+    @pytest.mark.parametrize("deadline", [0, -1, "10", True])
+    def test_a_deadline_that_is_not_a_positive_number_is_refused(self, deadline: object) -> None:
+        with pytest.raises(ValidationError):
+            OpenAIChatAdapter("http://127.0.0.1:1", "m", deadline=deadline)  # type: ignore[arg-type]
 
 
 class TestRetryAfter:

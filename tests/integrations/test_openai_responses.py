@@ -11,6 +11,9 @@ import httpx
 import pytest
 
 from sharedesk.actors.aio import AsyncHub
+from sharedesk.adapters._http import FunctionTool
+from sharedesk.adapters.openai_responses import OpenAIResponsesAdapter
+from sharedesk.adapters.render import to_responses_input
 from sharedesk.projection.transcript import TranscriptBuilder
 from sharedesk.protocol.authors import Agent, Person
 from sharedesk.protocol.errors import ProviderError, RunFailed, ValidationError
@@ -23,8 +26,6 @@ from sharedesk.protocol.events import (
     ToolResult,
 )
 from sharedesk.runs import SessionManager
-from sharedesk.runs._http import FunctionTool
-from sharedesk.runs.openai_responses import OpenAIResponsesAdapter, to_responses_input
 from tests.integrations.fake_http import Desk, FakeServer, Reply, fake_server
 
 USAGE = {"input_tokens": 7, "output_tokens": 3, "total_tokens": 10}
@@ -88,7 +89,7 @@ def execute(
     **context: Any,
 ) -> Any:  # fmt: skip
     session = desk.session(**context)
-    return asyncio.run(adapter.execute(desk.run(text), session, desk.emit, opts or {}))
+    return asyncio.run(adapter.aexecute(desk.run(text), session, desk.emit, opts or {}))
 
 
 class TestPlain:

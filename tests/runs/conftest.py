@@ -128,3 +128,12 @@ class RecordingAdapter:
         self.seen.append((run, session, opts))
         emit(Event(Agent(id=self.name, label=self.name), Text("ok")))
         return AdapterResult(output="ok", token_usage={"input_tokens": 3, "output_tokens": 1})
+
+
+class CoroutineExecute(RecordingAdapter):
+    """An adapter whose ``execute`` is a coroutine function: for the async executor only."""
+
+    async def execute(  # type: ignore[override]
+        self, run: Run, session: Session, emit: Any, opts: Mapping[str, Any]
+    ) -> AdapterResult:
+        raise AssertionError("never executed")

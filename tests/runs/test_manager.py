@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -28,17 +27,21 @@ from sharedesk.protocol.events import (
     Text,
     TextDelta,
 )
-from sharedesk.protocol.ports import EventStore, SessionLog
+from sharedesk.protocol.ports import EventStore
 from sharedesk.runs import ScriptedAdapter, SessionManager
-from sharedesk.runs.manager import (
-    STREAM_FLUSH_S,
+from sharedesk.runs.rules import (
     SYSTEM_PROMPT_AUTHOR,
     coalesce_chunks,
     parse_run_id,
 )
 from sharedesk.store.memory import MemoryStore
 from tests.logs import capture_logs
-from tests.runs.conftest import BlockingAdapter, FailingAdapter, RecordingAdapter
+from tests.runs.conftest import (
+    BlockingAdapter,
+    CoroutineExecute,
+    FailingAdapter,
+    RecordingAdapter,
+)
 
 
 @pytest.fixture
@@ -274,93 +277,66 @@ class TestExecuteRun:
         assert "ValidationError" == info.value.error_code
 
 
-class TestContinuationErrors:
-    @pytest.mark.parametrize("mode", ["always", True, 1, 0, None, "Replay"])
-    def test_an_unknown_continuation_is_refused_and_the_run_recorded_as_failed(
-        self, store: EventStore, mode: Any
-    ) -> None:
-        run = SessionManager.start_run(store, "s1", "hello")
+class BadAuthor(RecordingAdapter):
+    """An adapter whose ``author`` is not a ``SessionAuthor``."""
 
-        with pytest.raises(ValidationError):
-            SessionManager.execute_run(store, ScriptedAdapter(["hi"]), run.id, continuation=mode)
+    author = "ada"
 
-        assert ("failed", "validation_error") == (
-            finished(store, "s1").status,
-            finished(store, "s1").error_code,
-        )
 
-    def test_native_continuation_with_an_adapter_that_cannot_is_refused_and_failed(
-        self, store: EventStore
-    ) -> None:
-        run = SessionManager.start_run(store, "s1", "hello")
+#: Options no adapter of these tests can be run with, by what is wrong with them.
+REFUSED: dict[str, tuple[Any, dict[str, Any]]] = {
+    **{f"continuation-{mode!r}": (ScriptedAdapter(["hi"]), {"continuation": mode})
+       for mode in ["always", True, 1, 0, None, "Replay"]},
+    "native-without-native": (ScriptedAdapter(["hi"]), {"continuation": "native"}),
+    **{f"continuation_opts-{opts}": (ScriptedAdapter(["hi"]),
+                                     {"continuation": "replay", "continuation_opts": opts})
+       for opts in [{"max_msgs": 3}, {"limit": -1}, {"max_chars": "10"},
+                    {"max_tokens_approx": True}, ["limit"]]},
+    **{f"timeout-{timeout!r}": (ScriptedAdapter(["hi"]), {"adapter_opts": {"timeout": timeout}})
+       for timeout in [0, -5, "10", True]},
+    "adapter_opts-not-a-mapping": (ScriptedAdapter(["hi"]), {"adapter_opts": [1]}),
+    "not-an-adapter": (object(), {}),
+    "a-str": ("scripted", {}),
+    "nameless": (RecordingAdapter(name=""), {}),
+    "coroutine-execute": (CoroutineExecute(), {}),
+    "bad-author": (BadAuthor(), {}),
+}  # fmt: skip
 
-        with pytest.raises(ValidationError):
-            SessionManager.execute_run(
-                store, ScriptedAdapter(["hi"]), run.id, continuation="native"
-            )
 
-        assert "failed" == SessionManager.get_run(store, run.id).status
-
-    @pytest.mark.parametrize(
-        "opts",
-        [{"max_msgs": 3}, {"limit": -1}, {"max_chars": "10"}, {"max_tokens_approx": True}],
-    )
-    def test_bad_continuation_opts_are_refused_and_the_run_recorded_as_failed(
-        self, store: EventStore, opts: dict[str, Any]
-    ) -> None:
-        run = SessionManager.start_run(store, "s1", "hello")
-
-        with pytest.raises(ValidationError):
-            SessionManager.execute_run(
-                store,
-                ScriptedAdapter(["hi"]),
-                run.id,
-                continuation="replay",
-                continuation_opts=opts,
-            )
-
-        assert "failed" == SessionManager.get_run(store, run.id).status
-
-    @pytest.mark.parametrize(
-        "adapter",
-        [object(), "scripted", RecordingAdapter(name="")],
-        ids=["object", "str", "nameless"],
-    )
-    def test_something_that_is_not_an_adapter_is_refused_and_the_run_recorded_as_failed(
-        self, store: EventStore, adapter: Any
-    ) -> None:
-        run = SessionManager.start_run(store, "s1", "hello")
-
-        with pytest.raises(ValidationError):
-            SessionManager.execute_run(store, adapter, run.id)
-
-        assert "failed" == SessionManager.get_run(store, run.id).status
-
-    @pytest.mark.parametrize(
-        "adapter",
-        [object(), "scripted", RecordingAdapter(name="")],
-        ids=["object", "str", "nameless"],
-    )
-    def test_run_once_refuses_something_that_is_not_an_adapter_and_writes_nothing(
-        self, store: EventStore, adapter: Any
+class TestRefusedOptions:
+    @pytest.mark.parametrize(("adapter", "options"), REFUSED.values(), ids=REFUSED.keys())
+    def test_run_once_refuses_them_and_writes_nothing(
+        self, store: EventStore, adapter: Any, options: dict[str, Any]
     ) -> None:
         with pytest.raises(ValidationError):
-            SessionManager.run_once(store, adapter, "hello", session_id="s1")
+            SessionManager.run_once(store, adapter, "hello", session_id="s1", **options)
 
         assert 0 == store.last_sequence("s1")
 
-    @pytest.mark.parametrize("timeout", [0, -5, "10", True])
-    def test_a_bad_timeout_is_refused_and_the_run_recorded_as_failed(
-        self, store: EventStore, timeout: Any
+    @pytest.mark.parametrize(("adapter", "options"), REFUSED.values(), ids=REFUSED.keys())
+    def test_execute_run_refuses_them_writes_nothing_and_the_run_stays_pending(
+        self, store: EventStore, adapter: Any, options: dict[str, Any]
     ) -> None:
         run = SessionManager.start_run(store, "s1", "hello")
 
         with pytest.raises(ValidationError):
-            SessionManager.execute_run(
-                store, ScriptedAdapter(["hi"]), run.id, adapter_opts={"timeout": timeout}
-            )
+            SessionManager.execute_run(store, adapter, run.id, **options)
 
-        assert "failed" == SessionManager.get_run(store, run.id).status
+        assert (1, "pending") == (
+            store.last_sequence("s1"),
+            SessionManager.get_run(store, run.id).status,
+        )
+
+    def test_a_refused_run_leaves_nothing_for_a_later_replay(self, store: EventStore) -> None:
+        with pytest.raises(ValidationError):
+            SessionManager.run_once(
+                store, ScriptedAdapter(["hi"]), "lost", session_id="s1", continuation="native"
+            )
+        adapter = ScriptedAdapter(["ok"])
+
+        SessionManager.run_once(store, adapter, "next", session_id="s1", continuation="replay")
+
+        assert [] == replayed(adapter)
 
 
 class TestTimeout:
@@ -869,55 +845,6 @@ class TestFoldsAgainstAModel:
                 assert providers[session_id] == stored
 
 
-class CancelBeforeEmit:
-    """A store that cancels the run just before the adapter's first emit lands."""
-
-    def __init__(self, inner: MemoryStore) -> None:
-        self.inner = inner
-        self.triggered = False
-
-    def append(
-        self, session_id: str, events: Sequence[Event], *, expected_version: int | None = None
-    ) -> list[Event]:
-        first = events[0]
-        if expected_version is not None and not self.triggered and first.run_id is not None:
-            self.triggered = True
-            SessionManager.cancel_run(self.inner, first.run_id)
-        return self.inner.append(session_id, events, expected_version=expected_version)
-
-    def read(self, session_id: str, **bounds: Any) -> list[Event]:
-        return self.inner.read(session_id, **bounds)
-
-    def last_sequence(self, session_id: str) -> int:
-        return self.inner.last_sequence(session_id)
-
-    def log(self, session_id: str) -> SessionLog:
-        return self.inner.log(session_id)
-
-    def close(self) -> None:
-        self.inner.close()
-
-    def __enter__(self) -> CancelBeforeEmit:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
-
-class TestEmitNeverLandsAfterFinish:
-    def test_a_cancel_landing_between_emits_check_and_append_refuses_the_emit(self) -> None:
-        """The emit's append carries the version it checked, so the cancel wins cleanly."""
-        with MemoryStore() as inner:
-            store = CancelBeforeEmit(inner)
-            run = SessionManager.start_run(store, "s1", "hello")
-
-            with pytest.raises(RunCancelled):
-                SessionManager.execute_run(store, ScriptedAdapter(["too late"]), run.id)
-
-            assert [Text, RunStarted, RunFinished] == bodies(inner, "s1")
-            assert "cancelled" == SessionManager.get_run(inner, run.id).status
-
-
 ADA = Agent(id="ada", label="Ada")
 PAT = Person(id="pat", label="Pat")
 
@@ -962,17 +889,6 @@ class TestParticipants:
         assert [("user", "one", PAT), ("assistant", "first", ADA), ("user", "from bob", BOB)] == [
             (m.role, m.content, m.author) for m in transcript.messages
         ]
-
-    def test_an_adapter_author_that_is_not_an_author_fails_the_run_as_invalid(
-        self, store: EventStore
-    ) -> None:
-        class Odd(RecordingAdapter):
-            author = "ada"
-
-        with pytest.raises(ValidationError):
-            SessionManager.run_once(store, Odd(), "x", session_id="s1")
-
-        assert "validation_error" == finished(store, "s1").error_code
 
 
 BOB = Person(id="bob", label="Bob")
@@ -1107,7 +1023,7 @@ class TestStreaming:
     @pytest.fixture
     def slow_flush(self, monkeypatch: pytest.MonkeyPatch) -> None:
         """No chunk gets old enough to be flushed on its own, however slow the machine."""
-        monkeypatch.setattr("sharedesk.runs.manager.STREAM_FLUSH_S", 3600.0)
+        monkeypatch.setattr("sharedesk.runs.rules.STREAM_FLUSH_S", 3600.0)
 
     @pytest.mark.usefixtures("slow_flush")
     def test_buffered_chunks_are_stored_joined_with_the_closing_text_in_one_append(
@@ -1139,14 +1055,14 @@ class TestStreaming:
         assert all(e.sequence is not None for e in result.events)
 
     def test_chunks_older_than_the_flush_age_are_stored_while_the_stream_goes_on(
-        self, store: EventStore
+        self, store: EventStore, monkeypatch: pytest.MonkeyPatch
     ) -> None:
+        monkeypatch.setattr("sharedesk.runs.rules.STREAM_FLUSH_S", 0.0)  # every chunk is old
         seen: list[list[str]] = []
 
-        class Slow(RecordingAdapter):
+        class Streams(RecordingAdapter):
             def execute(self, run: Any, session: Any, emit: Any, opts: Any) -> Any:
                 emit(Event(ADA, TextDelta("a")))
-                time.sleep(STREAM_FLUSH_S * 1.2)
                 emit(Event(ADA, TextDelta("b")))
                 seen.append(
                     [e.body.delta for e in store.read("s1") if isinstance(e.body, TextDelta)]
@@ -1154,9 +1070,9 @@ class TestStreaming:
                 emit(Event(ADA, Text("ab")))
                 return None
 
-        SessionManager.run_once(store, Slow(), "go", session_id="s1")
+        SessionManager.run_once(store, Streams(), "go", session_id="s1")
 
-        assert [["ab"]] == seen  # stored (joined) before the closing Text
+        assert [["a", "b"]] == seen  # stored before the closing Text
 
     def test_a_stream_left_unclosed_is_stored_before_the_finish(self, store: EventStore) -> None:
         class Unclosed(RecordingAdapter):

@@ -11,12 +11,12 @@ from typing import Any
 
 import pytest
 
-from sharedesk.protocol.authors import Agent, Person
+from sharedesk.adapters.openai_chat import OpenAIChatAdapter
+from sharedesk.protocol.authors import Agent, Operator, Person
 from sharedesk.protocol.errors import ProviderError, RunFailed, ValidationError
 from sharedesk.protocol.events import Event, RunFinished, RunStarted, Text, TextDelta
 from sharedesk.protocol.ports import EventStore
 from sharedesk.runs import SessionManager
-from sharedesk.runs.openai_chat import OpenAIChatAdapter
 
 USAGE = {"prompt_tokens": 7, "completion_tokens": 3, "total_tokens": 10}
 CHUNKS = ["Hel", "lo ", "there"]
@@ -29,6 +29,8 @@ class FakeProvider:
         self.requests: list[tuple[str, dict[str, str], dict[str, Any]]] = []
         self.status = 200
         self.garbage = False
+        #: The whole body of a streamed answer, when set (a cut or malformed stream).
+        self.stream_body: bytes | None = None
 
 
 def make_handler(provider: FakeProvider) -> type[BaseHTTPRequestHandler]:
@@ -54,6 +56,9 @@ def make_handler(provider: FakeProvider) -> type[BaseHTTPRequestHandler]:
                 self.send_response(200)
                 self.send_header("Content-Type", "text/event-stream")
                 self.end_headers()
+                if provider.stream_body is not None:
+                    self.wfile.write(provider.stream_body)
+                    return
                 for piece in CHUNKS:
                     chunk = {"choices": [{"index": 0, "delta": {"content": piece}}]}
                     self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
@@ -227,6 +232,62 @@ class TestMalformed:
         with pytest.raises(RunFailed) as info:
             SessionManager.run_once(
                 store, OpenAIChatAdapter(base_url, "m"), "hello", adapter_opts={"stream": stream}
+            )
+
+        assert isinstance(info.value.__cause__, ProviderError)
+        assert "malformed" in info.value.__cause__.detail
+
+
+def chunk(content: object) -> bytes:
+    payload = {"choices": [{"index": 0, "delta": {"content": content}}]}
+    return f"data: {json.dumps(payload)}\n\n".encode()
+
+
+class TestStreamFaults:
+    @pytest.mark.parametrize(
+        "stream_body",
+        [chunk("Hel") + chunk("lo"), b""],
+        ids=["cut-before-done", "no-body"],
+    )
+    def test_a_stream_that_ends_before_done_fails_the_run_and_records_no_reply(
+        self, store: EventStore, provider: tuple[str, FakeProvider], stream_body: bytes
+    ) -> None:
+        base_url, state = provider
+        state.stream_body = stream_body
+
+        with pytest.raises(RunFailed) as info:
+            SessionManager.run_once(
+                store, OpenAIChatAdapter(base_url, "m"), "hi", session_id="s1",
+                adapter_opts={"stream": True},
+            )  # fmt: skip
+
+        assert isinstance(info.value.__cause__, ProviderError)
+        assert "the stream ended before [DONE]" == info.value.__cause__.detail
+        assert [] == [e for e in store.read("s1") if isinstance(e.body, Text) and e.run_id
+                      and e.author != Operator()]  # fmt: skip
+
+    @pytest.mark.parametrize(
+        "stream_body",
+        [
+            b'data: {"choices": 5}\n\n',
+            b'data: {"choices": ["x"]}\n\n',
+            b'data: {"choices": [{"delta": "x"}]}\n\n',
+            chunk(7),
+            b'data: {"choices": [], "usage": 3}\n\n',
+            b"data: [1, 2]\n\n",
+        ],
+        ids=["choices-not-a-list", "choice-not-an-object", "delta-not-an-object",
+             "content-not-text", "usage-not-an-object", "chunk-not-an-object"],
+    )  # fmt: skip
+    def test_a_malformed_chunk_fails_the_run_with_a_provider_error(
+        self, store: EventStore, provider: tuple[str, FakeProvider], stream_body: bytes
+    ) -> None:
+        base_url, state = provider
+        state.stream_body = stream_body + b"data: [DONE]\n\n"
+
+        with pytest.raises(RunFailed) as info:
+            SessionManager.run_once(
+                store, OpenAIChatAdapter(base_url, "m"), "hi", adapter_opts={"stream": True}
             )
 
         assert isinstance(info.value.__cause__, ProviderError)

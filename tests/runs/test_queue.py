@@ -2,8 +2,15 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+import textwrap
 import threading
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -19,7 +26,7 @@ from sharedesk.protocol.events import RunFinished, RunStarted, Text
 from sharedesk.protocol.ports import EventStore
 from sharedesk.runs import RunQueueStatus, ScriptedAdapter, SessionManager
 from sharedesk.runs.queue import RunQueue
-from tests.runs.conftest import BlockingAdapter, FailingAdapter
+from tests.runs.conftest import BlockingAdapter, CoroutineExecute, FailingAdapter
 
 
 @pytest.fixture
@@ -27,6 +34,26 @@ def queue(store: EventStore) -> Iterator[RunQueue]:
     """A queue with the default limits, closed after the test."""
     with RunQueue(store) as run_queue:
         yield run_queue
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+#: A process waiting on the result of a run whose adapter never returns. It prints the
+#: run id once the adapter runs, then waits; at exit its Hub stores in ``path``.
+WAITING_ON_A_RUN = """
+    import sys, threading
+    from sharedesk import Hub
+
+    class Stuck:
+        name = "stuck"
+        native_continuation = False
+        def execute(self, run, session, emit, opts):
+            print(run.id, flush=True)
+            threading.Event().wait()
+
+    hub = Hub.open(sys.argv[1])
+    hub.submit_run("s1", Stuck(), "hi").result()
+"""
 
 
 def queue_threads() -> list[threading.Thread]:
@@ -116,6 +143,23 @@ class TestSubmit:
     ) -> None:
         with pytest.raises(ValidationError):
             queue.submit("s1", ScriptedAdapter(["hi"]), [])
+
+        assert (0, 0) == (queue.status("s1").queued, store.last_sequence("s1"))
+
+    @pytest.mark.parametrize(
+        ("adapter", "options"),
+        [
+            (ScriptedAdapter(["hi"]), {"continuation": "native"}),
+            (ScriptedAdapter(["hi"]), {"continuation_opts": {"limit": -1}}),
+            (CoroutineExecute(), {}),
+        ],
+        ids=["native-without-native", "bad-budget", "coroutine-execute"],
+    )
+    def test_options_the_adapter_cannot_serve_are_refused_at_submit_and_nothing_is_written(
+        self, store: EventStore, queue: RunQueue, adapter: Any, options: dict[str, Any]
+    ) -> None:
+        with pytest.raises(ValidationError):
+            queue.submit("s1", adapter, "hello", **options)
 
         assert (0, 0) == (queue.status("s1").queued, store.last_sequence("s1"))
 
@@ -345,3 +389,29 @@ class TestThroughTheHub:
 
         assert waiting.cancelled()
         assert ["first"] == blocking.inputs
+
+
+class TestInterrupt:
+    def test_ctrl_c_while_waiting_on_a_runs_result_ends_the_process_within_two_seconds(
+        self, tmp_path: Path
+    ) -> None:
+        process = subprocess.Popen(
+            [sys.executable, "-c", textwrap.dedent(WAITING_ON_A_RUN), str(tmp_path / "desk")],
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert process.stdout is not None
+        run_id = process.stdout.readline().strip()
+        process.send_signal(signal.SIGINT)
+        try:
+            _, err = process.communicate(timeout=2)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            _, err = process.communicate()
+            raise AssertionError(f"still running 2 s after Ctrl-C; stderr: {err[-2000:]}") from None
+
+        assert (-signal.SIGINT, True) == (process.returncode, "KeyboardInterrupt" in err)
+        with Hub.open(tmp_path / "desk") as hub:
+            assert "cancelled" == SessionManager.get_run(hub, run_id).status

@@ -8,11 +8,11 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
+from sharedesk.adapters.render import openai_name, to_anthropic_messages, to_openai_messages
 from sharedesk.projection.transcript import TranscriptBuilder
 from sharedesk.protocol.authors import Agent, Operator, Person, System
 from sharedesk.protocol.events import Event, Text, ToolCall, ToolResult
 from sharedesk.protocol.transcripts import Transcript, TranscriptMessage
-from sharedesk.runs.render import openai_name, to_anthropic_messages, to_openai_messages
 
 BOT = Agent(id="bot", label="bot")
 ALICE = Person(id="p1", label="Alice Smith")

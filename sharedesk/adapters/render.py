@@ -1,15 +1,15 @@
-"""Renderers: a :class:`~sharedesk.Transcript` as the messages of a provider's chat API.
+"""Renderers: a :class:`~sharedesk.Transcript` as the input of a provider's API.
 
-Both renderers keep attribution, which a bare (role, content) list loses: OpenAI-style
-messages carry the peer in the ``name`` field; Anthropic's API has no such field, so the
-peer's label prefixes the text (``"[Label] ..."``).
+The renderers keep attribution, which a bare (role, content) list loses: OpenAI chat
+messages carry the peer in the ``name`` field; Anthropic's and the Responses API's
+messages have no such field, so the peer's label prefixes the text (``"[Label] ..."``).
 
-Both pair tool calls with their results the way the APIs demand: a call is sent only
+They pair tool calls with their results the way the APIs demand: a call is sent only
 with its result, and the result comes right after the assistant turn holding the call
 (a call whose result is not in the transcript, or a result whose call was cut, is left
 out; the transcript builder already avoids cutting pairs). Neither emits empty content:
 a text message whose content is blank (``content.strip() == ""``) is left out, since
-provider APIs reject empty text blocks. Both are pure functions.
+provider APIs reject empty text blocks. They are pure functions.
 """
 
 from __future__ import annotations
@@ -58,7 +58,8 @@ def _is_result(message: TranscriptMessage) -> bool:
     return message.role == "tool"
 
 
-def _output_text(output: Any) -> str:
+def output_text(output: Any) -> str:
+    """Return a tool output as the text providers take. Cost: O(size of output)."""
     if isinstance(output, str):
         return output
     return json.dumps(output, ensure_ascii=False, default=str)
@@ -147,7 +148,7 @@ def to_openai_messages(transcript: Transcript) -> list[dict[str, Any]]:
             {
                 "role": "tool",
                 "tool_call_id": result.tool_call_id,
-                "content": _output_text(result.tool_output),
+                "content": output_text(result.tool_output),
             }
             for result in group[len(calls) :]
         )
@@ -201,7 +202,7 @@ def to_anthropic_messages(transcript: Transcript) -> tuple[str | None, list[dict
                     {
                         "type": "tool_result",
                         "tool_use_id": result.tool_call_id,
-                        "content": _output_text(result.tool_output),
+                        "content": output_text(result.tool_output),
                     },
                 )
                 for result in group[len(calls) :]
@@ -225,3 +226,41 @@ def to_anthropic_messages(transcript: Transcript) -> tuple[str | None, list[dict
         else:
             messages.append({"role": role, "content": [block]})
     return ("\n\n".join(system_parts) if system_parts else None), messages
+
+
+def to_responses_input(transcript: Transcript) -> list[dict[str, Any]]:
+    """Render a transcript as OpenAI Responses API input items.
+
+    ``system``/``assistant`` messages keep their role; a ``user`` message by a person or
+    an agent is prefixed ``"[Label] "``; a tool call is a ``function_call`` item
+    (arguments JSON-encoded) right before its ``function_call_output`` item.
+
+    Cost: O(messages); no I/O.
+    """
+    items: list[dict[str, Any]] = []
+    for group in _paired(transcript.messages):
+        first = group[0]
+        if not _is_call(first):
+            text = first.content or ""
+            if first.role == "user" and isinstance(first.author, Person | Agent):
+                text = f"[{first.author.label or first.author.id}] {text}"
+            items.append({"role": first.role, "content": text})
+            continue
+        calls = [m for m in group if _is_call(m)]
+        for call, result in zip(calls, group[len(calls) :], strict=True):
+            items.append(
+                {
+                    "type": "function_call",
+                    "call_id": call.tool_call_id,
+                    "name": call.tool_name or "",
+                    "arguments": json.dumps(call.tool_input or {}, ensure_ascii=False),
+                }
+            )
+            items.append(
+                {
+                    "type": "function_call_output",
+                    "call_id": result.tool_call_id,
+                    "output": output_text(result.tool_output),
+                }
+            )
+    return items

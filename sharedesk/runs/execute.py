@@ -1,0 +1,378 @@
+"""The synchronous executor: a run's reads, writes and waiting, over the run-index port.
+
+Rules it keeps (the pure ones are in :mod:`sharedesk.runs.rules`):
+
+* **Reads cost the answer, not the history.** The store's run-index port
+  (:class:`~sharedesk.protocol.ports.RunIndexStore`: every store and the ``Hub``) folds
+  each session's state as events are appended and indexes each run's events, so a
+  session is one lookup and a run its own events; a replay reads the newest events its
+  budget needs, from the tail (``TranscriptBuilder.from_store``).
+* **A busy desk never fails a run.** ``emit`` appends with ``unless_stored`` naming the
+  run's ``<hex>.finished``: the store checks, inside its write transaction, only that
+  the run has not finished, never the desk's last sequence, so rows others append
+  meanwhile cannot refuse it. Emitting into a finished run raises ``RunStateError``:
+  nothing ever lands after a run's ``RunFinished``.
+* **Streaming.** ``emit`` of a ``TextDelta`` returns at once, unstamped: chunks are
+  buffered and appended, in order, with the run's next other event, or once they are
+  more than ``STREAM_FLUSH_S`` old or ``STREAM_FLUSH_CHUNKS`` many, joined by
+  :func:`~sharedesk.runs.rules.coalesce_chunks`. A crash mid-stream loses only chunks
+  not yet appended, never an acknowledged event.
+* **Cancellation crosses threads through the store.** ``cancel_run`` appends the run's
+  ``RunFinished(status="cancelled")``; the thread executing the run polls the session's
+  state (5 ms, doubling to at most 100 ms) and stops waiting when it sees it.
+* **Adapters run in a worker thread** (a daemon thread per execution), so a timeout or a
+  cancel returns promptly. An adapter still running then is abandoned, not killed: it
+  runs to its end, and each event it emits is refused.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import msgspec
+
+from sharedesk.projection.transcript import TranscriptBuilder
+from sharedesk.protocol._log import logger
+from sharedesk.protocol.errors import (
+    AlreadyStored,
+    RunCancelled,
+    RunFailed,
+    RunNotFound,
+    RunStateError,
+    RunTimeout,
+    ValidationError,
+)
+from sharedesk.protocol.events import (
+    Event,
+    RunFinished,
+    RunStarted,
+    SessionStarted,
+    Text,
+    TextDelta,
+)
+from sharedesk.protocol.ports import RunIndexStore
+from sharedesk.protocol.sessions import SESSION_STARTED_ID
+from sharedesk.protocol.validation import check_session_id
+from sharedesk.runs import rules
+from sharedesk.runs.rules import RunOptions
+from sharedesk.runs.types import AdapterResult, Run, RunResult, Session
+
+_FIRST_POLL_S: Final = 0.005
+_MAX_POLL_S: Final = 0.1
+
+
+def run_index(store: Any) -> RunIndexStore:
+    """Return ``store`` as the run-index port.
+
+    Raises:
+        ValidationError: It lacks ``run_events`` or ``session_state``.
+    """
+    if callable(getattr(store, "run_events", None)) and callable(
+        getattr(store, "session_state", None)
+    ):
+        return store  # type: ignore[no-any-return]
+    raise ValidationError(
+        f"runs need a store with the run-index port (run_events, session_state), "
+        f"got {type(store).__name__}"
+    )
+
+
+def read_session(store: Any, session_id: str) -> Session:
+    """Return the session's folded state. Cost: one lookup; no writes."""
+    check_session_id(session_id)
+    return rules.session_of(session_id, run_index(store).session_state(session_id))
+
+
+def read_run(store: Any, run_id: str) -> Run:
+    """Return the run folded from its own events. Raises ``RunNotFound``."""
+    _, session_id = rules.parse_run_id(run_id)
+    check_session_id(session_id)
+    run = rules.fold_run(run_id, run_index(store).run_events(session_id, run_id))
+    if run is None:
+        raise RunNotFound(run_id)
+    return run
+
+
+def start_session(store: Any, session_id: str, metadata: Any) -> Session:
+    """Append ``SessionStarted(metadata)`` (see ``SessionManager.start_session``)."""
+    check_session_id(session_id)
+    if not isinstance(metadata, Mapping):
+        raise ValidationError(f"metadata must be a mapping, got {type(metadata).__name__}")
+    if "provider_sessions" in metadata:
+        raise ValidationError(
+            "metadata key 'provider_sessions' is reserved: it is folded from RunStarted"
+        )
+    given = dict(metadata)
+    event = Event(rules.SESSION_AUTHOR, SessionStarted(metadata=given), id=SESSION_STARTED_ID)
+    stored = run_index(store).append(session_id, [event])[0]
+    assert isinstance(stored.body, SessionStarted)
+    if stored.body.metadata != given:
+        raise ValidationError(
+            f"session {session_id!r} was already started with other metadata "
+            f"({stored.body.metadata!r})"
+        )
+    logger().debug("session.started", session_id=session_id)
+    return read_session(store, session_id)
+
+
+def start_run(store: Any, session_id: str, input: Any, author: Any) -> Run:
+    """Append a new run's input rows (see ``SessionManager.start_run``)."""
+    check_session_id(session_id)
+    run_id = rules.new_run_id(session_id)
+    events = rules.input_events(run_id, input, author)
+    run_index(store).append(session_id, events)
+    logger().debug("run.created", session_id=session_id, run_id=run_id)
+    messages = [{"role": e.metadata["role"], "content": e.body.content} for e in events]  # type: ignore[union-attr]
+    return Run(id=run_id, session_id=session_id, status="pending", input=messages)
+
+
+def finish(store: Any, run_id: str, body: RunFinished) -> tuple[Event, bool]:
+    """Append the run's ``RunFinished``; return it as stored and whether ours won."""
+    event = rules.finish_event(run_id, body)
+    stored = run_index(store).append(rules.parse_run_id(run_id)[1], [event])[0]
+    return stored, stored.metadata.get("writer") == event.metadata["writer"]
+
+
+def cancel_run(store: Any, run_id: str) -> Run:
+    """Cancel a pending or running run (see ``SessionManager.cancel_run``)."""
+    run = read_run(store, run_id)
+    if run.status not in ("pending", "running"):
+        raise RunStateError(run_id, run.status, "cancel")
+    cancelled = RunFinished(status="cancelled", error_code="cancelled", error_message="cancelled")
+    stored, won = finish(store, run_id, cancelled)
+    if not won:
+        assert isinstance(stored.body, RunFinished)
+        raise RunStateError(run_id, stored.body.status, "cancel")
+    logger().info("run.cancelled", session_id=run.session_id, run_id=run_id, was=run.status)
+    return msgspec.structs.replace(
+        run, status="cancelled", error_code="cancelled", error_message="cancelled"
+    )
+
+
+def prepare(
+    store: Any, adapter: Any, run_id: str, options: RunOptions
+) -> tuple[Execution, Run, Session]:
+    """Claim a pending run: read it, build its context, append its ``RunStarted``.
+
+    Returns:
+        The execution (its emit takes the adapter's events), and the run and the session
+        as the adapter gets them.
+
+    Raises:
+        RunNotFound: No such run.
+        RunStateError: The run is not pending, or another execution claimed it first.
+    """
+    run = read_run(store, run_id)
+    index = run_index(store)
+    session_id = run.session_id
+    session = read_session(index, session_id)
+    if run.status != "pending":
+        raise RunStateError(run_id, run.status, "execute")
+    claim, mode = rules.plan_claim(run, session, adapter, options)
+    context: dict[str, Any] = {"continuation": mode}
+    if mode == "replay":
+        budget = options.budget
+        context["transcript"] = TranscriptBuilder.from_store(
+            index,
+            session_id,
+            limit=budget.get("limit"),
+            viewer=options.viewer,
+            max_messages=budget.get("max_messages"),
+            max_chars=budget.get("max_chars"),
+            max_tokens_approx=budget.get("max_tokens_approx"),
+            exclude_run_id=run_id,
+        )
+    stored = index.append(session_id, [claim])[0]
+    if stored.metadata != claim.metadata:
+        raise RunStateError(run_id, "running", "execute")
+    assert isinstance(stored.body, RunStarted)
+    execution = Execution(index, run_id, session_id, emitted=[stored])
+    logger().debug(
+        "run.started", session_id=session_id, run_id=run_id, provider=adapter.name,
+        continuation=mode,
+    )  # fmt: skip
+    running = msgspec.structs.replace(
+        run, status="running", provider=adapter.name, model=stored.body.model
+    )
+    return execution, running, msgspec.structs.replace(session, status="active", context=context)
+
+
+def execute_run(store: Any, adapter: Any, run_id: str, options: RunOptions) -> RunResult:
+    """Execute a pending run with checked ``options`` (see ``SessionManager.execute_run``)."""
+    execution, run, session = prepare(store, adapter, run_id, options)
+    return execution.drive(
+        lambda: adapter.execute(run, session, execution.emit, options.opts),
+        adapter.name,
+        options.timeout,
+    )
+
+
+@dataclass(eq=False)
+class Execution:
+    """One execution's in-process state, shared by the waiting thread and the adapter's."""
+
+    store: RunIndexStore
+    run_id: str
+    session_id: str
+    emitted: list[Event]
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    done: threading.Event = field(default_factory=threading.Event)
+    finished: RunFinished | None = None
+    result: AdapterResult | None = None
+    error: BaseException | None = None
+    #: Buffered ``TextDelta`` events (run id set), oldest first, and when the first came.
+    chunks: list[Event] = field(default_factory=list)
+    chunks_since: float = 0.0
+
+    def emit(self, event: Event) -> Event:
+        """Store one event of the run (a ``TextDelta`` is buffered); refused once finished."""
+        if not isinstance(event, Event):
+            raise ValidationError(f"emit takes an Event, got {type(event).__name__}")
+        if event.run_id not in (None, self.run_id):
+            raise ValidationError(f"emitted event carries run_id {event.run_id!r}, not this run's")
+        if isinstance(event.body, RunFinished | SessionStarted):
+            raise ValidationError(
+                f"an adapter may not emit {type(event.body).__name__}; the manager writes it"
+            )
+        if event.run_id is None:
+            event = msgspec.structs.replace(event, run_id=self.run_id)
+        with self.lock:
+            if self.finished is not None:
+                raise RunStateError(self.run_id, self.finished.status, "emit")
+            if not isinstance(event.body, TextDelta):
+                return self._store([event])[-1]
+            now = time.monotonic()
+            if not self.chunks:
+                self.chunks_since = now
+            self.chunks.append(event)
+            if (
+                len(self.chunks) >= rules.STREAM_FLUSH_CHUNKS
+                or now - self.chunks_since >= rules.STREAM_FLUSH_S
+            ):
+                self._store([])
+            return event
+
+    def _store(self, events: list[Event]) -> list[Event]:
+        """Append the buffered chunks then ``events`` in one append (lock held)."""
+        batch = [*rules.coalesce_chunks(self.chunks), *events]
+        self.chunks = []
+        try:
+            stored = self.store.append(
+                self.session_id, batch, unless_stored=rules.finished_id(self.run_id)
+            )
+        except AlreadyStored:
+            self._learn_finished()
+            status = self.finished.status if self.finished is not None else "finished"
+            raise RunStateError(self.run_id, status, "emit") from None
+        self.emitted.extend(stored)
+        return stored
+
+    def _learn_finished(self) -> None:
+        """Note our run's ``RunFinished`` if another writer stored it (lock held)."""
+        if self.run_id in self.store.session_state(self.session_id).open_runs:
+            return
+        finished = rules.finished_id(self.run_id)
+        for event in reversed(self.store.run_events(self.session_id, self.run_id)):
+            if event.id == finished and isinstance(event.body, RunFinished):
+                self.finished = event.body
+                return
+
+    def finish(self, body: RunFinished) -> bool:
+        """Store the buffered chunks and our ``RunFinished``; return whether ours won."""
+        with self.lock:
+            if self.chunks and self.finished is None:
+                with contextlib.suppress(RunStateError):
+                    self._store([])
+            stored, won = finish(self.store, self.run_id, body)
+            assert isinstance(stored.body, RunFinished)
+            self.finished = stored.body
+            self.emitted.append(stored)
+            return won
+
+    def drive(self, call: Callable[[], Any], provider: str, timeout: float | None) -> RunResult:
+        """Run ``call`` (the adapter) on a worker thread; wait; finish the run once.
+
+        Raises:
+            RunTimeout, RunFailed, RunCancelled, RunStateError: As ``execute_run``.
+        """
+
+        def work() -> None:
+            try:
+                outcome = call()
+                if outcome is not None and not isinstance(outcome, AdapterResult):
+                    raise ValidationError(
+                        f"adapter {provider!r} returned {type(outcome).__name__}, "
+                        "expected AdapterResult or None"
+                    )
+                self.result = outcome
+            except BaseException as exc:
+                self.error = exc
+            finally:
+                self.done.set()
+
+        name = f"sharedesk-run-{self.run_id[:8]}"
+        worker = threading.Thread(target=work, name=name, daemon=True)
+        worker.start()
+        try:
+            return self._wait(timeout)
+        finally:
+            if self.done.is_set():
+                worker.join()  # it has returned; only a timed-out or cancelled one is left
+
+    def _wait(self, timeout: float | None) -> RunResult:
+        log = logger().bind(session_id=self.session_id, run_id=self.run_id)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        interval = _FIRST_POLL_S
+        while True:
+            with self.lock:
+                self._learn_finished()
+            if self.finished is not None:
+                break
+            wait = (
+                interval
+                if deadline is None
+                else max(0.0, min(interval, deadline - time.monotonic()))
+            )
+            if self.done.wait(wait):
+                break
+            interval = min(interval * 2, _MAX_POLL_S)
+            if deadline is not None and time.monotonic() >= deadline and not self.done.is_set():
+                assert timeout is not None
+                message = f"no result within {timeout} s"
+                if self.finish(RunFinished("timeout", error_code="timeout", error_message=message)):
+                    log.info("run.timeout", timeout=timeout)
+                    raise RunTimeout(self.run_id, timeout)
+                break
+        if self.finished is None and self.error is not None:
+            exc = self.error
+            code, message = type(exc).__name__, str(exc)
+            if self.finish(RunFinished("failed", error_code=code, error_message=message)):
+                log.info("run.failed", error_code=code)
+                raise RunFailed(self.run_id, code, message) from exc
+        elif self.finished is None:
+            outcome = self.result or AdapterResult()
+            usage = dict(outcome.token_usage)
+            if self.finish(RunFinished("completed", token_usage=usage)):
+                log.debug("run.finished", status="completed")
+                output = outcome.output
+                if output is None:
+                    texts = [e.body.content for e in self.emitted if isinstance(e.body, Text)]
+                    output = texts[-1] if texts else None
+                return RunResult(
+                    output=output,
+                    token_usage=usage,
+                    events=list(self.emitted),
+                    session_id=self.session_id,
+                    run_id=self.run_id,
+                )
+        finished = self.finished
+        assert finished is not None
+        log.info("run.finished_elsewhere", status=finished.status)
+        if finished.status == "cancelled":
+            raise RunCancelled(self.run_id)
+        raise RunStateError(self.run_id, finished.status, "execute")

@@ -1,0 +1,383 @@
+"""The rules of a run, as pure functions: what it writes, how it folds back, what it accepts.
+
+Both executors (:mod:`sharedesk.runs.execute`, :mod:`sharedesk.runs.aio`) and the run
+queue call these; none of them does I/O.
+
+* **One source of truth.** A session and its runs are never stored as records: their
+  state is folded from events. ``start_session`` appends ``SessionStarted(metadata)``;
+  ``start_run`` appends the input as ``Text`` rows by its ``author`` (``Operator()`` by
+  default, ``System(kind="prompt")`` for role ``"system"``); execution appends
+  ``RunStarted(provider, model, provider_session_id)``, whatever the adapter emits, and
+  ``RunFinished(status, ...)``. Every event of a run carries its ``run_id``.
+* **Run ids name their session.** A run id is ``"<32 hex>@<session_id>"``, so a run is
+  found in O(1) with nothing but the store port. The run's own events get ids derived
+  from the hex part (``<hex>.input.<i>``, ``<hex>.started``, ``<hex>.finished``), which
+  makes each lifecycle step idempotent and single: the store keeps the first
+  ``<hex>.finished`` and returns it to any later writer, so a cancel racing a timeout or
+  a completion has exactly one winner, and every loser learns who won (the ``writer``
+  token in its metadata).
+* **Options are checked before anything is written.** :func:`check_options` refuses an
+  adapter, continuation, budget or timeout the run cannot be served with, so a refused
+  run leaves nothing on the desk (no input row for later replays to send again).
+* **Participants.** An adapter may carry ``author`` (a ``SessionAuthor``): the replayed
+  transcript is built for it and the rows it emits are its own. Without one the adapter
+  is ``Agent(id=name, label=name)``.
+"""
+
+from __future__ import annotations
+
+import inspect
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any, Final
+
+import msgspec
+
+from sharedesk.projection.runstate import fold_session_events
+from sharedesk.protocol.authors import Agent, Operator, SessionAuthor, System
+from sharedesk.protocol.errors import RunNotFound, ValidationError
+from sharedesk.protocol.events import Event, RunFinished, RunStarted, Text, TextDelta
+from sharedesk.protocol.sessions import EMPTY_SESSION_STATE, SessionState
+from sharedesk.protocol.validation import check_author, check_optional_int
+from sharedesk.runs.types import CONTINUATION_MODES, CONTINUATION_OPTS, Run, Session
+
+NO_OPTS: Final[Mapping[str, Any]] = MappingProxyType({})
+#: Author of the lifecycle events the executors write.
+LIFECYCLE_AUTHOR: Final = System(kind="run", label="sharedesk")
+#: Author of ``SessionStarted``.
+SESSION_AUTHOR: Final = System(kind="session", label="sharedesk")
+#: The default author of a run's input rows.
+OPERATOR: Final = Operator()
+#: Author of input rows with role ``"system"``.
+SYSTEM_PROMPT_AUTHOR: Final = System(kind="prompt", label="system")
+#: A buffered ``TextDelta`` older than this (seconds) is appended with the next emit.
+STREAM_FLUSH_S: Final = 0.05
+#: Most ``TextDelta`` chunks buffered before they are appended.
+STREAM_FLUSH_CHUNKS: Final = 1024
+
+_HEX_LEN: Final = 32
+_INPUT_ROLES: Final = frozenset({"user", "system"})
+
+
+def new_run_id(session_id: str) -> str:
+    """Return a fresh run id of ``session_id``: ``"<32 hex>@<session_id>"``."""
+    return f"{uuid.uuid4().hex}@{session_id}"
+
+
+def parse_run_id(run_id: Any) -> tuple[str, str]:
+    """Split a run id into its hex part and its session id.
+
+    Raises:
+        RunNotFound: ``run_id`` is not shaped like a run id.
+    """
+    if not isinstance(run_id, str) or len(run_id) <= _HEX_LEN + 1 or run_id[_HEX_LEN] != "@":
+        raise RunNotFound(str(run_id))
+    hexid, session_id = run_id[:_HEX_LEN], run_id[_HEX_LEN + 1 :]
+    if any(c not in "0123456789abcdef" for c in hexid):
+        raise RunNotFound(run_id)
+    return hexid, session_id
+
+
+def input_id(run_id: str, index: int) -> str:
+    """Return the id of the run's ``index``-th input row."""
+    return f"{parse_run_id(run_id)[0]}.input.{index}"
+
+
+def started_id(run_id: str) -> str:
+    """Return the id of the run's ``RunStarted`` (its claim)."""
+    return f"{parse_run_id(run_id)[0]}.started"
+
+
+def finished_id(run_id: str) -> str:
+    """Return the id of the run's one ``RunFinished``."""
+    return f"{parse_run_id(run_id)[0]}.finished"
+
+
+def input_events(run_id: str, input: Any, author: Any) -> list[Event]:
+    """Return the input rows of a new run (see ``SessionManager.start_run``).
+
+    Raises:
+        ValidationError: A bad input (not a prompt string or a non-empty list of
+            ``{"role", "content"}`` mappings, role ``"user"`` or ``"system"``) or author.
+    """
+    asker = check_author(author)
+    if isinstance(input, str):
+        input = [{"role": "user", "content": input}]
+    if not isinstance(input, Sequence) or isinstance(input, bytes) or not input:
+        raise ValidationError(
+            "input must be a str or a non-empty list of {'role', 'content'} dicts, "
+            f"got {type(input).__name__}"
+        )
+    events: list[Event] = []
+    for index, item in enumerate(input):
+        where = f"input[{index}]"
+        if not isinstance(item, Mapping) or set(item) != {"role", "content"}:
+            raise ValidationError(f"{where} must be a mapping with exactly 'role' and 'content'")
+        role, content = item["role"], item["content"]
+        if role not in _INPUT_ROLES:
+            raise ValidationError(f"{where}.role must be 'user' or 'system', got {role!r}")
+        if not isinstance(content, str):
+            raise ValidationError(f"{where}.content must be a str, got {type(content).__name__}")
+        writer = SYSTEM_PROMPT_AUTHOR if role == "system" else asker
+        events.append(
+            Event(
+                writer,
+                Text(content),
+                id=input_id(run_id, index),
+                run_id=run_id,
+                metadata={"role": role},
+            )
+        )
+    return events
+
+
+def finish_event(run_id: str, body: RunFinished) -> Event:
+    """Return the run's ``RunFinished`` event, with a fresh ``writer`` token."""
+    return Event(
+        LIFECYCLE_AUTHOR,
+        body,
+        id=finished_id(run_id),
+        run_id=run_id,
+        metadata={"writer": uuid.uuid4().hex},
+    )
+
+
+def fold_run(run_id: str, events: Sequence[Event]) -> Run | None:
+    """Fold a run's state from events (others' events are ignored).
+
+    Args:
+        run_id: The run.
+        events: Events of its session, oldest first (any subset holding the run's).
+
+    Returns:
+        The run, or ``None`` when its first input row is not among ``events``.
+    """
+    hexid, session_id = parse_run_id(run_id)
+    first, started, finished = input_id(run_id, 0), started_id(run_id), finished_id(run_id)
+    inputs: list[dict[str, str]] = []
+    seen_first = done = False
+    status = "pending"
+    provider = model = provider_session_id = error_code = error_message = None
+    token_usage: dict[str, Any] = {}
+    for event in events:
+        if event.run_id != run_id:
+            continue
+        body = event.body
+        seen_first = seen_first or event.id == first
+        if event.id.startswith(f"{hexid}.input.") and isinstance(body, Text):
+            role = event.metadata.get("role")
+            inputs.append(
+                {"role": role if role in _INPUT_ROLES else "user", "content": body.content}
+            )
+        elif isinstance(body, RunStarted):
+            if event.id == started:
+                provider, model = body.provider, body.model
+                status = status if done else "running"
+            if body.provider_session_id is not None:
+                provider_session_id = body.provider_session_id
+                model = body.model if body.model is not None else model
+        elif isinstance(body, RunFinished) and event.id == finished:
+            done, status = True, body.status
+            error_code, error_message = body.error_code, body.error_message
+            token_usage = dict(body.token_usage)
+    if not seen_first:
+        return None
+    return Run(
+        id=run_id,
+        session_id=session_id,
+        status=status,
+        input=inputs,
+        provider=provider,
+        model=model,
+        provider_session_id=provider_session_id,
+        error_code=error_code,
+        error_message=error_message,
+        token_usage=token_usage,
+    )
+
+
+def session_of(session_id: str, state: SessionState) -> Session:
+    """Return the :class:`Session` a folded :class:`SessionState` describes.
+
+    ``metadata`` is the ``SessionStarted`` metadata plus ``provider_sessions``;
+    ``status`` is ``"active"`` while a run is pending or running, else ``"idle"``.
+    """
+    metadata = dict(state.metadata)
+    metadata["provider_sessions"] = {
+        provider: dict(entry) for provider, entry in state.provider_sessions.items()
+    }
+    status = "active" if state.open_runs else "idle"
+    return Session(id=session_id, status=status, metadata=metadata, context={})
+
+
+def fold_session(session_id: str, events: Sequence[Event]) -> Session:
+    """Fold a session from all its events (the fold the stores apply as they append)."""
+    return session_of(session_id, fold_session_events(EMPTY_SESSION_STATE, list(events)))
+
+
+def coalesce_chunks(chunks: Sequence[Event]) -> list[Event]:
+    """Join each run of consecutive ``TextDelta`` chunks that differ only in id and text.
+
+    Chunks buffered together are stored as one ``TextDelta`` holding their text in order
+    (the first chunk's id, author, run, parent and metadata): a reader sees the same text
+    in the same order, and a stream costs one stored row per flush, not one per chunk.
+    """
+    joined: list[Event] = []
+    parts: list[list[str]] = []
+    for chunk in chunks:
+        assert isinstance(chunk.body, TextDelta)
+        last = joined[-1] if joined else None
+        if last is not None and (last.author, last.run_id, last.parent, last.metadata) == (
+            chunk.author,
+            chunk.run_id,
+            chunk.parent,
+            chunk.metadata,
+        ):
+            parts[-1].append(chunk.body.delta)
+            continue
+        joined.append(chunk)
+        parts.append([chunk.body.delta])
+    return [
+        event if len(texts) == 1 else msgspec.structs.replace(event, body=TextDelta("".join(texts)))
+        for event, texts in zip(joined, parts, strict=True)
+    ]
+
+
+@dataclass(frozen=True, eq=False)
+class RunOptions:
+    """An execution's checked options (see :func:`check_options`).
+
+    Attributes:
+        viewer: The participant the adapter runs as (the replay transcript's viewer).
+        continuation: ``False``, ``"auto"``, ``"replay"`` or ``"native"``.
+        budget: The checked ``continuation_opts``.
+        timeout: ``adapter_opts["timeout"]`` (seconds), or ``None``.
+        opts: ``adapter_opts`` as the adapter receives them.
+    """
+
+    viewer: SessionAuthor
+    continuation: str | bool
+    budget: dict[str, int | None]
+    timeout: float | None
+    opts: Mapping[str, Any]
+
+
+def check_options(
+    adapter: Any,
+    continuation: Any,
+    continuation_opts: Any,
+    adapter_opts: Any,
+    *,
+    sync: bool,
+) -> RunOptions:
+    """Check what an execution is asked to do with ``adapter``, before anything is written.
+
+    Args:
+        adapter: It needs a non-empty ``name``, ``native_continuation`` and ``execute``
+            (with ``sync``: an ``execute`` that is not a coroutine function), and an
+            ``author`` that is a ``SessionAuthor`` when it has one.
+        continuation: ``False``, ``"auto"``, ``"replay"`` or ``"native"`` (only with an
+            adapter that can continue natively).
+        continuation_opts: ``None`` or a mapping of ``limit``, ``max_messages``,
+            ``max_chars``, ``max_tokens_approx`` to ints or ``None``.
+        adapter_opts: ``None`` or a mapping; its ``"timeout"``, when set, a positive
+            number of seconds.
+        sync: Whether a synchronous executor will drive the adapter.
+
+    Raises:
+        ValidationError: Any of them is not as above.
+    """
+    # Explicit attribute checks: isinstance() against the runtime-checkable Protocol
+    # costs about 90 us a call, a tenth of a whole run on MemoryStore.
+    execute = getattr(adapter, "execute", None)
+    if not (callable(execute) and hasattr(adapter, "native_continuation")):
+        raise ValidationError(
+            f"adapter must have name, native_continuation and execute; got {type(adapter).__name__}"
+        )
+    name = getattr(adapter, "name", None)
+    if not isinstance(name, str) or not name:
+        raise ValidationError(f"adapter.name must be a non-empty str, got {name!r}")
+    if sync and inspect.iscoroutinefunction(execute):
+        raise ValidationError(
+            f"adapter {name!r} has a coroutine execute: run it with "
+            "SessionManager.aexecute_run or arun_once"
+        )
+    author = getattr(adapter, "author", None)
+    viewer = (
+        Agent(id=name, label=name) if author is None else check_author(author, "adapter.author")
+    )
+    if continuation is not False and (
+        not isinstance(continuation, str) or continuation not in CONTINUATION_MODES
+    ):
+        raise ValidationError(
+            f"continuation must be False, 'auto', 'replay' or 'native', got {continuation!r}"
+        )
+    if continuation == "native" and not adapter.native_continuation:
+        raise ValidationError(
+            f"continuation='native' but adapter {name!r} cannot continue natively"
+        )
+    if continuation_opts is not None and not isinstance(continuation_opts, Mapping):
+        raise ValidationError(
+            f"continuation_opts must be a mapping, got {type(continuation_opts).__name__}"
+        )
+    budget = dict(continuation_opts or {})
+    unknown = sorted(str(key) for key in budget if key not in CONTINUATION_OPTS)
+    if unknown:
+        raise ValidationError(
+            f"continuation_opts has unknown keys {unknown}; allowed: {sorted(CONTINUATION_OPTS)}"
+        )
+    budget = {
+        key: check_optional_int(f"continuation_opts[{key!r}]", v) for key, v in budget.items()
+    }
+    if adapter_opts is not None and not isinstance(adapter_opts, Mapping):
+        raise ValidationError(f"adapter_opts must be a mapping, got {type(adapter_opts).__name__}")
+    opts = NO_OPTS if adapter_opts is None else adapter_opts
+    timeout = opts.get("timeout")
+    if timeout is not None and (
+        isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0
+    ):
+        raise ValidationError(
+            f"adapter_opts['timeout'] must be a positive number of seconds, got {timeout!r}"
+        )
+    return RunOptions(
+        viewer=viewer,
+        continuation=continuation,
+        budget=budget,
+        timeout=None if timeout is None else float(timeout),
+        opts={} if opts is NO_OPTS else opts,
+    )
+
+
+def plan_claim(
+    run: Run, session: Session, adapter: Any, options: RunOptions
+) -> tuple[Event, str | bool]:
+    """Return the run's ``RunStarted`` (its claim, with a ``writer`` token) and the mode.
+
+    The mode is ``False``, ``"replay"`` or ``"native"``; ``"auto"`` is resolved here:
+    native when the adapter can continue natively and the session holds its provider
+    session, else replay. The claim's ``provider_session_id`` is the one continued
+    (native only); its model is the adapter's ``model``, else for a native continuation
+    the stored one.
+    """
+    stored = session.metadata.get("provider_sessions", {}).get(adapter.name, {})
+    continued = stored.get("provider_session_id")
+    mode = options.continuation
+    if mode == "auto":
+        mode = "native" if adapter.native_continuation and continued else "replay"
+    model = getattr(adapter, "model", None)
+    if not isinstance(model, str):
+        model = stored.get("model") if mode == "native" else None
+    claim = Event(
+        LIFECYCLE_AUTHOR,
+        RunStarted(
+            provider=adapter.name,
+            model=model,
+            provider_session_id=continued if mode == "native" else None,
+        ),
+        id=started_id(run.id),
+        run_id=run.id,
+        metadata={"writer": uuid.uuid4().hex},
+    )
+    return claim, mode
