@@ -52,11 +52,14 @@ from __future__ import annotations
 import collections
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
-from typing import Generic, TypeVar
+from datetime import datetime
+from typing import Generic, Protocol, TypeVar
 
+from sharedesk.projection.append import Facts, StoredRow, Wants, WritePlan, plan_write, wants_of
 from sharedesk.protocol._log import logger
+from sharedesk.protocol.errors import SharedeskError
 from sharedesk.protocol.events import Event
 from sharedesk.protocol.ports import WriteTicket
 from sharedesk.protocol.writes import Write
@@ -533,3 +536,66 @@ class GroupWriter:
             if items:
                 self._run_group(items)
             self._last_commit = time.monotonic() - started
+
+
+class WriteTxn(Protocol):
+    """A backend's open write transaction, as the writer uses it (see the module header)."""
+
+    def facts(self, wants: Mapping[str, Wants]) -> dict[str, Facts]:
+        """Return the facts of each session in ``wants``, read in this transaction."""
+        ...
+
+    def put(self, plans: Sequence[WritePlan]) -> None:
+        """Write ``plans`` in this transaction, in order."""
+        ...
+
+
+def _absorb(facts: Facts, plan: WritePlan) -> Facts:
+    """Add what ``plan`` stores to ``facts``, so the group's next write sees it."""
+    for event in plan.new:
+        assert event.sequence is not None
+        facts.known[event.id] = event
+        facts.rows[event.sequence] = StoredRow(type(event.body).__name__, event.parent)
+    facts.answered.update(plan.first_replies)
+    share = plan.write.share
+    if share is not None:
+        facts.sharing[(share.viewer, share.state.conversation)] = plan.sharing
+    last = facts.last + len(plan.new)
+    state = facts.state if plan.state is None else plan.state
+    return facts._replace(last=last, state=state)
+
+
+def plan_group(
+    txn: WriteTxn, writes: list[Write], now: datetime
+) -> list[WritePlan | SharedeskError]:
+    """Plan and put a group of writes in the open transaction ``txn``; one outcome each.
+
+    Reads the facts of every session the group touches at once, plans each write on top
+    of the ones before (:func:`~sharedesk.projection.append.plan_write`), then puts the
+    plans that passed and write something, in one ``txn.put``.
+
+    Returns:
+        Per write, its plan or the error its plan raised (it writes nothing).
+
+    Cost: one ``txn.facts`` and at most one ``txn.put``; O(events of the group).
+    """
+    wants: dict[str, Wants] = {}
+    for write in writes:
+        wants[write.session_id] = wants_of(write, wants.get(write.session_id))
+    facts = txn.facts(wants)
+    planned: list[WritePlan | SharedeskError] = []
+    plans: list[WritePlan] = []
+    for write in writes:
+        session_facts = facts[write.session_id]
+        try:
+            plan = plan_write(write, session_facts, now)
+        except SharedeskError as exc:
+            planned.append(exc)
+            continue
+        facts[write.session_id] = _absorb(session_facts, plan)
+        planned.append(plan)
+        if plan.new or plan.sharing is not None:
+            plans.append(plan)
+    if plans:
+        txn.put(plans)
+    return planned
