@@ -168,19 +168,21 @@ class WriteTxn(Protocol):
         ...
 
 
-def _absorb(facts: Facts, plan: WritePlan) -> Facts:
-    """Add what ``plan`` stores to ``facts``, so the group's next write sees it."""
+def _absorb(facts: Facts, plan: WritePlan) -> None:
+    """Add what ``plan`` stores to ``facts``, so that the group's next write sees it."""
+    known, rows = facts.known, facts.rows
     for event in plan.new:
         assert event.sequence is not None
-        facts.known[event.id] = event
-        facts.rows[event.sequence] = StoredRow(type(event.body).__name__, event.parent)
-    facts.answered.update(plan.first_replies)
+        known[event.id] = event
+        rows[event.sequence] = StoredRow(type(event.body).__name__, event.parent)
+    facts.last += len(plan.new)
+    if plan.first_replies:
+        facts.answered.update(plan.first_replies)
+    if plan.state is not None:
+        facts.state = plan.state
     share = plan.write.share
     if share is not None:
         facts.sharing[(share.viewer, share.state.conversation)] = plan.sharing
-    last = facts.last + len(plan.new)
-    state = facts.state if plan.state is None else plan.state
-    return facts._replace(last=last, state=state)
 
 
 def plan_group(
@@ -210,7 +212,7 @@ def plan_group(
         except SharedeskError as exc:
             planned.append(exc)
             continue
-        facts[write.session_id] = _absorb(session_facts, plan)
+        _absorb(session_facts, plan)
         planned.append(plan)
         if plan.new or plan.sharing is not None:
             plans.append(plan)
