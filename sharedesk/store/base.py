@@ -46,7 +46,7 @@ from collections.abc import Callable, Collection, Sequence
 from concurrent.futures import Future
 from datetime import UTC, datetime
 from types import TracebackType
-from typing import Any, Self, TypeVar
+from typing import ClassVar, Self, TypeVar
 
 from sharedesk.projection.append import Facts, StoredRow, Wants, WritePlan
 from sharedesk.protocol._log import logger
@@ -65,6 +65,7 @@ from sharedesk.protocol.validation import (
     check_conversation,
     check_optional_int,
     check_optional_str,
+    check_roots,
     check_session_id,
     check_text,
     check_write,
@@ -83,17 +84,6 @@ T = TypeVar("T")
 Outcome = list[Event] | BaseException
 
 
-def _check_roots(roots: Any) -> list[int]:
-    if not isinstance(roots, Collection) or isinstance(roots, str | bytes):
-        raise ValidationError(f"roots must be a collection of ints, got {type(roots).__name__}")
-    checked: list[int] = []
-    for root in roots:
-        if type(root) is not int or not 1 <= root < 2**63:
-            raise ValidationError(f"roots must hold sequences (ints >= 1), got {root!r}")
-        checked.append(root)
-    return checked
-
-
 class StoreBase(TicketShims, ABC):
     """The store port, written once: validation, the write path, the reads, the lifecycle.
 
@@ -107,6 +97,10 @@ class StoreBase(TicketShims, ABC):
         group_wait: Most seconds the writer thread gathers a group (see
             :mod:`sharedesk.store._group_commit`).
     """
+
+    #: Whether the backend keeps the very events its ``put`` is handed (``MemoryStore``):
+    #: then a write returns copies of them; otherwise the stored events themselves.
+    keeps_events: ClassVar[bool] = False
 
     def __init__(
         self,
@@ -303,19 +297,15 @@ class StoreBase(TicketShims, ABC):
                 outcomes.append(plan)
                 continue
             if plan.new and callbacks:
-                self._tell(callbacks, plan.write.session_id, plan.new)
-            outcomes.append([private_copy(event) for event in plan.result])
+                session_id, told = plan.write.session_id, [private_copy(e) for e in plan.new]
+                for callback in callbacks:
+                    try:
+                        callback(session_id, told)
+                    except Exception:
+                        _log.exception("store.callback_failed", session_id=session_id)
+            result = plan.result
+            outcomes.append([private_copy(e) for e in result] if self.keeps_events else result)
         return outcomes
-
-    def _tell(
-        self, callbacks: tuple[CommitCallback, ...], session_id: str, new: list[Event]
-    ) -> None:
-        events = [private_copy(event) for event in new]
-        for callback in callbacks:
-            try:
-                callback(session_id, events)
-            except Exception:
-                _log.exception("store.callback_failed", path=self._path, session_id=session_id)
 
     # -- reads -------------------------------------------------------------------------
 
@@ -398,7 +388,7 @@ class StoreBase(TicketShims, ABC):
         Cost: one index read per root (the index is kept on append); no writes.
         """
         check_session_id(session_id)
-        wanted = _check_roots(roots)
+        wanted = check_roots(roots)
         self._live()
         return self._first_replies(session_id, wanted) if wanted else {}
 
