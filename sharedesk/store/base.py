@@ -87,8 +87,8 @@ Outcome = list[Event] | BaseException
 class StoreBase(TicketShims, ABC):
     """The store port, written once: validation, the write path, the reads, the lifecycle.
 
-    Thread-safe. A subclass calls ``super().__init__`` and implements the hooks of the
-    module header.
+    Thread-safe. A subclass implements the hooks of the module header and calls
+    ``super().__init__`` last, once its resources are open (it starts the writer thread).
 
     Args:
         path: Where the store lives, named in its errors (``None``: in memory).
@@ -249,7 +249,9 @@ class StoreBase(TicketShims, ABC):
         one), once per write that stored new events, in commit order, before the futures
         of that commit are completed: a caller that got its result finds the callback
         run. ``new_events`` are private copies, in sequence order. A raising callback is
-        logged (``store.callback_failed``) and dropped; the others still run.
+        logged (``store.callback_failed``) and dropped; the others still run. A callback
+        may read the store and submit writes, but must not wait for one: the writer
+        would be waiting for itself.
 
         Returns:
             The function that removes the callback (idempotent).
