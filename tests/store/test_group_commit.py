@@ -1,21 +1,35 @@
-"""The group writer, driven through its ``run_group`` seam: no store, no disk.
+"""The group writer, driven through its ``run_group`` seam, and the planning of a group.
 
 The fake ``run_group`` records each group it is handed, may hold one (as if its commit
-were syncing) or fail it, and completes every future with the write's session id.
+were syncing) or fail it, and completes every future with the write's session id. A group is planned
+against a MemoryStore's data through a ``WriteTxn`` that records what it is asked.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import Future
+from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 
-from sharedesk.protocol import Event, StoreClosedError
+from sharedesk.projection.append import Facts, Wants, WritePlan
+from sharedesk.protocol import (
+    ConcurrencyError,
+    Conversation,
+    Event,
+    Person,
+    SharingState,
+    SharingStateConflict,
+    StoreClosedError,
+    Text,
+)
 from sharedesk.protocol.validation import check_write
-from sharedesk.protocol.writes import Write
-from sharedesk.store._group_commit import GroupWriter
+from sharedesk.protocol.writes import Share, Write
+from sharedesk.store import MemoryStore
+from sharedesk.store._group_commit import GroupWriter, plan_group
 
 Item = tuple[Write, "Future[list[Event]]"]
 
@@ -149,3 +163,96 @@ class TestGroupWriter:
         writer.close()
 
         assert "test-writer" not in [thread.name for thread in threading.enumerate()]
+
+
+class RecordingTxn:
+    """A ``WriteTxn`` over a MemoryStore's data that records what the writer asks of it."""
+
+    def __init__(self, store: MemoryStore) -> None:
+        self.store = store
+        self.facts_calls: list[set[str]] = []
+        self.puts: list[list[str]] = []
+
+    def facts(self, wants: Mapping[str, Wants]) -> dict[str, Facts]:
+        self.facts_calls.append(set(wants))
+        return self.store.facts(wants)
+
+    def put(self, plans: Sequence[WritePlan]) -> None:
+        self.puts.append([plan.write.session_id for plan in plans])
+        self.store.put(plans)
+
+
+@pytest.fixture
+def txn() -> Iterator[RecordingTxn]:
+    with MemoryStore() as store:
+        yield RecordingTxn(store)
+
+
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
+ANN = Person(id="ann", label="Ann")
+
+
+def msg(content: str = "x", **fields: Any) -> Event:
+    return Event(ANN, Text(content), **fields)
+
+
+class TestPlanGroup:
+    def test_a_group_reads_its_facts_once_and_puts_once(self, txn: RecordingTxn) -> None:
+        writes = [check_write("a", [msg()]), check_write("b", [msg()]), check_write("a", [msg()])]
+
+        plan_group(txn, writes, NOW)
+
+        assert [{"a", "b"}] == txn.facts_calls
+        assert [["a", "b", "a"]] == txn.puts
+
+    def test_a_later_write_of_the_group_is_planned_on_top_of_an_earlier_one(
+        self, txn: RecordingTxn
+    ) -> None:
+        writes = [
+            check_write("s", [msg("root", id="r")]),
+            check_write("s", [msg("reply", parent=1)], expected_version=1, unless_stored="x"),
+        ]
+
+        planned = plan_group(txn, writes, NOW)
+
+        assert [[1], [2]] == [[e.sequence for e in p.result] for p in planned]  # type: ignore[union-attr]
+        assert {1: 2} == txn.store.first_replies("s", [1])
+
+    def test_a_write_failing_its_plan_writes_nothing_and_the_others_go_on(
+        self, txn: RecordingTxn
+    ) -> None:
+        writes = [
+            check_write("s", [msg()]),
+            check_write("s", [msg()], expected_version=0),  # stale after the first
+            check_write("s", [msg()]),
+        ]
+
+        planned = plan_group(txn, writes, NOW)
+
+        assert isinstance(planned[1], ConcurrencyError)
+        assert [1, 2] == [e.sequence for e in txn.store.read("s")]
+
+    def test_an_id_stored_by_an_earlier_write_of_the_group_is_not_stored_again(
+        self, txn: RecordingTxn
+    ) -> None:
+        writes = [check_write("s", [msg(id="x")]), check_write("s", [msg(id="x")])]
+
+        planned = plan_group(txn, writes, NOW)
+
+        assert [1, 1] == [p.result[0].sequence for p in planned]  # type: ignore[union-attr]
+        assert [["s"]] == txn.puts
+
+    def test_a_commit_compares_with_the_state_an_earlier_commit_of_the_group_stored(
+        self, txn: RecordingTxn
+    ) -> None:
+        first = SharingState(Conversation("s"), 0)
+        second = SharingState(Conversation("s"), 1)
+        writes = [
+            check_write("s", [msg()], share=Share("v", first, None)),
+            check_write("s", [], share=Share("v", second, None)),  # planned from no state
+        ]
+
+        planned = plan_group(txn, writes, NOW)
+
+        assert isinstance(planned[1], SharingStateConflict)
+        assert first == txn.store.get_sharing_state("s", "v", Conversation("s"))
