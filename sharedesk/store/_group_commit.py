@@ -13,6 +13,11 @@ longer than the last commit took (waiting longer than a commit costs more than
 committing twice) nor than ``group_wait``. One caller alone never waits (its last group
 held one write).
 
+Planning: :func:`plan_group` is what a group's transaction runs (for every store, the
+ones without a writer thread too): it reads the facts of all the sessions the group
+touches with one ``WriteTxn.facts``, plans each write on top of the ones before and
+writes the plans with one ``WriteTxn.put``.
+
 Failures: a write whose plan raises fails alone (its future gets the error); a
 transaction that fails fails its group. :meth:`~GroupWriter.close` fails the writes
 still queued with the store's closed error, lets the group being written complete, and

@@ -1,8 +1,9 @@
 """The group writer, driven through its ``run_group`` seam, and the planning of a group.
 
 The fake ``run_group`` records each group it is handed, may hold one (as if its commit
-were syncing) or fail it, and completes every future with the write's session id. A group is planned
-against a MemoryStore's data through a ``WriteTxn`` that records what it is asked.
+were syncing) or fail it, and completes every future with the write's session id. A
+group is planned against a MemoryStore's data through a ``WriteTxn`` that records what
+it is asked.
 """
 
 from __future__ import annotations
