@@ -3,12 +3,42 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping, Sequence
+from concurrent.futures import Future
+from datetime import datetime
 from types import TracebackType
 from typing import Protocol, Self, runtime_checkable
+
+import msgspec
 
 from sharedesk.protocol.events import Event
 from sharedesk.protocol.sessions import SessionState
 from sharedesk.protocol.views import Conversation, SessionPage, SharingState
+from sharedesk.protocol.writes import Write
+
+
+class SessionInfo(msgspec.Struct, frozen=True):
+    """What a store knows about one session without reading its events.
+
+    Returned by every store's ``session_info`` and ``session_infos`` (used by the
+    inspection commands).
+
+    Attributes:
+        session_id: The session.
+        last_sequence: The session's last sequence; sequences have no gaps, so this is
+            also the number of events it holds.
+        text_count: How many of those events are ``Text`` rows (the rows its log serves).
+        last_activity: The timestamp stamped on the session's newest event (UTC).
+    """
+
+    session_id: str
+    last_sequence: int
+    text_count: int
+    last_activity: datetime
+
+
+#: Called by a store's writer with ``(session_id, new_events)`` after each commit that
+#: stored new events (see :class:`WritingStore`).
+CommitCallback = Callable[[str, list[Event]], None]
 
 
 @runtime_checkable
@@ -35,7 +65,11 @@ class ReplyIndex(Protocol):
 
 @runtime_checkable
 class EventStore(Protocol):
-    """The store interface shared by every backend (``MemoryStore``, ``LmdbStore``)."""
+    """The store interface shared by every backend and the Hub.
+
+    Each method's full contract (arguments, errors, cost) is documented once, on
+    ``sharedesk.store.base.StoreBase``, which every backend subclasses.
+    """
 
     def append(
         self,
@@ -44,15 +78,7 @@ class EventStore(Protocol):
         *,
         expected_version: int | None = None,
     ) -> list[Event]:
-        """Append ``events`` and return them as stored (sequence and timestamp set).
-
-        Events whose ``id`` the session already holds are returned as stored, not
-        stored again.
-
-        Raises:
-            ValidationError: Malformed input; nothing was written.
-            ConcurrencyError: ``expected_version`` is not the last sequence.
-        """
+        """Append ``events`` and return them as stored (sequence and timestamp set)."""
         ...
 
     def read(
@@ -93,9 +119,9 @@ class EventStore(Protocol):
 class SharingStateStore(Protocol):
     """A store that also keeps sharing states, written atomically with a turn's reply.
 
-    Both ``MemoryStore`` and ``LmdbStore`` implement it. ``viewer`` is the participant's
-    :func:`~sharedesk.protocol.author_key`; states are keyed by
-    (session, viewer, conversation).
+    Every backend implements it (``StoreBase``, where each method's contract is
+    documented). ``viewer`` is the participant's :func:`~sharedesk.protocol.author_key`;
+    states are keyed by (session, viewer, conversation).
     """
 
     def get_sharing_state(
@@ -115,31 +141,27 @@ class SharingStateStore(Protocol):
         expected_version: int | None = None,
         reply_present: bool = False,
     ) -> list[Event]:
-        """Append ``events`` and store ``state`` in one atomic, durable step.
-
-        The state is keyed by (session, viewer, ``state.conversation``). ``events`` may
-        be empty (a turn committed without a reply). With ``reply_present``, the stored
-        state also notes the first event's real sequence as present (``note_present``),
-        decided inside the same transaction, also when that event's id was stored
-        before (it keeps its old sequence).
-
-        Raises:
-            ValidationError: Malformed input; nothing was written.
-            ConcurrencyError: ``expected_version`` is not the last sequence.
-            SharingStateConflict: The stored state is not ``expected_state``
-                (``None``: no state stored); nothing was written.
-            PresentSetOverflow: Noting the reply would overflow the present set;
-                nothing was written.
-        """
+        """Append ``events`` and store ``state`` in one atomic, durable step."""
         ...
 
     def first_replies(self, session_id: str, roots: Collection[int]) -> dict[int, int]:
-        """Return, for each root asked that has one, its first non-blank reply's sequence.
+        """Return, for each root asked that has one, its first non-blank reply's sequence."""
+        ...
 
-        The store records a root's first non-blank reply when it appends it, so the
-        answer costs one lookup per root, whatever the history. A sequence that is not
-        a root ``Text`` row, or a root with no non-blank reply yet, is left out.
-        """
+
+@runtime_checkable
+class WritingStore(Protocol):
+    """A store's one write path: checked writes in, futures out (every backend has it).
+
+    The contract is documented once, on ``sharedesk.store.base.StoreBase``.
+    """
+
+    def submit(self, write: Write) -> Future[list[Event]]:
+        """Queue a checked write; the future gets the stored events or the error."""
+        ...
+
+    def on_commit(self, callback: CommitCallback) -> Callable[[], None]:
+        """Call ``callback(session_id, new_events)`` after each commit; return the remover."""
         ...
 
 
@@ -182,12 +204,12 @@ class WriteTicket(Protocol):
 
 @runtime_checkable
 class SubmittingStore(Protocol):
-    """A store that also takes writes without a waiting thread (``LmdbStore``, ``MemoryStore``).
+    """The ticket form of :class:`WritingStore`, kept over ``submit`` for old callers.
 
     ``submit_append`` and ``submit_append_and_share`` validate their input at once (a bad
-    one raises ``ValidationError`` and nothing is queued), queue the write and return;
-    the writer settles the ticket after the group holding it is committed (or fails),
-    then delivers it to its sink: one ``deliver`` call per sink per group.
+    one raises ``ValidationError`` and nothing is queued) and submit the write; once its
+    future is done, the ticket is settled and delivered to its sink, alone
+    (``sharedesk/store/_tickets.py``).
     """
 
     def submit_append(

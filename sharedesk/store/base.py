@@ -1,0 +1,599 @@
+"""StoreBase: the one store base; backends supply only their own I/O.
+
+The public methods of every store (``append``, ``append_and_share``, ``submit``, the
+reads, ``on_commit``, ``close``) are written, validated and documented here, once, as
+eventsourcing's recorders are; ``MemoryStore``, ``LmdbStore`` and ``PostgresStore``
+subclass :class:`StoreBase` and implement the hooks below.
+
+One write path. ``submit(write)`` is the only way in, and ``append`` is
+``self.submit(check_write(...)).result()`` (without a writer thread, the same commit's
+outcome, with no future built). The writer takes a group of writes, opens one write
+transaction (``_transact``), reads the :class:`Facts` of the sessions the group touches
+(``WriteTxn.facts``), plans each write on top of the ones before
+(:func:`~sharedesk.projection.append.plan_write`), puts the plans that passed
+(``WriteTxn.put``) and commits. A write whose plan raises fails alone and writes
+nothing. Then the ``on_commit`` callbacks run, in commit order, and only then is each
+future of the group completed, once. Two writers exist:
+
+- ``writer=None`` (``MemoryStore``): no thread; ``submit`` plans and puts under the
+  store's lock on the caller's thread and returns a completed future;
+- ``writer="<thread name>"`` (``LmdbStore``, ``PostgresStore``): the group-committing
+  writer of :mod:`sharedesk.store._group_commit` (one thread, one queue).
+
+Backend hooks (called with checked arguments, on a store that is open):
+
+- ``_transact(work) -> T``: run ``work(txn)`` in one write transaction and commit; it
+  may run ``work`` again in a fresh transaction after a retryable failure; a failed
+  transaction raises a ``SharedeskError`` (``StoreIOError``, ``StoreFullError``, ...);
+- ``txn.facts(wants) -> dict[str, Facts]``: read, for each session, what its
+  :class:`Wants` names, in fresh containers; ``txn.put(plans)``: write the plans, in
+  order (several may be of one session, each planned on top of the ones before);
+- ``_read(session_id, after, before, limit, newest_first)`` (``limit`` is ``None`` or
+  positive), ``_last_sequence``, ``_read_text_before(session_id, before, limit)``
+  (``limit`` positive), ``_first_replies(session_id, roots)`` (``roots`` a non-empty
+  list), ``_session_state``, ``_run_events``, ``_get_sharing_state``, ``_sessions``,
+  ``_session_info``, ``_session_infos``: what the public method of that name returns;
+- ``_close()``: release the resources, once, after the writer has stopped.
+
+A group whose transaction fails with ``StoreFullError`` is retried one write per
+transaction, so only the writes that do not fit get the error.
+"""
+
+from __future__ import annotations
+
+import threading
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Collection, Sequence
+from concurrent.futures import Future
+from datetime import UTC, datetime
+from types import TracebackType
+from typing import ClassVar, Self, TypeVar
+
+from sharedesk.projection.append import Facts, StoredRow, Wants, WritePlan
+from sharedesk.protocol._log import logger
+from sharedesk.protocol.errors import (
+    SharedeskError,
+    StoreClosedError,
+    StoreFullError,
+)
+from sharedesk.protocol.events import Event
+from sharedesk.protocol.ports import CommitCallback, SessionInfo
+from sharedesk.protocol.records import private_copy
+from sharedesk.protocol.sessions import SessionState
+from sharedesk.protocol.validation import (
+    check_bool,
+    check_conversation,
+    check_int,
+    check_optional_int,
+    check_optional_str,
+    check_roots,
+    check_session_id,
+    check_text,
+    check_write,
+)
+from sharedesk.protocol.views import Conversation, SessionPage, SharingState
+from sharedesk.protocol.writes import Share, Write
+from sharedesk.store._group_commit import GroupWriter, WriteTxn, plan_group
+from sharedesk.store._tickets import TicketShims
+
+__all__ = ["Facts", "SessionInfo", "StoreBase", "StoredRow", "Wants", "WritePlan", "WriteTxn"]
+
+_log = logger()
+T = TypeVar("T")
+
+#: One write's outcome: its stored events (one per input event), or the error.
+Outcome = list[Event] | BaseException
+
+
+class StoreBase(TicketShims, ABC):
+    """The store port, written once: validation, the write path, the reads, the lifecycle.
+
+    Thread-safe. A subclass implements the hooks of the module header and calls
+    ``super().__init__`` last, once its resources are open (it starts the writer thread).
+
+    Args:
+        path: Where the store lives, named in its errors (``None``: in memory).
+        writer: The writer thread's name, or ``None``: writes run on the caller's
+            thread, under the store's lock.
+        group_wait: Most seconds the writer thread gathers a group (see
+            :mod:`sharedesk.store._group_commit`).
+    """
+
+    #: Whether the backend keeps the very events its ``put`` is handed (``MemoryStore``):
+    #: then a write returns copies of them; otherwise the stored events themselves.
+    keeps_events: ClassVar[bool] = False
+
+    def __init__(
+        self,
+        path: str | None = None,
+        *,
+        writer: str | None = None,
+        group_wait: float = 0.0,
+    ) -> None:
+        self._path = path
+        #: Serialises writes without a writer thread, and guards such a backend's data
+        #: (reentrant: an ``on_commit`` callback may read).
+        self._lock = threading.RLock()
+        self._closed = False
+        self._callbacks: tuple[CommitCallback, ...] = ()
+        self._writer: GroupWriter | None = None
+        if writer is not None:
+            self._writer = GroupWriter(
+                self._run_group,
+                group_wait=group_wait,
+                name=writer,
+                closed_error=self._closed_error,
+            )
+
+    # -- writes ------------------------------------------------------------------------
+
+    def submit(self, write: Write) -> Future[list[Event]]:
+        """Queue a checked write to the store's writer; the only write path.
+
+        Args:
+            write: A write built by :func:`~sharedesk.protocol.validation.check_write`
+                (it is not checked again).
+
+        Returns:
+            A future completed once, by the writer: with the stored events (one per
+            input event, in input order; for a commit, the stored reply as a list,
+            empty without one), or with the error ``append`` would raise. Sync callers
+            wait on ``.result()`` (interruptible by Ctrl-C on the main thread); async
+            callers use ``add_done_callback`` and ``loop.call_soon_threadsafe``. The
+            ``on_commit`` callbacks of the write's commit have run when it completes.
+
+        Cost: without a writer thread (``MemoryStore``), the whole write on the
+        caller's thread, and the future is done on return; otherwise one queue append,
+        never blocking on the writer.
+        """
+        future: Future[list[Event]] = Future()
+        if self._writer is not None:
+            self._writer.put(write, future)
+            return future
+        future.set_running_or_notify_cancel()
+        _complete(future, self._commit_here(write))
+        return future
+
+    def _wait(self, write: Write) -> list[Event]:
+        """Return ``submit(write).result()``; without a writer thread, without the future."""
+        if self._writer is not None:
+            return self.submit(write).result()
+        outcome = self._commit_here(write)
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return outcome
+
+    def _commit_here(self, write: Write) -> Outcome:
+        """Commit ``write`` on this thread, under the store's lock (no writer thread)."""
+        with self._lock:
+            return self._closed_error() if self._closed else self._commit_group([write])[0]
+
+    def append(
+        self,
+        session_id: str,
+        events: Sequence[Event],
+        *,
+        expected_version: int | None = None,
+        unless_stored: str | None = None,
+    ) -> list[Event]:
+        """Append ``events`` to ``session_id`` and return them as stored.
+
+        Args:
+            session_id: The session.
+            events: Events with ``sequence`` and ``timestamp`` left ``None``.
+            expected_version: When set, append only if the session's last sequence
+                equals it.
+            unless_stored: When set, append only if the session holds no event with
+                this id (checked inside the write transaction).
+
+        Returns:
+            One stored event per input, in input order; an event whose ``id`` the
+            session already holds (or that repeats an earlier id of the batch) is
+            returned as stored, not stored again.
+
+        Raises:
+            ValidationError: Malformed input; nothing was written.
+            ConcurrencyError: ``expected_version`` differs from the last sequence.
+            AlreadyStored: The event ``unless_stored`` names is stored; nothing written.
+            StoreFullError: The store may not grow to hold the events.
+            StoreClosedError: The store is closed (also when it closes while waiting).
+            StoreIOError: The backend failed; the cause is chained.
+
+        Cost: one validation (a msgpack round trip per event), then blocks until the
+        writer commits the group this write joins: one write transaction (durable
+        backends: one sync shared by the group), O(len(events)) reads and writes.
+        """
+        write = check_write(
+            session_id, events, expected_version=expected_version, unless_stored=unless_stored
+        )
+        return self._wait(write)
+
+    def append_and_share(
+        self,
+        session_id: str,
+        events: Sequence[Event],
+        *,
+        viewer: str,
+        state: SharingState,
+        expected_state: SharingState | None,
+        expected_version: int | None = None,
+        reply_present: bool = False,
+    ) -> list[Event]:
+        """Append ``events`` and store ``state`` in one atomic, durable step.
+
+        The state is keyed by (session, viewer, ``state.conversation``); ``events`` may
+        be empty (a turn committed without a reply). Checks run in this order: input,
+        ``expected_version``, the stored state, parents, the present set.
+
+        Args:
+            session_id: The session.
+            events: Events to append, as for :meth:`append`.
+            viewer: The participant's :func:`~sharedesk.protocol.author_key`.
+            state: The state to store.
+            expected_state: The state the caller read (``None``: no state stored).
+            expected_version: When set, write only if the last sequence equals it.
+            reply_present: Note the first event's stored sequence (its old one when its
+                id was stored before) as present in ``state``, inside the transaction.
+
+        Returns:
+            The events as stored, as :meth:`append` returns them.
+
+        Raises:
+            ValidationError: Malformed input; nothing was written.
+            ConcurrencyError: ``expected_version`` differs from the last sequence.
+            SharingStateConflict: The stored state is not ``expected_state``; nothing
+                was written.
+            PresentSetOverflow: Noting the reply overflows the present set; nothing
+                was written.
+            CorruptRecordError: The stored state cannot be decoded; nothing was written.
+            StoreFullError, StoreClosedError, StoreIOError: As for :meth:`append`.
+
+        Cost: as :meth:`append`, plus one state read and write in the same transaction.
+        """
+        share = Share(viewer, state, expected_state, reply_present)
+        write = check_write(session_id, events, expected_version=expected_version, share=share)
+        return self._wait(write)
+
+    def on_commit(self, callback: CommitCallback) -> Callable[[], None]:
+        """Call ``callback(session_id, new_events)`` after each commit that stored events.
+
+        Called on the writer's side (the writer thread, or the caller's thread without
+        one), once per write that stored new events, in commit order, before the futures
+        of that commit are completed: a caller that got its result finds the callback
+        run. ``new_events`` are private copies, in sequence order. A raising callback is
+        logged (``store.callback_failed``) and dropped; the others still run. A callback
+        may read the store and submit writes, but must not wait for one: the writer
+        would be waiting for itself.
+
+        Returns:
+            The function that removes the callback (idempotent).
+
+        Cost: O(1); each commit then costs one call per callback.
+        """
+        with self._lock:
+            self._callbacks = (*self._callbacks, callback)
+
+        def remove() -> None:
+            with self._lock:
+                self._callbacks = tuple(c for c in self._callbacks if c is not callback)
+
+        return remove
+
+    # -- the writer's side ---------------------------------------------------------------
+
+    def _closed_error(self) -> StoreClosedError:
+        return StoreClosedError(self._path)
+
+    def _run_group(self, items: list[tuple[Write, Future[list[Event]]]]) -> None:
+        """Commit a group taken by the writer thread and complete its futures. Never raises."""
+        outcomes = self._commit_group([write for write, _ in items])
+        for (_, future), outcome in zip(items, outcomes, strict=True):
+            _complete(future, outcome)
+
+    def _commit_group(self, writes: list[Write]) -> list[Outcome]:
+        """Plan and put ``writes`` in one transaction, run the callbacks; one outcome each."""
+        now = datetime.now(UTC)
+        try:
+            planned = self._transact(lambda txn: plan_group(txn, writes, now))
+        except StoreFullError as exc:
+            if len(writes) == 1:
+                return [exc]
+            return [outcome for write in writes for outcome in self._commit_group([write])]
+        except SharedeskError as exc:
+            return [exc] * len(writes)
+        except Exception as exc:  # a bug or a foreign error: every write of the group
+            _log.exception("store.writer_failed", path=self._path)
+            return [exc] * len(writes)
+        callbacks = self._callbacks
+        outcomes: list[Outcome] = []
+        for plan in planned:
+            if isinstance(plan, BaseException):
+                outcomes.append(plan)
+                continue
+            if plan.new and callbacks:
+                session_id, told = plan.write.session_id, [private_copy(e) for e in plan.new]
+                for callback in callbacks:
+                    try:
+                        callback(session_id, told)
+                    except Exception:
+                        _log.exception("store.callback_failed", session_id=session_id)
+            result = plan.result
+            outcomes.append([private_copy(e) for e in result] if self.keeps_events else result)
+        return outcomes
+
+    # -- reads -------------------------------------------------------------------------
+
+    def _live(self) -> None:
+        if self._closed:
+            raise self._closed_error()
+
+    def read(
+        self,
+        session_id: str,
+        *,
+        after: int | None = None,
+        before: int | None = None,
+        limit: int | None = None,
+        newest_first: bool = False,
+    ) -> list[Event]:
+        """Return stored events with ``after < sequence < before``.
+
+        Args:
+            session_id: The session.
+            after: Exclusive lower bound, or ``None``.
+            before: Exclusive upper bound, or ``None``.
+            limit: The first ``limit`` events in the chosen order, or all.
+            newest_first: Order newest first instead of oldest first.
+
+        Raises:
+            ValidationError: A bound that is not a non-negative int, or a
+                ``newest_first`` that is not a bool.
+            StoreClosedError: The store is closed.
+            CorruptRecordError, StoreIOError: A stored record is damaged; a read failed.
+
+        Cost: one read of the rows returned, walked from the requested end; no writes.
+        """
+        check_session_id(session_id)
+        check_bool("newest_first", newest_first)
+        after = check_optional_int("after", after)
+        before = check_optional_int("before", before)
+        limit = check_optional_int("limit", limit)
+        self._live()
+        if limit == 0:
+            return []
+        return self._read(session_id, after, before, limit, newest_first)
+
+    def last_sequence(self, session_id: str) -> int:
+        """Return the session's last sequence (0 for a session with no events).
+
+        Raises:
+            ValidationError: A malformed session id.
+            StoreClosedError: The store is closed.
+
+        Cost: one key read; no writes.
+        """
+        check_session_id(session_id)
+        self._live()
+        return self._last_sequence(session_id)
+
+    def log(self, session_id: str) -> StoreLog:
+        """Return the session's ``Text`` rows as a :class:`~sharedesk.SessionLog`.
+
+        Rows carry ``desk == session_id`` and are read from the tail: a
+        ``read_before(before, limit)`` costs one read of at most ``limit`` rows,
+        whatever the history.
+
+        Raises:
+            ValidationError: A malformed session id.
+        """
+        check_session_id(session_id)
+        return StoreLog(self, session_id)
+
+    def first_replies(self, session_id: str, roots: Collection[int]) -> dict[int, int]:
+        """Return, for each root in ``roots`` that has one, its first non-blank reply.
+
+        A sequence that is not a root ``Text`` row, or a root with no non-blank reply
+        yet, is left out.
+
+        Raises:
+            ValidationError: A malformed session id or root.
+            StoreClosedError: The store is closed.
+
+        Cost: one index read per root (the index is kept on append); no writes.
+        """
+        check_session_id(session_id)
+        wanted = check_roots(roots)
+        self._live()
+        return self._first_replies(session_id, wanted) if wanted else {}
+
+    def session_state(self, session_id: str) -> SessionState:
+        """Return the session's state, folded as its events were appended.
+
+        Raises:
+            ValidationError: A malformed session id.
+            StoreClosedError: The store is closed.
+
+        Cost: one key read; no writes.
+        """
+        check_session_id(session_id)
+        self._live()
+        return self._session_state(session_id)
+
+    def run_events(self, session_id: str, run_id: str) -> list[Event]:
+        """Return the events carrying ``run_id``, oldest first (the run index).
+
+        Raises:
+            ValidationError: A malformed argument.
+            StoreClosedError: The store is closed.
+
+        Cost: one index walk and one read per event of the run; no writes.
+        """
+        check_session_id(session_id)
+        check_optional_str("run_id", run_id)
+        self._live()
+        return self._run_events(session_id, run_id)
+
+    def get_sharing_state(
+        self, session_id: str, viewer: str, conversation: Conversation
+    ) -> SharingState | None:
+        """Return the stored sharing state of (session, viewer, conversation), or ``None``.
+
+        Args:
+            session_id: The session.
+            viewer: The participant's :func:`~sharedesk.protocol.author_key`.
+            conversation: The conversation the state tracks.
+
+        Raises:
+            ValidationError: A malformed argument.
+            StoreClosedError: The store is closed.
+            CorruptRecordError: The stored state cannot be decoded.
+
+        Cost: one key read; no writes.
+        """
+        check_session_id(session_id)
+        check_text("viewer", viewer, empty=False)
+        check_conversation(conversation)
+        self._live()
+        return self._get_sharing_state(session_id, viewer, conversation)
+
+    def sessions(self) -> list[str]:
+        """Return the ids of the sessions holding at least one event, sorted.
+
+        Raises:
+            StoreClosedError: The store is closed.
+
+        Cost: one walk of the sessions; no writes.
+        """
+        self._live()
+        return self._sessions()
+
+    def session_info(self, session_id: str) -> SessionInfo | None:
+        """Return what the store knows about ``session_id``, or ``None`` if it has no events.
+
+        Raises:
+            ValidationError: A malformed session id.
+            StoreClosedError: The store is closed.
+
+        Cost: one key read; no writes.
+        """
+        check_session_id(session_id)
+        self._live()
+        return self._session_info(session_id)
+
+    def session_infos(self) -> list[SessionInfo]:
+        """Return :class:`SessionInfo` for every session holding events, sorted by id.
+
+        Raises:
+            StoreClosedError: The store is closed.
+
+        Cost: one walk of the sessions; no writes.
+        """
+        self._live()
+        return self._session_infos()
+
+    def close(self) -> None:
+        """Close the store; later calls raise ``StoreClosedError``. Idempotent.
+
+        Writes still queued get ``StoreClosedError``; the group being written completes.
+
+        Cost: waits for the group in progress, if any, and joins the writer thread.
+        """
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        if self._writer is not None:
+            self._writer.close()
+        with self._lock:
+            self._close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # -- backend hooks (see the module header) -----------------------------------------
+
+    @abstractmethod
+    def _transact(self, work: Callable[[WriteTxn], T]) -> T: ...
+
+    @abstractmethod
+    def _read(
+        self,
+        session_id: str,
+        after: int | None,
+        before: int | None,
+        limit: int | None,
+        newest_first: bool,
+    ) -> list[Event]: ...
+
+    @abstractmethod
+    def _last_sequence(self, session_id: str) -> int: ...
+
+    @abstractmethod
+    def _read_text_before(self, session_id: str, before: int | None, limit: int) -> SessionPage: ...
+
+    @abstractmethod
+    def _first_replies(self, session_id: str, roots: list[int]) -> dict[int, int]: ...
+
+    @abstractmethod
+    def _session_state(self, session_id: str) -> SessionState: ...
+
+    @abstractmethod
+    def _run_events(self, session_id: str, run_id: str) -> list[Event]: ...
+
+    @abstractmethod
+    def _get_sharing_state(
+        self, session_id: str, viewer: str, conversation: Conversation
+    ) -> SharingState | None: ...
+
+    @abstractmethod
+    def _sessions(self) -> list[str]: ...
+
+    @abstractmethod
+    def _session_info(self, session_id: str) -> SessionInfo | None: ...
+
+    @abstractmethod
+    def _session_infos(self) -> list[SessionInfo]: ...
+
+    @abstractmethod
+    def _close(self) -> None: ...
+
+
+def _complete(future: Future[list[Event]], outcome: Outcome) -> None:
+    if isinstance(outcome, BaseException):
+        future.set_exception(outcome)
+    else:
+        future.set_result(outcome)
+
+
+class StoreLog:
+    """A :class:`~sharedesk.SessionLog` over one session of a store (see ``StoreBase.log``)."""
+
+    __slots__ = ("_session_id", "_store")
+
+    def __init__(self, store: StoreBase, session_id: str) -> None:
+        self._store = store
+        self._session_id = session_id
+
+    def read_before(self, before: int | None, limit: int) -> SessionPage:
+        """Return at most ``limit`` ``Text`` rows below ``before``, newest first.
+
+        Raises:
+            ValidationError: ``before`` or ``limit`` not a non-negative int.
+            StoreClosedError: The store is closed.
+
+        Cost: one read of at most ``limit`` rows from the tail; no writes.
+        """
+        before = check_optional_int("before", before)
+        store, limit = self._store, check_int("limit", limit)
+        store._live()
+        if limit == 0:
+            return SessionPage(messages=[], next_before=None)
+        return store._read_text_before(self._session_id, before, limit)
