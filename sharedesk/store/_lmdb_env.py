@@ -10,20 +10,22 @@ open, because LMDB remaps the file. Every transaction, read or write, therefore 
 the environment's :class:`ResizeLock` in shared mode, and a resize (or adopting a map
 grown by another process) holds it exclusively.
 
-Several processes. Opening a file that has every sub-database never takes LMDB's
-write lock, so it never waits for another process's writer (nor for ever, for one
-stopped while it holds the lock). The sub-databases are created once: by the open that
-finds one missing (a new file, or one written before it existed), which is the only open
-that takes the write lock. A sub-database handle is usable by every transaction only
-once it is *published* to the environment, and py-lmdb 3.0 publishes only from a write
-transaction: its ``commit()`` of a read-only transaction is ``mdb_txn_reset``, which
-drops the handles opened in it (LMDB's own ``mdb_txn_commit`` would keep them), and its
-``open_db`` without a transaction begins a write transaction (holding the GIL while it
-waits for the lock) unless the whole environment is read-only. So the handles are
-published by the first write transaction, which takes the lock anyway (or by the open
-that creates a sub-database). Until then a read opens the handles it uses inside its own
-read-only transaction (``open_db(create=False)``), and, as LMDB requires of
-``mdb_dbi_open``, such reads run one at a time in this process
+Several processes. Opening an existing file never takes LMDB's write lock, so it never
+waits for another process's writer (nor for ever, for one stopped while it holds the
+lock). The sub-databases and the format record (:data:`FORMAT_KEY`, in LMDB's unnamed
+database) are created together, in one write transaction, by the open that finds a new
+file: the only open that takes the write lock. A file that holds anything else (another
+format, or sub-databases without the record) is refused as
+:class:`~sharedesk.protocol.errors.StoreFormatError`. A sub-database handle is usable by
+every transaction only once it is *published* to the environment, and py-lmdb 3.0
+publishes only from a write transaction: its ``commit()`` of a read-only transaction is
+``mdb_txn_reset``, which drops the handles opened in it (LMDB's own ``mdb_txn_commit``
+would keep them), and its ``open_db`` without a transaction begins a write transaction
+(holding the GIL while it waits for the lock) unless the whole environment is read-only.
+So the handles are published by the first write transaction, which takes the lock anyway
+(or by the open that creates the file). Until then a read opens the handles it uses
+inside its own read-only transaction (``open_db(create=False)``), and, as LMDB requires
+of ``mdb_dbi_open``, such reads run one at a time in this process
 (:meth:`SharedEnvironment.read`). Appends wait for the write lock, as they must.
 
 A map grown by another process (``MapResizedError``) is adopted (``set_mapsize(0)``)
@@ -63,16 +65,26 @@ import lmdb
 import lmdb.verify
 
 from sharedesk.protocol._log import logger
-from sharedesk.protocol.errors import CorruptRecordError, StoreIOError, ValidationError
+from sharedesk.protocol.errors import (
+    CorruptRecordError,
+    StoreFormatError,
+    StoreIOError,
+    ValidationError,
+)
 
 _log = logger()
 
 T = TypeVar("T")
 
-#: The sub-databases of a store, by purpose. ``replies`` and ``runs`` came later: opening
-#: a database written before them creates them empty (LmdbStore treats roots it lacks as
-#: older ones; a session's state and run index cover the events appended since).
+#: The sub-databases of a store (see :mod:`sharedesk.store._lmdb_layout`).
 DATABASES: Final = (b"events", b"ids", b"meta", b"texts", b"sharing", b"replies", b"runs")
+
+#: The key of the format record in LMDB's unnamed database, and the format written.
+FORMAT_KEY: Final = b"sharedesk:format"
+FORMAT_VERSION: Final = 1
+
+#: Opens an ``lmdb.Environment``: ``lmdb.open``'s signature (the seam fault tests use).
+OpenEnvironment = Callable[..., Any]
 
 #: A store's writer reclaims dead processes' reader slots once per this many commits.
 READER_CHECK_COMMITS: Final = 32
@@ -500,20 +512,21 @@ class SharedEnvironment:
         return handle
 
     def publish(self) -> None:
-        """Open every sub-database for all transactions, creating the missing ones.
+        """Open every sub-database for all transactions; on a new file, create them.
 
         py-lmdb publishes a handle to the environment only from a write transaction (it
         resets a read-only transaction on commit, which drops the handles it opened), so
         this takes LMDB's write lock: it waits while another process writes, with the
         GIL released (only the calling thread waits). Done once per environment: by the
-        open when a sub-database is missing (a new file, or one written before it), else
+        open of a new file (which writes the sub-databases and the format record), else
         by the first write, which takes the write lock anyway.
 
         Raises:
+            StoreFormatError: Another process wrote a file of another format meanwhile.
             CorruptRecordError: LMDB found the main database damaged.
             StoreIOError: LMDB failed.
 
-        Cost: one write transaction; it writes (and syncs) only when it creates one.
+        Cost: one write transaction; it writes (and syncs) only on a new file.
         """
         if self.published is not None:
             return
@@ -521,27 +534,50 @@ class SharedEnvironment:
         def attempt() -> None:
             with self.env.begin(write=True) as txn, self._handles_lock:
                 if self.published is None:
+                    if self._format(txn) is None:
+                        txn.put(FORMAT_KEY, str(FORMAT_VERSION).encode())
                     handles = {name: self.env.open_db(name, txn=txn) for name in DATABASES}
                     txn.commit()
                     self.published = handles
 
         self._adopting_growth("open", attempt)
 
-    def missing_databases(self) -> list[bytes]:
-        """Return the sub-databases the file lacks, read without the write lock.
+    def check_format(self) -> bool:
+        """Check the file's format record, read without the write lock.
+
+        Returns:
+            Whether the file is new (no record and no sub-database): :meth:`publish`
+            creates them.
 
         Raises:
+            StoreFormatError: The file holds another format, or no record beside data.
             CorruptRecordError: LMDB found the main database damaged.
             StoreIOError: LMDB failed.
 
         Cost: one read transaction, one main-database lookup per sub-database.
         """
 
-        def attempt() -> list[bytes]:
+        def attempt() -> bool:
             with self.env.begin(buffers=False) as txn:
-                return [name for name in DATABASES if txn.get(name) is None]
+                return self._format(txn) is None
 
         return self._adopting_growth("open", attempt)
+
+    def _format(self, txn: Any) -> int | None:
+        """Return the file's format (``None``: a new file), refusing any other."""
+        raw = txn.get(FORMAT_KEY)
+        if raw == str(FORMAT_VERSION).encode():
+            if all(txn.get(name) is not None for name in DATABASES):
+                return FORMAT_VERSION
+            found = f"format {FORMAT_VERSION} with sub-databases missing"
+        elif raw is None:
+            present = [name.decode() for name in DATABASES if txn.get(name) is not None]
+            if not present:
+                return None
+            found = f"no format record beside the sub-databases {present}"
+        else:
+            found = f"format record {bytes(raw)[:40]!r}"
+        raise StoreFormatError(path=self.path, found=found, supported=FORMAT_VERSION)
 
     def _adopting_growth(
         self, operation: str, attempt: Callable[[], T], *, damaged: bool = True
@@ -673,14 +709,23 @@ class _Registry:
         self._open: dict[str, SharedEnvironment] = {}
 
     def acquire(
-        self, path: str, *, durability: str, map_size: int, verify: bool = False
+        self,
+        path: str,
+        *,
+        durability: str,
+        map_size: int,
+        verify: bool = False,
+        environment: OpenEnvironment = lmdb.open,
     ) -> SharedEnvironment:
         """Return the shared environment at ``path``, opening it on first use.
 
         ``verify``: walk the whole file first (see :meth:`SharedEnvironment.verify`).
+        ``environment``: opens the environment on first use (``lmdb.open``'s signature);
+        a path already open here keeps the environment it was opened with.
 
         Raises:
             ValidationError: The path is already open here with another durability.
+            StoreFormatError: The file holds another format.
             CorruptRecordError: The data file is damaged.
             StoreIOError: LMDB could not open it.
         """
@@ -688,7 +733,7 @@ class _Registry:
         with self._lock:
             shared = self._open.get(real)
             if shared is None:
-                shared = self._open_env(real, durability, map_size, verify)
+                shared = self._open_env(real, durability, map_size, verify, environment)
                 self._open[real] = shared
             elif shared.durability != durability:
                 raise ValidationError(
@@ -716,13 +761,15 @@ class _Registry:
         _log.debug("store.env_closed", path=shared.path)
 
     @staticmethod
-    def _open_env(real: str, durability: str, map_size: int, verify: bool) -> SharedEnvironment:
+    def _open_env(
+        real: str, durability: str, map_size: int, verify: bool, environment: OpenEnvironment
+    ) -> SharedEnvironment:
         durable = durability == "durable"
         attempt = 0
         while True:
             try:
                 os.makedirs(real, exist_ok=True)
-                env = lmdb.open(
+                env = environment(
                     real,
                     map_size=map_size,
                     max_dbs=len(DATABASES),
@@ -754,8 +801,8 @@ class _Registry:
                 shared.verify()
             else:
                 shared.check_trees()
-            if shared.missing_databases():
-                shared.publish()  # creates them: the only open that takes the write lock
+            if shared.check_format():
+                shared.publish()  # a new file: the only open that takes the write lock
         except BaseException:
             env.close()
             raise

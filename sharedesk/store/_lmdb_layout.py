@@ -24,10 +24,7 @@ runs       prefix + 0x01 + blake2b(run id) + sequence  empty: the run index
 The ``replies`` index is written in the transaction that appends the root (empty) and
 the one that appends its first non-blank reply, so a turn learns whether a reply is its
 root's first with one key read, however far down the root lies, and a reply's parent is
-checked to be a root ``Text`` row with the same read. A database written before the index
-existed opens unchanged (the sub-database is created empty); a root it lacks is checked
-from its record and indexed by the first reply appended to it since, and until then its
-first reply is found by a walk up from it.
+checked to be a root ``Text`` row with the same read.
 
 Ids up to ``MAX_RAW_ID`` bytes are kept as they are; longer ones are hashed (32-byte
 blake2b) so every key stays under LMDB's 511-byte limit. Events are stored as msgpack
@@ -66,9 +63,6 @@ MAX_SEQ: Final = 2**64 - 1
 MAX_RAW_ID: Final = 100
 EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 MICROSECOND: Final = timedelta(microseconds=1)
-#: The ``runs`` key that says every event of the file is in the run index and the
-#: session states (an empty session id's prefix: no session can have it).
-INDEXED_KEY: Final = b"\x00\x00indexed"
 EVENT_DECODER: Final = msgspec.msgpack.Decoder(Event)
 STATE_DECODER: Final = msgspec.msgpack.Decoder(SharingState)
 SESSION_STATE_DECODER: Final = msgspec.msgpack.Decoder(SessionState)

@@ -106,19 +106,17 @@ from sharedesk.store._common import (
     watermark_of,
 )
 from sharedesk.store._group_commit import GroupCommitter, Request
-from sharedesk.store._lmdb_env import READER_CHECK_COMMITS, REGISTRY, SharedEnvironment
+from sharedesk.store._lmdb_env import READER_CHECK_COMMITS, REGISTRY, OpenEnvironment
 from sharedesk.store._lmdb_layout import (
     ENCODER,
     EPOCH,
     EVENT_DECODER,
-    INDEXED_KEY,
     LOG_DECODER,
     MAX_SEQ,
     META,
     MICROSECOND,
     SEQ,
     SESSION_STATE_DECODER,
-    LogRecord,
     decode_info,
     decode_record,
     decode_state,
@@ -151,68 +149,6 @@ _META_CACHE_SIZE: Final = 100_000
 # long commits half groups (two fsyncs where one would do); relaxed commits are cheap.
 _GROUP_WAIT_DURABLE: Final = 0.002
 _GROUP_WAIT_RELAXED: Final = 0.0005
-
-
-def _index_older_events(shared: SharedEnvironment) -> None:
-    """Fill the run index and session states of a database written before they existed.
-
-    A file that holds events but no ``INDEXED_KEY`` was written by a version without
-    the ``runs`` sub-database: its events are folded into it once, in one write
-    transaction, so runs and sessions started before the upgrade are found. A new or
-    already indexed file costs one key read.
-
-    Raises:
-        CorruptRecordError: An older event does not decode.
-        StoreIOError: LMDB failed.
-
-    Cost: one read; once per older file, a write transaction over all its events (it
-    waits for LMDB's write lock).
-    """
-    while True:
-        shared.lock.acquire_shared()
-        try:
-            with shared.read() as txn:
-                if txn.get(INDEXED_KEY, db=shared.dbs[b"runs"]) is not None:
-                    return
-        except lmdb.MapResizedError:
-            resized = True
-        except lmdb.Error as exc:
-            raise StoreIOError(shared.path, "open") from exc
-        else:
-            resized = False
-        finally:
-            shared.lock.release_shared()
-        if resized:
-            shared.resize(0)  # another process grew the map: adopt its size, retry
-            continue
-        shared.publish()
-        try:
-            return _index_older_events_once(shared.env, shared.dbs)
-        except lmdb.MapResizedError:
-            shared.resize(0)
-        except lmdb.Error as exc:
-            raise StoreIOError(shared.path, "open") from exc
-
-
-def _index_older_events_once(env: Any, dbs: Mapping[bytes, Any]) -> None:
-    runs_db, events_db = dbs[b"runs"], dbs[b"events"]
-    with env.begin(write=True) as txn:
-        if txn.get(INDEXED_KEY, db=runs_db) is not None:
-            return  # another store or process indexed it meanwhile
-        states: dict[bytes, SessionState] = {}
-        cursor = txn.cursor(db=events_db)
-        for key, raw in cursor.iternext(keys=True, values=True):
-            prefix, seq = key[: -SEQ.size], key[-SEQ.size :]
-            session_id = session_of(key)
-            event = decode_record(EVENT_DECODER, session_id, SEQ.unpack(seq)[0], raw)
-            if event.run_id is not None:
-                txn.put(run_index_key(prefix, event.run_id) + seq, b"", db=runs_db)
-            if moves_session_state(event):
-                state = states.get(prefix, EMPTY_SESSION_STATE)
-                states[prefix] = fold_session_state(state, event)
-        for prefix, state in states.items():
-            txn.put(prefix, ENCODER.encode(state), db=runs_db)
-        txn.put(INDEXED_KEY, b"1", db=runs_db)
 
 
 class _Request(Request):
@@ -309,21 +245,25 @@ class LmdbStore:
             trusts: damaged, it was a typed error or an intact read in every case the
             fault suite ran, which proves nothing more. Damage done after the open is
             never checked.
+        environment: Opens the ``lmdb.Environment`` (``lmdb.open``'s signature; the
+            seam through which fault tests inject failures). Used only by the store
+            that opens the path first in this process; the others share its
+            environment.
 
     Raises:
         ValidationError: A bad option (``max_map_size`` under 64 KiB included), a path
             that is not one (empty, a NUL, not a ``str``/``os.PathLike``), or a
             durability that differs from the one this path is already open with in this
             process.
+        StoreFormatError: The file holds another format (nothing is changed).
         CorruptRecordError: The data file is damaged (``session_id`` is ``""``).
         StoreIOError: LMDB could not open the environment.
 
     Cost: opens (or shares) the environment and starts one writer thread; walks the
     branch pages (about 0.25 ms per MB of small events, 0.01 ms per MB of large ones);
     with ``verify``, reads the whole file instead (2.5 to 10 ms per MB). The
-    open of a file that has every sub-database takes no write lock, so it never waits
-    for another process's writer; only creating a sub-database (a new file, or one
-    written before that sub-database existed) waits for LMDB's write lock. Until this
+    open of an existing file takes no write lock, so it never waits for another
+    process's writer; only creating a new file waits for LMDB's write lock. Until this
     process's first write, its reads of such a file run one at a time (see
     ``_lmdb_env``).
     """
@@ -337,6 +277,7 @@ class LmdbStore:
         max_map_size: int | None = None,
         group_wait: float | None = None,
         verify: bool = False,
+        environment: OpenEnvironment = lmdb.open,
     ) -> None:
         path = check_path(path)
         if durability not in ("durable", "relaxed"):
@@ -357,12 +298,15 @@ class LmdbStore:
         if not isinstance(verify, bool):
             raise ValidationError(f"verify must be a bool, got {verify!r}")
         self._shared = REGISTRY.acquire(
-            os.fspath(path), durability=durability, map_size=map_size, verify=verify
+            os.fspath(path),
+            durability=durability,
+            map_size=map_size,
+            verify=verify,
+            environment=environment,
         )
         self._path = self._shared.path
         # The handles as this thread sees them until published, then the published ones.
         self._dbs: Mapping[bytes, Any] = self._shared.dbs
-        _index_older_events(self._shared)
         # (last sequence, Text rows) per session prefix as of this store's last commit;
         # valid only while no other writer committed in between (checked by txn id).
         self._meta_cache: dict[bytes, tuple[int, int]] = {}
@@ -807,54 +751,29 @@ class LmdbStore:
         """Return the ``replies`` value of ``parent``, checking that it is a root ``Text`` row.
 
         ``b""``: a root with no non-blank reply yet; 8 bytes: its first reply's sequence.
-        A root written before the index existed is indexed here, once (its first reply
-        found by a walk up from it), so that the caller can go on as for any root.
 
         Raises:
             ValidationError: ``parent`` is a reply, or not a ``Text`` row.
             CorruptRecordError: A record on the way does not decode.
 
-        Cost: one key read; for a root written before the index, one walk of the ``Text``
-        rows from it up to its first non-blank reply (once per such root).
+        Cost: one key read; the parent's record when it is no root.
         """
         dbs = self._dbs
         root_key = prefix + SEQ.pack(parent)
         entry = txn.get(root_key, db=dbs[b"replies"])
         if entry is not None:
             return bytes(entry)
-        if txn.get(root_key, db=dbs[b"texts"]) is None:
-            raw = txn.get(root_key, db=dbs[b"events"])
-            what = "missing" if raw is None else "not a Text row"
-            if raw is not None:
-                record = decode_record(EVENT_DECODER, session_id, parent, raw)
-                what = f"a {type(record.body).__name__} event"
-            raise not_a_root_error(index, parent, what)
-        row = self._log_record(txn, session_id, root_key, parent)
-        if row.parent is not None:
-            raise not_a_root_error(index, parent, f"a reply to row {row.parent}")
-        found = self._walk_first_reply(txn, session_id, prefix, parent)
-        entry = b"" if found is None else SEQ.pack(found)
-        txn.put(root_key, entry, db=dbs[b"replies"])
-        return entry
-
-    def _log_record(self, txn: Any, session_id: str, key: bytes, sequence: int) -> LogRecord:
-        raw = txn.get(key, db=self._dbs[b"events"])
-        if raw is None:
-            raise CorruptRecordError(session_id, sequence, "indexed but missing")
-        return decode_record(LOG_DECODER, session_id, sequence, raw)
-
-    def _walk_first_reply(self, txn: Any, session_id: str, prefix: bytes, root: int) -> int | None:
-        """Return the first non-blank reply to ``root`` by walking the ``Text`` rows above it.
-
-        Only for roots written before the ``replies`` index existed. Cost: O(Text rows
-        between the root and its first non-blank reply), one decode each.
-        """
-        cursor = txn.cursor(db=self._dbs[b"texts"])
-        for sequence, _value in walk_up(cursor, prefix, root, MAX_SEQ):
-            record = self._log_record(txn, session_id, prefix + SEQ.pack(sequence), sequence)
-            if record.parent == root and not is_blank(record.body.content):
-                return sequence
-        return None
+        raw = txn.get(root_key, db=dbs[b"events"])
+        what = "missing"
+        if raw is not None:
+            record = decode_record(EVENT_DECODER, session_id, parent, raw)
+            body = record.body
+            what = (
+                f"a reply to row {record.parent}"
+                if isinstance(body, Text)
+                else f"a {type(body).__name__} event"
+            )
+        raise not_a_root_error(index, parent, what)
 
     def first_replies(self, session_id: str, roots: Collection[int]) -> dict[int, int]:
         """Return, for each root in ``roots`` that has one, its first non-blank reply.
@@ -870,8 +789,7 @@ class LmdbStore:
             StoreIOError: LMDB failed.
 
         Cost: one read transaction, one key read per root (the index is written on
-        append); a root written before the index existed and not replied to since is
-        found by a walk up from it to its first non-blank reply.
+        append).
         """
         check_session_id(session_id)
         wanted = check_roots(roots)
@@ -879,21 +797,11 @@ class LmdbStore:
 
         def body(txn: Any) -> dict[int, int]:
             found: dict[int, int] = {}
-            replies_db, texts_db = self._dbs[b"replies"], self._dbs[b"texts"]
+            replies_db = self._dbs[b"replies"]
             for root in wanted:
-                key = prefix + SEQ.pack(root)
-                entry = txn.get(key, db=replies_db)
-                first: int | None = None
-                if entry is not None:
-                    if entry:
-                        first = SEQ.unpack(entry)[0]
-                elif (
-                    txn.get(key, db=texts_db) is not None
-                    and self._log_record(txn, session_id, key, root).parent is None
-                ):
-                    first = self._walk_first_reply(txn, session_id, prefix, root)
-                if first is not None:
-                    found[root] = first
+                entry = txn.get(prefix + SEQ.pack(root), db=replies_db)
+                if entry:
+                    found[root] = SEQ.unpack(entry)[0]
             return found
 
         if not wanted:

@@ -12,6 +12,7 @@ A child that does not finish in time is a hang: the test fails.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import os
@@ -32,6 +33,7 @@ from sharedesk.protocol import Event, Person, SharedeskError, StoreFullError, Te
 from sharedesk.store import LmdbStore
 from tests.faults.counting import FaultCounter
 from tests.store.conftest import ROOT, child_env
+from tests.store.test_lmdb import ScriptedEnvironment
 
 pytestmark = pytest.mark.slow
 
@@ -116,10 +118,10 @@ def finish(child: subprocess.Popen[bytes]) -> str:
     return out.decode()
 
 
-def stale_slots(store: LmdbStore) -> int:
+def stale_slots(scripted: ScriptedEnvironment) -> int:
     """Count reader-table entries of processes that no longer exist."""
     stale = 0
-    for line in store._shared.env.readers().splitlines()[1:]:
+    for line in scripted.env.readers().splitlines()[1:]:
         with contextlib.suppress(ValueError, IndexError):
             pid = int(line.split()[0])
             try:
@@ -224,6 +226,11 @@ print(f"RESULT {count}", flush=True)
 """
 
 
+def read_into(store: LmdbStore, counts: list[int]) -> None:
+    """Read session ``s`` and append how many events it holds to ``counts``."""
+    counts.append(len(store.read("s")))
+
+
 def append_small(store: LmdbStore, count: int) -> None:
     """Append ``count`` one-event batches (one commit each) to session ``s``."""
     for _ in range(count):
@@ -243,7 +250,8 @@ class TestReadersKilled:
 
         killed = tmp_path / "killed"
         rng = random.Random(7)
-        with LmdbStore(killed, durability="relaxed") as store:
+        scripted = ScriptedEnvironment()
+        with LmdbStore(killed, durability="relaxed", environment=scripted.open) as store:
             append_small(store, 1)
             for cycle in range(cycles):
                 child = spawn("-c", READER_CHILD, str(killed))
@@ -252,7 +260,7 @@ class TestReadersKilled:
                 kill(child)
                 append_small(store, appends // cycles - (1 if cycle == 0 else 0))
             append_small(store, appends - len(store.read("s")))
-            stale = stale_slots(store)
+            stale = stale_slots(scripted)
             assert appends == store.last_sequence("s")
         killed_size = (killed / "data.mdb").stat().st_size
         stored, duplicated, gaps = audit(killed)
@@ -280,8 +288,9 @@ class TestReadersKilled:
         holder = spawn("-c", HOLDER_CHILD, str(path), str(slots))
         assert b"ready\n" == wait_for_line(holder.stdout, b"ready")
         kills = squatted = 0
-        with LmdbStore(path, durability="relaxed") as store:
-            assert slots == store._shared.env.max_readers()
+        scripted = ScriptedEnvironment()
+        with LmdbStore(path, durability="relaxed", environment=scripted.open) as store:
+            assert slots == scripted.env.max_readers()
             append_small(store, 1)
             for _ in range(cycles):
                 squatter = spawn("-c", SQUATTER_CHILD, str(path))
@@ -291,8 +300,10 @@ class TestReadersKilled:
                 kill(squatter)
                 # The table is full of dead slots. A read while this process holds one
                 # needs a second slot: it reclaims them and retries.
-                nested = store._in_read(lambda _txn: store.read("s"))
-                assert len(nested) == store.last_sequence("s")
+                nested: list[int] = []
+                scripted.inside_next_read = functools.partial(read_into, store, nested)
+                outer = store.last_sequence("s")  # its read runs the nested one inside
+                assert [outer] == nested
                 reader = spawn("-c", READER_CHILD, str(path))
                 assert b"reading\n" == wait_for_line(reader.stdout, b"reading")
                 kill(reader)
