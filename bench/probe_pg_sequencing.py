@@ -28,7 +28,7 @@ from psycopg_pool import ConnectionPool
 
 from bench.pgserver import ThrowawayPostgres
 from sharedesk import Event, Person, Text
-from sharedesk.store._lmdb_layout import ENCODER
+from sharedesk.protocol.records import ENCODER
 from sharedesk.store._pg_schema import APPEND_FUNCTION
 from sharedesk.store.postgres import Notify, PostgresStore
 

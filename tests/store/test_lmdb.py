@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import random
@@ -10,6 +9,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
@@ -32,17 +32,16 @@ from sharedesk.protocol import (
     ValidationError,
 )
 from sharedesk.protocol.errors import StoreFormatError
-from sharedesk.protocol.validation import MAX_SESSION_ID_BYTES
+from sharedesk.protocol.records import sharing_key
+from sharedesk.protocol.validation import MAX_SESSION_ID_BYTES, check_write
 from sharedesk.store import LmdbStore
-from sharedesk.store._group_commit import wake
 from sharedesk.store._lmdb_env import (
     FORMAT_KEY,
     FORMAT_VERSION,
     READER_CHECK_COMMITS,
     tree_problem,
 )
-from sharedesk.store._lmdb_layout import SEQ, session_prefix, sharing_key
-from sharedesk.store.lmdb import _Request
+from sharedesk.store._lmdb_layout import SEQ, session_prefix
 from tests.store.conftest import ChildFactory, run_child
 from tests.store.contract import ContractStore, StoreContract, delta, text
 
@@ -111,10 +110,17 @@ def gate_writer(scripted: ScriptedEnvironment) -> tuple[threading.Event, threadi
     return entered, release
 
 
-def commit_as_one_group(store: LmdbStore, group: list[_Request]) -> None:
-    """Write ``group`` in one transaction as the writer does (it is idle), then wake it."""
-    store._commit(group, lambda: None)
-    wake(group)
+def submit(
+    store: LmdbStore, session_id: str, events: list[Event], **options: Any
+) -> Future[list[Event]]:
+    """Queue one checked write to the store's writer; return its future."""
+    return store.submit(check_write(session_id, events, **options))
+
+
+def outcome(future: Future[list[Event]]) -> list[int | None] | BaseException:
+    """Return a write's stored sequences, or its error (waiting at most 30 s)."""
+    error = future.exception(timeout=30)
+    return error if error is not None else [e.sequence for e in future.result()]
 
 
 def in_thread(call: Callable[[], Any]) -> tuple[threading.Thread, list[Any]]:
@@ -130,19 +136,6 @@ def in_thread(call: Callable[[], Any]) -> tuple[threading.Thread, list[Any]]:
     thread = threading.Thread(target=target)
     thread.start()
     return thread, outcome
-
-
-def wait_until(condition: Callable[[], bool]) -> None:
-    """Poll ``condition`` (a state change in another thread) for up to 30 s."""
-    deadline = time.monotonic() + 30
-    while not condition():
-        assert time.monotonic() < deadline, "condition never held"
-        time.sleep(0.001)
-
-
-def append_one(store: LmdbStore, index: int) -> list[Event]:
-    """Append one Text to session ``s{index % 3}``."""
-    return store.append(f"s{index % 3}", [text()])
 
 
 def _no_hook(stage: str) -> None:
@@ -491,25 +484,23 @@ class TestLmdbStoreLifecycle:
 
         assert [] == [t.name for t in threading.enumerate() if t.name.endswith(store.path)]
 
-    def test_appends_queued_at_close_get_store_closed_error(
+    def test_writes_queued_at_close_get_store_closed_error(
         self, scripted_store: LmdbStore, scripted: ScriptedEnvironment
     ) -> None:
-        """The group being written completes; appends still queued fail instead of hanging."""
+        """The group being written completes; writes still queued fail instead of hanging."""
         store = scripted_store
         entered, release = gate_writer(scripted)
-        first, first_outcome = in_thread(lambda: store.append("s", [text("in group")]))
+        first = submit(store, "s", [text("in group")])
         assert entered.wait(30)
-        queued, queued_outcome = in_thread(lambda: store.append("s", [text("queued")]))
-        wait_until(lambda: store._committer.queued == 1)
+        queued = submit(store, "s", [text("queued")])
 
         closer, _ = in_thread(store.close)
-        wait_until(lambda: queued_outcome != [])
+        refused = queued.exception(timeout=30)
         release.set()
-        for thread in (first, queued, closer):
-            thread.join()
+        closer.join()
 
-        assert isinstance(queued_outcome[0], StoreClosedError)
-        assert [1] == [e.sequence for e in first_outcome[0]]
+        assert isinstance(refused, StoreClosedError)
+        assert [1] == outcome(first)
 
     def test_repr_names_path_durability_and_state(self, store_path: Path) -> None:
         store = LmdbStore(store_path, durability="relaxed")
@@ -518,44 +509,36 @@ class TestLmdbStoreLifecycle:
         assert f"LmdbStore({store.path!r}, durability='relaxed') [closed]" == repr(store)
 
 
+def held_group(store: LmdbStore, scripted: ScriptedEnvironment) -> threading.Event:
+    """Hold the writer in the transaction of a write to session ``held``; return the release.
+
+    Every write submitted until the release joins the one group after it.
+    """
+    entered, release = gate_writer(scripted)
+    submit(store, "held", [text("holding")])
+    assert entered.wait(30)
+    return release
+
+
 class TestLmdbStoreGroupCommit:
-    def test_appends_waiting_together_commit_in_one_transaction(
+    def test_writes_queued_together_commit_in_one_transaction(
         self, scripted_store: LmdbStore, scripted: ScriptedEnvironment
     ) -> None:
         store = scripted_store
-        entered, release = gate_writer(scripted)
-        first, _ = in_thread(lambda: store.append("s0", [text()]))
-        assert entered.wait(30)
-        waiting = [in_thread(functools.partial(append_one, store, index)) for index in range(10)]
-        wait_until(lambda: store._committer.queued == 10)
+        release = held_group(store, scripted)
+        waiting = [submit(store, f"s{index % 3}", [text()]) for index in range(10)]
         before = scripted.last_txnid()
 
         release.set()
-        for thread, _ in [(first, None), *waiting]:
-            thread.join()
+        results = [outcome(future) for future in waiting]
 
         assert before + 2 == scripted.last_txnid()
-        assert [5, 3, 3] == [store.last_sequence(f"s{index}") for index in range(3)]
-        assert list(range(1, 6)) == [e.sequence for e in store.read("s0")]
-
-    @staticmethod
-    def queue_behind_a_held_group(
-        store: LmdbStore, scripted: ScriptedEnvironment, then: Callable[[str], None]
-    ) -> tuple[threading.Event, list[tuple[threading.Thread, list[Any]]]]:
-        """Hold the writer before it commits an append to ``s``, queue one to ``t`` behind
-        it (its transaction scripted by ``then``); returns the release event and the two
-        (thread, outcome) pairs."""
-        entered, release = gate_writer(scripted)
-        scripted.write_hooks.append(then)
-        first = in_thread(lambda: store.append("s", [text("first")]))
-        assert entered.wait(30)
-        second = in_thread(lambda: store.append("t", [text("second")]))
-        wait_until(lambda: store._committer.queued == 1)
-        return release, [first, second]
+        assert [[1], [1], [1], [2], [2], [2], [3], [3], [3], [4]] == results
 
     def test_a_group_is_answered_before_the_group_behind_it_commits(
         self, scripted_store: LmdbStore, scripted: ScriptedEnvironment
     ) -> None:
+        store = scripted_store
         committing, finish = threading.Event(), threading.Event()
 
         def hold_commit(stage: str) -> None:
@@ -563,111 +546,81 @@ class TestLmdbStoreGroupCommit:
                 committing.set()
                 assert finish.wait(30)
 
-        release, [(first, first_outcome), (second, second_outcome)] = (
-            self.queue_behind_a_held_group(scripted_store, scripted, hold_commit)
-        )
+        release = held_group(store, scripted)
+        first = submit(store, "s", [text("first")])
+        scripted.write_hooks.extend([_no_hook, hold_commit])  # the group after ``first``'s
         release.set()
+        answered_first = outcome(first)
+        second = submit(store, "t", [text("second")])
         assert committing.wait(30)  # the second group's commit has not happened
-        first.join(30)
-        answered_first = not first.is_alive()
         finish.set()
-        second.join(30)
 
-        assert answered_first
-        assert ([1], [1]) == (
-            [e.sequence for e in first_outcome[0]],
-            [e.sequence for e in second_outcome[0]],
-        )
+        assert ([1], [1]) == (answered_first, outcome(second))
 
-    def test_a_group_committed_while_appends_wait_is_woken_once_they_are_written(
-        self, scripted_store: LmdbStore, scripted: ScriptedEnvironment
-    ) -> None:
-        """Its callers then run while the next commit syncs, not against the writer."""
-        first_outcomes: list[list[Any]] = []
-        answered_at_first_put: list[bool] = []
-
-        def note_first(stage: str) -> None:
-            if stage == "put" and not answered_at_first_put:
-                time.sleep(0.2)  # ample time for a woken caller to return
-                answered_at_first_put.append(bool(first_outcomes[0]))
-
-        release, [(first, first_outcome), (second, _)] = self.queue_behind_a_held_group(
-            scripted_store, scripted, note_first
-        )
-        first_outcomes.append(first_outcome)
-        release.set()
-        for thread in (first, second):
-            thread.join(30)
-
-        assert [False] == answered_at_first_put
-        assert [1] == [e.sequence for e in first_outcome[0]]
-
-    @pytest.mark.parametrize("stage", ["begin", "put"])
-    def test_a_group_is_answered_when_the_group_behind_it_fails_at_its_stage(
+    @pytest.mark.parametrize("stage", ["begin", "put", "commit"])
+    def test_a_group_failing_at_its_stage_writes_nothing_and_the_next_one_commits(
         self, scripted_store: LmdbStore, scripted: ScriptedEnvironment, stage: str
     ) -> None:
         store = scripted_store
+        scripted.write_hooks.append(fail_at(stage, lmdb.Error("simulated disk failure")))
 
-        def fail(at: str) -> None:
-            if at == stage:
-                raise lmdb.Error("simulated disk failure")
+        failed = outcome(submit(store, "t", [text("lost")]))
 
-        release, [(first, first_outcome), (second, second_outcome)] = (
-            self.queue_behind_a_held_group(store, scripted, fail)
-        )
-        release.set()
-        for thread in (first, second):
-            thread.join(30)
+        assert isinstance(failed, StoreIOError)
+        assert ([], [1]) == (store.read("t"), outcome(submit(store, "t", [text()])))
 
-        assert [1] == [e.sequence for e in first_outcome[0]]
-        assert isinstance(second_outcome[0], StoreIOError)
-        assert [1] == [e.sequence for e in store.append("t", [text()])]
-
-    def test_one_failing_append_does_not_spoil_its_group(self, store: LmdbStore) -> None:
+    def test_one_failing_write_does_not_spoil_its_group(
+        self, scripted_store: LmdbStore, scripted: ScriptedEnvironment
+    ) -> None:
+        store = scripted_store
         store.append("s", [text()])
-        good, stale, bad, other = (
-            _Request("s", [text("good")], 1, None),
-            _Request("s", [text("stale")], 1, None),
-            _Request("s", [text("bad", parent=99)], None, None),
-            _Request("t", [text("other")], None, None),
-        )
+        release = held_group(store, scripted)
+        good = submit(store, "s", [text("good")], expected_version=1)
+        stale = submit(store, "s", [text("stale")], expected_version=1)
+        bad = submit(store, "s", [text("bad", parent=99)])
+        other = submit(store, "t", [text("other")])
 
-        commit_as_one_group(store, [good, stale, bad, other])
+        release.set()
 
-        assert [2] == [e.sequence for e in good.wait()]
-        with pytest.raises(ConcurrencyError):
-            stale.wait()
-        with pytest.raises(ValidationError):
-            bad.wait()
-        assert [1] == [e.sequence for e in other.wait()]
+        assert [2] == outcome(good)
+        assert isinstance(outcome(stale), ConcurrencyError)
+        assert isinstance(outcome(bad), ValidationError)
+        assert [1] == outcome(other)
         assert ["good"] == [e.body.content for e in store.read("s", after=1)]  # type: ignore[union-attr]
 
-    def test_a_batch_refused_at_a_later_event_leaves_no_record_claim_or_text_row(
-        self, store: LmdbStore
+    def test_a_write_refused_at_a_later_event_leaves_no_record_claim_or_text_row(
+        self, scripted_store: LmdbStore, scripted: ScriptedEnvironment
     ) -> None:
-        refused = _Request("s", [text("a", id="a"), text("b", id="b", parent=2)], None, None)
-        after = _Request("s", [msgspec.structs.replace(delta(), id="a")], None, None)
+        store = scripted_store
+        release = held_group(store, scripted)
+        refused = submit(store, "s", [text("a", id="a"), text("b", id="b", parent=2)])
+        after = submit(store, "s", [msgspec.structs.replace(delta(), id="a")])
 
-        commit_as_one_group(store, [refused, after])
+        release.set()
 
         with pytest.raises(ValidationError, match=r"events\[1\]\.parent=2"):
-            refused.wait()
-        assert [(1, TextDelta("chunk"))] == [(e.sequence, e.body) for e in after.wait()]
+            refused.result(timeout=30)
+        assert [(1, TextDelta("chunk"))] == [(e.sequence, e.body) for e in after.result()]
         assert [] == store.log("s").read_before(None, 10).messages
         store.close()
-        assert ([session_prefix("s") + b"\x00a"], []) == (
-            raw_keys(store.path, b"ids"),
-            raw_keys(store.path, b"texts"),
+        prefix = session_prefix("s")
+        assert ([prefix + b"\x00a"], []) == (
+            [key for key in raw_keys(store.path, b"ids") if key.startswith(prefix)],
+            [key for key in raw_keys(store.path, b"texts") if key.startswith(prefix)],
         )
 
-    def test_later_appends_in_a_group_see_the_earlier_ones(self, store: LmdbStore) -> None:
-        first = _Request("s", [text(id="x")], 0, None)
-        repeat = _Request("s", [text(id="x"), text(id="y")], 1, None)
+    def test_later_writes_in_a_group_see_the_earlier_ones(
+        self, scripted_store: LmdbStore, scripted: ScriptedEnvironment
+    ) -> None:
+        store = scripted_store
+        release = held_group(store, scripted)
+        first = submit(store, "s", [text(id="x")], expected_version=0)
+        repeat = submit(store, "s", [text(id="x"), text(id="y")], expected_version=1)
 
-        commit_as_one_group(store, [first, repeat])
+        release.set()
 
-        assert [1, 2] == [e.sequence for e in repeat.wait()]
-        assert first.wait()[0] == repeat.wait()[0]
+        assert [1, 2] == outcome(repeat)
+        assert first.result() == repeat.result()[:1]
 
     def test_many_threads_on_many_sessions_stay_contiguous(
         self, scripted_store: LmdbStore, scripted: ScriptedEnvironment
@@ -750,17 +703,6 @@ class TestLmdbStoreFaults:
             isinstance(caught.value.__cause__, lmdb.Error),
         )
 
-    def test_engine_failure_on_write_fails_the_group_and_the_store_recovers(
-        self, scripted_store: LmdbStore, scripted: ScriptedEnvironment
-    ) -> None:
-        scripted.write_hooks.append(fail_at("begin", lmdb.Error("simulated disk failure")))
-
-        with pytest.raises(StoreIOError) as caught:
-            scripted_store.append("s", [text()])
-
-        assert "append" == caught.value.operation
-        assert [1] == [e.sequence for e in scripted_store.append("s", [text()])]
-
     def test_a_full_disk_at_commit_raises_store_full_error_and_writes_nothing(
         self, scripted_store: LmdbStore, scripted: ScriptedEnvironment
     ) -> None:
@@ -832,18 +774,22 @@ class TestLmdbStoreGrowth:
             assert 0 == written % 5
             assert [written + 1] == [e.sequence for e in store.append("s", [text("small")])]
 
-    def test_only_the_requests_that_do_not_fit_get_store_full_error(self, store_path: Path) -> None:
-        with LmdbStore(store_path, map_size=128 * 1024, max_map_size=128 * 1024) as store:
-            small = _Request("s", [text("small")], None, None)
-            huge = _Request("s", [text("h" * 400_000)], None, None)
-            other = _Request("t", [text("other")], None, None)
+    def test_only_the_writes_that_do_not_fit_get_store_full_error(
+        self, store_path: Path, scripted: ScriptedEnvironment
+    ) -> None:
+        with LmdbStore(
+            store_path, map_size=128 * 1024, max_map_size=128 * 1024, environment=scripted.open
+        ) as store:
+            release = held_group(store, scripted)
+            small = submit(store, "s", [text("small")])
+            huge = submit(store, "s", [text("h" * 400_000)])
+            other = submit(store, "t", [text("other")])
 
-            commit_as_one_group(store, [small, huge, other])
+            release.set()
 
-            assert [1] == [e.sequence for e in small.wait()]
-            with pytest.raises(StoreFullError):
-                huge.wait()
-            assert [1] == [e.sequence for e in other.wait()]
+            assert [1] == outcome(small)
+            assert isinstance(outcome(huge), StoreFullError)
+            assert [1] == outcome(other)
             assert 1 == store.last_sequence("s")
 
 
