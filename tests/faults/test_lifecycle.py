@@ -202,7 +202,8 @@ class TestAnInterruptedProcess:
     @pytest.mark.xfail(
         strict=True,
         reason="the Hub's exit hook (actors/hub.py, _CloseAtExit) closes the store without "
-        "a bound, and the store's close joins a writer blocked in LMDB's begin(write=True)",
+        "a bound; StoreBase.close joins the writer (GroupWriter.close, store/_group_commit.py) "
+        "while it waits in LMDB's begin(write=True)",
     )
     def test_ctrl_c_ends_a_post_waiting_for_another_process_write_lock_and_its_retry_is_exact(
         self, tmp_path: Path, fault_counter: FaultCounter
