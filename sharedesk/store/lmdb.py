@@ -192,8 +192,6 @@ class LmdbStore(StoreBase):
             verify=verify,
             environment=environment,
         )
-        # The handles as this thread sees them until published, then the published ones.
-        self._dbs: Mapping[bytes, Any] = self._shared.dbs
         self._commits = 0
         real = self._shared.path
         super().__init__(real, writer=f"sharedesk-lmdb-writer:{real}", group_wait=group_wait)
@@ -216,7 +214,7 @@ class LmdbStore(StoreBase):
 
         Cost: O(1).
         """
-        return self._in_read(lambda _txn: self._shared.map_size())
+        return self._in_read(lambda _txn, _dbs: self._shared.map_size())
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else "open"
@@ -227,7 +225,6 @@ class LmdbStore(StoreBase):
     def _transact(self, work: Callable[[WriteTxn], T]) -> T:
         shared = self._shared
         shared.publish()  # the first write opens the sub-databases for every transaction
-        self._dbs = shared.published or self._dbs
         while True:
             try:
                 return self._transact_once(work)
@@ -261,7 +258,8 @@ class LmdbStore(StoreBase):
             lock.release_shared()
             raise
         try:
-            result = work(_WriteTxn(self, txn))
+            assert shared.published is not None
+            result = work(_WriteTxn(txn, shared.published))
             txn.commit()
         except BaseException as exc:
             paused = lock.pause()  # see ResizeLock.pause: abort only with readers held off
@@ -299,8 +297,8 @@ class LmdbStore(StoreBase):
 
     # -- reads -------------------------------------------------------------------------
 
-    def _in_read(self, body: Callable[[Any], T]) -> T:
-        """Run ``body(txn)`` in a read-only transaction, adopting a map grown elsewhere.
+    def _in_read(self, body: Callable[[Any, Mapping[bytes, Any]], T]) -> T:
+        """Run ``body(txn, dbs)`` in a read-only transaction, adopting a map grown elsewhere.
 
         A full reader table is retried once after freeing the slots of dead processes.
 
@@ -315,13 +313,8 @@ class LmdbStore(StoreBase):
             try:
                 if self._closed or shared.closed:
                     raise StoreClosedError(self.path)
-                published = shared.published
-                if published is None:
-                    with shared.read() as txn:
-                        return body(txn)
-                self._dbs = published  # plain handles from now on
-                with shared.env.begin(buffers=False) as txn:
-                    return body(txn)
+                with shared.read() as (txn, dbs):
+                    return body(txn, dbs)
             except lmdb.MapResizedError:
                 full = False
             except lmdb.ReadersFullError as exc:
@@ -339,7 +332,7 @@ class LmdbStore(StoreBase):
                 shared.resize(0)
 
     def _get(self, db: bytes, key: bytes) -> bytes | None:
-        raw: bytes | None = self._in_read(lambda txn: txn.get(key, db=self._dbs[db]))
+        raw: bytes | None = self._in_read(lambda txn, dbs: txn.get(key, db=dbs[db]))
         return raw
 
     def _read(
@@ -356,8 +349,8 @@ class LmdbStore(StoreBase):
         if high <= low + 1:
             return []
 
-        def body(txn: Any) -> list[Event]:
-            cursor = txn.cursor(db=self._dbs[b"events"])
+        def body(txn: Any, dbs: Mapping[bytes, Any]) -> list[Event]:
+            cursor = txn.cursor(db=dbs[b"events"])
             if newest_first:
                 rows = walk_down(cursor, prefix, high, low)
             else:
@@ -381,14 +374,14 @@ class LmdbStore(StoreBase):
         if high <= 1:
             return SessionPage(messages=[], next_before=None)
 
-        def body(txn: Any) -> tuple[list[LogMessage], bool]:
+        def body(txn: Any, dbs: Mapping[bytes, Any]) -> tuple[list[LogMessage], bool]:
             # The Text index and the events share their keys (prefix + sequence), so
             # each index key fetches its event directly; rows decode into LogRecord,
             # which skips the fields a log row does not carry.
-            cursor = txn.cursor(db=self._dbs[b"texts"])
+            cursor = txn.cursor(db=dbs[b"texts"])
             if not position_below(cursor, prefix, high):
                 return [], False
-            get, events_db = txn.get, self._dbs[b"events"]
+            get, events_db = txn.get, dbs[b"events"]
             size, rows = len(prefix) + 8, list[LogMessage]()
             for key in cursor.iterprev(keys=True, values=False):
                 if len(key) != size or not key.startswith(prefix):
@@ -417,8 +410,8 @@ class LmdbStore(StoreBase):
     def _first_replies(self, session_id: str, roots: list[int]) -> dict[int, int]:
         prefix = session_prefix(session_id)
 
-        def body(txn: Any) -> dict[int, int]:
-            replies_db = self._dbs[b"replies"]
+        def body(txn: Any, dbs: Mapping[bytes, Any]) -> dict[int, int]:
+            replies_db = dbs[b"replies"]
             found: dict[int, int] = {}
             for root in roots:
                 entry = txn.get(prefix + SEQ.pack(root), db=replies_db)
@@ -435,15 +428,15 @@ class LmdbStore(StoreBase):
         prefix = session_prefix(session_id)
         start = run_index_key(prefix, run_id)
 
-        def body(txn: Any) -> list[Event]:
-            cursor = txn.cursor(db=self._dbs[b"runs"])
+        def body(txn: Any, dbs: Mapping[bytes, Any]) -> list[Event]:
+            cursor = txn.cursor(db=dbs[b"runs"])
             events: list[Event] = []
             if not cursor.set_range(start):
                 return events
             for key in cursor.iternext(keys=True, values=False):
                 if not key.startswith(start):
                     break
-                event = _stored_event(txn, self._dbs, session_id, prefix, key[len(start) :])
+                event = _stored_event(txn, dbs, session_id, prefix, key[len(start) :])
                 if event.run_id == run_id:
                     events.append(event)
             return events
@@ -457,8 +450,8 @@ class LmdbStore(StoreBase):
         return None if raw is None else decode_state(session_id, raw)
 
     def _sessions(self) -> list[str]:
-        def body(txn: Any) -> list[str]:
-            cursor = txn.cursor(db=self._dbs[b"meta"])
+        def body(txn: Any, dbs: Mapping[bytes, Any]) -> list[str]:
+            cursor = txn.cursor(db=dbs[b"meta"])
             return [session_of(key) for key in cursor.iternext(keys=True, values=False)]
 
         return sorted(self._in_read(body))
@@ -468,8 +461,8 @@ class LmdbStore(StoreBase):
         return None if raw is None else decode_info(session_id, raw)
 
     def _session_infos(self) -> list[SessionInfo]:
-        def body(txn: Any) -> list[SessionInfo]:
-            cursor = txn.cursor(db=self._dbs[b"meta"])
+        def body(txn: Any, dbs: Mapping[bytes, Any]) -> list[SessionInfo]:
+            cursor = txn.cursor(db=dbs[b"meta"])
             return [decode_info(session_of(key), raw) for key, raw in cursor.iternext()]
 
         return sorted(self._in_read(body), key=lambda info: info.session_id)
@@ -510,9 +503,9 @@ class _WriteTxn:
 
     __slots__ = ("_counts", "_dbs", "_txn")
 
-    def __init__(self, store: LmdbStore, txn: Any) -> None:
+    def __init__(self, txn: Any, dbs: Mapping[bytes, Any]) -> None:
         self._txn = txn
-        self._dbs = store._dbs
+        self._dbs = dbs
         #: (last sequence, Text rows) per session prefix, as this transaction left them.
         self._counts: dict[bytes, tuple[int, int]] = {}
 

@@ -34,13 +34,8 @@ from sharedesk.protocol.errors import StoreFormatError
 from sharedesk.protocol.records import sharing_key
 from sharedesk.protocol.validation import MAX_SESSION_ID_BYTES, check_write
 from sharedesk.store import LmdbStore
-from sharedesk.store._lmdb_env import (
-    FORMAT_KEY,
-    FORMAT_VERSION,
-    READER_CHECK_COMMITS,
-    tree_problem,
-)
-from sharedesk.store._lmdb_layout import SEQ, session_prefix
+from sharedesk.store._lmdb_env import FORMAT_KEY, FORMAT_VERSION, READER_CHECK_COMMITS
+from sharedesk.store._lmdb_layout import SEQ, session_prefix, tree_problem
 from tests.store.conftest import ChildFactory, run_child
 from tests.store.contract import ContractStore, StoreContract, delta, text
 
