@@ -5,7 +5,7 @@ Everything here lives elsewhere now (``projection/append``, ``protocol/``, the b
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable
+from collections.abc import Iterable
 from typing import Any
 
 from sharedesk.projection.append import (
@@ -22,10 +22,12 @@ from sharedesk.protocol.records import private_copy
 from sharedesk.protocol.validation import (
     check_bool,
     check_optional_int,
-    check_sharing_state,
+    check_roots,
+    check_share,
     check_text,
 )
 from sharedesk.protocol.views import SharingState
+from sharedesk.protocol.writes import Share
 
 __all__ = [
     "AppendPlan",
@@ -90,20 +92,7 @@ def check_sharing_args(
 
     Cost: O(1).
     """
-    check_viewer(viewer)
-    check_sharing_state(state)
-    if expected_state is not None:
-        if not isinstance(expected_state, SharingState):
-            raise ValidationError(
-                f"expected_state must be a SharingState or None, "
-                f"got {type(expected_state).__name__}"
-            )
-        check_sharing_state(expected_state, "expected_state")
-        if expected_state.conversation != state.conversation:
-            raise ValidationError(
-                f"expected_state tracks {expected_state.conversation}, "
-                f"but state tracks {state.conversation}"
-            )
+    check_share(Share(viewer, state, expected_state))
     return viewer, state, expected_state
 
 
@@ -152,21 +141,3 @@ def check_log_args(before: int | None, limit: int) -> tuple[int | None, int]:
     if checked_limit is None:
         raise ValidationError("limit must be an int, got None")
     return checked_before, checked_limit
-
-
-def check_roots(roots: Any) -> list[int]:
-    """Return ``roots`` (``first_replies``'s argument) as a list of sequences.
-
-    Raises:
-        ValidationError: Not a collection of ints of at least 1.
-
-    Cost: O(len(roots)).
-    """
-    if not isinstance(roots, Collection) or isinstance(roots, str | bytes):
-        raise ValidationError(f"roots must be a collection of ints, got {type(roots).__name__}")
-    checked: list[int] = []
-    for root in roots:
-        if type(root) is not int or not 1 <= root < 2**63:
-            raise ValidationError(f"roots must hold sequences (ints >= 1), got {root!r}")
-        checked.append(root)
-    return checked

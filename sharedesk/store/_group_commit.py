@@ -1,50 +1,27 @@
-"""Group commit: the writes of many callers gathered into one commit on one writer thread.
+"""The writer of the stores with a writer thread: one queue, one thread, futures.
 
-:class:`GroupCommitter` owns a queue and a writer thread. Callers put a
-:class:`Request` on the queue (:meth:`~GroupCommitter.submit` waits for its outcome,
-:meth:`~GroupCommitter.enqueue` leaves it to the request's ticket); the writer takes
-every request waiting, hands the group to the *commit function* it was built with, and
-wakes the callers. The commit function is the store's: "write this group in one
-transaction, call ``before_commit()`` just before the commit (or as soon as the
-transaction fails), commit, and settle every request"; the committer knows nothing of
-LMDB, so a test drives it with a fake one.
+:class:`GroupWriter` owns a queue of ``(write, future)`` pairs and one thread. Callers
+:meth:`~GroupWriter.put` a checked write with its future and wait on
+``future.result()`` (or add a done callback); the thread takes every write waiting,
+hands the group to its store (``StoreBase._run_group``: one transaction, planned by
+:func:`plan_group`) and the store completes each future once. There is no other path:
+a sync caller and an event loop wait on the same kind of future.
 
-Gathering: the callers answered by the last commit usually come straight back, so once a
-request is waiting the writer waits for as many requests as the last group held, but no
+Gathering: the callers answered by the last commit usually come straight back, so once
+a write is waiting the thread waits for as many writes as the last group held, but no
 longer than the last commit took (waiting longer than a commit costs more than
 committing twice) nor than ``group_wait``. One caller alone never waits (its last group
-held one request).
+held one write).
 
-Pipelining: when requests are already waiting as a commit ends, the writer takes them at
-once and leaves the callers just committed asleep (*pending*) until the new group is
-written: the commit function's ``before_commit()`` wakes them right before its commit,
-so that they run while that commit syncs instead of taking the GIL from the writer at
-each put; two groups then alternate, one syncing while the other's callers come back
-with their next writes. No caller waits for more than the writing of the group after
-its own. A committer built with ``pipeline=False`` wakes a group's callers as soon as it
-is committed instead, and the next group gathers them all (its target is the group just
-committed plus the requests queued meanwhile, so callers split off by a late one merge
-into one group again, within one gathering window): the better choice when a
-commit costs much more than the callers' work between two writes (``PostgresStore``,
-whose group statement has a fixed cost on the server: measured, 16 threads, groups of
-16 at 8,500-9,200 appends/s against alternating groups of 7.5 at 7,600-8,100).
+Planning: :func:`plan_group` is what a group's transaction runs (for every store, the
+ones without a writer thread too): it reads the facts of all the sessions the group
+touches with one ``WriteTxn.facts``, plans each write on top of the ones before and
+writes the plans with one ``WriteTxn.put``.
 
-Wake-ups: a caller blocks on a lock acquired when its request is made and released once
-the outcome is settled, the cheapest wake-up CPython offers. The writer wakes only the
-first caller of a group; each woken caller hands its successor on as a *baton*. With
-``group_wait > 0`` the baton goes to the committer's queue of batons and the next thread
-to block in the committer wakes it just before it blocks, so the successor finds the
-interpreter free and runs at once (one thread switch per caller, not two); the writer
-wakes any baton nobody took within one gathering window. Callers on the main thread are
-woken directly and never relay: only there can a signal (``KeyboardInterrupt``)
-interrupt the wait and break the relay. A request with a ticket has no waiting thread:
-the writer settles its ticket and hands the group's tickets to their sinks, one
-``deliver`` per sink.
-
-Failures: a commit function that raises fails every request of its group it left
-unsettled (logged ``store.writer_failed``); the writer goes on with the next group.
-:meth:`~GroupCommitter.close` fails the requests still queued, lets the group being
-written complete, wakes every caller still waiting for a baton and ends the writer.
+Failures: a write whose plan raises fails alone (its future gets the error); a
+transaction that fails fails its group. :meth:`~GroupWriter.close` fails the writes
+still queued with the store's closed error, lets the group being written complete, and
+ends the thread.
 """
 
 from __future__ import annotations
@@ -52,19 +29,207 @@ from __future__ import annotations
 import collections
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
-from typing import Generic, TypeVar
+from datetime import datetime
+from typing import Generic, Protocol, TypeVar
 
+from sharedesk.projection.append import Facts, StoredRow, Wants, WritePlan, plan_write, wants_of
 from sharedesk.protocol._log import logger
+from sharedesk.protocol.errors import SharedeskError
 from sharedesk.protocol.events import Event
 from sharedesk.protocol.ports import WriteTicket
 from sharedesk.protocol.writes import Write
 from sharedesk.store._common import hand_over
 
-__all__ = ["CommitGroup", "GroupCommitter", "GroupWriter", "Request", "wake", "wake_all"]
+__all__ = [
+    "CommitGroup",
+    "GroupCommitter",
+    "GroupWriter",
+    "Request",
+    "WriteTxn",
+    "plan_group",
+    "wake",
+    "wake_all",
+]
 
 _log = logger()
+
+
+#: What a :class:`GroupWriter` hands its store: a group of writes and their futures,
+#: each future already set running; the store commits them and completes every future.
+RunGroup = Callable[[list[tuple[Write, "Future[list[Event]]"]]], None]
+
+
+class GroupWriter:
+    """The one group-committing writer: one queue, one thread, futures completed once.
+
+    Any number of threads :meth:`put` a write with its future; the writer thread takes
+    every write waiting (gathering as the module header says: for as many as its last
+    group held, no longer than its last commit took nor than ``group_wait``) and hands
+    the group to ``run_group``, which commits it and completes each future. A future
+    cancelled before the writer takes its write is dropped, and its write never runs.
+
+    Args:
+        run_group: Commits a group and completes its futures; must not raise.
+        group_wait: Most seconds to gather once a write is waiting (0: commit at once).
+        name: The writer thread's name.
+        closed_error: Makes the error a write gets once the writer is closed.
+
+    Cost: starts one daemon thread.
+    """
+
+    def __init__(
+        self,
+        run_group: RunGroup,
+        *,
+        group_wait: float,
+        name: str,
+        closed_error: Callable[[], BaseException],
+    ) -> None:
+        self._run_group = run_group
+        self._group_wait = group_wait
+        self._closed_error = closed_error
+        self._cond = threading.Condition(threading.Lock())
+        self._queue: list[tuple[Write, Future[list[Event]]]] = []
+        self._target = 1
+        self._last_commit = 0.0
+        self._closed = False
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def put(self, write: Write, future: Future[list[Event]]) -> None:
+        """Queue ``write``; the writer completes ``future`` (at once when closed).
+
+        Cost: one queue append under the writer's lock; never blocks on a commit.
+        """
+        with self._cond:
+            if not self._closed:
+                queue = self._queue
+                queue.append((write, future))
+                # Wake the writer only when it has something to decide: the first
+                # write, or the group it gathers is complete.
+                if len(queue) == 1 or len(queue) >= self._target:
+                    self._cond.notify()
+                return
+        if future.set_running_or_notify_cancel():
+            future.set_exception(self._closed_error())
+
+    def close(self) -> None:
+        """Fail the queued writes, let the group being written complete, end the thread.
+
+        Idempotent. Cost: waits for the group in progress, if any; joins the thread
+        (unless called from it, by an ``on_commit`` callback).
+        """
+        with self._cond:
+            pending, self._queue = self._queue, []
+            self._closed = True
+            self._cond.notify_all()
+        for _, future in pending:
+            if future.set_running_or_notify_cancel():
+                future.set_exception(self._closed_error())
+        if self._thread is not threading.current_thread():
+            self._thread.join()
+
+    def _run(self) -> None:
+        cond = self._cond
+        while True:
+            with cond:
+                while not self._queue and not self._closed:
+                    cond.wait()
+                if self._queue and len(self._queue) < self._target and not self._closed:
+                    deadline = time.monotonic() + min(self._group_wait, self._last_commit)
+                    while len(self._queue) < self._target and not self._closed:
+                        remaining = deadline - time.monotonic()
+                        if remaining <= 0:
+                            break
+                        cond.wait(remaining)
+                group, self._queue = self._queue, []
+                if not group:
+                    return
+                self._target = len(group)
+            started = time.monotonic()
+            items = [item for item in group if item[1].set_running_or_notify_cancel()]
+            try:
+                if items:
+                    self._run_group(items)
+            except BaseException as exc:  # never leave a caller hanging
+                _log.exception("store.writer_failed")
+                for _, future in items:
+                    if not future.done():
+                        future.set_exception(exc)
+            self._last_commit = time.monotonic() - started
+
+
+class WriteTxn(Protocol):
+    """A backend's open write transaction, as the writer uses it (see the module header)."""
+
+    def facts(self, wants: Mapping[str, Wants]) -> dict[str, Facts]:
+        """Return the facts of each session in ``wants``, read in this transaction."""
+        ...
+
+    def put(self, plans: Sequence[WritePlan]) -> None:
+        """Write ``plans`` in this transaction, in order."""
+        ...
+
+
+def _absorb(facts: Facts, plan: WritePlan) -> None:
+    """Add what ``plan`` stores to ``facts``, so that the group's next write sees it."""
+    known, rows = facts.known, facts.rows
+    for event in plan.new:
+        assert event.sequence is not None
+        known[event.id] = event
+        rows[event.sequence] = StoredRow(type(event.body).__name__, event.parent)
+    facts.last += len(plan.new)
+    if plan.first_replies:
+        facts.answered.update(plan.first_replies)
+    if plan.state is not None:
+        facts.state = plan.state
+    share = plan.write.share
+    if share is not None:
+        facts.sharing[(share.viewer, share.state.conversation)] = plan.sharing
+
+
+def plan_group(
+    txn: WriteTxn, writes: list[Write], now: datetime
+) -> list[WritePlan | SharedeskError]:
+    """Plan and put a group of writes in the open transaction ``txn``; one outcome each.
+
+    Reads the facts of every session the group touches at once, plans each write on top
+    of the ones before (:func:`~sharedesk.projection.append.plan_write`), then puts the
+    plans that passed and write something, in one ``txn.put``.
+
+    Returns:
+        Per write, its plan or the error its plan raised (it writes nothing).
+
+    Cost: one ``txn.facts`` and at most one ``txn.put``; O(events of the group).
+    """
+    wants: dict[str, Wants] = {}
+    for write in writes:
+        wants[write.session_id] = wants_of(write, wants.get(write.session_id))
+    facts = txn.facts(wants)
+    planned: list[WritePlan | SharedeskError] = []
+    plans: list[WritePlan] = []
+    for write in writes:
+        session_facts = facts[write.session_id]
+        try:
+            plan = plan_write(write, session_facts, now)
+        except SharedeskError as exc:
+            planned.append(exc)
+            continue
+        _absorb(session_facts, plan)
+        planned.append(plan)
+        if plan.new or plan.sharing is not None:
+            plans.append(plan)
+    if plans:
+        txn.put(plans)
+    return planned
+
+
+# -- the committer of the backends not yet on StoreBase ---------------------------------
+#
+# ``Request`` objects woken in relay, and tickets handed to sinks: what LmdbStore and
+# PostgresStore used before they supplied StoreBase's hooks. Nothing on StoreBase uses it.
 
 
 class Request:
@@ -434,102 +599,3 @@ class GroupCommitter(Generic[R]):
             if handed:
                 with self._cond:
                     self._relaying += handed
-
-
-#: What a :class:`GroupWriter` hands its store: a group of writes and their futures,
-#: each future already set running; the store commits them and completes every future.
-RunGroup = Callable[[list[tuple[Write, "Future[list[Event]]"]]], None]
-
-
-class GroupWriter:
-    """The one group-committing writer: one queue, one thread, futures completed once.
-
-    Any number of threads :meth:`put` a write with its future; the writer thread takes
-    every write waiting (gathering as the module header says: for as many as its last
-    group held, no longer than its last commit took nor than ``group_wait``) and hands
-    the group to ``run_group``, which commits it and completes each future. A future
-    cancelled before the writer takes its write is dropped, and its write never runs.
-
-    Args:
-        run_group: Commits a group and completes its futures; must not raise.
-        group_wait: Most seconds to gather once a write is waiting (0: commit at once).
-        name: The writer thread's name.
-        closed_error: Makes the error a write gets once the writer is closed.
-
-    Cost: starts one daemon thread.
-    """
-
-    def __init__(
-        self,
-        run_group: RunGroup,
-        *,
-        group_wait: float,
-        name: str,
-        closed_error: Callable[[], BaseException],
-    ) -> None:
-        self._run_group = run_group
-        self._group_wait = group_wait
-        self._closed_error = closed_error
-        self._cond = threading.Condition(threading.Lock())
-        self._queue: list[tuple[Write, Future[list[Event]]]] = []
-        self._target = 1
-        self._last_commit = 0.0
-        self._closed = False
-        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
-        self._thread.start()
-
-    def put(self, write: Write, future: Future[list[Event]]) -> None:
-        """Queue ``write``; the writer completes ``future`` (at once when closed).
-
-        Cost: one queue append under the writer's lock; never blocks on a commit.
-        """
-        with self._cond:
-            if not self._closed:
-                queue = self._queue
-                queue.append((write, future))
-                # Wake the writer only when it has something to decide: the first
-                # write, or the group it gathers is complete.
-                if len(queue) == 1 or len(queue) >= self._target:
-                    self._cond.notify()
-                return
-        if future.set_running_or_notify_cancel():
-            future.set_exception(self._closed_error())
-
-    def close(self) -> None:
-        """Fail the queued writes, let the group being written complete, end the thread.
-
-        Idempotent. Cost: waits for the group in progress, if any; joins the thread
-        (unless called from it, by an ``on_commit`` callback).
-        """
-        with self._cond:
-            pending, self._queue = self._queue, []
-            self._closed = True
-            self._cond.notify_all()
-        for _, future in pending:
-            if future.set_running_or_notify_cancel():
-                future.set_exception(self._closed_error())
-        if self._thread is not threading.current_thread():
-            self._thread.join()
-
-    def _run(self) -> None:
-        cond = self._cond
-        while True:
-            with cond:
-                while not self._queue and not self._closed:
-                    cond.wait()
-                if self._queue and len(self._queue) < self._target and not self._closed:
-                    deadline = time.monotonic() + min(self._group_wait, self._last_commit)
-                    while len(self._queue) < self._target and not self._closed:
-                        remaining = deadline - time.monotonic()
-                        if remaining <= 0:
-                            break
-                        cond.wait(remaining)
-                group, self._queue = self._queue, []
-                if not group:
-                    return
-                self._target = len(group)
-            started = time.monotonic()
-            items = [item for item in group if item[1].set_running_or_notify_cancel()]
-            if items:
-                self._run_group(items)
-            self._last_commit = time.monotonic() - started

@@ -19,35 +19,20 @@ only then are the group's futures completed, each once. Two writers exist:
 - ``writer="<thread name>"`` (``LmdbStore``, ``PostgresStore``): the group-committing
   writer of :mod:`sharedesk.store._group_commit` (one thread, one queue).
 
-Backend hooks (all called with checked arguments, on a store that is not closed):
+Backend hooks (called with checked arguments, on a store that is open):
 
-=============================================  ==========================================
-``_transact(work) -> T``                       run ``work(txn)`` in one write transaction
-                                               and commit; it may run ``work`` again in
-                                               a fresh transaction after a retryable
-                                               failure; raises a ``SharedeskError``
-                                               (``StoreIOError``, ``StoreFullError``...)
-                                               when the transaction fails
-``WriteTxn.facts(wants) -> {session: Facts}``  read, for each session, what its
-                                               :class:`Wants` names, fresh containers
-``WriteTxn.put(plans)``                        write the plans, in order (several may be
-                                               of one session, each planned on top of
-                                               the ones before)
-``_read(session_id, after, before, limit,      the events with ``after < seq < before``
-newest_first)``
-``_last_sequence(session_id)``                 0 for no events
-``_read_text_before(session_id, before,        one page of the ``Text`` log, newest first
-limit) -> SessionPage``
-``_first_replies(session_id, roots)``          root -> first non-blank reply
-``_session_state(session_id)``                 the folded ``SessionState``
-``_run_events(session_id, run_id)``            the run's events, oldest first
-``_get_sharing_state(session_id, viewer,       the stored state or ``None``
-conversation)``
-``_sessions()``, ``_session_info(id)``,        the listing (sorted by id)
-``_session_infos()``
-``_close()``                                   release resources (the writer is stopped
-                                               first)
-=============================================  ==========================================
+- ``_transact(work) -> T``: run ``work(txn)`` in one write transaction and commit; it
+  may run ``work`` again in a fresh transaction after a retryable failure; a failed
+  transaction raises a ``SharedeskError`` (``StoreIOError``, ``StoreFullError``, ...);
+- ``txn.facts(wants) -> dict[str, Facts]``: read, for each session, what its
+  :class:`Wants` names, in fresh containers; ``txn.put(plans)``: write the plans, in
+  order (several may be of one session, each planned on top of the ones before);
+- ``_read(session_id, after, before, limit, newest_first)`` (``limit`` is ``None`` or
+  positive), ``_last_sequence``, ``_read_text_before(session_id, before, limit)``
+  (``limit`` positive), ``_first_replies(session_id, roots)`` (``roots`` a non-empty
+  list), ``_session_state``, ``_run_events``, ``_get_sharing_state``, ``_sessions``,
+  ``_session_info``, ``_session_infos``: what the public method of that name returns;
+- ``_close()``: release the resources, once, after the writer has stopped.
 
 A group whose transaction fails with ``StoreFullError`` is retried one write per
 transaction, so only the writes that do not fit get the error.
@@ -57,13 +42,13 @@ from __future__ import annotations
 
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Sequence
 from concurrent.futures import Future
 from datetime import UTC, datetime
 from types import TracebackType
-from typing import Any, Protocol, Self, TypeVar
+from typing import ClassVar, Self, TypeVar
 
-from sharedesk.projection.append import Facts, StoredRow, Wants, WritePlan, plan_write, wants_of
+from sharedesk.projection.append import Facts, StoredRow, Wants, WritePlan
 from sharedesk.protocol._log import logger
 from sharedesk.protocol.errors import (
     SharedeskError,
@@ -72,7 +57,7 @@ from sharedesk.protocol.errors import (
     ValidationError,
 )
 from sharedesk.protocol.events import Event
-from sharedesk.protocol.ports import CommitCallback, SessionInfo, WriteTicket
+from sharedesk.protocol.ports import CommitCallback, SessionInfo
 from sharedesk.protocol.records import private_copy
 from sharedesk.protocol.sessions import SessionState
 from sharedesk.protocol.validation import (
@@ -80,13 +65,15 @@ from sharedesk.protocol.validation import (
     check_conversation,
     check_optional_int,
     check_optional_str,
+    check_roots,
     check_session_id,
     check_text,
     check_write,
 )
 from sharedesk.protocol.views import Conversation, SessionPage, SharingState
 from sharedesk.protocol.writes import Share, Write
-from sharedesk.store._group_commit import GroupWriter
+from sharedesk.store._group_commit import GroupWriter, WriteTxn, plan_group
+from sharedesk.store._tickets import TicketShims
 
 __all__ = ["Facts", "SessionInfo", "StoreBase", "StoredRow", "Wants", "WritePlan", "WriteTxn"]
 
@@ -97,55 +84,11 @@ T = TypeVar("T")
 Outcome = list[Event] | BaseException
 
 
-class WriteTxn(Protocol):
-    """A backend's open write transaction, as the writer uses it (see the module header)."""
-
-    def facts(self, wants: Mapping[str, Wants]) -> dict[str, Facts]:
-        """Return the facts of each session in ``wants``, read in this transaction."""
-        ...
-
-    def put(self, plans: Sequence[WritePlan]) -> None:
-        """Write ``plans`` in this transaction, in order."""
-        ...
-
-
-class _Writer(Protocol):
-    def put(self, write: Write, future: Future[list[Event]]) -> None: ...
-
-    def close(self) -> None: ...
-
-
-def _check_roots(roots: Any) -> list[int]:
-    if not isinstance(roots, Collection) or isinstance(roots, str | bytes):
-        raise ValidationError(f"roots must be a collection of ints, got {type(roots).__name__}")
-    checked: list[int] = []
-    for root in roots:
-        if type(root) is not int or not 1 <= root < 2**63:
-            raise ValidationError(f"roots must hold sequences (ints >= 1), got {root!r}")
-        checked.append(root)
-    return checked
-
-
-def _absorb(facts: Facts, plan: WritePlan) -> Facts:
-    """Add what ``plan`` stores to ``facts``, so the group's next write sees it."""
-    for event in plan.new:
-        assert event.sequence is not None
-        facts.known[event.id] = event
-        facts.rows[event.sequence] = StoredRow(type(event.body).__name__, event.parent)
-    facts.answered.update(plan.first_replies)
-    share = plan.write.share
-    if share is not None:
-        facts.sharing[(share.viewer, share.state.conversation)] = plan.sharing
-    last = facts.last + len(plan.new)
-    state = facts.state if plan.state is None else plan.state
-    return facts._replace(last=last, state=state)
-
-
-class StoreBase(ABC):
+class StoreBase(TicketShims, ABC):
     """The store port, written once: validation, the write path, the reads, the lifecycle.
 
-    Thread-safe. A subclass calls ``super().__init__`` and implements the hooks of the
-    module header.
+    Thread-safe. A subclass implements the hooks of the module header and calls
+    ``super().__init__`` last, once its resources are open (it starts the writer thread).
 
     Args:
         path: Where the store lives, named in its errors (``None``: in memory).
@@ -155,6 +98,10 @@ class StoreBase(ABC):
             :mod:`sharedesk.store._group_commit`).
     """
 
+    #: Whether the backend keeps the very events its ``put`` is handed (``MemoryStore``):
+    #: then a write returns copies of them; otherwise the stored events themselves.
+    keeps_events: ClassVar[bool] = False
+
     def __init__(
         self,
         path: str | None = None,
@@ -163,12 +110,12 @@ class StoreBase(ABC):
         group_wait: float = 0.0,
     ) -> None:
         self._path = path
-        #: Serialises the inline writer's writes; backends without a thread guard their
-        #: data with it too (reentrant: an ``on_commit`` callback may read).
+        #: Serialises writes without a writer thread, and guards such a backend's data
+        #: (reentrant: an ``on_commit`` callback may read).
         self._lock = threading.RLock()
         self._closed = False
         self._callbacks: tuple[CommitCallback, ...] = ()
-        self._writer: _Writer | None = None
+        self._writer: GroupWriter | None = None
         if writer is not None:
             self._writer = GroupWriter(
                 self._run_group,
@@ -302,7 +249,9 @@ class StoreBase(ABC):
         one), once per write that stored new events, in commit order, before the futures
         of that commit are completed: a caller that got its result finds the callback
         run. ``new_events`` are private copies, in sequence order. A raising callback is
-        logged (``store.callback_failed``) and dropped; the others still run.
+        logged (``store.callback_failed``) and dropped; the others still run. A callback
+        may read the store and submit writes, but must not wait for one: the writer
+        would be waiting for itself.
 
         Returns:
             The function that removes the callback (idempotent).
@@ -317,60 +266,6 @@ class StoreBase(ABC):
                 self._callbacks = tuple(c for c in self._callbacks if c is not callback)
 
         return remove
-
-    def submit_append(
-        self,
-        session_id: str,
-        events: Sequence[Event],
-        *,
-        expected_version: int | None = None,
-        ticket: WriteTicket,
-    ) -> None:
-        """Queue an append over :meth:`submit`; ``ticket`` gets its outcome (``SubmittingStore``).
-
-        Raises:
-            ValidationError: Malformed input; nothing was queued.
-            StoreClosedError: The store is closed; nothing was queued.
-
-        Cost: as :meth:`submit`.
-        """
-        write = check_write(session_id, events, expected_version=expected_version)
-        self._submit_ticket(write, ticket)
-
-    def submit_append_and_share(
-        self,
-        session_id: str,
-        events: Sequence[Event],
-        *,
-        viewer: str,
-        state: SharingState,
-        expected_state: SharingState | None,
-        expected_version: int | None = None,
-        reply_present: bool = False,
-        ticket: WriteTicket,
-    ) -> None:
-        """:meth:`append_and_share` as :meth:`submit_append` takes an append.
-
-        Raises:
-            ValidationError: Malformed input; nothing was queued.
-            StoreClosedError: The store is closed; nothing was queued.
-
-        Cost: as :meth:`submit`.
-        """
-        share = Share(viewer, state, expected_state, reply_present)
-        write = check_write(session_id, events, expected_version=expected_version, share=share)
-        self._submit_ticket(write, ticket)
-
-    def _submit_ticket(self, write: Write, ticket: WriteTicket) -> None:
-        if self._closed:
-            raise self._closed_error()
-
-        def settle(future: Future[list[Event]]) -> None:
-            error = future.exception()
-            ticket.settle(None if error is not None else future.result(), error)
-            ticket.sink.deliver([ticket])
-
-        self.submit(write).add_done_callback(settle)
 
     # -- the writer's side ---------------------------------------------------------------
 
@@ -387,7 +282,7 @@ class StoreBase(ABC):
         """Plan and put ``writes`` in one transaction, run the callbacks; one outcome each."""
         now = datetime.now(UTC)
         try:
-            planned = self._transact(lambda txn: _plan_group(txn, writes, now))
+            planned = self._transact(lambda txn: plan_group(txn, writes, now))
         except StoreFullError as exc:
             if len(writes) == 1:
                 return [exc]
@@ -404,19 +299,15 @@ class StoreBase(ABC):
                 outcomes.append(plan)
                 continue
             if plan.new and callbacks:
-                self._tell(callbacks, plan.write.session_id, plan.new)
-            outcomes.append([private_copy(event) for event in plan.result])
+                session_id, told = plan.write.session_id, [private_copy(e) for e in plan.new]
+                for callback in callbacks:
+                    try:
+                        callback(session_id, told)
+                    except Exception:
+                        _log.exception("store.callback_failed", session_id=session_id)
+            result = plan.result
+            outcomes.append([private_copy(e) for e in result] if self.keeps_events else result)
         return outcomes
-
-    def _tell(
-        self, callbacks: tuple[CommitCallback, ...], session_id: str, new: list[Event]
-    ) -> None:
-        events = [private_copy(event) for event in new]
-        for callback in callbacks:
-            try:
-                callback(session_id, events)
-            except Exception:
-                _log.exception("store.callback_failed", path=self._path, session_id=session_id)
 
     # -- reads -------------------------------------------------------------------------
 
@@ -499,7 +390,7 @@ class StoreBase(ABC):
         Cost: one index read per root (the index is kept on append); no writes.
         """
         check_session_id(session_id)
-        wanted = _check_roots(roots)
+        wanted = check_roots(roots)
         self._live()
         return self._first_replies(session_id, wanted) if wanted else {}
 
@@ -661,32 +552,6 @@ class StoreBase(ABC):
 
     @abstractmethod
     def _close(self) -> None: ...
-
-
-def _plan_group(
-    txn: WriteTxn, writes: list[Write], now: datetime
-) -> list[WritePlan | SharedeskError]:
-    """Read the group's facts, plan each write on top of the ones before, put the plans."""
-    wants: dict[str, Wants] = {}
-    for write in writes:
-        wants[write.session_id] = wants_of(write, wants.get(write.session_id))
-    facts = txn.facts(wants)
-    planned: list[WritePlan | SharedeskError] = []
-    plans: list[WritePlan] = []
-    for write in writes:
-        session_facts = facts[write.session_id]
-        try:
-            plan = plan_write(write, session_facts, now)
-        except SharedeskError as exc:
-            planned.append(exc)
-            continue
-        facts[write.session_id] = _absorb(session_facts, plan)
-        planned.append(plan)
-        if plan.new or plan.sharing is not None:
-            plans.append(plan)
-    if plans:
-        txn.put(plans)
-    return planned
 
 
 def _complete(future: Future[list[Event]], outcome: Outcome) -> None:

@@ -59,6 +59,8 @@ class MemoryStore(StoreBase):
     private copy made by ``check_write``, and what is handed out is a copy of that.
     """
 
+    keeps_events = True
+
     def __init__(self) -> None:
         super().__init__()
         self._streams: dict[str, _Stream] = {}
