@@ -85,16 +85,10 @@ def decode_info(session_id: str, raw: bytes) -> SessionInfo:
     )
 
 
-def position_below(cursor: Any, prefix: bytes, high: int) -> bool:
-    """Put ``cursor`` on the last key below ``prefix + high``; return whether there is one."""
-    if cursor.set_range(prefix + SEQ.pack(high)):
-        return bool(cursor.prev())
-    return bool(cursor.last())
-
-
 def walk_down(cursor: Any, prefix: bytes, high: int, low: int) -> Iterator[tuple[int, bytes]]:
     """Yield (sequence, value) of ``prefix``'s keys with ``low < sequence < high``, newest first."""
-    if not position_below(cursor, prefix, high):
+    found = cursor.prev() if cursor.set_range(prefix + SEQ.pack(high)) else cursor.last()
+    if not found:
         return
     size = len(prefix) + 8
     for key, value in cursor.iterprev(keys=True, values=True):

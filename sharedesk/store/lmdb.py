@@ -47,6 +47,7 @@ from sharedesk.protocol.records import (
     EVENT_DECODER,
     LOG_DECODER,
     SESSION_STATE_DECODER,
+    LogRecord,
     decode_record,
     decode_state,
     event_id_key,
@@ -69,7 +70,6 @@ from sharedesk.store._lmdb_layout import (
     MICROSECOND,
     SEQ,
     decode_info,
-    position_below,
     session_of,
     session_prefix,
     walk_down,
@@ -80,6 +80,7 @@ from sharedesk.store.base import StoreBase, WriteTxn
 __all__ = ["Durability", "LmdbStore"]
 
 T = TypeVar("T")
+_Record = TypeVar("_Record", Event, LogRecord)
 
 #: ``"durable"``: every acknowledged append is fsync'd. ``"relaxed"``: no fsync per commit.
 Durability = Literal["durable", "relaxed"]
@@ -371,37 +372,17 @@ class LmdbStore(StoreBase):
     def _read_text_before(self, session_id: str, before: int | None, limit: int) -> SessionPage:
         prefix = session_prefix(session_id)
         high = MAX_SEQ if before is None or before > MAX_SEQ else before
-        if high <= 1:
-            return SessionPage(messages=[], next_before=None)
 
         def body(txn: Any, dbs: Mapping[bytes, Any]) -> tuple[list[LogMessage], bool]:
-            # The Text index and the events share their keys (prefix + sequence), so
-            # each index key fetches its event directly; rows decode into LogRecord,
-            # which skips the fields a log row does not carry.
-            cursor = txn.cursor(db=dbs[b"texts"])
-            if not position_below(cursor, prefix, high):
-                return [], False
-            get, events_db = txn.get, dbs[b"events"]
-            size, rows = len(prefix) + 8, list[LogMessage]()
-            for key in cursor.iterprev(keys=True, values=False):
-                if len(key) != size or not key.startswith(prefix):
-                    break
+            # The Text index shares its keys with the events; a row decodes into
+            # LogRecord, which skips the fields a log row does not carry.
+            rows: list[LogMessage] = []
+            for sequence, _ in walk_down(txn.cursor(db=dbs[b"texts"]), prefix, high, 0):
                 if len(rows) == limit:
                     return rows, True
-                sequence = int.from_bytes(key[-8:], "big")
-                raw = get(key, db=events_db)
-                if raw is None:
-                    raise CorruptRecordError(session_id, sequence, "indexed but missing")
-                record = decode_record(LOG_DECODER, session_id, sequence, raw)
-                rows.append(
-                    LogMessage(
-                        sequence=sequence,
-                        author=record.author,
-                        content=record.body.content,
-                        desk=session_id,
-                        parent=record.parent,
-                    )
-                )
+                record = _record_at(txn, dbs, session_id, prefix, sequence, LOG_DECODER)
+                content, parent = record.body.content, record.parent
+                rows.append(LogMessage(sequence, record.author, content, session_id, parent))
             return rows, False
 
         rows, more = self._in_read(body)
@@ -436,7 +417,8 @@ class LmdbStore(StoreBase):
             for key in cursor.iternext(keys=True, values=False):
                 if not key.startswith(start):
                     break
-                event = _stored_event(txn, dbs, session_id, prefix, key[len(start) :])
+                sequence = SEQ.unpack(key[len(start) :])[0]
+                event = _record_at(txn, dbs, session_id, prefix, sequence, EVENT_DECODER)
                 if event.run_id == run_id:
                     events.append(event)
             return events
@@ -481,15 +463,23 @@ def _decode_session_state(session_id: str, raw: bytes | None) -> SessionState:
     return state
 
 
-def _stored_event(
-    txn: Any, dbs: Mapping[bytes, Any], session_id: str, prefix: bytes, raw_seq: bytes
-) -> Event:
-    """Return the event an index entry points at (its sequence as stored, 8 bytes)."""
-    raw = txn.get(prefix + raw_seq, db=dbs[b"events"])
-    sequence = SEQ.unpack(raw_seq)[0]
+def _record_at(
+    txn: Any,
+    dbs: Mapping[bytes, Any],
+    session_id: str,
+    prefix: bytes,
+    sequence: int,
+    decoder: msgspec.msgpack.Decoder[_Record],
+) -> _Record:
+    """Return the record an index names at ``sequence``.
+
+    Raises:
+        CorruptRecordError: It is missing or does not decode.
+    """
+    raw = txn.get(prefix + SEQ.pack(sequence), db=dbs[b"events"])
     if raw is None:
         raise CorruptRecordError(session_id, sequence, "indexed but missing")
-    return decode_record(EVENT_DECODER, session_id, sequence, raw)
+    return decode_record(decoder, session_id, sequence, raw)
 
 
 class _WriteTxn:
@@ -522,7 +512,10 @@ class _WriteTxn:
             for event_id in want.ids:
                 raw_seq = get(event_id_key(prefix, event_id), db=dbs[b"ids"])
                 if raw_seq is not None:
-                    known[event_id] = _stored_event(self._txn, dbs, session_id, prefix, raw_seq)
+                    sequence = SEQ.unpack(raw_seq)[0]
+                    known[event_id] = _record_at(
+                        self._txn, dbs, session_id, prefix, sequence, EVENT_DECODER
+                    )
             rows: dict[int, StoredRow] = {}
             answered: set[int] = set()
             for parent in want.parents:
