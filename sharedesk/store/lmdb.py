@@ -132,12 +132,8 @@ class LmdbStore(StoreBase):
             when relaxed.
         verify: Walk every page of the file with py-lmdb's offline verifier before
             trusting it (``sharedesk inspect`` does). Without it the open checks the
-            meta pages against the file size (a truncated, zeroed or garbled-meta file
-            is refused) and walks the trees' branch pages and the header of every page
-            they point at, so a garbled leaf, on which LMDB's own assertion would
-            abort the process (SIGABRT), is refused too (``CorruptRecordError``). What
-            that walk does not read (the nodes inside a leaf, overflow pages) LMDB
-            trusts. Damage done after the open is never checked.
+            meta pages and the branch pages only (see ``_lmdb_layout``). Damage done
+            after the open is never checked.
         environment: Opens the ``lmdb.Environment`` (``lmdb.open``'s signature; the
             seam through which fault tests inject failures). Used only by the store
             that opens the path first in this process; the others share its
