@@ -44,7 +44,7 @@ import os
 import struct
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 import lmdb
 import lmdb.verify
@@ -148,13 +148,18 @@ def damaged(path: str, detail: str) -> CorruptRecordError:
     return CorruptRecordError("", 0, f"{os.path.join(path, DATA_FILE)}: {detail}")
 
 
-def _committed_meta(head: bytes, size: int) -> tuple[int, int] | str:
-    """Parse both meta pages from the file's first bytes.
+class _Meta(NamedTuple):
+    """The committed meta page (the one with the higher transaction id)."""
 
-    Returns:
-        (page size, last used page) of the committed meta (the higher transaction id),
-        or what is wrong.
-    """
+    header: int  # the page header's size: 16 for LMDB 0.9's layout, 24 for 1.0's
+    page_size: int
+    last: int  # the last page in use
+    free_root: int
+    main_root: int
+
+
+def _committed_meta(head: bytes, size: int) -> _Meta | str:
+    """Parse both meta pages from the file's first bytes; return the committed one, or why not."""
     header = next(
         (
             size_
@@ -183,11 +188,13 @@ def _committed_meta(head: bytes, size: int) -> tuple[int, int] | str:
             return f"meta page {number} is damaged"
         if found != version:
             return f"meta page {number} holds data version {found}, not {version}"
-        metas.append((txn_id, last))
-    _txn, last = max(metas)
-    if last < 1:
-        return f"the committed meta page names last page {last}"
-    return page_size, last
+        free_root = _DB_RECORD.unpack_from(head, offset + header + 24)[7]
+        main_root = _DB_RECORD.unpack_from(head, offset + header + 24 + _DB_RECORD.size)[7]
+        metas.append((txn_id, _Meta(header, page_size, last, free_root, main_root)))
+    meta = max(metas)[1]
+    if meta.last < 1:
+        return f"the committed meta page names last page {meta.last}"
+    return meta
 
 
 def check_data_file(path: str, *, full: bool = False) -> None:
@@ -228,7 +235,7 @@ def check_data_file(path: str, *, full: bool = False) -> None:
         meta = _committed_meta(head, size)
         if isinstance(meta, str):
             raise damaged(path, meta)
-        page_size, last = meta
+        page_size, last = meta.page_size, meta.last
         if size >= (last + 1) * page_size and not full:
             return
         try:
@@ -338,25 +345,13 @@ def tree_problem(path: str) -> str | None:
     except OSError as exc:
         raise StoreIOError(path, "open") from exc
     try:
-        header = _PAGE_HEADER.size
-        head = os.pread(fd, header + _META_PAGE.size, 0)
-        if len(head) < header + _META_PAGE.size:
-            return None  # empty (check_data_file judges the metas)
-        if _META_PAGE.unpack_from(head, header)[0] != _MAGIC:
-            return None  # another layout (check_data_file judges the metas)
-        page_size = _META_PAGE.unpack_from(head, header)[4]
-        head = os.pread(fd, 2 * page_size, 0)
-        metas = []
-        for number in (0, 1):
-            base = number * page_size + header
-            *_, last, txn_id = _META_PAGE.unpack_from(head, base)
-            free_root = _DB_RECORD.unpack_from(head, base + 24)[7]
-            main_root = _DB_RECORD.unpack_from(head, base + 24 + _DB_RECORD.size)[7]
-            metas.append((txn_id, last, free_root, main_root))
-        _txn, last, free_root, main_root = max(metas)
+        meta = _committed_meta(os.pread(fd, 2 * 65536, 0), os.fstat(fd).st_size)
+        if isinstance(meta, str) or meta.header != _PAGE_HEADER.size:
+            return None  # check_data_file judges the metas; LMDB 1.0's pages are not walked
+        page_size, last = meta.page_size, meta.last
         roots: list[int] = []
-        problem = _walk_tree(fd, free_root, page_size, last, None)
-        problem = problem or _walk_tree(fd, main_root, page_size, last, roots)
+        problem = _walk_tree(fd, meta.free_root, page_size, last, None)
+        problem = problem or _walk_tree(fd, meta.main_root, page_size, last, roots)
         for root in roots:
             problem = problem or _walk_tree(fd, root, page_size, last, None)
         return problem
