@@ -200,7 +200,7 @@ class TestAnInterruptedProcess:
         assert -signal.SIGTERM == code
 
     @pytest.mark.xfail(
-        strict=True,
+        strict=False,  # passes once the Hub's exit hook is bounded: the marker then goes
         reason="the Hub's exit hook (actors/hub.py, _CloseAtExit) closes the store without "
         "a bound; StoreBase.close joins the writer (GroupWriter.close, store/_group_commit.py) "
         "while it waits in LMDB's begin(write=True)",
