@@ -1055,6 +1055,29 @@ class TestLmdbStoreProcesses:
         assert 0 == holder.returncode, err.decode()
         assert ([[1]], True) == read_while_held
 
+    def test_reads_do_not_wait_for_an_append_stuck_behind_another_process_write_lock(
+        self, store_path: Path, spawn: ChildFactory, scripted: ScriptedEnvironment
+    ) -> None:
+        with LmdbStore(store_path) as first:
+            stored = first.append("s", [text("before")])
+        holder = spawn("-c", HOLD_WRITE_LOCK_CHILD, str(store_path))
+        assert holder.stdout is not None
+        assert b"holding\n" == holder.stdout.readline()
+        asking = threading.Event()
+        scripted.write_hooks.append(lambda stage: asking.set())
+
+        with LmdbStore(store_path, environment=scripted.open) as store:
+            stuck = submit(store, "s", [text("after")])
+            assert asking.wait(30)  # the writer asks for the lock the holder keeps
+            reader, read = in_thread(lambda: store.read("s"))
+            reader.join(60)  # a hang detector: the holder keeps the lock until told
+            read_while_stuck = (list(read), stuck.done())
+            holder.send_signal(signal.SIGUSR1)
+            holder.communicate(timeout=60)
+
+            assert ([stored], False) == read_while_stuck
+            assert [2] == outcome(stuck)
+
     def test_a_reopened_store_reads_without_a_write_transaction_until_its_first_append(
         self, store_path: Path, scripted: ScriptedEnvironment
     ) -> None:
