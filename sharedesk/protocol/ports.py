@@ -204,12 +204,12 @@ class WriteTicket(Protocol):
 
 @runtime_checkable
 class SubmittingStore(Protocol):
-    """A store that also takes writes without a waiting thread (``LmdbStore``, ``MemoryStore``).
+    """The ticket form of :class:`WritingStore`, kept over ``submit`` for old callers.
 
     ``submit_append`` and ``submit_append_and_share`` validate their input at once (a bad
-    one raises ``ValidationError`` and nothing is queued), queue the write and return;
-    the writer settles the ticket after the group holding it is committed (or fails),
-    then delivers it to its sink: one ``deliver`` call per sink per group.
+    one raises ``ValidationError`` and nothing is queued) and submit the write; once its
+    future is done, the ticket is settled and delivered to its sink, alone
+    (``sharedesk/store/_tickets.py``).
     """
 
     def submit_append(

@@ -5,14 +5,15 @@ reads, ``on_commit``, ``close``) are written, validated and documented here, onc
 eventsourcing's recorders are; ``MemoryStore``, ``LmdbStore`` and ``PostgresStore``
 subclass :class:`StoreBase` and implement the hooks below.
 
-One write path. ``submit(write)`` is the only way in: ``append`` is
-``self.submit(check_write(...)).result()``. The store's writer takes a group of writes,
-opens one write transaction (``_transact``), reads the :class:`Facts` of the sessions
-the group touches (``WriteTxn.facts``), plans each write in turn with
-:func:`~sharedesk.projection.append.plan_write` (each on top of the ones before), puts
-the plans that passed (``WriteTxn.put``) and commits. A write whose plan raises fails
-alone and writes nothing. Then the ``on_commit`` callbacks run, in commit order, and
-only then are the group's futures completed, each once. Two writers exist:
+One write path. ``submit(write)`` is the only way in, and ``append`` is
+``self.submit(check_write(...)).result()`` (without a writer thread, the same commit's
+outcome, with no future built). The writer takes a group of writes, opens one write
+transaction (``_transact``), reads the :class:`Facts` of the sessions the group touches
+(``WriteTxn.facts``), plans each write on top of the ones before
+(:func:`~sharedesk.projection.append.plan_write`), puts the plans that passed
+(``WriteTxn.put``) and commits. A write whose plan raises fails alone and writes
+nothing. Then the ``on_commit`` callbacks run, in commit order, and only then is each
+future of the group completed, once. Two writers exist:
 
 - ``writer=None`` (``MemoryStore``): no thread; ``submit`` plans and puts under the
   store's lock on the caller's thread and returns a completed future;
@@ -54,7 +55,6 @@ from sharedesk.protocol.errors import (
     SharedeskError,
     StoreClosedError,
     StoreFullError,
-    ValidationError,
 )
 from sharedesk.protocol.events import Event
 from sharedesk.protocol.ports import CommitCallback, SessionInfo
@@ -63,6 +63,7 @@ from sharedesk.protocol.sessions import SessionState
 from sharedesk.protocol.validation import (
     check_bool,
     check_conversation,
+    check_int,
     check_optional_int,
     check_optional_str,
     check_roots,
@@ -92,8 +93,8 @@ class StoreBase(TicketShims, ABC):
 
     Args:
         path: Where the store lives, named in its errors (``None``: in memory).
-        writer: The writer thread's name, or ``None`` for no writer thread (writes run
-            on the caller's thread under the store's lock).
+        writer: The writer thread's name, or ``None``: writes run on the caller's
+            thread, under the store's lock.
         group_wait: Most seconds the writer thread gathers a group (see
             :mod:`sharedesk.store._group_commit`).
     """
@@ -146,15 +147,26 @@ class StoreBase(TicketShims, ABC):
         never blocking on the writer.
         """
         future: Future[list[Event]] = Future()
-        writer = self._writer
-        if writer is not None:
-            writer.put(write, future)
+        if self._writer is not None:
+            self._writer.put(write, future)
             return future
         future.set_running_or_notify_cancel()
-        with self._lock:
-            outcome = self._closed_error() if self._closed else self._commit_group([write])[0]
-        _complete(future, outcome)
+        _complete(future, self._commit_here(write))
         return future
+
+    def _wait(self, write: Write) -> list[Event]:
+        """Return ``submit(write).result()``; without a writer thread, without the future."""
+        if self._writer is not None:
+            return self.submit(write).result()
+        outcome = self._commit_here(write)
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return outcome
+
+    def _commit_here(self, write: Write) -> Outcome:
+        """Commit ``write`` on this thread, under the store's lock (no writer thread)."""
+        with self._lock:
+            return self._closed_error() if self._closed else self._commit_group([write])[0]
 
     def append(
         self,
@@ -194,7 +206,7 @@ class StoreBase(TicketShims, ABC):
         write = check_write(
             session_id, events, expected_version=expected_version, unless_stored=unless_stored
         )
-        return self.submit(write).result()
+        return self._wait(write)
 
     def append_and_share(
         self,
@@ -240,7 +252,7 @@ class StoreBase(TicketShims, ABC):
         """
         share = Share(viewer, state, expected_state, reply_present)
         write = check_write(session_id, events, expected_version=expected_version, share=share)
-        return self.submit(write).result()
+        return self._wait(write)
 
     def on_commit(self, callback: CommitCallback) -> Callable[[], None]:
         """Call ``callback(session_id, new_events)`` after each commit that stored events.
@@ -574,18 +586,14 @@ class StoreLog:
         """Return at most ``limit`` ``Text`` rows below ``before``, newest first.
 
         Raises:
-            ValidationError: ``before`` not ``None`` or a non-negative int; ``limit``
-                not a non-negative int.
+            ValidationError: ``before`` or ``limit`` not a non-negative int.
             StoreClosedError: The store is closed.
 
         Cost: one read of at most ``limit`` rows from the tail; no writes.
         """
         before = check_optional_int("before", before)
-        checked = check_optional_int("limit", limit)
-        if checked is None:
-            raise ValidationError("limit must be an int, got None")
-        store = self._store
+        store, limit = self._store, check_int("limit", limit)
         store._live()
-        if checked == 0:
+        if limit == 0:
             return SessionPage(messages=[], next_before=None)
-        return store._read_text_before(self._session_id, before, checked)
+        return store._read_text_before(self._session_id, before, limit)
