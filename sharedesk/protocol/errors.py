@@ -475,3 +475,23 @@ class SchemaTooNewError(StoreError):
         "the store at {path} (schema {schema!r}) is at version {found}, newer than the "
         "{supported} this version of sharedesk supports: upgrade sharedesk"
     )
+
+
+class StoreFormatError(StoreError):
+    """Raised at open when a store's file holds a format this code does not know.
+
+    Nothing was changed: the file is left as it was.
+
+    Attributes:
+        path: Where the store lives.
+        found: What the file holds instead (its format record, or what lacks one).
+        supported: The format this version of sharedesk reads and writes.
+    """
+
+    path: str
+    found: str
+    supported: int
+    template = (
+        "the store at {path} holds {found}, not sharedesk store format {supported}: it was "
+        "not written by this version of sharedesk"
+    )

@@ -1,8 +1,8 @@
-r"""The key and record layout of an ``LmdbStore``: prefixes, keys, records, cursor walks.
+r"""The key layout of an ``LmdbStore``: session prefixes, keys, meta records, cursor walks.
 
-Layout. One LMDB environment (a directory) holds seven sub-databases. Every key starts
-with the session's *prefix*: the UTF-8 session id preceded by its length as 2 big-endian
-bytes. Because the length comes first, no session's keys can fall inside another's range,
+One LMDB environment (a directory) holds seven sub-databases. Every key starts with the
+session's *prefix*: the UTF-8 session id preceded by its length as 2 big-endian bytes.
+Because the length comes first, no session's keys can fall inside another's range,
 whatever the ids hold (ids that prefix each other, ``/``, ``\x00``, non-ASCII).
 
 =========  ==========================================  ===============================
@@ -21,40 +21,36 @@ runs       prefix                                      the session's state (msgp
 runs       prefix + 0x01 + blake2b(run id) + sequence  empty: the run index
 =========  ==========================================  ===============================
 
-The ``replies`` index is written in the transaction that appends the root (empty) and
-the one that appends its first non-blank reply, so a turn learns whether a reply is its
-root's first with one key read, however far down the root lies, and a reply's parent is
-checked to be a root ``Text`` row with the same read. A database written before the index
-existed opens unchanged (the sub-database is created empty); a root it lacks is checked
-from its record and indexed by the first reply appended to it since, and until then its
-first reply is found by a walk up from it.
+The ``replies`` entry of a root is written with the root (empty) and set by the
+transaction that appends its first non-blank reply, so one key read says whether a row
+is a root ``Text`` row and whether it is answered. LMDB's unnamed database holds the
+sub-databases and the format record (see ``_lmdb_env``). The records and the id, run
+and sharing keys are :mod:`sharedesk.protocol.records`'s.
 
-Ids up to ``MAX_RAW_ID`` bytes are kept as they are; longer ones are hashed (32-byte
-blake2b) so every key stays under LMDB's 511-byte limit. Events are stored as msgpack
-maps, so a record written before a field was added still decodes (the field takes its
-default).
-
-Everything here is a pure function of bytes and values (no environment, no thread): the
-store (:mod:`sharedesk.store.lmdb`) builds its keys and decodes its records with it.
+LMDB trusts its file, so the open checks it first, with plain file I/O, never through
+the map (:func:`check_data_file`, :func:`tree_problem`): a file shorter than its
+committed meta page says would raise SIGBUS at the first read of a missing page, and a
+cursor that steps from a branch onto a page that is not a leaf trips LMDB's assertion
+(SIGABRT); both are refused as ``CorruptRecordError`` instead. py-lmdb's offline
+verifier confirms that a missing page is in use (LMDB legitimately leaves a short tail
+of free pages unwritten), and walks every page when asked (``verify``). What the branch
+walk does not read (the nodes inside a leaf, overflow pages) LMDB still trusts. An empty
+``data.mdb`` is a new environment (LMDB creates the file empty and writes its metas).
 """
 
 from __future__ import annotations
 
-import hashlib
+import os
 import struct
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from typing import Any, Final, TypeVar
+from typing import Any, Final, NamedTuple
 
-import msgspec
+import lmdb
+import lmdb.verify
 
-from sharedesk.protocol.authors import SessionAuthor
-from sharedesk.protocol.codec import encode_msgpack
-from sharedesk.protocol.errors import CorruptRecordError, SharedeskError
-from sharedesk.protocol.events import Event, Text
-from sharedesk.protocol.sessions import SessionState
-from sharedesk.protocol.views import Conversation, SharingState
-from sharedesk.store._common import SessionInfo
+from sharedesk.protocol.errors import CorruptRecordError, StoreIOError
+from sharedesk.protocol.ports import SessionInfo
 
 #: A sequence as stored in keys and values: 8 bytes, big-endian.
 SEQ: Final = struct.Struct(">Q")
@@ -62,17 +58,8 @@ SEQ: Final = struct.Struct(">Q")
 META: Final = struct.Struct(">QQq")
 #: The largest sequence a key can hold.
 MAX_SEQ: Final = 2**64 - 1
-#: Longest id (UTF-8 bytes) kept as it is in its key; longer ones are hashed.
-MAX_RAW_ID: Final = 100
 EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 MICROSECOND: Final = timedelta(microseconds=1)
-#: The ``runs`` key that says every event of the file is in the run index and the
-#: session states (an empty session id's prefix: no session can have it).
-INDEXED_KEY: Final = b"\x00\x00indexed"
-EVENT_DECODER: Final = msgspec.msgpack.Decoder(Event)
-STATE_DECODER: Final = msgspec.msgpack.Decoder(SharingState)
-SESSION_STATE_DECODER: Final = msgspec.msgpack.Decoder(SessionState)
-ENCODER: Final = msgspec.msgpack.Encoder()
 
 
 def session_prefix(session_id: str) -> bytes:
@@ -87,71 +74,6 @@ def session_of(key: bytes) -> str:
     return key[2 : 2 + length].decode("utf-8")
 
 
-def event_id_key(prefix: bytes, event_id: str) -> bytes:
-    """Return the ``ids`` key of ``event_id`` (hashed past ``MAX_RAW_ID`` bytes)."""
-    raw = event_id.encode("utf-8")
-    if len(raw) <= MAX_RAW_ID:
-        return prefix + b"\x00" + raw
-    return prefix + b"\x01" + hashlib.blake2b(raw, digest_size=32).digest()
-
-
-def run_index_key(prefix: bytes, run_id: str) -> bytes:
-    """Return the start of the ``runs`` index keys of ``run_id`` (each adds a sequence)."""
-    return prefix + b"\x01" + hashlib.blake2b(run_id.encode("utf-8"), digest_size=16).digest()
-
-
-def sharing_key(prefix: bytes, viewer: str, conversation: Conversation) -> bytes:
-    """Return the ``sharing`` key of (viewer, conversation) in the session of ``prefix``."""
-    raw = viewer.encode("utf-8")
-    digest = hashlib.blake2b(digest_size=32)
-    digest.update(len(raw).to_bytes(4, "big") + raw)
-    digest.update(encode_msgpack(conversation))
-    return prefix + digest.digest()
-
-
-class LogRecord(msgspec.Struct, frozen=True):
-    """The fields of a stored ``Text`` event that a log row needs (others are skipped)."""
-
-    author: SessionAuthor
-    body: Text
-    sequence: int
-    parent: int | None = None
-
-
-LOG_DECODER: Final = msgspec.msgpack.Decoder(LogRecord)
-_Record = TypeVar("_Record", Event, LogRecord)
-
-
-def decode_record(
-    decoder: msgspec.msgpack.Decoder[_Record], session_id: str, sequence: int, raw: bytes
-) -> _Record:
-    """Decode the record stored at ``sequence``.
-
-    Raises:
-        CorruptRecordError: It does not decode, or holds another sequence.
-    """
-    try:
-        record = decoder.decode(raw)
-    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-        raise CorruptRecordError(session_id, sequence, str(exc)) from exc
-    if record.sequence != sequence:
-        raise CorruptRecordError(session_id, sequence, f"record holds sequence {record.sequence}")
-    return record
-
-
-def decode_state(session_id: str, raw: bytes) -> SharingState:
-    """Decode a stored sharing state.
-
-    Raises:
-        CorruptRecordError: It does not decode (``sequence`` 0).
-    """
-    try:
-        state: SharingState = STATE_DECODER.decode(raw)
-    except (msgspec.DecodeError, msgspec.ValidationError, SharedeskError) as exc:
-        raise CorruptRecordError(session_id, 0, f"sharing state: {exc}") from exc
-    return state
-
-
 def decode_info(session_id: str, raw: bytes) -> SessionInfo:
     """Return the :class:`SessionInfo` a meta record holds."""
     last, texts, micros = META.unpack(raw)
@@ -163,16 +85,10 @@ def decode_info(session_id: str, raw: bytes) -> SessionInfo:
     )
 
 
-def position_below(cursor: Any, prefix: bytes, high: int) -> bool:
-    """Put ``cursor`` on the last key below ``prefix + high``; return whether there is one."""
-    if cursor.set_range(prefix + SEQ.pack(high)):
-        return bool(cursor.prev())
-    return bool(cursor.last())
-
-
 def walk_down(cursor: Any, prefix: bytes, high: int, low: int) -> Iterator[tuple[int, bytes]]:
     """Yield (sequence, value) of ``prefix``'s keys with ``low < sequence < high``, newest first."""
-    if not position_below(cursor, prefix, high):
+    found = cursor.prev() if cursor.set_range(prefix + SEQ.pack(high)) else cursor.last()
+    if not found:
         return
     size = len(prefix) + 8
     for key, value in cursor.iterprev(keys=True, values=True):
@@ -196,3 +112,252 @@ def walk_up(cursor: Any, prefix: bytes, low: int, high: int) -> Iterator[tuple[i
         if sequence >= high:
             return
         yield sequence, value
+
+
+# -- the data file, as the open checks it ------------------------------------------
+
+#: The data file in an environment directory.
+DATA_FILE: Final = "data.mdb"
+
+# LMDB's meta page (64-bit builds, host byte order), after the page header: magic,
+# version, fixed address, map size, the free and main databases' records (48 bytes each;
+# the page size is the free database's first field), last used page, transaction id.
+_MAGIC: Final = 0xBEEFC0DE
+_META_PAGE: Final = struct.Struct("=IIQQI44x48xQQ")
+_P_META: Final = 0x08
+# Page header size -> the data version it goes with: LMDB 0.9 (16 bytes), 1.0 (24).
+_LAYOUTS: Final = {16: 1, 24: 3}
+VERIFY_ATTEMPTS: Final = 3
+# The page header of LMDB 0.9 (the layout the tree walk reads): page number, pad, flags,
+# lower and upper bounds of the free space; then the node offsets.
+_PAGE_HEADER: Final = struct.Struct("=QHHHH")
+# A node: size (or child page) low and high halves, flags (or the child's top half),
+# key size; then the key and the data.
+_NODE: Final = struct.Struct("=HHHH")
+# A database record (in a meta page, or a named sub-database's node): pad, flags, depth,
+# branch, leaf and overflow pages, entries, root page.
+_DB_RECORD: Final = struct.Struct("=IHHQQQQQ")
+_P_BRANCH: Final = 0x01
+_P_LEAF: Final = 0x02
+_F_SUBDATA: Final = 0x02
+_NO_ROOT: Final = 2**64 - 1
+
+
+def damaged(path: str, detail: str) -> CorruptRecordError:
+    """Return the error for a damaged data file (no session: ``session_id`` is ``""``)."""
+    return CorruptRecordError("", 0, f"{os.path.join(path, DATA_FILE)}: {detail}")
+
+
+class _Meta(NamedTuple):
+    """The committed meta page (the one with the higher transaction id)."""
+
+    header: int  # the page header's size: 16 for LMDB 0.9's layout, 24 for 1.0's
+    page_size: int
+    last: int  # the last page in use
+    free_root: int
+    main_root: int
+
+
+def _committed_meta(head: bytes, size: int) -> _Meta | str:
+    """Parse both meta pages from the file's first bytes; return the committed one, or why not."""
+    header = next(
+        (
+            size_
+            for size_ in _LAYOUTS
+            if len(head) >= size_ + _META_PAGE.size
+            and _META_PAGE.unpack_from(head, size_)[0] == _MAGIC
+        ),
+        None,
+    )
+    if header is None:
+        return f"no LMDB meta page at the start ({size} bytes)"
+    version = _LAYOUTS[header]
+    page_size = _META_PAGE.unpack_from(head, header)[4]
+    if page_size < 256 or page_size & (page_size - 1) or page_size > 65536:
+        return f"meta page 0 holds an implausible page size {page_size}"
+    metas = []
+    for number in (0, 1):
+        offset = number * page_size
+        if len(head) < offset + header + _META_PAGE.size:
+            return f"{size} bytes end before meta page {number}"
+        (flags,) = struct.unpack_from("=H", head, offset + 10)
+        magic, found, _at, _map, _psize, last, txn_id = _META_PAGE.unpack_from(
+            head, offset + header
+        )
+        if magic != _MAGIC or not flags & _P_META:
+            return f"meta page {number} is damaged"
+        if found != version:
+            return f"meta page {number} holds data version {found}, not {version}"
+        free_root = _DB_RECORD.unpack_from(head, offset + header + 24)[7]
+        main_root = _DB_RECORD.unpack_from(head, offset + header + 24 + _DB_RECORD.size)[7]
+        metas.append((txn_id, _Meta(header, page_size, last, free_root, main_root)))
+    meta = max(metas)[1]
+    if meta.last < 1:
+        return f"the committed meta page names last page {meta.last}"
+    return meta
+
+
+def check_data_file(path: str, *, full: bool = False) -> None:
+    """Refuse a data file that LMDB could not read without a signal.
+
+    The committed meta page (read with plain file I/O, never through a map) says how many
+    pages the file holds; a file that ends before them is walked by py-lmdb's offline
+    verifier (``lmdb.verify``), and refused unless every page in use is within the file.
+
+    Args:
+        path: The environment directory.
+        full: Walk every page with the verifier even when the size is right (LMDB trusts
+            what its pages hold: a damaged page inside the file can make it abort the
+            process). With other writers, call it inside a read transaction, which
+            keeps the pages it walks from being reused.
+
+    Raises:
+        CorruptRecordError: The meta pages are damaged, or pages in use are missing or
+            (``full``) damaged.
+        StoreIOError: The file cannot be read.
+
+    Cost: one read of the first two pages and one ``fstat``; a full read of the file
+    (2.5 to 10 ms per MB) with ``full``, or when it is shorter than its meta page says.
+    """
+    data = os.path.join(path, DATA_FILE)
+    problem = ""
+    for _attempt in range(VERIFY_ATTEMPTS):
+        try:
+            with open(data, "rb") as file:
+                head = file.read(2 * 65536)
+                size = os.fstat(file.fileno()).st_size  # after the metas: it only grows
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            raise StoreIOError(path, "open") from exc
+        if size == 0:
+            return
+        meta = _committed_meta(head, size)
+        if isinstance(meta, str):
+            raise damaged(path, meta)
+        page_size, last = meta.page_size, meta.last
+        if size >= (last + 1) * page_size and not full:
+            return
+        try:
+            problems: list[str] = lmdb.verify.verify(path)  # type: ignore[no-untyped-call]
+        except (lmdb.verify.VerifyError, OSError) as exc:
+            problems = [str(exc)]
+        if not problems:
+            return
+        problem = f"{size} bytes, {last + 1} pages in use; the verifier reports: {problems[0]}"
+    raise damaged(path, problem)
+
+
+def _page_kind(buf: bytes, pgno: int, page_size: int) -> tuple[int, int] | str:
+    """Check a tree page's header; return (branch or leaf flag, node count) or what is wrong."""
+    header = _PAGE_HEADER.size
+    if len(buf) < header:
+        return f"page {pgno} lies past the end of the file"
+    number, _pad, flags, lower, upper = _PAGE_HEADER.unpack_from(buf)
+    kind = flags & 0x0F  # branch, leaf, overflow, meta: a tree page is one of the first two
+    if number != pgno or kind not in (_P_BRANCH, _P_LEAF):
+        return f"page {pgno} is damaged (it says page {number}, flags {flags:#x})"
+    if not header <= lower <= upper <= page_size or (lower - header) % 2:
+        return f"page {pgno} is damaged (free space {lower}..{upper})"
+    return kind, (lower - header) // 2
+
+
+def _node_offsets(buf: bytes, pgno: int, count: int, page_size: int) -> list[int] | str:
+    """Return the offsets of a page's nodes, or what is wrong with them."""
+    first = _PAGE_HEADER.size + 2 * count
+    offsets = list(struct.unpack_from(f"={count}H", buf, _PAGE_HEADER.size))
+    if any(not first <= offset <= page_size - _NODE.size for offset in offsets):
+        return f"page {pgno} holds a node outside the page"
+    return offsets
+
+
+def _walk_tree(
+    fd: int, root: int, page_size: int, last: int, roots: list[int] | None
+) -> str | None:
+    """Walk one tree's branch pages and check the header of every page they point at.
+
+    ``roots``: also read the leaves and collect the named sub-databases' roots (the main
+    database). Returns what is wrong, or None.
+    """
+    if root == _NO_ROOT:
+        return None
+    stack, seen = [root], {root}
+    while stack:
+        pgno = stack.pop()
+        buf = os.pread(fd, page_size, pgno * page_size)
+        if len(buf) < page_size:
+            return f"page {pgno} lies past the end of the file"
+        kind = _page_kind(buf, pgno, page_size)
+        if isinstance(kind, str):
+            return kind
+        flags, count = kind
+        offsets = _node_offsets(buf, pgno, count, page_size)
+        if isinstance(offsets, str):
+            return offsets
+        for offset in offsets:
+            low, high, node_flags, key_size = _NODE.unpack_from(buf, offset)
+            if flags == _P_LEAF:
+                if roots is not None and node_flags & _F_SUBDATA:
+                    at = offset + _NODE.size + key_size
+                    if at + _DB_RECORD.size > page_size:
+                        return f"page {pgno} holds a sub-database record outside the page"
+                    roots.append(_DB_RECORD.unpack_from(buf, at)[7])
+                continue
+            child = low | high << 16 | node_flags << 32
+            if not 2 <= child <= last or child in seen:
+                return f"branch page {pgno} points at page {child} (pages 2 to {last} in use)"
+            seen.add(child)
+            child_kind = _page_kind(
+                os.pread(fd, _PAGE_HEADER.size, child * page_size), child, page_size
+            )
+            if isinstance(child_kind, str):
+                return child_kind
+            if child_kind[0] == _P_BRANCH or roots is not None:
+                stack.append(child)
+    return None
+
+
+def tree_problem(path: str) -> str | None:
+    """Check the pages LMDB steps through without checking them itself; say what is wrong.
+
+    LMDB asserts (aborting the process) that a page a cursor steps onto from its branch
+    page is a leaf. So every branch page of the committed trees (the free database, the
+    main database and every named sub-database) is read with plain file I/O, never
+    through a map, and the header of every page they point at is checked: its own page
+    number, branch or leaf, bounds within the page. The leaves' contents are not read
+    (nor overflow pages), except the main database's. Files of other page layouts (LMDB
+    1.0) are not walked. Call it inside a read transaction, which keeps the pages it
+    walks from being reused by other writers.
+
+    Returns:
+        What is wrong, or None.
+
+    Raises:
+        StoreIOError: The file cannot be read.
+
+    Cost: one read per branch page, one 16-byte read per leaf (about 0.3 ms per MB of
+    small events, 0.02 ms per MB of large ones, whose values fill overflow pages).
+    """
+    try:
+        fd = os.open(os.path.join(path, DATA_FILE), os.O_RDONLY)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise StoreIOError(path, "open") from exc
+    try:
+        meta = _committed_meta(os.pread(fd, 2 * 65536, 0), os.fstat(fd).st_size)
+        if isinstance(meta, str) or meta.header != _PAGE_HEADER.size:
+            return None  # check_data_file judges the metas; LMDB 1.0's pages are not walked
+        page_size, last = meta.page_size, meta.last
+        roots: list[int] = []
+        problem = _walk_tree(fd, meta.free_root, page_size, last, None)
+        problem = problem or _walk_tree(fd, meta.main_root, page_size, last, roots)
+        for root in roots:
+            problem = problem or _walk_tree(fd, root, page_size, last, None)
+        return problem
+    except struct.error:
+        return "the meta pages end early"
+    except OSError as exc:
+        raise StoreIOError(path, "open") from exc
+    finally:
+        os.close(fd)

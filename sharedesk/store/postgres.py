@@ -167,6 +167,17 @@ from sharedesk.protocol.errors import (
 )
 from sharedesk.protocol.events import Event
 from sharedesk.protocol.ports import AppendCallback
+from sharedesk.protocol.records import (
+    ENCODER,
+    EVENT_DECODER,
+    LOG_DECODER,
+    SESSION_STATE_DECODER,
+    decode_record,
+    decode_state,
+    event_id_key,
+    run_index_key,
+    sharing_key,
+)
 from sharedesk.protocol.sessions import EMPTY_SESSION_STATE, SessionState
 from sharedesk.protocol.validation import (
     check_append_args,
@@ -189,17 +200,6 @@ from sharedesk.store._common import (
     watermark_of,
 )
 from sharedesk.store._group_commit import GroupCommitter, Request
-from sharedesk.store._lmdb_layout import (
-    ENCODER,
-    EVENT_DECODER,
-    LOG_DECODER,
-    SESSION_STATE_DECODER,
-    decode_record,
-    decode_state,
-    event_id_key,
-    run_index_key,
-    sharing_key,
-)
 from sharedesk.store._pg_schema import check_schema_name, migrate, notify_channel
 from sharedesk.store._pg_watchdog import Watchdog
 

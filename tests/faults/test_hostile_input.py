@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 import structlog
 from hypothesis import HealthCheck, given, settings
@@ -148,6 +149,19 @@ def stored(store: Any, session_id: str) -> list[Event]:
         return []
 
 
+def contents(store: Any) -> dict[str, list[Event]]:
+    """Return everything ``store`` holds, session by session (to check nothing was written)."""
+    return {session_id: store.read(session_id) for session_id in store.sessions()}
+
+
+def sharing_state(store: Any, viewer: Any, conversation: Any) -> Any:
+    """Return the stored state of ``desk`` for (viewer, conversation), or the refusal's type."""
+    try:
+        return store.get_sharing_state("desk", viewer, conversation)
+    except ValidationError as exc:
+        return type(exc)
+
+
 @pytest.fixture(params=["memory", "lmdb", "postgres"])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
     opened: Any
@@ -174,13 +188,11 @@ class TestStores:
         self, store: Any, fault_counter: FaultCounter, session_id: Any, batch: Any, version: Any
     ) -> None:
         fault_counter.count("store append")
-        before = stored(store, session_id)
+        before = contents(store)
         try:
             result = store.append(session_id, batch, expected_version=version)
-        except ValidationError:
-            assert before == stored(store, session_id)
-            return
-        except ConcurrencyError:  # a correct answer too
+        except (ValidationError, ConcurrencyError):  # a conflict is a correct answer too
+            assert before == contents(store)
             return
         assert all(e in stored(store, session_id) for e in result)
 
@@ -201,8 +213,11 @@ class TestStores:
         limit: Any,
     ) -> None:
         fault_counter.count("store read")
+        before_read = contents(store)
         with contextlib.suppress(ValidationError):
             assert isinstance(store.read(session_id, after=after, before=before, limit=limit), list)
+
+        assert before_read == contents(store)
 
     @FAULTS
     @given(viewer=HOSTILE_TEXT, conversation=CONVERSATIONS, watermark=HOSTILE_INTS)
@@ -215,12 +230,14 @@ class TestStores:
         watermark: int,
     ) -> None:
         fault_counter.count("store sharing state")
-        # A conflict is a correct answer too: the store is shared by the examples.
-        with contextlib.suppress(ValidationError, SharingStateConflict):
+        before = (contents(store), sharing_state(store, viewer, conversation))
+        try:
             state = SharingState(conversation, watermark)
             store.append_and_share("desk", [], viewer=viewer, state=state, expected_state=None)
-        with contextlib.suppress(ValidationError):
-            store.get_sharing_state("desk", viewer, conversation)
+        except (ValidationError, SharingStateConflict):  # a conflict is a correct answer too
+            assert before == (contents(store), sharing_state(store, viewer, conversation))
+            return
+        assert state == store.get_sharing_state("desk", viewer, conversation)
 
 
 class TestHub:
@@ -236,17 +253,26 @@ class TestHub:
         window: Any,
     ) -> None:
         fault_counter.count("hub append/view/turn/commit")
-        with contextlib.suppress(ValidationError):
+        refused_left: list[bool] = []
+        before = contents(hub.store)
+        try:
             hub.append("desk", batch)
+        except ValidationError:
+            refused_left.append(before == contents(hub.store))
+        before = contents(hub.store)
         with contextlib.suppress(ValidationError):
             hub.view("desk", viewer, conversation, window=window)
+        refused_left.append(before == contents(hub.store))  # a view never writes
         with contextlib.suppress(ValidationError):
             turn = hub.turn("desk", viewer, conversation)
-            with contextlib.suppress(ValidationError):
+            before = contents(hub.store)
+            try:
                 turn.commit(batch[0] if batch and isinstance(batch[0], Event) else "ok")
+            except ValidationError:
+                refused_left.append(before == contents(hub.store))
         stats = hub.stats()
 
-        assert (0, []) == (stats.restarts, stats.failed)
+        assert (0, [], True) == (stats.restarts, stats.failed, all(refused_left))
 
     @FAULTS
     @given(session_id=SESSION_IDS, author=AUTHORS, content=HOSTILE_TEXT, parent=HOSTILE_INTS)
@@ -260,8 +286,11 @@ class TestHub:
         parent: Any,
     ) -> None:
         fault_counter.count("hub post")
-        with contextlib.suppress(ValidationError):
+        before = contents(hub.store)
+        try:
             hub.session(session_id).post(author, content, parent=parent)
+        except ValidationError:
+            assert before == contents(hub.store)
         stats = hub.stats()
 
         assert (0, []) == (stats.restarts, stats.failed)
@@ -305,10 +334,15 @@ class TestFolds:
     ) -> None:
         fault_counter.count("fold project_session")
         store = MemoryStore()
-        with contextlib.suppress(ValidationError):
+        try:
             store.append("desk", batch)
+        except ValidationError:
+            assert {} == contents(store)
+        before = contents(store)
         with contextlib.suppress(ValidationError):
             project_session(store.log("desk"), SessionQuery(conversation, window=window))
+
+        assert before == contents(store)
 
     @FAULTS
     @given(
@@ -332,12 +366,15 @@ class TestFolds:
             state = initialized_state(conversation, watermark)
         except ValidationError:
             return
+        given_state = msgspec.structs.replace(state)
         # The folds' documented errors for a state that does not fit are answers too.
         with contextlib.suppress(ValidationError, PresentSetOverflow):
             note_present(state, sequence)
         with contextlib.suppress(ValidationError, WatermarkRegression):
             query = SharingQuery(conversation, conversation, before)
             prepare_delta(store.log("desk"), state, query)
+
+        assert (given_state, 2) == (state, store.last_sequence("desk"))
 
     @FAULTS
     @given(batch=st.lists(EVENTS, max_size=4), viewer=AUTHORS)
@@ -346,10 +383,15 @@ class TestFolds:
     ) -> None:
         fault_counter.count("fold transcript")
         store = MemoryStore()
-        with contextlib.suppress(ValidationError):
+        try:
             store.append("desk", batch)
+        except ValidationError:
+            assert {} == contents(store)
+        before = contents(store)
         with contextlib.suppress(ValidationError):
             TranscriptBuilder.from_events(store.read("desk"), session_id="desk", viewer=viewer)
+
+        assert before == contents(store)
 
 
 @pytest.fixture
@@ -404,6 +446,8 @@ class TestCli:
         if not path.exists():
             with LmdbStore(path, durability="relaxed") as store:
                 store.append("desk", [Event(Person("a\x1b[2J", "A\x9b"), Text("\x1b]52;c;x\x07"))])
+        with LmdbStore(path, durability="relaxed") as store:
+            before = contents(store)
         for argv in (
             ["view", str(path), session_id, "--as", viewer],
             [session_id, viewer],
@@ -423,3 +467,5 @@ class TestCli:
                 controls(out.getvalue()),
                 controls(err.getvalue()),
             )
+        with LmdbStore(path, durability="relaxed") as store:
+            assert before == contents(store)  # view and inspect never write

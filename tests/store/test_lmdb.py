@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import contextlib
-import functools
 import json
 import os
 import random
 import signal
 import threading
-import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
@@ -32,13 +30,12 @@ from sharedesk.protocol import (
     TextDelta,
     ValidationError,
 )
-from sharedesk.protocol.validation import MAX_SESSION_ID_BYTES
-from sharedesk.runs import ScriptedAdapter, SessionManager
+from sharedesk.protocol.errors import StoreFormatError
+from sharedesk.protocol.records import sharing_key
+from sharedesk.protocol.validation import MAX_SESSION_ID_BYTES, check_write
 from sharedesk.store import LmdbStore
-from sharedesk.store._group_commit import wake
-from sharedesk.store._lmdb_env import READER_CHECK_COMMITS, tree_problem
-from sharedesk.store._lmdb_layout import SEQ, session_prefix, sharing_key
-from sharedesk.store.lmdb import _Request
+from sharedesk.store._lmdb_env import FORMAT_KEY, FORMAT_VERSION, READER_CHECK_COMMITS
+from sharedesk.store._lmdb_layout import SEQ, session_prefix, tree_problem
 from tests.store.conftest import ChildFactory, run_child
 from tests.store.contract import ContractStore, StoreContract, delta, text
 
@@ -70,6 +67,16 @@ def store(store_path: Path) -> Iterator[LmdbStore]:
         yield opened
 
 
+def raw_keys(path: str | Path, db: bytes) -> list[bytes]:
+    """Return the keys of one sub-database of a closed store, read with raw py-lmdb."""
+    env = lmdb.open(str(path), max_dbs=8, readonly=True)
+    try:
+        with env.begin() as txn:
+            return [bytes(key) for key, _ in txn.cursor(db=env.open_db(db, txn=txn))]
+    finally:
+        env.close()
+
+
 def raw_put(path: Path, db: bytes, key: bytes, value: bytes) -> None:
     """Write one raw record into a closed store's environment."""
     env = lmdb.open(str(path), max_dbs=8)
@@ -81,8 +88,8 @@ def raw_put(path: Path, db: bytes, key: bytes, value: bytes) -> None:
         env.close()
 
 
-def gate_writer(store: LmdbStore) -> tuple[threading.Event, threading.Event]:
-    """Make the store's writer stop as it begins its next group's transaction until released.
+def gate_writer(scripted: ScriptedEnvironment) -> tuple[threading.Event, threading.Event]:
+    """Make the store's writer stop as it begins its next write transaction until released.
 
     Returns (entered, release): ``entered`` is set once the writer holds a group.
     """
@@ -93,14 +100,21 @@ def gate_writer(store: LmdbStore) -> tuple[threading.Event, threading.Event]:
             entered.set()
             assert release.wait(30)
 
-    store._shared.env = _ScriptedEnv(store._shared.env, {1: gated})
+    scripted.write_hooks.append(gated)
     return entered, release
 
 
-def commit_as_one_group(store: LmdbStore, group: list[_Request]) -> None:
-    """Write ``group`` in one transaction as the writer does (it is idle), then wake it."""
-    store._commit(group, lambda: None)
-    wake(group)
+def submit(
+    store: LmdbStore, session_id: str, events: list[Event], **options: Any
+) -> Future[list[Event]]:
+    """Queue one checked write to the store's writer; return its future."""
+    return store.submit(check_write(session_id, events, **options))
+
+
+def outcome(future: Future[list[Event]]) -> list[int | None] | BaseException:
+    """Return a write's stored sequences, or its error (waiting at most 30 s)."""
+    error = future.exception(timeout=30)
+    return error if error is not None else [e.sequence for e in future.result()]
 
 
 def in_thread(call: Callable[[], Any]) -> tuple[threading.Thread, list[Any]]:
@@ -118,75 +132,115 @@ def in_thread(call: Callable[[], Any]) -> tuple[threading.Thread, list[Any]]:
     return thread, outcome
 
 
-def wait_until(condition: Callable[[], bool]) -> None:
-    """Poll ``condition`` (a state change in another thread) for up to 30 s."""
-    deadline = time.monotonic() + 30
-    while not condition():
-        assert time.monotonic() < deadline, "condition never held"
-        time.sleep(0.001)
-
-
-def append_one(store: LmdbStore, index: int) -> list[Event]:
-    """Append one Text to session ``s{index % 3}``."""
-    return store.append(f"s{index % 3}", [text()])
-
-
-def last_txnid(store: LmdbStore) -> int:
-    txnid: int = store._shared.env.info()["last_txnid"]
-    return txnid
-
-
 def _no_hook(stage: str) -> None:
     """The hook of a write transaction no test scripts."""
 
 
-class _ScriptedEnv:
-    """Wraps an environment so that write transaction ``n`` (counted from 1) calls
-    ``hooks[n](stage)`` at its ``"begin"``, before each ``"put"`` and before ``"commit"``."""
+def fail_at(stage: str, error: BaseException) -> Callable[[str], None]:
+    """Return a write hook that raises ``error`` at ``stage`` (``"begin"``, ``"put"``...)."""
 
-    def __init__(self, env: Any, hooks: dict[int, Callable[[str], None]]) -> None:
-        self._env = env
-        self._hooks = hooks
-        self._writes = 0
+    def hook(at: str) -> None:
+        if at == stage:
+            raise error
+
+    return hook
+
+
+class ScriptedEnvironment:
+    """The ``environment=`` seam's test double: a real environment that fails on demand.
+
+    ``LmdbStore(path, environment=scripted.open)`` opens the environment through it. A
+    test then scripts what comes next: the next write transactions' hooks (each called
+    with ``"begin"``, before each ``"put"`` and before ``"commit"``; it may raise), the
+    errors the next read transactions' ``begin`` raises, or a call made inside the next
+    read transaction. It counts opens, closes, reader checks and map resizes.
+    """
+
+    def __init__(self) -> None:
+        self.env: Any = None
+        self.opens = self.closes = self.writes = self.reader_checks = self.resizes = 0
+        self.write_hooks: list[Callable[[str], None]] = []
+        self.read_errors: list[BaseException] = []
+        self.inside_next_read: Callable[[], None] | None = None
+
+    def open(self, path: str, **options: Any) -> ScriptedEnvironment:
+        self.env = lmdb.open(path, **options)
+        self.opens += 1
+        return self
 
     def __getattr__(self, name: str) -> Any:
-        return getattr(self._env, name)
+        return getattr(self.env, name)
 
     def begin(self, **options: Any) -> Any:
-        if not options.get("write"):
-            return self._env.begin(**options)
-        self._writes += 1
-        hook = self._hooks.get(self._writes, _no_hook)
-        hook("begin")
-        return _ScriptedTxn(self._env.begin(**options), hook)
+        if options.get("write"):
+            self.writes += 1
+            hook = self.write_hooks.pop(0) if self.write_hooks else _no_hook
+            hook("begin")
+            return _ScriptedTxn(self.env.begin(**options), hook)
+        if self.read_errors:
+            raise self.read_errors.pop(0)
+        txn = self.env.begin(**options)
+        inside, self.inside_next_read = self.inside_next_read, None
+        if inside is not None:
+            inside()
+        return txn
+
+    def open_db(self, name: bytes, *, txn: Any = None, **options: Any) -> Any:
+        if isinstance(txn, _ScriptedTxn):
+            txn = txn.inner
+        return self.env.open_db(name, txn=txn, **options)
+
+    def reader_check(self) -> int:
+        self.reader_checks += 1
+        freed: int = self.env.reader_check()
+        return freed
+
+    def set_mapsize(self, size: int) -> None:
+        self.resizes += 1
+        self.env.set_mapsize(size)
+
+    def close(self) -> None:
+        self.closes += 1
+        self.env.close()
+
+    def last_txnid(self) -> int:
+        txnid: int = self.env.info()["last_txnid"]
+        return txnid
 
 
 class _ScriptedTxn:
     def __init__(self, txn: Any, hook: Callable[[str], None]) -> None:
-        self._txn = txn
+        self.inner = txn
         self._hook = hook
 
     def __getattr__(self, name: str) -> Any:
-        return getattr(self._txn, name)
+        return getattr(self.inner, name)
+
+    def __enter__(self) -> _ScriptedTxn:
+        self.inner.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.inner.__exit__(*exc)
 
     def put(self, *args: Any, **options: Any) -> Any:
         self._hook("put")
-        return self._txn.put(*args, **options)
+        return self.inner.put(*args, **options)
 
     def commit(self) -> None:
         self._hook("commit")
-        self._txn.commit()
+        self.inner.commit()
 
 
-@contextlib.contextmanager
-def scripted(store: LmdbStore, hooks: dict[int, Callable[[str], None]]) -> Iterator[None]:
-    """Run the store's write transactions through :class:`_ScriptedEnv` while inside."""
-    env = store._shared.env
-    store._shared.env = _ScriptedEnv(env, hooks)
-    try:
-        yield
-    finally:
-        store._shared.env = env
+@pytest.fixture
+def scripted() -> ScriptedEnvironment:
+    return ScriptedEnvironment()
+
+
+@pytest.fixture
+def scripted_store(store_path: Path, scripted: ScriptedEnvironment) -> Iterator[LmdbStore]:
+    with LmdbStore(store_path, environment=scripted.open) as opened:
+        yield opened
 
 
 class TestLmdbStoreReopen:
@@ -227,107 +281,50 @@ class TestLmdbStoreReopen:
             assert stored == second.read("s")
 
 
-def drop_reply_index(path: Path) -> None:
-    """Make ``path`` look like a database written before the ``replies`` index existed."""
+def raw_main_put(path: Path, key: bytes, value: bytes | None) -> None:
+    """Write (``None``: delete) one key of LMDB's unnamed database in a closed store."""
     env = lmdb.open(str(path), max_dbs=8)
     try:
         with env.begin(write=True) as txn:
-            txn.drop(env.open_db(b"replies", txn=txn), delete=True)
-        with env.begin() as txn:
-            assert txn.get(b"replies") is None  # no such sub-database any more
+            if value is None:
+                txn.delete(key)
+            else:
+                txn.put(key, value)
     finally:
         env.close()
 
 
-def drop_run_index(path: Path) -> None:
-    """Make ``path`` look like a database written before the ``runs`` index existed."""
-    env = lmdb.open(str(path), max_dbs=16)
-    try:
-        with env.begin(write=True) as txn:
-            txn.drop(env.open_db(b"runs", txn=txn), delete=True)
-    finally:
-        env.close()
+class TestLmdbStoreFormat:
+    def test_a_new_store_records_its_format(self, store_path: Path) -> None:
+        LmdbStore(store_path).close()
 
+        env = lmdb.open(str(store_path), max_dbs=8, readonly=True)
+        try:
+            with env.begin() as txn:
+                recorded = txn.get(FORMAT_KEY)
+        finally:
+            env.close()
 
-class TestLmdbStoreBeforeTheRunIndex:
-    """Runs and sessions written before the run index are found after the upgrade."""
+        assert str(FORMAT_VERSION).encode() == recorded
 
-    @pytest.fixture
-    def old_run(self, store_path: Path) -> tuple[Path, str, str, dict[str, Any]]:
-        with LmdbStore(store_path) as store:
-            session = SessionManager.start_session(store, metadata={"team": "billing"})
-            finished = SessionManager.run_once(
-                store, ScriptedAdapter(["one"]), "first", session_id=session.id
-            )
-            pending = SessionManager.start_run(store, session.id, "second")
-            metadata = SessionManager.get_session(store, session.id).metadata
-        assert "completed" == finished.events[-1].body.status  # type: ignore[union-attr]
-        drop_run_index(store_path)
-        return store_path, session.id, pending.id, metadata
-
-    def test_a_run_started_before_the_upgrade_is_found_and_executes(
-        self, old_run: tuple[Path, str, str, dict[str, Any]]
-    ) -> None:
-        path, _, run_id, _ = old_run
-        with LmdbStore(path) as store:
-            assert "pending" == SessionManager.get_run(store, run_id).status
-            result = SessionManager.execute_run(store, ScriptedAdapter(["two"]), run_id)
-
-            assert ("two", "completed") == (
-                result.output,
-                SessionManager.get_run(store, run_id).status,
-            )
-
-    def test_the_session_state_written_before_the_upgrade_is_kept(
-        self, old_run: tuple[Path, str, str, dict[str, Any]]
-    ) -> None:
-        path, session_id, _, metadata = old_run
-        with LmdbStore(path) as store:
-            assert ("billing", metadata) == (
-                metadata["team"],
-                SessionManager.get_session(store, session_id).metadata,
-            )
-
-
-class TestLmdbStoreBeforeTheReplyIndex:
-    """A database written before the ``replies`` index opens and works unchanged."""
-
-    @pytest.fixture
-    def old_path(self, store_path: Path) -> Path:
-        with LmdbStore(store_path) as store:
-            store.append(
-                "s",
-                [text("root"), text(" ", parent=1), text("first", parent=1), text("alone")],
-            )
-            store.append("s", [text("second", parent=1), text("replied", parent=4)])
-        drop_reply_index(store_path)
-        return store_path
-
-    def test_first_replies_of_older_roots_are_found(self, old_path: Path) -> None:
-        with LmdbStore(old_path) as store:
-            assert {1: 3, 4: 6} == store.first_replies("s", [1, 2, 4])
-
-    def test_a_reply_to_an_older_root_keeps_the_first_reply_it_had(self, old_path: Path) -> None:
-        with LmdbStore(old_path) as store:
-            store.append("s", [text("third", parent=1), text("new root"), text("x", parent=8)])
-
-            assert {1: 3, 4: 6, 8: 9} == store.first_replies("s", [1, 4, 8])
-
-    def test_an_older_root_without_replies_gets_its_first_one_indexed(
-        self, store_path: Path
+    @pytest.mark.parametrize(
+        ("record", "found"),
+        [(b"2", "format record b'2'"), (None, "no format record")],
+        ids=["other_format", "no_record"],
+    )
+    def test_a_file_of_another_format_is_refused_and_left_unchanged(
+        self, store_path: Path, record: bytes | None, found: str
     ) -> None:
         with LmdbStore(store_path) as store:
-            store.append("s", [text("root"), text("other")])
-        drop_reply_index(store_path)
+            store.append("s", [text()])
+        raw_main_put(store_path, FORMAT_KEY, record)
+        before = (store_path / "data.mdb").read_bytes()
 
-        with LmdbStore(store_path) as store:
-            assert {} == store.first_replies("s", [1])
-            store.append("s", [text("  ", parent=1), text("first", parent=1)])
-            assert {1: 4} == store.first_replies("s", [1, 2])
+        with pytest.raises(StoreFormatError) as caught:
+            LmdbStore(store_path)
 
-    def test_a_reply_to_an_older_reply_is_refused(self, old_path: Path) -> None:
-        with LmdbStore(old_path) as store, pytest.raises(ValidationError):
-            store.append("s", [text("deeper", parent=3)])
+        assert (FORMAT_VERSION, True) == (caught.value.supported, found in caught.value.found)
+        assert before == (store_path / "data.mdb").read_bytes()
 
 
 class TestLmdbStoreOptions:
@@ -400,12 +397,17 @@ class TestLmdbStorePaths:
 
 
 class TestLmdbStoreSharedEnvironment:
-    def test_two_stores_on_one_path_share_the_environment(self, store_path: Path) -> None:
-        with LmdbStore(store_path) as first, LmdbStore(store_path) as second:
+    def test_two_stores_on_one_path_share_the_environment(
+        self, store_path: Path, scripted: ScriptedEnvironment
+    ) -> None:
+        with (
+            LmdbStore(store_path, environment=scripted.open) as first,
+            LmdbStore(store_path, environment=scripted.open) as second,
+        ):
             first.append("s", [text("from first")])
             second.append("s", [text("from second")])
 
-            assert first._shared is second._shared
+            assert 1 == scripted.opens
             assert [1, 2] == [e.sequence for e in first.read("s")]
 
     def test_stores_alternating_on_one_session_never_reuse_a_sequence(
@@ -420,24 +422,31 @@ class TestLmdbStoreSharedEnvironment:
             assert list(range(1, 7)) == [e.sequence for e in first.read("s")]
             assert 6 == len({e.id for e in second.read("s")})
 
-    def test_a_symlinked_path_shares_the_environment(self, tmp_path: Path) -> None:
+    def test_a_symlinked_path_shares_the_environment(
+        self, tmp_path: Path, scripted: ScriptedEnvironment
+    ) -> None:
         real = tmp_path / "real"
         real.mkdir()
         (tmp_path / "link").symlink_to(real)
 
-        with LmdbStore(real) as first, LmdbStore(tmp_path / "link") as second:
-            assert first._shared is second._shared
-            assert str(real.resolve()) == second.path
+        with (
+            LmdbStore(real, environment=scripted.open),
+            LmdbStore(tmp_path / "link", environment=scripted.open) as second,
+        ):
+            assert (1, str(real.resolve())) == (scripted.opens, second.path)
 
-    def test_environment_stays_open_until_the_last_store_closes(self, store_path: Path) -> None:
-        first, second = LmdbStore(store_path), LmdbStore(store_path)
+    def test_environment_stays_open_until_the_last_store_closes(
+        self, store_path: Path, scripted: ScriptedEnvironment
+    ) -> None:
+        first = LmdbStore(store_path, environment=scripted.open)
+        second = LmdbStore(store_path)
         first.close()
 
         second.append("s", [text()])
 
-        assert 1 == second.last_sequence("s")
+        assert (1, 0) == (second.last_sequence("s"), scripted.closes)
         second.close()
-        assert second._shared.closed
+        assert 1 == scripted.closes
 
     def test_closing_one_store_leaves_the_other_usable(self, store_path: Path) -> None:
         with LmdbStore(store_path) as survivor:
@@ -452,13 +461,12 @@ class TestLmdbStoreSharedEnvironment:
             LmdbStore(store_path, durability="relaxed")
 
     def test_reopening_a_path_after_every_store_closed_opens_a_new_environment(
-        self, store_path: Path
+        self, store_path: Path, scripted: ScriptedEnvironment
     ) -> None:
-        first = LmdbStore(store_path)
-        first.close()
+        LmdbStore(store_path, environment=scripted.open).close()
 
-        with LmdbStore(store_path, durability="relaxed") as second:
-            assert second._shared is not first._shared
+        with LmdbStore(store_path, durability="relaxed", environment=scripted.open):
+            assert 2 == scripted.opens
 
 
 class TestLmdbStoreLifecycle:
@@ -468,24 +476,25 @@ class TestLmdbStoreLifecycle:
 
         store.close()
 
-        assert not store._committer.writer.is_alive()
+        assert [] == [t.name for t in threading.enumerate() if t.name.endswith(store.path)]
 
-    def test_appends_queued_at_close_get_store_closed_error(self, store: LmdbStore) -> None:
-        """The group being written completes; appends still queued fail instead of hanging."""
-        entered, release = gate_writer(store)
-        first, first_outcome = in_thread(lambda: store.append("s", [text("in group")]))
+    def test_writes_queued_at_close_get_store_closed_error(
+        self, scripted_store: LmdbStore, scripted: ScriptedEnvironment
+    ) -> None:
+        """The group being written completes; writes still queued fail instead of hanging."""
+        store = scripted_store
+        entered, release = gate_writer(scripted)
+        first = submit(store, "s", [text("in group")])
         assert entered.wait(30)
-        queued, queued_outcome = in_thread(lambda: store.append("s", [text("queued")]))
-        wait_until(lambda: store._committer.queued == 1)
+        queued = submit(store, "s", [text("queued")])
 
         closer, _ = in_thread(store.close)
-        wait_until(lambda: queued_outcome != [])
+        refused = queued.exception(timeout=30)
         release.set()
-        for thread in (first, queued, closer):
-            thread.join()
+        closer.join()
 
-        assert isinstance(queued_outcome[0], StoreClosedError)
-        assert [1] == [e.sequence for e in first_outcome[0]]
+        assert isinstance(refused, StoreClosedError)
+        assert [1] == outcome(first)
 
     def test_repr_names_path_durability_and_state(self, store_path: Path) -> None:
         store = LmdbStore(store_path, durability="relaxed")
@@ -494,37 +503,36 @@ class TestLmdbStoreLifecycle:
         assert f"LmdbStore({store.path!r}, durability='relaxed') [closed]" == repr(store)
 
 
+def held_group(store: LmdbStore, scripted: ScriptedEnvironment) -> threading.Event:
+    """Hold the writer in the transaction of a write to session ``held``; return the release.
+
+    Every write submitted until the release joins the one group after it.
+    """
+    entered, release = gate_writer(scripted)
+    submit(store, "held", [text("holding")])
+    assert entered.wait(30)
+    return release
+
+
 class TestLmdbStoreGroupCommit:
-    def test_appends_waiting_together_commit_in_one_transaction(self, store: LmdbStore) -> None:
-        entered, release = gate_writer(store)
-        first, _ = in_thread(lambda: store.append("s0", [text()]))
-        assert entered.wait(30)
-        waiting = [in_thread(functools.partial(append_one, store, index)) for index in range(10)]
-        wait_until(lambda: store._committer.queued == 10)
-        before = last_txnid(store)
+    def test_writes_queued_together_commit_in_one_transaction(
+        self, scripted_store: LmdbStore, scripted: ScriptedEnvironment
+    ) -> None:
+        store = scripted_store
+        release = held_group(store, scripted)
+        waiting = [submit(store, f"s{index % 3}", [text()]) for index in range(10)]
+        before = scripted.last_txnid()
 
         release.set()
-        for thread, _ in [(first, None), *waiting]:
-            thread.join()
+        results = [outcome(future) for future in waiting]
 
-        assert before + 2 == last_txnid(store)
-        assert [5, 3, 3] == [store.last_sequence(f"s{index}") for index in range(3)]
-        assert list(range(1, 6)) == [e.sequence for e in store.read("s0")]
+        assert before + 2 == scripted.last_txnid()
+        assert [[1], [1], [1], [2], [2], [2], [3], [3], [3], [4]] == results
 
-    @staticmethod
-    def queue_behind_a_held_group(
-        store: LmdbStore,
-    ) -> tuple[threading.Event, list[tuple[threading.Thread, list[Any]]]]:
-        """Hold the writer before it commits an append to ``s``, queue one to ``t`` behind
-        it; returns the release event and the two (thread, outcome) pairs."""
-        entered, release = gate_writer(store)
-        first = in_thread(lambda: store.append("s", [text("first")]))
-        assert entered.wait(30)
-        second = in_thread(lambda: store.append("t", [text("second")]))
-        wait_until(lambda: store._committer.queued == 1)
-        return release, [first, second]
-
-    def test_a_group_is_answered_before_the_group_behind_it_commits(self, store: LmdbStore) -> None:
+    def test_a_group_is_answered_before_the_group_behind_it_commits(
+        self, scripted_store: LmdbStore, scripted: ScriptedEnvironment
+    ) -> None:
+        store = scripted_store
         committing, finish = threading.Event(), threading.Event()
 
         def hold_commit(stage: str) -> None:
@@ -532,111 +540,86 @@ class TestLmdbStoreGroupCommit:
                 committing.set()
                 assert finish.wait(30)
 
-        with scripted(store, {2: hold_commit}):
-            release, [(first, first_outcome), (second, second_outcome)] = (
-                self.queue_behind_a_held_group(store)
-            )
-            release.set()
-            assert committing.wait(30)  # the second group's commit has not happened
-            first.join(30)
-            answered_first = not first.is_alive()
-            finish.set()
-            second.join(30)
+        release = held_group(store, scripted)
+        first = submit(store, "s", [text("first")])
+        scripted.write_hooks.extend([_no_hook, hold_commit])  # the group after ``first``'s
+        release.set()
+        answered_first = outcome(first)
+        second = submit(store, "t", [text("second")])
+        assert committing.wait(30)  # the second group's commit has not happened
+        finish.set()
 
-        assert answered_first
-        assert ([1], [1]) == (
-            [e.sequence for e in first_outcome[0]],
-            [e.sequence for e in second_outcome[0]],
-        )
+        assert ([1], [1]) == (answered_first, outcome(second))
 
-    def test_a_group_committed_while_appends_wait_is_woken_once_they_are_written(
-        self, store: LmdbStore
+    @pytest.mark.parametrize("stage", ["begin", "put", "commit"])
+    def test_a_group_failing_at_its_stage_writes_nothing_and_the_next_one_commits(
+        self, scripted_store: LmdbStore, scripted: ScriptedEnvironment, stage: str
     ) -> None:
-        """Its callers then run while the next commit syncs, not against the writer."""
-        first_outcomes: list[list[Any]] = []
-        answered_at_first_put: list[bool] = []
+        store = scripted_store
+        scripted.write_hooks.append(fail_at(stage, lmdb.Error("simulated disk failure")))
 
-        def note_first(stage: str) -> None:
-            if stage == "put" and not answered_at_first_put:
-                time.sleep(0.2)  # ample time for a woken caller to return
-                answered_at_first_put.append(bool(first_outcomes[0]))
+        failed = outcome(submit(store, "t", [text("lost")]))
 
-        with scripted(store, {2: note_first}):
-            release, [(first, first_outcome), (second, _)] = self.queue_behind_a_held_group(store)
-            first_outcomes.append(first_outcome)
-            release.set()
-            for thread in (first, second):
-                thread.join(30)
+        assert isinstance(failed, StoreIOError)
+        assert ([], [1]) == (store.read("t"), outcome(submit(store, "t", [text()])))
 
-        assert [False] == answered_at_first_put
-        assert [1] == [e.sequence for e in first_outcome[0]]
-
-    @pytest.mark.parametrize("stage", ["begin", "put"])
-    def test_a_group_is_answered_when_the_group_behind_it_fails_at_its_stage(
-        self, store: LmdbStore, stage: str
+    def test_one_failing_write_does_not_spoil_its_group(
+        self, scripted_store: LmdbStore, scripted: ScriptedEnvironment
     ) -> None:
-        def fail(at: str) -> None:
-            if at == stage:
-                raise lmdb.Error("simulated disk failure")
-
-        with scripted(store, {2: fail}):
-            release, [(first, first_outcome), (second, second_outcome)] = (
-                self.queue_behind_a_held_group(store)
-            )
-            release.set()
-            for thread in (first, second):
-                thread.join(30)
-
-        assert [1] == [e.sequence for e in first_outcome[0]]
-        assert isinstance(second_outcome[0], StoreIOError)
-        assert [1] == [e.sequence for e in store.append("t", [text()])]
-
-    def test_one_failing_append_does_not_spoil_its_group(self, store: LmdbStore) -> None:
+        store = scripted_store
         store.append("s", [text()])
-        good, stale, bad, other = (
-            _Request("s", [text("good")], 1, None),
-            _Request("s", [text("stale")], 1, None),
-            _Request("s", [text("bad", parent=99)], None, None),
-            _Request("t", [text("other")], None, None),
-        )
+        release = held_group(store, scripted)
+        good = submit(store, "s", [text("good")], expected_version=1)
+        stale = submit(store, "s", [text("stale")], expected_version=1)
+        bad = submit(store, "s", [text("bad", parent=99)])
+        other = submit(store, "t", [text("other")])
 
-        commit_as_one_group(store, [good, stale, bad, other])
+        release.set()
 
-        assert [2] == [e.sequence for e in good.wait()]
-        with pytest.raises(ConcurrencyError):
-            stale.wait()
-        with pytest.raises(ValidationError):
-            bad.wait()
-        assert [1] == [e.sequence for e in other.wait()]
+        assert [2] == outcome(good)
+        assert isinstance(outcome(stale), ConcurrencyError)
+        assert isinstance(outcome(bad), ValidationError)
+        assert [1] == outcome(other)
         assert ["good"] == [e.body.content for e in store.read("s", after=1)]  # type: ignore[union-attr]
 
-    def test_a_batch_refused_at_a_later_event_leaves_no_record_claim_or_text_row(
-        self, store: LmdbStore
+    def test_a_write_refused_at_a_later_event_leaves_no_record_claim_or_text_row(
+        self, scripted_store: LmdbStore, scripted: ScriptedEnvironment
     ) -> None:
-        refused = _Request("s", [text("a", id="a"), text("b", id="b", parent=2)], None, None)
-        after = _Request("s", [msgspec.structs.replace(delta(), id="a")], None, None)
+        store = scripted_store
+        release = held_group(store, scripted)
+        refused = submit(store, "s", [text("a", id="a"), text("b", id="b", parent=2)])
+        after = submit(store, "s", [msgspec.structs.replace(delta(), id="a")])
 
-        commit_as_one_group(store, [refused, after])
+        release.set()
 
         with pytest.raises(ValidationError, match=r"events\[1\]\.parent=2"):
-            refused.wait()
-        assert [(1, TextDelta("chunk"))] == [(e.sequence, e.body) for e in after.wait()]
+            refused.result(timeout=30)
+        assert [(1, TextDelta("chunk"))] == [(e.sequence, e.body) for e in after.result()]
         assert [] == store.log("s").read_before(None, 10).messages
-        with store._shared.env.begin() as txn:
-            ids = [k for k, _ in txn.cursor(db=store._dbs[b"ids"])]
-            texts = [k for k, _ in txn.cursor(db=store._dbs[b"texts"])]
-        assert ([session_prefix("s") + b"\x00a"], []) == (ids, texts)
+        store.close()
+        prefix = session_prefix("s")
+        assert ([prefix + b"\x00a"], []) == (
+            [key for key in raw_keys(store.path, b"ids") if key.startswith(prefix)],
+            [key for key in raw_keys(store.path, b"texts") if key.startswith(prefix)],
+        )
 
-    def test_later_appends_in_a_group_see_the_earlier_ones(self, store: LmdbStore) -> None:
-        first = _Request("s", [text(id="x")], 0, None)
-        repeat = _Request("s", [text(id="x"), text(id="y")], 1, None)
+    def test_later_writes_in_a_group_see_the_earlier_ones(
+        self, scripted_store: LmdbStore, scripted: ScriptedEnvironment
+    ) -> None:
+        store = scripted_store
+        release = held_group(store, scripted)
+        first = submit(store, "s", [text(id="x")], expected_version=0)
+        repeat = submit(store, "s", [text(id="x"), text(id="y")], expected_version=1)
 
-        commit_as_one_group(store, [first, repeat])
+        release.set()
 
-        assert [1, 2] == [e.sequence for e in repeat.wait()]
-        assert first.wait()[0] == repeat.wait()[0]
+        assert [1, 2] == outcome(repeat)
+        assert first.result() == repeat.result()[:1]
 
-    def test_many_threads_on_many_sessions_stay_contiguous(self, store: LmdbStore) -> None:
+    def test_many_threads_on_many_sessions_stay_contiguous(
+        self, scripted_store: LmdbStore, scripted: ScriptedEnvironment
+    ) -> None:
+        store = scripted_store
         threads, per_thread, sessions = 16, 30, 7
         acknowledged: dict[str, list[int]] = {}
         lock = threading.Lock()
@@ -662,149 +645,66 @@ class TestLmdbStoreGroupCommit:
             assert list(range(1, len(acked) + 1)) == sorted(acked)
             assert sorted(acked) == [e.sequence for e in store.read(session_id)]
         assert threads * per_thread == sum(map(len, acknowledged.values()))
-        assert threads * per_thread > last_txnid(store)
-
-
-class _FailingEnv:
-    """Wraps an environment so that ``begin`` raises ``lmdb.Error`` (for read or write)."""
-
-    def __init__(self, env: Any, *, write: bool) -> None:
-        self._env = env
-        self._write = write
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._env, name)
-
-    def begin(self, **options: Any) -> Any:
-        if bool(options.get("write")) == self._write:
-            raise lmdb.Error("simulated disk failure")
-        return self._env.begin(**options)
-
-
-class _FullReaderTable:
-    """Wraps an environment so that the first ``full`` read transactions find the table full."""
-
-    def __init__(self, env: Any, *, full: int) -> None:
-        self._env = env
-        self._full = full
-        self.checks = 0
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._env, name)
-
-    def begin(self, **options: Any) -> Any:
-        if not options.get("write") and self._full > 0:
-            self._full -= 1
-            raise lmdb.ReadersFullError("simulated: every slot held by a dead process")
-        return self._env.begin(**options)
-
-    def reader_check(self) -> int:
-        self.checks += 1
-        return 1
-
-
-class _GrownElsewhere:
-    """Wraps an environment so that its next read transaction finds the map grown."""
-
-    def __init__(self, env: Any) -> None:
-        self._env = env
-        self.grown = True
-        self.adopted = 0
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._env, name)
-
-    def begin(self, **options: Any) -> Any:
-        if not options.get("write") and self.grown:
-            self.grown = False
-            raise lmdb.MapResizedError("simulated: another process grew the map")
-        return self._env.begin(**options)
-
-    def set_mapsize(self, size: int) -> None:
-        self.adopted += 1
-        self._env.set_mapsize(size)
+        assert threads * per_thread > scripted.last_txnid()
 
 
 class TestLmdbStoreReaderSlots:
-    def test_a_full_reader_table_is_reclaimed_and_the_read_retried(self, store: LmdbStore) -> None:
-        stored = store.append("s", [text()])
-        env = store._shared.env
-        store._shared.env = full = _FullReaderTable(env, full=1)
-        try:
-            events = store.read("s")
-        finally:
-            store._shared.env = env
+    def test_a_full_reader_table_is_reclaimed_and_the_read_retried(
+        self, scripted_store: LmdbStore, scripted: ScriptedEnvironment
+    ) -> None:
+        stored = scripted_store.append("s", [text()])
+        checks = scripted.reader_checks
+        scripted.read_errors.append(lmdb.ReadersFullError("simulated: slots of dead processes"))
 
-        assert (stored, 1) == (events, full.checks)
+        events = scripted_store.read("s")
+
+        assert (stored, 1) == (events, scripted.reader_checks - checks)
 
     def test_a_reader_table_still_full_after_reclaiming_raises_store_io_error(
-        self, store: LmdbStore
+        self, scripted_store: LmdbStore, scripted: ScriptedEnvironment
     ) -> None:
-        env = store._shared.env
-        store._shared.env = full = _FullReaderTable(env, full=2)
-        try:
-            with pytest.raises(StoreIOError) as caught:
-                store.read("s")
-        finally:
-            store._shared.env = env
+        checks = scripted.reader_checks
+        scripted.read_errors.extend(lmdb.ReadersFullError("simulated") for _ in range(2))
 
-        assert ("read", 1) == (caught.value.operation, full.checks)
+        with pytest.raises(StoreIOError) as caught:
+            scripted_store.read("s")
+
+        assert ("read", 1) == (caught.value.operation, scripted.reader_checks - checks)
         assert isinstance(caught.value.__cause__, lmdb.ReadersFullError)
 
-    def test_the_writer_reclaims_dead_readers_every_few_commits(self, store: LmdbStore) -> None:
-        env = store._shared.env
-        store._shared.env = counting = _FullReaderTable(env, full=0)
-        try:
-            for _ in range(READER_CHECK_COMMITS * 2):
-                store.append("s", [text()])
-        finally:
-            store._shared.env = env
+    def test_the_writer_reclaims_dead_readers_every_few_commits(
+        self, scripted_store: LmdbStore, scripted: ScriptedEnvironment
+    ) -> None:
+        checks = scripted.reader_checks
+        for _ in range(READER_CHECK_COMMITS * 2):
+            scripted_store.append("s", [text()])
 
-        assert 2 == counting.checks
+        assert 2 == scripted.reader_checks - checks
 
 
 class TestLmdbStoreFaults:
     def test_engine_failure_on_read_raises_store_io_error_with_cause(
-        self, store: LmdbStore
+        self, scripted_store: LmdbStore, scripted: ScriptedEnvironment
     ) -> None:
-        store.append("s", [text()])
-        env = store._shared.env
-        store._shared.env = _FailingEnv(env, write=False)
-        try:
-            with pytest.raises(StoreIOError) as caught:
-                store.read("s")
-        finally:
-            store._shared.env = env
+        scripted_store.append("s", [text()])
+        scripted.read_errors.append(lmdb.Error("simulated disk failure"))
+
+        with pytest.raises(StoreIOError) as caught:
+            scripted_store.read("s")
 
         assert ("read", True) == (
             caught.value.operation,
             isinstance(caught.value.__cause__, lmdb.Error),
         )
 
-    def test_engine_failure_on_write_fails_the_group_and_the_store_recovers(
-        self, store: LmdbStore
-    ) -> None:
-        env = store._shared.env
-        store._shared.env = _FailingEnv(env, write=True)
-        try:
-            with pytest.raises(StoreIOError) as caught:
-                store.append("s", [text()])
-        finally:
-            store._shared.env = env
-
-        assert "append" == caught.value.operation
-        assert [1] == [e.sequence for e in store.append("s", [text()])]
-
     def test_a_full_disk_at_commit_raises_store_full_error_and_writes_nothing(
-        self, store: LmdbStore
+        self, scripted_store: LmdbStore, scripted: ScriptedEnvironment
     ) -> None:
+        store = scripted_store
         store.append("s", [text()])
+        scripted.write_hooks.append(fail_at("commit", lmdb.DiskError("simulated: disk full")))
 
-        def disk_full(stage: str) -> None:
-            if stage == "commit":
-                raise lmdb.DiskError("simulated: no space left on device")
-
-        with scripted(store, {1: disk_full}), pytest.raises(StoreFullError) as caught:
+        with pytest.raises(StoreFullError) as caught:
             store.append("s", [text()])
 
         assert (True, store.path) == (caught.value.disk_full, caught.value.path)
@@ -812,17 +712,14 @@ class TestLmdbStoreFaults:
         assert [1, 2] == [e.sequence for e in [*store.read("s"), *store.append("s", [text()])]]
 
     def test_a_bug_in_one_group_reaches_its_callers_and_the_writer_keeps_going(
-        self, store: LmdbStore, monkeypatch: pytest.MonkeyPatch
+        self, scripted_store: LmdbStore, scripted: ScriptedEnvironment
     ) -> None:
-        def broken(*args: Any) -> list[Event]:
-            raise RuntimeError("bug")
+        scripted.write_hooks.append(fail_at("put", RuntimeError("bug")))
 
-        monkeypatch.setattr(store, "_write_request", broken)
         with pytest.raises(RuntimeError):
-            store.append("s", [text()])
-        monkeypatch.undo()
+            scripted_store.append("s", [text()])
 
-        assert [1] == [e.sequence for e in store.append("s", [text()])]
+        assert [1] == [e.sequence for e in scripted_store.append("s", [text()])]
 
 
 class TestLmdbStoreGrowth:
@@ -871,18 +768,22 @@ class TestLmdbStoreGrowth:
             assert 0 == written % 5
             assert [written + 1] == [e.sequence for e in store.append("s", [text("small")])]
 
-    def test_only_the_requests_that_do_not_fit_get_store_full_error(self, store_path: Path) -> None:
-        with LmdbStore(store_path, map_size=128 * 1024, max_map_size=128 * 1024) as store:
-            small = _Request("s", [text("small")], None, None)
-            huge = _Request("s", [text("h" * 400_000)], None, None)
-            other = _Request("t", [text("other")], None, None)
+    def test_only_the_writes_that_do_not_fit_get_store_full_error(
+        self, store_path: Path, scripted: ScriptedEnvironment
+    ) -> None:
+        with LmdbStore(
+            store_path, map_size=128 * 1024, max_map_size=128 * 1024, environment=scripted.open
+        ) as store:
+            release = held_group(store, scripted)
+            small = submit(store, "s", [text("small")])
+            huge = submit(store, "s", [text("h" * 400_000)])
+            other = submit(store, "t", [text("other")])
 
-            commit_as_one_group(store, [small, huge, other])
+            release.set()
 
-            assert [1] == [e.sequence for e in small.wait()]
-            with pytest.raises(StoreFullError):
-                huge.wait()
-            assert [1] == [e.sequence for e in other.wait()]
+            assert [1] == outcome(small)
+            assert isinstance(outcome(huge), StoreFullError)
+            assert [1] == outcome(other)
             assert 1 == store.last_sequence("s")
 
 
@@ -952,16 +853,13 @@ class TestLmdbStoreDataFile:
         self, store_path: Path
     ) -> None:
         filled(store_path)
-        with LmdbStore(store_path) as first:
-            env = first._shared.env
-            first._shared.env = grown = _GrownElsewhere(env)
-            try:
-                with LmdbStore(store_path, verify=True) as second:
-                    last = second.last_sequence("s/0")
-            finally:
-                first._shared.env = env
+        scripted = ScriptedEnvironment()
+        with LmdbStore(store_path, environment=scripted.open):
+            scripted.read_errors.append(lmdb.MapResizedError("simulated: grown elsewhere"))
+            with LmdbStore(store_path, verify=True) as second:
+                last = second.last_sequence("s/0")
 
-        assert (50, 1, False) == (last, grown.adopted, grown.grown)
+        assert (50, 1, []) == (last, scripted.resizes, scripted.read_errors)
 
     def test_verify_opens_a_sound_store(self, store_path: Path) -> None:
         filled(store_path)
@@ -1139,8 +1037,7 @@ class TestLmdbStoreProcesses:
     ) -> None:
         with LmdbStore(store_path) as store:
             store.append("s", [text()])
-        release = store_path.parent / "release"
-        holder = spawn("-c", HOLD_WRITE_LOCK_CHILD, str(store_path), str(release))
+        holder = spawn("-c", HOLD_WRITE_LOCK_CHILD, str(store_path))
         assert holder.stdout is not None
         assert b"holding\n" == holder.stdout.readline()
 
@@ -1151,27 +1048,50 @@ class TestLmdbStoreProcesses:
         thread, outcome = in_thread(open_and_read)
         thread.join(60)  # a hang detector: the holder keeps the lock until told
         read_while_held = (list(outcome), holder.poll() is None)
-        release.touch()
+        holder.send_signal(signal.SIGUSR1)
         _out, err = holder.communicate(timeout=60)
         thread.join()
 
         assert 0 == holder.returncode, err.decode()
         assert ([[1]], True) == read_while_held
 
-    def test_a_reopened_store_reads_before_its_first_write_publishes_the_sub_databases(
-        self, store_path: Path
+    def test_reads_do_not_wait_for_an_append_stuck_behind_another_process_write_lock(
+        self, store_path: Path, spawn: ChildFactory, scripted: ScriptedEnvironment
+    ) -> None:
+        with LmdbStore(store_path) as first:
+            stored = first.append("s", [text("before")])
+        holder = spawn("-c", HOLD_WRITE_LOCK_CHILD, str(store_path))
+        assert holder.stdout is not None
+        assert b"holding\n" == holder.stdout.readline()
+        asking = threading.Event()
+        scripted.write_hooks.append(lambda stage: asking.set())
+
+        with LmdbStore(store_path, environment=scripted.open) as store:
+            stuck = submit(store, "s", [text("after")])
+            assert asking.wait(30)  # the writer asks for the lock the holder keeps
+            reader, read = in_thread(lambda: store.read("s"))
+            reader.join(60)  # a hang detector: the holder keeps the lock until told
+            read_while_stuck = (list(read), stuck.done())
+            holder.send_signal(signal.SIGUSR1)
+            holder.communicate(timeout=60)
+
+            assert ([stored], False) == read_while_stuck
+            assert [2] == outcome(stuck)
+
+    def test_a_reopened_store_reads_without_a_write_transaction_until_its_first_append(
+        self, store_path: Path, scripted: ScriptedEnvironment
     ) -> None:
         with LmdbStore(store_path) as first:
             stored = first.append("s", [text("a"), text("b")])
 
-        with LmdbStore(store_path) as second:
-            unpublished = second._shared.published is None
-            nested = second._in_read(lambda _txn: second.read("s"))
+        with LmdbStore(store_path, environment=scripted.open) as second:
+            nested: list[list[Event]] = []
+            scripted.inside_next_read = lambda: nested.append(second.read("s"))
             read = second.read("s")
+            writes_before_append = scripted.writes
             appended = second.append("s", [text("c")])
 
-            assert (True, stored, stored) == (unpublished, nested, read)
-            assert second._shared.published is not None
+            assert (0, [stored], stored) == (writes_before_append, nested, read)
             assert [*stored, *appended] == second.read("s")
 
     def test_threads_reading_a_reopened_store_while_its_first_append_commits_read_whole_rows(
@@ -1223,14 +1143,14 @@ with LmdbStore(sys.argv[1]) as store:
         store.append(sys.argv[2], [Event(Person(id="c", label="C"), Text("child"))])
 """
 
-#: Holds the write lock until the file ``argv[2]`` exists.
+#: Holds the write lock until it gets SIGUSR1.
 HOLD_WRITE_LOCK_CHILD = """
-import os, sys, time, lmdb
-env = lmdb.open(sys.argv[1], max_dbs=5)
+import signal, sys, lmdb
+signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})
+env = lmdb.open(sys.argv[1], max_dbs=8)
 with env.begin(write=True):
     print("holding", flush=True)
-    while not os.path.exists(sys.argv[2]):
-        time.sleep(0.01)
+    signal.sigwait({signal.SIGUSR1})
 """
 
 GROW_CHILD = """
@@ -1248,17 +1168,18 @@ class TestLmdbStoreCrash:
     def test_every_acknowledged_event_survives_sigkill(
         self, store_path: Path, spawn: ChildFactory
     ) -> None:
-        """Kill a writer at random moments: acked events keep their sequence; no gap, no repeat."""
+        """Kill a writer after random numbers of acks: acked events keep their sequence; no
+        gap, no repeat."""
         rng = random.Random(20261129)
         acknowledged: dict[tuple[str, str], int] = {}
         for _cycle in range(6):
             child = spawn("-m", "tests.store.crash_writer", str(store_path), "6", "5")
             assert child.stdout is not None
             assert b"ready\n" == wait_for_ready(child.stdout)
-            time.sleep(rng.uniform(0.05, 0.6))
-            os.kill(child.pid, signal.SIGKILL)
+            seen = [child.stdout.readline() for _ in range(rng.randint(1, 400))]
+            os.kill(child.pid, signal.SIGKILL)  # after a random number of acks
             out, _ = child.communicate(timeout=30)
-            for line in out.decode().splitlines():
+            for line in b"".join([*seen, out]).decode().splitlines():
                 if line.startswith("ack ") and line.count(" ") == 3:
                     _, session_id, event_id, sequence = line.split(" ")
                     acknowledged[(session_id, event_id)] = int(sequence)
