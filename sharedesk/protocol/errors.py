@@ -650,3 +650,17 @@ class SchemaTooNewError(StoreError):
         "the store at {path} (schema {schema!r}) is at version {found}, newer than the "
         "{supported} this version of sharedesk supports: upgrade sharedesk"
     )
+
+
+class StoreUnreachable(StoreIOError):
+    """Raised when a store's server refuses a connection, or cannot be reached.
+
+    Attributes:
+        path: Where the store lives (a DSN without its password).
+        operation: What was being done (``"open"``, ``"append"``, ``"read"``, ...).
+        reason: What the server or the network answered (``Connection refused``,
+            ``password authentication failed``, ...).
+    """
+
+    reason: str
+    template = "cannot connect to the store at {path} during {operation}: {reason}"

@@ -183,22 +183,26 @@ SCHEMA_VERSION: Final = MIGRATIONS[-1].version
 #: A schema name the store accepts: a lower-case SQL identifier, at most 40 characters
 #: (the ``NOTIFY`` channel adds a suffix and must stay under 64 bytes).
 _SCHEMA_NAME: Final = re.compile(r"[a-z_][a-z0-9_]{0,39}")
+#: Schemas PostgreSQL keeps for itself besides ``pg_*`` (``pg_catalog``, ``pg_toast``, ...).
+_SYSTEM_SCHEMAS: Final = frozenset({"information_schema"})
 
 
 def check_schema_name(schema: Any) -> str:
     """Return ``schema`` if it can name the store's PostgreSQL schema.
 
     Raises:
-        ValidationError: Not a ``str`` matching ``[a-z_][a-z0-9_]{0,39}``, or starting
-            with ``pg_`` (reserved by PostgreSQL).
+        ValidationError: Not a ``str`` matching ``[a-z_][a-z0-9_]{0,39}``, or a system
+            schema's name (``information_schema``, ``pg_*``).
     """
     if not isinstance(schema, str) or _SCHEMA_NAME.fullmatch(schema) is None:
         raise ValidationError(
             f"schema must be a lower-case SQL identifier of at most 40 characters "
             f"([a-z_][a-z0-9_]*), got {schema!r}"
         )
-    if schema.startswith("pg_"):
-        raise ValidationError(f"schema must not start with 'pg_' (reserved), got {schema!r}")
+    if schema.startswith("pg_") or schema in _SYSTEM_SCHEMAS:
+        raise ValidationError(
+            f"schema must not name a system schema (information_schema, pg_*), got {schema!r}"
+        )
     return schema
 
 

@@ -27,15 +27,19 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
+
+import psycopg
+from psycopg.pq import TransactionStatus
 
 from sharedesk.protocol._log import logger
 
-__all__ = ["Watchdog"]
+__all__ = ["Connect", "Pool", "PoolExhausted", "Watchdog"]
 
 _log = logger()
 
@@ -165,3 +169,84 @@ def _cut_off(conn: Any, path: str, timeout: float) -> None:
     finally:
         duplicate.close()
     _log.warning("store.pg_call_timeout", path=path, seconds=timeout)
+
+
+#: Makes a new psycopg connection (``PostgresStore``'s ``connect`` seam).
+Connect = Callable[[], psycopg.Connection[Any]]
+
+
+class PoolExhausted(Exception):
+    """No connection of the pool came free within the caller's timeout."""
+
+
+class Pool:
+    """The store's connections: made on the caller's thread, kept while idle, at most ``size``.
+
+    A call takes an idle connection (or makes one with ``connect``, so a refused or
+    unauthenticated connection fails on the caller's thread, at once, with libpq's
+    reason), uses it under the watchdog, and gives it back: a connection that is broken,
+    closed or left inside a transaction is closed instead. An idle connection whose
+    socket is readable is dead (the server closes idle connections it terminates, and
+    says so first), so it is closed and the next one taken: a write is never sent on a
+    connection the server had already dropped. Nothing is logged and no thread is run.
+    """
+
+    def __init__(self, connect: Connect, size: int, watchdog: Watchdog) -> None:
+        self._connect = connect
+        self._watchdog = watchdog
+        self._slots = threading.BoundedSemaphore(size)
+        self._lock = threading.Lock()
+        self._idle: list[Any] = []
+        self._closed = False
+
+    @contextlib.contextmanager
+    def connection(self, timeout: float) -> Iterator[Any]:
+        """Lend a live connection for one use, cut off after the watchdog's timeout.
+
+        Raises:
+            PoolExhausted: Every connection stayed busy for ``timeout`` seconds.
+            psycopg.Error: A new connection could not be made (or what the use raised).
+        """
+        if not self._slots.acquire(timeout=timeout):
+            raise PoolExhausted
+        conn = None
+        try:
+            conn = self._take()
+            with self._watchdog.watch(conn):
+                yield conn
+        finally:
+            if conn is not None:
+                self._give_back(conn)
+            self._slots.release()
+
+    def _take(self) -> Any:
+        while True:
+            with self._lock:
+                conn = self._idle.pop() if self._idle else None
+            if conn is None:
+                return self._connect()
+            if not select.select([conn.pgconn.socket], [], [], 0)[0]:
+                return conn
+            conn.close()  # the server dropped it while it was idle
+
+    def _give_back(self, conn: Any) -> None:
+        idle = not conn.closed and conn.info.transaction_status == TransactionStatus.IDLE
+        with self._lock:
+            if idle and not self._closed:
+                self._idle.append(conn)
+                return
+        conn.close()
+
+    def fill(self, count: int) -> None:
+        """Make connections until ``count`` are idle (raises what ``connect`` raises)."""
+        made = [self._connect() for _ in range(count - len(self._idle))]
+        with self._lock:
+            self._idle += made
+
+    def close(self) -> None:
+        """Close the idle connections; those in use are closed when given back."""
+        with self._lock:
+            self._closed = True
+            idle, self._idle = self._idle, []
+        for conn in idle:
+            conn.close()

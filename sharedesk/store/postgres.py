@@ -94,8 +94,11 @@ channel of the listener's own (``sharedesk_wake_<uuid>``). When that
 connection is lost, the thread reconnects with backoff and tells every follower
 ``(None, 0)``: notices may have been missed.
 
-Connection loss and retries. Connections come from a ``psycopg_pool.ConnectionPool``,
-which replaces broken ones. An operation that fails because its connection or the server
+Connection loss and retries. Connections come from the store's pool
+(:class:`~sharedesk.store._pg_watchdog.Pool`), made on the caller's thread by the
+``connect`` factory: a refused or unauthenticated connection fails the open at once with
+:class:`~sharedesk.protocol.errors.StoreUnreachable`, naming libpq's reason, and the pool
+logs nothing and runs no thread. An operation that fails because its connection or the server
 went away is retried on a fresh connection for up to ``retry_timeout`` seconds, when
 that is safe:
 
@@ -150,7 +153,6 @@ import msgspec
 import psycopg
 import psycopg.errors
 from psycopg.conninfo import conninfo_to_dict
-from psycopg_pool import ConnectionPool, PoolTimeout
 
 from sharedesk.projection.sharing import note_present
 from sharedesk.protocol._log import logger
@@ -163,6 +165,7 @@ from sharedesk.protocol.errors import (
     SharingStateConflict,
     StoreClosedError,
     StoreIOError,
+    StoreUnreachable,
     ValidationError,
 )
 from sharedesk.protocol.events import Event
@@ -201,7 +204,7 @@ from sharedesk.store._lmdb_layout import (
     sharing_key,
 )
 from sharedesk.store._pg_schema import check_schema_name, migrate, notify_channel
-from sharedesk.store._pg_watchdog import Watchdog
+from sharedesk.store._pg_watchdog import Connect, Pool, PoolExhausted, Watchdog
 
 __all__ = ["Notify", "PostgresStore"]
 
@@ -229,33 +232,44 @@ _URL: Final = re.compile(r"postgres(ql)?://", re.IGNORECASE)
 
 def _redact(dsn: str) -> str:
     """Return ``dsn`` as ``postgresql://user@host:port/dbname``, without its password."""
-    try:
-        parts = conninfo_to_dict(dsn)
-    except psycopg.Error:
-        return "postgresql://?"
+    parts = conninfo_to_dict(dsn)
     user = f"{parts['user']}@" if parts.get("user") else ""
     port = f":{parts['port']}" if parts.get("port") else ""
     return f"postgresql://{user}{parts.get('host', '')}{port}/{parts.get('dbname', '')}"
+
+
+#: A password in what a caller gave as a DSN: ``user:password@`` or ``password=...``.
+_PASSWORD: Final = re.compile(r"(://[^:/@]*:)[^@]*(@)|(password\s*=\s*)(?:'[^']*'|\S+)", re.I)
+
+
+def _as_given(dsn: str) -> str:
+    """Return ``dsn`` as a caller gave it, its password replaced by ``***``, quoted."""
+    hidden = _PASSWORD.sub(lambda m: f"{m[1] or m[3]}***{m[2] or ''}", dsn)
+    return repr(hidden if len(hidden) <= 200 else hidden[:200] + "...")
 
 
 def _check_dsn(dsn: Any) -> str:
     """Return ``dsn`` if it is a ``postgresql://`` (or ``postgres://``) URL libpq parses.
 
     Raises:
-        ValidationError: Not a ``str``, not such a URL, a NUL, or unparsable.
+        ValidationError: Not a ``str``, not such a URL, a NUL, or unparsable; the
+            message quotes what was given, without its password.
     """
     if not isinstance(dsn, str):
         raise ValidationError(f"dsn must be a str, got {type(dsn).__name__}")
     if _URL.match(dsn) is None:
         raise ValidationError(
-            f"dsn must be a URL starting with postgresql:// or postgres://, got {_redact(dsn)!r}"
+            f"dsn must be a URL starting with postgresql:// or postgres://, got {_as_given(dsn)}"
         )
     if "\0" in dsn:
-        raise ValidationError("dsn holds a NUL character")
+        raise ValidationError(f"dsn holds a NUL character: {_as_given(dsn)}")
     try:
         conninfo_to_dict(dsn)
     except psycopg.ProgrammingError as exc:
-        raise ValidationError(f"dsn is not a valid connection URL: {exc}") from None
+        reason = _PASSWORD.sub(lambda m: f"{m[1] or m[3]}***{m[2] or ''}", str(exc))
+        raise ValidationError(
+            f"dsn {_as_given(dsn)} is not a valid connection URL: {reason}"
+        ) from None
     return dsn
 
 
@@ -265,43 +279,33 @@ def _check_seconds(name: str, value: Any, low: float, high: float) -> float:
     return float(value)
 
 
-class _WatchedPool(ConnectionPool[psycopg.Connection[Any]]):
-    """The store's pool: what it runs on a connection itself is watched too.
+def _default_connect(dsn: str, connect_timeout: float) -> Connect:
+    """Return the factory of plain connections to ``dsn``.
 
-    A new connection is set up (generic plans for every prepared statement: the store's
-    statements look rows up by key, which a generic plan does as well as a custom one;
-    with the default ``plan_cache_mode`` PostgreSQL keeps re-planning the
-    ``append_group`` statement, its generic plan looking costlier than the one-row
-    custom plans, which costs more than executing it), and :meth:`check` tests each idle
-    connection, under the store's watchdog, so that neither waits on a silent server
-    for more than ``call_timeout``.
+    It sets ``connect_timeout`` unless the DSN does: libpq's default waits for good on a
+    server that accepts but never answers.
     """
-
-    def __init__(self, dsn: str, *, watchdog: Watchdog, **options: Any) -> None:
-        self._watchdog = watchdog
-        super().__init__(dsn, configure=self._set_up, **options)
-
-    def _set_up(self, conn: psycopg.Connection[Any]) -> None:
-        with self._watchdog.watch(conn):
-            conn.execute("SET plan_cache_mode = force_generic_plan")
-
-    def check_connection(self, conn: psycopg.Connection[Any]) -> None:  # type: ignore[override]
-        """Raise unless ``conn`` answers an empty statement (cut off after ``call_timeout``)."""
-        with self._watchdog.watch(conn):
-            ConnectionPool.check_connection(conn)
+    if "connect_timeout" in conninfo_to_dict(dsn):
+        return functools.partial(psycopg.connect, dsn)
+    return functools.partial(
+        psycopg.connect, dsn, connect_timeout=max(1, math.ceil(connect_timeout))
+    )
 
 
-def _connection_kwargs(dsn: str, connect_timeout: float) -> dict[str, Any]:
-    """Return the pool's connection arguments.
+class _ConnectFailed(Exception):
+    """A new connection could not be made; ``reason`` is libpq's, on one line."""
 
-    Autocommit, and ``connect_timeout`` unless the DSN sets it: psycopg's default is
-    130 s, which a pool worker connecting to a server that accepts but never answers
-    would wait.
-    """
-    kwargs: dict[str, Any] = {"autocommit": True}  # reads are one statement; writes BEGIN
-    if "connect_timeout" not in conninfo_to_dict(dsn):
-        kwargs["connect_timeout"] = max(2, math.ceil(connect_timeout))
-    return kwargs
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+def _reason(exc: BaseException) -> str:
+    """Return what ``exc`` says, on one line (libpq's messages span several)."""
+    return (
+        " ".join(line.strip() for line in str(exc).splitlines() if line.strip())
+        or type(exc).__name__
+    )
 
 
 def _utf8(value: str) -> bytes:
@@ -471,7 +475,7 @@ class PostgresStore:
         schema: The PostgreSQL schema holding the store's tables (created if missing;
             a lower-case identifier of at most 40 characters). Stores on different
             schemas of one database are independent.
-        min_connections: Connections the pool keeps open.
+        min_connections: Connections opened with the store.
         max_connections: Most connections the pool opens (the most calls served at
             once; more wait for one).
         connect_timeout: Most seconds a call waits for a connection from the pool
@@ -500,14 +504,18 @@ class PostgresStore:
             also wait out the group ahead of it and its own, two more
             ``call_timeout`` at most). 0: no limit. Raise it for reads so
             large that one statement takes longer.
+        connect: Makes a new psycopg connection (default: ``psycopg.connect(dsn,
+            connect_timeout=...)``); the store sets it to autocommit. The seam through
+            which a test injects connection faults.
 
     Raises:
         ValidationError: An unknown or bad option, or a ``dsn`` that is not a
             PostgreSQL URL.
         SchemaTooNewError: The database was written by a newer sharedesk.
-        StoreIOError: The server could not be reached, or refused the schema.
+        StoreUnreachable: The server refused the connection, or could not be reached.
+        StoreIOError: The server refused the schema.
 
-    Cost: opens the pool (``min_connections`` connections, on the pool's threads),
+    Cost: opens ``min_connections`` connections on the caller's thread,
     then one connection checks the schema (two reads when current; otherwise the
     migrations, under an advisory lock).
     """
@@ -524,13 +532,14 @@ class PostgresStore:
         notify: Notify = "commit",
         group_commit: bool = True,
         call_timeout: float = 60.0,
+        connect: Connect | None = None,
         **unknown: Any,
     ) -> None:
         if unknown:
             raise ValidationError(
                 f"unknown PostgresStore options {sorted(unknown)}; the options are "
                 "schema, min_connections, max_connections, connect_timeout, retry_timeout, notify, "
-                "group_commit, call_timeout"
+                "group_commit, call_timeout, connect"
             )
         dsn = _check_dsn(dsn)
         self._schema = check_schema_name(schema)
@@ -540,6 +549,8 @@ class PostgresStore:
             raise ValidationError(
                 f"min_connections={min_connections} exceeds max_connections={max_connections}"
             )
+        if connect is not None and not callable(connect):
+            raise ValidationError(f"connect must be callable, got {type(connect).__name__}")
         self._connect_timeout = _check_seconds("connect_timeout", connect_timeout, 0.001, 3600)
         self._retry_timeout = _check_seconds("retry_timeout", retry_timeout, 0, 3600)
         call_timeout = _check_seconds("call_timeout", call_timeout, 0, 86400)
@@ -563,20 +574,11 @@ class PostgresStore:
         self._committer: GroupCommitter[_GroupWrite] | None = None
         self._flight_lock = threading.Lock()
         self._in_flight = 0  # plain appends under way (alone or in a group)
-        self._pool = _WatchedPool(
-            dsn,
-            watchdog=self._watchdog,
-            min_size=min_connections,
-            max_size=max_connections,
-            timeout=self._connect_timeout,
-            name=f"sharedesk-pg:{self._path}",
-            kwargs=_connection_kwargs(dsn, self._connect_timeout),
-            num_workers=2,
-            open=False,
-        )
+        self._connect = _default_connect(dsn, self._connect_timeout) if connect is None else connect
+        self._pool = Pool(self._new_connection, max_connections, self._watchdog)
         try:
-            self._pool.open()
-            self._run("open", lambda conn: migrate(conn, self._schema, self._path), retry=True)
+            self._run("open", lambda conn: migrate(conn, self._schema, self._path), retry=False)
+            self._run("open", lambda conn: self._pool.fill(min_connections - 1), retry=False)
             if notify == "after_commit":
                 self._notifier = _Notifier(self)
             if group_commit:
@@ -616,14 +618,38 @@ class PostgresStore:
         if self._closed:
             raise StoreClosedError(self._path)
 
-    @contextlib.contextmanager
-    def _borrow(self, timeout: float | None = None) -> Iterator[psycopg.Connection[Any]]:
-        """Borrow a pooled connection for one use, cut off after ``call_timeout``.
+    def _new_connection(self) -> psycopg.Connection[Any]:
+        """Make a connection with the ``connect`` factory and set it up.
+
+        Generic plans for every prepared statement: the store's statements look rows up
+        by key, which a generic plan does as well as a custom one.
 
         Raises:
-            PoolTimeout: No connection within ``timeout`` (default ``connect_timeout``).
+            _ConnectFailed: The factory failed (refused, unauthenticated, unreachable).
         """
-        with self._pool.connection(timeout) as conn, self._watchdog.watch(conn):
+        try:
+            conn: psycopg.Connection[Any] = self._connect()
+        except psycopg.Error as exc:
+            raise _ConnectFailed(_reason(exc)) from exc
+        try:
+            conn.autocommit = True  # reads are one statement; writes open a transaction
+            with self._watchdog.watch(conn):
+                conn.execute("SET plan_cache_mode = force_generic_plan")
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    @contextlib.contextmanager
+    def _borrow(self, timeout: float | None = None) -> Iterator[psycopg.Connection[Any]]:
+        """Borrow a connection for one use, cut off after ``call_timeout``.
+
+        Raises:
+            PoolExhausted: No connection came free within ``timeout`` (default
+                ``connect_timeout``).
+            _ConnectFailed: A new connection could not be made.
+        """
+        with self._pool.connection(self._connect_timeout if timeout is None else timeout) as conn:
             yield conn
 
     def _run(
@@ -659,11 +685,19 @@ class PostgresStore:
                     return work(conn)
             except SharedeskError:
                 raise
-            except PoolTimeout as exc:
+            except PoolExhausted as exc:
                 if self._closed:
                     raise StoreClosedError(self._path) from None
                 error: StoreIOError = StoreIOError(self._path, operation)
                 raise error from exc
+            except _ConnectFailed as exc:
+                if self._closed:
+                    raise StoreClosedError(self._path) from None
+                if operation == "open" or time.monotonic() >= deadline:
+                    raise StoreUnreachable(self._path, operation, exc.reason) from exc.__cause__
+                time.sleep(delay + random.uniform(0, delay))
+                delay = min(max(delay * 2, 0.01), 0.5)
+                continue
             except psycopg.Error as exc:
                 if self._closed:
                     raise StoreClosedError(self._path) from None
@@ -688,8 +722,6 @@ class PostgresStore:
                     error=type(exc).__name__,
                     unknown=unknown,
                 )
-                if lost:
-                    self._pool.check()  # drop the other idle connections the loss broke
                 time.sleep(delay + random.uniform(0, delay))
                 delay = min(max(delay * 2, 0.01), 0.5)
 
@@ -716,7 +748,7 @@ class PostgresStore:
                     if probe is None:
                         return False  # it stores nothing either way
                     row = conn.execute(probe.query, [probe.sid, probe.key]).fetchone()
-            except (psycopg.Error, PoolTimeout):
+            except (psycopg.Error, PoolExhausted, _ConnectFailed):
                 # This connection went too (or none came): ask again on another one.
                 if time.monotonic() >= deadline or self._closed:
                     return None
@@ -858,7 +890,7 @@ class PostgresStore:
                     before_commit()  # the last group's callers run while this one is written
                     answer = conn.execute(query, params, binary=True)
                     written = {bytes(sid): texts for sid, texts, _ in answer}
-            except (psycopg.Error, PoolTimeout, SharedeskError) as exc:
+            except (psycopg.Error, PoolExhausted, _ConnectFailed, SharedeskError) as exc:
                 for unit in units:  # what the statement may have written is unknown
                     self._tails.pop(unit.sid, None)
                 _log.warning(
@@ -1897,10 +1929,9 @@ class _Listener:
 
     def _connect(self) -> psycopg.Connection[Any]:
         store = self._store
-        conn = psycopg.connect(
-            store._dsn, autocommit=True, connect_timeout=max(1, int(store._connect_timeout))
-        )
+        conn = store._connect()
         try:
+            conn.autocommit = True
             with store._watchdog.watch(conn):
                 conn.execute(f'LISTEN "{store.channel}"')
                 conn.execute(f'LISTEN "{self._wake}"')
@@ -1930,7 +1961,7 @@ class _Listener:
         self._stopping.set()
         if self._thread.is_alive() and self._thread is not threading.current_thread():
             with (
-                contextlib.suppress(psycopg.Error, PoolTimeout),
+                contextlib.suppress(psycopg.Error, PoolExhausted, _ConnectFailed),
                 self._store._borrow(timeout=_LISTEN_POLL) as conn,
             ):
                 conn.execute("SELECT pg_notify(%s, '')", [self._wake])
@@ -2073,9 +2104,8 @@ class _Notifier:
         store = self._store
         conn = self._conn
         if conn is None:
-            conn = self._conn = psycopg.connect(
-                store._dsn, autocommit=True, connect_timeout=max(1, int(store._connect_timeout))
-            )
+            conn = self._conn = store._connect()
+            conn.autocommit = True
             with store._watchdog.watch(conn):
                 conn.execute("SET synchronous_commit = off")
         payloads = [f"{last}:{sid.hex()}" for sid, last in pending.items()]

@@ -22,6 +22,7 @@ import contextlib
 import functools
 import os
 import random
+import select
 import signal
 import socket
 import subprocess
@@ -755,7 +756,8 @@ class TestServerGone:
         store.append("pg/0", [pooled_event(0)])
         notices.wait_for(lambda calls: ("pg/0", 1) in calls)
         postmaster = int((own_server.data_dir / "postmaster.pid").read_text().split()[0])
-        os.kill(postmaster, signal.SIGQUIT)
+        with ended(postmaster):
+            os.kill(postmaster, signal.SIGQUIT)
         calls = {
             **calls_on(store),
             "sessions": store.sessions,
@@ -772,12 +774,31 @@ class TestServerGone:
 
         report(
             cases=len(calls),
-            typed_errors=sum(outcome == "StoreIOError" for outcome in outcomes.values()),
+            typed_errors=sum(outcome == "StoreUnreachable" for outcome in outcomes.values()),
             listeners_left=len(listeners),
             hangs=0,
         )
-        assert {name: "StoreIOError" for name in calls} == outcomes
+        assert {name: "StoreUnreachable" for name in calls} == outcomes
         assert ("closed", []) == (closed, listeners)
+
+
+@contextlib.contextmanager
+def ended(pid: int) -> Iterator[None]:
+    """Wait, after the block, until process ``pid`` (not a child of ours) has ended.
+
+    The postmaster ends after every process it started, so once it is gone no server
+    process holds a connection and nothing can still commit.
+
+    Raises:
+        Hang: It was still running ``HANG`` seconds later.
+    """
+    fd = os.pidfd_open(pid)
+    try:
+        yield
+        if not select.select([fd], [], [], HANG)[0]:
+            raise Hang(f"process {pid} did not end")
+    finally:
+        os.close(fd)
 
 
 def server_processes(server: ThrowawayPostgres) -> list[int]:
@@ -870,37 +891,24 @@ class TestServerStopped:
             "hub post": lambda: hub.session("pg/1").post(Person("pat", "Pat"), "stopped"),
             "4 appends at once": lambda: appends_at_once(store, 4),
         }
-        seconds: dict[str, float] = {}
-        outcomes: dict[str, object] = {}
         with stopped(own_server):
-            for name, call in calls.items():
-                started = time.monotonic()
-                outcomes[name] = bounded(call)
-                seconds[name] = time.monotonic() - started
-            started = time.monotonic()
+            outcomes = {name: bounded(call) for name, call in calls.items()}
             hub_closed = bounded(lambda: closing(hub))
-            seconds["hub close"] = time.monotonic() - started
         store.append("pg/2", [pooled_event(2)])  # resumed: the same store serves again
         stored = store.read("pg/0")
-        started = time.monotonic()
         with stopped(own_server):
             closed = bounded(lambda: closing(store))
-        seconds["close"] = time.monotonic() - started
 
+        typed = {"StoreIOError", "StoreUnreachable", "CommitOutcomeUnknown"}
         report(
             cases=len(calls) + 2,
-            typed_errors=sum(
-                outcome in ("StoreIOError", "CommitOutcomeUnknown") for outcome in outcomes.values()
-            ),
-            slowest_seconds=round(max(seconds.values()), 2),
+            typed_errors=sum(outcome in typed for outcome in outcomes.values()),
             hangs=0,
         )
-        typed = {"StoreIOError", "CommitOutcomeUnknown"}
         assert {name: True for name in calls} == {
             name: outcome in typed for name, outcome in outcomes.items()
         }, outcomes
         assert ("closed", "closed") == (hub_closed, closed)
-        assert max(seconds.values()) < 10, seconds
         assert acknowledged == stored[:1]
 
     def test_retries_past_cut_connections_and_close_mid_call_stay_bounded(
@@ -916,34 +924,35 @@ class TestServerStopped:
         retrying = PostgresStore(
             dsn, min_connections=3, call_timeout=0.5, retry_timeout=3.0, connect_timeout=0.5
         )
-        patient = PostgresStore(dsn, min_connections=2, call_timeout=60.0)
+        sending = threading.Event()
+
+        class Signalling(psycopg.Connection[Any]):
+            def execute(self, *args: Any, **kwargs: Any) -> Any:
+                sending.set()
+                return super().execute(*args, **kwargs)
+
+        patient = PostgresStore(
+            dsn, min_connections=2, call_timeout=60.0, connect=lambda: Signalling.connect(dsn)
+        )
         retrying.append("pg/0", [pooled_event(0)])
         patient.read("pg/0")
         with stopped(own_server):
-            started = time.monotonic()
             read = bounded(lambda: retrying.read("pg/0"))
-            read_seconds = time.monotonic() - started
+            sending.clear()
             waiting = Background(lambda: patient.read("pg/0"))
-            time.sleep(0.3)  # the read waits on the stopped server
-            started = time.monotonic()
+            assert sending.wait(HANG)  # the read is sent to the stopped server
             closed = bounded(lambda: closing(patient))
             cut = waiting.outcome()
-            close_seconds = time.monotonic() - started
             retrying_closed = bounded(lambda: closing(retrying))
 
-        report(
-            cases=2,
-            typed_errors=(read == "StoreIOError") + (cut == "StoreClosedError"),
-            slowest_seconds=round(max(read_seconds, close_seconds), 2),
-            hangs=0,
-        )
-        assert ("StoreIOError", "closed", "StoreClosedError", "closed") == (
-            read,
+        io_error = read in ("StoreIOError", "StoreUnreachable")  # the retries ran out
+        report(cases=2, typed_errors=io_error + (cut == "StoreClosedError"), hangs=0)
+        assert (True, "closed", "StoreClosedError", "closed") == (
+            io_error,
             closed,
             cut,
             retrying_closed,
         )
-        assert read_seconds < 10 and close_seconds < 10, (read_seconds, close_seconds)
 
 
 def waiting_for_a_lock(admin: psycopg.Connection[tuple[int]], dbname: str) -> list[int]:

@@ -10,9 +10,12 @@ from __future__ import annotations
 import functools
 import queue
 import socket
+import subprocess
+import sys
 import threading
 import uuid
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, cast
 
@@ -43,11 +46,13 @@ from sharedesk.protocol import (
     TextDelta,
     ValidationError,
 )
+from sharedesk.protocol.errors import StoreUnreachable
 from sharedesk.protocol.sessions import SESSION_STARTED_ID
 from sharedesk.protocol.validation import check_append_args
 from sharedesk.store import postgres
 from sharedesk.store._pg_schema import SCHEMA_VERSION
 from sharedesk.store.postgres import Notify, PostgresStore
+from tests.store.conftest import child_env
 from tests.store.contract import (
     ALICE,
     BOT,
@@ -106,7 +111,7 @@ def terminate_store_backends(dsn: str) -> int:
     """End every other connection to the test's database (as a lost network would)."""
     with admin(dsn) as conn:
         row = conn.execute(
-            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+            "SELECT count(pg_terminate_backend(pid, 30000)) FROM pg_stat_activity "
             "WHERE datname = current_database() AND pid <> pg_backend_pid()"
         ).fetchone()
     assert row is not None
@@ -232,11 +237,14 @@ class TestOptions:
         [
             {"schema": "Bad-Name"},
             {"schema": "pg_catalog"},
+            {"schema": "pg_toast"},
+            {"schema": "information_schema"},
             {"schema": ""},
             {"schema": "x" * 41},
             {"min_connections": -1},
             {"max_connections": 0},
             {"min_connections": 5, "max_connections": 2},
+            {"connect": "psycopg.connect"},
             {"connect_timeout": 0},
             {"connect_timeout": "1"},
             {"retry_timeout": -1},
@@ -266,6 +274,140 @@ class TestOptions:
     def test_the_password_never_shows_in_the_path(self, dsn: str) -> None:
         with PostgresStore(dsn.replace("postgres@", "postgres:hunter2@")) as store:
             assert "hunter2" not in store.path + repr(store)
+
+
+def closed_port() -> int:
+    """A loopback port nothing listens on."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+    return port
+
+
+class CountingConnect:
+    """A ``connect`` seam: makes real connections to ``dsn`` (or raises ``refuse``), counting."""
+
+    def __init__(self, dsn: str, refuse: Exception | None = None) -> None:
+        self.dsn = dsn
+        self.refuse = refuse
+        self.calls = 0
+
+    def __call__(self) -> psycopg.Connection[Any]:
+        self.calls += 1
+        if self.refuse is not None:
+            raise self.refuse
+        return psycopg.connect(self.dsn)
+
+
+def opened(**options: Any) -> BaseException | PostgresStore:
+    """Open a ``PostgresStore`` on a thread; return it or what it raised (bounded wait)."""
+
+    def open_() -> PostgresStore:
+        return PostgresStore(**options)
+
+    with ThreadPoolExecutor(1) as pool:
+        future = pool.submit(open_)
+        error = future.exception(timeout=60)
+        return future.result() if error is None else error
+
+
+#: Logging left as a new application leaves it: no handler, no configuration.
+SILENT_CHILD = """
+import sys
+from sharedesk.protocol import StoreIOError
+from sharedesk.store.postgres import PostgresStore
+
+try:
+    PostgresStore(sys.argv[2], connect_timeout=1, retry_timeout=0)
+except StoreIOError as error:
+    print(type(error).__name__)
+with PostgresStore(sys.argv[1]) as store:
+    store.append("s", [])
+    store.read("s")
+    import psycopg
+    with psycopg.connect(sys.argv[1], autocommit=True) as admin:
+        admin.execute(
+            "SELECT pg_terminate_backend(pid, 30000) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+    print(len(store.read("s")))
+"""
+
+
+class TestConnecting:
+    def test_a_refused_connection_fails_the_open_at_once_naming_the_reason(self) -> None:
+        dsn = f"postgresql://nobody:secret@127.0.0.1:{closed_port()}/x"
+
+        error = opened(dsn=dsn, connect_timeout=3600, retry_timeout=3600)
+
+        assert isinstance(error, StoreUnreachable)
+        assert ("open", True, False) == (
+            error.operation,
+            "refused" in error.reason.lower(),
+            "secret" in str(error),
+        )
+
+    def test_an_unknown_role_fails_the_open_after_one_attempt_naming_the_reason(
+        self, dsn: str
+    ) -> None:
+        connect = CountingConnect(dsn.replace("postgres@", "no_such_role@"))
+
+        error = opened(dsn=dsn, connect=connect, connect_timeout=3600, retry_timeout=3600)
+
+        assert isinstance(error, StoreUnreachable)
+        assert (1, True) == (connect.calls, 'role "no_such_role" does not exist' in error.reason)
+
+    def test_every_connection_comes_from_the_connect_factory(self, dsn: str) -> None:
+        connect = CountingConnect(dsn)
+        with PostgresStore(dsn, connect=connect, min_connections=2) as store:
+            store.append("s", [text()])
+            store.follow(lambda session_id, last: None)
+
+            assert (3, 1) == (connect.calls, store.last_sequence("s"))
+
+    def test_a_connection_the_server_dropped_while_idle_is_never_written_on(self, dsn: str) -> None:
+        """A guarded write takes a live connection instead: no outcome to settle."""
+        with PostgresStore(dsn, retry_timeout=0) as store:
+            store.append("s", [text()])
+            terminate_store_backends(dsn)
+
+            stored = store.append("s", [text()], expected_version=1)
+
+            assert [2] == [e.sequence for e in stored]
+
+    def test_with_logging_unconfigured_connection_faults_print_nothing(
+        self, dsn: str, tmp_path: Path
+    ) -> None:
+        script = tmp_path / "child.py"
+        script.write_text(SILENT_CHILD)
+        refused = f"postgresql://127.0.0.1:{closed_port()}/x"
+
+        child = subprocess.run(
+            [sys.executable, str(script), dsn, refused],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=child_env(),
+            check=False,
+        )
+
+        assert ("StoreUnreachable\n0\n", "") == (child.stdout, child.stderr)
+
+    @pytest.mark.parametrize(
+        ("given", "shown"),
+        [
+            ("host=db password=hunter2", "'host=db password=***'"),
+            ("postgresql://ann:hunter2@[db/x", "'postgresql://ann:***@[db/x'"),
+        ],
+        ids=["keywords", "unparsable"],
+    )
+    def test_a_dsn_error_quotes_what_was_given_without_its_password(
+        self, given: str, shown: str
+    ) -> None:
+        with pytest.raises(ValidationError) as caught:
+            PostgresStore(given)
+
+        assert (True, False) == (shown in str(caught.value), "hunter2" in str(caught.value))
 
 
 class TestSequencing:
