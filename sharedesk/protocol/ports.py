@@ -3,12 +3,42 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping, Sequence
+from concurrent.futures import Future
+from datetime import datetime
 from types import TracebackType
 from typing import Protocol, Self, runtime_checkable
+
+import msgspec
 
 from sharedesk.protocol.events import Event
 from sharedesk.protocol.sessions import SessionState
 from sharedesk.protocol.views import Conversation, SessionPage, SharingState
+from sharedesk.protocol.writes import Write
+
+
+class SessionInfo(msgspec.Struct, frozen=True):
+    """What a store knows about one session without reading its events.
+
+    Returned by every store's ``session_info`` and ``session_infos`` (used by the
+    inspection commands).
+
+    Attributes:
+        session_id: The session.
+        last_sequence: The session's last sequence; sequences have no gaps, so this is
+            also the number of events it holds.
+        text_count: How many of those events are ``Text`` rows (the rows its log serves).
+        last_activity: The timestamp stamped on the session's newest event (UTC).
+    """
+
+    session_id: str
+    last_sequence: int
+    text_count: int
+    last_activity: datetime
+
+
+#: Called by a store's writer with ``(session_id, new_events)`` after each commit that
+#: stored new events (see :class:`WritingStore`).
+CommitCallback = Callable[[str, list[Event]], None]
 
 
 @runtime_checkable
@@ -140,6 +170,22 @@ class SharingStateStore(Protocol):
         answer costs one lookup per root, whatever the history. A sequence that is not
         a root ``Text`` row, or a root with no non-blank reply yet, is left out.
         """
+        ...
+
+
+@runtime_checkable
+class WritingStore(Protocol):
+    """A store's one write path: checked writes in, futures out (every backend has it).
+
+    The contract is documented once, on ``sharedesk.store.base.StoreBase``.
+    """
+
+    def submit(self, write: Write) -> Future[list[Event]]:
+        """Queue a checked write; the future gets the stored events or the error."""
+        ...
+
+    def on_commit(self, callback: CommitCallback) -> Callable[[], None]:
+        """Call ``callback(session_id, new_events)`` after each commit; return the remover."""
         ...
 
 

@@ -37,6 +37,7 @@ from sharedesk.protocol.authors import Agent, Operator, Person, SessionAuthor, S
 from sharedesk.protocol.errors import ValidationError
 from sharedesk.protocol.events import RUN_STATUSES, Event, RunFinished
 from sharedesk.protocol.views import Conversation, SharingState
+from sharedesk.protocol.writes import Share, Write
 
 _EVENT_DECODER: Final = msgspec.msgpack.Decoder(Event)
 _ENCODER: Final = msgspec.msgpack.Encoder()
@@ -384,6 +385,67 @@ def check_append_args(session_id: Any, events: Any, expected_version: Any) -> li
     batch = check_events(events)
     check_optional_int("expected_version", expected_version)
     return batch
+
+
+def check_write(
+    session_id: Any,
+    events: Any,
+    *,
+    expected_version: Any = None,
+    unless_stored: Any = None,
+    share: Any = None,
+) -> Write:
+    """Check a write and return it as a :class:`~sharedesk.protocol.writes.Write`.
+
+    The one validation of a write: the boundary that first receives it calls this once,
+    and only the returned ``Write`` travels on. Checks run in this order: session id,
+    events (:func:`check_events`), ``expected_version``, ``unless_stored``, ``share``
+    (viewer, state, expected state of the same conversation, ``reply_present``).
+
+    Returns:
+        The write, holding private copies of the events.
+
+    Raises:
+        ValidationError: The first problem found; nothing was written.
+
+    Cost: as :func:`check_events`, plus O(len(present set)) for a share; no I/O.
+    """
+    batch = check_append_args(session_id, events, expected_version)
+    guard = check_optional_str("unless_stored", unless_stored)
+    if share is not None:
+        check_share(share)
+    return Write(session_id, batch, expected_version, guard, share)
+
+
+def check_share(share: Any) -> Share:
+    """Return ``share`` if it is a :class:`~sharedesk.protocol.writes.Share` with valid fields.
+
+    Raises:
+        ValidationError: Not a ``Share``; a viewer that is not non-empty text; a state
+            that is not a valid :class:`SharingState`; an ``expected_state`` neither
+            ``None`` nor a valid state of the same conversation; a ``reply_present``
+            that is not a bool.
+
+    Cost: O(len(present set)).
+    """
+    if not isinstance(share, Share):
+        raise ValidationError(f"share must be a Share or None, got {type(share).__name__}")
+    check_text("viewer", share.viewer, empty=False)
+    state = check_sharing_state(share.state)
+    expected = share.expected_state
+    if expected is not None:
+        if not isinstance(expected, SharingState):
+            raise ValidationError(
+                f"expected_state must be a SharingState or None, got {type(expected).__name__}"
+            )
+        check_sharing_state(expected, "expected_state")
+        if expected.conversation != state.conversation:
+            raise ValidationError(
+                f"expected_state tracks {expected.conversation}, "
+                f"but state tracks {state.conversation}"
+            )
+    check_bool("reply_present", share.reply_present)
+    return share
 
 
 def _surrogate_path(value: Any, where: str, depth: int = 0) -> str | None:

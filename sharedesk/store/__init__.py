@@ -7,7 +7,7 @@ are imported on first use, see :mod:`sharedesk.protocol._lazy`.
 from typing import TYPE_CHECKING, Any
 
 from sharedesk.protocol._lazy import load_lazy
-from sharedesk.store._common import SessionInfo
+from sharedesk.protocol.ports import SessionInfo
 from sharedesk.store.memory import MemoryStore
 
 if TYPE_CHECKING:

@@ -53,14 +53,16 @@ import collections
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import Future
 from typing import Generic, TypeVar
 
 from sharedesk.protocol._log import logger
 from sharedesk.protocol.events import Event
 from sharedesk.protocol.ports import WriteTicket
+from sharedesk.protocol.writes import Write
 from sharedesk.store._common import hand_over
 
-__all__ = ["CommitGroup", "GroupCommitter", "Request", "wake", "wake_all"]
+__all__ = ["CommitGroup", "GroupCommitter", "GroupWriter", "Request", "wake", "wake_all"]
 
 _log = logger()
 
@@ -432,3 +434,102 @@ class GroupCommitter(Generic[R]):
             if handed:
                 with self._cond:
                     self._relaying += handed
+
+
+#: What a :class:`GroupWriter` hands its store: a group of writes and their futures,
+#: each future already set running; the store commits them and completes every future.
+RunGroup = Callable[[list[tuple[Write, "Future[list[Event]]"]]], None]
+
+
+class GroupWriter:
+    """The one group-committing writer: one queue, one thread, futures completed once.
+
+    Any number of threads :meth:`put` a write with its future; the writer thread takes
+    every write waiting (gathering as the module header says: for as many as its last
+    group held, no longer than its last commit took nor than ``group_wait``) and hands
+    the group to ``run_group``, which commits it and completes each future. A future
+    cancelled before the writer takes its write is dropped, and its write never runs.
+
+    Args:
+        run_group: Commits a group and completes its futures; must not raise.
+        group_wait: Most seconds to gather once a write is waiting (0: commit at once).
+        name: The writer thread's name.
+        closed_error: Makes the error a write gets once the writer is closed.
+
+    Cost: starts one daemon thread.
+    """
+
+    def __init__(
+        self,
+        run_group: RunGroup,
+        *,
+        group_wait: float,
+        name: str,
+        closed_error: Callable[[], BaseException],
+    ) -> None:
+        self._run_group = run_group
+        self._group_wait = group_wait
+        self._closed_error = closed_error
+        self._cond = threading.Condition(threading.Lock())
+        self._queue: list[tuple[Write, Future[list[Event]]]] = []
+        self._target = 1
+        self._last_commit = 0.0
+        self._closed = False
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def put(self, write: Write, future: Future[list[Event]]) -> None:
+        """Queue ``write``; the writer completes ``future`` (at once when closed).
+
+        Cost: one queue append under the writer's lock; never blocks on a commit.
+        """
+        with self._cond:
+            if not self._closed:
+                queue = self._queue
+                queue.append((write, future))
+                # Wake the writer only when it has something to decide: the first
+                # write, or the group it gathers is complete.
+                if len(queue) == 1 or len(queue) >= self._target:
+                    self._cond.notify()
+                return
+        if future.set_running_or_notify_cancel():
+            future.set_exception(self._closed_error())
+
+    def close(self) -> None:
+        """Fail the queued writes, let the group being written complete, end the thread.
+
+        Idempotent. Cost: waits for the group in progress, if any; joins the thread
+        (unless called from it, by an ``on_commit`` callback).
+        """
+        with self._cond:
+            pending, self._queue = self._queue, []
+            self._closed = True
+            self._cond.notify_all()
+        for _, future in pending:
+            if future.set_running_or_notify_cancel():
+                future.set_exception(self._closed_error())
+        if self._thread is not threading.current_thread():
+            self._thread.join()
+
+    def _run(self) -> None:
+        cond = self._cond
+        while True:
+            with cond:
+                while not self._queue and not self._closed:
+                    cond.wait()
+                if self._queue and len(self._queue) < self._target and not self._closed:
+                    deadline = time.monotonic() + min(self._group_wait, self._last_commit)
+                    while len(self._queue) < self._target and not self._closed:
+                        remaining = deadline - time.monotonic()
+                        if remaining <= 0:
+                            break
+                        cond.wait(remaining)
+                group, self._queue = self._queue, []
+                if not group:
+                    return
+                self._target = len(group)
+            started = time.monotonic()
+            items = [item for item in group if item[1].set_running_or_notify_cancel()]
+            if items:
+                self._run_group(items)
+            self._last_commit = time.monotonic() - started

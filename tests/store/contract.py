@@ -54,10 +54,9 @@ from sharedesk.protocol import (
 )
 from sharedesk.protocol.errors import AlreadyStored
 from sharedesk.protocol.events import SessionStarted
-from sharedesk.protocol.ports import EventStore, RunIndexStore, SharingStateStore
+from sharedesk.protocol.ports import EventStore, RunIndexStore, SessionInfo, SharingStateStore
 from sharedesk.protocol.sessions import EMPTY_SESSION_STATE, SESSION_STARTED_ID, SessionState
 from sharedesk.protocol.views import SessionPage
-from sharedesk.store._common import SessionInfo
 
 
 class ContractStore(RunIndexStore, SharingStateStore, Protocol):

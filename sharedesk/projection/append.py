@@ -1,0 +1,315 @@
+"""The append rules: what one checked write stores, decided from what the store holds.
+
+This module is the only home of the rules a write obeys (h11's ``_state.py`` habit: the
+rules in one file, with no I/O). A store's writer reads the :class:`Facts` of each
+session its group touches inside one write transaction, asks :func:`plan_write` for each
+write in turn, and writes the :class:`WritePlan` it gets; no backend re-implements any
+rule. The rules, in the order they are checked:
+
+1. ``expected_version`` must equal the session's last sequence (``ConcurrencyError``);
+2. ``unless_stored`` must name no stored event (``AlreadyStored``);
+3. a commit's ``expected_state`` must be the stored sharing state
+   (``SharingStateConflict``);
+4. ids: an event whose id is stored (or repeats an earlier id of the batch) takes no
+   sequence and is answered with the stored event; new events get ``last + 1, ...``;
+5. parents: a new event's ``parent`` names an earlier root ``Text`` row, stored or new
+   in the batch (``ValidationError``);
+6. first replies: a root's first non-blank reply is recorded, unless it has one;
+7. the session state is folded with the new events (``projection/runstate``);
+8. reply present: a commit with ``reply_present`` notes its first event's stored
+   sequence in the state it stores (``PresentSetOverflow`` when that overflows).
+
+A write that breaks a rule raises and writes nothing; the others of its group go on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Container, Mapping
+from datetime import datetime
+from typing import NamedTuple
+
+import msgspec
+
+from sharedesk.projection.runstate import fold_session_state, moves_session_state
+from sharedesk.projection.session import is_blank
+from sharedesk.projection.sharing import note_present
+from sharedesk.protocol.errors import (
+    AlreadyStored,
+    ConcurrencyError,
+    SharingStateConflict,
+    ValidationError,
+)
+from sharedesk.protocol.events import Event, Text
+from sharedesk.protocol.sessions import EMPTY_SESSION_STATE, SessionState
+from sharedesk.protocol.validation import check_parents
+from sharedesk.protocol.views import Conversation, SharingState
+from sharedesk.protocol.writes import Write
+
+__all__ = [
+    "AppendPlan",
+    "Facts",
+    "StoredRow",
+    "Wants",
+    "WritePlan",
+    "plan_append",
+    "plan_write",
+    "wants_of",
+]
+
+#: The key of a stored sharing state within a session: (viewer, conversation).
+SharingKey = tuple[str, Conversation]
+
+
+class StoredRow(NamedTuple):
+    """What the append rules need of a stored row named as a ``parent``.
+
+    Attributes:
+        kind: The body's class name (``"Text"``, ``"TextDelta"``, ...).
+        parent: The row's own ``parent``.
+    """
+
+    kind: str
+    parent: int | None
+
+
+class Wants(NamedTuple):
+    """What the writes of one group need to know of one session (see :class:`Facts`).
+
+    Attributes:
+        ids: The ids of the writes' events and their ``unless_stored`` ids.
+        parents: The sequences the writes' events name as ``parent``.
+        sharing: The sharing states the writes compare and swap.
+        state: Whether an event moves the session state (else it need not be read).
+    """
+
+    ids: set[str]
+    parents: set[int]
+    sharing: set[SharingKey]
+    state: bool
+
+
+class Facts(NamedTuple):
+    """What a store holds of one session, as far as one group's writes need it.
+
+    Read by the backend inside the write transaction, for one :class:`Wants`; every
+    container is fresh (the writer adds each planned write's effect to it, so the next
+    write of the group is planned on top of it).
+
+    Attributes:
+        last: The session's last sequence (0 for none).
+        known: The stored events among the ids wanted, by id.
+        rows: The stored rows among the parents wanted, by sequence (a missing one is
+            left out).
+        answered: The roots among the parents wanted that have a first non-blank reply.
+        state: The session state (``EMPTY_SESSION_STATE`` when not wanted).
+        sharing: The stored sharing state of each key wanted (``None``: none stored).
+    """
+
+    last: int
+    known: dict[str, Event]
+    rows: dict[int, StoredRow]
+    answered: set[int]
+    state: SessionState
+    sharing: dict[SharingKey, SharingState | None]
+
+
+class AppendPlan(NamedTuple):
+    """What one checked batch writes, decided by :func:`plan_append`.
+
+    Attributes:
+        result: One stored event per input, in input order (a known id's stored event).
+        new: The events to store, in sequence order (sequence and timestamp set).
+        first_replies: Root sequence -> its first non-blank reply, for the roots this
+            batch answers first (roots already answered are left out).
+        texts: How many of ``new`` are ``Text`` rows.
+        state: The session state with ``new`` folded in, or ``None`` when none moved it.
+    """
+
+    result: list[Event]
+    new: list[Event]
+    first_replies: dict[int, int]
+    texts: int
+    state: SessionState | None
+
+
+class WritePlan(NamedTuple):
+    """What one :class:`~sharedesk.protocol.writes.Write` stores, decided by :func:`plan_write`.
+
+    Attributes:
+        write: The write.
+        result: One stored event per input event, in input order.
+        new: The events to store, in sequence order (sequence and timestamp set).
+        first_replies: Root sequence -> its first non-blank reply (new entries only).
+        texts: How many of ``new`` are ``Text`` rows.
+        state: The folded session state to store, or ``None`` when none moved it.
+        sharing: The sharing state to store under (``write.share.viewer``, its
+            conversation), or ``None`` for a plain append.
+    """
+
+    write: Write
+    result: list[Event]
+    new: list[Event]
+    first_replies: dict[int, int]
+    texts: int
+    state: SessionState | None
+    sharing: SharingState | None
+
+
+def wants_of(write: Write, wants: Wants | None = None) -> Wants:
+    """Return what planning ``write`` needs, added to ``wants`` (a fresh one for ``None``).
+
+    Cost: O(len(write.events)).
+    """
+    if wants is None:
+        wants = Wants(set(), set(), set(), False)
+    moves = wants.state
+    for event in write.events:
+        wants.ids.add(event.id)
+        if event.parent is not None:
+            wants.parents.add(event.parent)
+        moves = moves or moves_session_state(event)
+    if write.unless_stored is not None:
+        wants.ids.add(write.unless_stored)
+    if write.share is not None:
+        wants.sharing.add((write.share.viewer, write.share.state.conversation))
+    return wants if moves == wants.state else wants._replace(state=moves)
+
+
+def _watermark(state: SharingState | None) -> int:
+    """Return the watermark of ``state``, or -1 for none (as ``SharingStateConflict`` says)."""
+    return -1 if state is None else state.watermark
+
+
+def plan_write(write: Write, facts: Facts, now: datetime) -> WritePlan:
+    """Decide what ``write`` stores, given the ``facts`` of its session (rules 1-8 above).
+
+    Args:
+        write: A checked write.
+        facts: Its session's facts, read for (at least) :func:`wants_of` ``(write)``;
+            never changed.
+        now: The timestamp of the new events.
+
+    Returns:
+        The plan; the store writes ``plan.new``, the first replies, the state and the
+        sharing state, or nothing when they are empty.
+
+    Raises:
+        ConcurrencyError: ``expected_version`` is not ``facts.last``.
+        AlreadyStored: ``unless_stored`` names a stored event.
+        SharingStateConflict: The stored sharing state is not ``expected_state``.
+        ValidationError: A parent that is not an earlier root ``Text`` row.
+        PresentSetOverflow: Noting the reply overflows the present set.
+
+    Cost: O(len(write.events)); no reads, no writes.
+    """
+    last = facts.last
+    if write.expected_version is not None and write.expected_version != last:
+        raise ConcurrencyError(write.expected_version, last)
+    if write.unless_stored is not None and write.unless_stored in facts.known:
+        raise AlreadyStored(write.session_id, write.unless_stored)
+    share = write.share
+    if share is not None:
+        stored = facts.sharing.get((share.viewer, share.state.conversation))
+        if stored != share.expected_state:
+            raise SharingStateConflict(_watermark(share.expected_state), _watermark(stored))
+    plan = plan_append(
+        write.events,
+        last,
+        facts.known,
+        now,
+        stored_row=facts.rows.get,
+        answered=facts.answered,
+        state=lambda: facts.state,
+    )
+    sharing: SharingState | None = None
+    if share is not None:
+        sharing = share.state
+        if share.reply_present and plan.result:
+            reply = plan.result[0].sequence
+            assert reply is not None
+            sharing = note_present(sharing, reply)
+    return WritePlan(write, *plan, sharing)
+
+
+def not_a_root_error(index: int, parent: int, why: str) -> ValidationError:
+    """Return the error for ``events[index]``, whose ``parent`` row is not a root ``Text``."""
+    return ValidationError(
+        f"events[{index}].parent={parent} must name a root Text row (a thread is one "
+        f"level deep), but row {parent} is {why}"
+    )
+
+
+def _check_row(index: int, parent: int, row: StoredRow | None) -> None:
+    """Check that ``row``, named as ``events[index].parent``, is a root ``Text`` row."""
+    if row is None:
+        raise not_a_root_error(index, parent, "missing")
+    if row.kind != "Text":
+        raise not_a_root_error(index, parent, f"a {row.kind} event")
+    if row.parent is not None:
+        raise not_a_root_error(index, parent, f"a reply to row {row.parent}")
+
+
+def plan_append(
+    batch: list[Event],
+    last: int,
+    known: Mapping[str, Event],
+    now: datetime,
+    *,
+    stored_row: Callable[[int], StoredRow | None],
+    answered: Container[int],
+    state: Callable[[], SessionState] = lambda: EMPTY_SESSION_STATE,
+) -> AppendPlan:
+    """Decide what appending a checked ``batch`` after sequence ``last`` writes (rules 4-7).
+
+    Args:
+        batch: Checked, unstamped events.
+        last: The session's last sequence.
+        known: Stored events by id (at least those of the batch's ids that are stored).
+        now: The timestamp of the new events.
+        stored_row: Looks up a stored row named as a parent (``None``: missing).
+        answered: The roots that have a first non-blank reply already.
+        state: Returns the session state; called only when an event moves it.
+
+    Raises:
+        ValidationError: A parent at or above its event's sequence, or one that is not
+            a root ``Text`` row; nothing may be written.
+
+    Cost: O(len(batch)), one ``stored_row`` call per parent below ``last + 1``.
+    """
+    fresh: dict[str, Event] = {}
+    result: list[Event] = []
+    next_sequence = last + 1
+    for event in batch:
+        stored = known.get(event.id) or fresh.get(event.id)
+        if stored is None:
+            stored = msgspec.structs.replace(event, sequence=next_sequence, timestamp=now)
+            fresh[event.id] = stored
+            next_sequence += 1
+        result.append(stored)
+    new = list(fresh.values())
+    check_parents(new, last + 1)
+    first_replies: dict[int, int] = {}
+    texts = 0
+    folded: SessionState | None = None
+    for index, stored in enumerate(new):
+        assert stored.sequence is not None
+        parent = stored.parent
+        if parent is not None:
+            if parent > last:
+                row = new[parent - last - 1]
+                _check_row(index, parent, StoredRow(type(row.body).__name__, row.parent))
+            else:
+                _check_row(index, parent, stored_row(parent))
+        body = stored.body
+        if isinstance(body, Text):
+            texts += 1
+            if (
+                parent is not None
+                and parent not in first_replies
+                and parent not in answered
+                and not is_blank(body.content)
+            ):
+                first_replies[parent] = stored.sequence
+        if moves_session_state(stored):
+            folded = fold_session_state(state() if folded is None else folded, stored)
+    return AppendPlan(result, new, first_replies, texts, folded)

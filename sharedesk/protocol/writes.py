@@ -1,0 +1,56 @@
+"""What travels to a store's writer: a checked write, and the sharing state it commits.
+
+A :class:`Write` is built by :func:`~sharedesk.protocol.validation.check_write`, the one
+validation of a write, run once by the boundary that first receives user input (a
+store's public ``append``, or the Hub's). After that only writes travel: the store's
+``submit`` takes one and never checks it again.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from sharedesk.protocol.events import Event
+from sharedesk.protocol.views import SharingState
+
+__all__ = ["Share", "Write"]
+
+
+class Share(msgspec.Struct, frozen=True):
+    """The sharing state a turn's commit stores with its reply (a compare-and-swap).
+
+    Attributes:
+        viewer: The participant's :func:`~sharedesk.protocol.author_key`; the state is
+            keyed by (session, viewer, ``state.conversation``).
+        state: The state to store.
+        expected_state: The state the turn planned from (``None``: no state stored);
+            the write fails with ``SharingStateConflict`` when the stored one differs.
+        reply_present: Note the first event's stored sequence (its old one when its id
+            was stored before) as present in ``state`` before it is stored.
+    """
+
+    viewer: str
+    state: SharingState
+    expected_state: SharingState | None
+    reply_present: bool = False
+
+
+class Write(msgspec.Struct, frozen=True):
+    """One checked write: an append, or (with ``share``) a turn's commit.
+
+    Only :func:`~sharedesk.protocol.validation.check_write` should build one: the store
+    trusts every field.
+
+    Attributes:
+        session_id: The session.
+        events: Private copies of the events to append, validated, unstamped.
+        expected_version: Write only if the session's last sequence equals it.
+        unless_stored: Write only if the session holds no event with this id.
+        share: The sharing state stored in the same transaction, or ``None``.
+    """
+
+    session_id: str
+    events: list[Event]
+    expected_version: int | None = None
+    unless_stored: str | None = None
+    share: Share | None = None

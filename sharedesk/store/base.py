@@ -1,0 +1,726 @@
+"""StoreBase: the one store base; backends supply only their own I/O.
+
+The public methods of every store (``append``, ``append_and_share``, ``submit``, the
+reads, ``on_commit``, ``close``) are written, validated and documented here, once, as
+eventsourcing's recorders are; ``MemoryStore``, ``LmdbStore`` and ``PostgresStore``
+subclass :class:`StoreBase` and implement the hooks below.
+
+One write path. ``submit(write)`` is the only way in: ``append`` is
+``self.submit(check_write(...)).result()``. The store's writer takes a group of writes,
+opens one write transaction (``_transact``), reads the :class:`Facts` of the sessions
+the group touches (``WriteTxn.facts``), plans each write in turn with
+:func:`~sharedesk.projection.append.plan_write` (each on top of the ones before), puts
+the plans that passed (``WriteTxn.put``) and commits. A write whose plan raises fails
+alone and writes nothing. Then the ``on_commit`` callbacks run, in commit order, and
+only then are the group's futures completed, each once. Two writers exist:
+
+- ``writer=None`` (``MemoryStore``): no thread; ``submit`` plans and puts under the
+  store's lock on the caller's thread and returns a completed future;
+- ``writer="<thread name>"`` (``LmdbStore``, ``PostgresStore``): the group-committing
+  writer of :mod:`sharedesk.store._group_commit` (one thread, one queue).
+
+Backend hooks (all called with checked arguments, on a store that is not closed):
+
+=============================================  ==========================================
+``_transact(work) -> T``                       run ``work(txn)`` in one write transaction
+                                               and commit; it may run ``work`` again in
+                                               a fresh transaction after a retryable
+                                               failure; raises a ``SharedeskError``
+                                               (``StoreIOError``, ``StoreFullError``...)
+                                               when the transaction fails
+``WriteTxn.facts(wants) -> {session: Facts}``  read, for each session, what its
+                                               :class:`Wants` names, fresh containers
+``WriteTxn.put(plans)``                        write the plans, in order (several may be
+                                               of one session, each planned on top of
+                                               the ones before)
+``_read(session_id, after, before, limit,      the events with ``after < seq < before``
+newest_first)``
+``_last_sequence(session_id)``                 0 for no events
+``_read_text_before(session_id, before,        one page of the ``Text`` log, newest first
+limit) -> SessionPage``
+``_first_replies(session_id, roots)``          root -> first non-blank reply
+``_session_state(session_id)``                 the folded ``SessionState``
+``_run_events(session_id, run_id)``            the run's events, oldest first
+``_get_sharing_state(session_id, viewer,       the stored state or ``None``
+conversation)``
+``_sessions()``, ``_session_info(id)``,        the listing (sorted by id)
+``_session_infos()``
+``_close()``                                   release resources (the writer is stopped
+                                               first)
+=============================================  ==========================================
+
+A group whose transaction fails with ``StoreFullError`` is retried one write per
+transaction, so only the writes that do not fit get the error.
+"""
+
+from __future__ import annotations
+
+import threading
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Collection, Mapping, Sequence
+from concurrent.futures import Future
+from datetime import UTC, datetime
+from types import TracebackType
+from typing import Any, Protocol, Self, TypeVar
+
+from sharedesk.projection.append import Facts, StoredRow, Wants, WritePlan, plan_write, wants_of
+from sharedesk.protocol._log import logger
+from sharedesk.protocol.errors import (
+    SharedeskError,
+    StoreClosedError,
+    StoreFullError,
+    ValidationError,
+)
+from sharedesk.protocol.events import Event
+from sharedesk.protocol.ports import CommitCallback, SessionInfo, WriteTicket
+from sharedesk.protocol.records import private_copy
+from sharedesk.protocol.sessions import SessionState
+from sharedesk.protocol.validation import (
+    check_bool,
+    check_conversation,
+    check_optional_int,
+    check_optional_str,
+    check_session_id,
+    check_text,
+    check_write,
+)
+from sharedesk.protocol.views import Conversation, SessionPage, SharingState
+from sharedesk.protocol.writes import Share, Write
+from sharedesk.store._group_commit import GroupWriter
+
+__all__ = ["Facts", "SessionInfo", "StoreBase", "StoredRow", "Wants", "WritePlan", "WriteTxn"]
+
+_log = logger()
+T = TypeVar("T")
+
+#: One write's outcome: its stored events (one per input event), or the error.
+Outcome = list[Event] | BaseException
+
+
+class WriteTxn(Protocol):
+    """A backend's open write transaction, as the writer uses it (see the module header)."""
+
+    def facts(self, wants: Mapping[str, Wants]) -> dict[str, Facts]:
+        """Return the facts of each session in ``wants``, read in this transaction."""
+        ...
+
+    def put(self, plans: Sequence[WritePlan]) -> None:
+        """Write ``plans`` in this transaction, in order."""
+        ...
+
+
+class _Writer(Protocol):
+    def put(self, write: Write, future: Future[list[Event]]) -> None: ...
+
+    def close(self) -> None: ...
+
+
+def _check_roots(roots: Any) -> list[int]:
+    if not isinstance(roots, Collection) or isinstance(roots, str | bytes):
+        raise ValidationError(f"roots must be a collection of ints, got {type(roots).__name__}")
+    checked: list[int] = []
+    for root in roots:
+        if type(root) is not int or not 1 <= root < 2**63:
+            raise ValidationError(f"roots must hold sequences (ints >= 1), got {root!r}")
+        checked.append(root)
+    return checked
+
+
+def _absorb(facts: Facts, plan: WritePlan) -> Facts:
+    """Add what ``plan`` stores to ``facts``, so the group's next write sees it."""
+    for event in plan.new:
+        assert event.sequence is not None
+        facts.known[event.id] = event
+        facts.rows[event.sequence] = StoredRow(type(event.body).__name__, event.parent)
+    facts.answered.update(plan.first_replies)
+    share = plan.write.share
+    if share is not None:
+        facts.sharing[(share.viewer, share.state.conversation)] = plan.sharing
+    last = facts.last + len(plan.new)
+    state = facts.state if plan.state is None else plan.state
+    return facts._replace(last=last, state=state)
+
+
+class StoreBase(ABC):
+    """The store port, written once: validation, the write path, the reads, the lifecycle.
+
+    Thread-safe. A subclass calls ``super().__init__`` and implements the hooks of the
+    module header.
+
+    Args:
+        path: Where the store lives, named in its errors (``None``: in memory).
+        writer: The writer thread's name, or ``None`` for no writer thread (writes run
+            on the caller's thread under the store's lock).
+        group_wait: Most seconds the writer thread gathers a group (see
+            :mod:`sharedesk.store._group_commit`).
+    """
+
+    def __init__(
+        self,
+        path: str | None = None,
+        *,
+        writer: str | None = None,
+        group_wait: float = 0.0,
+    ) -> None:
+        self._path = path
+        #: Serialises the inline writer's writes; backends without a thread guard their
+        #: data with it too (reentrant: an ``on_commit`` callback may read).
+        self._lock = threading.RLock()
+        self._closed = False
+        self._callbacks: tuple[CommitCallback, ...] = ()
+        self._writer: _Writer | None = None
+        if writer is not None:
+            self._writer = GroupWriter(
+                self._run_group,
+                group_wait=group_wait,
+                name=writer,
+                closed_error=self._closed_error,
+            )
+
+    # -- writes ------------------------------------------------------------------------
+
+    def submit(self, write: Write) -> Future[list[Event]]:
+        """Queue a checked write to the store's writer; the only write path.
+
+        Args:
+            write: A write built by :func:`~sharedesk.protocol.validation.check_write`
+                (it is not checked again).
+
+        Returns:
+            A future completed once, by the writer: with the stored events (one per
+            input event, in input order; for a commit, the stored reply as a list,
+            empty without one), or with the error ``append`` would raise. Sync callers
+            wait on ``.result()`` (interruptible by Ctrl-C on the main thread); async
+            callers use ``add_done_callback`` and ``loop.call_soon_threadsafe``. The
+            ``on_commit`` callbacks of the write's commit have run when it completes.
+
+        Cost: without a writer thread (``MemoryStore``), the whole write on the
+        caller's thread, and the future is done on return; otherwise one queue append,
+        never blocking on the writer.
+        """
+        future: Future[list[Event]] = Future()
+        writer = self._writer
+        if writer is not None:
+            writer.put(write, future)
+            return future
+        future.set_running_or_notify_cancel()
+        with self._lock:
+            outcome = self._closed_error() if self._closed else self._commit_group([write])[0]
+        _complete(future, outcome)
+        return future
+
+    def append(
+        self,
+        session_id: str,
+        events: Sequence[Event],
+        *,
+        expected_version: int | None = None,
+        unless_stored: str | None = None,
+    ) -> list[Event]:
+        """Append ``events`` to ``session_id`` and return them as stored.
+
+        Args:
+            session_id: The session.
+            events: Events with ``sequence`` and ``timestamp`` left ``None``.
+            expected_version: When set, append only if the session's last sequence
+                equals it.
+            unless_stored: When set, append only if the session holds no event with
+                this id (checked inside the write transaction).
+
+        Returns:
+            One stored event per input, in input order; an event whose ``id`` the
+            session already holds (or that repeats an earlier id of the batch) is
+            returned as stored, not stored again.
+
+        Raises:
+            ValidationError: Malformed input; nothing was written.
+            ConcurrencyError: ``expected_version`` differs from the last sequence.
+            AlreadyStored: The event ``unless_stored`` names is stored; nothing written.
+            StoreFullError: The store may not grow to hold the events.
+            StoreClosedError: The store is closed (also when it closes while waiting).
+            StoreIOError: The backend failed; the cause is chained.
+
+        Cost: one validation (a msgpack round trip per event), then blocks until the
+        writer commits the group this write joins: one write transaction (durable
+        backends: one sync shared by the group), O(len(events)) reads and writes.
+        """
+        write = check_write(
+            session_id, events, expected_version=expected_version, unless_stored=unless_stored
+        )
+        return self.submit(write).result()
+
+    def append_and_share(
+        self,
+        session_id: str,
+        events: Sequence[Event],
+        *,
+        viewer: str,
+        state: SharingState,
+        expected_state: SharingState | None,
+        expected_version: int | None = None,
+        reply_present: bool = False,
+    ) -> list[Event]:
+        """Append ``events`` and store ``state`` in one atomic, durable step.
+
+        The state is keyed by (session, viewer, ``state.conversation``); ``events`` may
+        be empty (a turn committed without a reply). Checks run in this order: input,
+        ``expected_version``, the stored state, parents, the present set.
+
+        Args:
+            session_id: The session.
+            events: Events to append, as for :meth:`append`.
+            viewer: The participant's :func:`~sharedesk.protocol.author_key`.
+            state: The state to store.
+            expected_state: The state the caller read (``None``: no state stored).
+            expected_version: When set, write only if the last sequence equals it.
+            reply_present: Note the first event's stored sequence (its old one when its
+                id was stored before) as present in ``state``, inside the transaction.
+
+        Returns:
+            The events as stored, as :meth:`append` returns them.
+
+        Raises:
+            ValidationError: Malformed input; nothing was written.
+            ConcurrencyError: ``expected_version`` differs from the last sequence.
+            SharingStateConflict: The stored state is not ``expected_state``; nothing
+                was written.
+            PresentSetOverflow: Noting the reply overflows the present set; nothing
+                was written.
+            CorruptRecordError: The stored state cannot be decoded; nothing was written.
+            StoreFullError, StoreClosedError, StoreIOError: As for :meth:`append`.
+
+        Cost: as :meth:`append`, plus one state read and write in the same transaction.
+        """
+        share = Share(viewer, state, expected_state, reply_present)
+        write = check_write(session_id, events, expected_version=expected_version, share=share)
+        return self.submit(write).result()
+
+    def on_commit(self, callback: CommitCallback) -> Callable[[], None]:
+        """Call ``callback(session_id, new_events)`` after each commit that stored events.
+
+        Called on the writer's side (the writer thread, or the caller's thread without
+        one), once per write that stored new events, in commit order, before the futures
+        of that commit are completed: a caller that got its result finds the callback
+        run. ``new_events`` are private copies, in sequence order. A raising callback is
+        logged (``store.callback_failed``) and dropped; the others still run.
+
+        Returns:
+            The function that removes the callback (idempotent).
+
+        Cost: O(1); each commit then costs one call per callback.
+        """
+        with self._lock:
+            self._callbacks = (*self._callbacks, callback)
+
+        def remove() -> None:
+            with self._lock:
+                self._callbacks = tuple(c for c in self._callbacks if c is not callback)
+
+        return remove
+
+    def submit_append(
+        self,
+        session_id: str,
+        events: Sequence[Event],
+        *,
+        expected_version: int | None = None,
+        ticket: WriteTicket,
+    ) -> None:
+        """Queue an append over :meth:`submit`; ``ticket`` gets its outcome (``SubmittingStore``).
+
+        Raises:
+            ValidationError: Malformed input; nothing was queued.
+            StoreClosedError: The store is closed; nothing was queued.
+
+        Cost: as :meth:`submit`.
+        """
+        write = check_write(session_id, events, expected_version=expected_version)
+        self._submit_ticket(write, ticket)
+
+    def submit_append_and_share(
+        self,
+        session_id: str,
+        events: Sequence[Event],
+        *,
+        viewer: str,
+        state: SharingState,
+        expected_state: SharingState | None,
+        expected_version: int | None = None,
+        reply_present: bool = False,
+        ticket: WriteTicket,
+    ) -> None:
+        """:meth:`append_and_share` as :meth:`submit_append` takes an append.
+
+        Raises:
+            ValidationError: Malformed input; nothing was queued.
+            StoreClosedError: The store is closed; nothing was queued.
+
+        Cost: as :meth:`submit`.
+        """
+        share = Share(viewer, state, expected_state, reply_present)
+        write = check_write(session_id, events, expected_version=expected_version, share=share)
+        self._submit_ticket(write, ticket)
+
+    def _submit_ticket(self, write: Write, ticket: WriteTicket) -> None:
+        if self._closed:
+            raise self._closed_error()
+
+        def settle(future: Future[list[Event]]) -> None:
+            error = future.exception()
+            ticket.settle(None if error is not None else future.result(), error)
+            ticket.sink.deliver([ticket])
+
+        self.submit(write).add_done_callback(settle)
+
+    # -- the writer's side ---------------------------------------------------------------
+
+    def _closed_error(self) -> StoreClosedError:
+        return StoreClosedError(self._path)
+
+    def _run_group(self, items: list[tuple[Write, Future[list[Event]]]]) -> None:
+        """Commit a group taken by the writer thread and complete its futures. Never raises."""
+        outcomes = self._commit_group([write for write, _ in items])
+        for (_, future), outcome in zip(items, outcomes, strict=True):
+            _complete(future, outcome)
+
+    def _commit_group(self, writes: list[Write]) -> list[Outcome]:
+        """Plan and put ``writes`` in one transaction, run the callbacks; one outcome each."""
+        now = datetime.now(UTC)
+        try:
+            planned = self._transact(lambda txn: _plan_group(txn, writes, now))
+        except StoreFullError as exc:
+            if len(writes) == 1:
+                return [exc]
+            return [outcome for write in writes for outcome in self._commit_group([write])]
+        except SharedeskError as exc:
+            return [exc] * len(writes)
+        except Exception as exc:  # a bug or a foreign error: every write of the group
+            _log.exception("store.writer_failed", path=self._path)
+            return [exc] * len(writes)
+        callbacks = self._callbacks
+        outcomes: list[Outcome] = []
+        for plan in planned:
+            if isinstance(plan, BaseException):
+                outcomes.append(plan)
+                continue
+            if plan.new and callbacks:
+                self._tell(callbacks, plan.write.session_id, plan.new)
+            outcomes.append([private_copy(event) for event in plan.result])
+        return outcomes
+
+    def _tell(
+        self, callbacks: tuple[CommitCallback, ...], session_id: str, new: list[Event]
+    ) -> None:
+        events = [private_copy(event) for event in new]
+        for callback in callbacks:
+            try:
+                callback(session_id, events)
+            except Exception:
+                _log.exception("store.callback_failed", path=self._path, session_id=session_id)
+
+    # -- reads -------------------------------------------------------------------------
+
+    def _live(self) -> None:
+        if self._closed:
+            raise self._closed_error()
+
+    def read(
+        self,
+        session_id: str,
+        *,
+        after: int | None = None,
+        before: int | None = None,
+        limit: int | None = None,
+        newest_first: bool = False,
+    ) -> list[Event]:
+        """Return stored events with ``after < sequence < before``.
+
+        Args:
+            session_id: The session.
+            after: Exclusive lower bound, or ``None``.
+            before: Exclusive upper bound, or ``None``.
+            limit: The first ``limit`` events in the chosen order, or all.
+            newest_first: Order newest first instead of oldest first.
+
+        Raises:
+            ValidationError: A bound that is not a non-negative int, or a
+                ``newest_first`` that is not a bool.
+            StoreClosedError: The store is closed.
+            CorruptRecordError, StoreIOError: A stored record is damaged; a read failed.
+
+        Cost: one read of the rows returned, walked from the requested end; no writes.
+        """
+        check_session_id(session_id)
+        check_bool("newest_first", newest_first)
+        after = check_optional_int("after", after)
+        before = check_optional_int("before", before)
+        limit = check_optional_int("limit", limit)
+        self._live()
+        if limit == 0:
+            return []
+        return self._read(session_id, after, before, limit, newest_first)
+
+    def last_sequence(self, session_id: str) -> int:
+        """Return the session's last sequence (0 for a session with no events).
+
+        Raises:
+            ValidationError: A malformed session id.
+            StoreClosedError: The store is closed.
+
+        Cost: one key read; no writes.
+        """
+        check_session_id(session_id)
+        self._live()
+        return self._last_sequence(session_id)
+
+    def log(self, session_id: str) -> StoreLog:
+        """Return the session's ``Text`` rows as a :class:`~sharedesk.SessionLog`.
+
+        Rows carry ``desk == session_id`` and are read from the tail: a
+        ``read_before(before, limit)`` costs one read of at most ``limit`` rows,
+        whatever the history.
+
+        Raises:
+            ValidationError: A malformed session id.
+        """
+        check_session_id(session_id)
+        return StoreLog(self, session_id)
+
+    def first_replies(self, session_id: str, roots: Collection[int]) -> dict[int, int]:
+        """Return, for each root in ``roots`` that has one, its first non-blank reply.
+
+        A sequence that is not a root ``Text`` row, or a root with no non-blank reply
+        yet, is left out.
+
+        Raises:
+            ValidationError: A malformed session id or root.
+            StoreClosedError: The store is closed.
+
+        Cost: one index read per root (the index is kept on append); no writes.
+        """
+        check_session_id(session_id)
+        wanted = _check_roots(roots)
+        self._live()
+        return self._first_replies(session_id, wanted) if wanted else {}
+
+    def session_state(self, session_id: str) -> SessionState:
+        """Return the session's state, folded as its events were appended.
+
+        Raises:
+            ValidationError: A malformed session id.
+            StoreClosedError: The store is closed.
+
+        Cost: one key read; no writes.
+        """
+        check_session_id(session_id)
+        self._live()
+        return self._session_state(session_id)
+
+    def run_events(self, session_id: str, run_id: str) -> list[Event]:
+        """Return the events carrying ``run_id``, oldest first (the run index).
+
+        Raises:
+            ValidationError: A malformed argument.
+            StoreClosedError: The store is closed.
+
+        Cost: one index walk and one read per event of the run; no writes.
+        """
+        check_session_id(session_id)
+        check_optional_str("run_id", run_id)
+        self._live()
+        return self._run_events(session_id, run_id)
+
+    def get_sharing_state(
+        self, session_id: str, viewer: str, conversation: Conversation
+    ) -> SharingState | None:
+        """Return the stored sharing state of (session, viewer, conversation), or ``None``.
+
+        Args:
+            session_id: The session.
+            viewer: The participant's :func:`~sharedesk.protocol.author_key`.
+            conversation: The conversation the state tracks.
+
+        Raises:
+            ValidationError: A malformed argument.
+            StoreClosedError: The store is closed.
+            CorruptRecordError: The stored state cannot be decoded.
+
+        Cost: one key read; no writes.
+        """
+        check_session_id(session_id)
+        check_text("viewer", viewer, empty=False)
+        check_conversation(conversation)
+        self._live()
+        return self._get_sharing_state(session_id, viewer, conversation)
+
+    def sessions(self) -> list[str]:
+        """Return the ids of the sessions holding at least one event, sorted.
+
+        Raises:
+            StoreClosedError: The store is closed.
+
+        Cost: one walk of the sessions; no writes.
+        """
+        self._live()
+        return self._sessions()
+
+    def session_info(self, session_id: str) -> SessionInfo | None:
+        """Return what the store knows about ``session_id``, or ``None`` if it has no events.
+
+        Raises:
+            ValidationError: A malformed session id.
+            StoreClosedError: The store is closed.
+
+        Cost: one key read; no writes.
+        """
+        check_session_id(session_id)
+        self._live()
+        return self._session_info(session_id)
+
+    def session_infos(self) -> list[SessionInfo]:
+        """Return :class:`SessionInfo` for every session holding events, sorted by id.
+
+        Raises:
+            StoreClosedError: The store is closed.
+
+        Cost: one walk of the sessions; no writes.
+        """
+        self._live()
+        return self._session_infos()
+
+    def close(self) -> None:
+        """Close the store; later calls raise ``StoreClosedError``. Idempotent.
+
+        Writes still queued get ``StoreClosedError``; the group being written completes.
+
+        Cost: waits for the group in progress, if any, and joins the writer thread.
+        """
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        if self._writer is not None:
+            self._writer.close()
+        with self._lock:
+            self._close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # -- backend hooks (see the module header) -----------------------------------------
+
+    @abstractmethod
+    def _transact(self, work: Callable[[WriteTxn], T]) -> T: ...
+
+    @abstractmethod
+    def _read(
+        self,
+        session_id: str,
+        after: int | None,
+        before: int | None,
+        limit: int | None,
+        newest_first: bool,
+    ) -> list[Event]: ...
+
+    @abstractmethod
+    def _last_sequence(self, session_id: str) -> int: ...
+
+    @abstractmethod
+    def _read_text_before(self, session_id: str, before: int | None, limit: int) -> SessionPage: ...
+
+    @abstractmethod
+    def _first_replies(self, session_id: str, roots: list[int]) -> dict[int, int]: ...
+
+    @abstractmethod
+    def _session_state(self, session_id: str) -> SessionState: ...
+
+    @abstractmethod
+    def _run_events(self, session_id: str, run_id: str) -> list[Event]: ...
+
+    @abstractmethod
+    def _get_sharing_state(
+        self, session_id: str, viewer: str, conversation: Conversation
+    ) -> SharingState | None: ...
+
+    @abstractmethod
+    def _sessions(self) -> list[str]: ...
+
+    @abstractmethod
+    def _session_info(self, session_id: str) -> SessionInfo | None: ...
+
+    @abstractmethod
+    def _session_infos(self) -> list[SessionInfo]: ...
+
+    @abstractmethod
+    def _close(self) -> None: ...
+
+
+def _plan_group(
+    txn: WriteTxn, writes: list[Write], now: datetime
+) -> list[WritePlan | SharedeskError]:
+    """Read the group's facts, plan each write on top of the ones before, put the plans."""
+    wants: dict[str, Wants] = {}
+    for write in writes:
+        wants[write.session_id] = wants_of(write, wants.get(write.session_id))
+    facts = txn.facts(wants)
+    planned: list[WritePlan | SharedeskError] = []
+    plans: list[WritePlan] = []
+    for write in writes:
+        session_facts = facts[write.session_id]
+        try:
+            plan = plan_write(write, session_facts, now)
+        except SharedeskError as exc:
+            planned.append(exc)
+            continue
+        facts[write.session_id] = _absorb(session_facts, plan)
+        planned.append(plan)
+        if plan.new or plan.sharing is not None:
+            plans.append(plan)
+    if plans:
+        txn.put(plans)
+    return planned
+
+
+def _complete(future: Future[list[Event]], outcome: Outcome) -> None:
+    if isinstance(outcome, BaseException):
+        future.set_exception(outcome)
+    else:
+        future.set_result(outcome)
+
+
+class StoreLog:
+    """A :class:`~sharedesk.SessionLog` over one session of a store (see ``StoreBase.log``)."""
+
+    __slots__ = ("_session_id", "_store")
+
+    def __init__(self, store: StoreBase, session_id: str) -> None:
+        self._store = store
+        self._session_id = session_id
+
+    def read_before(self, before: int | None, limit: int) -> SessionPage:
+        """Return at most ``limit`` ``Text`` rows below ``before``, newest first.
+
+        Raises:
+            ValidationError: ``before`` not ``None`` or a non-negative int; ``limit``
+                not a non-negative int.
+            StoreClosedError: The store is closed.
+
+        Cost: one read of at most ``limit`` rows from the tail; no writes.
+        """
+        before = check_optional_int("before", before)
+        checked = check_optional_int("limit", limit)
+        if checked is None:
+            raise ValidationError("limit must be an int, got None")
+        store = self._store
+        store._live()
+        if checked == 0:
+            return SessionPage(messages=[], next_before=None)
+        return store._read_text_before(self._session_id, before, checked)
