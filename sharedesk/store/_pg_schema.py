@@ -4,7 +4,7 @@ Every table lives in one PostgreSQL schema (``sharedesk`` unless the store is op
 ``schema=...``), so several applications can share a database. Identifiers that callers
 choose (session ids, event ids, viewers, run ids) may hold any character, NUL included,
 which PostgreSQL ``text`` cannot: they are stored as UTF-8 ``bytea``, and the ones with no
-length limit are hashed as ``LmdbStore`` hashes them (see ``_lmdb_layout``).
+length limit are hashed as ``LmdbStore`` hashes them (see ``protocol/records``).
 
 ==============  ===========================================================================
 table           rows
@@ -46,93 +46,6 @@ class Migration(NamedTuple):
     statements: tuple[str, ...]
 
 
-#: ``append_events``: one append as one statement (its own transaction in autocommit).
-#: It locks the session's ``streams`` row (creating it), then checks, in this order,
-#: ``p_expected`` against the locked last sequence (``conflict``), the guard id
-#: (``guarded``), the batch's ids (``known``: their stored sequences and records), the
-#: last sequence the caller planned with (``stale``) and the stored parents the plan
-#: names (``parent``: one is not a root ``Text`` row); the first that fails is returned
-#: and nothing is written. Otherwise it writes the planned rows, the first replies (the
-#: earliest recorded wins), the stream row and the notice (unless ``p_channel`` is
-#: NULL), and returns ``ok``. Every
-#: answer carries the locked row's figures, so the caller can plan again.
-APPEND_FUNCTION: Final = """
-CREATE FUNCTION {s}.append_events(
-    p_sid bytea, p_last bigint, p_expected bigint, p_guard bytea, p_ids bytea[],
-    p_parents bigint[], p_seqs bigint[], p_kinds text[], p_parent_of bigint[],
-    p_runs bytea[], p_records bytea[], p_roots bigint[], p_replies bigint[],
-    p_texts bigint, p_at timestamptz, p_state bytea, p_channel text, p_payload text
-) RETURNS TABLE (
-    outcome text, last_seq bigint, text_count bigint, state bytea,
-    known_seqs bigint[], known_records bytea[]
-) LANGUAGE plpgsql AS $fn$
-DECLARE
-    s_last bigint;
-    s_texts bigint;
-    s_state bytea;
-BEGIN
-    SELECT st.last_seq, st.text_count, st.state INTO s_last, s_texts, s_state
-        FROM {s}.streams st WHERE st.session_id = p_sid FOR UPDATE;
-    IF NOT FOUND THEN
-        INSERT INTO {s}.streams (session_id) VALUES (p_sid) ON CONFLICT DO NOTHING;
-        SELECT st.last_seq, st.text_count, st.state INTO s_last, s_texts, s_state
-            FROM {s}.streams st WHERE st.session_id = p_sid FOR UPDATE;
-    END IF;
-    IF p_expected IS NOT NULL AND p_expected <> s_last THEN
-        RETURN QUERY SELECT 'conflict', s_last, s_texts, s_state, NULL::bigint[], NULL::bytea[];
-        RETURN;
-    END IF;
-    IF p_guard IS NOT NULL AND EXISTS (
-        SELECT 1 FROM {s}.events e WHERE e.session_id = p_sid AND e.id_key = p_guard
-    ) THEN
-        RETURN QUERY SELECT 'guarded', s_last, s_texts, s_state, NULL::bigint[], NULL::bytea[];
-        RETURN;
-    END IF;
-    IF EXISTS (SELECT 1 FROM {s}.events e WHERE e.session_id = p_sid AND e.id_key = ANY(p_ids))
-    THEN
-        RETURN QUERY SELECT 'known', s_last, s_texts, s_state,
-            ARRAY(SELECT e.seq FROM {s}.events e
-                  WHERE e.session_id = p_sid AND e.id_key = ANY(p_ids) ORDER BY e.seq),
-            ARRAY(SELECT e.record FROM {s}.events e
-                  WHERE e.session_id = p_sid AND e.id_key = ANY(p_ids) ORDER BY e.seq);
-        RETURN;
-    END IF;
-    IF s_last <> p_last THEN
-        RETURN QUERY SELECT 'stale', s_last, s_texts, s_state, NULL::bigint[], NULL::bytea[];
-        RETURN;
-    END IF;
-    IF EXISTS (
-        SELECT 1 FROM unnest(p_parents) AS p(seq)
-        LEFT JOIN {s}.events e ON e.session_id = p_sid AND e.seq = p.seq
-        WHERE e.seq IS NULL OR e.kind <> 'Text' OR e.parent IS NOT NULL
-    ) THEN
-        RETURN QUERY SELECT 'parent', s_last, s_texts, s_state, NULL::bigint[], NULL::bytea[];
-        RETURN;
-    END IF;
-    IF cardinality(p_seqs) > 0 THEN
-        INSERT INTO {s}.events (session_id, seq, id_key, kind, parent, run_key, record)
-            SELECT p_sid, q, i, k, nullif(pa, 0), nullif(r, ''::bytea), d
-            FROM unnest(p_seqs, p_ids, p_kinds, p_parent_of, p_runs, p_records)
-                AS t(q, i, k, pa, r, d);
-        IF cardinality(p_roots) > 0 THEN
-            INSERT INTO {s}.replies (session_id, root, reply)
-                SELECT p_sid, a, b FROM unnest(p_roots, p_replies) AS t(a, b)
-                ON CONFLICT DO NOTHING;
-        END IF;
-        s_last := p_seqs[cardinality(p_seqs)];
-        s_texts := s_texts + p_texts;
-        s_state := coalesce(p_state, s_state);
-        UPDATE {s}.streams SET last_seq = s_last, text_count = s_texts,
-            last_activity = p_at, state = s_state
-            WHERE session_id = p_sid;
-        IF p_channel IS NOT NULL THEN
-            PERFORM pg_notify(p_channel, p_payload);
-        END IF;
-    END IF;
-    RETURN QUERY SELECT 'ok', s_last, s_texts, s_state, NULL::bigint[], NULL::bytea[];
-END
-$fn$"""
-
 #: The migrations, oldest first; ``{s}`` is the quoted schema name.
 MIGRATIONS: Final = (
     Migration(
@@ -172,7 +85,6 @@ MIGRATIONS: Final = (
                 state bytea NOT NULL,
                 PRIMARY KEY (session_id, key)
             )""",
-            APPEND_FUNCTION,
         ),
     ),
 )

@@ -370,22 +370,18 @@ def terminate_backends(admin: psycopg.Connection[tuple[int]], dbname: str) -> in
 
 
 class TestConcurrentProcesses:
-    @pytest.mark.parametrize("notify", ["commit", "after_commit"])
     def test_four_processes_appending_shared_ids_store_each_once_with_gap_free_sequences(
-        self, postgres_dsn: str, start_writer: StartWriter, report: Report, notify: str
+        self, postgres_dsn: str, start_writer: StartWriter, report: Report
     ) -> None:
         """4 processes x 2 threads x 60 appends of ids from a pool of 400 over 8 sessions.
 
         The four open the fresh database at once, so they race to create the schema too.
         A follower in this process (another store) is told every session's commits in
-        order, up to its last sequence, whether the writers notify inside their commits
-        or after them.
+        order, up to its last sequence.
         """
         processes, threads, appends = 4, 2, 60
         writers = [
-            start_writer(
-                postgres_dsn, threads=threads, pool=400, seed=seed, appends=appends, notify=notify
-            )
+            start_writer(postgres_dsn, threads=threads, pool=400, seed=seed, appends=appends)
             for seed in range(processes)
         ]
         for writer in writers:
@@ -484,8 +480,7 @@ class TestServerRestart:
         """2 writers (2 threads each); 3 restarts mid-load; a follower in this process.
 
         One writer has the store's defaults; the other ``retry_timeout=0`` (every lost
-        connection reaches it) and ``notify="after_commit"`` (its notifier thread's
-        connection is lost too). Once all are back, the follower is told every
+        connection reaches it). Once all are back, the follower is told every
         session's commits up to its last sequence.
         """
         dsn = database(own_server, "restarts")
@@ -502,7 +497,6 @@ class TestServerRestart:
                 seed=1,
                 appends=0,
                 retry_timeout=0,
-                notify="after_commit",
             ),
         ]
         for writer in writers:

@@ -33,11 +33,9 @@ from sharedesk.protocol import (
     CommitOutcomeUnknown,
     ConcurrencyError,
     Conversation,
-    CorruptRecordError,
     Event,
     SchemaTooNewError,
     SessionStarted,
-    SharedeskError,
     SharingState,
     StoreClosedError,
     StoreIOError,
@@ -48,10 +46,10 @@ from sharedesk.protocol import (
 )
 from sharedesk.protocol.errors import StoreUnreachable
 from sharedesk.protocol.sessions import SESSION_STARTED_ID
-from sharedesk.protocol.validation import check_append_args
+from sharedesk.protocol.validation import check_write
 from sharedesk.store import postgres
 from sharedesk.store._pg_schema import SCHEMA_VERSION
-from sharedesk.store.postgres import Notify, PostgresStore
+from sharedesk.store.postgres import PostgresStore
 from tests.store.conftest import child_env
 from tests.store.contract import (
     ALICE,
@@ -594,26 +592,6 @@ class TestIdentifiers:
 
 
 class TestFollow:
-    def test_after_commit_an_append_of_stored_ids_is_told_again(self, dsn: str) -> None:
-        """The attempt that stored them may have been cut off before its notice."""
-        with PostgresStore(dsn) as other:
-            other.append("s", [text(id="e1"), text(id="e2")])
-        with PostgresStore(dsn, notify="after_commit") as store:
-            notifier = store._notifier
-            assert notifier is not None
-            told: list[tuple[bytes, int]] = []
-            tell = notifier.tell
-
-            def spy(sid: bytes, last: int) -> None:
-                told.append((sid, last))
-                tell(sid, last)
-
-            notifier.tell = spy  # type: ignore[method-assign]
-
-            store.append("s", [text(id="e1")])
-
-            assert [(b"s", 2)] == told
-
     def test_close_wakes_the_listener_instead_of_waiting_for_its_poll(
         self, dsn: str, monkeypatch: pytest.MonkeyPatch
     ) -> None:
@@ -637,12 +615,9 @@ class TestFollow:
             assert ("desk\x00x", 2) == heard.get(timeout=10)
             assert ("other", 1) == heard.get(timeout=10)
 
-    @pytest.mark.parametrize("notify", ["commit", "after_commit"])
-    def test_a_follower_hears_appends_whichever_way_they_are_notified(
-        self, dsn: str, notify: Notify
-    ) -> None:
+    def test_a_follower_hears_appends_and_shares_in_commit_order(self, dsn: str) -> None:
         heard: queue.Queue[tuple[str | None, int]] = queue.Queue()
-        with PostgresStore(dsn) as a, PostgresStore(dsn, notify=notify) as b:
+        with PostgresStore(dsn) as a, PostgresStore(dsn) as b:
             a.follow(lambda session_id, last: heard.put((session_id, last)))
             b.append("s", [text()])
             b.append_and_share(
@@ -656,7 +631,7 @@ class TestFollow:
             told = [heard.get(timeout=10)]
             while told[-1] != ("s", 2):
                 told.append(heard.get(timeout=10))
-            # in commit order; "after_commit" may coalesce both commits into one notice
+            # in commit order; one group may hold both commits, told as one notice
             assert told in ([("s", 1), ("s", 2)], [("s", 2)])
 
     def test_an_append_that_stores_nothing_new_is_not_announced(self, dsn: str) -> None:
@@ -794,32 +769,29 @@ class TestConnectionLoss:
 
 
 def commit_as_group(
-    store: PostgresStore, writes: Sequence[tuple[str, list[Event]]]
+    store: PostgresStore, dsn: str, writes: Sequence[tuple[str, list[Event]]]
 ) -> list[list[Event] | BaseException]:
-    """Hand ``writes`` (plain appends) to the store's group commit function as one group.
+    """Submit ``writes`` while the store's writer waits for a locked session: one group.
 
-    Returns each write's outcome, in order: its stored events or its error. A write the
-    group hands back is then appended alone, in group order, as its caller would.
+    The writer's group before holds one append to ``"blocker"``, whose row another
+    transaction holds; the writes queue meanwhile, and the writer takes them all as
+    its next group once that row is let go. Returns each write's stored events or error.
     """
-    group = [
-        postgres._GroupWrite(
-            postgres._Write(
-                session_id, check_append_args(session_id, events, None), None, None, None, False
-            )
+    store.append("blocker", [text()])
+    with admin(dsn) as holder:
+        holder.execute("BEGIN")
+        holder.execute(
+            "SELECT 1 FROM sharedesk.streams WHERE session_id = 'blocker'::bytea FOR UPDATE"
         )
-        for session_id, events in writes
-    ]
-    store._commit_group(group, lambda: None)
+        held = store.submit(check_write("blocker", [text()]))
+        wait_for(functools.partial(rows_waiting_for_a_lock, dsn, 1))
+        futures = [store.submit(check_write(sid, events)) for sid, events in writes]
+        holder.execute("ROLLBACK")
+    held.result(timeout=30)
     outcomes: list[list[Event] | BaseException] = []
-    for request in group:
-        assert request.settled
-        if isinstance(request.error, postgres._AppendAlone):  # as append() does
-            try:
-                outcomes.append(store._append_alone(request.write, plain=True))
-            except SharedeskError as error:
-                outcomes.append(error)
-            continue
-        outcomes.append(request.error or request.result or [])
+    for future in futures:
+        error = future.exception(timeout=30)
+        outcomes.append(future.result() if error is None else error)
     return outcomes
 
 
@@ -839,145 +811,116 @@ def transactions_of_events(dsn: str) -> int:
     return len(rows(dsn, "SELECT DISTINCT xmin::text FROM sharedesk.events"))
 
 
+def transactions_of(dsn: str, *session_ids: str) -> int:
+    """How many transactions wrote the stored events of ``session_ids`` (distinct ``xmin``)."""
+    found = rows(
+        dsn,
+        "SELECT DISTINCT xmin::text FROM sharedesk.events WHERE session_id = ANY(%s)",
+        [[session_id.encode() for session_id in session_ids]],
+    )
+    return len(found)
+
+
 class TestGroupCommit:
-    """Plain appends made while others are under way are committed together."""
+    """Writes queued while the writer is busy are committed together, in one transaction."""
 
     def test_a_group_of_appends_to_several_sessions_commits_in_one_transaction(
         self, pg: PostgresStore, dsn: str
     ) -> None:
-        for session_id in ("a", "b", "c"):
-            pg.append(session_id, [text()])
+        outcomes = commit_as_group(pg, dsn, [("b", [text()]), ("a", [text()]), ("c", [text()])])
 
-        outcomes = commit_as_group(pg, [("b", [text("b2")]), ("a", [text("a2")]), ("c", [text()])])
-
-        assert [[2], [2], [2]] == sequences(outcomes)
-        assert outcomes == [pg.read("b", after=1), pg.read("a", after=1), pg.read("c", after=1)]
-        assert 4 == transactions_of_events(dsn)  # the three first appends and the group
-
-    def test_a_session_this_store_has_not_written_is_appended_alone(
-        self, pg: PostgresStore, dsn: str
-    ) -> None:
-        outcomes = commit_as_group(pg, [("a", [text()]), ("b", [text()])])
-
-        assert [[1], [1]] == sequences(outcomes)
-        assert 2 == transactions_of_events(dsn)
+        assert [[1], [1], [1]] == sequences(outcomes)
+        assert outcomes == [pg.read("b"), pg.read("a"), pg.read("c")]
+        assert 1 == transactions_of(dsn, "a", "b", "c")
 
     def test_two_appends_to_one_session_in_a_group_are_sequenced_one_after_the_other(
         self, pg: PostgresStore, dsn: str
     ) -> None:
         pg.append("s", [text()])
 
-        outcomes = commit_as_group(pg, [("s", [text("x")]), ("s", [text("y"), text("z")])])
+        outcomes = commit_as_group(pg, dsn, [("s", [text("x")]), ("s", [text("y"), text("z")])])
 
         assert [[2], [3, 4]] == sequences(outcomes)
         assert ["hello", "x", "y", "z"] == [cast(Text, e.body).content for e in pg.read("s")]
 
-    def test_a_write_planned_on_a_stale_tail_is_appended_alone_after_its_group(
+    def test_a_write_another_store_got_ahead_of_is_sequenced_after_it(
         self, pg: PostgresStore, dsn: str
     ) -> None:
         pg.append("s", [text()])
-        pg.append("t", [text()])
         with PostgresStore(dsn) as other:
             other.append("s", [text(), text()])
 
-        outcomes = commit_as_group(pg, [("s", [text("mine")]), ("t", [text()])])
+        outcomes = commit_as_group(pg, dsn, [("s", [text("mine")]), ("t", [text()])])
 
-        assert [[4], [2]] == sequences(outcomes)
-        assert ["hello"] * 3 + ["mine"] == [cast(Text, e.body).content for e in pg.read("s")]
-        assert 5 == transactions_of_events(dsn)  # pg's two, other's, the group, s alone
+        assert [[4], [1]] == sequences(outcomes)
 
     def test_a_known_id_in_a_group_is_answered_with_its_stored_event(
-        self, pg: PostgresStore
+        self, pg: PostgresStore, dsn: str
     ) -> None:
         (stored,) = pg.append("s", [text("first", id="x")])
-        pg.append("t", [text()])
 
-        outcomes = commit_as_group(pg, [("s", [text("again", id="x")]), ("t", [text()])])
+        outcomes = commit_as_group(pg, dsn, [("s", [text("again", id="x")]), ("t", [text()])])
 
-        assert [[stored], pg.read("t", after=1)] == outcomes
+        assert [[stored], pg.read("t")] == outcomes
         assert 1 == pg.last_sequence("s")
 
     def test_a_write_failing_its_checks_fails_alone_and_the_others_commit(
         self, pg: PostgresStore, dsn: str
     ) -> None:
         pg.append("s", [text("root"), text("reply", parent=1)])
-        pg.append("t", [text()])
-        pg.append("u", [text()])
 
         outcomes = commit_as_group(
-            pg, [("s", [text("deeper", parent=2)]), ("t", [text()]), ("u", [text()])]
+            pg, dsn, [("s", [text("deeper", parent=2)]), ("t", [text()]), ("u", [text()])]
         )
 
         assert isinstance(outcomes[0], ValidationError)
-        assert [pg.read("t", after=1), pg.read("u", after=1)] == outcomes[1:]
-        assert (2, 2, 2) == (pg.last_sequence("s"), pg.last_sequence("t"), pg.last_sequence("u"))
+        assert [pg.read("t"), pg.read("u")] == outcomes[1:]
+        assert (2, 1, 1) == (pg.last_sequence("s"), pg.last_sequence("t"), pg.last_sequence("u"))
 
     def test_a_reply_in_a_group_to_a_stored_root_records_the_first_reply(
-        self, pg: PostgresStore
+        self, pg: PostgresStore, dsn: str
     ) -> None:
         pg.append("s", [text("root")])
-        pg.append("t", [text()])
 
-        outcomes = commit_as_group(pg, [("s", [text("reply", parent=1)]), ("t", [text()])])
+        outcomes = commit_as_group(pg, dsn, [("s", [text("reply", parent=1)]), ("t", [text()])])
 
-        assert [[2], [2]] == sequences(outcomes)
+        assert [[2], [1]] == sequences(outcomes)
         assert {1: 2} == pg.first_replies("s", [1])
 
     def test_a_group_keeps_run_rows_and_the_folded_session_state(
         self, pg: PostgresStore, dsn: str
     ) -> None:
-        pg.append("s", [text()])
-        pg.append("t", [text()])
         started = Event(System("session", "x"), SessionStarted({"k": 1}), id=SESSION_STARTED_ID)
         run = [Event(BOT, TextDelta("ch"), run_id="run-1")]
 
-        outcomes = commit_as_group(pg, [("s", [started]), ("t", run)])
+        outcomes = commit_as_group(pg, dsn, [("s", [started]), ("t", run)])
 
-        assert [[2], [2]] == sequences(outcomes)
-        assert {"k": 1} == pg.session_state("s").metadata
+        assert [[1], [1]] == sequences(outcomes)
         assert outcomes[1] == pg.run_events("t", "run-1")
-        with PostgresStore(dsn) as fresh:  # the stored state, not this store's cache
+        with PostgresStore(dsn) as fresh:
             assert {"k": 1} == fresh.session_state("s").metadata
 
-    def test_a_write_whose_stored_state_cannot_be_read_fails_alone_in_its_group(
-        self, pg: PostgresStore, dsn: str
-    ) -> None:
-        pg.append("a", [text()])
-        pg.append("b", [text()])
-        with admin(dsn) as conn:
-            conn.execute(
-                "UPDATE sharedesk.streams SET state = '\\xc1'::bytea WHERE session_id = 'a'"
-            )
-        pg.append("a", [text()])  # the garbage is now this store's cached state of "a"
-        started = Event(System("session", "x"), SessionStarted({"k": 1}), id=SESSION_STARTED_ID)
-
-        outcomes = commit_as_group(pg, [("a", [started]), ("b", [text("fine")])])
-
-        assert isinstance(outcomes[0], CorruptRecordError)
-        assert [[2]] == sequences(outcomes[1:])
-
-    def test_a_group_whose_commit_is_interrupted_is_appended_write_by_write(
+    def test_a_group_whose_commit_is_interrupted_runs_again_and_stores_each_write_once(
         self, pg: PostgresStore, dsn: str
     ) -> None:
         pg.append("s", [text()])
         pg.append("t", [text()])
         interrupt_next_commit(dsn)
 
-        outcomes = commit_as_group(pg, [("s", [text(id="e1")]), ("t", [text(id="e2")])])
+        outcomes = commit_as_group(pg, dsn, [("s", [text(id="e1")]), ("t", [text(id="e2")])])
 
         assert [pg.read("s", after=1), pg.read("t", after=1)] == outcomes
         assert [["e1"], ["e2"]] == [[e.id for e in pg.read(sid, after=1)] for sid in ("s", "t")]
-        assert 4 == transactions_of_events(dsn)
 
     @settings(
-        max_examples=40,
+        max_examples=20,
         deadline=None,
         suppress_health_check=[HealthCheck.function_scoped_fixture],
     )
     @given(
         sessions=st.lists(
             st.tuples(
-                st.sampled_from(["fresh", "cached", "stale"]),
+                st.sampled_from(["fresh", "written", "written elsewhere"]),
                 st.lists(
                     st.tuples(
                         st.sampled_from(["text", "reply-stored", "reply-new", "bad", "run"]),
@@ -1006,7 +949,7 @@ class TestGroupCommit:
                 if history != "fresh":
                     for store in (pg, model):
                         store.append(session_id, start)
-                if history == "stale":  # written by another store after pg cached it
+                if history == "written elsewhere":
                     late = [text("late", id=f"{session_id}-late")]
                     other.append(session_id, late)
                     model.append(session_id, late)
@@ -1024,7 +967,7 @@ class TestGroupCommit:
                     batch.append(text(kind, id=event_id, parent=parent))
                 writes.append((session_id, batch))
 
-            outcomes = commit_as_group(pg, writes)
+            outcomes = commit_as_group(pg, dsn, writes)
 
             for (session_id, batch), outcome in zip(writes, outcomes, strict=True):
                 try:
@@ -1037,65 +980,22 @@ class TestGroupCommit:
                     assert isinstance(expected, list)
                     assert untimed(expected) == untimed(outcome)
                 assert untimed(model.read(session_id)) == untimed(pg.read(session_id))
-                with PostgresStore(dsn) as fresh:  # what is stored, not what pg cached
-                    assert model.first_replies(session_id, [1, 2, 3]) == fresh.first_replies(
-                        session_id, [1, 2, 3]
-                    )
-                    assert model.session_state(session_id) == fresh.session_state(session_id)
-                    assert untimed(model.run_events(session_id, "r")) == untimed(
-                        fresh.run_events(session_id, "r")
-                    )
-                    assert model.last_sequence(session_id) == fresh.last_sequence(session_id)
-                    info, stored_info = (
-                        model.session_info(session_id),
-                        fresh.session_info(session_id),
-                    )
-                    assert (info and info.text_count) == (stored_info and stored_info.text_count)
-                    assert model.log(session_id).read_before(None, 50) == fresh.log(
-                        session_id
-                    ).read_before(None, 50)
+                assert model.first_replies(session_id, [1, 2, 3]) == pg.first_replies(
+                    session_id, [1, 2, 3]
+                )
+                assert model.session_state(session_id) == pg.session_state(session_id)
+                assert untimed(model.run_events(session_id, "r")) == untimed(
+                    pg.run_events(session_id, "r")
+                )
+                info, stored_info = model.session_info(session_id), pg.session_info(session_id)
+                assert (info and info.text_count) == (stored_info and stored_info.text_count)
+                assert model.log(session_id).read_before(None, 50) == pg.log(
+                    session_id
+                ).read_before(None, 50)
 
-    def test_writes_waiting_for_a_locked_session_hold_neither_the_writer_nor_others(
-        self, pg: PostgresStore, dsn: str
-    ) -> None:
-        """Two appends wait for a session another transaction holds; three others commit."""
-        for session_id in ("locked", "a", "b", "c"):
-            pg.append(session_id, [text()])
-        done: list[str] = []
-        lock = threading.Lock()
-
-        def append(session_id: str) -> None:
-            pg.append(session_id, [text()])
-            with lock:
-                done.append(session_id)
-
-        with admin(dsn) as holder:
-            holder.execute("BEGIN")
-            holder.execute(
-                "SELECT 1 FROM sharedesk.streams WHERE session_id = 'locked'::bytea FOR UPDATE"
-            )
-            blocked = [threading.Thread(target=append, args=("locked",)) for _ in range(2)]
-            for waiting, thread in enumerate(blocked, 1):  # one alone, one handed back
-                thread.start()
-                wait_for(functools.partial(rows_waiting_for_a_lock, dsn, waiting))
-            others = [threading.Thread(target=append, args=(sid,)) for sid in ("a", "b", "c")]
-            for thread in others:
-                thread.start()
-            for thread in others:
-                thread.join(10)  # bounded: held behind the lock, they would never end
-            committed_while_held = sorted(done)
-            holder.execute("ROLLBACK")
-        for thread in blocked:
-            thread.join()
-
-        assert ["a", "b", "c"] == committed_while_held
-        assert (3, 2, 2, 2) == tuple(pg.last_sequence(s) for s in ("locked", "a", "b", "c"))
-
-    def test_appends_from_threads_share_one_commit(self, pg: PostgresStore, dsn: str) -> None:
+    def test_appends_from_threads_share_commits(self, pg: PostgresStore, dsn: str) -> None:
         """Eight threads append to eight sessions at once; groups take several each."""
         sessions = [f"s{index}" for index in range(8)]
-        for session_id in sessions:
-            pg.append(session_id, [text()])
         start = threading.Barrier(8)
 
         def work(index: int) -> None:
@@ -1105,28 +1005,16 @@ class TestGroupCommit:
 
         run_threads_indexed(work, 8)
 
-        assert [6] * 8 == [pg.last_sequence(s) for s in sessions]
-        assert transactions_of_events(dsn) < 8 + 40  # the 8 first appends, then fewer than 40
-
-    def test_group_commit_off_appends_each_write_alone(self, dsn: str) -> None:
-        with PostgresStore(dsn, group_commit=False) as store:
-
-            def work(index: int) -> None:
-                store.append(f"s{index}", [text()])
-
-            run_threads_indexed(work, 4)
-
-            assert store._committer is None
-            assert 4 == transactions_of_events(dsn)
+        assert [5] * 8 == [pg.last_sequence(s) for s in sessions]
+        assert transactions_of(dsn, *sessions) < 40
 
     def test_close_ends_the_group_writer(self, dsn: str) -> None:
         store = PostgresStore(dsn)
-        committer = store._committer
-        assert committer is not None and committer.writer.is_alive()
+        store.append("s", [text()])
 
         store.close()
 
-        assert not committer.writer.is_alive()
+        assert [] == [t for t in threading.enumerate() if t.name.startswith("sharedesk-pg-writer")]
         with pytest.raises(StoreClosedError):
             store.append("s", [text()])
 
