@@ -466,7 +466,7 @@ class PostgresStore(StoreBase):
 
         def run(conn: psycopg.Connection[Any]) -> T:
             txn = _Txn(self, conn)
-            with conn.transaction():
+            with conn.pipeline(), conn.transaction():
                 result = work(txn)
                 attempt.rerun = txn.probe is None
                 attempt.probe = txn.probe
@@ -654,60 +654,65 @@ class _Txn:
         self.guarded_session = ""
 
     def facts(self, wants: Mapping[str, Wants]) -> dict[str, Facts]:
-        """Lock the sessions' rows (in id order), then read what the plans need."""
+        """Lock the sessions' rows (in id order), then read what the plans need.
+
+        The statements are pipelined (one round trip, with the ``BEGIN``); a session
+        with no row yet gets one, and the reads run again once every row is locked.
+        """
         conn, sql = self._conn, self._sql
         sids = sorted(_utf8(session_id) for session_id in wants)
-        streams = {bytes(row[0]): row for row in conn.execute(sql.lock, [sids])}
-        if len(streams) < len(sids):
-            conn.execute(sql.create, [[sid for sid in sids if sid not in streams]])
-            streams = {bytes(row[0]): row for row in conn.execute(sql.lock, [sids])}
-        id_sids: list[bytes] = []
-        id_keys: list[bytes] = []
-        parent_sids: list[bytes] = []
-        parent_seqs: list[int] = []
-        share_sids: list[bytes] = []
-        share_keys: list[bytes] = []
+        ids: tuple[list[bytes], list[bytes]] = ([], [])
+        parents: tuple[list[bytes], list[int]] = ([], [])
+        shares: tuple[list[bytes], list[bytes]] = ([], [])
         share_of: dict[tuple[bytes, bytes], tuple[str, Conversation]] = {}
-        facts: dict[str, Facts] = {}
         for session_id, want in wants.items():
             sid = _utf8(session_id)
-            _, last, raw_state = streams[sid]
-            state = (
-                _decode_session_state(session_id, raw_state) if want.state else EMPTY_SESSION_STATE
-            )
-            sharing: dict[tuple[str, Conversation], SharingState | None] = {}
-            facts[session_id] = Facts(last, {}, {}, set(), state, sharing)
             for event_id in want.ids:
-                id_sids.append(sid)
-                id_keys.append(event_id_key(b"", event_id))
+                ids[0].append(sid)
+                ids[1].append(event_id_key(b"", event_id))
             for parent in want.parents:
-                parent_sids.append(sid)
-                parent_seqs.append(parent)
+                parents[0].append(sid)
+                parents[1].append(parent)
             for viewer, conversation in want.sharing:
                 key = sharing_key(b"", viewer, conversation)
-                share_sids.append(sid)
-                share_keys.append(key)
+                shares[0].append(sid)
+                shares[1].append(key)
                 share_of[(sid, key)] = (viewer, conversation)
-                sharing[(viewer, conversation)] = None
-        if id_keys:
-            for sid, seq, record in conn.execute(sql.known, [id_sids, id_keys]):
-                session_id = bytes(sid).decode("utf-8")
-                event = decode_record(EVENT_DECODER, session_id, seq, record)
-                facts[session_id].known[event.id] = event
-        if parent_seqs:
-            for sid, seq, kind, parent, answered in conn.execute(
-                sql.parents, [parent_sids, parent_seqs]
-            ):
-                session_facts = facts[bytes(sid).decode("utf-8")]
-                session_facts.rows[seq] = StoredRow(kind, parent)
-                if answered:
-                    session_facts.answered.add(seq)
-        if share_keys:
-            for sid, key, raw in conn.execute(sql.sharing, [share_sids, share_keys]):
-                session_id = bytes(sid).decode("utf-8")
-                facts[session_id].sharing[share_of[(bytes(sid), bytes(key))]] = decode_state(
-                    session_id, raw
-                )
+
+        def read() -> tuple[psycopg.Cursor[Any], ...]:
+            return (
+                conn.execute(sql.lock, [sids]),
+                conn.execute(sql.known, ids),
+                conn.execute(sql.parents, parents),
+                conn.execute(sql.sharing, shares),
+            )
+
+        cursors = read()
+        streams = {bytes(row[0]): row for row in cursors[0]}
+        if len(streams) < len(sids):
+            conn.execute(sql.create, [[sid for sid in sids if sid not in streams]])
+            cursors = read()
+            streams = {bytes(row[0]): row for row in cursors[0]}
+        facts: dict[str, Facts] = {}
+        for session_id, want in wants.items():
+            _, last, raw = streams[_utf8(session_id)]
+            state = _decode_session_state(session_id, raw) if want.state else EMPTY_SESSION_STATE
+            sharing: dict[tuple[str, Conversation], SharingState | None]
+            sharing = dict.fromkeys(want.sharing)
+            facts[session_id] = Facts(last, {}, {}, set(), state, sharing)
+        for sid, seq, record in cursors[1]:
+            session_id = bytes(sid).decode("utf-8")
+            event = decode_record(EVENT_DECODER, session_id, seq, record)
+            facts[session_id].known[event.id] = event
+        for sid, seq, kind, parent, answered in cursors[2]:
+            session_facts = facts[bytes(sid).decode("utf-8")]
+            session_facts.rows[seq] = StoredRow(kind, parent)
+            if answered:
+                session_facts.answered.add(seq)
+        for sid, key, raw in cursors[3]:
+            session_id = bytes(sid).decode("utf-8")
+            state_key = share_of[(bytes(sid), bytes(key))]
+            facts[session_id].sharing[state_key] = decode_state(session_id, raw)
         return facts
 
     def put(self, plans: Sequence[WritePlan]) -> None:
@@ -788,43 +793,43 @@ class _Queries:
 
     def __init__(self, s: str) -> None:
         stream = f"SELECT session_id, last_seq, state FROM {s}.streams"
-        self.lock = f"{stream} WHERE session_id = ANY(%s) ORDER BY session_id FOR UPDATE"
+        self.lock = f"{stream} WHERE session_id = ANY(%b) ORDER BY session_id FOR UPDATE"
         self.stream = f"SELECT last_seq, text_count, state FROM {s}.streams WHERE session_id = %s"
         self.create = (
-            f"INSERT INTO {s}.streams (session_id) SELECT * FROM unnest(%s::bytea[]) "
+            f"INSERT INTO {s}.streams (session_id) SELECT * FROM unnest(%b::bytea[]) "
             "ON CONFLICT DO NOTHING"
         )
         self.known = (
-            f"SELECT e.session_id, e.seq, e.record FROM unnest(%s::bytea[], %s::bytea[]) "
+            f"SELECT e.session_id, e.seq, e.record FROM unnest(%b::bytea[], %b::bytea[]) "
             f"AS k(sid, id_key) JOIN {s}.events e ON e.session_id = k.sid AND e.id_key = k.id_key"
         )
         self.parents = (
             f"SELECT e.session_id, e.seq, e.kind, e.parent, r.reply IS NOT NULL "
-            f"FROM unnest(%s::bytea[], %s::bigint[]) AS p(sid, seq) "
+            f"FROM unnest(%b::bytea[], %b::bigint[]) AS p(sid, seq) "
             f"JOIN {s}.events e ON e.session_id = p.sid AND e.seq = p.seq "
             f"LEFT JOIN {s}.replies r ON r.session_id = e.session_id AND r.root = e.seq"
         )
         self.sharing = (
-            f"SELECT h.session_id, h.key, h.state FROM unnest(%s::bytea[], %s::bytea[]) "
+            f"SELECT h.session_id, h.key, h.state FROM unnest(%b::bytea[], %b::bytea[]) "
             f"AS k(sid, key) JOIN {s}.sharing h ON h.session_id = k.sid AND h.key = k.key"
         )
         self.put = (
             f"WITH ev AS (INSERT INTO {s}.events "
             "(session_id, seq, id_key, kind, parent, run_key, record) "
-            "SELECT * FROM unnest(%s::bytea[], %s::bigint[], %s::bytea[], %s::text[], "
-            "%s::bigint[], %s::bytea[], %s::bytea[])), "
+            "SELECT * FROM unnest(%b::bytea[], %b::bigint[], %b::bytea[], %b::text[], "
+            "%b::bigint[], %b::bytea[], %b::bytea[])), "
             f"rep AS (INSERT INTO {s}.replies (session_id, root, reply) "
-            "SELECT * FROM unnest(%s::bytea[], %s::bigint[], %s::bigint[]) "
+            "SELECT * FROM unnest(%b::bytea[], %b::bigint[], %b::bigint[]) "
             "ON CONFLICT DO NOTHING), "
             f"shr AS (INSERT INTO {s}.sharing (session_id, key, state) "
-            "SELECT * FROM unnest(%s::bytea[], %s::bytea[], %s::bytea[]) "
+            "SELECT * FROM unnest(%b::bytea[], %b::bytea[], %b::bytea[]) "
             "ON CONFLICT (session_id, key) DO UPDATE SET state = excluded.state), "
             f"upd AS (UPDATE {s}.streams st SET last_seq = u.last, "
             "text_count = st.text_count + u.texts, last_activity = u.at, "
-            "state = coalesce(u.state, st.state) FROM unnest(%s::bytea[], %s::bigint[], "
-            "%s::bigint[], %s::bytea[], %s::timestamptz[]) AS u(sid, last, texts, state, at) "
+            "state = coalesce(u.state, st.state) FROM unnest(%b::bytea[], %b::bigint[], "
+            "%b::bigint[], %b::bytea[], %b::timestamptz[]) AS u(sid, last, texts, state, at) "
             "WHERE st.session_id = u.sid) "
-            "SELECT count(pg_notify(%s, p)) FROM unnest(%s::text[]) AS p"
+            "SELECT count(pg_notify(%b, p)) FROM unnest(%b::text[]) AS p"
         )
         self.probe_event = f"SELECT record FROM {s}.events WHERE session_id = %s AND id_key = %s"
         self.get_sharing = f"SELECT state FROM {s}.sharing WHERE session_id = %s AND key = %s"
