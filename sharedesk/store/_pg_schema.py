@@ -182,3 +182,65 @@ def _version(conn: Any, schema: str, quoted: str) -> int:
         return 0
     row = conn.execute(f"SELECT coalesce(max(version), 0) FROM {quoted}.schema_version")
     return int(row.fetchone()[0])
+
+
+class Queries:
+    """The store's statements, with its schema's quoted name ``s`` filled in.
+
+    Arrays go in binary (``%b``): psycopg then skips the text escaping of every bytea.
+    """
+
+    def __init__(self, s: str) -> None:
+        stream = f"SELECT session_id, last_seq, state FROM {s}.streams"
+        self.lock = f"{stream} WHERE session_id = ANY(%b) ORDER BY session_id FOR UPDATE"
+        self.stream = f"SELECT last_seq, text_count, state FROM {s}.streams WHERE session_id = %s"
+        self.create = (
+            f"INSERT INTO {s}.streams (session_id) SELECT * FROM unnest(%b::bytea[]) "
+            "ON CONFLICT DO NOTHING"
+        )
+        self.known = (
+            f"SELECT e.session_id, e.seq, e.record FROM unnest(%b::bytea[], %b::bytea[]) "
+            f"AS k(sid, id_key) JOIN {s}.events e ON e.session_id = k.sid AND e.id_key = k.id_key"
+        )
+        self.parents = (
+            f"SELECT e.session_id, e.seq, e.kind, e.parent, r.reply IS NOT NULL "
+            f"FROM unnest(%b::bytea[], %b::bigint[]) AS p(sid, seq) "
+            f"JOIN {s}.events e ON e.session_id = p.sid AND e.seq = p.seq "
+            f"LEFT JOIN {s}.replies r ON r.session_id = e.session_id AND r.root = e.seq"
+        )
+        self.sharing = (
+            f"SELECT h.session_id, h.key, h.state FROM unnest(%b::bytea[], %b::bytea[]) "
+            f"AS k(sid, key) JOIN {s}.sharing h ON h.session_id = k.sid AND h.key = k.key"
+        )
+        self.put = (
+            f"WITH ev AS (INSERT INTO {s}.events "
+            "(session_id, seq, id_key, kind, parent, run_key, record) "
+            "SELECT * FROM unnest(%b::bytea[], %b::bigint[], %b::bytea[], %b::text[], "
+            "%b::bigint[], %b::bytea[], %b::bytea[])), "
+            f"rep AS (INSERT INTO {s}.replies (session_id, root, reply) "
+            "SELECT * FROM unnest(%b::bytea[], %b::bigint[], %b::bigint[]) "
+            "ON CONFLICT DO NOTHING), "
+            f"shr AS (INSERT INTO {s}.sharing (session_id, key, state) "
+            "SELECT * FROM unnest(%b::bytea[], %b::bytea[], %b::bytea[]) "
+            "ON CONFLICT (session_id, key) DO UPDATE SET state = excluded.state), "
+            f"upd AS (UPDATE {s}.streams st SET last_seq = u.last, "
+            "text_count = st.text_count + u.texts, last_activity = u.at, "
+            "state = coalesce(u.state, st.state) FROM unnest(%b::bytea[], %b::bigint[], "
+            "%b::bigint[], %b::bytea[], %b::timestamptz[]) AS u(sid, last, texts, state, at) "
+            "WHERE st.session_id = u.sid) "
+            "SELECT count(pg_notify(%b, p)) FROM unnest(%b::text[]) AS p"
+        )
+        self.probe_event = f"SELECT record FROM {s}.events WHERE session_id = %s AND id_key = %s"
+        self.get_sharing = f"SELECT state FROM {s}.sharing WHERE session_id = %s AND key = %s"
+        events = f"SELECT seq, record FROM {s}.events WHERE session_id = %s"
+        self.read_asc = f"{events} AND seq > %s AND seq < %s ORDER BY seq LIMIT %s"
+        self.read_desc = f"{events} AND seq > %s AND seq < %s ORDER BY seq DESC LIMIT %s"
+        self.texts_before = f"{events} AND kind = 'Text' AND seq < %s ORDER BY seq DESC LIMIT %s"
+        self.run_events = f"{events} AND run_key = %s ORDER BY seq"
+        self.first_replies = (
+            f"SELECT root, reply FROM {s}.replies WHERE session_id = %s "
+            "AND root = ANY(%s::bigint[])"
+        )
+        infos = f"SELECT session_id, last_seq, text_count, last_activity FROM {s}.streams"
+        self.session_info = f"{infos} WHERE session_id = %s AND last_seq > 0"
+        self.session_infos = f"{infos} WHERE last_seq > 0"

@@ -39,7 +39,7 @@ from psycopg.pq import TransactionStatus
 
 from sharedesk.protocol._log import logger
 
-__all__ = ["Connect", "Pool", "PoolExhausted", "Watchdog"]
+__all__ = ["Connect", "ConnectFailed", "Pool", "PoolExhausted", "Watchdog"]
 
 _log = logger()
 
@@ -179,6 +179,14 @@ class PoolExhausted(Exception):
     """No connection of the pool came free within the caller's timeout."""
 
 
+class ConnectFailed(Exception):
+    """A new connection could not be made; ``reason`` is libpq's, on one line."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
 class Pool:
     """The store's connections: made on the caller's thread, kept while idle, at most ``size``.
 
@@ -205,7 +213,7 @@ class Pool:
 
         Raises:
             PoolExhausted: Every connection stayed busy for ``timeout`` seconds.
-            psycopg.Error: A new connection could not be made (or what the use raised).
+            ConnectFailed: A new connection could not be made.
         """
         if not self._slots.acquire(timeout=timeout):
             raise PoolExhausted
@@ -224,10 +232,19 @@ class Pool:
             with self._lock:
                 conn = self._idle.pop() if self._idle else None
             if conn is None:
-                return self._connect()
+                return self._new()
             if not select.select([conn.pgconn.socket], [], [], 0)[0]:
                 return conn
             conn.close()  # the server dropped it while it was idle
+
+    def _new(self) -> Any:
+        try:
+            conn = self._connect()
+        except psycopg.Error as exc:
+            lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+            raise ConnectFailed(" ".join(lines) or type(exc).__name__) from exc
+        conn.autocommit = True  # reads are one statement; writes open a transaction
+        return conn
 
     def _give_back(self, conn: Any) -> None:
         idle = not conn.closed and conn.info.transaction_status == TransactionStatus.IDLE
@@ -238,8 +255,12 @@ class Pool:
         conn.close()
 
     def fill(self, count: int) -> None:
-        """Make connections until ``count`` are idle (raises what ``connect`` raises)."""
-        made = [self._connect() for _ in range(count - len(self._idle))]
+        """Make connections until ``count`` are idle.
+
+        Raises:
+            ConnectFailed: A connection could not be made.
+        """
+        made = [self._new() for _ in range(count - len(self._idle))]
         with self._lock:
             self._idle += made
 

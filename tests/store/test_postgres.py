@@ -47,7 +47,7 @@ from sharedesk.protocol import (
 from sharedesk.protocol.errors import StoreUnreachable
 from sharedesk.protocol.sessions import SESSION_STARTED_ID
 from sharedesk.protocol.validation import check_write
-from sharedesk.store import postgres
+from sharedesk.store import _pg_listen, postgres
 from sharedesk.store._pg_schema import SCHEMA_VERSION
 from sharedesk.store.postgres import PostgresStore
 from tests.store.conftest import child_env
@@ -595,7 +595,7 @@ class TestFollow:
     def test_close_wakes_the_listener_instead_of_waiting_for_its_poll(
         self, dsn: str, monkeypatch: pytest.MonkeyPatch
     ) -> None:
-        monkeypatch.setattr(postgres, "_LISTEN_POLL", 120.0)
+        monkeypatch.setattr(_pg_listen, "LISTEN_POLL", 120.0)
         store = PostgresStore(dsn)
         store.follow(lambda session_id, last: None)
         closer = threading.Thread(target=store.close)
