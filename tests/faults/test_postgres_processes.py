@@ -28,7 +28,6 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -441,8 +440,8 @@ class TestWritersKilled:
         ]
         for cycle in range(cycles):
             victim = writers.pop(0)
-            victim.wait_for(lambda lines: "ack" in {line[:3] for line in lines[-3:]})
-            time.sleep(rng.uniform(0.0, 0.1))
+            mark, more = len(victim.lines()), rng.randint(1, 8)  # killed mid-load, at random
+            victim.wait_for(acks_after(mark, more))
             victim.kill()
             acks.add(victim.lines())
             writers.append(
@@ -504,7 +503,8 @@ class TestServerRestart:
         notices.wait_for(lambda calls: any(session_id for session_id, _ in calls))
         first_restart = notices.mark()
         for _ in range(restarts):
-            time.sleep(0.4)
+            for writer in writers:  # some load between restarts
+                writer.wait_for(acks_after(len(writer.lines()), 5))
             last_restart = notices.mark()
             own_server.restart(mode="immediate")
         # Recovered without reopening: each writer acknowledges 20 more events, and the
@@ -571,11 +571,19 @@ class TestConnectionsTerminated:
         dbname = postgres_dsn.rsplit("/", 1)[1]
         cycles, rng = 10, random.Random(5)
         lines: list[str] = []
-        lock = threading.Lock()
+        lock = threading.Condition()
 
         def say(line: str) -> None:
             with lock:
                 lines.append(line)
+                lock.notify_all()
+
+        def acked(count: int) -> None:
+            """Wait for ``count`` more acks (bounded: a hang fails the test)."""
+            with lock:
+                more = acks_after(len(lines), count)
+                if not lock.wait_for(lambda: more(lines), HANG):
+                    raise Hang(f"{count} more acks did not come")
 
         failures: list[BaseException] = []
         stop = threading.Event()
@@ -596,17 +604,11 @@ class TestConnectionsTerminated:
             for thread in threads:
                 thread.start()
             for _ in range(cycles):
-                time.sleep(rng.uniform(0.1, 0.3))
+                acked(rng.randint(5, 30))  # terminated mid-load, at random
                 terminated += terminate_backends(admin, dbname)
-            time.sleep(0.5)
             with lock:
                 mark = len(lines)
-            deadline = time.monotonic() + HANG
-            while time.monotonic() < deadline:  # recovered: 20 more events acknowledged
-                with lock:
-                    if sum(line[:4] == "ack " for line in lines[mark:]) >= 20:
-                        break
-                time.sleep(0.05)
+            acked(20)  # recovered: 20 more events acknowledged
             stop.set()
             for thread in threads:
                 thread.join(HANG)
@@ -951,15 +953,14 @@ class TestServerStopped:
 
 def waiting_for_a_lock(admin: psycopg.Connection[tuple[int]], dbname: str) -> list[int]:
     """The backends of ``dbname`` waiting for a lock (bounded: a hang fails the test)."""
-    deadline = time.monotonic() + HANG
-    while time.monotonic() < deadline:
+    for _ in range(int(HANG / 0.01)):
         rows = admin.execute(
             "SELECT pid FROM pg_stat_activity WHERE datname = %s AND wait_event_type = 'Lock'",
             (dbname,),
         ).fetchall()
         if rows:
             return [pid for (pid,) in rows]
-        time.sleep(0.01)
+        threading.Event().wait(0.01)  # the server is polled: nothing to wait on here
     raise Hang("no append came to wait for the session's row lock")
 
 
