@@ -1,26 +1,17 @@
-"""The call deadline of a ``PostgresStore``: no call waits on a silent server for good.
+"""The connections of a ``PostgresStore``: its pool, and a deadline on every use.
 
-psycopg has no per-call timeout: a call waits for the server's answer as long as the
-connection stays open. A server that stops answering but keeps its connections (a
-stopped server process, a network that drops packets without closing anything) would
-hold every call, a Hub's inline writes and ``close()`` with it. :class:`Watchdog` bounds
-that. Each use of a connection is *watched* (:meth:`Watchdog.watch`); one daemon thread
-(``sharedesk-pg-watchdog:<dsn>``), started with the first watched call and stopped by
-:meth:`Watchdog.stop`, shuts down the socket of any use still running ``timeout``
-seconds after it began (``shutdown(SHUT_RDWR)`` on a duplicate of its descriptor, so the
-waiting thread wakes at once and libpq reports the connection lost). The caller's
-retry rules then decide, as for any lost connection: reads and plain appends are
-retried until the store's ``retry_timeout``, a write that was committing is settled or
-becomes ``CommitOutcomeUnknown``, and what stays unreachable becomes ``StoreIOError``.
-
-A connection whose socket was shut down is closed when its use ends, so the pool
-replaces it and nobody else receives it. While a use is watched its descriptor stays its
-connection's (nothing closes a connection inside a watched block), so the descriptor
-the watchdog shuts down is never one the system has handed to somebody else. The check
-costs one lock and one dictionary entry per use, and no wake-up of the thread: it
-sleeps until the oldest watched use's deadline (uses are watched in the order they
-begin, so that is the earliest), and once nothing has been watched for one
-``timeout``, until the next use. :meth:`Watchdog.stop` cuts every use still watched.
+:class:`Pool` lends connections made on the caller's thread by the store's ``connect``
+factory. :class:`Watchdog` bounds each use: psycopg has no per-call timeout, so a server
+that stops answering but keeps its connections (a stopped process, a network dropping
+packets) would hold a call, and ``close()``, for good. Each use is *watched*; one daemon
+thread (``sharedesk-pg-watchdog:<dsn>``) shuts down the socket of any use still running
+``timeout`` seconds after it began (``shutdown(SHUT_RDWR)`` on a duplicate of its
+descriptor: the waiting thread wakes at once, libpq reports the connection lost, and the
+store's retry rules decide). A cut connection is closed when its use ends, so nobody
+else receives it, and nothing closes a connection inside a watched block, so the
+descriptor shut down is never one the system handed to somebody else. A use costs one
+lock and one dictionary entry and wakes nobody: the thread sleeps until the oldest
+use's deadline, and after one ``timeout`` with nothing watched, until the next use.
 """
 
 from __future__ import annotations
@@ -60,11 +51,6 @@ class Watchdog:
         self._stopping = False
         self._asleep = False  # the thread waits for a notify (nothing watched for a while)
         self._thread: threading.Thread | None = None
-
-    @property
-    def timeout(self) -> float:
-        """Most seconds one use of a connection may take (0: no limit)."""
-        return self._timeout
 
     @contextlib.contextmanager
     def watch(self, conn: Any) -> Iterator[None]:

@@ -496,18 +496,10 @@ class PostgresStore(StoreBase):
     # -- following -----------------------------------------------------------------------
 
     def follow(self, on_append: AppendCallback) -> Callable[[], None]:
-        """Call ``on_append(session_id, last_sequence)`` after each commit to a session.
+        """Follow every process's commits (:class:`~sharedesk.protocol.ports.FollowingStore`).
 
-        Commits of every process on this database and schema count, this store's
-        included; several commits may be told as one call with the newest sequence,
-        and calls for one session come in commit order. ``on_append(None, 0)`` follows
-        a reconnection of the listener: notices may have been missed, so the follower
-        should re-read what it follows. Calls come from the store's listener thread;
-        ``on_append`` must be quick and must not raise (what it raises is logged).
-
-        Returns:
-            The function that stops following (idempotent); ``close()`` stops every
-            follower. The listener thread stops with the last follower.
+        Calls come from the store's listener thread (:mod:`sharedesk.store._pg_listen`);
+        what ``on_append`` raises is logged.
 
         Raises:
             ValidationError: ``on_append`` is not callable.
@@ -515,7 +507,8 @@ class PostgresStore(StoreBase):
             StoreIOError: The listener's connection could not be opened.
 
         Cost: the first follower opens one dedicated connection and starts the
-        ``sharedesk-pg-listener`` thread; nothing per commit beyond the notice.
+        listener thread, which stops with the last follower; nothing per commit beyond
+        the notice.
         """
         if not callable(on_append):
             raise ValidationError(f"on_append must be callable, got {type(on_append).__name__}")
