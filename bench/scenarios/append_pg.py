@@ -9,9 +9,7 @@ one event per call, each thread's ``j``-th call going to desk ``(t + j * threads
 as in the LMDB run:
 
 - ``append sharedesk store postgres t=N``: ``PostgresStore.append`` (a pool of ``N``
-  connections), ``... notify=after_commit t=N`` the same with
-  ``PostgresStore(notify="after_commit")`` (its notices sent by a notifier thread after
-  the commits), and ``... hub postgres t=N`` through ``Hub.open("postgresql://...")``;
+  connections), and ``... hub postgres t=N`` through ``Hub.open("postgresql://...")``;
 - ``append eventsourcing aggregate-recorder t=N``: the eventsourcing library's
   ``PostgresAggregateRecorder.insert_events``, one ``StoredEvent`` per call (the
   recorder whose guarantees match ours; see :mod:`bench.pg`);
@@ -29,8 +27,7 @@ in ``--rounds`` rounds (default 3) taking turns, and each figure sums its rounds
 the cross-process view latency: this process (A) posts to a desk through its Hub while
 a child process (B, :mod:`bench.pg_child`) with its own Hub on the same database waits
 for each post, in ``AsyncHub.wait_turn`` and, separately, polling a warm ``hub.view``
-every millisecond, and once more through ``wait_turn`` with A's store on
-``notify="after_commit"``; from just before A's post call to the moment B has it,
+every millisecond; from just before A's post call to the moment B has it,
 median and p99 over ``--posts`` posts (default 300), one post at a time.
 
 Then one thread alone appends ``min(1000, --events)`` times through the store and through
@@ -38,8 +35,7 @@ raw psycopg with ``pg_notify``, and the wall time and this process's CPU time pe
 are reported (the client's share of the cost; the pools' threads idle meanwhile).
 
 Targets: the default store >= 1.0x the aggregate recorder and >= 0.5x raw psycopg;
-cross-process ``wait_turn`` latency median <= 50 ms. ``notify="after_commit"`` is measured
-as context (its ratio to the default store is noted).
+cross-process ``wait_turn`` latency median <= 50 ms.
 """
 
 from __future__ import annotations
@@ -168,7 +164,7 @@ def cross_process_latency(
         dsn: The sharedesk database both Hubs open.
         follow: ``"wait_turn"`` or ``"view"`` (see :mod:`bench.pg_child`).
         posts: Posts timed, one at a time (the next once the child has seen the last).
-        notify: The ``notify`` option of process A's store (whose commits B follows).
+        notify: Names the desk (every store notifies inside its commits).
 
     Returns:
         Per post: ns from just before the post call (A) to the child having it (B), and
@@ -183,7 +179,7 @@ def cross_process_latency(
     desk = f"cross-process-{follow}-{notify}"
     seen: list[int] = []
     calls: list[int] = []
-    with Hub.open(dsn, notify=notify) as hub:
+    with Hub.open(dsn) as hub:
         child = _Child({"dsn": dsn, "desk": desk, "count": posts, "follow": follow})
         try:
             if child.answer() != "ready":
@@ -289,18 +285,6 @@ def _run_on(run_: BenchRun, args: argparse.Namespace, dsn: str) -> None:
             store = PostgresStore(ours_dsn, min_connections=threads, max_connections=threads)
             closers.append(store.close)
             sharedesk_system("store", store.append)
-            after_commit = PostgresStore(
-                databases.create("sharedesk_after_commit"),
-                min_connections=threads,
-                max_connections=threads,
-                notify="after_commit",
-            )
-            closers.append(after_commit.close)
-            sharedesk_system(
-                "store, notify=after_commit",
-                after_commit.append,
-                f"append sharedesk store postgres notify=after_commit t={threads}",
-            )
             if via in ("hub", "both"):
                 hub = Hub.open(
                     databases.create("sharedesk_hub"),
@@ -410,11 +394,7 @@ def _run_on(run_: BenchRun, args: argparse.Namespace, dsn: str) -> None:
                 "store": f"{ours_cpu[0]:.0f} / {ours_cpu[1]:.0f}",
                 "raw psycopg +notify": f"{raw_cpu[0]:.0f} / {raw_cpu[1]:.0f}",
             }
-            for follow, notify in (
-                ("wait_turn", "commit"),
-                ("view", "commit"),
-                ("wait_turn", "after_commit"),
-            ):
+            for follow, notify in (("wait_turn", "commit"), ("view", "commit")):
                 label = f"cross-process {follow} postgres" + (
                     "" if notify == "commit" else f" notify={notify}"
                 )
@@ -469,7 +449,6 @@ RECORDER_NOTE = (
 def _targets(run_: BenchRun, args: argparse.Namespace) -> None:
     threads = _threads(run_, args)
     ours = run_.rate(f"append sharedesk store postgres t={threads}")
-    ours_after = run_.rate(f"append sharedesk store postgres notify=after_commit t={threads}")
     raw = run_.rate(f"append psycopg raw t={threads}")
     notify = run_.rate(f"append psycopg raw +notify t={threads}")
     after = run_.rate(f"append psycopg raw notify-after-commit t={threads}")
@@ -478,12 +457,6 @@ def _targets(run_: BenchRun, args: argparse.Namespace) -> None:
             f"context: raw psycopg calling pg_notify in its statement runs at {notify / raw:.2f}x "
             f"raw psycopg, with pg_notify after the commit at {after / raw:.2f}x; the store "
             f"(one statement that writes and notifies) runs at {ours / notify:.2f}x the former"
-        )
-    if ours and ours_after:
-        run_.note(
-            f"context: PostgresStore(notify='after_commit') runs at {ours_after / ours:.2f}x "
-            "the default store (a group's notices cost one turn of the notify lock either way; "
-            "after_commit adds the notifier thread's work)"
         )
     run_.throughput_targets(
         f"append PostgresStore t={threads}",
@@ -521,10 +494,6 @@ def _targets(run_: BenchRun, args: argparse.Namespace) -> None:
     )
     for figure, label in (
         ("cross_process_wait_turn_ms", "cross-process wait_turn postgres"),
-        (
-            "cross_process_wait_turn_after_commit_ms",
-            "cross-process wait_turn postgres notify=after_commit",
-        ),
         ("cross_process_view_polled_ms", "cross-process view postgres"),
     ):
         taken = run_.find(label)

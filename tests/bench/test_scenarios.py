@@ -170,7 +170,6 @@ class TestAppendPostgres:
     ) -> None:
         assert {
             "append sharedesk store postgres t=2",
-            "append sharedesk store postgres notify=after_commit t=2",
             "append sharedesk hub postgres t=2",
             "append eventsourcing aggregate-recorder t=2",
             "append eventsourcing application-recorder t=2",
@@ -195,10 +194,9 @@ class TestAppendPostgres:
     ) -> None:
         by_label = {m.label: m for m in postgres_report.measurements}
 
-        assert (7, 7, 7) == (
+        assert (7, 7) == (
             by_label["cross-process wait_turn postgres"].ops,
             by_label["cross-process view postgres"].ops,
-            by_label["cross-process wait_turn postgres notify=after_commit"].ops,
         )
         assert {"median", "p99", "posts"} == set(
             postgres_report.figures["cross_process_wait_turn_ms"]
