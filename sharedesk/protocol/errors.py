@@ -495,3 +495,17 @@ class StoreFormatError(StoreError):
         "the store at {path} holds {found}, not sharedesk store format {supported}: it was "
         "not written by this version of sharedesk"
     )
+
+
+class StoreUnreachable(StoreIOError):
+    """Raised when a store's server refuses a connection, or cannot be reached.
+
+    Attributes:
+        path: Where the store lives (a DSN without its password).
+        operation: What was being done (``"open"``, ``"append"``, ``"read"``, ...).
+        reason: What the server or the network answered (``Connection refused``,
+            ``password authentication failed``, ...).
+    """
+
+    reason: str
+    template = "cannot connect to the store at {path} during {operation}: {reason}"

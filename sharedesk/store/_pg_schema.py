@@ -4,7 +4,7 @@ Every table lives in one PostgreSQL schema (``sharedesk`` unless the store is op
 ``schema=...``), so several applications can share a database. Identifiers that callers
 choose (session ids, event ids, viewers, run ids) may hold any character, NUL included,
 which PostgreSQL ``text`` cannot: they are stored as UTF-8 ``bytea``, and the ones with no
-length limit are hashed as ``LmdbStore`` hashes them (see ``_lmdb_layout``).
+length limit are hashed as ``LmdbStore`` hashes them (see ``protocol/records``).
 
 ==============  ===========================================================================
 table           rows
@@ -46,93 +46,6 @@ class Migration(NamedTuple):
     statements: tuple[str, ...]
 
 
-#: ``append_events``: one append as one statement (its own transaction in autocommit).
-#: It locks the session's ``streams`` row (creating it), then checks, in this order,
-#: ``p_expected`` against the locked last sequence (``conflict``), the guard id
-#: (``guarded``), the batch's ids (``known``: their stored sequences and records), the
-#: last sequence the caller planned with (``stale``) and the stored parents the plan
-#: names (``parent``: one is not a root ``Text`` row); the first that fails is returned
-#: and nothing is written. Otherwise it writes the planned rows, the first replies (the
-#: earliest recorded wins), the stream row and the notice (unless ``p_channel`` is
-#: NULL), and returns ``ok``. Every
-#: answer carries the locked row's figures, so the caller can plan again.
-APPEND_FUNCTION: Final = """
-CREATE FUNCTION {s}.append_events(
-    p_sid bytea, p_last bigint, p_expected bigint, p_guard bytea, p_ids bytea[],
-    p_parents bigint[], p_seqs bigint[], p_kinds text[], p_parent_of bigint[],
-    p_runs bytea[], p_records bytea[], p_roots bigint[], p_replies bigint[],
-    p_texts bigint, p_at timestamptz, p_state bytea, p_channel text, p_payload text
-) RETURNS TABLE (
-    outcome text, last_seq bigint, text_count bigint, state bytea,
-    known_seqs bigint[], known_records bytea[]
-) LANGUAGE plpgsql AS $fn$
-DECLARE
-    s_last bigint;
-    s_texts bigint;
-    s_state bytea;
-BEGIN
-    SELECT st.last_seq, st.text_count, st.state INTO s_last, s_texts, s_state
-        FROM {s}.streams st WHERE st.session_id = p_sid FOR UPDATE;
-    IF NOT FOUND THEN
-        INSERT INTO {s}.streams (session_id) VALUES (p_sid) ON CONFLICT DO NOTHING;
-        SELECT st.last_seq, st.text_count, st.state INTO s_last, s_texts, s_state
-            FROM {s}.streams st WHERE st.session_id = p_sid FOR UPDATE;
-    END IF;
-    IF p_expected IS NOT NULL AND p_expected <> s_last THEN
-        RETURN QUERY SELECT 'conflict', s_last, s_texts, s_state, NULL::bigint[], NULL::bytea[];
-        RETURN;
-    END IF;
-    IF p_guard IS NOT NULL AND EXISTS (
-        SELECT 1 FROM {s}.events e WHERE e.session_id = p_sid AND e.id_key = p_guard
-    ) THEN
-        RETURN QUERY SELECT 'guarded', s_last, s_texts, s_state, NULL::bigint[], NULL::bytea[];
-        RETURN;
-    END IF;
-    IF EXISTS (SELECT 1 FROM {s}.events e WHERE e.session_id = p_sid AND e.id_key = ANY(p_ids))
-    THEN
-        RETURN QUERY SELECT 'known', s_last, s_texts, s_state,
-            ARRAY(SELECT e.seq FROM {s}.events e
-                  WHERE e.session_id = p_sid AND e.id_key = ANY(p_ids) ORDER BY e.seq),
-            ARRAY(SELECT e.record FROM {s}.events e
-                  WHERE e.session_id = p_sid AND e.id_key = ANY(p_ids) ORDER BY e.seq);
-        RETURN;
-    END IF;
-    IF s_last <> p_last THEN
-        RETURN QUERY SELECT 'stale', s_last, s_texts, s_state, NULL::bigint[], NULL::bytea[];
-        RETURN;
-    END IF;
-    IF EXISTS (
-        SELECT 1 FROM unnest(p_parents) AS p(seq)
-        LEFT JOIN {s}.events e ON e.session_id = p_sid AND e.seq = p.seq
-        WHERE e.seq IS NULL OR e.kind <> 'Text' OR e.parent IS NOT NULL
-    ) THEN
-        RETURN QUERY SELECT 'parent', s_last, s_texts, s_state, NULL::bigint[], NULL::bytea[];
-        RETURN;
-    END IF;
-    IF cardinality(p_seqs) > 0 THEN
-        INSERT INTO {s}.events (session_id, seq, id_key, kind, parent, run_key, record)
-            SELECT p_sid, q, i, k, nullif(pa, 0), nullif(r, ''::bytea), d
-            FROM unnest(p_seqs, p_ids, p_kinds, p_parent_of, p_runs, p_records)
-                AS t(q, i, k, pa, r, d);
-        IF cardinality(p_roots) > 0 THEN
-            INSERT INTO {s}.replies (session_id, root, reply)
-                SELECT p_sid, a, b FROM unnest(p_roots, p_replies) AS t(a, b)
-                ON CONFLICT DO NOTHING;
-        END IF;
-        s_last := p_seqs[cardinality(p_seqs)];
-        s_texts := s_texts + p_texts;
-        s_state := coalesce(p_state, s_state);
-        UPDATE {s}.streams SET last_seq = s_last, text_count = s_texts,
-            last_activity = p_at, state = s_state
-            WHERE session_id = p_sid;
-        IF p_channel IS NOT NULL THEN
-            PERFORM pg_notify(p_channel, p_payload);
-        END IF;
-    END IF;
-    RETURN QUERY SELECT 'ok', s_last, s_texts, s_state, NULL::bigint[], NULL::bytea[];
-END
-$fn$"""
-
 #: The migrations, oldest first; ``{s}`` is the quoted schema name.
 MIGRATIONS: Final = (
     Migration(
@@ -172,7 +85,6 @@ MIGRATIONS: Final = (
                 state bytea NOT NULL,
                 PRIMARY KEY (session_id, key)
             )""",
-            APPEND_FUNCTION,
         ),
     ),
 )
@@ -183,22 +95,26 @@ SCHEMA_VERSION: Final = MIGRATIONS[-1].version
 #: A schema name the store accepts: a lower-case SQL identifier, at most 40 characters
 #: (the ``NOTIFY`` channel adds a suffix and must stay under 64 bytes).
 _SCHEMA_NAME: Final = re.compile(r"[a-z_][a-z0-9_]{0,39}")
+#: Schemas PostgreSQL keeps for itself besides ``pg_*`` (``pg_catalog``, ``pg_toast``, ...).
+_SYSTEM_SCHEMAS: Final = frozenset({"information_schema"})
 
 
 def check_schema_name(schema: Any) -> str:
     """Return ``schema`` if it can name the store's PostgreSQL schema.
 
     Raises:
-        ValidationError: Not a ``str`` matching ``[a-z_][a-z0-9_]{0,39}``, or starting
-            with ``pg_`` (reserved by PostgreSQL).
+        ValidationError: Not a ``str`` matching ``[a-z_][a-z0-9_]{0,39}``, or a system
+            schema's name (``information_schema``, ``pg_*``).
     """
     if not isinstance(schema, str) or _SCHEMA_NAME.fullmatch(schema) is None:
         raise ValidationError(
             f"schema must be a lower-case SQL identifier of at most 40 characters "
             f"([a-z_][a-z0-9_]*), got {schema!r}"
         )
-    if schema.startswith("pg_"):
-        raise ValidationError(f"schema must not start with 'pg_' (reserved), got {schema!r}")
+    if schema.startswith("pg_") or schema in _SYSTEM_SCHEMAS:
+        raise ValidationError(
+            f"schema must not name a system schema (information_schema, pg_*), got {schema!r}"
+        )
     return schema
 
 
@@ -266,3 +182,65 @@ def _version(conn: Any, schema: str, quoted: str) -> int:
         return 0
     row = conn.execute(f"SELECT coalesce(max(version), 0) FROM {quoted}.schema_version")
     return int(row.fetchone()[0])
+
+
+class Queries:
+    """The store's statements, with its schema's quoted name ``s`` filled in.
+
+    Arrays go in binary (``%b``): psycopg then skips the text escaping of every bytea.
+    """
+
+    def __init__(self, s: str) -> None:
+        stream = f"SELECT session_id, last_seq, state FROM {s}.streams"
+        self.lock = f"{stream} WHERE session_id = ANY(%b) ORDER BY session_id FOR UPDATE"
+        self.stream = f"SELECT last_seq, text_count, state FROM {s}.streams WHERE session_id = %s"
+        self.create = (
+            f"INSERT INTO {s}.streams (session_id) SELECT * FROM unnest(%b::bytea[]) "
+            "ON CONFLICT DO NOTHING"
+        )
+        self.known = (
+            f"SELECT e.session_id, e.seq, e.record FROM unnest(%b::bytea[], %b::bytea[]) "
+            f"AS k(sid, id_key) JOIN {s}.events e ON e.session_id = k.sid AND e.id_key = k.id_key"
+        )
+        self.parents = (
+            f"SELECT e.session_id, e.seq, e.kind, e.parent, r.reply IS NOT NULL "
+            f"FROM unnest(%b::bytea[], %b::bigint[]) AS p(sid, seq) "
+            f"JOIN {s}.events e ON e.session_id = p.sid AND e.seq = p.seq "
+            f"LEFT JOIN {s}.replies r ON r.session_id = e.session_id AND r.root = e.seq"
+        )
+        self.sharing = (
+            f"SELECT h.session_id, h.key, h.state FROM unnest(%b::bytea[], %b::bytea[]) "
+            f"AS k(sid, key) JOIN {s}.sharing h ON h.session_id = k.sid AND h.key = k.key"
+        )
+        self.put = (
+            f"WITH ev AS (INSERT INTO {s}.events "
+            "(session_id, seq, id_key, kind, parent, run_key, record) "
+            "SELECT * FROM unnest(%b::bytea[], %b::bigint[], %b::bytea[], %b::text[], "
+            "%b::bigint[], %b::bytea[], %b::bytea[])), "
+            f"rep AS (INSERT INTO {s}.replies (session_id, root, reply) "
+            "SELECT * FROM unnest(%b::bytea[], %b::bigint[], %b::bigint[]) "
+            "ON CONFLICT DO NOTHING), "
+            f"shr AS (INSERT INTO {s}.sharing (session_id, key, state) "
+            "SELECT * FROM unnest(%b::bytea[], %b::bytea[], %b::bytea[]) "
+            "ON CONFLICT (session_id, key) DO UPDATE SET state = excluded.state), "
+            f"upd AS (UPDATE {s}.streams st SET last_seq = u.last, "
+            "text_count = st.text_count + u.texts, last_activity = u.at, "
+            "state = coalesce(u.state, st.state) FROM unnest(%b::bytea[], %b::bigint[], "
+            "%b::bigint[], %b::bytea[], %b::timestamptz[]) AS u(sid, last, texts, state, at) "
+            "WHERE st.session_id = u.sid) "
+            "SELECT count(pg_notify(%b, p)) FROM unnest(%b::text[]) AS p"
+        )
+        self.probe_event = f"SELECT record FROM {s}.events WHERE session_id = %s AND id_key = %s"
+        self.get_sharing = f"SELECT state FROM {s}.sharing WHERE session_id = %s AND key = %s"
+        events = f"SELECT seq, record FROM {s}.events WHERE session_id = %s"
+        self.read_asc = f"{events} AND seq > %s AND seq < %s ORDER BY seq LIMIT %s"
+        self.read_desc = f"{events} AND seq > %s AND seq < %s ORDER BY seq DESC LIMIT %s"
+        self.texts_before = f"{events} AND kind = 'Text' AND seq < %s ORDER BY seq DESC LIMIT %s"
+        self.run_events = f"{events} AND run_key = %s ORDER BY seq"
+        self.first_replies = (
+            f"SELECT root, reply FROM {s}.replies WHERE session_id = %s "
+            "AND root = ANY(%s::bigint[])"
+        )
+        infos = f"SELECT session_id, last_seq, text_count, last_activity FROM {s}.streams"
+        self.session_info = f"{infos} WHERE session_id = %s AND last_seq > 0"
+        self.session_infos = f"{infos} WHERE last_seq > 0"

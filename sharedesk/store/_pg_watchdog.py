@@ -1,41 +1,36 @@
-"""The call deadline of a ``PostgresStore``: no call waits on a silent server for good.
+"""The connections of a ``PostgresStore``: its pool, and a deadline on every use.
 
-psycopg has no per-call timeout: a call waits for the server's answer as long as the
-connection stays open. A server that stops answering but keeps its connections (a
-stopped server process, a network that drops packets without closing anything) would
-hold every call, a Hub's inline writes and ``close()`` with it. :class:`Watchdog` bounds
-that. Each use of a connection is *watched* (:meth:`Watchdog.watch`); one daemon thread
-(``sharedesk-pg-watchdog:<dsn>``), started with the first watched call and stopped by
-:meth:`Watchdog.stop`, shuts down the socket of any use still running ``timeout``
-seconds after it began (``shutdown(SHUT_RDWR)`` on a duplicate of its descriptor, so the
-waiting thread wakes at once and libpq reports the connection lost). The caller's
-retry rules then decide, as for any lost connection: reads and plain appends are
-retried until the store's ``retry_timeout``, a write that was committing is settled or
-becomes ``CommitOutcomeUnknown``, and what stays unreachable becomes ``StoreIOError``.
-
-A connection whose socket was shut down is closed when its use ends, so the pool
-replaces it and nobody else receives it. While a use is watched its descriptor stays its
-connection's (nothing closes a connection inside a watched block), so the descriptor
-the watchdog shuts down is never one the system has handed to somebody else. The check
-costs one lock and one dictionary entry per use, and no wake-up of the thread: it
-sleeps until the oldest watched use's deadline (uses are watched in the order they
-begin, so that is the earliest), and once nothing has been watched for one
-``timeout``, until the next use. :meth:`Watchdog.stop` cuts every use still watched.
+:class:`Pool` lends connections made on the caller's thread by the store's ``connect``
+factory. :class:`Watchdog` bounds each use: psycopg has no per-call timeout, so a server
+that stops answering but keeps its connections (a stopped process, a network dropping
+packets) would hold a call, and ``close()``, for good. Each use is *watched*; one daemon
+thread (``sharedesk-pg-watchdog:<dsn>``) shuts down the socket of any use still running
+``timeout`` seconds after it began (``shutdown(SHUT_RDWR)`` on a duplicate of its
+descriptor: the waiting thread wakes at once, libpq reports the connection lost, and the
+store's retry rules decide). A cut connection is closed when its use ends, so nobody
+else receives it, and nothing closes a connection inside a watched block, so the
+descriptor shut down is never one the system handed to somebody else. A use costs one
+lock and one dictionary entry and wakes nobody: the thread sleeps until the oldest
+use's deadline, and after one ``timeout`` with nothing watched, until the next use.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import select
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
+
+import psycopg
+from psycopg.pq import TransactionStatus
 
 from sharedesk.protocol._log import logger
 
-__all__ = ["Watchdog"]
+__all__ = ["Connect", "ConnectFailed", "Pool", "PoolExhausted", "Watchdog"]
 
 _log = logger()
 
@@ -56,11 +51,6 @@ class Watchdog:
         self._stopping = False
         self._asleep = False  # the thread waits for a notify (nothing watched for a while)
         self._thread: threading.Thread | None = None
-
-    @property
-    def timeout(self) -> float:
-        """Most seconds one use of a connection may take (0: no limit)."""
-        return self._timeout
 
     @contextlib.contextmanager
     def watch(self, conn: Any) -> Iterator[None]:
@@ -165,3 +155,105 @@ def _cut_off(conn: Any, path: str, timeout: float) -> None:
     finally:
         duplicate.close()
     _log.warning("store.pg_call_timeout", path=path, seconds=timeout)
+
+
+#: Makes a new psycopg connection (``PostgresStore``'s ``connect`` seam).
+Connect = Callable[[], psycopg.Connection[Any]]
+
+
+class PoolExhausted(Exception):
+    """No connection of the pool came free within the caller's timeout."""
+
+
+class ConnectFailed(Exception):
+    """A new connection could not be made; ``reason`` is libpq's, on one line."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class Pool:
+    """The store's connections: made on the caller's thread, kept while idle, at most ``size``.
+
+    A call takes an idle connection (or makes one with ``connect``, so a refused or
+    unauthenticated connection fails on the caller's thread, at once, with libpq's
+    reason), uses it under the watchdog, and gives it back: a connection that is broken,
+    closed or left inside a transaction is closed instead. An idle connection whose
+    socket is readable is dead (the server closes idle connections it terminates, and
+    says so first), so it is closed and the next one taken: a write is never sent on a
+    connection the server had already dropped. Nothing is logged and no thread is run.
+    """
+
+    def __init__(self, connect: Connect, size: int, watchdog: Watchdog) -> None:
+        self._connect = connect
+        self._watchdog = watchdog
+        self._slots = threading.BoundedSemaphore(size)
+        self._lock = threading.Lock()
+        self._idle: list[Any] = []
+        self._closed = False
+
+    @contextlib.contextmanager
+    def connection(self, timeout: float) -> Iterator[Any]:
+        """Lend a live connection for one use, cut off after the watchdog's timeout.
+
+        Raises:
+            PoolExhausted: Every connection stayed busy for ``timeout`` seconds.
+            ConnectFailed: A new connection could not be made.
+        """
+        if not self._slots.acquire(timeout=timeout):
+            raise PoolExhausted
+        conn = None
+        try:
+            conn = self._take()
+            with self._watchdog.watch(conn):
+                yield conn
+        finally:
+            if conn is not None:
+                self._give_back(conn)
+            self._slots.release()
+
+    def _take(self) -> Any:
+        while True:
+            with self._lock:
+                conn = self._idle.pop() if self._idle else None
+            if conn is None:
+                return self._new()
+            if not select.select([conn.pgconn.socket], [], [], 0)[0]:
+                return conn
+            conn.close()  # the server dropped it while it was idle
+
+    def _new(self) -> Any:
+        try:
+            conn = self._connect()
+        except psycopg.Error as exc:
+            lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+            raise ConnectFailed(" ".join(lines) or type(exc).__name__) from exc
+        conn.autocommit = True  # reads are one statement; writes open a transaction
+        return conn
+
+    def _give_back(self, conn: Any) -> None:
+        idle = not conn.closed and conn.info.transaction_status == TransactionStatus.IDLE
+        with self._lock:
+            if idle and not self._closed:
+                self._idle.append(conn)
+                return
+        conn.close()
+
+    def fill(self, count: int) -> None:
+        """Make connections until ``count`` are idle.
+
+        Raises:
+            ConnectFailed: A connection could not be made.
+        """
+        made = [self._new() for _ in range(count - len(self._idle))]
+        with self._lock:
+            self._idle += made
+
+    def close(self) -> None:
+        """Close the idle connections; those in use are closed when given back."""
+        with self._lock:
+            self._closed = True
+            idle, self._idle = self._idle, []
+        for conn in idle:
+            conn.close()

@@ -206,12 +206,11 @@ class TestTwoHubsInTwoProcesses:
             {"turn": ["from the parent"], "view": ["from the child", "from the parent"]},
         ) == (turn, view, child)
 
-    @pytest.mark.parametrize("notify", ["commit", "after_commit"])
     def test_a_listener_is_pushed_the_other_processes_events_in_order_once(
-        self, postgres_dsn: str, spawn: ChildFactory, notify: str
+        self, postgres_dsn: str, spawn: ChildFactory
     ) -> None:
         recorder = Recorder()
-        with Hub.open(postgres_dsn, ask_timeout=PATIENCE, notify=notify) as hub:
+        with Hub.open(postgres_dsn, ask_timeout=PATIENCE) as hub:
             hub.listen("desk", recorder)
             hub.session("desk").post(ALICE, "mine first")
             run_child(
@@ -220,11 +219,10 @@ class TestTwoHubsInTwoProcesses:
                 "from sharedesk import Hub\n"
                 "from sharedesk.protocol import Event, Person, Text\n"
                 "bob = Person(id='bob', label='Bob')\n"
-                "with Hub.open(sys.argv[1], notify=sys.argv[2]) as hub:\n"
+                "with Hub.open(sys.argv[1]) as hub:\n"
                 "    for n in range(5):\n"
                 "        hub.append('desk', [Event(bob, Text(f'theirs {n}'))])\n",
                 postgres_dsn,
-                notify,
                 timeout=PATIENCE,
             )
             pushed_before = recorder.wait_through(6)

@@ -5,7 +5,7 @@ As a child process:
 (``APPENDS`` appends per thread, started when a line comes on stdin; 0: at once, until
 stdin closes; each ``OPTION=VALUE`` a
 ``PostgresStore`` option: ``retry_timeout=0`` makes every lost connection reach the
-writer as a typed error, ``notify=after_commit`` sends notices after commits). The
+writer as a typed error). The
 tests also run :class:`PooledWriter` in their own process, on threads.
 
 Every writer draws its event ids from one pool shared by all writers: id ``e<n>``

@@ -7,8 +7,8 @@ a value that the validation vocabulary refuses whatever the database holds (nest
 past 64, lone surrogates, integers outside ``0 <= n < 2**63`` or ``bool``s, empty ids,
 authors and kinds, session ids empty or past 256 UTF-8 bytes) makes the call raise
 ``ValidationError`` without executing a single statement. Statements are counted on
-the calling thread by wrapping psycopg's cursor methods (the pool's and the follower's
-own threads do not count).
+every thread (the caller's and the store's writer) by wrapping psycopg's cursor
+methods.
 """
 
 from __future__ import annotations
@@ -31,15 +31,15 @@ OK = Person(id="ok", label="OK")
 
 
 class Statements:
-    """Statements executed by one thread through psycopg's cursors."""
+    """Statements executed through psycopg's cursors, on any thread."""
 
-    def __init__(self, thread: int) -> None:
-        self.thread = thread
+    def __init__(self) -> None:
         self.count = 0
+        self._lock = threading.Lock()
 
     def wrap(self, method: Callable[..., Any]) -> Callable[..., Any]:
         def counted(*args: Any, **kwargs: Any) -> Any:
-            if threading.get_ident() == self.thread:
+            with self._lock:
                 self.count += 1
             return method(*args, **kwargs)
 
@@ -48,8 +48,8 @@ class Statements:
 
 @pytest.fixture
 def statements(monkeypatch: pytest.MonkeyPatch) -> Statements:
-    """Count the statements this test's thread executes."""
-    counter = Statements(threading.get_ident())
+    """Count the statements executed from now on."""
+    counter = Statements()
     for cls, name in [
         (psycopg.Cursor, "execute"),
         (psycopg.Cursor, "executemany"),

@@ -22,12 +22,12 @@ import contextlib
 import functools
 import os
 import random
+import select
 import signal
 import socket
 import subprocess
 import sys
 import threading
-import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -369,22 +369,18 @@ def terminate_backends(admin: psycopg.Connection[tuple[int]], dbname: str) -> in
 
 
 class TestConcurrentProcesses:
-    @pytest.mark.parametrize("notify", ["commit", "after_commit"])
     def test_four_processes_appending_shared_ids_store_each_once_with_gap_free_sequences(
-        self, postgres_dsn: str, start_writer: StartWriter, report: Report, notify: str
+        self, postgres_dsn: str, start_writer: StartWriter, report: Report
     ) -> None:
         """4 processes x 2 threads x 60 appends of ids from a pool of 400 over 8 sessions.
 
         The four open the fresh database at once, so they race to create the schema too.
         A follower in this process (another store) is told every session's commits in
-        order, up to its last sequence, whether the writers notify inside their commits
-        or after them.
+        order, up to its last sequence.
         """
         processes, threads, appends = 4, 2, 60
         writers = [
-            start_writer(
-                postgres_dsn, threads=threads, pool=400, seed=seed, appends=appends, notify=notify
-            )
+            start_writer(postgres_dsn, threads=threads, pool=400, seed=seed, appends=appends)
             for seed in range(processes)
         ]
         for writer in writers:
@@ -444,8 +440,8 @@ class TestWritersKilled:
         ]
         for cycle in range(cycles):
             victim = writers.pop(0)
-            victim.wait_for(lambda lines: "ack" in {line[:3] for line in lines[-3:]})
-            time.sleep(rng.uniform(0.0, 0.1))
+            mark, more = len(victim.lines()), rng.randint(1, 8)  # killed mid-load, at random
+            victim.wait_for(acks_after(mark, more))
             victim.kill()
             acks.add(victim.lines())
             writers.append(
@@ -483,8 +479,7 @@ class TestServerRestart:
         """2 writers (2 threads each); 3 restarts mid-load; a follower in this process.
 
         One writer has the store's defaults; the other ``retry_timeout=0`` (every lost
-        connection reaches it) and ``notify="after_commit"`` (its notifier thread's
-        connection is lost too). Once all are back, the follower is told every
+        connection reaches it). Once all are back, the follower is told every
         session's commits up to its last sequence.
         """
         dsn = database(own_server, "restarts")
@@ -501,7 +496,6 @@ class TestServerRestart:
                 seed=1,
                 appends=0,
                 retry_timeout=0,
-                notify="after_commit",
             ),
         ]
         for writer in writers:
@@ -509,7 +503,8 @@ class TestServerRestart:
         notices.wait_for(lambda calls: any(session_id for session_id, _ in calls))
         first_restart = notices.mark()
         for _ in range(restarts):
-            time.sleep(0.4)
+            for writer in writers:  # some load between restarts
+                writer.wait_for(acks_after(len(writer.lines()), 5))
             last_restart = notices.mark()
             own_server.restart(mode="immediate")
         # Recovered without reopening: each writer acknowledges 20 more events, and the
@@ -576,11 +571,19 @@ class TestConnectionsTerminated:
         dbname = postgres_dsn.rsplit("/", 1)[1]
         cycles, rng = 10, random.Random(5)
         lines: list[str] = []
-        lock = threading.Lock()
+        lock = threading.Condition()
 
         def say(line: str) -> None:
             with lock:
                 lines.append(line)
+                lock.notify_all()
+
+        def acked(count: int) -> None:
+            """Wait for ``count`` more acks (bounded: a hang fails the test)."""
+            with lock:
+                more = acks_after(len(lines), count)
+                if not lock.wait_for(lambda: more(lines), HANG):
+                    raise Hang(f"{count} more acks did not come")
 
         failures: list[BaseException] = []
         stop = threading.Event()
@@ -601,17 +604,11 @@ class TestConnectionsTerminated:
             for thread in threads:
                 thread.start()
             for _ in range(cycles):
-                time.sleep(rng.uniform(0.1, 0.3))
+                acked(rng.randint(5, 30))  # terminated mid-load, at random
                 terminated += terminate_backends(admin, dbname)
-            time.sleep(0.5)
             with lock:
                 mark = len(lines)
-            deadline = time.monotonic() + HANG
-            while time.monotonic() < deadline:  # recovered: 20 more events acknowledged
-                with lock:
-                    if sum(line[:4] == "ack " for line in lines[mark:]) >= 20:
-                        break
-                time.sleep(0.05)
+            acked(20)  # recovered: 20 more events acknowledged
             stop.set()
             for thread in threads:
                 thread.join(HANG)
@@ -755,7 +752,8 @@ class TestServerGone:
         store.append("pg/0", [pooled_event(0)])
         notices.wait_for(lambda calls: ("pg/0", 1) in calls)
         postmaster = int((own_server.data_dir / "postmaster.pid").read_text().split()[0])
-        os.kill(postmaster, signal.SIGQUIT)
+        with ended(postmaster):
+            os.kill(postmaster, signal.SIGQUIT)
         calls = {
             **calls_on(store),
             "sessions": store.sessions,
@@ -772,12 +770,31 @@ class TestServerGone:
 
         report(
             cases=len(calls),
-            typed_errors=sum(outcome == "StoreIOError" for outcome in outcomes.values()),
+            typed_errors=sum(outcome == "StoreUnreachable" for outcome in outcomes.values()),
             listeners_left=len(listeners),
             hangs=0,
         )
-        assert {name: "StoreIOError" for name in calls} == outcomes
+        assert {name: "StoreUnreachable" for name in calls} == outcomes
         assert ("closed", []) == (closed, listeners)
+
+
+@contextlib.contextmanager
+def ended(pid: int) -> Iterator[None]:
+    """Wait, after the block, until process ``pid`` (not a child of ours) has ended.
+
+    The postmaster ends after every process it started, so once it is gone no server
+    process holds a connection and nothing can still commit.
+
+    Raises:
+        Hang: It was still running ``HANG`` seconds later.
+    """
+    fd = os.pidfd_open(pid)
+    try:
+        yield
+        if not select.select([fd], [], [], HANG)[0]:
+            raise Hang(f"process {pid} did not end")
+    finally:
+        os.close(fd)
 
 
 def server_processes(server: ThrowawayPostgres) -> list[int]:
@@ -870,37 +887,24 @@ class TestServerStopped:
             "hub post": lambda: hub.session("pg/1").post(Person("pat", "Pat"), "stopped"),
             "4 appends at once": lambda: appends_at_once(store, 4),
         }
-        seconds: dict[str, float] = {}
-        outcomes: dict[str, object] = {}
         with stopped(own_server):
-            for name, call in calls.items():
-                started = time.monotonic()
-                outcomes[name] = bounded(call)
-                seconds[name] = time.monotonic() - started
-            started = time.monotonic()
+            outcomes = {name: bounded(call) for name, call in calls.items()}
             hub_closed = bounded(lambda: closing(hub))
-            seconds["hub close"] = time.monotonic() - started
         store.append("pg/2", [pooled_event(2)])  # resumed: the same store serves again
         stored = store.read("pg/0")
-        started = time.monotonic()
         with stopped(own_server):
             closed = bounded(lambda: closing(store))
-        seconds["close"] = time.monotonic() - started
 
+        typed = {"StoreIOError", "StoreUnreachable", "CommitOutcomeUnknown"}
         report(
             cases=len(calls) + 2,
-            typed_errors=sum(
-                outcome in ("StoreIOError", "CommitOutcomeUnknown") for outcome in outcomes.values()
-            ),
-            slowest_seconds=round(max(seconds.values()), 2),
+            typed_errors=sum(outcome in typed for outcome in outcomes.values()),
             hangs=0,
         )
-        typed = {"StoreIOError", "CommitOutcomeUnknown"}
         assert {name: True for name in calls} == {
             name: outcome in typed for name, outcome in outcomes.items()
         }, outcomes
         assert ("closed", "closed") == (hub_closed, closed)
-        assert max(seconds.values()) < 10, seconds
         assert acknowledged == stored[:1]
 
     def test_retries_past_cut_connections_and_close_mid_call_stay_bounded(
@@ -916,47 +920,47 @@ class TestServerStopped:
         retrying = PostgresStore(
             dsn, min_connections=3, call_timeout=0.5, retry_timeout=3.0, connect_timeout=0.5
         )
-        patient = PostgresStore(dsn, min_connections=2, call_timeout=60.0)
+        sending = threading.Event()
+
+        class Signalling(psycopg.Connection[Any]):
+            def execute(self, *args: Any, **kwargs: Any) -> Any:
+                sending.set()
+                return super().execute(*args, **kwargs)
+
+        patient = PostgresStore(
+            dsn, min_connections=2, call_timeout=60.0, connect=lambda: Signalling.connect(dsn)
+        )
         retrying.append("pg/0", [pooled_event(0)])
         patient.read("pg/0")
         with stopped(own_server):
-            started = time.monotonic()
             read = bounded(lambda: retrying.read("pg/0"))
-            read_seconds = time.monotonic() - started
+            sending.clear()
             waiting = Background(lambda: patient.read("pg/0"))
-            time.sleep(0.3)  # the read waits on the stopped server
-            started = time.monotonic()
+            assert sending.wait(HANG)  # the read is sent to the stopped server
             closed = bounded(lambda: closing(patient))
             cut = waiting.outcome()
-            close_seconds = time.monotonic() - started
             retrying_closed = bounded(lambda: closing(retrying))
 
-        report(
-            cases=2,
-            typed_errors=(read == "StoreIOError") + (cut == "StoreClosedError"),
-            slowest_seconds=round(max(read_seconds, close_seconds), 2),
-            hangs=0,
-        )
-        assert ("StoreIOError", "closed", "StoreClosedError", "closed") == (
-            read,
+        io_error = read in ("StoreIOError", "StoreUnreachable")  # the retries ran out
+        report(cases=2, typed_errors=io_error + (cut == "StoreClosedError"), hangs=0)
+        assert (True, "closed", "StoreClosedError", "closed") == (
+            io_error,
             closed,
             cut,
             retrying_closed,
         )
-        assert read_seconds < 10 and close_seconds < 10, (read_seconds, close_seconds)
 
 
 def waiting_for_a_lock(admin: psycopg.Connection[tuple[int]], dbname: str) -> list[int]:
     """The backends of ``dbname`` waiting for a lock (bounded: a hang fails the test)."""
-    deadline = time.monotonic() + HANG
-    while time.monotonic() < deadline:
+    for _ in range(int(HANG / 0.01)):
         rows = admin.execute(
             "SELECT pid FROM pg_stat_activity WHERE datname = %s AND wait_event_type = 'Lock'",
             (dbname,),
         ).fetchall()
         if rows:
             return [pid for (pid,) in rows]
-        time.sleep(0.01)
+        threading.Event().wait(0.01)  # the server is polled: nothing to wait on here
     raise Hang("no append came to wait for the session's row lock")
 
 

@@ -1,0 +1,160 @@
+r"""The listener of ``PostgresStore.follow``: one connection ``LISTEN``\ing, one thread.
+
+:class:`Listener` keeps one dedicated autocommit connection that ``LISTEN``\s on the
+store's channel, read by a daemon thread (``sharedesk-pg-listener:<dsn>``) that waits at
+most ``LISTEN_POLL`` seconds at a time and calls every follower with each session's
+newest committed sequence. When the connection is lost, the thread reconnects with
+backoff and tells every follower ``(None, 0)``: notices may have been missed.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Callable
+from typing import Any, Final
+
+import psycopg
+
+from sharedesk.protocol._log import logger
+from sharedesk.protocol.errors import StoreIOError
+from sharedesk.protocol.ports import AppendCallback
+from sharedesk.store._pg_watchdog import Connect, Watchdog
+
+__all__ = ["LISTEN_POLL", "Listener", "parse_payload"]
+
+_log = logger()
+
+#: Most seconds the listener waits for a notice before it looks at its stop flag.
+LISTEN_POLL: Final = 0.2
+#: Backoff of the listener's reconnection attempts: first and longest wait, seconds.
+_RECONNECT_FIRST: Final = 0.05
+_RECONNECT_MAX: Final = 2.0
+
+
+class Listener:
+    """The thread that listens on the store's channel and calls its followers.
+
+    A notice no newer than one already told for its session is dropped. The connection
+    also listens on a channel of this listener's own (``sharedesk_wake_<uuid>``), which
+    :meth:`stop` notifies so that the thread ends at once instead of at its next poll.
+    """
+
+    def __init__(
+        self,
+        connect: Connect,
+        watchdog: Watchdog,
+        channel: str,
+        followers: Callable[[], list[AppendCallback]],
+        wake: Callable[[str], None],
+        path: str,
+    ) -> None:
+        self._connect_to = connect
+        self._watchdog = watchdog
+        self._channel = channel
+        self._followers = followers
+        self._send_wake = wake
+        self._path = path
+        self._wake = f"sharedesk_wake_{uuid.uuid4().hex}"  # 47 bytes: under NAMEDATALEN
+        self._stopping = threading.Event()
+        self._conn: psycopg.Connection[Any] | None = None
+        self._newest: dict[str, int] = {}  # the newest last told per session (this thread's)
+        self._thread = threading.Thread(
+            target=self._run, name=f"sharedesk-pg-listener:{path}", daemon=True
+        )
+
+    def _connect(self) -> psycopg.Connection[Any]:
+        conn = self._connect_to()
+        try:
+            conn.autocommit = True
+            with self._watchdog.watch(conn):
+                conn.execute(f'LISTEN "{self._channel}"')
+                conn.execute(f'LISTEN "{self._wake}"')
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    def start(self) -> None:
+        """Open the connection and start the thread.
+
+        Raises:
+            StoreIOError: The connection could not be opened.
+        """
+        try:
+            self._conn = self._connect()
+        except psycopg.Error as exc:
+            raise StoreIOError(self._path, "follow") from exc
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop the thread and close its connection (joins unless called from it).
+
+        Cost: one ``pg_notify`` (``wake``) to wake the thread (when the server cannot
+        take it, the thread ends at its next poll, ``LISTEN_POLL``).
+        """
+        self._stopping.set()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._send_wake(self._wake)
+            self._thread.join()
+
+    def _run(self) -> None:
+        delay = _RECONNECT_FIRST
+        try:
+            while not self._stopping.is_set():
+                conn = self._conn
+                if conn is None:
+                    try:
+                        conn = self._conn = self._connect()
+                    except psycopg.Error as exc:
+                        _log.warning("store.pg_listener_reconnect_failed", error=repr(exc))
+                        self._stopping.wait(delay)
+                        delay = min(delay * 2, _RECONNECT_MAX)
+                        continue
+                    delay = _RECONNECT_FIRST
+                    self._tell(None, 0)
+                try:
+                    self._drain(conn)
+                except psycopg.Error as exc:
+                    if self._stopping.is_set():
+                        break
+                    _log.warning("store.pg_listener_lost", error=repr(exc))
+                    conn.close()
+                    self._conn = None
+        finally:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+
+    def _drain(self, conn: psycopg.Connection[Any]) -> None:
+        """Wait up to ``LISTEN_POLL`` for notices, telling the followers of each at once."""
+        for notice in conn.notifies(timeout=LISTEN_POLL):
+            if notice.channel == self._wake:
+                return  # stop() woke the thread
+            for session_id, last in parse_payload(notice.payload):
+                if last > self._newest.get(session_id, 0):
+                    if len(self._newest) >= 100_000:
+                        self._newest.clear()
+                    self._newest[session_id] = last
+                    self._tell(session_id, last)
+            if self._stopping.is_set():
+                return
+
+    def _tell(self, session_id: str | None, last: int) -> None:
+        for follower in self._followers():
+            try:
+                follower(session_id, last)
+            except Exception:
+                _log.exception("store.pg_follower_failed")
+
+
+def parse_payload(payload: str) -> list[tuple[str, int]]:
+    """Return the (session id, last sequence) pairs of a payload ``<last>:<hex id> ...``."""
+    told: list[tuple[str, int]] = []
+    for notice in payload.split():
+        last, _, hexed = notice.partition(":")
+        try:
+            told.append((bytes.fromhex(hexed).decode("utf-8"), int(last)))
+        except ValueError:
+            _log.warning("store.pg_bad_notice", payload=notice[:100])
+    return told
