@@ -360,30 +360,20 @@ def run_inspect(console: Output, location: str, session_id: str | None, *, as_js
                     console.json(event)
                 after = last if not page else page[-1].sequence or last
             return
-        infos = store.session_infos()
+        rows = [
+            (i.session_id, i.last_sequence, i.text_count, i.last_activity)
+            for i in store.session_infos()
+        ]
     if as_json:
-        for info in infos:
+        for row in rows:
             console.json(
-                {
-                    "session": info.session_id,
-                    "events": info.last_sequence,
-                    "messages": info.text_count,
-                    "last_activity": info.last_activity,
-                }
+                dict(zip(("session", "events", "messages", "last_activity"), row, strict=True))
             )
         return
     console.line(f"sessions in {shown(location)}")
-    rows = [
-        (
-            i.session_id,
-            f"{i.last_sequence:,}",
-            f"{i.text_count:,}",
-            f"{i.last_activity:%Y-%m-%d %H:%M:%S}",
-        )
-        for i in infos
-    ]
-    console.table(("session", "events", "messages", "last activity (UTC)"), rows, right={1, 2})
-    if not infos:
+    cells = [(sid, f"{n:,}", f"{texts:,}", f"{at:%Y-%m-%d %H:%M:%S}") for sid, n, texts, at in rows]
+    console.table(("session", "events", "messages", "last activity (UTC)"), cells, right={1, 2})
+    if not rows:
         console.line("no sessions")
 
 
