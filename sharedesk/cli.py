@@ -266,17 +266,21 @@ def render_message(console: Output, message: SessionMessage, viewer: SessionAuth
 
 
 def shown(location: str) -> str:
-    """Return how a store is named in output (a DSN without its password). Cost: O(len)."""
+    """Return how a store is named in output: a DSN as ``postgresql://user@host:port/db``.
+
+    That is how ``PostgresStore.path`` names it: never with its password. Cost: O(len).
+    """
     if not is_postgres_dsn(location):
         return location
-    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+    from psycopg.conninfo import conninfo_to_dict
 
     try:
         parts = conninfo_to_dict(location)
     except Exception:  # a DSN psycopg cannot parse: opening the store says why
         return "postgresql://?"
-    parts.pop("password", None)
-    return make_conninfo(**{key: str(value) for key, value in parts.items()})
+    user, port = parts.get("user"), parts.get("port")
+    where = f"{f'{user}@' if user else ''}{parts.get('host', '')}{f':{port}' if port else ''}"
+    return f"postgresql://{where}/{parts.get('dbname', '')}"
 
 
 def _check_postgres_store(dsn: str) -> None:
@@ -356,30 +360,20 @@ def run_inspect(console: Output, location: str, session_id: str | None, *, as_js
                     console.json(event)
                 after = last if not page else page[-1].sequence or last
             return
-        infos = store.session_infos()
+        rows = [
+            (i.session_id, i.last_sequence, i.text_count, i.last_activity)
+            for i in store.session_infos()
+        ]
     if as_json:
-        for info in infos:
+        for row in rows:
             console.json(
-                {
-                    "session": info.session_id,
-                    "events": info.last_sequence,
-                    "messages": info.text_count,
-                    "last_activity": info.last_activity,
-                }
+                dict(zip(("session", "events", "messages", "last_activity"), row, strict=True))
             )
         return
     console.line(f"sessions in {shown(location)}")
-    rows = [
-        (
-            i.session_id,
-            f"{i.last_sequence:,}",
-            f"{i.text_count:,}",
-            f"{i.last_activity:%Y-%m-%d %H:%M:%S}",
-        )
-        for i in infos
-    ]
-    console.table(("session", "events", "messages", "last activity (UTC)"), rows, right={1, 2})
-    if not infos:
+    cells = [(sid, f"{n:,}", f"{texts:,}", f"{at:%Y-%m-%d %H:%M:%S}") for sid, n, texts, at in rows]
+    console.table(("session", "events", "messages", "last activity (UTC)"), cells, right={1, 2})
+    if not rows:
         console.line("no sessions")
 
 
