@@ -13,13 +13,14 @@ thread it is called on, with the synchronous ``emit`` behind an async one.
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import contextlib
 import inspect
 import json
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from email.utils import parsedate_to_datetime
-from typing import Any, Final
+from typing import Any, ClassVar, Final
 
 import httpx
 import msgspec
@@ -179,7 +180,7 @@ def _event_payload(provider: str, status: int, payload: str) -> dict[str, Any]:
     return event
 
 
-class HttpAdapter:
+class HttpAdapter(abc.ABC):
     """The base of the HTTP provider adapters (see the module docstring).
 
     ``adapter_opts`` every subclass reads: ``"stream"`` (bool), ``"timeout"`` (seconds:
@@ -193,7 +194,7 @@ class HttpAdapter:
     #: ``adapter_opts`` keys copied into each request body as they are.
     PASSTHROUGH_OPTS: tuple[str, ...] = ()
     #: The provider name when none is given.
-    DEFAULT_NAME: str = "http"
+    DEFAULT_NAME: ClassVar[str]
 
     def __init__(
         self,
@@ -252,6 +253,7 @@ class HttpAdapter:
         """Return the headers that authenticate a request (default: a bearer token)."""
         return {"Authorization": f"Bearer {self._api_key}"} if self._api_key else {}
 
+    @abc.abstractmethod
     async def converse(
         self,
         client: httpx.AsyncClient,
@@ -261,7 +263,6 @@ class HttpAdapter:
         opts: Mapping[str, Any],
     ) -> AdapterResult:
         """Talk to the provider for one run over ``client`` (what a subclass supplies)."""
-        raise ProviderError(self._name, None, "this adapter does not converse")
 
     async def aexecute(
         self, run: Run, session: Session, emit: AsyncEmit, opts: Mapping[str, Any]

@@ -127,8 +127,9 @@ def start_run(store: Any, session_id: str, input: Any, author: Any) -> Run:
     events = rules.input_events(run_id, input, author)
     run_index(store).append(session_id, events)
     logger().debug("run.created", session_id=session_id, run_id=run_id)
-    messages = [{"role": e.metadata["role"], "content": e.body.content} for e in events]  # type: ignore[union-attr]
-    return Run(id=run_id, session_id=session_id, status="pending", input=messages)
+    run = rules.fold_run(run_id, events)
+    assert run is not None
+    return run
 
 
 def finish(store: Any, run_id: str, body: RunFinished) -> tuple[Event, bool]:
