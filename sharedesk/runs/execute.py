@@ -45,6 +45,7 @@ from sharedesk.protocol.errors import (
     RunNotFound,
     RunStateError,
     RunTimeout,
+    SharedeskError,
     ValidationError,
 )
 from sharedesk.protocol.events import (
@@ -153,6 +154,14 @@ def cancel_run(store: Any, run_id: str) -> Run:
     return msgspec.structs.replace(
         run, status="cancelled", error_code="cancelled", error_message="cancelled"
     )
+
+
+def try_cancel(store: Any, run_id: str) -> None:
+    """Cancel the run unless it finished first (or the store closed): logged, not raised."""
+    try:
+        cancel_run(store, run_id)
+    except SharedeskError as exc:
+        logger().debug("run.cancel_skipped", run_id=run_id, error=str(exc))
 
 
 def prepare(
