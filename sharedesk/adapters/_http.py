@@ -195,6 +195,8 @@ class HttpAdapter(abc.ABC):
     PASSTHROUGH_OPTS: tuple[str, ...] = ()
     #: The provider name when none is given.
     DEFAULT_NAME: ClassVar[str]
+    #: Whether the adapter runs the tools the model calls (else it takes none).
+    RUNS_TOOLS: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -225,7 +227,8 @@ class HttpAdapter(abc.ABC):
 
         Raises:
             ValidationError: An empty ``base_url``, ``model`` or ``name``, a deadline
-                that is not a positive number, or bad tools or author.
+                that is not a positive number, bad tools (or any, to an adapter that runs
+                none), or a bad author.
         """
         name = self.DEFAULT_NAME if name is None else name
         for field, value in (("base_url", base_url), ("model", model), ("name", name)):
@@ -236,6 +239,8 @@ class HttpAdapter(abc.ABC):
         self.base_url = base_url.rstrip("/")
         self.model = model
         self.tools = check_tools(tools)
+        if self.tools and not self.RUNS_TOOLS:
+            raise ValidationError(f"{type(self).__name__} runs no tools")
         self.author: SessionAuthor = (
             Agent(id=name, label=name) if author is None else check_author(author)
         )

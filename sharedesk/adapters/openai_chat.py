@@ -29,13 +29,14 @@ from sharedesk.runs.types import AdapterResult, AsyncEmit, Run, Session
 class OpenAIChatAdapter(HttpAdapter):
     """An adapter for an OpenAI-compatible ``/chat/completions`` endpoint.
 
-    Takes the arguments of :class:`~sharedesk.adapters.HttpAdapter` (``name`` defaults to
-    ``"openai"``) and its ``adapter_opts``; passes ``temperature``, ``max_tokens``,
-    ``top_p``, ``stop`` and ``seed`` through.
+    Takes the arguments of :class:`~sharedesk.adapters.HttpAdapter` but ``tools``
+    (``name`` defaults to ``"openai"``) and its ``adapter_opts``; passes ``temperature``,
+    ``max_tokens``, ``top_p``, ``stop`` and ``seed`` through.
     """
 
     PASSTHROUGH_OPTS = ("temperature", "max_tokens", "top_p", "stop", "seed")
     DEFAULT_NAME = "openai"
+    RUNS_TOOLS = False
 
     def request_body(self, run: Run, session: Session, opts: Mapping[str, Any]) -> dict[str, Any]:
         """Return the JSON body sent for ``run``. Cost: O(transcript); no I/O."""

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from sharedesk.adapters._http import FunctionTool
 from sharedesk.adapters.openai_chat import OpenAIChatAdapter
 from sharedesk.protocol.authors import Agent, Operator, Person
 from sharedesk.protocol.errors import ProviderError, RunFailed, ValidationError
@@ -364,6 +365,10 @@ class TestConstruction:
     def test_an_empty_base_url_or_model_is_refused(self, args: tuple[str, str]) -> None:
         with pytest.raises(ValidationError):
             OpenAIChatAdapter(*args)
+
+    def test_tools_are_refused(self) -> None:
+        with pytest.raises(ValidationError):
+            OpenAIChatAdapter("http://127.0.0.1:1", "m", tools=[FunctionTool("t", print)])
 
     def test_the_adapter_cannot_continue_natively(self) -> None:
         assert False is OpenAIChatAdapter("http://127.0.0.1:1", "m").native_continuation
