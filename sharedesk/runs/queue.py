@@ -23,7 +23,6 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from types import TracebackType
 from typing import Any, Self
 
 from sharedesk.protocol._log import logger
@@ -284,12 +283,7 @@ class RunQueue:
     def __enter__(self) -> Self:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.close()
 
     # -- internals (the queue lock is held where noted) --------------------------------
