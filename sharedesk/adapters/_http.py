@@ -4,7 +4,8 @@
 arguments, one ``httpx.AsyncClient`` per run (over an injectable transport), the run's
 overall deadline, server-sent events, HTTP errors and transport failures as
 :class:`~sharedesk.ProviderError`, and the tools a model may call. A provider module
-supplies only its request bodies and how to read its answers (:meth:`HttpAdapter.converse`).
+supplies only its request bodies and how to read its answers (:meth:`HttpAdapter.converse`,
+over an :class:`Exchange`).
 
 ``aexecute`` is the adapter; ``execute`` is the bridge for the synchronous
 ``SessionManager.execute_run``: it runs ``aexecute`` on an event loop of the worker
@@ -13,13 +14,15 @@ thread it is called on, with the synchronous ``emit`` behind an async one.
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import contextlib
 import inspect
 import json
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
-from typing import Any, Final
+from typing import Any, ClassVar, Final
 
 import httpx
 import msgspec
@@ -27,7 +30,7 @@ import msgspec
 from sharedesk.adapters.render import output_text
 from sharedesk.protocol.authors import Agent, SessionAuthor
 from sharedesk.protocol.errors import ProviderError, ValidationError
-from sharedesk.protocol.events import Event, ToolCall, ToolResult
+from sharedesk.protocol.events import Event, EventBody, ToolCall, ToolResult
 from sharedesk.protocol.validation import check_author
 from sharedesk.runs.types import AdapterResult, AsyncEmit, Emit, Run, Session
 
@@ -44,6 +47,7 @@ __all__ = [
     "DEFAULT_DEADLINE_S",
     "DEFAULT_HTTP_TIMEOUT_S",
     "DEFAULT_TOOL_ROUNDS",
+    "Exchange",
     "FunctionTool",
     "HttpAdapter",
     "call_tool",
@@ -179,7 +183,7 @@ def _event_payload(provider: str, status: int, payload: str) -> dict[str, Any]:
     return event
 
 
-class HttpAdapter:
+class HttpAdapter(abc.ABC):
     """The base of the HTTP provider adapters (see the module docstring).
 
     ``adapter_opts`` every subclass reads: ``"stream"`` (bool), ``"timeout"`` (seconds:
@@ -193,7 +197,9 @@ class HttpAdapter:
     #: ``adapter_opts`` keys copied into each request body as they are.
     PASSTHROUGH_OPTS: tuple[str, ...] = ()
     #: The provider name when none is given.
-    DEFAULT_NAME: str = "http"
+    DEFAULT_NAME: ClassVar[str]
+    #: Whether the adapter runs the tools the model calls (else it takes none).
+    RUNS_TOOLS: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -224,7 +230,8 @@ class HttpAdapter:
 
         Raises:
             ValidationError: An empty ``base_url``, ``model`` or ``name``, a deadline
-                that is not a positive number, or bad tools or author.
+                that is not a positive number, bad tools (or any, to an adapter that runs
+                none), or a bad author.
         """
         name = self.DEFAULT_NAME if name is None else name
         for field, value in (("base_url", base_url), ("model", model), ("name", name)):
@@ -235,6 +242,8 @@ class HttpAdapter:
         self.base_url = base_url.rstrip("/")
         self.model = model
         self.tools = check_tools(tools)
+        if self.tools and not self.RUNS_TOOLS:
+            raise ValidationError(f"{type(self).__name__} runs no tools")
         self.author: SessionAuthor = (
             Agent(id=name, label=name) if author is None else check_author(author)
         )
@@ -252,16 +261,9 @@ class HttpAdapter:
         """Return the headers that authenticate a request (default: a bearer token)."""
         return {"Authorization": f"Bearer {self._api_key}"} if self._api_key else {}
 
-    async def converse(
-        self,
-        client: httpx.AsyncClient,
-        run: Run,
-        session: Session,
-        emit: AsyncEmit,
-        opts: Mapping[str, Any],
-    ) -> AdapterResult:
-        """Talk to the provider for one run over ``client`` (what a subclass supplies)."""
-        raise ProviderError(self._name, None, "this adapter does not converse")
+    @abc.abstractmethod
+    async def converse(self, x: Exchange) -> AdapterResult:
+        """Talk to the provider for one run (what a subclass supplies)."""
 
     async def aexecute(
         self, run: Run, session: Session, emit: AsyncEmit, opts: Mapping[str, Any]
@@ -302,7 +304,7 @@ class HttpAdapter:
                     transport=self._transport,
                 ) as client,
             ):
-                return await self.converse(client, run, session, emit, opts)
+                return await self.converse(Exchange(self, client, run, session, emit, opts))
         except TimeoutError as exc:
             if not scope.expired():
                 raise
@@ -337,13 +339,38 @@ class HttpAdapter:
             body.update(extra)
         return body
 
-    async def post(self, client: httpx.AsyncClient, path: str, body: Any) -> dict[str, Any]:
-        """POST ``body`` and return the JSON object answered.
+
+@dataclass(frozen=True, eq=False)
+class Exchange:
+    """One run's exchange with its provider: what :meth:`HttpAdapter.converse` works with.
+
+    Attributes:
+        adapter: The adapter.
+        client: The run's HTTP client (its base headers, timeout and transport set).
+        run: The run.
+        session: The session, with ``context``.
+        emit: The run's async emit.
+        opts: ``adapter_opts``.
+    """
+
+    adapter: HttpAdapter
+    client: httpx.AsyncClient
+    run: Run
+    session: Session
+    emit: AsyncEmit
+    opts: Mapping[str, Any]
+
+    async def say(self, body: EventBody) -> Event:
+        """Emit an event of ``body`` by the adapter's author; return it as stored."""
+        return await self.emit(Event(self.adapter.author, body))
+
+    async def post(self, path: str, body: Any) -> dict[str, Any]:
+        """POST ``body`` to ``{base_url}/{path}`` and return the JSON object answered.
 
         Raises:
             ProviderError: An HTTP error, or a body that is not a JSON object.
         """
-        response = await client.post(f"{self.base_url}/{path}", json=body)
+        response = await self.client.post(f"{self.adapter.base_url}/{path}", json=body)
         await self._check_status(response)
         try:
             payload = json.loads(response.content)
@@ -351,42 +378,43 @@ class HttpAdapter:
             payload = None
         if not isinstance(payload, dict):
             raise ProviderError(
-                self._name, response.status_code, f"malformed response: {response.text[:80]!r}"
+                self.adapter.name,
+                response.status_code,
+                f"malformed response: {response.text[:80]!r}",
             )
         return payload
 
     @contextlib.asynccontextmanager
     async def stream(
-        self, client: httpx.AsyncClient, path: str, body: Any, *, until_done: bool = False
+        self, path: str, body: Any, *, until_done: bool = False
     ) -> AsyncIterator[AsyncIterator[dict[str, Any]]]:
         """POST ``body`` and give its server-sent events (see :func:`sse_events`)."""
-        async with client.stream("POST", f"{self.base_url}/{path}", json=body) as response:
+        url = f"{self.adapter.base_url}/{path}"
+        async with self.client.stream("POST", url, json=body) as response:
             await self._check_status(response)
-            yield sse_events(self._name, response, until_done=until_done)
+            yield sse_events(self.adapter.name, response, until_done=until_done)
 
-    def rounds(self, opts: Mapping[str, Any]) -> int:
+    def rounds(self) -> int:
         """Return ``opts["max_tool_rounds"]`` (default :data:`DEFAULT_TOOL_ROUNDS`).
 
         Raises:
             ValidationError: Not a positive int.
         """
-        rounds = opts.get("max_tool_rounds", DEFAULT_TOOL_ROUNDS)
+        rounds = self.opts.get("max_tool_rounds", DEFAULT_TOOL_ROUNDS)
         if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
             raise ValidationError(f"max_tool_rounds must be a positive int, got {rounds!r}")
         return rounds
 
-    async def run_tool(
-        self, emit: AsyncEmit, call_id: str, name: str, arguments: Any
-    ) -> tuple[Any, bool]:
+    async def run_tool(self, call_id: str, name: str, arguments: Any) -> tuple[Any, bool]:
         """Emit the model's tool call, run the tool, emit its result; return the result.
 
         Arguments that are not an object are recorded as ``{"arguments": ...}`` (and the
         tool is not called: see :func:`call_tool`).
         """
         tool_input = arguments if isinstance(arguments, dict) else {"arguments": arguments}
-        await emit(Event(self.author, ToolCall(call_id, name, tool_input)))
-        output, is_error = await call_tool(self.tools, name, arguments)
-        await emit(Event(self.author, ToolResult(call_id, output, is_error=is_error)))
+        await self.say(ToolCall(call_id, name, tool_input))
+        output, is_error = await call_tool(self.adapter.tools, name, arguments)
+        await self.say(ToolResult(call_id, output, is_error=is_error))
         return output, is_error
 
     async def _check_status(self, response: httpx.Response) -> None:
@@ -394,7 +422,7 @@ class HttpAdapter:
             return
         await response.aread()
         raise ProviderError(
-            self._name,
+            self.adapter.name,
             response.status_code,
             response.text[:_DETAIL_MAX],
             retry_after(response.headers),

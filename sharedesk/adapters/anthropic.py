@@ -28,13 +28,11 @@ import json
 from collections.abc import Mapping
 from typing import Any, Final
 
-import httpx
-
-from sharedesk.adapters._http import HttpAdapter, add_usage
+from sharedesk.adapters._http import Exchange, HttpAdapter, add_usage
 from sharedesk.adapters.render import output_text, to_anthropic_messages
 from sharedesk.protocol.errors import ProviderError
-from sharedesk.protocol.events import Event, Text, TextDelta
-from sharedesk.runs.types import AdapterResult, AsyncEmit, Run, Session
+from sharedesk.protocol.events import Text, TextDelta
+from sharedesk.runs.types import AdapterResult, Run, Session
 
 #: The ``anthropic-version`` header sent with each request.
 ANTHROPIC_VERSION: Final = "2023-06-01"
@@ -114,25 +112,18 @@ class AnthropicMessagesAdapter(HttpAdapter):
             ]
         return self.body(opts, **fields)
 
-    async def converse(
-        self,
-        client: httpx.AsyncClient,
-        run: Run,
-        session: Session,
-        emit: AsyncEmit,
-        opts: Mapping[str, Any],
-    ) -> AdapterResult:
+    async def converse(self, x: Exchange) -> AdapterResult:
         """Send the run, run the tools the model uses, emit the replies (see the module)."""
-        system, messages = self.first_messages(run, session)
+        system, messages = self.first_messages(x.run, x.session)
         usage: dict[str, Any] = {}
         reply: str | None = None
-        for _ in range(self.rounds(opts)):
-            body = self.request_body(system, messages, opts)
+        for _ in range(x.rounds()):
+            body = self.request_body(system, messages, x.opts)
             if body.get("stream"):
-                async with self.stream(client, "messages", body) as events:
-                    message = await self._assemble(events, emit)
+                async with x.stream("messages", body) as events:
+                    message = await self._assemble(x, events)
             else:
-                message = await self.post(client, "messages", body)
+                message = await x.post("messages", body)
             content = message.get("content")
             if not isinstance(content, list):
                 raise ProviderError(self.name, 200, "malformed response: no content")
@@ -140,14 +131,12 @@ class AnthropicMessagesAdapter(HttpAdapter):
             text, uses = _text_and_uses(content)
             if text or not uses:
                 reply = text
-                await emit(Event(self.author, Text(text)))
+                await x.say(Text(text))
             if not uses:
                 break
             results: list[dict[str, Any]] = []
             for use in uses:
-                output, is_error = await self.run_tool(
-                    emit, use["id"], use["name"], use.get("input", {})
-                )
+                output, is_error = await x.run_tool(use["id"], use["name"], use.get("input", {}))
                 results.append(
                     {"type": "tool_result", "tool_use_id": use["id"],
                      "content": output_text(output), **({"is_error": True} if is_error else {})}
@@ -159,7 +148,7 @@ class AnthropicMessagesAdapter(HttpAdapter):
             ]
         return AdapterResult(output=reply, token_usage=usage)
 
-    async def _assemble(self, events: Any, emit: AsyncEmit) -> dict[str, Any]:
+    async def _assemble(self, x: Exchange, events: Any) -> dict[str, Any]:
         """Return the whole message a stream of events describes, emitting its deltas."""
         message: dict[str, Any] | None = None
         blocks: dict[int, dict[str, Any]] = {}
@@ -176,7 +165,7 @@ class AnthropicMessagesAdapter(HttpAdapter):
                 if delta.get("type") == "text_delta" and isinstance(delta.get("text"), str):
                     block["text"] = block.get("text", "") + delta["text"]
                     if delta["text"]:
-                        await emit(Event(self.author, TextDelta(delta["text"])))
+                        await x.say(TextDelta(delta["text"]))
                 elif delta.get("type") == "input_json_delta":
                     partial_json.setdefault(index, []).append(str(delta.get("partial_json", "")))
             elif kind == "message_delta" and message is not None:

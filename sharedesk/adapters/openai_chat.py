@@ -17,25 +17,24 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import httpx
-
-from sharedesk.adapters._http import HttpAdapter
+from sharedesk.adapters._http import Exchange, HttpAdapter
 from sharedesk.adapters.render import to_openai_messages
 from sharedesk.protocol.errors import ProviderError
-from sharedesk.protocol.events import Event, Text, TextDelta
-from sharedesk.runs.types import AdapterResult, AsyncEmit, Run, Session
+from sharedesk.protocol.events import Text, TextDelta
+from sharedesk.runs.types import AdapterResult, Run, Session
 
 
 class OpenAIChatAdapter(HttpAdapter):
     """An adapter for an OpenAI-compatible ``/chat/completions`` endpoint.
 
-    Takes the arguments of :class:`~sharedesk.adapters.HttpAdapter` (``name`` defaults to
-    ``"openai"``) and its ``adapter_opts``; passes ``temperature``, ``max_tokens``,
-    ``top_p``, ``stop`` and ``seed`` through.
+    Takes the arguments of :class:`~sharedesk.adapters.HttpAdapter` but ``tools``
+    (``name`` defaults to ``"openai"``) and its ``adapter_opts``; passes ``temperature``,
+    ``max_tokens``, ``top_p``, ``stop`` and ``seed`` through.
     """
 
     PASSTHROUGH_OPTS = ("temperature", "max_tokens", "top_p", "stop", "seed")
     DEFAULT_NAME = "openai"
+    RUNS_TOOLS = False
 
     def request_body(self, run: Run, session: Session, opts: Mapping[str, Any]) -> dict[str, Any]:
         """Return the JSON body sent for ``run``. Cost: O(transcript); no I/O."""
@@ -47,31 +46,24 @@ class OpenAIChatAdapter(HttpAdapter):
             body["stream_options"] = {"include_usage": True}
         return body
 
-    async def converse(
-        self,
-        client: httpx.AsyncClient,
-        run: Run,
-        session: Session,
-        emit: AsyncEmit,
-        opts: Mapping[str, Any],
-    ) -> AdapterResult:
+    async def converse(self, x: Exchange) -> AdapterResult:
         """Send the run and emit the reply (see the module docstring)."""
-        body = self.request_body(run, session, opts)
+        body = self.request_body(x.run, x.session, x.opts)
         if not body.get("stream"):
-            content, usage = self._reply(await self.post(client, "chat/completions", body))
+            content, usage = self._reply(await x.post("chat/completions", body))
         else:
             parts: list[str] = []
             usage = {}
-            async with self.stream(client, "chat/completions", body, until_done=True) as chunks:
+            async with x.stream("chat/completions", body, until_done=True) as chunks:
                 async for chunk in chunks:
                     found = chunk.get("usage")
                     if found is not None:
                         usage = self._usage(found)
                     for delta in self._deltas(chunk):
                         parts.append(delta)
-                        await emit(Event(self.author, TextDelta(delta)))
+                        await x.say(TextDelta(delta))
             content = "".join(parts)
-        await emit(Event(self.author, Text(content)))
+        await x.say(Text(content))
         return AdapterResult(output=content, token_usage=usage)
 
     def _reply(self, payload: dict[str, Any]) -> tuple[str, dict[str, Any]]:

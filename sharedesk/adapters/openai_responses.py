@@ -34,13 +34,11 @@ import json
 from collections.abc import Mapping
 from typing import Any, Final
 
-import httpx
-
-from sharedesk.adapters._http import HttpAdapter, add_usage
+from sharedesk.adapters._http import Exchange, HttpAdapter, add_usage
 from sharedesk.adapters.render import output_text, to_responses_input
 from sharedesk.protocol.errors import ProviderError
-from sharedesk.protocol.events import Event, RunStarted, Text, TextDelta
-from sharedesk.runs.types import AdapterResult, AsyncEmit, Run, Session
+from sharedesk.protocol.events import RunStarted, Text, TextDelta
+from sharedesk.runs.types import AdapterResult, Run, Session
 
 _USAGE_KEYS: Final = ("input_tokens", "output_tokens", "total_tokens")
 
@@ -104,54 +102,44 @@ class OpenAIResponsesAdapter(HttpAdapter):
             ]  # fmt: skip
         return self.body(opts, **fields)
 
-    async def converse(
-        self,
-        client: httpx.AsyncClient,
-        run: Run,
-        session: Session,
-        emit: AsyncEmit,
-        opts: Mapping[str, Any],
-    ) -> AdapterResult:
+    async def converse(self, x: Exchange) -> AdapterResult:
         """Send the run, run the tools the model calls, emit the replies (see the module)."""
-        items, previous = self.first_input(run, session)
+        items, previous = self.first_input(x.run, x.session)
         usage: dict[str, Any] = {}
         reply: str | None = None
         response_id: str | None = None
-        for _ in range(self.rounds(opts)):
-            response = await self._call(client, self.request_body(items, previous, opts), emit)
+        for _ in range(x.rounds()):
+            response = await self._call(x, self.request_body(items, previous, x.opts))
             response_id, output = self._parse(response)
             add_usage(usage, response.get("usage"), _USAGE_KEYS)
             text, calls = _text_and_calls(output)
             if text or not calls:
                 reply = text
-                await emit(Event(self.author, Text(text)))
+                await x.say(Text(text))
             if not calls:
                 break
             items = []
             for call_id, name, arguments in calls:
-                result, _ = await self.run_tool(emit, call_id, name, arguments)
+                result, _ = await x.run_tool(call_id, name, arguments)
                 items.append(
                     {"type": "function_call_output", "call_id": call_id,
                      "output": output_text(result)}
                 )  # fmt: skip
             previous = response_id
-        started = RunStarted(provider=self.name, model=self.model, provider_session_id=response_id)
-        await emit(Event(self.author, started))
+        await x.say(RunStarted(self.name, model=self.model, provider_session_id=response_id))
         return AdapterResult(output=reply, token_usage=usage)
 
-    async def _call(
-        self, client: httpx.AsyncClient, body: dict[str, Any], emit: AsyncEmit
-    ) -> dict[str, Any]:
+    async def _call(self, x: Exchange, body: dict[str, Any]) -> dict[str, Any]:
         """One model call; return the final response object."""
         if not body.get("stream"):
-            return await self.post(client, "responses", body)
-        async with self.stream(client, "responses", body) as events:
+            return await x.post("responses", body)
+        async with x.stream("responses", body) as events:
             async for event in events:
                 kind = event.get("type")
                 if kind == "response.output_text.delta":
                     delta = event.get("delta")
                     if isinstance(delta, str) and delta:
-                        await emit(Event(self.author, TextDelta(delta)))
+                        await x.say(TextDelta(delta))
                 elif kind in ("response.completed", "response.incomplete"):
                     final = event.get("response")
                     if not isinstance(final, dict):

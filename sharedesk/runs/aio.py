@@ -26,8 +26,7 @@ from collections.abc import Callable, Coroutine
 from concurrent.futures import Future
 from typing import Any, Final
 
-from sharedesk.protocol._log import logger
-from sharedesk.protocol.errors import RunStateError, SharedeskError, ValidationError
+from sharedesk.protocol.errors import RunStateError, ValidationError
 from sharedesk.protocol.events import Event
 from sharedesk.runs import execute
 from sharedesk.runs.rules import RunOptions
@@ -120,7 +119,7 @@ async def aexecute_run(store: Any, adapter: Any, run_id: str, options: RunOption
     try:
         return await asyncio.shield(waiting)
     except asyncio.CancelledError:
-        cancelling = asyncio.ensure_future(asyncio.to_thread(_cancel, store, run_id))
+        cancelling = asyncio.ensure_future(asyncio.to_thread(execute.try_cancel, store, run_id))
         await _settle(cancelling)
         stop()  # after the cancel is recorded: the adapter's end is not a failure
         await _settle(waiting)
@@ -131,13 +130,6 @@ async def aexecute_run(store: Any, adapter: Any, run_id: str, options: RunOption
     finally:
         if job.done():
             await asyncio.to_thread(thread.join)
-
-
-def _cancel(store: Any, run_id: str) -> None:
-    try:
-        execute.cancel_run(store, run_id)
-    except SharedeskError as exc:  # finished first, or never started
-        logger().debug("run.cancel_refused", run_id=run_id, error=str(exc))
 
 
 async def _settle(task: asyncio.Future[Any]) -> None:

@@ -45,6 +45,7 @@ from sharedesk.protocol.errors import (
     RunNotFound,
     RunStateError,
     RunTimeout,
+    SharedeskError,
     ValidationError,
 )
 from sharedesk.protocol.events import (
@@ -127,8 +128,9 @@ def start_run(store: Any, session_id: str, input: Any, author: Any) -> Run:
     events = rules.input_events(run_id, input, author)
     run_index(store).append(session_id, events)
     logger().debug("run.created", session_id=session_id, run_id=run_id)
-    messages = [{"role": e.metadata["role"], "content": e.body.content} for e in events]  # type: ignore[union-attr]
-    return Run(id=run_id, session_id=session_id, status="pending", input=messages)
+    run = rules.fold_run(run_id, events)
+    assert run is not None
+    return run
 
 
 def finish(store: Any, run_id: str, body: RunFinished) -> tuple[Event, bool]:
@@ -152,6 +154,14 @@ def cancel_run(store: Any, run_id: str) -> Run:
     return msgspec.structs.replace(
         run, status="cancelled", error_code="cancelled", error_message="cancelled"
     )
+
+
+def try_cancel(store: Any, run_id: str) -> None:
+    """Cancel the run unless it finished first (or the store closed): logged, not raised."""
+    try:
+        cancel_run(store, run_id)
+    except SharedeskError as exc:
+        logger().debug("run.cancel_skipped", run_id=run_id, error=str(exc))
 
 
 def prepare(

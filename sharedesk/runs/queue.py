@@ -23,14 +23,12 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from types import TracebackType
 from typing import Any, Self
 
 from sharedesk.protocol._log import logger
 from sharedesk.protocol.errors import (
     QueueClosed,
     QueueFull,
-    SharedeskError,
     ValidationError,
 )
 from sharedesk.protocol.ports import EventStore
@@ -198,7 +196,7 @@ class RunQueue:
                 run=run,
                 adapter=adapter,
                 options=options,
-                future=RunFuture(run.id, session_id, lambda: self._interrupted(job)),
+                future=RunFuture(run.id, session_id, lambda: self._stop(job)),
             )
             with self._cond:
                 lane.reserved -= 1
@@ -275,12 +273,7 @@ class RunQueue:
             running = list(self._running.values())
             threads = list(self._threads)
         for job in running:
-            if job.future.cancel():  # given a slot but not started yet
-                continue
-            try:
-                execute.cancel_run(self._store, job.run.id)
-            except SharedeskError as exc:  # it finished meanwhile, or the store closed
-                logger().debug("queue.cancel_skipped", run_id=job.run.id, error=str(exc))
+            self._stop(job)
         for thread in threads:
             thread.join(max(timeout, 1.0))
             if thread.is_alive():  # pragma: no cover - a store that hangs
@@ -290,12 +283,7 @@ class RunQueue:
     def __enter__(self) -> Self:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.close()
 
     # -- internals (the queue lock is held where noted) --------------------------------
@@ -347,14 +335,10 @@ class RunQueue:
                     self._forget_if_idle(session_id)
                 self._cond.notify_all()
 
-    def _interrupted(self, job: _Job) -> None:
-        """Cancel a run whose waiter was interrupted (the waiter's thread)."""
-        if job.future.cancel():  # still waiting: _on_done records the cancel
-            return
-        try:
-            execute.cancel_run(self._store, job.run.id)
-        except SharedeskError as exc:  # it finished meanwhile, or the store closed
-            logger().debug("queue.cancel_skipped", run_id=job.run.id, error=str(exc))
+    def _stop(self, job: _Job) -> None:
+        """Cancel ``job``: its future while it waits (``_on_done`` records it), else its run."""
+        if not job.future.cancel():
+            execute.try_cancel(self._store, job.run.id)
 
     def _on_done(self, job: _Job) -> None:
         """Record a future cancelled while waiting as a cancelled run (any thread)."""
@@ -365,7 +349,4 @@ class RunQueue:
             if lane is not None and job in lane.waiting:
                 lane.waiting.remove(job)
                 self._forget_if_idle(job.run.session_id)
-        try:
-            execute.cancel_run(self._store, job.run.id)
-        except SharedeskError as exc:  # already cancelled, or the store closed
-            logger().debug("queue.cancel_skipped", run_id=job.run.id, error=str(exc))
+        execute.try_cancel(self._store, job.run.id)

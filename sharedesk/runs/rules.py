@@ -35,11 +35,10 @@ from typing import Any, Final
 
 import msgspec
 
-from sharedesk.projection.runstate import fold_session_events
 from sharedesk.protocol.authors import Agent, Operator, SessionAuthor, System
 from sharedesk.protocol.errors import RunNotFound, ValidationError
 from sharedesk.protocol.events import Event, RunFinished, RunStarted, Text, TextDelta
-from sharedesk.protocol.sessions import EMPTY_SESSION_STATE, SessionState
+from sharedesk.protocol.sessions import SessionState
 from sharedesk.protocol.validation import check_author, check_optional_int
 from sharedesk.runs.types import CONTINUATION_MODES, CONTINUATION_OPTS, Run, Session
 
@@ -210,11 +209,6 @@ def session_of(session_id: str, state: SessionState) -> Session:
     }
     status = "active" if state.open_runs else "idle"
     return Session(id=session_id, status=status, metadata=metadata, context={})
-
-
-def fold_session(session_id: str, events: Sequence[Event]) -> Session:
-    """Fold a session from all its events (the fold the stores apply as they append)."""
-    return session_of(session_id, fold_session_events(EMPTY_SESSION_STATE, list(events)))
 
 
 def coalesce_chunks(chunks: Sequence[Event]) -> list[Event]:

@@ -22,7 +22,7 @@ from sharedesk.adapters.openai_chat import OpenAIChatAdapter
 from sharedesk.adapters.openai_responses import OpenAIResponsesAdapter
 from sharedesk.protocol.errors import ProviderError, ValidationError
 from sharedesk.protocol.events import Text
-from tests.integrations.fake_http import Desk, Reply, fake_server
+from tests.adapters.fake_http import Desk, Reply, fake_server
 
 ADAPTERS = [OpenAIChatAdapter, OpenAIResponsesAdapter, AnthropicMessagesAdapter]
 

@@ -17,7 +17,7 @@ from sharedesk.protocol.authors import Agent, Person, System
 from sharedesk.protocol.errors import ProviderError, RunFailed
 from sharedesk.protocol.events import Event, Text, TextDelta, ToolCall, ToolResult
 from sharedesk.runs import SessionManager
-from tests.integrations.fake_http import Desk, FakeServer, Reply, fake_server
+from tests.adapters.fake_http import Desk, FakeServer, Reply, fake_server
 
 AGENT = Agent(id="anthropic", label="anthropic")
 USAGE = {"input_tokens": 9, "output_tokens": 4}

@@ -13,7 +13,7 @@ from typing import Any
 import msgspec
 
 from sharedesk.protocol.events import Event
-from sharedesk.runs.rules import fold_session
+from sharedesk.runs.manager import SessionManager
 from sharedesk.runs.types import Run, Session
 from sharedesk.store.memory import MemoryStore
 
@@ -126,7 +126,7 @@ class Desk:
         )
 
     def session(self, **context: Any) -> Session:
-        folded = fold_session(self.session_id, self.store.read(self.session_id))
+        folded = SessionManager.get_session(self.store, self.session_id)
         return Session(
             id=self.session_id, status="active", metadata=folded.metadata, context=context
         )

@@ -26,7 +26,7 @@ from sharedesk.protocol.events import (
     ToolResult,
 )
 from sharedesk.runs import SessionManager
-from tests.integrations.fake_http import Desk, FakeServer, Reply, fake_server
+from tests.adapters.fake_http import Desk, FakeServer, Reply, fake_server
 
 USAGE = {"input_tokens": 7, "output_tokens": 3, "total_tokens": 10}
 AGENT = Agent(id="openai-responses", label="openai-responses")
