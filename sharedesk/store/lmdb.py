@@ -295,38 +295,21 @@ class LmdbStore(StoreBase):
     # -- reads -------------------------------------------------------------------------
 
     def _in_read(self, body: Callable[[Any, Mapping[bytes, Any]], T]) -> T:
-        """Run ``body(txn, dbs)`` in a read-only transaction, adopting a map grown elsewhere.
-
-        A full reader table is retried once after freeing the slots of dead processes.
+        """Run ``body(txn, dbs)`` in a read-only transaction (see ``SharedEnvironment.run``).
 
         Raises:
             StoreClosedError: The store is closed.
             StoreIOError: LMDB failed; the cause is chained.
         """
         shared = self._shared
-        reclaimed = False
-        while True:
-            shared.lock.acquire_shared()
-            try:
-                if self._closed or shared.closed:
-                    raise StoreClosedError(self.path)
-                with shared.read() as (txn, dbs):
-                    return body(txn, dbs)
-            except lmdb.MapResizedError:
-                full = False
-            except lmdb.ReadersFullError as exc:
-                if reclaimed:
-                    raise StoreIOError(self.path, "read") from exc
-                full = True
-            except lmdb.Error as exc:
-                raise StoreIOError(self.path, "read") from exc
-            finally:
-                shared.lock.release_shared()
-            if full:  # slots of dead processes: free them and try once more
-                reclaimed = True
-                shared.reclaim_readers()
-            else:
-                shared.resize(0)
+
+        def attempt() -> T:
+            if self._closed or shared.closed:
+                raise StoreClosedError(self.path)
+            with shared.read() as (txn, dbs):
+                return body(txn, dbs)
+
+        return shared.run("read", attempt, damage=False)
 
     def _get(self, db: bytes, key: bytes) -> bytes | None:
         raw: bytes | None = self._in_read(lambda txn, dbs: txn.get(key, db=dbs[db]))
