@@ -515,7 +515,7 @@ class _WriteTxn:
             self._counts[prefix] = counts
             ids = {event_id_key(prefix, event_id): event_id for event_id in want.ids}
             stored_at = {
-                ids[key]: SEQ.unpack(raw)[0] for key, raw in self._get_many(b"ids", [*ids])
+                ids[key]: SEQ.unpack(raw)[0] for key, raw in self._get_many(b"ids", sorted(ids))
             }
             events = self._events(session_id, prefix, [*stored_at.values()], indexed=True)
             rows: dict[int, StoredRow] = {}
