@@ -213,7 +213,7 @@ class SharedEnvironment:
                     txn.commit()
                     self.published = handles
 
-        self._adopting_growth("open", attempt)
+        self.run("open", attempt)
 
     def check_format(self) -> bool:
         """Check the file's format record, without the write lock; return whether it is new.
@@ -230,7 +230,7 @@ class SharedEnvironment:
             with self.env.begin(buffers=False) as txn:
                 return self._format(txn) is None
 
-        return self._adopting_growth("open", attempt)
+        return self.run("open", attempt)
 
     def _format(self, txn: Any) -> int | None:
         """Return the file's format (``None``: a new file), refusing any other."""
@@ -247,21 +247,28 @@ class SharedEnvironment:
         )
         raise StoreFormatError(path=self.path, found=found, supported=FORMAT_VERSION)
 
-    def _adopting_growth(
-        self, operation: str, attempt: Callable[[], T], *, damage: bool = True
-    ) -> T:
-        """Return ``attempt()``, run under :attr:`lock` shared, adopting a map grown meanwhile.
+    def run(self, operation: str, attempt: Callable[[], T], *, damage: bool = True) -> T:
+        """Return ``attempt()``, run under :attr:`lock` shared, as the file allows.
+
+        A map grown by another process (``MapResizedError``) is adopted and ``attempt``
+        runs again; a full reader table runs it once more after freeing the slots of dead
+        processes.
 
         Raises:
             CorruptRecordError: With ``damage``, LMDB found the main database damaged.
-            StoreIOError: ``operation`` failed in LMDB.
+            StoreIOError: ``operation`` failed in LMDB; the cause is chained.
         """
+        reclaimed = False
         while True:
             self.lock.acquire_shared()
             try:
                 return attempt()
             except lmdb.MapResizedError:
-                pass
+                full = False
+            except lmdb.ReadersFullError as exc:
+                if reclaimed:
+                    raise StoreIOError(self.path, operation) from exc
+                full = True
             except (lmdb.CorruptedError, lmdb.PageNotFoundError) as exc:
                 if damage:
                     raise damaged(self.path, str(exc)) from exc
@@ -270,7 +277,11 @@ class SharedEnvironment:
                 raise StoreIOError(self.path, operation) from exc
             finally:
                 self.lock.release_shared()
-            self.resize(0)  # another process grew the map: adopt its size
+            if full:  # slots of dead processes: free them and try once more
+                reclaimed = True
+                self.reclaim_readers()
+            else:
+                self.resize(0)  # another process grew the map: adopt its size
 
     def map_size(self) -> int:
         """Return the current map size in bytes. Cost: O(1)."""
@@ -302,7 +313,7 @@ class SharedEnvironment:
 
         problem: str | None = None
         for _attempt in range(VERIFY_ATTEMPTS):
-            problem = self._adopting_growth("verify" if full else "open", attempt, damage=False)
+            problem = self.run("verify" if full else "open", attempt, damage=False)
             if problem is None:
                 return
         raise damaged(self.path, problem or "")

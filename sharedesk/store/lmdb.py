@@ -58,6 +58,7 @@ from sharedesk.protocol.sessions import EMPTY_SESSION_STATE, SessionState
 from sharedesk.protocol.validation import check_optional_int, check_path
 from sharedesk.protocol.views import Conversation, LogMessage, SessionPage, SharingState
 from sharedesk.store._lmdb_env import (
+    DATABASES,
     READER_CHECK_COMMITS,
     REGISTRY,
     OpenEnvironment,
@@ -295,38 +296,21 @@ class LmdbStore(StoreBase):
     # -- reads -------------------------------------------------------------------------
 
     def _in_read(self, body: Callable[[Any, Mapping[bytes, Any]], T]) -> T:
-        """Run ``body(txn, dbs)`` in a read-only transaction, adopting a map grown elsewhere.
-
-        A full reader table is retried once after freeing the slots of dead processes.
+        """Run ``body(txn, dbs)`` in a read-only transaction (see ``SharedEnvironment.run``).
 
         Raises:
             StoreClosedError: The store is closed.
             StoreIOError: LMDB failed; the cause is chained.
         """
         shared = self._shared
-        reclaimed = False
-        while True:
-            shared.lock.acquire_shared()
-            try:
-                if self._closed or shared.closed:
-                    raise StoreClosedError(self.path)
-                with shared.read() as (txn, dbs):
-                    return body(txn, dbs)
-            except lmdb.MapResizedError:
-                full = False
-            except lmdb.ReadersFullError as exc:
-                if reclaimed:
-                    raise StoreIOError(self.path, "read") from exc
-                full = True
-            except lmdb.Error as exc:
-                raise StoreIOError(self.path, "read") from exc
-            finally:
-                shared.lock.release_shared()
-            if full:  # slots of dead processes: free them and try once more
-                reclaimed = True
-                shared.reclaim_readers()
-            else:
-                shared.resize(0)
+
+        def attempt() -> T:
+            if self._closed or shared.closed:
+                raise StoreClosedError(self.path)
+            with shared.read() as (txn, dbs):
+                return body(txn, dbs)
+
+        return shared.run("read", attempt, damage=False)
 
     def _get(self, db: bytes, key: bytes) -> bytes | None:
         raw: bytes | None = self._in_read(lambda txn, dbs: txn.get(key, db=dbs[db]))
@@ -481,10 +465,10 @@ def _record_at(
 class _WriteTxn:
     """One write transaction as the base's writer uses it: facts in, plans out.
 
-    py-lmdb releases the GIL around every get and put, and each release lets a waiting
-    thread take the interpreter from the writer, so the calls are kept few: each id and
-    parent costs one get (a stored one another), each new event three or four puts, and
-    each session one meta get and one meta put per group.
+    py-lmdb releases the GIL around every call into LMDB, and each release lets a waiting
+    thread take the interpreter from the writer, so the calls are per group, not per
+    event: per session, one meta get and one ``getmulti`` each for its ids, the records
+    they name and its parents; per group, one ``putmulti`` per sub-database.
     """
 
     __slots__ = ("_counts", "_dbs", "_txn")
@@ -495,87 +479,115 @@ class _WriteTxn:
         #: (last sequence, Text rows) per session prefix, as this transaction left them.
         self._counts: dict[bytes, tuple[int, int]] = {}
 
+    def _get_many(self, db: bytes, keys: Sequence[bytes]) -> list[tuple[bytes, bytes]]:
+        """Return (key, value) of the ``keys`` that ``db`` holds, in their order."""
+        if not keys:
+            return []
+        found: list[tuple[bytes, bytes]] = self._txn.cursor(db=self._dbs[db]).getmulti(keys)
+        return found
+
+    def _events(
+        self, session_id: str, prefix: bytes, sequences: Sequence[int], *, indexed: bool
+    ) -> dict[int, Event]:
+        """Return the stored events at ``sequences`` (``indexed``: each must be there).
+
+        Raises:
+            CorruptRecordError: A record does not decode, or (``indexed``) is missing.
+        """
+        keys = [prefix + SEQ.pack(sequence) for sequence in sequences]
+        events: dict[int, Event] = {}
+        for key, raw in self._get_many(b"events", keys):
+            sequence = SEQ.unpack(key[-SEQ.size :])[0]
+            events[sequence] = decode_record(EVENT_DECODER, session_id, sequence, raw)
+        missing = [sequence for sequence in sequences if sequence not in events]
+        if indexed and missing:
+            raise CorruptRecordError(session_id, missing[0], "indexed but missing")
+        return events
+
     def facts(self, wants: Mapping[str, Wants]) -> dict[str, Facts]:
         """Read what each session's writes need (see :class:`~sharedesk.store.base.WriteTxn`)."""
-        get, dbs = self._txn.get, self._dbs
+        txn, dbs = self._txn, self._dbs
         found: dict[str, Facts] = {}
         for session_id, want in wants.items():
             prefix = session_prefix(session_id)
-            raw_meta = get(prefix, db=dbs[b"meta"])
+            raw_meta = txn.get(prefix, db=dbs[b"meta"])
             counts = (0, 0) if raw_meta is None else META.unpack(raw_meta)[:2]
             self._counts[prefix] = counts
-            known: dict[str, Event] = {}
-            for event_id in want.ids:
-                raw_seq = get(event_id_key(prefix, event_id), db=dbs[b"ids"])
-                if raw_seq is not None:
-                    sequence = SEQ.unpack(raw_seq)[0]
-                    known[event_id] = _record_at(
-                        self._txn, dbs, session_id, prefix, sequence, EVENT_DECODER
-                    )
+            ids = {event_id_key(prefix, event_id): event_id for event_id in want.ids}
+            stored_at = {
+                ids[key]: SEQ.unpack(raw)[0] for key, raw in self._get_many(b"ids", sorted(ids))
+            }
+            events = self._events(session_id, prefix, [*stored_at.values()], indexed=True)
             rows: dict[int, StoredRow] = {}
             answered: set[int] = set()
-            for parent in want.parents:
-                key = prefix + SEQ.pack(parent)
-                entry = get(key, db=dbs[b"replies"])
-                if entry is not None:  # a root Text row
-                    rows[parent] = StoredRow("Text", None)
-                    if entry:
-                        answered.add(parent)
-                    continue
-                raw = get(key, db=dbs[b"events"])
-                if raw is not None:
-                    event = decode_record(EVENT_DECODER, session_id, parent, raw)
-                    rows[parent] = StoredRow(type(event.body).__name__, event.parent)
+            parents = sorted(want.parents)
+            for key, entry in self._get_many(b"replies", [prefix + SEQ.pack(p) for p in parents]):
+                parent = SEQ.unpack(key[-SEQ.size :])[0]
+                rows[parent] = StoredRow("Text", None)  # only a root Text row has an entry
+                if entry:
+                    answered.add(parent)
+            others = [parent for parent in parents if parent not in rows]
+            for parent, event in self._events(session_id, prefix, others, indexed=False).items():
+                rows[parent] = StoredRow(type(event.body).__name__, event.parent)
             state = EMPTY_SESSION_STATE
             if want.state:
-                state = _decode_session_state(session_id, get(prefix, db=dbs[b"runs"]))
+                state = _decode_session_state(session_id, txn.get(prefix, db=dbs[b"runs"]))
             sharing: dict[tuple[str, Conversation], SharingState | None] = {}
             for viewer, conversation in want.sharing:
-                raw = get(sharing_key(prefix, viewer, conversation), db=dbs[b"sharing"])
-                stored = None if raw is None else decode_state(session_id, raw)
-                sharing[(viewer, conversation)] = stored
+                raw = txn.get(sharing_key(prefix, viewer, conversation), db=dbs[b"sharing"])
+                sharing[(viewer, conversation)] = (
+                    None if raw is None else decode_state(session_id, raw)
+                )
+            known = {event_id: events[sequence] for event_id, sequence in stored_at.items()}
             found[session_id] = Facts(counts[0], known, rows, answered, state, sharing)
         return found
 
     def put(self, plans: Sequence[WritePlan]) -> None:
         """Write ``plans`` in order, then each session's meta record once."""
-        put, dbs = self._txn.put, self._dbs
-        ids_db, events_db, texts_db = dbs[b"ids"], dbs[b"events"], dbs[b"texts"]
-        replies_db, runs_db = dbs[b"replies"], dbs[b"runs"]
+        puts: dict[bytes, list[tuple[bytes, bytes]]] = {name: [] for name in DATABASES}
+        events, ids, texts = puts[b"events"], puts[b"ids"], puts[b"texts"]
+        replies, runs = puts[b"replies"], puts[b"runs"]
         touched: dict[bytes, int] = {}  # prefix -> microseconds of its newest events
         for plan in plans:
             write = plan.write
             prefix = session_prefix(write.session_id)
             run_id, run_base = None, b""
             for event in plan.new:
-                assert event.sequence is not None and event.timestamp is not None
+                assert event.sequence is not None
                 seq = SEQ.pack(event.sequence)
                 key = prefix + seq
-                if not put(key, ENCODER.encode(event), overwrite=False, db=events_db):
-                    raise CorruptRecordError(write.session_id, event.sequence, "already taken")
-                put(event_id_key(prefix, event.id), seq, db=ids_db)
+                events.append((key, ENCODER.encode(event)))
+                ids.append((event_id_key(prefix, event.id), seq))
                 if isinstance(event.body, Text):
-                    put(key, b"", db=texts_db)
+                    texts.append((key, b""))
                     if event.parent is None:
-                        put(key, b"", db=replies_db)  # a root, with no reply yet
+                        replies.append((key, b""))  # a root, with no reply yet
                 if event.run_id is not None:
                     if event.run_id != run_id:  # a batch is usually one run's: hash it once
                         run_id, run_base = event.run_id, run_index_key(prefix, event.run_id)
-                    put(run_base + seq, b"", db=runs_db)
-            for root, reply in plan.first_replies.items():
-                put(prefix + SEQ.pack(root), SEQ.pack(reply), db=replies_db)
+                    runs.append((run_base + seq, b""))
+            replies.extend(
+                (prefix + SEQ.pack(r), SEQ.pack(s)) for r, s in plan.first_replies.items()
+            )
             if plan.state is not None:
-                put(prefix, ENCODER.encode(plan.state), db=runs_db)
+                runs.append((prefix, ENCODER.encode(plan.state)))
             share = write.share
             if share is not None and plan.sharing is not None:
                 key = sharing_key(prefix, share.viewer, plan.sharing.conversation)
-                put(key, ENCODER.encode(plan.sharing), db=dbs[b"sharing"])
+                puts[b"sharing"].append((key, ENCODER.encode(plan.sharing)))
             if plan.new:
-                last, texts = self._counts[prefix]
+                _last, texts_before = self._counts[prefix]
                 newest = plan.new[-1]
                 assert newest.sequence is not None and newest.timestamp is not None
-                self._counts[prefix] = (newest.sequence, texts + plan.texts)
+                self._counts[prefix] = (newest.sequence, texts_before + plan.texts)
                 touched[prefix] = (newest.timestamp - EPOCH) // MICROSECOND
         for prefix, micros in touched.items():
-            last, texts = self._counts[prefix]
-            put(prefix, META.pack(last, texts, micros), db=dbs[b"meta"])
+            last, text_rows = self._counts[prefix]
+            puts[b"meta"].append((prefix, META.pack(last, text_rows, micros)))
+        for name, items in puts.items():
+            if not items:
+                continue
+            cursor = self._txn.cursor(db=self._dbs[name])
+            _consumed, added = cursor.putmulti(items, overwrite=name != b"events")
+            if added != len(items):  # an event key taken: the meta record lags the events
+                raise CorruptRecordError(session_of(items[0][0]), 0, "an event key was taken")

@@ -17,6 +17,7 @@ import pytest
 
 from sharedesk import Event, Hub, LmdbStore, Person, Text
 from tests.faults.counting import FaultCounter
+from tests.faults.test_lmdb_processes import ANNOUNCING, LOCK_HOLDER_CHILD
 
 ROOT = Path(__file__).resolve().parents[2]
 #: A script that has not ended by then hangs (each ends in well under a second or two).
@@ -60,39 +61,17 @@ threading.Thread(target=say, daemon=True).start()
 hub.view("desk", Person(id="ana", label="Ana"))
 """
 
-#: Takes LMDB's write lock on ``argv[1]`` (raw py-lmdb, one put made) and holds it until
-#: it reads a line; then aborts.
-HOLD_THE_WRITE_LOCK = """
-import sys, lmdb
-env = lmdb.open(sys.argv[1], max_dbs=8)
-txn = env.begin(write=True)
-txn.put(b"held", b"x")
-print("holding", flush=True)
-sys.stdin.readline()
-txn.abort()
-"""
-
-#: Posts ``hello`` (id ``post-1``) through a Hub on an existing store while another
-#: process holds the write lock; the store's environment (the ``environment=`` seam)
-#: prints ``waiting`` as the writer asks for the lock.
-POST_BEHIND_THE_LOCK = """
-import sys, lmdb
+#: Posts ``hello`` (id ``post-1``) through a Hub on an existing store; its environment
+#: prints ``waiting for the lock`` as the writer asks for LMDB's write lock.
+POST_BEHIND_THE_LOCK = (
+    ANNOUNCING
+    + """
+import sys
 from sharedesk import Hub, LmdbStore, Person
-
-class Announcing:
-    def __init__(self, env):
-        self._env = env
-    def __getattr__(self, name):
-        return getattr(self._env, name)
-    def begin(self, **options):
-        if options.get("write"):
-            print("waiting", flush=True)
-        return self._env.begin(**options)
-
-store = LmdbStore(sys.argv[1], environment=lambda *a, **o: Announcing(lmdb.open(*a, **o)))
-hub = Hub(store)
+hub = Hub(LmdbStore(sys.argv[1], environment=announcing))
 hub.session("desk").post(Person(id="ana", label="Ana"), "hello", id="post-1")
 """
+)
 
 #: How soon a process must end after Ctrl-C, whatever it was waiting for.
 CTRL_C_BOUND = 2.0
@@ -212,12 +191,12 @@ class TestAnInterruptedProcess:
         ana = Person(id="ana", label="Ana")
         with LmdbStore(path) as store:
             store.append("desk", [Event(ana, Text("before"))])
-        holder = start(HOLD_THE_WRITE_LOCK, tmp_path, str(path))
+        holder = start(LOCK_HOLDER_CHILD, tmp_path, str(path))
         assert holder.stdout is not None and holder.stdin is not None
         assert "holding\n" == holder.stdout.readline()
         poster = start(POST_BEHIND_THE_LOCK, tmp_path, str(path))
         assert poster.stdout is not None
-        assert "waiting\n" == poster.stdout.readline()
+        assert "waiting for the lock\n" == poster.stdout.readline()
 
         poster.send_signal(signal.SIGINT)
         try:

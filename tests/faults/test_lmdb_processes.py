@@ -433,14 +433,10 @@ sys.stdin.readline()
 txn.abort()
 """
 
-#: Opens the store and reads ``s`` (printing ``opened``, then ``read <n>``), then
-#: appends one event in a thread; its environment (the ``environment=`` seam) prints
-#: ``waiting for the lock`` as the append asks for LMDB's write lock. On a line from
-#: stdin it waits for the append (``ack s <id> <sequence>``) and closes.
-OPENER_CHILD = """
-import sys, threading, lmdb
-from sharedesk.protocol import Event, Person, Text
-from sharedesk.store import LmdbStore
+#: The ``environment=`` seam in a child script: ``announcing`` opens an environment that
+#: prints ``waiting for the lock`` whenever a write transaction asks for LMDB's lock.
+ANNOUNCING = """
+import lmdb
 
 class Announcing:
     def __init__(self, env):
@@ -452,8 +448,20 @@ class Announcing:
             print("waiting for the lock", flush=True)
         return self._env.begin(**options)
 
-opened = lambda *args, **options: Announcing(lmdb.open(*args, **options))
-store = LmdbStore(sys.argv[1], durability="relaxed", environment=opened)
+announcing = lambda *args, **options: Announcing(lmdb.open(*args, **options))
+"""
+
+#: Opens the store and reads ``s`` (printing ``opened``, then ``read <n>``), then
+#: appends one event in a thread; its environment (the ``environment=`` seam) prints
+#: ``waiting for the lock`` as the append asks for LMDB's write lock. On a line from
+#: stdin it waits for the append (``ack s <id> <sequence>``) and closes.
+OPENER_CHILD = (
+    ANNOUNCING
+    + """
+import sys, threading
+from sharedesk.protocol import Event, Person, Text
+from sharedesk.store import LmdbStore
+store = LmdbStore(sys.argv[1], durability="relaxed", environment=announcing)
 print("opened", flush=True)
 print(f"read {len(store.read('s'))}", flush=True)
 def append():
@@ -466,6 +474,7 @@ appending.join()
 store.close()
 print("closed", flush=True)
 """
+)
 
 #: Seconds a child may take to open and read beside a held write lock (the old open
 #: waited for the lock: with a holder that never lets go, for ever).

@@ -151,9 +151,10 @@ class ScriptedEnvironment:
 
     ``LmdbStore(path, environment=scripted.open)`` opens the environment through it. A
     test then scripts what comes next: the next write transactions' hooks (each called
-    with ``"begin"``, before each ``"put"`` and before ``"commit"``; it may raise), the
-    errors the next read transactions' ``begin`` raises, or a call made inside the next
-    read transaction. It counts opens, closes, reader checks and map resizes.
+    with ``"begin"``, before each ``"put"`` (a put or a putmulti) and before
+    ``"commit"``; it may raise), the errors the next read transactions' ``begin`` raises,
+    or a call made inside the next read transaction. It counts opens, closes, reader
+    checks and map resizes.
     """
 
     def __init__(self) -> None:
@@ -227,9 +228,25 @@ class _ScriptedTxn:
         self._hook("put")
         return self.inner.put(*args, **options)
 
+    def cursor(self, **options: Any) -> Any:
+        return _ScriptedCursor(self.inner.cursor(**options), self._hook)
+
     def commit(self) -> None:
         self._hook("commit")
         self.inner.commit()
+
+
+class _ScriptedCursor:
+    def __init__(self, cursor: Any, hook: Callable[[str], None]) -> None:
+        self._cursor = cursor
+        self._hook = hook
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._cursor, name)
+
+    def putmulti(self, *args: Any, **options: Any) -> Any:
+        self._hook("put")
+        return self._cursor.putmulti(*args, **options)
 
 
 @pytest.fixture
