@@ -650,3 +650,14 @@ class SchemaTooNewError(StoreError):
         "the store at {path} (schema {schema!r}) is at version {found}, newer than the "
         "{supported} this version of sharedesk supports: upgrade sharedesk"
     )
+
+
+class TurnAlreadyCommitted(SharingStateConflict):
+    """Raised when ``commit`` is called again on a turn that was committed; nothing is written.
+
+    Attributes:
+        expected: The watermark the turn planned from (-1 for no state).
+        actual: The watermark its commit stored.
+    """
+
+    template = "this turn was committed already: its commit moved the watermark to {actual}"
