@@ -2,7 +2,7 @@
 
 A request is a :class:`Request` parametrized by the type of its answer, so
 ``ActorSupervisor.call(key, View(window=30))`` is typed ``Projection``; a told message
-(``Push``) has no answer and is a plain Struct.
+(``Push``, ``Committed``, ``CatchUp``) has no answer and is a plain Struct.
 """
 
 from __future__ import annotations
@@ -25,38 +25,6 @@ class Request(msgspec.Struct, Generic[R], frozen=True):
     """Base of the messages asked of an actor; ``R`` is the type of the answer."""
 
 
-class Append(Request[list[Event]], frozen=True):
-    """Ask a session actor to append events (answer: the stored events).
-
-    Attributes:
-        events: The events to append.
-        expected_version: As ``EventStore.append``.
-        unless_stored: As ``MemoryStore.append``: refused when that id is stored.
-    """
-
-    events: list[Event]
-    expected_version: int | None = None
-    unless_stored: str | None = None
-
-
-class Commit(Request[Event | None], frozen=True):
-    """Ask a session actor to commit a planned turn (answer: the stored reply or ``None``).
-
-    The actor appends the reply and stores ``plan.next_state`` in one ``append_and_share``
-    (compare-and-swap on ``plan.expected_state``), the store noting the reply's real
-    sequence as present inside the same transaction.
-
-    Attributes:
-        viewer: The viewer's author key.
-        plan: The plan being committed.
-        reply: The reply event, if any.
-    """
-
-    viewer: str
-    plan: TurnPlan
-    reply: Event | None
-
-
 class Push(msgspec.Struct, frozen=True):
     """Told to the sharing actor: committed events, in order, without gap or duplicate.
 
@@ -68,12 +36,24 @@ class Push(msgspec.Struct, frozen=True):
     events: tuple[Event, ...]
 
 
-class CatchUp(msgspec.Struct, frozen=True):
-    """Told to a session actor: the store says the session may hold events it has not pushed.
+class Committed(msgspec.Struct, frozen=True):
+    """Told to a session actor: events the store committed for its session.
 
-    The actor reads what it lacks after the last sequence it pushed and pushes it (see
-    :meth:`~sharedesk.actors.session.SessionActor.notice`).
+    Attributes:
+        events: The stored events of one commit (any order; the actor sorts them).
     """
+
+    events: tuple[Event, ...]
+
+
+class CatchUp(msgspec.Struct, frozen=True):
+    """Told to a session actor: the store says the session may hold events it has not published.
+
+    Attributes:
+        last: The session's last sequence the notice told of (``None``: unknown, re-check).
+    """
+
+    last: int | None = None
 
 
 class Prime(Request[int], frozen=True):
@@ -130,9 +110,8 @@ class Plan(Request[TurnPlan], frozen=True):
 
 
 __all__ = [
-    "Append",
     "CatchUp",
-    "Commit",
+    "Committed",
     "GetTranscript",
     "Plan",
     "Prime",

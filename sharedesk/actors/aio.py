@@ -1,52 +1,34 @@
 """AsyncHub: the Hub for asyncio code, over the same actors and store, never blocking the loop.
 
 Contract: every coroutine of :class:`AsyncHub` leaves the event loop free while it
-waits. Store I/O, fsyncs and actor waits happen on other threads; their outcomes come
-back into the loop through ``loop.call_soon_threadsafe`` (the aiosqlite pattern).
-Nothing here awaits a pykka future (its ``__await__`` blocks in ``get()``).
+waits. Store I/O, fsyncs and actor waits happen on other threads, and their outcomes
+come back into the loop through one bridge per loop (:class:`_Bridge`, aiosqlite's
+pattern): a concurrent future's ``add_done_callback`` queues it, and at most one
+``loop.call_soon_threadsafe`` hop is pending at a time. The loop resolves the queue in
+chunks of at most :data:`CHUNK` per iteration, so a burst of completions never holds
+one iteration for long; writes are handed off in chunks of at most :data:`CHUNK` per
+iteration the same way. Nothing here awaits a pykka future (its ``__await__`` blocks).
 
-Two paths lead off the loop:
-
-- **Submitted writes** (``append``, ``post``, ``AsyncTurn.commit``) to a session whose
-  actor is running, idle and knows its last sequence, over a store that takes
-  submitted writes (``LmdbStore``, ``MemoryStore``): the actor's lock is taken without
-  blocking (:meth:`Hub.try_submit`, :meth:`Hub.try_submit_commit`), the write is
-  queued on the store's writer with a ticket, and no thread waits for it. The writer
-  commits it in the same group (one transaction, one fsync) as every other waiting
-  write, sync or async; after the commit it pushes the events to the session's
-  subscribers, releases the actor, and hands the group's tickets to the loop's queue
-  (:class:`_LoopSink`), hopping into the loop with ``call_soon_threadsafe`` at most
-  once per group. So a thousand coroutines appending at once cost one fsync and one
-  wake-up of the loop per group, not one thread per caller. The loop hands off and
-  resolves these writes in chunks (at most :data:`ADMIT_CHUNK` hand-offs and
-  :data:`RESOLVE_CHUNK` resolutions per iteration), so a burst of them never holds one
-  iteration of the loop for long: timers and other tasks run between chunks.
-- **Worker threads** for everything else (reads, views, turn plans, transcripts, the
-  first write to a session, a busy session, a store that takes no submitted writes):
-  the sync :class:`~sharedesk.actors.hub.Hub` call runs on one of the AsyncHub's own
-  threads (``sharedesk-aio_N``), and its concurrent future is wrapped into the loop. A
-  write that the Hub would run "inline" on its caller's thread thus runs inline on a
-  worker, never on the loop.
+Writes (``append``, ``post``, ``AsyncTurn.commit``) take the Hub's one write path: the
+Hub checks the write and hands it to the store's writer (``submit``), and the loop
+awaits the store's future through the bridge; no thread waits for a write. Reads
+(``read``, ``last_sequence``, ``view``, ``turn``, ``transcript``, ``wait_turn``'s plans)
+run on the AsyncHub's reader threads (``sharedesk-aio_N``). So a read never waits behind
+a write that the store holds up (another process holding the LMDB write lock, a stopped
+PostgreSQL server): however many writes are stuck, reads go on.
 
 Cancellation rule (``append``, ``post``, ``AsyncTurn.commit``): a write is either not
 started or wholly settled by the time its task sees ``CancelledError``. Cancelled
-before the write was handed off (waiting for its chunk, or still queued for a worker),
-nothing is written.
-Cancelled after (queued on the store's writer, or running on a worker), the write
-cannot be recalled: the coroutine waits for its outcome (at most one group commit for
-an append; a commit's actor round trip at most ``ask_timeout``), ignoring further
-cancellation, and then raises ``CancelledError``; the write is then durable or was
-refused as a whole. Either way, retrying with the same event ids is idempotent: the
-store keeps the first event of each id and returns it to every later writer.
+before the write was handed off (waiting for its chunk), nothing is written. Cancelled
+after, the write cannot be recalled: the coroutine waits for its outcome, ignoring
+further cancellation, and then raises ``CancelledError``. Either way, retrying with the
+same event ids is idempotent.
 
 ``wait_turn`` sleeps on a listener of the session's committed events
-(:meth:`Hub.listen`): every append through this Hub (from any task or thread) wakes
-it, and it plans the turn again; it never polls. On a store several processes share
-and follow (PostgreSQL: ``AsyncHub.open("postgresql://...")``), appends made by the
-other processes wake it too: their commit notices (``LISTEN``/``NOTIFY``) are pushed to
-the listener like this Hub's own appends. Appends made by other processes on one LMDB
-path are not pushed (LMDB tells no one): they are seen by the next turn planned after
-an append through this Hub, or after ``timeout``.
+(:meth:`Hub.listen`): every append through this Hub wakes it, and it plans the turn
+again; it never polls. On a store several processes share and follow (PostgreSQL),
+appends made by the other processes wake it too. Appends made by other processes on one
+LMDB path are not pushed (LMDB tells no one): the next turn planned sees them.
 """
 
 from __future__ import annotations
@@ -68,9 +50,8 @@ from sharedesk.protocol.authors import SessionAuthor
 from sharedesk.protocol.constants import SESSION_WINDOW
 from sharedesk.protocol.errors import HubClosed, ValidationError
 from sharedesk.protocol.events import Event, Text, new_event_id
-from sharedesk.protocol.ports import WriteTicket
 from sharedesk.protocol.transcripts import Transcript
-from sharedesk.protocol.validation import check_author, check_event_sequence, check_session_id
+from sharedesk.protocol.validation import check_author, check_session_id
 from sharedesk.protocol.views import Conversation, Projection, SessionMessage
 
 __all__ = ["AsyncHub", "AsyncTurn"]
@@ -79,56 +60,44 @@ _log = logger()
 
 T = TypeVar("T")
 
-#: Worker threads of one AsyncHub (reads, actor waits, writes that cannot be submitted).
+#: Reader threads of one AsyncHub (reads, views, turn plans, transcripts).
 WORKERS: Final = 8
-#: Most submitted writes resolved in one callback of the loop (see ``_LoopSink``).
-RESOLVE_CHUNK: Final = 32
-#: Most writes handed off per window of the loop, about one iteration (see ``_LoopSink``):
-#: twice what one drain resumes, so that in the steady state writes seldom wait.
-ADMIT_CHUNK: Final = 2 * RESOLVE_CHUNK
+#: Most completions resolved, and most writes handed off, per iteration of the loop.
+CHUNK: Final = 64
 #: Prefix of the worker threads' names (the Hub's ``sharedesk-`` prefix included).
 WORKER_PREFIX: Final = "sharedesk-aio"
 
 
-class _LoopSink:
-    """One event loop's side of submitted writes: admission in chunks, resolution in chunks.
+class _Bridge:
+    """One event loop's side of the threads: hand-offs and completions, in chunks.
 
-    **Resolution** (a ``CompletionSink``): settled tickets join one queue per loop; a
-    delivery hops into the loop (``call_soon_threadsafe``) only when no drain is
-    scheduled already, so a group costs one hop, and groups settling while the loop is
-    busy cost none. A drain resolves at most :data:`RESOLVE_CHUNK` tickets and schedules
-    itself again (``call_soon``) while tickets remain: each resolved future resumes its
-    task in the next iteration of the loop, so resolving a thousand at once would make
-    one iteration run a thousand tasks while timers and every other task wait. In
-    chunks, an iteration runs one chunk's tasks, however many groups are waiting.
+    **Completions** (:meth:`watch`): a concurrent future's done callback (any thread)
+    queues it; a hop into the loop (``call_soon_threadsafe``) is made only when no drain
+    is scheduled already. A drain resolves at most :data:`CHUNK` loop futures and
+    schedules itself again (``call_soon``) while any remain: each resolved future
+    resumes its task in the next iteration, so resolving a thousand at once would make
+    one iteration run a thousand tasks while timers and other tasks wait.
 
-    **Admission** (:meth:`admit`): the same bound on the way in. A thousand tasks started
-    at once each make their first append in the same iteration; handing all of them off
-    there would make that iteration do a thousand appends' checks and submissions. At
-    most :data:`ADMIT_CHUNK` writes are handed off per window (about one iteration: a
-    window ends with a callback scheduled when it opens); later ones wait, in arrival
-    order, for a later window. In the steady state, the tasks a drain resumes fit in
-    one window and seldom wait.
+    **Hand-offs** (:meth:`admit`): at most :data:`CHUNK` writes are handed off per
+    window (about one iteration: a window ends with a callback scheduled when it
+    opens); later ones wait, in arrival order, for a later window.
     """
 
     __slots__ = ("_admitted", "_gated", "_loop", "_queue", "_scheduled", "_window")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
-        self._queue: collections.deque[WriteTicket] = collections.deque()
+        self._queue: collections.deque[tuple[Future[Any], asyncio.Future[Any]]] = (
+            collections.deque()
+        )
         self._scheduled = False
-        # Admission: writes handed off in the current window, whether a callback ends
-        # it (always, while any write waits), and the writes waiting for a window.
         self._admitted = 0
         self._window = False
         self._gated: collections.deque[asyncio.Future[None]] = collections.deque()
 
     def admit(self) -> asyncio.Future[None] | None:
-        """Admit one write now (``None``), or return the future to await first (loop thread).
-
-        Cost: O(1); a future only when this window is full.
-        """
-        if self._admitted < ADMIT_CHUNK and not self._gated:
+        """Admit one write now (``None``), or return the future to await first (loop thread)."""
+        if self._admitted < CHUNK and not self._gated:
             self._admitted += 1
             if not self._window:
                 self._window = True
@@ -141,7 +110,7 @@ class _LoopSink:
     def _next_window(self) -> None:
         gated = self._gated
         admitted = 0
-        while gated and admitted < ADMIT_CHUNK:
+        while gated and admitted < CHUNK:
             waiting = gated.popleft()
             if not waiting.done():  # else cancelled while waiting: nothing was written
                 waiting.set_result(None)
@@ -152,70 +121,54 @@ class _LoopSink:
         else:
             self._window = False
 
-    def deliver(self, tickets: Sequence[WriteTicket]) -> None:
-        """Queue ``tickets`` for the loop; hop into it unless a drain is due (never blocks)."""
-        self._queue.extend(tickets)
-        if self._scheduled:  # the drain will see them (it re-checks after clearing this)
+    def watch(self, job: Future[T]) -> asyncio.Future[T]:
+        """Return a loop future completed with ``job``'s outcome, in the loop (loop thread)."""
+        done: asyncio.Future[T] = self._loop.create_future()
+        job.add_done_callback(lambda finished: self._completed(finished, done))
+        return done
+
+    def _completed(self, job: Future[Any], done: asyncio.Future[Any]) -> None:
+        # Any thread: queue it; hop into the loop unless a drain is due.
+        self._queue.append((job, done))
+        if self._scheduled:  # the drain will see it (it re-checks after clearing this)
             return
         self._scheduled = True
         try:
-            self._loop.call_soon_threadsafe(self._drain)
+            if _running_loop() is self._loop:  # done already when watched: no hop
+                self._loop.call_soon(self._drain)
+            else:
+                self._loop.call_soon_threadsafe(self._drain)
         except RuntimeError:  # the loop is closed: nobody awaits these any more
             self._queue.clear()
-            _log.debug("aio.loop_closed", tickets=len(tickets))
 
     def _drain(self) -> None:
         queue = self._queue
-        for _ in range(RESOLVE_CHUNK):
+        for _ in range(CHUNK):
             try:
-                ticket = queue.popleft()
+                job, done = queue.popleft()
             except IndexError:
                 break
-            ticket.resolve()
+            if done.done():  # cancelled: its task no longer waits
+                continue
+            if job.cancelled():
+                done.cancel()
+            elif (error := job.exception()) is not None:
+                done.set_exception(error)
+            else:
+                done.set_result(job.result())
         if not queue:
             self._scheduled = False
-            if not queue:  # nothing was queued meanwhile: deliver schedules the next
+            if not queue:  # nothing was queued meanwhile: _completed schedules the next
                 return
             self._scheduled = True
         self._loop.call_soon(self._drain)
 
 
-class _Ticket(asyncio.Future[list[Event]]):
-    """One submitted write, awaited in a loop: the future its task awaits is the ticket.
-
-    Settled on the writer thread (:meth:`settle` records the outcome), resolved in the
-    loop (:meth:`resolve` completes the future). It refuses cancellation: the write
-    cannot be recalled once handed off, so a cancelled task keeps waiting here, and
-    asyncio raises ``CancelledError`` in it once the outcome is in (the module's
-    cancellation rule, with no second future and no wrapper coroutine per write).
-    """
-
-    __slots__ = ("_failure", "_stored", "sink")
-
-    def __init__(self, loop: asyncio.AbstractEventLoop, sink: _LoopSink) -> None:
-        super().__init__(loop=loop)
-        self.sink = sink
-        self._stored: list[Event] | None = None
-        self._failure: BaseException | None = None
-
-    def cancel(self, msg: Any | None = None) -> bool:
-        """Refuse: the write is in flight (the awaiting task is cancelled once it settles)."""
-        return False
-
-    def settle(self, result: list[Event] | None, error: BaseException | None) -> None:
-        """Record the outcome (writer thread)."""
-        self._stored = result
-        self._failure = error
-
-    def resolve(self) -> None:
-        """Complete the future with the outcome (loop thread; once)."""
-        if self.done():  # only cancel() completes it otherwise, and that is refused
-            return
-        if self._failure is not None:
-            self.set_exception(self._failure)
-        else:
-            assert self._stored is not None
-            self.set_result(self._stored)
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
 
 
 async def _settle(future: asyncio.Future[Any]) -> None:
@@ -269,7 +222,7 @@ class _Watch:
 class AsyncTurn:
     """An asyncio view of a :class:`~sharedesk.actors.hub.Turn`: commit it with ``await``.
 
-    Nothing moves until :meth:`commit` returns (as for ``Turn``).
+    Its attributes and ``commit`` mean what they mean on ``Turn``.
     """
 
     __slots__ = ("_hub", "turn")
@@ -296,7 +249,7 @@ class AsyncTurn:
 
     @property
     def messages(self) -> list[SessionMessage]:
-        """What to read, oldest first (never rows written by the viewer)."""
+        """What to read, oldest first (as :attr:`Turn.messages`)."""
         return self.turn.messages
 
     @property
@@ -305,29 +258,11 @@ class AsyncTurn:
         return self.turn.reason
 
     async def commit(self, reply: str | Event | None = None) -> Event | None:
-        """Append the reply and advance the viewer's sharing state in one durable step.
-
-        As :meth:`Turn.commit`, run on a worker thread.
-
-        Args:
-            reply: ``None``, a ``str`` posted by the viewer, or an ``Event`` by the viewer.
-
-        Returns:
-            The stored reply, or ``None``.
-
-        Raises:
-            SharingStateConflict: Another turn of the same viewer and conversation
-                committed first; nothing was written.
-            ValidationError: A malformed reply.
-            CancelledError: The task was cancelled; the commit is wholly done or not at
-                all (see the module's cancellation rule).
-            HubClosed, SessionFailed, ActorTimeout, ActorCrashed: As for the Hub.
-
-        Cost: as :meth:`Turn.commit` (one transaction, one fsync on LMDB, group-committed
-        with every other waiting write); submitted without a thread when the session's
-        actor is running and idle, else on a worker thread.
-        """
-        return await self._hub._commit(self.turn, reply)
+        """As :meth:`Turn.commit`, through the store's writer; cancelled: see the module."""
+        hub = self._hub
+        turn = self.turn
+        stored = await hub._write(lambda: hub.hub.submit_commit(turn, reply))
+        return hub.hub.committed(turn, stored)
 
     def __repr__(self) -> str:
         return (
@@ -340,20 +275,21 @@ class AsyncHub:
     """The Hub for asyncio: coroutines over the same actors and store as :attr:`hub`.
 
     Open it with ``hub = await AsyncHub.open(path)`` or ``async with AsyncHub.open(path)
-    as hub:``. Every method is a coroutine that never blocks the event loop (see the
-    module docstring). Safe to use from several event loops and alongside the sync
-    :attr:`hub` from any thread.
+    as hub:``. Each coroutine takes the arguments of the :class:`Hub` method of the same
+    name and means what it means there (documented once, on ``Hub``); this class only
+    says how it reaches the loop. Safe to use from several event loops and alongside the
+    sync :attr:`hub` from any thread.
     """
 
     def __init__(self, hub: Hub) -> None:
         """Serve ``hub`` to asyncio code; the AsyncHub now owns it (``close()`` closes it).
 
-        Cost: creates the worker pool (threads start on first use); no I/O.
+        Cost: creates the thread pools (threads start on first use); no I/O.
         """
         self._hub = hub
         self._path: str | None = getattr(hub.store, "path", None)
-        self._pool = ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix=WORKER_PREFIX)
-        self._sinks: dict[asyncio.AbstractEventLoop, _LoopSink] = {}
+        self._readers = ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix=WORKER_PREFIX)
+        self._bridges: dict[asyncio.AbstractEventLoop, _Bridge] = {}
         self._watches: set[_Watch] = set()
         self._closed = False
 
@@ -361,20 +297,8 @@ class AsyncHub:
     def open(cls, path: str | os.PathLike[str] | None = None, **options: Any) -> _Opening:
         """Open an AsyncHub over a new store: ``await`` it, or use it in ``async with``.
 
-        Args:
-            path: Where the LMDB store lives; a PostgreSQL DSN (``postgresql://...``,
-                ``postgres://...``) for a store several processes share; ``None`` keeps
-                everything in memory (as for :meth:`Hub.open`).
-            **options: As for :meth:`Hub.open`.
-
-        Returns:
-            An awaitable that is also an async context manager (closing the hub on exit).
-
-        Raises:
-            ValidationError: A bad option (when awaited).
-            StoreError: The store could not be opened (when awaited).
-
-        Cost: none until awaited; then ``Hub.open`` on a thread of its own.
+        ``path`` and ``options`` are those of :meth:`Hub.open`, whose errors are raised
+        when awaited. Cost: none until awaited; then ``Hub.open`` on a thread of its own.
         """
         return _Opening(path, options)
 
@@ -393,49 +317,11 @@ class AsyncHub:
     async def append(
         self, session_id: str, events: Sequence[Event], *, expected_version: int | None = None
     ) -> list[Event]:
-        """Append ``events`` through the session's actor and return them as stored.
-
-        Args:
-            session_id: The session.
-            events: Events with ``sequence`` and ``timestamp`` left ``None``.
-            expected_version: Append only if the session's last sequence equals it.
-
-        Returns:
-            The events as stored, once durable.
-
-        Raises:
-            ValidationError: Malformed input; nothing was written.
-            ConcurrencyError: ``expected_version`` differs from the last sequence.
-            CancelledError: The task was cancelled; the write is wholly done or not
-                at all (see the module's cancellation rule).
-            HubClosed, SessionFailed, ActorTimeout, ActorCrashed: As for the Hub.
-
-        Cost: one store append, group-committed with every other waiting write (LMDB:
-        one shared fsync); submitted without a thread when the session's actor is
-        running and idle (one loop wake-up per group), else on a worker thread. At
-        most :data:`ADMIT_CHUNK` writes are handed off per iteration of the loop; a
-        burst waits for its chunk.
-        """
-        check_session_id(session_id)
-        batch = check_event_sequence(events)  # the store copies it before queueing
-        self._live()
-        loop = asyncio.get_running_loop()
-        sink = self._sink(loop)
-        waiting = sink.admit()
-        if waiting is not None:
-            await waiting  # cancelled here: nothing was handed off
-            self._live()
-        ticket = _Ticket(loop, sink)
-        if self._hub.try_submit(session_id, batch, expected_version, ticket):
-            # The store holds its own copies: drop the caller's while waiting, and await
-            # here rather than in a helper coroutine, so that fewer objects per append
-            # stay alive for the collector, with a thousand appends in flight.
-            del events, batch
-            return await ticket
-        stored: list[Event] = await self._write(
-            self._hub.append, session_id, batch, expected_version=expected_version
+        """As :meth:`Hub.append`, through the store's writer; cancelled: see the module."""
+        hub = self._hub
+        return await self._write(
+            lambda: hub.submit_append(session_id, events, expected_version=expected_version)
         )
-        return stored
 
     async def post(
         self,
@@ -446,22 +332,7 @@ class AsyncHub:
         parent: int | None = None,
         id: str | None = None,
     ) -> Event:
-        """Post a ``Text`` message and return it as stored.
-
-        Args:
-            session_id: The session.
-            author: Who writes it.
-            content: The text, stored exactly as given.
-            parent: The thread root it replies to, or ``None`` for a new root.
-            id: Idempotency key (default: a fresh uuid4 hex).
-
-        Raises:
-            ValidationError: Malformed input; nothing was written.
-            CancelledError: As for :meth:`append`.
-            HubClosed, SessionFailed, ActorTimeout, ActorCrashed: As for the Hub.
-
-        Cost: as :meth:`append` of one event.
-        """
+        """As :meth:`SessionHandle.post` of ``session_id``; cancelled, as :meth:`append`."""
         if not isinstance(content, str):
             raise ValidationError(f"content must be a str, got {type(content).__name__}")
         event = Event(
@@ -483,14 +354,7 @@ class AsyncHub:
         limit: int | None = None,
         newest_first: bool = False,
     ) -> list[Event]:
-        """Read stored events (as :meth:`Hub.read`), on a worker thread.
-
-        Raises:
-            ValidationError: A bad bound.
-            HubClosed: The hub is closed.
-
-        Cost: the store's read (O(result)) on a worker; one hop back into the loop.
-        """
+        """As :meth:`Hub.read`, on a reader thread."""
         events: list[Event] = await self._call(
             self._hub.read,
             session_id,
@@ -502,14 +366,7 @@ class AsyncHub:
         return events
 
     async def last_sequence(self, session_id: str) -> int:
-        """Return the session's last sequence (0 for none), read on a worker thread.
-
-        Raises:
-            ValidationError: A malformed session id.
-            HubClosed: The hub is closed.
-
-        Cost: one key read on a worker; one hop back into the loop.
-        """
+        """As :meth:`Hub.last_sequence`, on a reader thread."""
         last: int = await self._call(self._hub.last_sequence, session_id)
         return last
 
@@ -521,14 +378,7 @@ class AsyncHub:
         *,
         window: int = SESSION_WINDOW,
     ) -> Projection:
-        """Return ``viewer``'s view of a conversation (as :meth:`Hub.view`).
-
-        Raises:
-            ValidationError: A malformed argument.
-            HubClosed, SessionFailed, ActorTimeout, ActorCrashed: As for the Hub.
-
-        Cost: as :meth:`Hub.view`, on a worker thread; one hop back into the loop.
-        """
+        """As :meth:`Hub.view`, on a reader thread."""
         view: Projection = await self._call(
             self._hub.view, session_id, viewer, conversation, window=window
         )
@@ -537,19 +387,7 @@ class AsyncHub:
     async def turn(
         self, session_id: str, viewer: SessionAuthor, conversation: Conversation | None = None
     ) -> AsyncTurn:
-        """Plan ``viewer``'s next turn (as :meth:`Hub.turn`): what it must read first.
-
-        Returns:
-            The :class:`AsyncTurn`; nothing moves until ``await turn.commit(...)``.
-
-        Raises:
-            ValidationError: A malformed argument.
-            PageError, LogReadError: The store's log misbehaved.
-            HubClosed, SessionFailed, ActorTimeout, ActorCrashed: As for the Hub.
-
-        Cost: as :meth:`Hub.turn` (one round trip to the sharing actor), on a worker
-        thread; one hop back into the loop.
-        """
+        """As :meth:`Hub.turn`, on a reader thread; commit with ``await turn.commit(...)``."""
         turn: Turn = await self._call(self._hub.turn, session_id, viewer, conversation)
         return AsyncTurn(self, turn)
 
@@ -647,26 +485,15 @@ class AsyncHub:
         max_chars: int | None = None,
         max_tokens_approx: int | None = None,
     ) -> Transcript:
-        """Return ``viewer``'s transcript of the session (as :meth:`Hub.transcript`).
-
-        Raises:
-            ValidationError: A malformed argument.
-            HubClosed, SessionFailed, ActorTimeout, ActorCrashed: As for the Hub.
-
-        Cost: as :meth:`Hub.transcript`, on a worker thread; one hop back into the loop.
-        """
-        budget = {
-            key: value
-            for key, value in (
-                ("limit", limit),
-                ("max_messages", max_messages),
-                ("max_chars", max_chars),
-                ("max_tokens_approx", max_tokens_approx),
-            )
-            if value is not None
-        }
+        """As :meth:`Hub.transcript`, on a reader thread."""
         transcript: Transcript = await self._call(
-            self._hub.transcript, session_id, viewer, **budget
+            self._hub.transcript,
+            session_id,
+            viewer,
+            limit=limit,
+            max_messages=max_messages,
+            max_chars=max_chars,
+            max_tokens_approx=max_tokens_approx,
         )
         return transcript
 
@@ -699,7 +526,7 @@ class AsyncHub:
             except BaseException as exc:
                 failure.append(exc)
             finally:
-                self._pool.shutdown(wait=True)
+                self._readers.shutdown(wait=True)
                 with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
                     loop.call_soon_threadsafe(finish)
 
@@ -723,32 +550,17 @@ class AsyncHub:
 
     # -- internals ---------------------------------------------------------------------
 
-    async def _commit(self, turn: Turn, reply: str | Event | None) -> Event | None:
-        self._live()
-        loop = asyncio.get_running_loop()
-        sink = self._sink(loop)
-        waiting = sink.admit()
-        if waiting is not None:
-            await waiting  # cancelled here: nothing was handed off
-            self._live()
-        ticket = _Ticket(loop, sink)
-        if self._hub.try_submit_commit(turn, reply, ticket):
-            stored = await ticket
-            return stored[0] if stored else None
-        event: Event | None = await self._write(turn.commit, reply)
-        return event
-
     def _live(self) -> None:
         if self._closed:
             raise HubClosed(self._path)
 
     async def _listen(self, session_id: str, watch: _Watch) -> Callable[[], None]:
-        """Add ``watch`` as a listener; on a following Hub on a worker (it reads the store)."""
+        """Add ``watch`` as a listener; on a following Hub on a reader (it reads the store)."""
         if not self._hub.following:
             return self._hub.listen(session_id, watch)
-        job = self._offload(self._hub.listen, session_id, watch)
+        job = self._offload(self._readers, self._hub.listen, session_id, watch)
         try:
-            return await asyncio.wrap_future(job)
+            return await self._bridge().watch(job)
         except asyncio.CancelledError:
             # Added or not, it must not outlive the task: remove it once it is added.
             def drop(done: Future[Callable[[], None]]) -> None:
@@ -758,32 +570,39 @@ class AsyncHub:
             job.add_done_callback(drop)
             raise
 
-    def _sink(self, loop: asyncio.AbstractEventLoop) -> _LoopSink:
-        sink = self._sinks.get(loop)
-        if sink is None:
-            sink = self._sinks[loop] = _LoopSink(loop)
-        return sink
+    def _bridge(self) -> _Bridge:
+        loop = asyncio.get_running_loop()
+        bridge = self._bridges.get(loop)
+        if bridge is None:
+            bridge = self._bridges[loop] = _Bridge(loop)
+        return bridge
 
-    def _offload(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> Future[T]:
+    def _offload(
+        self, pool: ThreadPoolExecutor, fn: Callable[..., T], *args: Any, **kwargs: Any
+    ) -> Future[T]:
         self._live()
         try:
-            return self._pool.submit(fn, *args, **kwargs)
+            return pool.submit(fn, *args, **kwargs)
         except RuntimeError:  # the pool shut down: the hub closed meanwhile
             raise HubClosed(self._path) from None
 
     async def _call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        """Run a read (or an actor wait) on a worker; a cancelled one's answer is dropped."""
-        return await asyncio.wrap_future(self._offload(fn, *args, **kwargs))
+        """Run a read on a reader thread; a cancelled one's answer is dropped."""
+        return await self._bridge().watch(self._offload(self._readers, fn, *args, **kwargs))
 
-    async def _write(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        """Run a write on a worker; cancelled once started, wait for it to settle first."""
-        job = self._offload(fn, *args, **kwargs)
-        future = asyncio.wrap_future(job)
+    async def _write(self, submit: Callable[[], Future[list[Event]]]) -> list[Event]:
+        """Hand a write off in its chunk and await its future; cancelled, settle first."""
+        self._live()
+        bridge = self._bridge()
+        waiting = bridge.admit()
+        if waiting is not None:
+            await waiting  # cancelled here: nothing was handed off
+            self._live()
+        done = bridge.watch(submit())
         try:
-            return await asyncio.shield(future)
+            return await asyncio.shield(done)
         except asyncio.CancelledError:
-            if not job.cancel():  # it runs already (or ran): it cannot be recalled
-                await _settle(future)
+            await _settle(done)  # handed off: it cannot be recalled
             raise
 
 

@@ -509,3 +509,14 @@ class StoreUnreachable(StoreIOError):
 
     reason: str
     template = "cannot connect to the store at {path} during {operation}: {reason}"
+
+
+class TurnAlreadyCommitted(SharingStateConflict):
+    """Raised when ``commit`` is called again on a turn that was committed; nothing is written.
+
+    Attributes:
+        expected: The watermark the turn planned from (-1 for no state).
+        actual: The watermark its commit stored.
+    """
+
+    template = "this turn was committed already: its commit moved the watermark to {actual}"

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
+from concurrent.futures import Future
 from types import TracebackType
 from typing import Any, Self
 
 from sharedesk.protocol import Conversation, Event, SessionLog, SharingState
+from sharedesk.protocol.ports import CommitCallback
 from sharedesk.protocol.sessions import SessionState
+from sharedesk.protocol.writes import Write
 from sharedesk.store import MemoryStore
 
 
@@ -55,6 +58,13 @@ class FaultyStore:
         return self.inner.append(
             session_id, events, expected_version=expected_version, unless_stored=unless_stored
         )
+
+    def submit(self, write: Write) -> Future[list[Event]]:
+        self._enter("append" if write.share is None else "append_and_share")
+        return self.inner.submit(write)
+
+    def on_commit(self, callback: CommitCallback) -> Callable[[], None]:
+        return self.inner.on_commit(callback)
 
     def run_events(self, session_id: str, run_id: str) -> list[Event]:
         self._enter("read")

@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future
 
 from sharedesk.actors._messages import Push
 from sharedesk.protocol import Event, Person, Text
 from sharedesk.protocol.errors import StoreClosedError, StoreIOError
-from sharedesk.protocol.ports import AppendCallback
+from sharedesk.protocol.ports import AppendCallback, CommitCallback
+from sharedesk.protocol.writes import Write
 from sharedesk.store import MemoryStore
 
 BOB = Person(id="bob", label="Bob")
@@ -37,10 +39,11 @@ class FollowingMemoryStore(MemoryStore):
         super().__init__()
         self.followers: list[AppendCallback] = []
         self.stops = 0
-        #: Called inside ``append`` (after the commit), to play a notice mid-write.
+        #: Called inside ``submit`` (after the commit), to play a notice mid-write.
         self.during_append: Callable[[], None] | None = None
-        #: Make the next ``append`` fail with an unexpected error (its actor crashes).
-        self.crash_next_append = False
+        #: This process's commit callbacks (``on_commit``).
+        self.commit_callbacks: list[CommitCallback] = []
+        self._here = threading.local()
         #: How many of the next ``read`` calls fail with ``StoreIOError``.
         self.failing_reads = 0
 
@@ -64,26 +67,26 @@ class FollowingMemoryStore(MemoryStore):
 
     def append_elsewhere(self, session_id: str, events: Sequence[Event]) -> list[Event]:
         """Append as another process would (no Hub here sees it) and return the stored events."""
-        return MemoryStore.append(self, session_id, events)
+        self._here.elsewhere = True
+        try:
+            return MemoryStore.append(self, session_id, events)
+        finally:
+            self._here.elsewhere = False
 
-    def append(
-        self,
-        session_id: str,
-        events: Sequence[Event],
-        *,
-        expected_version: int | None = None,
-        unless_stored: str | None = None,
-    ) -> list[Event]:
-        if self.crash_next_append:
-            self.crash_next_append = False
-            raise RuntimeError("injected crash")
-        stored = super().append(
-            session_id, events, expected_version=expected_version, unless_stored=unless_stored
-        )
+    def on_commit(self, callback: CommitCallback) -> Callable[[], None]:
+        """Tell ``callback`` this process's commits (not those made ``append_elsewhere``)."""
+        self.commit_callbacks.append(callback)
+        return lambda: self.commit_callbacks.remove(callback)
+
+    def submit(self, write: Write) -> Future[list[Event]]:
+        future = super().submit(write)  # in memory: done by now
         hook, self.during_append = self.during_append, None
         if hook is not None:
             hook()
-        return stored
+        if not getattr(self._here, "elsewhere", False) and future.exception() is None:
+            for callback in list(self.commit_callbacks):
+                callback(write.session_id, future.result())
+        return future
 
     def read(
         self,

@@ -17,11 +17,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sharedesk.actors import Hub, HubOptions
-from sharedesk.actors._base import ActorKey
+from sharedesk.actors import ActorKey, Hub, HubOptions
 from sharedesk.protocol import Person
 from sharedesk.protocol.constants import SCAN_LIMIT
-from sharedesk.protocol.errors import ActorCrashed, HubClosed
+from sharedesk.protocol.errors import HubClosed
 from tests.actors.conftest import our_threads
 from tests.actors.following import FollowingMemoryStore, Recorder, said
 
@@ -39,10 +38,6 @@ def hub(store: FollowingMemoryStore) -> Iterator[Hub]:
     yield hub
     hub.close()
     assert [] == our_threads()
-
-
-def session_threads() -> list[str]:
-    return [name for name in our_threads() if name.startswith("sharedesk-session-")]
 
 
 class TestFollowingLifecycle:
@@ -78,13 +73,10 @@ class TestFollowingLifecycle:
         with pytest.raises(HubClosed):
             hub.listen("desk", Recorder())
 
-    def test_adding_a_listener_starts_the_session_actor_without_a_thread(self, hub: Hub) -> None:
+    def test_adding_a_listener_starts_the_session_actor(self, hub: Hub) -> None:
         hub.listen("desk", Recorder())
 
-        assert ([ActorKey(kind="session", session_id="desk")], []) == (
-            hub.active(),
-            session_threads(),
-        )
+        assert [ActorKey(kind="session", session_id="desk")] == hub.active()
 
 
 class TestNoticesPushTheMissingEvents:
@@ -125,16 +117,6 @@ class TestNoticesPushTheMissingEvents:
 
         assert [[1, 2], [3]] == recorder.wait_through(3)
 
-    def test_a_notice_of_the_hubs_own_commit_sends_no_message(
-        self, hub: Hub, store: FollowingMemoryStore
-    ) -> None:
-        hub.listen("desk", Recorder())
-        hub.append("desk", [said("mine", ALICE)])
-
-        store.fire("desk", 1)
-
-        assert [] == session_threads()  # a told catch-up would have started its thread
-
     def test_events_appended_elsewhere_between_own_writes_are_pushed_before_the_next(
         self, hub: Hub, store: FollowingMemoryStore
     ) -> None:
@@ -146,7 +128,7 @@ class TestNoticesPushTheMissingEvents:
         hub.append("desk", [said("four", ALICE)])
         store.fire("desk", 3)  # the late notice
 
-        assert [[1], [2, 3, 4]] == recorder.wait_pushes(2)
+        assert [1, 2, 3, 4] == [s for push in recorder.wait_through(4) for s in push]
 
     def test_a_write_whose_gap_cannot_be_read_stands_and_is_pushed_by_a_catch_up(
         self, hub: Hub, store: FollowingMemoryStore
@@ -174,7 +156,7 @@ class TestNoticesPushTheMissingEvents:
         store.during_append = elsewhere_meanwhile
         hub.append("desk", [said("mine", ALICE)])
 
-        assert [[1], [2]] == recorder.wait_through(2)
+        assert [1, 2] == [s for push in recorder.wait_through(2) for s in push]
 
     def test_a_session_far_behind_is_pushed_only_its_newest_scan_limit_events(
         self, hub: Hub, store: FollowingMemoryStore
@@ -305,16 +287,26 @@ class TestListenedSessionsKeepTheirActor:
 
             assert [[1]] == recorder.wait_through(1)
 
-    def test_listeners_of_a_session_whose_actor_crashed_are_woken_to_re_check(
-        self, hub: Hub, store: FollowingMemoryStore
+
+class _Raising:
+    def deliver(self, message: object) -> None:
+        raise RuntimeError("a listener's own bug")
+
+
+class TestARaisingListener:
+    def test_is_logged_and_dropped_and_the_post_succeeds(
+        self, caplog: pytest.LogCaptureFixture
     ) -> None:
-        recorder = Recorder()
-        hub.listen("desk", recorder)
-        store.crash_next_append = True
-        with pytest.raises(ActorCrashed):
-            hub.append("desk", [said("boom", ALICE)])
-        store.append_elsewhere("desk", [said("a")])
+        with Hub.open(None) as hub:
+            kept = Recorder()
+            hub.listen("desk", _Raising())
+            hub.listen("desk", kept)
+            posts = [hub.session("desk").post(ALICE, f"m{n}").sequence for n in range(7)]
+            pushed = kept.wait_through(7)
 
-        store.fire("desk", 1)
-
-        assert [[]] == recorder.wait_pushes(1)
+            assert ([1, 2, 3, 4, 5, 6, 7], list(range(1, 8)), [], 1) == (
+                posts,
+                [s for push in pushed for s in push],
+                hub.stats().failed,
+                sum("hub.listener_failed" in r.getMessage() for r in caplog.records),
+            )

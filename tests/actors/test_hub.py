@@ -229,7 +229,6 @@ class TestOptions:
             {"max_active": 2},
             {"idle_timeout": -1.0},
             {"max_restarts": -1},
-            {"inline_writes": "yes"},
             {"ask_timeout": float("nan")},
             {"idle_timeout": float("nan")},
             {"restart_period": float("nan")},
@@ -379,15 +378,17 @@ class TestTranscript:
 
 
 class TestPostingCost:
-    def test_no_projector_is_pushed_a_post(self, hub: Hub) -> None:
-        """A post wakes at most the session's sharing actor, never one thread per viewer."""
+    def test_a_post_starts_no_actor_per_viewer(self, hub: Hub) -> None:
+        """A post wakes at most the session's publisher and sharing actor, never a projector."""
         desk = hub.session("desk")
         desk.post(ANA, "one")
         for n in range(5):
             hub.view("desk", Agent(id=f"v{n}", label=f"V{n}"))
         hub.turn("desk", BOT)
+        before = sorted(key.kind for key in hub.active())
+        desk.post(ANA, "two")
 
-        assert ["sharing"] == [actor.kind for actor in hub._supervisor.subscribers_of("desk")]
+        assert sorted([*before, "session"]) == sorted(key.kind for key in hub.active())
 
     def test_views_catch_up_with_posts_made_while_nobody_looked(self, hub: Hub) -> None:
         desk = hub.session("desk")
@@ -439,6 +440,7 @@ class TestStats:
         memory_hub.view("desk", BOT)
         memory_hub.view("desk", EVE)
         memory_hub.turn("desk", BOT)
+        memory_hub.session("desk").post(ANA, "for the turns")
 
         stats = memory_hub.stats()
 
@@ -450,11 +452,11 @@ class TestStats:
             stats.failed,
         )
 
-    def test_a_session_written_only_inline_runs_no_thread(self, memory_hub: Hub) -> None:
+    def test_a_session_only_written_to_runs_no_actor(self, memory_hub: Hub) -> None:
         for n in range(3):
             memory_hub.session("desk").post(ANA, f"m{n}")
 
-        assert (1, []) == (memory_hub.stats().sessions, our_threads())
+        assert (0, []) == (memory_hub.stats().active, our_threads())
 
 
 class TestRuns:

@@ -14,7 +14,7 @@ import structlog
 
 from sharedesk.actors import Hub, HubOptions
 from sharedesk.logconfig import configure_logging
-from sharedesk.protocol import Agent, Event, Person, Text, ValidationError
+from sharedesk.protocol import Agent, Person, ValidationError
 from sharedesk.protocol.errors import ActorCrashed
 from tests.actors.conftest import HubFactory
 from tests.actors.faults import FaultyStore
@@ -43,16 +43,8 @@ class TestActorLogs:
             hub.turn("desk", BOT).commit(SECRET)
 
         committed = [e for e in logs if e["event"] == "turn.committed"]
-        assert [("info", "desk", "agent:bot", "session", "Commit", 2)] == [
-            (
-                e["log_level"],
-                e["session_id"],
-                e["viewer"],
-                e["actor"],
-                e["msg"],
-                e["reply_sequence"],
-            )
-            for e in committed
+        assert [("info", "desk", "agent:bot", 2)] == [
+            (e["log_level"], e["session_id"], e["viewer"], e["reply_sequence"]) for e in committed
         ]
 
     def test_no_message_content_is_logged_at_info_or_above(self, open_hub: HubFactory) -> None:
@@ -74,19 +66,19 @@ class TestActorLogs:
         planned = [e["viewer"] for e in logs if e["event"] == "turn.planned"]
         assert ["agent:bot", "agent:eve"] == planned
 
-    def test_a_crash_logs_actor_crashed_with_the_run_id_of_the_request(self) -> None:
+    def test_a_crash_logs_actor_crashed_with_the_viewer_of_the_request(self) -> None:
         store = FaultyStore()
-        store.fail["append"] = 1
+        store.fail["get_sharing_state"] = 1
         hub = Hub(store, HubOptions())
         try:
             with capture_logs() as logs, pytest.raises(ActorCrashed):
-                hub.append("desk", [Event(BOT, Text("x"), run_id="run-7")])
+                hub.turn("desk", BOT)
         finally:
             hub.close()
 
         crashed = [e for e in logs if e["event"] == "actor.crashed"]
-        assert [("error", "desk", "session", "run-7")] == [
-            (e["log_level"], e["session_id"], e["actor"], e["run_id"]) for e in crashed
+        assert [("error", "desk", "sharing", "agent:bot")] == [
+            (e["log_level"], e["session_id"], e["actor"], e["viewer"]) for e in crashed
         ]
 
     def test_context_bound_for_one_message_does_not_leak_into_the_caller(
@@ -154,10 +146,10 @@ with Hub.open() as hub:
     hub.view("desk", bot)
     hub.turn("desk", bot).commit("hi")
 store = FaultyStore()
-store.fail["append"] = 1
+store.fail["get_sharing_state"] = 1
 with Hub(store, HubOptions()) as hub:
     try:
-        hub.append("desk", [Event(bot, Text("x"))])  # logs actor.crashed at error level
+        hub.turn("desk", bot)  # logs actor.crashed at error level
     except ActorCrashed:
         pass
 print(structlog.is_configured(), file=sys.stderr if {to_stderr} else sys.stdout)

@@ -7,6 +7,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,8 @@ from sharedesk.protocol import (
     author_key,
     same_participant,
 )
+from sharedesk.protocol.errors import TurnAlreadyCommitted
+from sharedesk.protocol.writes import Write
 from sharedesk.store import MemoryStore
 from tests.actors.conftest import HubFactory
 
@@ -242,9 +245,10 @@ class TestWritersOutsideTheHub:
 class _OtherProcessStore(MemoryStore):
     """A store another process appends to right before every commit reaches it."""
 
-    def append_and_share(self, session_id: str, events: Any, **kwargs: Any) -> list[Event]:
-        self.append(session_id, [Event(EVE, Text("from another process"))])
-        return super().append_and_share(session_id, events, **kwargs)
+    def submit(self, write: Write) -> Future[list[Event]]:
+        if write.share is not None:  # a turn's commit
+            self.append(write.session_id, [Event(EVE, Text("from another process"))])
+        return super().submit(write)
 
 
 class TestCommitWhileOthersWrite:
@@ -434,6 +438,22 @@ class TestCommit:
             turn.commit("twice")
 
         assert 1 == hub.last_sequence("desk")
+
+    def test_committing_a_turn_twice_says_it_was_committed_already(self, hub: Hub) -> None:
+        """The message names what happened, never a sentinel watermark of -1."""
+        hub.session("desk").post(ANA, "question")
+        turn = hub.turn("desk", BOT)
+        turn.commit("once")
+
+        with pytest.raises(TurnAlreadyCommitted) as caught:
+            turn.commit("twice")
+
+        message = str(caught.value)
+        assert (True, False, 2) == (
+            "committed already" in message,
+            "-1" in message,
+            hub.last_sequence("desk"),
+        )
 
     def test_commit_without_reply_returns_none(self, hub: Hub) -> None:
         assert hub.turn("desk", BOT).commit() is None

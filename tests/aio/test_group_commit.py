@@ -16,9 +16,6 @@ from sharedesk import (
     LmdbStore,
     MemoryStore,
     Person,
-    StoreClosedError,
-    Text,
-    ValidationError,
 )
 from tests.aio.conftest import our_threads
 
@@ -93,53 +90,3 @@ class TestOneHopPerGroup:
         assert [2] * 200 == lasts
         assert hops <= 20
         assert [] == our_threads()
-
-
-class TestSubmittedWrites:
-    def test_a_group_of_submitted_writes_is_delivered_once_per_sink(self, store: Any) -> None:
-        sink = _Sink()
-        sink.expected = 50
-        queued = threading.Event()
-        # The first write's settling holds the writer until all are queued, so that
-        # however the threads are scheduled the other 49 wait for it together.
-        tickets = [_Ticket(sink, queued)] + [_Ticket(sink) for _ in range(49)]
-        for i, ticket in enumerate(tickets):
-            store.submit_append(
-                f"s{i}", [Event(ANN, Text("x"))], expected_version=None, ticket=ticket
-            )
-        queued.set()
-        assert sink.done.wait(10)
-
-        assert 50 == sum(len(d) for d in sink.deliveries)
-        assert len(sink.deliveries) < 50
-        assert all(t.outcome is not None and t.outcome[0][0].sequence == 1 for t in tickets)
-
-    def test_a_failing_check_settles_only_its_own_ticket_with_the_error(self, store: Any) -> None:
-        store.append("s", [Event(ANN, Text("x"))])
-        sink = _Sink()
-        sink.expected = 2
-        stale, fine = _Ticket(sink), _Ticket(sink)
-        store.submit_append("s", [Event(ANN, Text("y"))], expected_version=0, ticket=stale)
-        store.submit_append("t", [Event(ANN, Text("z"))], expected_version=None, ticket=fine)
-        assert sink.done.wait(10)
-
-        assert stale.outcome is not None and stale.outcome[0] is None
-        assert "ConcurrencyError" == type(stale.outcome[1]).__name__
-        assert fine.outcome is not None and fine.outcome[1] is None
-        assert 1 == store.last_sequence("s")
-
-    def test_bad_input_raises_at_submit_and_queues_nothing(self, store: Any) -> None:
-        with pytest.raises(ValidationError):
-            store.submit_append(
-                "s", [Event(ANN, Text("x"))], expected_version=-1, ticket=_Ticket(_Sink())
-            )
-
-        assert 0 == store.last_sequence("s")
-
-    def test_a_closed_store_refuses_a_submitted_write(self, store: Any) -> None:
-        store.close()
-
-        with pytest.raises(StoreClosedError):
-            store.submit_append(
-                "s", [Event(ANN, Text("x"))], expected_version=None, ticket=_Ticket(_Sink())
-            )

@@ -1,35 +1,34 @@
-"""No coroutine of AsyncHub blocks the event loop: a heartbeat keeps running meanwhile.
+"""No coroutine of AsyncHub blocks the event loop, and a burst is handed off in chunks.
 
-Each test makes the store take 0.3 s per call (on whichever thread calls it) and counts
-the 1 ms heartbeats that ran while the coroutine was awaited. A blocking implementation
-lets none run (the probe itself is checked against one); ours lets the heartbeat run
-throughout. The figures asserted are structural (at least a few heartbeats), not times.
+Each stall test holds the store (:class:`~tests.aio.stores.Held`: its writer and its
+reads wait) and starts one coroutine; once the store says the call reached it, the
+test, still running on the loop, checks that the coroutine is pending, then lets the
+store go. A coroutine that blocked the loop would hold it inside the store call, so the
+check could only run after the call ended (the probe below shows it).
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
-import time
 from collections.abc import Awaitable, Callable, Sequence
-from pathlib import Path
+from concurrent.futures import Future
 from typing import Any, TypeVar
 
 import pytest
 
-from sharedesk import Agent, AsyncHub, Event, Hub, HubOptions, LmdbStore, MemoryStore, Person, Text
-from sharedesk.actors.aio import ADMIT_CHUNK
-from sharedesk.protocol.ports import WriteTicket
-from tests.aio.conftest import Heartbeat, our_threads, ticks_during
-from tests.aio.stores import wrapped_hub
+from sharedesk import Agent, AsyncHub, Event, Hub, HubOptions, MemoryStore, Person, Text
+from sharedesk.actors.aio import CHUNK
+from sharedesk.protocol.writes import Write
+from tests.aio.conftest import our_threads
+from tests.aio.stores import held_hub
 
 T = TypeVar("T")
 
 ANN = Person(id="ann", label="Ann")
 BOT = Agent(id="bot", label="Bot")
-DELAY = 0.3
-#: Fewest heartbeats a free loop runs during one 0.3 s call (a blocked one runs none).
-FREE = 5
+
+Scenario = Callable[[AsyncHub], Awaitable[Any]]
 
 
 class _Blocking(AsyncHub):
@@ -38,191 +37,117 @@ class _Blocking(AsyncHub):
     async def _call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         return fn(*args, **kwargs)
 
-    async def _write(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        return fn(*args, **kwargs)
-
     async def append(
         self, session_id: str, events: Sequence[Event], *, expected_version: int | None = None
     ) -> list[Event]:
         return self.hub.append(session_id, events, expected_version=expected_version)
 
 
-Scenario = Callable[[AsyncHub], Awaitable[Any]]
-
-
-async def _append(hub: AsyncHub) -> Any:
-    return await hub.append("desk", [Event(ANN, Text("x"))])
-
-
-async def _post(hub: AsyncHub) -> Any:
-    return await hub.post("desk", ANN, "x")
-
-
-async def _read(hub: AsyncHub) -> Any:
-    return await hub.read("desk")
-
-
-async def _last_sequence(hub: AsyncHub) -> Any:
-    return await hub.last_sequence("desk")
-
-
-async def _view(hub: AsyncHub) -> Any:
-    return await hub.view("desk", BOT)
-
-
-async def _turn(hub: AsyncHub) -> Any:
-    return await hub.turn("desk", BOT)
-
-
-async def _transcript(hub: AsyncHub) -> Any:
-    return await hub.transcript("desk", BOT)
-
-
 SCENARIOS: dict[str, Scenario] = {
-    "append": _append,
-    "post": _post,
-    "read": _read,
-    "last_sequence": _last_sequence,
-    "view": _view,
-    "turn": _turn,
-    "transcript": _transcript,
+    "append": lambda hub: hub.append("desk", [Event(ANN, Text("x"))]),
+    "post": lambda hub: hub.post("desk", ANN, "x"),
+    "read": lambda hub: hub.read("desk"),
+    "last_sequence": lambda hub: hub.last_sequence("desk"),
+    "view": lambda hub: hub.view("desk", BOT),
+    "turn": lambda hub: hub.turn("desk", BOT),
+    "transcript": lambda hub: hub.transcript("desk", BOT),
+    "wait_turn": lambda hub: hub.wait_turn("desk", BOT, timeout=10),
 }
 
 
-def _measure(store_path: Path | None, scenario: Scenario, *, blocking: bool = False) -> int:
-    async def main() -> int:
-        hub, store = wrapped_hub(True, store_path, ask_timeout=10.0)
+def _pending_while_held(scenario: Scenario, *, blocking: bool = False) -> tuple[bool, bool]:
+    """Return whether the call reached the held store, and was pending there."""
+
+    async def main() -> tuple[bool, bool]:
+        hub, store = held_hub(ask_timeout=10.0)
         if blocking:
             hub = _Blocking(hub.hub)
+            store.patience = 0.2
         try:
-            await hub.post("desk", ANN, "warm")  # the session actor knows its last sequence
-            async with Heartbeat() as heartbeat:
-                store.delay = DELAY
-                _, ticks = await ticks_during(heartbeat, scenario(hub))
-                store.delay = 0.0
-            return ticks
+            await hub.post("desk", ANN, "warm")
+            store.hold()
+            task = asyncio.ensure_future(scenario(hub))
+            reached = await asyncio.to_thread(store.entered.acquire, True, 10)
+            pending = not task.done()
+            store.release()
+            await task
+            return reached, pending
         finally:
             await hub.close()
 
-    ticks = asyncio.run(main())
+    result = asyncio.run(main())
     assert [] == our_threads()
-    return ticks
+    return result
 
 
 class TestTheLoopStaysFree:
     @pytest.mark.parametrize("name", sorted(SCENARIOS))
-    def test_the_heartbeat_runs_while_a_slow_store_call_is_awaited(
-        self, name: str, store_path: Path | None
-    ) -> None:
-        assert _measure(store_path, SCENARIOS[name]) >= FREE
+    def test_a_call_held_in_the_store_leaves_the_loop_running(self, name: str) -> None:
+        assert (True, True) == _pending_while_held(SCENARIOS[name])
 
-    def test_the_heartbeat_runs_while_a_slow_commit_is_awaited(
-        self, store_path: Path | None
-    ) -> None:
-        async def main() -> int:
-            hub, store = wrapped_hub(True, store_path, ask_timeout=10.0)
+    def test_a_held_commit_leaves_the_loop_running(self) -> None:
+        async def main() -> tuple[bool, bool]:
+            hub, store = held_hub(ask_timeout=10.0)
             try:
-                await hub.post("desk", ANN, "hello")
+                await hub.post("desk", ANN, "question")
                 turn = await hub.turn("desk", BOT)
-                async with Heartbeat() as heartbeat:
-                    store.delay = DELAY
-                    _, ticks = await ticks_during(heartbeat, turn.commit("hi"))
-                    store.delay = 0.0
-                return ticks
+                store.hold()
+                task = asyncio.ensure_future(turn.commit("answer"))
+                reached = await asyncio.to_thread(store.entered.acquire, True, 10)
+                pending = not task.done()
+                store.release()
+                await task
+                return reached, pending
             finally:
                 await hub.close()
 
-        assert asyncio.run(main()) >= FREE
-
-    def test_the_heartbeat_runs_while_wait_turn_waits(self, store_path: Path | None) -> None:
-        async def main() -> int:
-            hub, _ = wrapped_hub(True, store_path, ask_timeout=10.0)
-            try:
-                async with Heartbeat() as heartbeat:
-                    waiter = asyncio.create_task(hub.wait_turn("desk", BOT, timeout=10))
-                    start = time.perf_counter()
-                    await asyncio.sleep(DELAY)
-                    await hub.post("desk", ANN, "hello")
-                    await waiter
-                    return heartbeat.between(start, time.perf_counter())
-            finally:
-                await hub.close()
-
-        assert asyncio.run(main()) >= FREE
-
-    def test_the_heartbeat_runs_while_many_appends_are_awaited(
-        self, store_path: Path | None
-    ) -> None:
-        async def main() -> int:
-            hub, store = wrapped_hub(True, store_path, ask_timeout=10.0)
-            try:
-                sessions = [f"desk-{i}" for i in range(20)]
-                await asyncio.gather(*(hub.post(s, ANN, "warm") for s in sessions))
-                async with Heartbeat() as heartbeat:
-                    store.delay = 0.05
-                    calls = asyncio.gather(*(hub.post(s, ANN, "x") for s in sessions))
-                    _, ticks = await ticks_during(heartbeat, calls)
-                    store.delay = 0.0
-                return ticks
-            finally:
-                await hub.close()
-
-        assert asyncio.run(main()) >= FREE
+        assert (True, True) == asyncio.run(main())
 
 
 class TestTheProbe:
-    @pytest.mark.parametrize("name", sorted(SCENARIOS))
-    def test_a_blocking_implementation_lets_no_heartbeat_run(
-        self, name: str, store_path: Path | None
-    ) -> None:
-        """The measure above fails an AsyncHub that runs its Hub calls on the loop."""
-        assert 0 == _measure(store_path, SCENARIOS[name], blocking=True)
+    @pytest.mark.parametrize("name", ["append", "read", "view", "turn"])
+    def test_a_blocking_implementation_is_caught(self, name: str) -> None:
+        """The check above fails an AsyncHub that runs its Hub calls on the loop."""
+        assert (True, False) == _pending_while_held(SCENARIOS[name], blocking=True)
 
 
-class _CountingHub(Hub):
-    """A Hub that records, for each write handed off without a thread, the loop's step."""
+class _Counting(MemoryStore):
+    """A store that records, for each write handed to it, the loop's step."""
 
-    def __init__(self, store: Any) -> None:
-        super().__init__(store, HubOptions(ask_timeout=10.0))
+    def __init__(self) -> None:
+        super().__init__()
         self.step = 0
         self.handed: list[int] = []
 
-    def try_submit(
-        self,
-        session_id: str,
-        events: Sequence[Event],
-        expected_version: int | None,
-        ticket: WriteTicket,
-    ) -> bool:
+    def submit(self, write: Write) -> Future[list[Event]]:
         self.handed.append(self.step)
-        return super().try_submit(session_id, events, expected_version, ticket)
+        return super().submit(write)
 
 
-async def _count_steps(hub: _CountingHub) -> None:
-    """Advance ``hub.step`` once per iteration of the loop."""
+async def _count_steps(store: _Counting) -> None:
+    """Advance ``store.step`` once per iteration of the loop."""
     while True:
         await asyncio.sleep(0)
-        hub.step += 1
+        store.step += 1
 
 
 class TestABurstOfWrites:
     """A thousand tasks started at once append in chunks, not all in one loop iteration."""
 
-    BURST = 10 * ADMIT_CHUNK
+    BURST = 10 * CHUNK
 
-    def _burst(self, store_path: Path | None) -> tuple[list[int], list[int]]:
+    def _burst(self) -> tuple[list[int], list[int]]:
         async def main() -> tuple[list[int], list[int]]:
-            store: Any = MemoryStore() if store_path is None else LmdbStore(store_path)
-            counting = _CountingHub(store)
-            hub = AsyncHub(counting)
+            store = _Counting()
+            hub = AsyncHub(Hub(store, HubOptions(ask_timeout=10.0)))
             try:
                 sessions = [f"desk-{i}" for i in range(self.BURST)]
                 await asyncio.gather(*(hub.post(s, ANN, "warm") for s in sessions))
-                counting.handed.clear()
-                steps = asyncio.create_task(_count_steps(counting))
+                store.handed.clear()
+                steps = asyncio.create_task(_count_steps(store))
                 await asyncio.gather(*(hub.post(s, ANN, "x") for s in sessions))
                 steps.cancel()
-                per_step = list(collections.Counter(counting.handed).values())
+                per_step = list(collections.Counter(store.handed).values())
                 return per_step, [await hub.last_sequence(s) for s in sessions]
             finally:
                 await hub.close()
@@ -231,15 +156,44 @@ class TestABurstOfWrites:
         assert [] == our_threads()
         return result
 
-    def test_no_loop_iteration_hands_off_more_than_two_chunks_of_a_burst(
-        self, store_path: Path | None
-    ) -> None:
-        per_step, _ = self._burst(store_path)
+    def test_no_loop_iteration_hands_off_more_than_two_chunks_of_a_burst(self) -> None:
+        per_step, _ = self._burst()
 
         assert self.BURST == sum(per_step)
-        assert max(per_step) <= 2 * ADMIT_CHUNK
+        assert max(per_step) <= 2 * CHUNK
 
-    def test_every_write_of_a_burst_is_written_once(self, store_path: Path | None) -> None:
-        _, lasts = self._burst(store_path)
+    def test_every_write_of_a_burst_is_written_once(self) -> None:
+        _, lasts = self._burst()
 
         assert [2] * self.BURST == lasts
+
+
+class TestStuckWrites:
+    """Reads never wait behind writes the store holds up."""
+
+    @pytest.mark.parametrize("stuck", [8, 200])
+    def test_reads_go_on_while_appends_are_stuck_in_the_store(self, stuck: int) -> None:
+        async def main() -> tuple[list[bool], int, bool]:
+            hub, store = held_hub(ask_timeout=10.0)
+            try:
+                await hub.post("desk", ANN, "before")
+                store.gate.clear()
+                writes = [asyncio.create_task(hub.post(f"d{n}", ANN, "x")) for n in range(stuck)]
+                async with asyncio.timeout(10):
+                    answers = [
+                        await hub.read("desk"),
+                        await hub.last_sequence("desk"),
+                        await hub.view("desk", BOT),
+                        await hub.turn("desk", BOT),
+                        await hub.transcript("desk", BOT),
+                        await hub.wait_turn("desk", BOT),
+                    ]
+                still_stuck = not any(write.done() for write in writes)
+                store.gate.set()
+                await asyncio.gather(*writes)
+                return [bool(a) for a in answers], await hub.last_sequence("d0"), still_stuck
+            finally:
+                await hub.close()
+
+        assert ([True] * 6, 1, True) == asyncio.run(main())
+        assert [] == our_threads()
