@@ -105,13 +105,14 @@ class GroupTxn:
                 shares[1].append(key)
                 share_of[(sid, key)] = (viewer, conversation)
 
-        def read() -> tuple[psycopg.Cursor[Any], ...]:
-            return (
+        def read() -> list[Any]:
+            """Send the reads a group needs (none for empty lists), in this order."""
+            return [
                 conn.execute(sql.lock, [sids]),
-                conn.execute(sql.known, ids),
-                conn.execute(sql.parents, parents),
-                conn.execute(sql.sharing, shares),
-            )
+                *(conn.execute(query, keys) if keys[0] else () for query, keys in wanted),
+            ]
+
+        wanted = ((sql.known, ids), (sql.parents, parents), (sql.sharing, shares))
 
         cursors = read()
         streams = {bytes(row[0]): row for row in cursors[0]}
