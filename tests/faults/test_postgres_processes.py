@@ -1039,10 +1039,9 @@ class TestConnectionLostMidAppend:
         assert {RETRIED: cycles} == dict(outcomes)
 
 
-#: Replies that say a write committed, as the wire protocol carries them: the ``ok``
-#: row ``append_events`` answers in autocommit (a text column of length 2), and the
+#: The reply that says a write committed, as the wire protocol carries it: the
 #: ``CommandComplete`` of a ``COMMIT``.
-COMMITTED_REPLIES = (b"\x00\x00\x00\x02ok", b"C\x00\x00\x00\x0bCOMMIT\x00")
+COMMITTED_REPLIES = (b"C\x00\x00\x00\x0bCOMMIT\x00",)
 
 
 class CuttingProxy:
