@@ -117,6 +117,11 @@ class Writer:
         with self._changed:
             return list(self._lines)
 
+    def stderr(self) -> list[str]:
+        """The lines the child wrote to stderr so far (logging is left unconfigured)."""
+        with self._changed:
+            return list(self._stderr)
+
     def wait_for(self, predicate: Callable[[list[str]], bool]) -> None:
         """Wait until ``predicate(lines)`` holds; the child ending first fails the test."""
         with self._changed:
@@ -554,6 +559,7 @@ class TestServerRestart:
         assert by_writer[1] > 0  # the writer without store retries saw the restarts
         assert resets > 0
         assert set(acks.sequences) == set(audit.stored)  # every retry ended acknowledged
+        assert [[], []] == [writer.stderr() for writer in writers]  # the library is silent
 
 
 class TestConnectionsTerminated:
