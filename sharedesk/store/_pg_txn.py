@@ -65,7 +65,7 @@ class GroupTxn:
     """One group's write transaction on ``conn``: the base's ``WriteTxn`` on PostgreSQL.
 
     Args:
-        conn: A connection inside the group's transaction (pipelined).
+        conn: A connection inside the group's transaction.
         sql: The store's statements.
         channel: The channel the group's notice goes to.
     """
@@ -82,8 +82,8 @@ class GroupTxn:
     def facts(self, wants: Mapping[str, Wants]) -> dict[str, Facts]:
         """Lock the sessions' rows (in id order), then read what the plans need.
 
-        The statements are pipelined (one round trip, with the ``BEGIN``); a session
-        with no row yet gets one, and the reads run again once every row is locked.
+        A session with no row yet gets one, and the reads run again once every row
+        is locked. A read whose list is empty (no parent, no sharing state) is not sent.
         """
         conn, sql = self._conn, self._sql
         sids = sorted(utf8(session_id) for session_id in wants)
@@ -105,13 +105,14 @@ class GroupTxn:
                 shares[1].append(key)
                 share_of[(sid, key)] = (viewer, conversation)
 
-        def read() -> tuple[psycopg.Cursor[Any], ...]:
-            return (
+        def read() -> list[Any]:
+            """Send the reads a group needs (none for empty lists), in this order."""
+            return [
                 conn.execute(sql.lock, [sids]),
-                conn.execute(sql.known, ids),
-                conn.execute(sql.parents, parents),
-                conn.execute(sql.sharing, shares),
-            )
+                *(conn.execute(query, keys) if keys[0] else () for query, keys in wanted),
+            ]
+
+        wanted = ((sql.known, ids), (sql.parents, parents), (sql.sharing, shares))
 
         cursors = read()
         streams = {bytes(row[0]): row for row in cursors[0]}

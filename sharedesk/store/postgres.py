@@ -17,8 +17,9 @@ one statement that also sends the group's one ``NOTIFY``, commit. A group of one
 group; the notice, sent inside the transaction, is delivered exactly at commit, in
 commit order, and never lost. Its payload lists ``<last_seq>:<hex of the session id's
 UTF-8>`` per session written (hex: a payload cannot hold NUL), space-separated, on the
-channel ``<schema>_appended``. Two round trips per group: the reads (with ``BEGIN``) and
-the write (with ``COMMIT``) are each pipelined.
+channel ``<schema>_appended``. A group costs ``BEGIN``, the lock, one read per kind of
+fact it needs, the write and ``COMMIT``, each a plain round trip: psycopg's pipeline
+mode, tried to save round trips, halved the throughput (its per-statement polling).
 
 Connections and retries. Connections come from the store's
 :class:`~sharedesk.store._pg_watchdog.Pool`, made on the caller's thread by the
@@ -401,7 +402,7 @@ class PostgresStore(StoreBase):
 
         def run(conn: psycopg.Connection[Any]) -> T:
             txn = GroupTxn(conn, self._sql, self._channel)
-            with conn.pipeline(), conn.transaction():
+            with conn.transaction():
                 result = work(txn)
                 attempt.rerun = txn.probe is None
                 attempt.probe = txn.probe

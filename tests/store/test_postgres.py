@@ -47,7 +47,7 @@ from sharedesk.protocol import (
 from sharedesk.protocol.errors import StoreUnreachable
 from sharedesk.protocol.sessions import SESSION_STARTED_ID
 from sharedesk.protocol.validation import check_write
-from sharedesk.store import _pg_listen, postgres
+from sharedesk.store import _pg_listen
 from sharedesk.store._pg_schema import SCHEMA_VERSION
 from sharedesk.store.postgres import PostgresStore
 from tests.store.conftest import child_env
@@ -742,17 +742,18 @@ class TestConnectionLoss:
     def test_a_write_whose_interrupted_commit_cannot_be_settled_says_its_outcome_is_unknown(
         self,
         dsn: str,
-        monkeypatch: pytest.MonkeyPatch,
         write: Callable[[PostgresStore], object],
     ) -> None:
-        """As when the network, not the server, failed: the old server process lives on."""
-        monkeypatch.setattr(postgres, "_BACKEND_ALIVE", "SELECT 1 WHERE %s::int IS NOT NULL")
-        with PostgresStore(dsn, retry_timeout=0.2) as store:
+        """As when the server stays unreachable once the commit was cut off."""
+        connect = CountingConnect(dsn)
+        with PostgresStore(dsn, retry_timeout=0.2, connect=connect) as store:
             interrupt_next_commit(dsn)
+            connect.refuse = psycopg.OperationalError("refused by the test")
 
             with pytest.raises(CommitOutcomeUnknown) as caught:
                 write(store)
 
+            connect.refuse = None
             assert "s" == caught.value.session_id
             assert [1] == [e.sequence for e in store.append("s", [text(id="e1")])]
 
