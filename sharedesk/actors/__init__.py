@@ -10,7 +10,8 @@ sharing actor and commits them through the session actor. ``AsyncHub``/``AsyncTu
 
 from typing import TYPE_CHECKING, Any
 
-from sharedesk.actors._base import ActorKey
+from sharedesk.actors._base import THREAD_PREFIX, ActorKey
+from sharedesk.actors._messages import Push
 from sharedesk.actors.hub import HUB_OPTION_NAMES, Hub, HubOptions, HubStats, SessionHandle, Turn
 from sharedesk.actors.projector import ProjectorActor
 from sharedesk.actors.session import SessionActor
@@ -35,9 +36,11 @@ __all__ = [
     "HubOptions",
     "HubStats",
     "ProjectorActor",
+    "Push",
     "SessionActor",
     "SessionHandle",
     "SharingActor",
+    "THREAD_PREFIX",
     "Turn",
     "plan_turn",
 ]

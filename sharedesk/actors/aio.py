@@ -32,6 +32,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from types import TracebackType
 from typing import Any, Final, TypeVar
 
+from sharedesk.actors._handles import TurnFields
 from sharedesk.actors._messages import Push
 from sharedesk.actors.hub import Hub, Turn
 from sharedesk.protocol._log import logger
@@ -41,7 +42,7 @@ from sharedesk.protocol.errors import HubClosed, ValidationError
 from sharedesk.protocol.events import Event, Text, new_event_id
 from sharedesk.protocol.transcripts import Transcript
 from sharedesk.protocol.validation import check_author, check_session_id
-from sharedesk.protocol.views import Conversation, Projection, SessionMessage
+from sharedesk.protocol.views import Conversation, Projection
 
 __all__ = ["AsyncHub", "AsyncTurn"]
 
@@ -216,7 +217,7 @@ class _Watch:
         await self._event.wait()
 
 
-class AsyncTurn:
+class AsyncTurn(TurnFields):
     """An asyncio view of a :class:`~sharedesk.actors.hub.Turn`: commit it with ``await``.
 
     Its attributes and ``commit`` mean what they mean on ``Turn``.
@@ -225,34 +226,10 @@ class AsyncTurn:
     __slots__ = ("_hub", "turn")
 
     def __init__(self, hub: AsyncHub, turn: Turn) -> None:
+        super().__init__(turn.session_id, turn.viewer, turn.plan)
         self._hub = hub
         #: The sync turn underneath (for code that mixes both).
         self.turn = turn
-
-    @property
-    def session_id(self) -> str:
-        """The session (desk)."""
-        return self.turn.session_id
-
-    @property
-    def viewer(self) -> SessionAuthor:
-        """Whose turn it is."""
-        return self.turn.viewer
-
-    @property
-    def conversation(self) -> Conversation:
-        """The channel or thread of the turn."""
-        return self.turn.conversation
-
-    @property
-    def messages(self) -> list[SessionMessage]:
-        """What to read, oldest first (as :attr:`Turn.messages`)."""
-        return self.turn.messages
-
-    @property
-    def reason(self) -> str | None:
-        """``None`` for a delta, else ``"initial"`` or the ``ReinitializeReason`` value."""
-        return self.turn.reason
 
     async def commit(self, reply: str | Event | None = None) -> Event | None:
         """As :meth:`Turn.commit`, through the store's writer; cancelled: see the module."""

@@ -14,7 +14,7 @@ import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 
-from sharedesk.actors._messages import Push
+from sharedesk.actors import Push
 from sharedesk.protocol import Conversation, Event, Person, SharingState, Text
 from sharedesk.protocol.errors import StoreClosedError, StoreIOError
 from sharedesk.protocol.ports import AppendCallback, CommitCallback
