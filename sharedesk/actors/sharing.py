@@ -69,7 +69,7 @@ class SharingActor(HubActor):
         match message:
             case Push(events=events):
                 try:
-                    self.tail.apply(events)
+                    self.tail.apply_rows(events)
                 except Exception:
                     self.tail.reset()  # rebuilt from the log by the next plan
                 return None
@@ -81,7 +81,7 @@ class SharingActor(HubActor):
         store = self.hub.store
         session_id = self.key.session_id
         state = store.get_sharing_state(session_id, author_key(viewer), conversation)
-        last, _ = self.tail.catch_up(store)
+        last, _ = self.tail.catch_up_rows(store)
         replies = _StoreReplies(store, session_id)
         plan = plan_turn(self.tail.log(store), state, conversation, viewer, last, replies)
         _log.debug(
