@@ -72,8 +72,10 @@ class StoredRow(NamedTuple):
     parent: int | None
 
 
-class Wants(NamedTuple):
+class Wants(msgspec.Struct):
     """What the writes of one group need to know of one session (see :class:`Facts`).
+
+    Built up by :func:`wants_of`, one write after another.
 
     Attributes:
         ids: The ids of the writes' events and their ``unless_stored`` ids.
@@ -82,18 +84,18 @@ class Wants(NamedTuple):
         state: Whether an event moves the session state (else it need not be read).
     """
 
-    ids: set[str]
-    parents: set[int]
-    sharing: set[SharingKey]
-    state: bool
+    ids: set[str] = msgspec.field(default_factory=set)
+    parents: set[int] = msgspec.field(default_factory=set)
+    sharing: set[SharingKey] = msgspec.field(default_factory=set)
+    state: bool = False
 
 
-class Facts(NamedTuple):
+class Facts(msgspec.Struct):
     """What a store holds of one session, as far as one group's writes need it.
 
-    Read by the backend inside the write transaction, for one :class:`Wants`; every
-    container is fresh (the writer adds each planned write's effect to it, so the next
-    write of the group is planned on top of it).
+    Read by the backend inside the write transaction, for one :class:`Wants`, in fresh
+    containers: the writer adds each planned write's effect to them, so that the next
+    write of the group is planned on top of it (:func:`plan_write` never changes them).
 
     Attributes:
         last: The session's last sequence (0 for none).
@@ -132,7 +134,7 @@ class AppendPlan(NamedTuple):
     state: SessionState | None
 
 
-class WritePlan(NamedTuple):
+class WritePlan(msgspec.Struct, frozen=True):
     """What one :class:`~sharedesk.protocol.writes.Write` stores, decided by :func:`plan_write`.
 
     Attributes:
@@ -156,23 +158,24 @@ class WritePlan(NamedTuple):
 
 
 def wants_of(write: Write, wants: Wants | None = None) -> Wants:
-    """Return what planning ``write`` needs, added to ``wants`` (a fresh one for ``None``).
+    """Add what planning ``write`` needs to ``wants`` (a new one for ``None``); return it.
 
     Cost: O(len(write.events)).
     """
     if wants is None:
-        wants = Wants(set(), set(), set(), False)
-    moves = wants.state
+        wants = Wants()
+    ids, parents = wants.ids, wants.parents
     for event in write.events:
-        wants.ids.add(event.id)
+        ids.add(event.id)
         if event.parent is not None:
-            wants.parents.add(event.parent)
-        moves = moves or moves_session_state(event)
+            parents.add(event.parent)
+        if not wants.state and moves_session_state(event):
+            wants.state = True
     if write.unless_stored is not None:
-        wants.ids.add(write.unless_stored)
+        ids.add(write.unless_stored)
     if write.share is not None:
         wants.sharing.add((write.share.viewer, write.share.state.conversation))
-    return wants if moves == wants.state else wants._replace(state=moves)
+    return wants
 
 
 def _watermark(state: SharingState | None) -> int:
@@ -212,7 +215,7 @@ def plan_write(write: Write, facts: Facts, now: datetime) -> WritePlan:
         stored = facts.sharing.get((share.viewer, share.state.conversation))
         if stored != share.expected_state:
             raise SharingStateConflict(_watermark(share.expected_state), _watermark(stored))
-    plan = plan_append(
+    result, new, first_replies, texts, state = plan_append(
         write.events,
         last,
         facts.known,
@@ -224,11 +227,11 @@ def plan_write(write: Write, facts: Facts, now: datetime) -> WritePlan:
     sharing: SharingState | None = None
     if share is not None:
         sharing = share.state
-        if share.reply_present and plan.result:
-            reply = plan.result[0].sequence
+        if share.reply_present and result:
+            reply = result[0].sequence
             assert reply is not None
             sharing = note_present(sharing, reply)
-    return WritePlan(write, *plan, sharing)
+    return WritePlan(write, result, new, first_replies, texts, state, sharing)
 
 
 def not_a_root_error(index: int, parent: int, why: str) -> ValidationError:
@@ -279,11 +282,11 @@ def plan_append(
     fresh: dict[str, Event] = {}
     result: list[Event] = []
     next_sequence = last + 1
+    replace = msgspec.structs.replace
     for event in batch:
         stored = known.get(event.id) or fresh.get(event.id)
         if stored is None:
-            stored = msgspec.structs.replace(event, sequence=next_sequence, timestamp=now)
-            fresh[event.id] = stored
+            stored = fresh[event.id] = replace(event, sequence=next_sequence, timestamp=now)
             next_sequence += 1
         result.append(stored)
     new = list(fresh.values())

@@ -65,7 +65,11 @@ class ReplyIndex(Protocol):
 
 @runtime_checkable
 class EventStore(Protocol):
-    """The store interface shared by every backend (``MemoryStore``, ``LmdbStore``)."""
+    """The store interface shared by every backend and the Hub.
+
+    Each method's full contract (arguments, errors, cost) is documented once, on
+    ``sharedesk.store.base.StoreBase``, which every backend subclasses.
+    """
 
     def append(
         self,
@@ -74,15 +78,7 @@ class EventStore(Protocol):
         *,
         expected_version: int | None = None,
     ) -> list[Event]:
-        """Append ``events`` and return them as stored (sequence and timestamp set).
-
-        Events whose ``id`` the session already holds are returned as stored, not
-        stored again.
-
-        Raises:
-            ValidationError: Malformed input; nothing was written.
-            ConcurrencyError: ``expected_version`` is not the last sequence.
-        """
+        """Append ``events`` and return them as stored (sequence and timestamp set)."""
         ...
 
     def read(
@@ -123,9 +119,9 @@ class EventStore(Protocol):
 class SharingStateStore(Protocol):
     """A store that also keeps sharing states, written atomically with a turn's reply.
 
-    Both ``MemoryStore`` and ``LmdbStore`` implement it. ``viewer`` is the participant's
-    :func:`~sharedesk.protocol.author_key`; states are keyed by
-    (session, viewer, conversation).
+    Every backend implements it (``StoreBase``, where each method's contract is
+    documented). ``viewer`` is the participant's :func:`~sharedesk.protocol.author_key`;
+    states are keyed by (session, viewer, conversation).
     """
 
     def get_sharing_state(
@@ -145,31 +141,11 @@ class SharingStateStore(Protocol):
         expected_version: int | None = None,
         reply_present: bool = False,
     ) -> list[Event]:
-        """Append ``events`` and store ``state`` in one atomic, durable step.
-
-        The state is keyed by (session, viewer, ``state.conversation``). ``events`` may
-        be empty (a turn committed without a reply). With ``reply_present``, the stored
-        state also notes the first event's real sequence as present (``note_present``),
-        decided inside the same transaction, also when that event's id was stored
-        before (it keeps its old sequence).
-
-        Raises:
-            ValidationError: Malformed input; nothing was written.
-            ConcurrencyError: ``expected_version`` is not the last sequence.
-            SharingStateConflict: The stored state is not ``expected_state``
-                (``None``: no state stored); nothing was written.
-            PresentSetOverflow: Noting the reply would overflow the present set;
-                nothing was written.
-        """
+        """Append ``events`` and store ``state`` in one atomic, durable step."""
         ...
 
     def first_replies(self, session_id: str, roots: Collection[int]) -> dict[int, int]:
-        """Return, for each root asked that has one, its first non-blank reply's sequence.
-
-        The store records a root's first non-blank reply when it appends it, so the
-        answer costs one lookup per root, whatever the history. A sequence that is not
-        a root ``Text`` row, or a root with no non-blank reply yet, is left out.
-        """
+        """Return, for each root asked that has one, its first non-blank reply's sequence."""
         ...
 
 
@@ -228,12 +204,12 @@ class WriteTicket(Protocol):
 
 @runtime_checkable
 class SubmittingStore(Protocol):
-    """A store that also takes writes without a waiting thread (``LmdbStore``, ``MemoryStore``).
+    """The ticket form of :class:`WritingStore`, kept over ``submit`` for old callers.
 
     ``submit_append`` and ``submit_append_and_share`` validate their input at once (a bad
-    one raises ``ValidationError`` and nothing is queued), queue the write and return;
-    the writer settles the ticket after the group holding it is committed (or fails),
-    then delivers it to its sink: one ``deliver`` call per sink per group.
+    one raises ``ValidationError`` and nothing is queued) and submit the write; once its
+    future is done, the ticket is settled and delivered to its sink, alone
+    (``sharedesk/store/_tickets.py``).
     """
 
     def submit_append(

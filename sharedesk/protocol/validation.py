@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any, Final, TypeGuard, cast
 
 import msgspec
@@ -347,6 +347,24 @@ def check_optional_str(name: str, value: Any) -> str | None:
     if not isinstance(value, str) or not value:
         raise ValidationError(f"{name} must be a non-empty str or None, got {value!r}")
     return value
+
+
+def check_roots(roots: Any) -> list[int]:
+    """Return ``roots`` (``first_replies``'s argument) as a list of sequences.
+
+    Raises:
+        ValidationError: Not a collection of ints of at least 1.
+
+    Cost: O(len(roots)).
+    """
+    if not isinstance(roots, Collection) or isinstance(roots, str | bytes):
+        raise ValidationError(f"roots must be a collection of ints, got {type(roots).__name__}")
+    checked: list[int] = []
+    for root in roots:
+        if type(root) is not int or not 1 <= root < MAX_INT:
+            raise ValidationError(f"roots must hold sequences (ints >= 1), got {root!r}")
+        checked.append(root)
+    return checked
 
 
 def check_event_sequence(events: Any) -> Sequence[Event]:

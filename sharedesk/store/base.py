@@ -5,49 +5,35 @@ reads, ``on_commit``, ``close``) are written, validated and documented here, onc
 eventsourcing's recorders are; ``MemoryStore``, ``LmdbStore`` and ``PostgresStore``
 subclass :class:`StoreBase` and implement the hooks below.
 
-One write path. ``submit(write)`` is the only way in: ``append`` is
-``self.submit(check_write(...)).result()``. The store's writer takes a group of writes,
-opens one write transaction (``_transact``), reads the :class:`Facts` of the sessions
-the group touches (``WriteTxn.facts``), plans each write in turn with
-:func:`~sharedesk.projection.append.plan_write` (each on top of the ones before), puts
-the plans that passed (``WriteTxn.put``) and commits. A write whose plan raises fails
-alone and writes nothing. Then the ``on_commit`` callbacks run, in commit order, and
-only then are the group's futures completed, each once. Two writers exist:
+One write path. ``submit(write)`` is the only way in, and ``append`` is
+``self.submit(check_write(...)).result()`` (without a writer thread, the same commit's
+outcome, with no future built). The writer takes a group of writes, opens one write
+transaction (``_transact``), reads the :class:`Facts` of the sessions the group touches
+(``WriteTxn.facts``), plans each write on top of the ones before
+(:func:`~sharedesk.projection.append.plan_write`), puts the plans that passed
+(``WriteTxn.put``) and commits. A write whose plan raises fails alone and writes
+nothing. Then the ``on_commit`` callbacks run, in commit order, and only then is each
+future of the group completed, once. Two writers exist:
 
 - ``writer=None`` (``MemoryStore``): no thread; ``submit`` plans and puts under the
   store's lock on the caller's thread and returns a completed future;
 - ``writer="<thread name>"`` (``LmdbStore``, ``PostgresStore``): the group-committing
   writer of :mod:`sharedesk.store._group_commit` (one thread, one queue).
 
-Backend hooks (all called with checked arguments, on a store that is not closed):
+Backend hooks (called with checked arguments, on a store that is open):
 
-=============================================  ==========================================
-``_transact(work) -> T``                       run ``work(txn)`` in one write transaction
-                                               and commit; it may run ``work`` again in
-                                               a fresh transaction after a retryable
-                                               failure; raises a ``SharedeskError``
-                                               (``StoreIOError``, ``StoreFullError``...)
-                                               when the transaction fails
-``WriteTxn.facts(wants) -> {session: Facts}``  read, for each session, what its
-                                               :class:`Wants` names, fresh containers
-``WriteTxn.put(plans)``                        write the plans, in order (several may be
-                                               of one session, each planned on top of
-                                               the ones before)
-``_read(session_id, after, before, limit,      the events with ``after < seq < before``
-newest_first)``
-``_last_sequence(session_id)``                 0 for no events
-``_read_text_before(session_id, before,        one page of the ``Text`` log, newest first
-limit) -> SessionPage``
-``_first_replies(session_id, roots)``          root -> first non-blank reply
-``_session_state(session_id)``                 the folded ``SessionState``
-``_run_events(session_id, run_id)``            the run's events, oldest first
-``_get_sharing_state(session_id, viewer,       the stored state or ``None``
-conversation)``
-``_sessions()``, ``_session_info(id)``,        the listing (sorted by id)
-``_session_infos()``
-``_close()``                                   release resources (the writer is stopped
-                                               first)
-=============================================  ==========================================
+- ``_transact(work) -> T``: run ``work(txn)`` in one write transaction and commit; it
+  may run ``work`` again in a fresh transaction after a retryable failure; a failed
+  transaction raises a ``SharedeskError`` (``StoreIOError``, ``StoreFullError``, ...);
+- ``txn.facts(wants) -> dict[str, Facts]``: read, for each session, what its
+  :class:`Wants` names, in fresh containers; ``txn.put(plans)``: write the plans, in
+  order (several may be of one session, each planned on top of the ones before);
+- ``_read(session_id, after, before, limit, newest_first)`` (``limit`` is ``None`` or
+  positive), ``_last_sequence``, ``_read_text_before(session_id, before, limit)``
+  (``limit`` positive), ``_first_replies(session_id, roots)`` (``roots`` a non-empty
+  list), ``_session_state``, ``_run_events``, ``_get_sharing_state``, ``_sessions``,
+  ``_session_info``, ``_session_infos``: what the public method of that name returns;
+- ``_close()``: release the resources, once, after the writer has stopped.
 
 A group whose transaction fails with ``StoreFullError`` is retried one write per
 transaction, so only the writes that do not fit get the error.
@@ -57,36 +43,38 @@ from __future__ import annotations
 
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Sequence
 from concurrent.futures import Future
 from datetime import UTC, datetime
 from types import TracebackType
-from typing import Any, Protocol, Self, TypeVar
+from typing import ClassVar, Self, TypeVar
 
-from sharedesk.projection.append import Facts, StoredRow, Wants, WritePlan, plan_write, wants_of
+from sharedesk.projection.append import Facts, StoredRow, Wants, WritePlan
 from sharedesk.protocol._log import logger
 from sharedesk.protocol.errors import (
     SharedeskError,
     StoreClosedError,
     StoreFullError,
-    ValidationError,
 )
 from sharedesk.protocol.events import Event
-from sharedesk.protocol.ports import CommitCallback, SessionInfo, WriteTicket
+from sharedesk.protocol.ports import CommitCallback, SessionInfo
 from sharedesk.protocol.records import private_copy
 from sharedesk.protocol.sessions import SessionState
 from sharedesk.protocol.validation import (
     check_bool,
     check_conversation,
+    check_int,
     check_optional_int,
     check_optional_str,
+    check_roots,
     check_session_id,
     check_text,
     check_write,
 )
 from sharedesk.protocol.views import Conversation, SessionPage, SharingState
 from sharedesk.protocol.writes import Share, Write
-from sharedesk.store._group_commit import GroupWriter
+from sharedesk.store._group_commit import GroupWriter, WriteTxn, plan_group
+from sharedesk.store._tickets import TicketShims
 
 __all__ = ["Facts", "SessionInfo", "StoreBase", "StoredRow", "Wants", "WritePlan", "WriteTxn"]
 
@@ -97,63 +85,23 @@ T = TypeVar("T")
 Outcome = list[Event] | BaseException
 
 
-class WriteTxn(Protocol):
-    """A backend's open write transaction, as the writer uses it (see the module header)."""
-
-    def facts(self, wants: Mapping[str, Wants]) -> dict[str, Facts]:
-        """Return the facts of each session in ``wants``, read in this transaction."""
-        ...
-
-    def put(self, plans: Sequence[WritePlan]) -> None:
-        """Write ``plans`` in this transaction, in order."""
-        ...
-
-
-class _Writer(Protocol):
-    def put(self, write: Write, future: Future[list[Event]]) -> None: ...
-
-    def close(self) -> None: ...
-
-
-def _check_roots(roots: Any) -> list[int]:
-    if not isinstance(roots, Collection) or isinstance(roots, str | bytes):
-        raise ValidationError(f"roots must be a collection of ints, got {type(roots).__name__}")
-    checked: list[int] = []
-    for root in roots:
-        if type(root) is not int or not 1 <= root < 2**63:
-            raise ValidationError(f"roots must hold sequences (ints >= 1), got {root!r}")
-        checked.append(root)
-    return checked
-
-
-def _absorb(facts: Facts, plan: WritePlan) -> Facts:
-    """Add what ``plan`` stores to ``facts``, so the group's next write sees it."""
-    for event in plan.new:
-        assert event.sequence is not None
-        facts.known[event.id] = event
-        facts.rows[event.sequence] = StoredRow(type(event.body).__name__, event.parent)
-    facts.answered.update(plan.first_replies)
-    share = plan.write.share
-    if share is not None:
-        facts.sharing[(share.viewer, share.state.conversation)] = plan.sharing
-    last = facts.last + len(plan.new)
-    state = facts.state if plan.state is None else plan.state
-    return facts._replace(last=last, state=state)
-
-
-class StoreBase(ABC):
+class StoreBase(TicketShims, ABC):
     """The store port, written once: validation, the write path, the reads, the lifecycle.
 
-    Thread-safe. A subclass calls ``super().__init__`` and implements the hooks of the
-    module header.
+    Thread-safe. A subclass implements the hooks of the module header and calls
+    ``super().__init__`` last, once its resources are open (it starts the writer thread).
 
     Args:
         path: Where the store lives, named in its errors (``None``: in memory).
-        writer: The writer thread's name, or ``None`` for no writer thread (writes run
-            on the caller's thread under the store's lock).
+        writer: The writer thread's name, or ``None``: writes run on the caller's
+            thread, under the store's lock.
         group_wait: Most seconds the writer thread gathers a group (see
             :mod:`sharedesk.store._group_commit`).
     """
+
+    #: Whether the backend keeps the very events its ``put`` is handed (``MemoryStore``):
+    #: then a write returns copies of them; otherwise the stored events themselves.
+    keeps_events: ClassVar[bool] = False
 
     def __init__(
         self,
@@ -163,12 +111,12 @@ class StoreBase(ABC):
         group_wait: float = 0.0,
     ) -> None:
         self._path = path
-        #: Serialises the inline writer's writes; backends without a thread guard their
-        #: data with it too (reentrant: an ``on_commit`` callback may read).
+        #: Serialises writes without a writer thread, and guards such a backend's data
+        #: (reentrant: an ``on_commit`` callback may read).
         self._lock = threading.RLock()
         self._closed = False
         self._callbacks: tuple[CommitCallback, ...] = ()
-        self._writer: _Writer | None = None
+        self._writer: GroupWriter | None = None
         if writer is not None:
             self._writer = GroupWriter(
                 self._run_group,
@@ -199,15 +147,26 @@ class StoreBase(ABC):
         never blocking on the writer.
         """
         future: Future[list[Event]] = Future()
-        writer = self._writer
-        if writer is not None:
-            writer.put(write, future)
+        if self._writer is not None:
+            self._writer.put(write, future)
             return future
         future.set_running_or_notify_cancel()
-        with self._lock:
-            outcome = self._closed_error() if self._closed else self._commit_group([write])[0]
-        _complete(future, outcome)
+        _complete(future, self._commit_here(write))
         return future
+
+    def _wait(self, write: Write) -> list[Event]:
+        """Return ``submit(write).result()``; without a writer thread, without the future."""
+        if self._writer is not None:
+            return self.submit(write).result()
+        outcome = self._commit_here(write)
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return outcome
+
+    def _commit_here(self, write: Write) -> Outcome:
+        """Commit ``write`` on this thread, under the store's lock (no writer thread)."""
+        with self._lock:
+            return self._closed_error() if self._closed else self._commit_group([write])[0]
 
     def append(
         self,
@@ -247,7 +206,7 @@ class StoreBase(ABC):
         write = check_write(
             session_id, events, expected_version=expected_version, unless_stored=unless_stored
         )
-        return self.submit(write).result()
+        return self._wait(write)
 
     def append_and_share(
         self,
@@ -293,7 +252,7 @@ class StoreBase(ABC):
         """
         share = Share(viewer, state, expected_state, reply_present)
         write = check_write(session_id, events, expected_version=expected_version, share=share)
-        return self.submit(write).result()
+        return self._wait(write)
 
     def on_commit(self, callback: CommitCallback) -> Callable[[], None]:
         """Call ``callback(session_id, new_events)`` after each commit that stored events.
@@ -302,7 +261,9 @@ class StoreBase(ABC):
         one), once per write that stored new events, in commit order, before the futures
         of that commit are completed: a caller that got its result finds the callback
         run. ``new_events`` are private copies, in sequence order. A raising callback is
-        logged (``store.callback_failed``) and dropped; the others still run.
+        logged (``store.callback_failed``) and dropped; the others still run. A callback
+        may read the store and submit writes, but must not wait for one: the writer
+        would be waiting for itself.
 
         Returns:
             The function that removes the callback (idempotent).
@@ -317,60 +278,6 @@ class StoreBase(ABC):
                 self._callbacks = tuple(c for c in self._callbacks if c is not callback)
 
         return remove
-
-    def submit_append(
-        self,
-        session_id: str,
-        events: Sequence[Event],
-        *,
-        expected_version: int | None = None,
-        ticket: WriteTicket,
-    ) -> None:
-        """Queue an append over :meth:`submit`; ``ticket`` gets its outcome (``SubmittingStore``).
-
-        Raises:
-            ValidationError: Malformed input; nothing was queued.
-            StoreClosedError: The store is closed; nothing was queued.
-
-        Cost: as :meth:`submit`.
-        """
-        write = check_write(session_id, events, expected_version=expected_version)
-        self._submit_ticket(write, ticket)
-
-    def submit_append_and_share(
-        self,
-        session_id: str,
-        events: Sequence[Event],
-        *,
-        viewer: str,
-        state: SharingState,
-        expected_state: SharingState | None,
-        expected_version: int | None = None,
-        reply_present: bool = False,
-        ticket: WriteTicket,
-    ) -> None:
-        """:meth:`append_and_share` as :meth:`submit_append` takes an append.
-
-        Raises:
-            ValidationError: Malformed input; nothing was queued.
-            StoreClosedError: The store is closed; nothing was queued.
-
-        Cost: as :meth:`submit`.
-        """
-        share = Share(viewer, state, expected_state, reply_present)
-        write = check_write(session_id, events, expected_version=expected_version, share=share)
-        self._submit_ticket(write, ticket)
-
-    def _submit_ticket(self, write: Write, ticket: WriteTicket) -> None:
-        if self._closed:
-            raise self._closed_error()
-
-        def settle(future: Future[list[Event]]) -> None:
-            error = future.exception()
-            ticket.settle(None if error is not None else future.result(), error)
-            ticket.sink.deliver([ticket])
-
-        self.submit(write).add_done_callback(settle)
 
     # -- the writer's side ---------------------------------------------------------------
 
@@ -387,7 +294,7 @@ class StoreBase(ABC):
         """Plan and put ``writes`` in one transaction, run the callbacks; one outcome each."""
         now = datetime.now(UTC)
         try:
-            planned = self._transact(lambda txn: _plan_group(txn, writes, now))
+            planned = self._transact(lambda txn: plan_group(txn, writes, now))
         except StoreFullError as exc:
             if len(writes) == 1:
                 return [exc]
@@ -404,19 +311,15 @@ class StoreBase(ABC):
                 outcomes.append(plan)
                 continue
             if plan.new and callbacks:
-                self._tell(callbacks, plan.write.session_id, plan.new)
-            outcomes.append([private_copy(event) for event in plan.result])
+                session_id, told = plan.write.session_id, [private_copy(e) for e in plan.new]
+                for callback in callbacks:
+                    try:
+                        callback(session_id, told)
+                    except Exception:
+                        _log.exception("store.callback_failed", session_id=session_id)
+            result = plan.result
+            outcomes.append([private_copy(e) for e in result] if self.keeps_events else result)
         return outcomes
-
-    def _tell(
-        self, callbacks: tuple[CommitCallback, ...], session_id: str, new: list[Event]
-    ) -> None:
-        events = [private_copy(event) for event in new]
-        for callback in callbacks:
-            try:
-                callback(session_id, events)
-            except Exception:
-                _log.exception("store.callback_failed", path=self._path, session_id=session_id)
 
     # -- reads -------------------------------------------------------------------------
 
@@ -499,7 +402,7 @@ class StoreBase(ABC):
         Cost: one index read per root (the index is kept on append); no writes.
         """
         check_session_id(session_id)
-        wanted = _check_roots(roots)
+        wanted = check_roots(roots)
         self._live()
         return self._first_replies(session_id, wanted) if wanted else {}
 
@@ -663,32 +566,6 @@ class StoreBase(ABC):
     def _close(self) -> None: ...
 
 
-def _plan_group(
-    txn: WriteTxn, writes: list[Write], now: datetime
-) -> list[WritePlan | SharedeskError]:
-    """Read the group's facts, plan each write on top of the ones before, put the plans."""
-    wants: dict[str, Wants] = {}
-    for write in writes:
-        wants[write.session_id] = wants_of(write, wants.get(write.session_id))
-    facts = txn.facts(wants)
-    planned: list[WritePlan | SharedeskError] = []
-    plans: list[WritePlan] = []
-    for write in writes:
-        session_facts = facts[write.session_id]
-        try:
-            plan = plan_write(write, session_facts, now)
-        except SharedeskError as exc:
-            planned.append(exc)
-            continue
-        facts[write.session_id] = _absorb(session_facts, plan)
-        planned.append(plan)
-        if plan.new or plan.sharing is not None:
-            plans.append(plan)
-    if plans:
-        txn.put(plans)
-    return planned
-
-
 def _complete(future: Future[list[Event]], outcome: Outcome) -> None:
     if isinstance(outcome, BaseException):
         future.set_exception(outcome)
@@ -709,18 +586,14 @@ class StoreLog:
         """Return at most ``limit`` ``Text`` rows below ``before``, newest first.
 
         Raises:
-            ValidationError: ``before`` not ``None`` or a non-negative int; ``limit``
-                not a non-negative int.
+            ValidationError: ``before`` or ``limit`` not a non-negative int.
             StoreClosedError: The store is closed.
 
         Cost: one read of at most ``limit`` rows from the tail; no writes.
         """
         before = check_optional_int("before", before)
-        checked = check_optional_int("limit", limit)
-        if checked is None:
-            raise ValidationError("limit must be an int, got None")
-        store = self._store
+        store, limit = self._store, check_int("limit", limit)
         store._live()
-        if checked == 0:
+        if limit == 0:
             return SessionPage(messages=[], next_before=None)
-        return store._read_text_before(self._session_id, before, checked)
+        return store._read_text_before(self._session_id, before, limit)

@@ -59,6 +59,8 @@ class MemoryStore(StoreBase):
     private copy made by ``check_write``, and what is handed out is a copy of that.
     """
 
+    keeps_events = True
+
     def __init__(self) -> None:
         super().__init__()
         self._streams: dict[str, _Stream] = {}
@@ -77,19 +79,19 @@ class MemoryStore(StoreBase):
         found: dict[str, Facts] = {}
         for session_id, want in wants.items():
             stream = self._stream(session_id)
-            events, by_id = stream.events, stream.by_id
+            events, by_id, parents = stream.events, stream.by_id, want.parents
             rows = {
                 parent: StoredRow(type(events[parent - 1].body).__name__, events[parent - 1].parent)
-                for parent in want.parents
+                for parent in parents
                 if parent <= len(events)
             }
             found[session_id] = Facts(
-                last=len(events),
-                known={i: by_id[i] for i in want.ids if i in by_id},
-                rows=rows,
-                answered={parent for parent in want.parents if parent in stream.first_reply},
-                state=stream.state,
-                sharing={key: self._states.get((session_id, *key)) for key in want.sharing},
+                len(events),
+                {i: by_id[i] for i in want.ids if i in by_id} if by_id else {},
+                rows,
+                {parent for parent in parents if parent in stream.first_reply},
+                stream.state,
+                {key: self._states.get((session_id, *key)) for key in want.sharing},
             )
         return found
 

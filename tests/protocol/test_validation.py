@@ -2,7 +2,15 @@ from datetime import UTC, datetime
 
 import pytest
 
-from sharedesk.protocol import Event, Operator, RunFinished, Text, ValidationError
+from sharedesk.protocol import (
+    Conversation,
+    Event,
+    Operator,
+    RunFinished,
+    SharingState,
+    Text,
+    ValidationError,
+)
 from sharedesk.protocol.validation import (
     MAX_SESSION_ID_BYTES,
     check_append_args,
@@ -13,7 +21,9 @@ from sharedesk.protocol.validation import (
     check_optional_int,
     check_parents,
     check_session_id,
+    check_write,
 )
+from sharedesk.protocol.writes import Share
 
 
 class TestSessionId:
@@ -173,3 +183,43 @@ class TestConversation:
 
         with pytest.raises(ValidationError, match=r"thread_root must be in \[1, 2\*\*63\)"):
             check_conversation(Conversation("d", 0))
+
+
+class TestCheckWrite:
+    STATE = SharingState(Conversation("s"), 0)
+
+    def test_a_write_holds_private_copies_of_the_events(self) -> None:
+        event = Event(Operator(), Text("x"), metadata={"k": [1]})
+
+        write = check_write("s", [event])
+
+        assert [event] == write.events
+        assert write.events[0].metadata is not event.metadata
+
+    def test_a_write_keeps_its_guards_and_share(self) -> None:
+        share = Share("viewer", self.STATE, None, reply_present=True)
+
+        write = check_write("s", [], expected_version=2, unless_stored="x", share=share)
+
+        assert (2, "x", share) == (write.expected_version, write.unless_stored, write.share)
+
+    @pytest.mark.parametrize(
+        "share",
+        [
+            "not a share",
+            Share("", STATE, None),
+            Share("viewer", "not a state", None),  # type: ignore[arg-type]
+            Share("viewer", STATE, "not a state"),  # type: ignore[arg-type]
+            Share("viewer", STATE, SharingState(Conversation("other"), 0)),
+            Share("viewer", STATE, None, reply_present="yes"),  # type: ignore[arg-type]
+        ],
+        ids=["not_a_share", "empty_viewer", "bad_state", "bad_expected", "other_desk", "flag"],
+    )
+    def test_a_malformed_share_is_refused(self, share: object) -> None:
+        with pytest.raises(ValidationError):
+            check_write("s", [], share=share)
+
+    @pytest.mark.parametrize("guard", ["", 3])
+    def test_an_unless_stored_that_is_not_a_non_empty_str_is_refused(self, guard: object) -> None:
+        with pytest.raises(ValidationError):
+            check_write("s", [], unless_stored=guard)

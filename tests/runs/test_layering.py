@@ -1,4 +1,8 @@
-"""The runs layer imports only protocol and projection from sharedesk, and no backend."""
+"""Each layer imports only the layers below it, read from the modules' ``import`` lines.
+
+``protocol`` <- ``projection`` <- ``store`` (imports only ``protocol`` and
+``projection``); ``runs`` imports ``protocol`` and ``projection``, and no backend.
+"""
 
 from __future__ import annotations
 
@@ -7,20 +11,28 @@ from pathlib import Path
 
 import pytest
 
-import sharedesk.runs
+import sharedesk
 
-RUNS_DIR = Path(sharedesk.runs.__file__).parent
-MODULES = sorted(RUNS_DIR.glob("*.py"))
-# Besides the layers below it: the library's logger and the lazy-import helper, which
-# reach neither a store nor the actors.
-ALLOWED_SHAREDESK = (
-    "sharedesk.protocol",
-    "sharedesk.projection",
-    "sharedesk.runs",
-    "sharedesk.logconfig",
-    "sharedesk._lazy",
-)
-FORBIDDEN = ("lmdb", "pykka")
+PACKAGE = Path(sharedesk.__file__).parent
+
+#: Layer -> the sharedesk modules its modules may import (itself included).
+ALLOWED: dict[str, tuple[str, ...]] = {
+    "protocol": ("sharedesk.protocol",),
+    "projection": ("sharedesk.protocol", "sharedesk.projection"),
+    "store": ("sharedesk.protocol", "sharedesk.projection", "sharedesk.store"),
+    # Besides the layers below it: the library's logger and the lazy-import helper,
+    # which reach neither a store nor the actors.
+    "runs": (
+        "sharedesk.protocol",
+        "sharedesk.projection",
+        "sharedesk.runs",
+        "sharedesk.logconfig",
+        "sharedesk._lazy",
+    ),
+}
+MODULES = [(layer, path) for layer in ALLOWED for path in sorted((PACKAGE / layer).glob("*.py"))]
+#: Libraries a layer must not import: storage and actors stay out of the runs.
+FORBIDDEN = {"runs": ("lmdb", "pykka", "psycopg"), "store": ("pykka",)}
 
 
 def imported(path: Path) -> set[str]:
@@ -33,15 +45,28 @@ def imported(path: Path) -> set[str]:
     return names
 
 
+def module_id(item: tuple[str, Path]) -> str:
+    return f"{item[0]}/{item[1].name}"
+
+
 class TestLayering:
-    @pytest.mark.parametrize("path", MODULES, ids=lambda p: p.name)
-    def test_a_runs_module_imports_from_sharedesk_only_protocol_and_projection(
-        self, path: Path
+    def test_every_layer_has_modules(self) -> None:
+        assert set(ALLOWED) == {layer for layer, _ in MODULES}
+
+    @pytest.mark.parametrize("item", MODULES, ids=module_id)
+    def test_a_module_imports_from_sharedesk_only_the_layers_below_it(
+        self, item: tuple[str, Path]
     ) -> None:
+        layer, path = item
         ours = {name for name in imported(path) if name.split(".")[0] == "sharedesk"}
 
-        assert set() == {n for n in ours if not n.startswith(ALLOWED_SHAREDESK)}
+        assert set() == {name for name in ours if not name.startswith(ALLOWED[layer])}
 
-    @pytest.mark.parametrize("path", MODULES, ids=lambda p: p.name)
-    def test_a_runs_module_imports_no_storage_or_actor_library(self, path: Path) -> None:
-        assert set() == {n for n in imported(path) if n.split(".")[0] in FORBIDDEN}
+    @pytest.mark.parametrize("item", MODULES, ids=module_id)
+    def test_a_module_imports_no_library_its_layer_must_not_reach(
+        self, item: tuple[str, Path]
+    ) -> None:
+        layer, path = item
+        forbidden = FORBIDDEN.get(layer, ())
+
+        assert set() == {name for name in imported(path) if name.split(".")[0] in forbidden}

@@ -54,8 +54,15 @@ from sharedesk.protocol import (
 )
 from sharedesk.protocol.errors import AlreadyStored
 from sharedesk.protocol.events import SessionStarted
-from sharedesk.protocol.ports import EventStore, RunIndexStore, SessionInfo, SharingStateStore
+from sharedesk.protocol.ports import (
+    EventStore,
+    RunIndexStore,
+    SessionInfo,
+    SharingStateStore,
+    WritingStore,
+)
 from sharedesk.protocol.sessions import EMPTY_SESSION_STATE, SESSION_STARTED_ID, SessionState
+from sharedesk.protocol.validation import check_write
 from sharedesk.protocol.views import SessionPage
 
 
@@ -67,6 +74,10 @@ class ContractStore(RunIndexStore, SharingStateStore, Protocol):
     def session_info(self, session_id: str) -> SessionInfo | None: ...
 
     def session_infos(self) -> list[SessionInfo]: ...
+
+
+class WritesStore(ContractStore, WritingStore, Protocol):
+    """What :class:`WritesContract` needs: a contract store with the one write path."""
 
 
 ALICE = Person(id="alice", label="Alice")
@@ -1296,6 +1307,99 @@ class RunIndexContract(_Fixture):
         assert fold_session_events(
             EMPTY_SESSION_STATE, store.read(session_id)
         ) == store.session_state(session_id)
+
+
+class WritesContract(_Fixture):
+    """The one write path (``StoreBase.submit``) and the commit callbacks (``on_commit``)."""
+
+    def test_submit_completes_its_future_with_the_stored_events(self, store: WritesStore) -> None:
+        future = store.submit(check_write("s", [text("a"), text("b")]))
+
+        assert [1, 2] == sequences(future.result(timeout=10))
+        assert [1, 2] == sequences(store.read("s"))
+
+    def test_submit_completes_a_failing_write_with_its_error_and_writes_nothing(
+        self, store: WritesStore
+    ) -> None:
+        future = store.submit(check_write("s", [text()], expected_version=3))
+
+        with pytest.raises(ConcurrencyError):
+            future.result(timeout=10)
+        assert 0 == store.last_sequence("s")
+
+    def test_a_commit_callback_has_run_when_the_append_returns(self, store: WritesStore) -> None:
+        told: list[tuple[str, list[int | None]]] = []
+        store.on_commit(lambda session_id, new: told.append((session_id, sequences(new))))
+
+        store.append("s", [text("a"), text("b")])
+
+        assert [("s", [1, 2])] == told
+
+    def test_a_commit_callback_is_told_only_the_new_events(self, store: WritesStore) -> None:
+        store.append("s", [text(id="x")])
+        told: list[list[int | None]] = []
+        store.on_commit(lambda _session_id, new: told.append(sequences(new)))
+
+        store.append("s", [text(id="x"), text(id="y")])
+        store.append("s", [text(id="x")])
+
+        assert [[2]] == told
+
+    def test_a_commit_callback_is_not_told_of_a_write_that_failed(self, store: WritesStore) -> None:
+        told: list[str] = []
+        store.on_commit(lambda session_id, _new: told.append(session_id))
+
+        with pytest.raises(ConcurrencyError):
+            store.append("s", [text()], expected_version=5)
+
+        assert [] == told
+
+    def test_a_raising_commit_callback_is_dropped_and_the_append_succeeds(
+        self, store: WritesStore
+    ) -> None:
+        told: list[str] = []
+
+        def broken(_session_id: str, _new: list[Event]) -> None:
+            raise RuntimeError("listener bug")
+
+        store.on_commit(broken)
+        store.on_commit(lambda session_id, _new: told.append(session_id))
+
+        assert [1] == sequences(store.append("s", [text()]))
+        assert ["s"] == told
+
+    def test_a_removed_commit_callback_is_not_called_again(self, store: WritesStore) -> None:
+        told: list[str] = []
+        remove = store.on_commit(lambda session_id, _new: told.append(session_id))
+        store.append("s", [text()])
+
+        remove()
+        remove()
+        store.append("s", [text()])
+
+        assert ["s"] == told
+
+    def test_commit_callbacks_come_in_commit_order_from_many_threads(
+        self, store: WritesStore
+    ) -> None:
+        told: list[int | None] = []
+        store.on_commit(lambda _session_id, new: told.extend(sequences(new)))
+
+        def append_one() -> None:
+            store.append("s", [text()])
+
+        run_threads(append_one, 8)
+
+        assert list(range(1, 9)) == told
+
+    def test_a_write_submitted_after_close_fails_with_store_closed(
+        self, store: WritesStore
+    ) -> None:
+        write = check_write("s", [text()])
+        store.close()
+
+        with pytest.raises(StoreClosedError):
+            store.submit(write).result(timeout=10)
 
 
 class StoreContract(EventsContract, SharingContract, ListingContract, RunIndexContract):
