@@ -44,7 +44,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, TypedDict
 
 from sharedesk.protocol.authors import Agent, SessionAuthor, System, same_participant
 from sharedesk.protocol.codec import encode_json
@@ -122,16 +122,33 @@ def _json_chars(value: Any, what: str) -> int:
         raise ValidationError(f"{what} cannot be counted: it is not JSON-encodable") from exc
 
 
+class Budgets(TypedDict, total=False):
+    """The truncation budgets (rule 5) every transcript call takes; ``None`` or absent: unbounded.
+
+    Attributes:
+        max_messages: Keep at most this many of the newest messages.
+        max_chars: Keep at most this many characters (:func:`message_chars`).
+        max_tokens_approx: Keep at most ``CHARS_PER_TOKEN`` (4) times this many characters.
+    """
+
+    max_messages: int | None
+    max_chars: int | None
+    max_tokens_approx: int | None
+
+
 class Budget:
-    """The checked truncation budgets of one call (rule 5; ``None``: unbounded).
+    """The checked :class:`Budgets` of one call.
 
     Raises:
         ValidationError: A budget that is not a non-negative int or ``None``.
+        TypeError: A keyword that names no budget.
     """
 
     __slots__ = ("chars", "messages")
 
-    def __init__(self, max_messages: Any, max_chars: Any, max_tokens_approx: Any) -> None:
+    def __init__(
+        self, *, max_messages: Any = None, max_chars: Any = None, max_tokens_approx: Any = None
+    ) -> None:
         #: Most messages kept.
         self.messages = check_optional_int("max_messages", max_messages)
         chars = check_optional_int("max_chars", max_chars)

@@ -31,10 +31,11 @@ a fresh build would drop the pair.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Unpack
 
 from sharedesk.projection.messages import (
     Budget,
+    Budgets,
     MessageFold,
     latest,
     message_chars,
@@ -65,8 +66,12 @@ _MAX_PAGE: Final = 4096
 class TranscriptBuilder:
     """Builds a session's :class:`~sharedesk.Transcript` from its events.
 
-    A namespace of static methods; it holds no state. The rules are in the module
-    docstring of :mod:`sharedesk.projection.messages`.
+    A namespace of static methods; it holds no state. The fold's rules are in
+    :mod:`sharedesk.projection.messages`. Every method takes the truncation budgets of
+    :class:`~sharedesk.projection.messages.Budgets` (``max_messages``, ``max_chars``,
+    ``max_tokens_approx``). A malformed argument raises ``ValidationError`` before
+    anything is read: a viewer that is not an author, a budget that is not a
+    non-negative int or ``None``, a malformed session id.
     """
 
     role_of = staticmethod(role_of)
@@ -78,9 +83,7 @@ class TranscriptBuilder:
         *,
         session_id: str | None = None,
         viewer: SessionAuthor | None = None,
-        max_messages: int | None = None,
-        max_chars: int | None = None,
-        max_tokens_approx: int | None = None,
+        **budgets: Unpack[Budgets],
     ) -> Transcript:
         """Fold ``events`` into a transcript, as seen by ``viewer``.
 
@@ -89,9 +92,6 @@ class TranscriptBuilder:
             session_id: The session the events belong to; required, since events carry
                 no session id.
             viewer: Whose transcript it is (roles are relative to it), or ``None``.
-            max_messages: Keep at most this many of the newest messages.
-            max_chars: Keep at most this many characters (see :meth:`message_chars`).
-            max_tokens_approx: Keep at most 4 times this many characters.
 
         Returns:
             The transcript. ``last_sequence`` and ``last_timestamp`` are the highest and
@@ -99,10 +99,8 @@ class TranscriptBuilder:
             truncation cut.
 
         Raises:
-            ValidationError: ``session_id`` missing or malformed; ``events`` not
-                events; ``viewer`` not an author; a budget not a non-negative int (or
-                ``None``); a tool input or output that cannot be encoded as JSON while a
-                character budget is set.
+            ValidationError: ``session_id`` missing; ``events`` not events; a tool input
+                or output that cannot be encoded as JSON while a character budget is set.
 
         Cost: O(n log n) for n events, plus one JSON encoding of each tool input and
         output counted against a character budget; no I/O, never blocks.
@@ -114,7 +112,7 @@ class TranscriptBuilder:
             )
         checked_id = check_session_id(session_id)
         checked_viewer = check_optional_author(viewer, "viewer")
-        budget = Budget(max_messages, max_chars, max_tokens_approx)
+        budget = Budget(**budgets)
         return _build(checked_id, _check_events(events), checked_viewer, budget)
 
     @staticmethod
@@ -124,10 +122,8 @@ class TranscriptBuilder:
         *,
         limit: int | None = None,
         viewer: SessionAuthor | None = None,
-        max_messages: int | None = None,
-        max_chars: int | None = None,
-        max_tokens_approx: int | None = None,
         exclude_run_id: str | None = None,
+        **budgets: Unpack[Budgets],
     ) -> Transcript:
         """Read a session's newest events from ``store`` and fold them (see :meth:`from_events`).
 
@@ -136,11 +132,7 @@ class TranscriptBuilder:
             session_id: The session.
             limit: Read only the newest ``limit`` events (``None``: all). A result whose
                 call lies beyond the limit gives no message.
-            viewer: Whose transcript it is, or ``None``.
-            max_messages: As in :meth:`from_events`; the walk from the tail stops once
-                the budgets are met.
-            max_chars: Likewise.
-            max_tokens_approx: Likewise.
+            viewer: As in :meth:`from_events`.
             exclude_run_id: Leave out the events of this run (they do not count toward
                 ``limit``): a run's replay of the rest of its session.
 
@@ -149,7 +141,7 @@ class TranscriptBuilder:
             kept (``None`` when none is, e.g. ``limit`` is 0).
 
         Raises:
-            ValidationError: A malformed argument, as in :meth:`from_events`.
+            ValidationError: As in :meth:`from_events`.
             StoreError: Whatever the store's ``read`` raises (e.g. ``StoreClosedError``).
 
         Cost: with a budget or ``limit``, reads newest first and stops at ``limit``
@@ -160,7 +152,7 @@ class TranscriptBuilder:
         checked_id = check_session_id(session_id)
         checked_limit = check_optional_int("limit", limit)
         checked_viewer = check_optional_author(viewer, "viewer")
-        budget = Budget(max_messages, max_chars, max_tokens_approx)
+        budget = Budget(**budgets)
         if exclude_run_id is not None and not isinstance(exclude_run_id, str):
             raise ValidationError(
                 f"exclude_run_id must be a str or None, got {type(exclude_run_id).__name__}"
@@ -181,25 +173,20 @@ class TranscriptBuilder:
         transcript: Transcript,
         *,
         viewer: SessionAuthor | None = None,
-        max_messages: int | None = None,
-        max_chars: int | None = None,
-        max_tokens_approx: int | None = None,
+        **budgets: Unpack[Budgets],
     ) -> Transcript:
         """Extend ``transcript`` with the session's events after its ``last_sequence``.
 
         An open streamed message continues across the boundary, and the budgets apply
         to the kept messages plus the new ones (the module docstring says when that
         differs from a fresh :meth:`from_store`). ``transcript`` must come from this
-        builder (or be built by hand, without fold state) and from stored events of
-        the session.
+        builder, for the same ``viewer`` (or be built by hand, without fold state), and
+        from stored events of the session.
 
         Args:
             store: The event store holding ``transcript.session_id``.
             transcript: The transcript to extend; never changed.
-            viewer: The viewer the transcript was built for.
-            max_messages: As in :meth:`from_events`.
-            max_chars: Likewise.
-            max_tokens_approx: Likewise.
+            viewer: The viewer it was built for.
 
         Returns:
             The extended transcript; ``last_sequence``/``last_timestamp`` cover the old
@@ -207,8 +194,7 @@ class TranscriptBuilder:
 
         Raises:
             ValidationError: ``transcript`` is not a Transcript, or was built for
-                another viewer, or its fold state is malformed; a malformed
-                argument, as in :meth:`from_events`.
+                another viewer, or its fold state is malformed.
             StoreError: Whatever the store's ``read`` raises.
 
         Cost: one ``store.read`` of the events after ``last_sequence`` (all events when
@@ -220,19 +206,12 @@ class TranscriptBuilder:
             )
         checked_id = check_session_id(transcript.session_id)
         checked_viewer = check_optional_author(viewer, "viewer")
-        budget = Budget(max_messages, max_chars, max_tokens_approx)
+        budget = Budget(**budgets)
         fold, cut_calls = _resume(transcript, checked_viewer)
         events = store.read(checked_id, after=transcript.last_sequence)
         fold.add_all(events)
-        return _finish(
-            checked_id,
-            fold,
-            cut_calls,
-            budget,
-            events,
-            transcript.last_sequence,
-            transcript.last_timestamp,
-        )
+        previous = (transcript.last_sequence, transcript.last_timestamp)
+        return _finish(checked_id, fold, cut_calls, budget, events, *previous)
 
 
 def _check_events(events: Any) -> list[Event]:
