@@ -104,9 +104,9 @@ def prepare_delta(
     must all be the same conversation, else ``Reinitialize(CONVERSATION_CHANGED)``;
     ``query.before`` below the watermark raises ``WatermarkRegression``; ``before`` equal
     to the watermark returns an empty ``Delta`` with ``state`` itself. None of these
-    reads the log. Otherwise the log is walked newest first from ``before`` until a row at
-    or below the watermark; the qualifying rows above it that are not present (see the
-    module header) come back oldest first.
+    reads the log. Otherwise :func:`rows_above_watermark` walks it, and the qualifying
+    rows above the watermark that are not present (see the module header) come back
+    oldest first.
 
     Note for callers (the Hub): ``before`` is exclusive and becomes the new watermark, so
     the row at ``before`` itself is claimed as shown without being delivered. A caller
@@ -121,25 +121,20 @@ def prepare_delta(
 
     Returns:
         ``Delta(messages, next_state)`` with ``next_state.watermark == before`` and the
-        present entries at or below ``before`` dropped; or ``Reinitialize`` with
-        ``CONVERSATION_CHANGED``, ``GAP_TOO_LARGE`` (``SCAN_LIMIT`` rows read without
-        reaching the watermark) or ``WATERMARK_UNAVAILABLE`` (the log ended above the
-        watermark; this wins when the page that reaches ``SCAN_LIMIT`` also ends the log,
-        and is always the answer for a watermark of 0 once the log has rows above it,
-        since no row lies at or below 0).
+        present entries at or below ``before`` dropped; or ``Reinitialize``:
+        ``CONVERSATION_CHANGED``, or the reason :func:`rows_above_watermark` gives.
 
     Raises:
         ValidationError: Malformed ``state`` or ``query`` (not the right type, a negative
-            or non-int ``before``), ``log`` without ``read_before``, or a page that is not
-            a ``SessionPage`` of well-typed ``LogMessage`` rows.
+            or non-int ``before``), ``log`` without ``read_before``, or as
+            :func:`rows_above_watermark`.
         PresentSetTooLarge: ``state`` holds more than ``PRESENT_SET_LIMIT`` sequences.
         WatermarkRegression: ``query.before < state.watermark``.
-        PageError: A page broke the page contract (as in ``project_session``).
-        LogReadError: ``log.read_before`` raised; the original error is the ``__cause__``.
+        PageError: As :func:`rows_above_watermark`.
+        LogReadError: As :func:`rows_above_watermark`.
 
-    Cost: reads of 64, 128, 256, then ``PAGE_SIZE`` rows, at most ``SCAN_LIMIT`` rows in
-    all, none when a check above answers; CPU O(rows read); no writes, never blocks
-    except inside ``log.read_before``.
+    Cost: the walk of :func:`rows_above_watermark`, none when a check above answers; no
+    writes.
     """
     _check_state(state)
     requested, bound, before = _check_sharing_query(query)
@@ -179,9 +174,9 @@ def rows_above_watermark(
 ) -> list[LogMessage] | Reinitialize:
     """Walk ``log`` newest first from ``before`` down to ``watermark``; return the rows above it.
 
-    The walk is the one every delta takes (``prepare_delta``, the Hub's turn planner):
-    the same growing reads, page checks and ``SCAN_LIMIT`` as ``project_session``, and
-    it stops at the first row at or below ``watermark``.
+    The walk every delta takes (``prepare_delta``, the turn planner): the log walk of
+    :mod:`sharedesk.projection.session`, stopped at the first row at or below
+    ``watermark``.
 
     Args:
         log: The host log, read newest first through ``read_before``.
@@ -196,17 +191,17 @@ def rows_above_watermark(
 
     Returns:
         Every row read above ``watermark``, oldest first; or ``Reinitialize`` with
-        ``GAP_TOO_LARGE`` (``SCAN_LIMIT`` rows read without reaching the watermark) or
-        ``WATERMARK_UNAVAILABLE`` (the log ended first, ``log_ends_at_watermark`` off;
-        this wins when the page that reaches ``SCAN_LIMIT`` also ends the log).
+        ``GAP_TOO_LARGE`` (``SCAN_LIMIT`` rows read first) or ``WATERMARK_UNAVAILABLE``
+        (the log ended first, ``log_ends_at_watermark`` off; this wins when the page
+        that reaches ``SCAN_LIMIT`` also ends the log, and is the answer for a watermark
+        of 0 once the log has rows above it).
 
     Raises:
         ValidationError: A page that is not a ``SessionPage`` of well-typed rows.
         PageError: A page broke the page contract (as in ``project_session``).
         LogReadError: ``log.read_before`` raised; the original error is the ``__cause__``.
 
-    Cost: reads of 64, 128, 256, then ``PAGE_SIZE`` rows, at most ``SCAN_LIMIT`` rows in
-    all; CPU O(rows read); no writes, never blocks except inside ``log.read_before``.
+    Cost: the walk's reads (as in ``project_session``); CPU O(rows read); no writes.
     """
     walk = _LogWalk(log, before)
     rows: list[LogMessage] = []

@@ -43,8 +43,7 @@ from sharedesk.projection.messages import (
     truncate,
 )
 from sharedesk.protocol.authors import SessionAuthor, author_key
-from sharedesk.protocol.codec import decode_json_as, encode_json
-from sharedesk.protocol.errors import SharedeskError, ValidationError
+from sharedesk.protocol.errors import ValidationError
 from sharedesk.protocol.events import Event
 from sharedesk.protocol.ports import EventStore
 from sharedesk.protocol.transcripts import Transcript, TranscriptFold, TranscriptMessage
@@ -278,7 +277,13 @@ def _resume(transcript: Transcript, viewer: SessionAuthor | None) -> tuple[Messa
         raise ValidationError(
             f"transcript was built for viewer {state.viewer!r}, not {viewer_key!r}"
         )
-    open_text = _open_text(state.open_text)
+    open_text = state.open_text
+    if open_text is not None and (
+        not isinstance(open_text, TranscriptMessage) or open_text.author is None
+    ):
+        raise ValidationError(
+            "the transcript's open_text is not a TranscriptMessage with an author"
+        )
     run = state.open_run_id
     if run is not None and not isinstance(run, str):
         raise ValidationError(
@@ -299,23 +304,6 @@ def _resume(transcript: Transcript, viewer: SessionAuthor | None) -> tuple[Messa
             raise ValidationError("the transcript's open_text is not its last message")
         messages.pop()
     return MessageFold(viewer, messages, open_text, run, cut_calls), list(cut_calls)
-
-
-def _open_text(raw: object) -> TranscriptMessage | None:
-    """Return the fold state's open message as a ``TranscriptMessage`` with an author."""
-    if raw is None:
-        return None
-    try:
-        message = (
-            raw
-            if isinstance(raw, TranscriptMessage)
-            else decode_json_as(encode_json(raw), TranscriptMessage)
-        )
-    except (SharedeskError, TypeError, ValueError) as exc:
-        raise ValidationError("the transcript's open_text is not a TranscriptMessage") from exc
-    if message.author is None:
-        raise ValidationError("the transcript's open_text has no author")
-    return message
 
 
 def _decided(
