@@ -18,7 +18,10 @@ below the watermark. Which rows qualify:
 
 from __future__ import annotations
 
-from sharedesk.projection.session import _LogWalk, check_log, is_blank
+from collections.abc import Sequence
+
+from sharedesk.projection.session import _LogWalk, as_messages, check_log, is_blank
+from sharedesk.protocol.authors import SessionAuthor, same_participant
 from sharedesk.protocol.constants import PRESENT_SET_LIMIT
 from sharedesk.protocol.errors import (
     PresentSetOverflow,
@@ -26,7 +29,7 @@ from sharedesk.protocol.errors import (
     ValidationError,
     WatermarkRegression,
 )
-from sharedesk.protocol.ports import SessionLog
+from sharedesk.protocol.ports import ReplyIndex, SessionLog
 from sharedesk.protocol.validation import check_conversation, check_int
 from sharedesk.protocol.views import (
     Conversation,
@@ -150,23 +153,70 @@ def prepare_delta(
     walked = rows_above_watermark(log, before, watermark)
     if isinstance(walked, Reinitialize):
         return walked
-    present = state.present_above_watermark
-    desk = conversation.desk
-    root = conversation.thread_root
-    picked: list[LogMessage] = []
-    for row in walked:
-        seq = row.sequence
-        if row.desk != desk or is_blank(row.content) or seq in present:
-            continue
-        # Thread: R and its direct replies. Channel: roots only.
-        if (row.parent is None) if root is None else (seq == root or row.parent == root):
-            picked.append(row)
     return Delta(
-        messages=[SessionMessage(r.sequence, r.author, r.content, r.parent) for r in picked],
+        messages=delta_messages(walked, state, conversation),
         next_state=SharingState(
-            conversation, before, frozenset(seq for seq in present if seq > before)
+            conversation,
+            before,
+            frozenset(seq for seq in state.present_above_watermark if seq > before),
         ),
     )
+
+
+def delta_messages(
+    rows: Sequence[LogMessage],
+    state: SharingState,
+    conversation: Conversation,
+    viewer: SessionAuthor | None = None,
+    replies: ReplyIndex | None = None,
+) -> list[SessionMessage]:
+    """Return what a delta over ``rows`` (every row above the watermark) offers.
+
+    The rows that qualify are those of the module header. With ``replies`` (the turn
+    planner), a channel delta also offers each reply that is its root's first non-blank
+    reply, wherever the root lies, and with ``viewer`` the viewer's own rows (same
+    participant, labels ignored) are left out.
+
+    Args:
+        rows: The rows above the watermark, oldest first (``rows_above_watermark``).
+        state: The participant's state (its present set is left out).
+        conversation: The channel or thread.
+        viewer: Whose rows to leave out, or ``None``.
+        replies: The first-reply index, asked once for the parents of the channel's
+            candidate replies (never when there are none), or ``None``: roots only.
+
+    Returns:
+        The offered rows, oldest first.
+
+    Cost: O(len(rows)); at most one ``replies.first_replies`` call; no reads of the log.
+    """
+    desk = conversation.desk
+    root = conversation.thread_root
+    present = state.present_above_watermark
+    picked: list[LogMessage] = []
+    candidates: set[int] = set()
+    for row in rows:
+        seq = row.sequence
+        if (
+            row.desk != desk
+            or is_blank(row.content)
+            or seq in present
+            or (viewer is not None and same_participant(row.author, viewer))
+        ):
+            continue
+        if root is not None:
+            if seq == root or row.parent == root:
+                picked.append(row)
+        elif row.parent is None:
+            picked.append(row)
+        elif replies is not None:
+            picked.append(row)
+            candidates.add(row.parent)
+    if candidates:
+        assert replies is not None
+        first = replies.first_replies(sorted(candidates))
+        picked = [r for r in picked if r.parent is None or first.get(r.parent) == r.sequence]
+    return as_messages(picked)
 
 
 def rows_above_watermark(
