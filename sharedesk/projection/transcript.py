@@ -7,7 +7,7 @@ clock, lock or logger.
 
 **Reading from the tail.** ``from_store`` with ``limit`` reads only the newest ``limit``
 events. With a message or character budget it reads the session newest first, in pages
-(``_FIRST_PAGE`` events, doubling to ``_MAX_PAGE``), and stops as soon as the events read
+(``FIRST_PAGE`` events, doubling to ``MAX_PAGE``), and stops as soon as the events read
 already decide the kept suffix: the budgets cut at least one message of them and every
 tool result read found its call. The messages kept are then exactly those a fold of the
 whole session would keep (the only message that can differ, the oldest one read, whose
@@ -57,9 +57,9 @@ if TYPE_CHECKING:
     from datetime import datetime
 
 #: Events asked of the store by the first page of a walk from the tail.
-_FIRST_PAGE: Final = 256
+FIRST_PAGE: Final = 256
 #: Most events asked of the store by one page of a walk from the tail.
-_MAX_PAGE: Final = 4096
+MAX_PAGE: Final = 4096
 
 
 class TranscriptBuilder:
@@ -326,7 +326,7 @@ def _read_tail(
     """Read the newest events (at most ``limit``; fewer once the budget is met), oldest first."""
     kept: list[Event] = []  # newest first
     before: int | None = None
-    page = _FIRST_PAGE
+    page = FIRST_PAGE
     while limit is None or len(kept) < limit:
         want = page if limit is None else min(page, limit - len(kept))
         if limit is not None and not budget.bounded and exclude_run_id is None:
@@ -347,6 +347,6 @@ def _read_tail(
             break
         if budget.bounded and _decided(kept, viewer, budget):
             break
-        page = min(page * 2, _MAX_PAGE)
+        page = min(page * 2, MAX_PAGE)
     kept.reverse()
     return kept

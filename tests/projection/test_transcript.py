@@ -1318,7 +1318,7 @@ class TestFromStoreReadsTheTail:
     ) -> None:
         with (
             MemoryStore() as fresh_store,
-            mock.patch("sharedesk.projection.transcript._FIRST_PAGE", first_page),
+            mock.patch("sharedesk.projection.transcript.FIRST_PAGE", first_page),
         ):
             fresh_store.append(SESSION, events)
             full = build(fresh_store.read(SESSION), max_messages=max_messages, max_chars=max_chars)
