@@ -1,16 +1,16 @@
-"""The actor runtime: the Hub supervising session, projector and sharing actors.
+"""The Hub: pykka actors over a store (session publishers, projectors, sharing actors).
 
 ``Hub.open(path=None, **options)`` opens a Hub over an in-memory, LMDB or PostgreSQL
 store (a ``postgresql://`` DSN: several Hub processes share the database and follow
-each other's commits); the Hub routes writes through each session's actor, serves views
-from projector actors that catch up from the session's tail, plans turns through a
-sharing actor and commits them through the session actor. ``AsyncHub``/``AsyncTurn``
-(asyncio) are imported on first use.
+each other's commits). Writes go to the store's writer; views are served by projector
+actors and turns planned by sharing actors, both catching up from the session's tail.
+``AsyncHub``/``AsyncTurn`` (asyncio) are imported on first use.
 """
 
 from typing import TYPE_CHECKING, Any
 
-from sharedesk.actors._base import ActorKey
+from sharedesk.actors._base import THREAD_PREFIX, ActorKey
+from sharedesk.actors._messages import Push
 from sharedesk.actors.hub import HUB_OPTION_NAMES, Hub, HubOptions, HubStats, SessionHandle, Turn
 from sharedesk.actors.projector import ProjectorActor
 from sharedesk.actors.session import SessionActor
@@ -35,9 +35,11 @@ __all__ = [
     "HubOptions",
     "HubStats",
     "ProjectorActor",
+    "Push",
     "SessionActor",
     "SessionHandle",
     "SharingActor",
+    "THREAD_PREFIX",
     "Turn",
     "plan_turn",
 ]

@@ -109,25 +109,21 @@ class SessionHandle:
         return self._hub.read(self.session_id, **bounds)
 
 
-class Turn:
-    """What a viewer must read before its next turn, and the way to commit that turn.
+class TurnFields:
+    """What a planned turn offers (shared by :class:`Turn` and ``AsyncTurn``).
 
-    Nothing moves until :meth:`commit` returns: a turn abandoned (or a process killed
-    before committing) is offered again in full by the next ``hub.turn``.
+    Attributes:
+        session_id: The session (desk).
+        viewer: Whose turn it is.
+        plan: The plan: messages, reason, and the states the commit swaps.
     """
 
-    __slots__ = ("_hub", "committed", "plan", "session_id", "viewer")
+    __slots__ = ("plan", "session_id", "viewer")
 
-    def __init__(self, hub: Hub, session_id: str, viewer: SessionAuthor, plan: TurnPlan) -> None:
-        self._hub = hub
-        #: The session (desk).
+    def __init__(self, session_id: str, viewer: SessionAuthor, plan: TurnPlan) -> None:
         self.session_id = session_id
-        #: Whose turn it is.
         self.viewer = viewer
-        #: The plan: messages, reason, and the states the commit swaps.
         self.plan = plan
-        #: Whether :meth:`commit` succeeded (a second one raises ``TurnAlreadyCommitted``).
-        self.committed = False
 
     @property
     def conversation(self) -> Conversation:
@@ -148,6 +144,22 @@ class Turn:
     def reason(self) -> str | None:
         """``None`` for a delta, else ``"initial"`` or the ``ReinitializeReason`` value."""
         return self.plan.reason
+
+
+class Turn(TurnFields):
+    """What a viewer must read before its next turn, and the way to commit that turn.
+
+    Nothing moves until :meth:`commit` returns: a turn abandoned (or a process killed
+    before committing) is offered again in full by the next ``hub.turn``.
+    """
+
+    __slots__ = ("_hub", "committed")
+
+    def __init__(self, hub: Hub, session_id: str, viewer: SessionAuthor, plan: TurnPlan) -> None:
+        super().__init__(session_id, viewer, plan)
+        self._hub = hub
+        #: Whether :meth:`commit` succeeded (a second one raises ``TurnAlreadyCommitted``).
+        self.committed = False
 
     def commit(self, reply: str | Event | None = None) -> Event | None:
         """Append the reply and advance the viewer's sharing state in one durable step.

@@ -26,69 +26,48 @@ class Request(msgspec.Struct, Generic[R], frozen=True):
 
 
 class Push(msgspec.Struct, frozen=True):
-    """Told to the sharing actor: committed events, in order, without gap or duplicate.
+    """Told to a sharing actor and listeners: committed events, in order, no gap, none twice.
 
     Attributes:
-        events: Consecutive stored events, oldest first (empty only in a wake-up sent to
-            listeners of a session whose actor is not running: "re-check the store").
+        events: Consecutive stored events, oldest first (empty: a wake-up, re-check).
     """
 
     events: tuple[Event, ...]
 
 
 class Committed(msgspec.Struct, frozen=True):
-    """Told to a session actor: events the store committed for its session.
-
-    Attributes:
-        events: The stored events of one commit (any order; the actor sorts them).
-    """
+    """Told to a session actor: the stored events of one commit of its session (any order)."""
 
     events: tuple[Event, ...]
 
 
 class CatchUp(msgspec.Struct, frozen=True):
-    """Told to a session actor: the store says the session may hold events it has not published.
+    """Told to a session actor: the store may hold events it has not published.
 
     Attributes:
-        last: The session's last sequence the notice told of (``None``: unknown, re-check).
+        last: The session's last sequence the notice told of (``None``: unknown).
     """
 
     last: int | None = None
 
 
 class Prime(Request[int], frozen=True):
-    """Ask a session actor to push everything committed after ``base`` from now on.
+    """Ask a session actor to publish everything committed after ``base`` from now on.
 
-    Sent when a listener is added on a following Hub, so that events other processes
-    commit after the listener was added reach it (answer: the actor's last sequence).
-
-    Attributes:
-        base: The session's last sequence read before the listener was added.
+    Sent when a listener is added on a following Hub (answer: the actor's last sequence).
     """
 
     base: int
 
 
 class View(Request[Projection], frozen=True):
-    """Ask a projector for its view (answer: a ``Projection``).
-
-    Attributes:
-        window: How many qualifying messages at most.
-    """
+    """Ask a projector for its view of at most ``window`` messages."""
 
     window: int
 
 
 class GetTranscript(Request[Transcript], frozen=True):
-    """Ask a projector for its viewer's transcript, brought up to date (answer: ``Transcript``).
-
-    Attributes:
-        viewer: The participant whose roles the transcript takes.
-        limit: Fold only the newest ``limit`` events (``None``: all).
-        max_messages: As ``TranscriptBuilder.from_store``.
-        max_chars: As ``TranscriptBuilder.from_store``.
-        max_tokens_approx: As ``TranscriptBuilder.from_store``.
-    """
+    """Ask a projector for ``viewer``'s transcript, with ``TranscriptBuilder``'s budget."""
 
     viewer: SessionAuthor
     limit: int | None = None
@@ -98,12 +77,7 @@ class GetTranscript(Request[Transcript], frozen=True):
 
 
 class Plan(Request[TurnPlan], frozen=True):
-    """Ask the sharing actor to plan a turn (answer: a ``TurnPlan``).
-
-    Attributes:
-        viewer: Whose turn it is.
-        conversation: The channel or thread.
-    """
+    """Ask the sharing actor to plan ``viewer``'s turn in ``conversation``."""
 
     viewer: SessionAuthor
     conversation: Conversation

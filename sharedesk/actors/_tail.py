@@ -15,7 +15,7 @@ one per session, is still pushed each commit).
 Events are applied only in sequence order: one at or below ``through`` is a duplicate and
 is skipped; one beyond ``through + 1`` reveals a gap (rows appended while the owner was
 away, or by another process) and drops the tail, rebuilt on the next request.
-:meth:`Tail.catch_up` also compares ``through`` with the store's last sequence (O(1)) and
+:meth:`Tail.catch_up_rows` also compares ``through`` with the store's last sequence (O(1)) and
 reads the events it lacks, so the tail is current even when another process writes.
 
 The tail keeps at most ``MIRROR_LIMIT`` rows (any walk inspects at most ``SCAN_LIMIT``);
@@ -109,18 +109,9 @@ class Tail:
         self._store_log: SessionLog | None = None
 
     def reset(self) -> None:
-        """Drop everything; the next :meth:`catch_up` rebuilds. Cost: O(1)."""
+        """Drop everything; the next :meth:`catch_up_rows` rebuilds. Cost: O(1)."""
         self.through = None
         self._rows = None
-
-    def apply(self, events: Sequence[Event]) -> bool:
-        """Apply committed events in order; return whether the rows changed.
-
-        Events at or below ``through`` are skipped; a gap resets the tail. Nothing
-        happens before the tail is built. Cost: O(len(events)).
-        """
-        added = self.apply_rows(events)
-        return added is None or bool(added)
 
     def apply_rows(self, events: Sequence[Event]) -> list[LogMessage] | None:
         """Apply committed events in order; return the ``Text`` rows added, oldest first.
@@ -145,20 +136,6 @@ class Tail:
                 self._rows.add_newest(row)
                 added.append(row)
         return added
-
-    def catch_up(self, store: EventStore) -> tuple[int, bool]:
-        """Bring the tail up to the store's last sequence.
-
-        Returns:
-            The last sequence the tail now reflects, and whether its rows changed.
-
-        Raises:
-            StoreError: The store failed.
-
-        Cost: as :meth:`catch_up_rows`.
-        """
-        last, rows = self.catch_up_rows(store)
-        return last, rows is None or bool(rows)
 
     def catch_up_rows(self, store: EventStore) -> tuple[int, list[LogMessage] | None]:
         """Bring the tail up to the store's last sequence; return the rows it gained.
@@ -188,7 +165,7 @@ class Tail:
         return last, None
 
     def log(self, store: EventStore) -> SessionLog:
-        """Return a log over the tail (built by :meth:`catch_up` first). Cost: O(1)."""
+        """Return a log over the tail (built by :meth:`catch_up_rows` first). Cost: O(1)."""
         assert self._rows is not None
         if self._store_log is None:
             self._store_log = store.log(self.session_id)

@@ -1,41 +1,30 @@
 """AsyncHub: the Hub for asyncio code, over the same actors and store, never blocking the loop.
 
-Contract: every coroutine of :class:`AsyncHub` leaves the event loop free while it
-waits. Store I/O, fsyncs and actor waits happen on other threads, and their outcomes
-come back into the loop through one bridge per loop (:class:`_Bridge`, aiosqlite's
-pattern): a concurrent future's ``add_done_callback`` queues it, and at most one
-``loop.call_soon_threadsafe`` hop is pending at a time. The loop resolves the queue in
-chunks of at most :data:`CHUNK` per iteration, so a burst of completions never holds
-one iteration for long; writes are handed off in chunks of at most :data:`CHUNK` per
-iteration the same way. Nothing here awaits a pykka future (its ``__await__`` blocks).
+Every coroutine leaves the event loop free while it waits; outcomes come back through
+one bridge per loop (:class:`_Bridge`, aiosqlite's pattern: ``add_done_callback`` and
+at most one pending ``call_soon_threadsafe`` hop), resolved at most :data:`CHUNK` per
+iteration; writes are handed off at most :data:`CHUNK` per iteration too.
 
 Writes (``append``, ``post``, ``AsyncTurn.commit``) take the Hub's one write path: the
-Hub checks the write and hands it to the store's writer (``submit``), and the loop
-awaits the store's future through the bridge; no thread waits for a write. Reads
-(``read``, ``last_sequence``, ``view``, ``turn``, ``transcript``, ``wait_turn``'s plans)
-run on the AsyncHub's reader threads (``sharedesk-aio_N``). So a read never waits behind
-a write that the store holds up (another process holding the LMDB write lock, a stopped
-PostgreSQL server): however many writes are stuck, reads go on.
+Hub checks the write and hands it to the store's writer, and the loop awaits the
+store's future; no thread waits for a write. Reads (``read``, ``last_sequence``,
+``view``, ``turn``, ``transcript``, ``wait_turn``'s plans) run on the reader threads
+(``sharedesk-aio_N``). So a read never waits behind writes the store holds up.
 
-Cancellation rule (``append``, ``post``, ``AsyncTurn.commit``): a write is either not
-started or wholly settled by the time its task sees ``CancelledError``. Cancelled
-before the write was handed off (waiting for its chunk), nothing is written. Cancelled
-after, the write cannot be recalled: the coroutine waits for its outcome, ignoring
-further cancellation, and then raises ``CancelledError``. Either way, retrying with the
-same event ids is idempotent.
+Cancellation (``append``, ``post``, ``AsyncTurn.commit``): cancelled before the write
+was handed off (waiting for its chunk), nothing is written; cancelled after, the
+coroutine waits for the write's outcome, ignoring further cancellation, then raises
+``CancelledError``. Retrying with the same event ids is idempotent either way.
 
-``wait_turn`` sleeps on a listener of the session's committed events
-(:meth:`Hub.listen`): every append through this Hub wakes it, and it plans the turn
-again; it never polls. On a store several processes share and follow (PostgreSQL),
-appends made by the other processes wake it too. Appends made by other processes on one
-LMDB path are not pushed (LMDB tells no one): the next turn planned sees them.
+``wait_turn`` sleeps on a :meth:`Hub.listen` listener, woken by every commit through
+this Hub and, on a following store (PostgreSQL), by other processes' commits; it never
+polls. Other processes' appends on one LMDB path are seen by the next plan.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
 import os
 import threading
 from collections.abc import AsyncIterator, Callable, Generator, Sequence
@@ -43,6 +32,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from types import TracebackType
 from typing import Any, Final, TypeVar
 
+from sharedesk.actors._handles import TurnFields
 from sharedesk.actors._messages import Push
 from sharedesk.actors.hub import Hub, Turn
 from sharedesk.protocol._log import logger
@@ -52,7 +42,7 @@ from sharedesk.protocol.errors import HubClosed, ValidationError
 from sharedesk.protocol.events import Event, Text, new_event_id
 from sharedesk.protocol.transcripts import Transcript
 from sharedesk.protocol.validation import check_author, check_session_id
-from sharedesk.protocol.views import Conversation, Projection, SessionMessage
+from sharedesk.protocol.views import Conversation, Projection
 
 __all__ = ["AsyncHub", "AsyncTurn"]
 
@@ -71,16 +61,11 @@ WORKER_PREFIX: Final = "sharedesk-aio"
 class _Bridge:
     """One event loop's side of the threads: hand-offs and completions, in chunks.
 
-    **Completions** (:meth:`watch`): a concurrent future's done callback (any thread)
-    queues it; a hop into the loop (``call_soon_threadsafe``) is made only when no drain
-    is scheduled already. A drain resolves at most :data:`CHUNK` loop futures and
-    schedules itself again (``call_soon``) while any remain: each resolved future
-    resumes its task in the next iteration, so resolving a thousand at once would make
-    one iteration run a thousand tasks while timers and other tasks wait.
-
-    **Hand-offs** (:meth:`admit`): at most :data:`CHUNK` writes are handed off per
-    window (about one iteration: a window ends with a callback scheduled when it
-    opens); later ones wait, in arrival order, for a later window.
+    A concurrent future's done callback (any thread) queues it and hops into the loop
+    only when no drain is scheduled; a drain resolves at most :data:`CHUNK` and
+    reschedules itself while any remain, since each resolved future resumes its task in
+    the next iteration. :meth:`admit` lets at most :data:`CHUNK` writes be handed off per
+    window (about one iteration); later ones wait, in order, for a later window.
     """
 
     __slots__ = ("_admitted", "_gated", "_loop", "_queue", "_scheduled", "_window")
@@ -124,7 +109,10 @@ class _Bridge:
     def watch(self, job: Future[T]) -> asyncio.Future[T]:
         """Return a loop future completed with ``job``'s outcome, in the loop (loop thread)."""
         done: asyncio.Future[T] = self._loop.create_future()
-        job.add_done_callback(lambda finished: self._completed(finished, done))
+        if job.done():  # an in-memory write: no hop (hand-offs are chunked already)
+            _resolve(job, done)
+        else:
+            job.add_done_callback(lambda finished: self._completed(finished, done))
         return done
 
     def _completed(self, job: Future[Any], done: asyncio.Future[Any]) -> None:
@@ -134,10 +122,7 @@ class _Bridge:
             return
         self._scheduled = True
         try:
-            if _running_loop() is self._loop:  # done already when watched: no hop
-                self._loop.call_soon(self._drain)
-            else:
-                self._loop.call_soon_threadsafe(self._drain)
+            self._loop.call_soon_threadsafe(self._drain)
         except RuntimeError:  # the loop is closed: nobody awaits these any more
             self._queue.clear()
 
@@ -148,14 +133,8 @@ class _Bridge:
                 job, done = queue.popleft()
             except IndexError:
                 break
-            if done.done():  # cancelled: its task no longer waits
-                continue
-            if job.cancelled():
-                done.cancel()
-            elif (error := job.exception()) is not None:
-                done.set_exception(error)
-            else:
-                done.set_result(job.result())
+            if not done.done():  # else cancelled: its task no longer waits
+                _resolve(job, done)
         if not queue:
             self._scheduled = False
             if not queue:  # nothing was queued meanwhile: _completed schedules the next
@@ -164,11 +143,30 @@ class _Bridge:
         self._loop.call_soon(self._drain)
 
 
-def _running_loop() -> asyncio.AbstractEventLoop | None:
-    try:
-        return asyncio.get_running_loop()
-    except RuntimeError:
-        return None
+def _resolve(job: Future[T], done: asyncio.Future[T]) -> None:
+    """Complete the loop future ``done`` with the finished ``job``'s outcome (loop thread)."""
+    if job.cancelled():
+        done.cancel()
+    elif (error := job.exception()) is not None:
+        done.set_exception(error)
+    else:
+        done.set_result(job.result())
+
+
+def _on_thread(fn: Callable[[], T], name: str) -> tuple[Future[T], threading.Thread]:
+    """Run ``fn`` on a daemon thread of its own; return the future of its result."""
+    job: Future[T] = Future()
+    job.set_running_or_notify_cancel()  # it cannot be recalled once started
+
+    def run() -> None:
+        try:
+            job.set_result(fn())
+        except BaseException as exc:
+            job.set_exception(exc)
+
+    thread = threading.Thread(target=run, name=f"{WORKER_PREFIX}-{name}", daemon=True)
+    thread.start()
+    return job, thread
 
 
 async def _settle(future: asyncio.Future[Any]) -> None:
@@ -219,7 +217,7 @@ class _Watch:
         await self._event.wait()
 
 
-class AsyncTurn:
+class AsyncTurn(TurnFields):
     """An asyncio view of a :class:`~sharedesk.actors.hub.Turn`: commit it with ``await``.
 
     Its attributes and ``commit`` mean what they mean on ``Turn``.
@@ -228,34 +226,10 @@ class AsyncTurn:
     __slots__ = ("_hub", "turn")
 
     def __init__(self, hub: AsyncHub, turn: Turn) -> None:
+        super().__init__(turn.session_id, turn.viewer, turn.plan)
         self._hub = hub
         #: The sync turn underneath (for code that mixes both).
         self.turn = turn
-
-    @property
-    def session_id(self) -> str:
-        """The session (desk)."""
-        return self.turn.session_id
-
-    @property
-    def viewer(self) -> SessionAuthor:
-        """Whose turn it is."""
-        return self.turn.viewer
-
-    @property
-    def conversation(self) -> Conversation:
-        """The channel or thread of the turn."""
-        return self.turn.conversation
-
-    @property
-    def messages(self) -> list[SessionMessage]:
-        """What to read, oldest first (as :attr:`Turn.messages`)."""
-        return self.turn.messages
-
-    @property
-    def reason(self) -> str | None:
-        """``None`` for a delta, else ``"initial"`` or the ``ReinitializeReason`` value."""
-        return self.turn.reason
 
     async def commit(self, reply: str | Event | None = None) -> Event | None:
         """As :meth:`Turn.commit`, through the store's writer; cancelled: see the module."""
@@ -263,12 +237,6 @@ class AsyncTurn:
         turn = self.turn
         stored = await hub._write(lambda: hub.hub.submit_commit(turn, reply))
         return hub.hub.committed(turn, stored)
-
-    def __repr__(self) -> str:
-        return (
-            f"AsyncTurn(session_id={self.session_id!r}, reason={self.reason!r}, "
-            f"messages={len(self.messages)})"
-        )
 
 
 class AsyncHub:
@@ -282,10 +250,7 @@ class AsyncHub:
     """
 
     def __init__(self, hub: Hub) -> None:
-        """Serve ``hub`` to asyncio code; the AsyncHub now owns it (``close()`` closes it).
-
-        Cost: creates the thread pools (threads start on first use); no I/O.
-        """
+        """Serve ``hub`` to asyncio code; the AsyncHub now owns it (``close()`` closes it)."""
         self._hub = hub
         self._path: str | None = getattr(hub.store, "path", None)
         self._readers = ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix=WORKER_PREFIX)
@@ -295,11 +260,7 @@ class AsyncHub:
 
     @classmethod
     def open(cls, path: str | os.PathLike[str] | None = None, **options: Any) -> _Opening:
-        """Open an AsyncHub over a new store: ``await`` it, or use it in ``async with``.
-
-        ``path`` and ``options`` are those of :meth:`Hub.open`, whose errors are raised
-        when awaited. Cost: none until awaited; then ``Hub.open`` on a thread of its own.
-        """
+        """Open an AsyncHub (as :meth:`Hub.open`); ``await`` it, or use ``async with``."""
         return _Opening(path, options)
 
     @property
@@ -401,26 +362,13 @@ class AsyncHub:
     ) -> AsyncTurn:
         """Return ``viewer``'s next turn as soon as it has at least one message.
 
-        Plans the turn; while it is empty, sleeps until the next append to the session
-        through this Hub (any task or thread), or, on a following store (PostgreSQL),
-        by any process sharing the store, and plans again. Never polls.
-
-        Args:
-            session_id: The session (desk).
-            viewer: Whose turn.
-            conversation: A thread or the channel (``None``: the channel).
-            timeout: Most seconds to wait (``None``: no limit).
-
-        Returns:
-            A turn with at least one message; commit it to move on.
+        Plans the turn; while it is empty, sleeps until the next commit to the session
+        (this Hub's, or on a following store any process's) and plans again. Never polls.
 
         Raises:
             TimeoutError: No message for the viewer within ``timeout`` seconds.
             ValidationError: A malformed argument.
             HubClosed: The hub closed while waiting.
-            SessionFailed, ActorTimeout, ActorCrashed: As for the Hub.
-
-        Cost: one turn plan, plus one per append to the session while it waits.
         """
         if timeout is not None and (
             isinstance(timeout, bool)
@@ -459,14 +407,8 @@ class AsyncHub:
     ) -> AsyncIterator[AsyncTurn]:
         """Yield ``viewer``'s turns, each as soon as it has a message (:meth:`wait_turn`).
 
-        Commit each turn before asking for the next one (an uncommitted turn is
-        offered again at once). The iteration ends when the hub closes.
-
-        Raises:
-            ValidationError: A malformed argument.
-            SessionFailed, ActorTimeout, ActorCrashed: As for the Hub.
-
-        Cost: as :meth:`wait_turn`, per turn.
+        Commit each before asking for the next (an uncommitted turn is offered again at
+        once). The iteration ends when the hub closes.
         """
         while not self._closed:
             try:
@@ -500,42 +442,28 @@ class AsyncHub:
     # -- lifecycle ---------------------------------------------------------------------
 
     async def close(self) -> None:
-        """Close the Hub underneath and stop the worker threads. Idempotent.
+        """Close the Hub underneath, then the reader threads. Idempotent.
 
-        Tasks waiting in :meth:`wait_turn` get ``HubClosed``; :meth:`turns` ends.
-
-        Cost: ``Hub.close()`` (stops every actor and the store) on a thread of its own;
-        the loop is free meanwhile.
+        Waiters in :meth:`wait_turn` get ``HubClosed``; :meth:`turns` ends. ``Hub.close()``
+        runs on a thread of its own; the loop is free meanwhile.
         """
         if self._closed:
             return
         self._closed = True
         for watch in list(self._watches):
             watch.wake()
-        loop = asyncio.get_running_loop()
-        done: asyncio.Future[None] = loop.create_future()
-        failure: list[BaseException] = []
 
-        def finish() -> None:
-            if not done.done():
-                done.set_result(None)
-
-        def run() -> None:
+        def shut() -> None:
             try:
                 self._hub.close()
-            except BaseException as exc:
-                failure.append(exc)
             finally:
                 self._readers.shutdown(wait=True)
-                with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
-                    loop.call_soon_threadsafe(finish)
 
-        closer = threading.Thread(target=run, name=f"{WORKER_PREFIX}-close", daemon=True)
-        closer.start()
+        job, closer = _on_thread(shut, "close")
+        done = self._bridge().watch(job)
         await _settle(done)
         closer.join()
-        if failure:
-            raise failure[0]
+        job.result()
 
     async def __aenter__(self) -> AsyncHub:
         return self
@@ -555,7 +483,7 @@ class AsyncHub:
             raise HubClosed(self._path)
 
     async def _listen(self, session_id: str, watch: _Watch) -> Callable[[], None]:
-        """Add ``watch`` as a listener; on a following Hub on a reader (it reads the store)."""
+        """Add ``watch`` as a listener (on a following Hub on a reader: it reads the store)."""
         if not self._hub.following:
             return self._hub.listen(session_id, watch)
         job = self._offload(self._readers, self._hub.listen, session_id, watch)
@@ -617,38 +545,17 @@ class _Opening:
         self._hub: AsyncHub | None = None
 
     async def _open(self) -> AsyncHub:
-        loop = asyncio.get_running_loop()
-        opened: asyncio.Future[Hub] = loop.create_future()
+        job, opener = _on_thread(lambda: Hub.open(self._path, **self._options), "open")
 
-        def deliver(hub: Hub | None, error: BaseException | None) -> None:
-            if opened.done():  # cancelled meanwhile: close what was opened
-                if hub is not None:
-                    threading.Thread(
-                        target=hub.close, name=f"{WORKER_PREFIX}-close", daemon=True
-                    ).start()
-                return
-            if error is not None:
-                opened.set_exception(error)
-            else:
-                assert hub is not None
-                opened.set_result(hub)
+        def close_unwanted(opened: Future[Hub]) -> None:
+            if opened.exception() is None:
+                _on_thread(opened.result().close, "close")
 
-        def run() -> None:
-            try:
-                hub = Hub.open(self._path, **self._options)
-            except BaseException as exc:
-                outcome: tuple[Hub | None, BaseException | None] = (None, exc)
-            else:
-                outcome = (hub, None)
-            try:
-                loop.call_soon_threadsafe(deliver, *outcome)
-            except RuntimeError:  # the loop closed meanwhile
-                if outcome[0] is not None:
-                    outcome[0].close()
-
-        opener = threading.Thread(target=run, name=f"{WORKER_PREFIX}-open", daemon=True)
-        opener.start()
-        hub = await opened  # cancelled: the opener closes what it opens
+        try:
+            hub = await asyncio.wrap_future(job)
+        except asyncio.CancelledError:  # the opener closes what it opens
+            job.add_done_callback(close_unwanted)
+            raise
         opener.join()  # it has delivered: only its return is left
         return AsyncHub(hub)
 

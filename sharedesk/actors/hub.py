@@ -1,34 +1,21 @@
 """The Hub: the public face of a desk's actors (``Hub``; ``SessionHandle`` and ``Turn``).
 
-Actors, named by :class:`~sharedesk.actors._base.ActorKey`, are pykka actors run by an
-:class:`~sharedesk.actors.supervisor.ActorSupervisor` (lazy start, CLOCK passivation,
-restart intensity, the idle reaper, bounded waits):
+Actors (:class:`~sharedesk.actors._base.ActorKey`) are pykka actors run by the
+:class:`~sharedesk.actors.supervisor.ActorSupervisor`: a ``ProjectorActor`` per
+(session, viewer, conversation) asked for a view, a ``SharingActor`` per session whose
+participants take turns, and a ``SessionActor`` per session with subscribers, the one
+publisher of its committed events. The Hub checks every input on the caller's thread
+(``ValidationError``, nothing sent). Writes go to the store's writer (``submit``); the
+store's ``on_commit`` hands each commit to the session's publisher. Reads go straight
+to the store. A ``FollowingStore`` (PostgreSQL) is followed from ``__init__`` to
+``close()``, so commits of other processes are published as this Hub's own are.
 
-- one ``ProjectorActor`` per (session, viewer, conversation) asked for a view;
-- one ``SharingActor`` per session whose participants take turns;
-- one ``SessionActor`` per session with subscribers (a sharing actor or listeners):
-  the one publisher of the session's committed events to them.
-
-The Hub checks every input on the caller's thread (``ValidationError``, nothing sent).
-Writes (appends, turn commits) go to the store; each commit is then handed to the
-session's publisher (only when the session has subscribers). Reads (``read``,
-``last_sequence``, ``log``) go straight to the store. Projectors and the sharing actor
-keep the session's tail in memory (:mod:`sharedesk.actors._tail`) and catch up from the
-store when asked, so they follow writes made past the Hub, or by other processes.
-
-Several processes on one store: ``Hub.open("postgresql://...")`` runs the Hub on a
-:class:`~sharedesk.store.postgres.PostgresStore` (a ``FollowingStore``), which the Hub
-follows from ``__init__`` to ``close()``: each commit another process makes is published
-to this Hub's subscribers as its own are.
-
-Lifecycle in a host process: every thread of ours is a daemon thread, and every wait of
-a caller is taken in slices of a quarter second, so Ctrl-C (``KeyboardInterrupt``)
-reaches a caller blocked in the Hub. A Hub not closed when the interpreter exits is
-closed by an exit hook (:mod:`atexit`, holding the Hub weakly) that waits at most
-``_EXIT_GRACE`` seconds in all: for the actors, and for the store's ``close`` (run on a
-thread of its own, so a writer stuck behind another process's lock never holds the
-exit). Acknowledged appends do not depend on the hook: they are durable when ``append``
-returns.
+Lifecycle: every thread of ours is a daemon; every wait of a caller is taken in slices
+of a quarter second, so Ctrl-C reaches a caller blocked in the Hub. A Hub left open at
+exit is closed by an :mod:`atexit` hook (holding it weakly) that waits at most
+``_EXIT_GRACE`` seconds in all, the store's ``close`` included (on a thread of its own:
+a writer stuck behind another process's lock never holds the exit). Acknowledged
+appends are durable already.
 """
 
 from __future__ import annotations
@@ -50,7 +37,8 @@ from sharedesk.actors._handles import SessionHandle, Turn, reply_event
 from sharedesk.actors._legacy import LegacyWrites
 from sharedesk.actors._messages import GetTranscript, Plan, Prime, TurnPlan, View
 from sharedesk.actors._open import open_store
-from sharedesk.actors.supervisor import ActorSupervisor, HubOptions, HubStats, Listener
+from sharedesk.actors._options import HubOptions, HubStats
+from sharedesk.actors.supervisor import ActorSupervisor, Listener
 from sharedesk.protocol._log import logger
 from sharedesk.protocol.authors import SessionAuthor, author_key
 from sharedesk.protocol.constants import SESSION_WINDOW
@@ -114,19 +102,10 @@ class Hub:
     ) -> None:
         """Run actors over ``store``, which the Hub now owns (``close()`` closes it).
 
-        A :class:`~sharedesk.protocol.ports.FollowingStore` is followed until
-        ``close()``: commits of other processes are published as this Hub's own are.
-
-        Args:
-            store: A store with the event-store and sharing-state ports.
-            options: How to run the actors (defaults: :class:`HubOptions`).
-            path: Where the store lives, for error messages (``None``: in memory).
+        ``options`` default to :class:`HubOptions`; ``path`` names the store in errors.
 
         Raises:
             StoreClosedError: A following store that is closed already.
-
-        Cost: starts the reaper thread when ``idle_timeout`` is set; one ``follow``
-        call on a following store; no I/O otherwise.
         """
         self._store = store
         self._options = options if options is not None else HubOptions()
@@ -151,28 +130,19 @@ class Hub:
 
     @classmethod
     def open(cls, path: str | os.PathLike[str] | None = None, **options: Any) -> Hub:
-        """Open a Hub over a new store.
+        """Open a Hub over a new store, which it owns.
 
         Args:
-            path: Where the LMDB store lives; a PostgreSQL DSN (``postgresql://...`` or
-                ``postgres://...``) for a ``PostgresStore`` that several Hub processes
-                may share; ``None`` keeps everything in memory. Any other URL is refused.
-            **options: :class:`HubOptions` fields for the Hub; every other option goes
-                to the store: ``LmdbStore(path, ...)`` (e.g. ``durability="relaxed"``)
-                or ``PostgresStore(dsn, ...)``.
-
-        Returns:
-            The Hub, owning its store.
+            path: An LMDB path; a PostgreSQL DSN (``postgresql://...``, ``postgres://...``)
+                for a store several Hub processes share; ``None`` keeps everything in memory.
+            **options: :class:`HubOptions` fields for the Hub; the others go to
+                ``LmdbStore(path, ...)`` or ``PostgresStore(dsn, ...)``.
 
         Raises:
-            ValidationError: A bad option (an unknown one: the message names the valid
-                ones), store options without a path, or a URL that is not a PostgreSQL
-                DSN.
+            ValidationError: An unknown option (the message names the valid ones), store
+                options without a path, or a URL that is not a PostgreSQL DSN.
             StoreError: The store could not be opened.
             ImportError: A DSN, and psycopg (the ``postgres`` extra) is not installed.
-
-        Cost: opens the store (LMDB: an environment, no fsync; PostgreSQL: its pool and
-        the connection it listens on, the schema checked or created).
         """
         hub_options = {k: options.pop(k) for k in list(options) if k in HUB_OPTION_NAMES}
         settings = HubOptions(**hub_options)
@@ -208,22 +178,17 @@ class Hub:
     def listen(self, session_id: str, listener: Listener) -> Callable[[], None]:
         """Have ``listener.deliver(Push)`` called with the events committed to ``session_id``.
 
-        The listener is told what the sharing actor is told (consecutive stored events,
-        in commit order, on the session actor's thread) until the returned function is
-        called. It must be quick and must not block; one that raises is logged and
-        dropped, and the write that it was told of stands. On a following Hub that
-        includes the events other processes commit after this call returns.
-
-        Returns:
-            The function that removes the listener (idempotent).
+        It is told what the sharing actor is told (consecutive stored events, in commit
+        order, on the session actor's thread) until the returned function (idempotent) is
+        called; on a following Hub, other processes' commits too. It must be quick; one that
+        raises is logged and dropped, and the write stands.
 
         Raises:
             ValidationError: A malformed session id.
             HubClosed: The Hub is closed.
 
-        Cost: O(listeners of the session) under the Hub's lock, now and on removal; on
-        a following Hub also one O(1) store read and one round trip to the session's
-        actor (so call it off an event loop; ``AsyncHub`` does).
+        Cost: O(listeners) under a lock; on a following Hub also one store read and one
+        round trip to the session actor (so call it off an event loop; ``AsyncHub`` does).
         """
         check_session_id(session_id)
         if not self.following:
@@ -250,26 +215,18 @@ class Hub:
         expected_version: int | None = None,
         unless_stored: str | None = None,
     ) -> list[Event]:
-        """Append ``events`` to the session (the ``EventStore`` contract).
+        """Append ``events`` to the session (the ``EventStore`` contract); return them stored.
 
-        Args:
-            session_id: The session.
-            events: Events with ``sequence`` and ``timestamp`` left ``None``.
-            expected_version: Append only if the session's last sequence equals it.
-            unless_stored: Append only if the session holds no event with this id
-                (``AlreadyStored`` otherwise; checked inside the write transaction).
-
-        Returns:
-            The events as stored, once durable.
+        ``expected_version``: append only if the session's last sequence equals it
+        (``ConcurrencyError``); ``unless_stored``: only if no event with that id is stored
+        (``AlreadyStored``). Both are checked inside the write transaction.
 
         Raises:
             ValidationError: Malformed input; nothing was written.
-            ConcurrencyError: ``expected_version`` differs from the last sequence.
-            HubClosed: The Hub is closed.
-            SessionFailed: The session exceeded its restart intensity.
+            HubClosed, SessionFailed: The Hub is closed, or the session failed.
 
-        Cost: the store's append (LMDB: one group-committed fsync, shared with every
-        other waiting write), then one told message when the session has subscribers.
+        Cost: the store's write (LMDB: one group-committed fsync); a told message to the
+        session's publisher when it has subscribers.
         """
         return self.submit_append(
             session_id, events, expected_version=expected_version, unless_stored=unless_stored
@@ -283,18 +240,11 @@ class Hub:
         expected_version: int | None = None,
         unless_stored: str | None = None,
     ) -> Future[list[Event]]:
-        """Check an append and hand it to the store's writer; return the future of :meth:`append`.
+        """Check an append and hand it to the store's writer; return its future.
 
-        The one write path of the Hub (``append`` waits on it, ``AsyncHub`` resolves it in
-        the loop). The future is completed once, by the store's writer, after the commit
-        was handed to the session's publisher.
-
-        Raises:
-            ValidationError: Malformed input; nothing was queued.
-            HubClosed, SessionFailed: As :meth:`append`.
-
-        Cost: the checks (O(events)); never blocks on a writer (an in-memory store
-        writes right here).
+        The Hub's one write path: :meth:`append` waits on it, ``AsyncHub`` resolves it in
+        its loop. Raises what :meth:`append` raises for bad input, before anything is queued.
+        Never blocks on a writer (an in-memory store writes right here).
         """
         write = check_write(
             session_id, events, expected_version=expected_version, unless_stored=unless_stored
@@ -303,22 +253,12 @@ class Hub:
         return self._writes.submit(write)
 
     def run_events(self, session_id: str, run_id: str) -> list[Event]:
-        """Return the events carrying ``run_id``, oldest first (the store's run index).
-
-        Raises:
-            HubClosed: The Hub is closed.
-            ValidationError: A malformed argument.
-        """
+        """Return the run's events, oldest first, from the store's run index."""
         self._live()
         return self._store.run_events(session_id, run_id)
 
     def session_state(self, session_id: str) -> SessionState:
-        """Return the session's state, folded by the store as events were appended.
-
-        Raises:
-            HubClosed: The Hub is closed.
-            ValidationError: A malformed session id.
-        """
+        """Return the session's folded state, from the store."""
         self._live()
         return self._store.session_state(session_id)
 
@@ -331,46 +271,26 @@ class Hub:
         limit: int | None = None,
         newest_first: bool = False,
     ) -> list[Event]:
-        """Read stored events straight from the store (``EventStore.read``).
-
-        Raises:
-            HubClosed: The Hub is closed.
-            ValidationError: A bad bound.
-
-        Cost: the store's read (O(result)); no actor involved.
-        """
+        """Read stored events straight from the store (``EventStore.read``); no actor."""
         self._live()
         return self._store.read(
             session_id, after=after, before=before, limit=limit, newest_first=newest_first
         )
 
     def last_sequence(self, session_id: str) -> int:
-        """Return the session's last sequence from the store (0: none). Cost: O(1).
-
-        Raises:
-            HubClosed: The Hub is closed.
-        """
+        """Return the session's last sequence, from the store (0: none)."""
         self._live()
         return self._store.last_sequence(session_id)
 
     def log(self, session_id: str) -> SessionLog:
-        """Return the session's ``Text`` rows as a ``SessionLog``, read from the store's tail.
-
-        Raises:
-            HubClosed: The Hub is closed.
-        """
+        """Return the session's ``Text`` rows as a ``SessionLog``, read from its tail."""
         self._live()
         return self._store.log(session_id)
 
     # -- the desk API ------------------------------------------------------------------
 
     def session(self, session_id: str) -> SessionHandle:
-        """Return a handle to ``session_id``. Cost: O(1); starts nothing.
-
-        Raises:
-            ValidationError: A malformed session id.
-            HubClosed: The Hub is closed.
-        """
+        """Return a handle to ``session_id``; starts nothing (``ValidationError``)."""
         check_session_id(session_id)
         self._live()
         return SessionHandle(self, session_id)
@@ -385,23 +305,14 @@ class Hub:
     ) -> Projection:
         """Return ``viewer``'s view of a conversation, served by its projector actor.
 
-        Args:
-            session_id: The session (desk).
-            viewer: Whose view.
-            conversation: A thread or the channel of ``session_id`` (``None``: channel).
-            window: Most qualifying messages.
-
-        Returns:
-            The projection, as :func:`~sharedesk.projection.project_session` gives it
-            over the whole log (messages oldest first).
+        The projection is what :func:`~sharedesk.projection.project_session` gives over the
+        whole log, for ``window`` messages; ``conversation=None`` is the channel.
 
         Raises:
             ValidationError: A malformed argument, or a conversation of another desk.
 
-        Cost: O(1) when nothing was appended since the last view of this window (the
-        projector's published view, checked against the store's last sequence); else one
-        round trip and a walk of the projector's in-memory rows (at most ``SCAN_LIMIT``);
-        the log is read only to build a projector or to reach rows older than it holds.
+        Cost: O(1) when nothing was appended since the last view of this window; else one
+        round trip and a walk of the projector's in-memory rows (at most ``SCAN_LIMIT``).
         """
         conversation = self._conversation(session_id, conversation)
         check_int("window", window)
@@ -431,32 +342,18 @@ class Hub:
     ) -> Turn:
         """Plan ``viewer``'s next turn in a conversation: what it must read first.
 
-        Args:
-            session_id: The session (desk).
-            viewer: Whose turn.
-            conversation: A thread or the channel of ``session_id`` (``None``: channel).
-
-        Returns:
-            The :class:`Turn`: the whole window the first time (reason ``"initial"``) or
-            after a reinitialize (its reason), exactly as ``view`` shows it, the
-            viewer's own rows included; else the delta since the viewer's last committed
-            turn (reason ``None``): every row above the watermark that qualifies for the
-            view (in the channel, roots and first replies, wherever their root lies),
-            except the viewer's own. Nothing moves until ``Turn.commit``.
+        Returns the :class:`Turn`: the whole window (as ``view`` shows it, own rows
+        included) the first time (reason ``"initial"``) or after a reinitialize; else the
+        delta since the viewer's last committed turn (reason ``None``): every row above the
+        watermark that qualifies for the view, except the viewer's own. Nothing moves until
+        ``Turn.commit``.
 
         Raises:
             ValidationError: A malformed argument.
             PageError, LogReadError: The store's log misbehaved.
 
-        A log that ends above the watermark (a young desk whose first turn came before
-        its first row) has had its whole history walked, so it gives a delta, not
-        ``watermark_unavailable``.
-
-        Cost: one round trip to the session's sharing actor, one O(1) state read and one
-        walk of the session's tail, held in memory by the sharing actor, down to the
-        watermark (a delta: O(rows since the last turn)) or a full window; at most
-        ``SCAN_LIMIT`` rows, read from the store only beyond the tail; for a channel
-        delta holding replies, one read of the store's first-reply index; no writes.
+        Cost: one round trip to the sharing actor, one state read and a walk of its
+        in-memory tail down to the watermark (at most ``SCAN_LIMIT`` rows); no writes.
         """
         conversation = self._conversation(session_id, conversation)
         viewer = check_author(viewer, "viewer")
@@ -478,25 +375,13 @@ class Hub:
     ) -> Transcript:
         """Return ``viewer``'s transcript of the session, kept warm by its projector.
 
-        Args:
-            session_id: The session (desk).
-            viewer: Whose transcript (roles are relative to it).
-            limit: Fold only the newest ``limit`` events (``None``: all).
-            max_messages: Keep at most this many of the newest messages.
-            max_chars: Keep at most this many characters.
-            max_tokens_approx: Keep at most 4 times this many characters.
-
-        Returns:
-            The transcript, as ``TranscriptBuilder.from_store`` gives it with the same
-            arguments.
+        The arguments and the result are those of ``TranscriptBuilder.from_store``.
 
         Raises:
             ValidationError: A malformed argument.
 
-        Cost: O(1) store work when nothing was appended since the same call; else,
-        without ``limit`` or budget, a read of the events appended since (the first call
-        reads the whole session); with them, a read of the newest events the answer
-        needs.
+        Cost: O(1) store work when nothing was appended since the same call; else a read of
+        what was appended since (with a budget: of the newest events the answer needs).
         """
         conversation = self._conversation(session_id, None)
         viewer = check_author(viewer, "viewer")
@@ -520,13 +405,8 @@ class Hub:
     def submit_commit(self, turn: Turn, reply: str | Event | None) -> Future[list[Event]]:
         """Check a turn's commit and hand it to the store's writer (see :meth:`Turn.commit`).
 
-        Returns:
-            The future of the stored reply as a list (empty without one); complete it
-            with :meth:`committed`.
-
-        Raises:
-            TurnAlreadyCommitted, ValidationError, HubClosed, SessionFailed: As
-                :meth:`Turn.commit`; nothing was queued.
+        Returns the future of the stored reply as a list (empty without one); finish with
+        :meth:`committed`. Raises as ``Turn.commit`` does, before anything is queued.
         """
         plan = turn.plan
         if turn.committed:
@@ -594,12 +474,7 @@ class Hub:
     ) -> Future[Any]:
         """Queue a run on ``session_id`` (the Hub's ``RunQueue``, created on first use).
 
-        Returns:
-            A future of the ``RunResult``.
-
-        Raises:
-            HubClosed: The Hub is closed.
-            QueueFull: Too many runs queued.
+        Returns the future of its ``RunResult``. Raises ``HubClosed``, ``QueueFull``.
         """
         future: Future[Any] = self._run_queue().submit(
             session_id,
@@ -620,11 +495,7 @@ class Hub:
         return bool(runs.drain(timeout))
 
     def status(self, session_id: str) -> RunQueueStatus:
-        """Return the run queue's status of ``session_id``.
-
-        Raises:
-            ValidationError: ``session_id`` is not a valid session id.
-        """
+        """Return the run queue's status of ``session_id`` (``ValidationError``)."""
         return self._run_queue().status(check_session_id(session_id))
 
     # -- introspection and lifecycle ---------------------------------------------------
@@ -634,14 +505,7 @@ class Hub:
         return self._supervisor.stats()
 
     def recover(self, session_id: str) -> bool:
-        """Clear a failed session's mark and restart count, so calls on it go on again.
-
-        Returns:
-            Whether the session was marked failed.
-
-        Raises:
-            ValidationError: ``session_id`` is not a valid session id.
-        """
+        """Clear a failed session's mark and restart count; return whether it was failed."""
         return self._supervisor.recover(check_session_id(session_id))
 
     def active(self) -> list[ActorKey]:

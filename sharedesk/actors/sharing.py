@@ -4,8 +4,8 @@ A turn is planned by :func:`~sharedesk.projection.turns.plan_turn` (the rules of
 turn offers live there, in the pure core) from the stored sharing state of (session,
 viewer, conversation), the session's last sequence ``last``, read when the turn is
 planned, the session's log and its first-reply index (the store's, one key read per
-root). This actor only gathers those and hands the plan back; commits go straight to the
-session actor, the only writer (:class:`~sharedesk.actors._messages.Commit`).
+root). This actor only gathers those and hands the plan back; a turn's commit goes
+from the Hub to the store's writer, like any write.
 
 Walks run over the session's tail held in memory (:mod:`sharedesk.actors._tail`), fed
 by the session actor's pushes, so a delta reads no store page and costs the same on a
@@ -69,7 +69,7 @@ class SharingActor(HubActor):
         match message:
             case Push(events=events):
                 try:
-                    self.tail.apply(events)
+                    self.tail.apply_rows(events)
                 except Exception:
                     self.tail.reset()  # rebuilt from the log by the next plan
                 return None
@@ -81,7 +81,7 @@ class SharingActor(HubActor):
         store = self.hub.store
         session_id = self.key.session_id
         state = store.get_sharing_state(session_id, author_key(viewer), conversation)
-        last, _ = self.tail.catch_up(store)
+        last, _ = self.tail.catch_up_rows(store)
         replies = _StoreReplies(store, session_id)
         plan = plan_turn(self.tail.log(store), state, conversation, viewer, last, replies)
         _log.debug(

@@ -1,45 +1,34 @@
-"""The supervisor of a Hub's actors: slots, routing, CLOCK passivation, restarts, reaper.
+"""The supervisor of a Hub's pykka actors: slots, routing, CLOCK passivation, restarts.
 
-:class:`ActorSupervisor` is the runtime behind :class:`~sharedesk.actors.hub.Hub`: it
-names each actor by an :class:`~sharedesk.actors._base.ActorKey`, starts it (a pykka
-actor) on first use, asks it and waits on the pykka future, stops it when room is needed
-or it idles, and restarts it when it fails.
+:class:`ActorSupervisor` names each actor by an :class:`~sharedesk.actors._base.ActorKey`,
+starts it on first use, asks it (``ActorRef.ask(block=False)``) and waits on the pykka
+future, stops it (``ActorRef.stop``) when room is needed or it idles, and restarts it
+when it fails.
 
-Routing: every request pins its actor (``Slot.pins``) for the time it is in flight, so
-an actor serving a request is not passivated under it; pinning a running actor takes no
-lock (a list append is atomic). A request that reaches an actor which stopped before
-handling it (pykka answers it ``ActorDeadError``, or the actor stopped without
-answering: passivation or a restart raced it) was not handled, so it is resent to a
-fresh actor.
+Routing: a request pins its actor (``Slot.pins``, an atomic list append, no lock) so it
+is not passivated under it. A request its actor never handled (pykka answered it
+``ActorDeadError``, or the actor stopped without answering) is resent to a fresh one.
 
-Supervision: see :mod:`sharedesk.actors._base`. More than ``max_restarts`` restarts of
+Supervision (see :mod:`sharedesk.actors._base`): more than ``max_restarts`` restarts of
 a session's actors within ``restart_period`` seconds mark the session failed (its
-actors are stopped and every call on it raises ``SessionFailed``) while other sessions
-go on. A restarted actor starts again on its next request and recovers from the store.
+actors stop; every call on it raises ``SessionFailed``); other sessions go on.
 
-Passivation: at most ``max_active`` actors run at once; starting one more stops an idle
-one chosen by CLOCK (least recently used, approximately: an actor used since the clock
-hand last passed it gets a second chance). With ``idle_timeout``, a reaper thread stops
-actors unused for that long. The session actor of a session with listeners is kept (it
-publishes to them). Reactivation is transparent.
+Passivation: at most ``max_active`` actors run; one more stops an idle one chosen by
+CLOCK (least recently used, approximately). With ``idle_timeout`` a reaper thread stops
+actors unused that long. A session actor with listeners is kept (it publishes to them).
 
 Every wait for an actor is bounded by ``ask_timeout`` (``ActorTimeout``), ends early with
-``HubClosed`` when the supervisor closes, and is taken in slices of ``_POLL`` seconds, so
-Ctrl-C (``KeyboardInterrupt``) reaches a caller blocked in it.
+``HubClosed`` when the supervisor closes, and is taken in slices of ``_POLL`` seconds,
+so Ctrl-C reaches a caller blocked in it.
 
-Publishing: :meth:`ActorSupervisor.committed` hands a commit to the session's actor (only
-for a session with subscribers: a sharing actor or listeners), the one publisher, which
-calls back :meth:`ActorSupervisor.publish` with consecutive events: told to the sharing
-actor, delivered to each listener. A listener that raises is logged and dropped.
-Following (a store several processes share): :meth:`ActorSupervisor.notice` is the
-store's ``on_append`` callback; a notice for a session with subscribers is told to its
-session actor as a ``CatchUp``.
+Publishing: :meth:`ActorSupervisor.committed` (the store's ``on_commit``) and
+:meth:`ActorSupervisor.notice` (a following store's notices) are told to the session's
+actor, the one publisher, which calls back :meth:`ActorSupervisor.publish`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import math
 import threading
 import time
 from collections import OrderedDict, deque
@@ -47,11 +36,11 @@ from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any, Final, Protocol, TypeVar
 
-import msgspec
 import pykka
 
 from sharedesk.actors._base import THREAD_PREFIX, ActorKey, HubActor, HubStore, Slot
 from sharedesk.actors._messages import CatchUp, Committed, Push, Request
+from sharedesk.actors._options import HubOptions, HubStats
 from sharedesk.actors.projector import ProjectorActor
 from sharedesk.actors.session import SessionActor
 from sharedesk.actors.sharing import SharingActor
@@ -61,10 +50,8 @@ from sharedesk.protocol.errors import (
     ActorTimeout,
     HubClosed,
     SessionFailed,
-    ValidationError,
 )
 from sharedesk.protocol.events import Event
-from sharedesk.protocol.validation import check_int
 
 _log = logger()
 
@@ -92,77 +79,6 @@ class Listener(Protocol):
         ...
 
 
-class HubOptions(msgspec.Struct, frozen=True, kw_only=True):
-    """How a Hub runs its actors.
-
-    Attributes:
-        ask_timeout: Longest wait for an actor's answer, in seconds (``ActorTimeout``).
-        idle_timeout: Stop actors unused for this many seconds (``None``: never).
-        max_active: Most actors running at once (least recently used stop first).
-        max_restarts: Restarts of a session's actors allowed within ``restart_period``;
-            one more marks the session failed.
-        restart_period: The period of the restart intensity, in seconds.
-        max_concurrent_runs: Passed to the run queue.
-        max_queued_runs: Passed to the run queue.
-
-    Raises:
-        ValidationError: A value out of range.
-    """
-
-    ask_timeout: float = 30.0
-    idle_timeout: float | None = None
-    max_active: int = 1024
-    max_restarts: int = 5
-    restart_period: float = 10.0
-    max_concurrent_runs: int = 1
-    max_queued_runs: int = 100
-
-    def __post_init__(self) -> None:
-        positive = {
-            "ask_timeout": self.ask_timeout,
-            "restart_period": self.restart_period,
-            "max_active": self.max_active,
-            "max_concurrent_runs": self.max_concurrent_runs,
-            "max_queued_runs": self.max_queued_runs,
-        }
-        if self.idle_timeout is not None:
-            positive["idle_timeout"] = self.idle_timeout
-        for name, value in positive.items():
-            if (
-                isinstance(value, bool)
-                or not isinstance(value, int | float)
-                or not (value > 0 and math.isfinite(value))  # NaN and infinity too
-            ):
-                raise ValidationError(f"{name} must be a positive, finite number, got {value!r}")
-        for name in ("max_active", "max_concurrent_runs", "max_queued_runs"):
-            check_int(name, getattr(self, name))
-        if self.max_active < 3:
-            raise ValidationError(f"max_active must be at least 3, got {self.max_active}")
-        check_int("max_restarts", self.max_restarts)
-
-
-class HubStats(msgspec.Struct, frozen=True):
-    """A snapshot of a Hub's actors.
-
-    Attributes:
-        active: Actors running.
-        sessions: Session actors running.
-        projectors: Projector actors running.
-        sharing: Sharing actors running.
-        failed: Sessions marked failed, sorted.
-        restarts: Actor restarts since the Hub opened.
-        passivated: Actors stopped by passivation since the Hub opened.
-    """
-
-    active: int
-    sessions: int
-    projectors: int
-    sharing: int
-    failed: list[str]
-    restarts: int
-    passivated: int
-
-
 class ActorSupervisor:
     """Starts, routes, passivates and restarts the actors of one Hub.
 
@@ -172,15 +88,7 @@ class ActorSupervisor:
     """
 
     def __init__(self, store: HubStore, options: HubOptions, path: str | None) -> None:
-        """Supervise actors over ``store`` (which the caller owns and closes).
-
-        Args:
-            store: The store every actor reads.
-            options: The supervision policy (timeouts, ``max_active``, restarts).
-            path: Where the store lives, for error messages (``None``: in memory).
-
-        Cost: starts the reaper thread when ``idle_timeout`` is set; no I/O.
-        """
+        """Supervise actors over ``store`` (which the caller owns and closes); no I/O."""
         self._store = store
         self._options = options
         self._path = path
@@ -220,17 +128,12 @@ class ActorSupervisor:
     ) -> T:
         """Ask the actor named ``key`` (started if needed) and return its answer.
 
-        Args:
-            key: The actor.
-            message: The request; its type parameter is the answer's type.
-            fast: May answer from the slot without a message (``None``: no answer).
+        ``fast`` may answer from the slot without a message. A request its actor never
+        handled (it stopped first) is resent to a fresh one.
 
         Raises:
-            HubClosed, SessionFailed, ActorTimeout, ActorCrashed: See
-                :class:`~sharedesk.actors.hub.Hub`.
+            HubClosed, SessionFailed, ActorTimeout, ActorCrashed: See ``Hub``.
             SharedeskError: Whatever the handler raised.
-
-        Cost: one pykka ask (none when ``fast`` answers); blocks the caller.
         """
         for _attempt in range(_RESEND_ATTEMPTS):
             slot = self._acquire(key)
@@ -249,14 +152,11 @@ class ActorSupervisor:
         raise ActorCrashed(key.kind, key.session_id, "stopped before handling the request")
 
     def committed(self, session_id: str, events: list[Event]) -> None:
-        """Hand events the store committed to the session's publisher, if anyone listens.
+        """Hand a commit to the session's publisher, if the session has subscribers.
 
-        The store's ``on_commit`` callback: runs on the writer's side, before the
-        write's future completes.
-
-        Cost: O(1) for a session without subscribers; else one told message (which may
-        start the session actor, never waiting for one it passivates). Never raises for
-        a closed or failed Hub.
+        The store's ``on_commit`` callback (writer side, before the write's future
+        completes): O(1) without subscribers, else one told message, never waiting for an
+        actor it passivates to make room. Never raises for a closed or failed Hub.
         """
         if events and self.has_subscribers(session_id):
             self._tell(session_id, Committed(events=tuple(events)))
@@ -264,13 +164,8 @@ class ActorSupervisor:
     def notice(self, session_id: str | None, last: int) -> None:
         """Route a commit notice of a following store (its ``on_append`` callback).
 
-        Args:
-            session_id: The session committed to (``None``: any session may have
-                changed, re-check every one with subscribers).
-            last: Its last sequence after the commit (ignored with ``None``).
-
-        Cost: O(1) for a session without subscribers; else one told message. Never
-        raises (a failure is logged).
+        ``session_id=None`` re-checks every session with subscribers. O(1) without
+        subscribers, else one told ``CatchUp``. Never raises (a failure is logged).
         """
         try:
             if session_id is None:
@@ -320,11 +215,9 @@ class ActorSupervisor:
         return session_id in self._sharing or session_id in self._listeners
 
     def publish(self, session_id: str, events: tuple[Event, ...]) -> None:
-        """Push consecutive committed events to the session's sharing actor and listeners.
+        """Push consecutive committed events to the sharing actor and listeners.
 
-        Called by the session actor. A listener that raises is logged and dropped.
-
-        Cost: O(subscribers); never blocks.
+        A listener that raises is logged and dropped.
         """
         push = Push(events=events)
         sharing = self._sharing.get(session_id)
@@ -342,8 +235,6 @@ class ActorSupervisor:
         """Forget and stop a failed actor and count its restart (called by its handler).
 
         Past the restart intensity, marks the session failed and stops its other actors.
-
-        Cost: O(actors of the Hub) when the session fails, else O(1); never blocks.
         """
         now = time.monotonic()
         with self._lock:
@@ -375,13 +266,7 @@ class ActorSupervisor:
     def add_listener(self, session_id: str, listener: Listener) -> Callable[[], None]:
         """Push ``session_id``'s committed events to ``listener`` too, until removed.
 
-        Returns:
-            The function that removes the listener (idempotent).
-
-        Raises:
-            HubClosed: The supervisor is closed.
-
-        Cost: O(listeners of the session) under the lock, now and on removal.
+        Returns the function that removes it (idempotent). Raises ``HubClosed``.
         """
         token = object()
         with self._lock:
@@ -438,13 +323,10 @@ class ActorSupervisor:
             return list(self._slots)
 
     def close(self, timeout: float) -> None:
-        """Stop every actor and the reaper; later requests raise ``HubClosed``.
+        """Stop every actor and the reaper, waiting at most ``timeout`` in all.
 
-        Requests already queued in an actor are served before it stops; a caller still
-        waiting on an actor that does not answer gets ``HubClosed``.
-
-        Cost: blocks until the actors stop and their threads end, at most ``timeout``
-        in all; does not close the store.
+        Later requests raise ``HubClosed``; queued requests are served before each actor
+        stops, and a caller still waiting on one that does not answer gets ``HubClosed``.
         """
         with self._lock:
             self._closed = True

@@ -37,7 +37,7 @@ O(rows log rows) and no row is read that could not change the answer.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 from sharedesk.protocol.constants import MIN_PAGE, PAGE_SIZE, SCAN_LIMIT
 from sharedesk.protocol.errors import (
@@ -113,7 +113,7 @@ def project_session(log: SessionLog, query: SessionQuery) -> Projection:
     else:
         rows, partial = _thread(_LogWalk(log, before), conversation.desk, root, window)
     return Projection(
-        messages=[SessionMessage(r.sequence, r.author, r.content, r.parent) for r in rows],
+        messages=as_messages(rows),
         partial=partial,
     )
 
@@ -365,6 +365,11 @@ def _check_row(row: object, index: int) -> None:
             raise ValidationError(
                 f"{where}.{name} is a {type(value).__name__}; expected {expected}"
             )
+
+
+def as_messages(rows: Iterable[LogMessage]) -> list[SessionMessage]:
+    """Return ``rows`` as the messages of a view (content exactly as stored)."""
+    return [SessionMessage(r.sequence, r.author, r.content, r.parent) for r in rows]
 
 
 def is_blank(content: str) -> bool:

@@ -18,7 +18,10 @@ below the watermark. Which rows qualify:
 
 from __future__ import annotations
 
-from sharedesk.projection.session import _LogWalk, check_log, is_blank
+from collections.abc import Sequence
+
+from sharedesk.projection.session import _LogWalk, as_messages, check_log, is_blank
+from sharedesk.protocol.authors import SessionAuthor, same_participant
 from sharedesk.protocol.constants import PRESENT_SET_LIMIT
 from sharedesk.protocol.errors import (
     PresentSetOverflow,
@@ -26,7 +29,7 @@ from sharedesk.protocol.errors import (
     ValidationError,
     WatermarkRegression,
 )
-from sharedesk.protocol.ports import SessionLog
+from sharedesk.protocol.ports import ReplyIndex, SessionLog
 from sharedesk.protocol.validation import check_conversation, check_int
 from sharedesk.protocol.views import (
     Conversation,
@@ -104,9 +107,9 @@ def prepare_delta(
     must all be the same conversation, else ``Reinitialize(CONVERSATION_CHANGED)``;
     ``query.before`` below the watermark raises ``WatermarkRegression``; ``before`` equal
     to the watermark returns an empty ``Delta`` with ``state`` itself. None of these
-    reads the log. Otherwise the log is walked newest first from ``before`` until a row at
-    or below the watermark; the qualifying rows above it that are not present (see the
-    module header) come back oldest first.
+    reads the log. Otherwise :func:`rows_above_watermark` walks it, and the qualifying
+    rows above the watermark that are not present (see the module header) come back
+    oldest first.
 
     Note for callers (the Hub): ``before`` is exclusive and becomes the new watermark, so
     the row at ``before`` itself is claimed as shown without being delivered. A caller
@@ -121,25 +124,20 @@ def prepare_delta(
 
     Returns:
         ``Delta(messages, next_state)`` with ``next_state.watermark == before`` and the
-        present entries at or below ``before`` dropped; or ``Reinitialize`` with
-        ``CONVERSATION_CHANGED``, ``GAP_TOO_LARGE`` (``SCAN_LIMIT`` rows read without
-        reaching the watermark) or ``WATERMARK_UNAVAILABLE`` (the log ended above the
-        watermark; this wins when the page that reaches ``SCAN_LIMIT`` also ends the log,
-        and is always the answer for a watermark of 0 once the log has rows above it,
-        since no row lies at or below 0).
+        present entries at or below ``before`` dropped; or ``Reinitialize``:
+        ``CONVERSATION_CHANGED``, or the reason :func:`rows_above_watermark` gives.
 
     Raises:
         ValidationError: Malformed ``state`` or ``query`` (not the right type, a negative
-            or non-int ``before``), ``log`` without ``read_before``, or a page that is not
-            a ``SessionPage`` of well-typed ``LogMessage`` rows.
+            or non-int ``before``), ``log`` without ``read_before``, or as
+            :func:`rows_above_watermark`.
         PresentSetTooLarge: ``state`` holds more than ``PRESENT_SET_LIMIT`` sequences.
         WatermarkRegression: ``query.before < state.watermark``.
-        PageError: A page broke the page contract (as in ``project_session``).
-        LogReadError: ``log.read_before`` raised; the original error is the ``__cause__``.
+        PageError: As :func:`rows_above_watermark`.
+        LogReadError: As :func:`rows_above_watermark`.
 
-    Cost: reads of 64, 128, 256, then ``PAGE_SIZE`` rows, at most ``SCAN_LIMIT`` rows in
-    all, none when a check above answers; CPU O(rows read); no writes, never blocks
-    except inside ``log.read_before``.
+    Cost: the walk of :func:`rows_above_watermark`, none when a check above answers; no
+    writes.
     """
     _check_state(state)
     requested, bound, before = _check_sharing_query(query)
@@ -155,23 +153,70 @@ def prepare_delta(
     walked = rows_above_watermark(log, before, watermark)
     if isinstance(walked, Reinitialize):
         return walked
-    present = state.present_above_watermark
-    desk = conversation.desk
-    root = conversation.thread_root
-    picked: list[LogMessage] = []
-    for row in walked:
-        seq = row.sequence
-        if row.desk != desk or is_blank(row.content) or seq in present:
-            continue
-        # Thread: R and its direct replies. Channel: roots only.
-        if (row.parent is None) if root is None else (seq == root or row.parent == root):
-            picked.append(row)
     return Delta(
-        messages=[SessionMessage(r.sequence, r.author, r.content, r.parent) for r in picked],
+        messages=delta_messages(walked, state, conversation),
         next_state=SharingState(
-            conversation, before, frozenset(seq for seq in present if seq > before)
+            conversation,
+            before,
+            frozenset(seq for seq in state.present_above_watermark if seq > before),
         ),
     )
+
+
+def delta_messages(
+    rows: Sequence[LogMessage],
+    state: SharingState,
+    conversation: Conversation,
+    viewer: SessionAuthor | None = None,
+    replies: ReplyIndex | None = None,
+) -> list[SessionMessage]:
+    """Return what a delta over ``rows`` (every row above the watermark) offers.
+
+    The rows that qualify are those of the module header. With ``replies`` (the turn
+    planner), a channel delta also offers each reply that is its root's first non-blank
+    reply, wherever the root lies, and with ``viewer`` the viewer's own rows (same
+    participant, labels ignored) are left out.
+
+    Args:
+        rows: The rows above the watermark, oldest first (``rows_above_watermark``).
+        state: The participant's state (its present set is left out).
+        conversation: The channel or thread.
+        viewer: Whose rows to leave out, or ``None``.
+        replies: The first-reply index, asked once for the parents of the channel's
+            candidate replies (never when there are none), or ``None``: roots only.
+
+    Returns:
+        The offered rows, oldest first.
+
+    Cost: O(len(rows)); at most one ``replies.first_replies`` call; no reads of the log.
+    """
+    desk = conversation.desk
+    root = conversation.thread_root
+    present = state.present_above_watermark
+    picked: list[LogMessage] = []
+    candidates: set[int] = set()
+    for row in rows:
+        seq = row.sequence
+        if (
+            row.desk != desk
+            or is_blank(row.content)
+            or seq in present
+            or (viewer is not None and same_participant(row.author, viewer))
+        ):
+            continue
+        if root is not None:
+            if seq == root or row.parent == root:
+                picked.append(row)
+        elif row.parent is None:
+            picked.append(row)
+        elif replies is not None:
+            picked.append(row)
+            candidates.add(row.parent)
+    if candidates:
+        assert replies is not None
+        first = replies.first_replies(sorted(candidates))
+        picked = [r for r in picked if r.parent is None or first.get(r.parent) == r.sequence]
+    return as_messages(picked)
 
 
 def rows_above_watermark(
@@ -179,9 +224,9 @@ def rows_above_watermark(
 ) -> list[LogMessage] | Reinitialize:
     """Walk ``log`` newest first from ``before`` down to ``watermark``; return the rows above it.
 
-    The walk is the one every delta takes (``prepare_delta``, the Hub's turn planner):
-    the same growing reads, page checks and ``SCAN_LIMIT`` as ``project_session``, and
-    it stops at the first row at or below ``watermark``.
+    The walk every delta takes (``prepare_delta``, the turn planner): the log walk of
+    :mod:`sharedesk.projection.session`, stopped at the first row at or below
+    ``watermark``.
 
     Args:
         log: The host log, read newest first through ``read_before``.
@@ -196,17 +241,17 @@ def rows_above_watermark(
 
     Returns:
         Every row read above ``watermark``, oldest first; or ``Reinitialize`` with
-        ``GAP_TOO_LARGE`` (``SCAN_LIMIT`` rows read without reaching the watermark) or
-        ``WATERMARK_UNAVAILABLE`` (the log ended first, ``log_ends_at_watermark`` off;
-        this wins when the page that reaches ``SCAN_LIMIT`` also ends the log).
+        ``GAP_TOO_LARGE`` (``SCAN_LIMIT`` rows read first) or ``WATERMARK_UNAVAILABLE``
+        (the log ended first, ``log_ends_at_watermark`` off; this wins when the page
+        that reaches ``SCAN_LIMIT`` also ends the log, and is the answer for a watermark
+        of 0 once the log has rows above it).
 
     Raises:
         ValidationError: A page that is not a ``SessionPage`` of well-typed rows.
         PageError: A page broke the page contract (as in ``project_session``).
         LogReadError: ``log.read_before`` raised; the original error is the ``__cause__``.
 
-    Cost: reads of 64, 128, 256, then ``PAGE_SIZE`` rows, at most ``SCAN_LIMIT`` rows in
-    all; CPU O(rows read); no writes, never blocks except inside ``log.read_before``.
+    Cost: the walk's reads (as in ``project_session``); CPU O(rows read); no writes.
     """
     walk = _LogWalk(log, before)
     rows: list[LogMessage] = []

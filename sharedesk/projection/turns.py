@@ -59,9 +59,9 @@ from typing import Final
 
 import msgspec
 
-from sharedesk.projection.session import is_blank, project_session
-from sharedesk.projection.sharing import rows_above_watermark
-from sharedesk.protocol.authors import SessionAuthor, same_participant
+from sharedesk.projection.session import as_messages, is_blank, project_session
+from sharedesk.projection.sharing import delta_messages, rows_above_watermark
+from sharedesk.protocol.authors import SessionAuthor
 from sharedesk.protocol.constants import PAGE_SIZE, SCAN_LIMIT, SESSION_WINDOW
 from sharedesk.protocol.errors import WatermarkRegression
 from sharedesk.protocol.ports import ReplyIndex, SessionLog
@@ -159,56 +159,6 @@ def plan_turn(
     )
 
 
-def delta_messages(
-    rows: Sequence[LogMessage],
-    state: SharingState,
-    conversation: Conversation,
-    viewer: SessionAuthor,
-    replies: ReplyIndex,
-) -> list[SessionMessage]:
-    """Return what a delta over ``rows`` (every row above the watermark) offers ``viewer``.
-
-    Args:
-        rows: The rows above the watermark, oldest first (``rows_above_watermark``).
-        state: The viewer's state (its present set is left out).
-        conversation: The channel or thread.
-        viewer: Whose turn it is (its own rows are left out).
-        replies: The first-reply index, asked once for the parents of the channel's
-            candidate replies (never when there are none).
-
-    Returns:
-        The offered rows, oldest first.
-
-    Cost: O(len(rows)); at most one ``replies.first_replies`` call; no reads of the log.
-    """
-    desk = conversation.desk
-    root = conversation.thread_root
-    present = state.present_above_watermark
-    picked: list[LogMessage] = []
-    candidates: set[int] = set()
-    for row in rows:
-        seq = row.sequence
-        if (
-            row.desk != desk
-            or is_blank(row.content)
-            or seq in present
-            or same_participant(row.author, viewer)
-        ):
-            continue
-        if root is not None:
-            if seq == root or row.parent == root:
-                picked.append(row)
-        elif row.parent is None:
-            picked.append(row)
-        else:
-            picked.append(row)
-            candidates.add(row.parent)
-    if candidates:
-        first = replies.first_replies(sorted(candidates))
-        picked = [r for r in picked if r.parent is None or first.get(r.parent) == r.sequence]
-    return [SessionMessage(r.sequence, r.author, r.content, r.parent) for r in picked]
-
-
 class CachedView(msgspec.Struct, frozen=True):
     """A cached view and an upper bound on the rows a fresh walk for it must read.
 
@@ -249,10 +199,7 @@ def fold_view(
             return None
     elif row.parent != root and row.sequence != root:
         return CachedView(cached.projection, needed)
-    message = SessionMessage(
-        sequence=row.sequence, author=row.author, content=row.content, parent=row.parent
-    )
-    messages = [*cached.projection.messages, message][-window:]
+    messages = [*cached.projection.messages, *as_messages([row])][-window:]
     return CachedView(Projection(messages=messages, partial=False), needed)
 
 
@@ -278,7 +225,6 @@ __all__ = [
     "FOLD_LIMIT",
     "CachedView",
     "TurnPlan",
-    "delta_messages",
     "fold_view",
     "fold_views",
     "plan_turn",

@@ -10,7 +10,6 @@ from sharedesk.protocol.authors import (
     same_participant,
 )
 from sharedesk.protocol.constants import (
-    MIN_PAGE,
     PAGE_SIZE,
     PRESENT_SET_LIMIT,
     SCAN_LIMIT,
@@ -105,7 +104,6 @@ __all__ = [
     "Item",
     "LogMessage",
     "LogReadError",
-    "MIN_PAGE",
     "Operator",
     "PAGE_SIZE",
     "PRESENT_SET_LIMIT",

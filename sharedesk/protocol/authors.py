@@ -13,11 +13,11 @@ class Operator(_Author, frozen=True, tag="operator"):
     """The desk's operator: the host program or the person who runs it."""
 
 
-class Person(_Author, frozen=True, tag="person"):
-    """A human participant.
+class _Participant(_Author, frozen=True):
+    """Base of the participants a stable id names (``Person``, ``Agent``).
 
     Attributes:
-        id: Stable identifier of the person.
+        id: Stable identifier of the participant.
         label: Display name captured with the row (never looked up later).
     """
 
@@ -25,16 +25,12 @@ class Person(_Author, frozen=True, tag="person"):
     label: str
 
 
-class Agent(_Author, frozen=True, tag="agent"):
-    """An AI agent participant.
+class Person(_Participant, frozen=True, tag="person"):
+    """A human participant, named by its ``id`` and shown by its ``label``."""
 
-    Attributes:
-        id: Stable identifier of the agent.
-        label: Display name captured with the row (never looked up later).
-    """
 
-    id: str
-    label: str
+class Agent(_Participant, frozen=True, tag="agent"):
+    """An AI agent participant, named by its ``id`` and shown by its ``label``."""
 
 
 class System(_Author, frozen=True, tag="system"):

@@ -9,8 +9,7 @@ from typing import Any
 
 import pytest
 
-from sharedesk.actors import Hub
-from sharedesk.actors._base import THREAD_PREFIX
+from sharedesk.actors import THREAD_PREFIX, Hub
 
 HubFactory = Callable[..., Hub]
 

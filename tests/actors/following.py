@@ -14,8 +14,8 @@ import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 
-from sharedesk.actors._messages import Push
-from sharedesk.protocol import Event, Person, Text
+from sharedesk.actors import Push
+from sharedesk.protocol import Conversation, Event, Person, SharingState, Text
 from sharedesk.protocol.errors import StoreClosedError, StoreIOError
 from sharedesk.protocol.ports import AppendCallback, CommitCallback
 from sharedesk.protocol.writes import Write
@@ -44,6 +44,8 @@ class FollowingMemoryStore(MemoryStore):
         #: This process's commit callbacks (``on_commit``).
         self.commit_callbacks: list[CommitCallback] = []
         self._here = threading.local()
+        #: Released by every turn plan (each reads a sharing state once).
+        self.plans = threading.Semaphore(0)
         #: How many of the next ``read`` calls fail with ``StoreIOError``.
         self.failing_reads = 0
 
@@ -103,6 +105,12 @@ class FollowingMemoryStore(MemoryStore):
         return super().read(
             session_id, after=after, before=before, limit=limit, newest_first=newest_first
         )
+
+    def get_sharing_state(
+        self, session_id: str, viewer: str, conversation: Conversation
+    ) -> SharingState | None:
+        self.plans.release()
+        return super().get_sharing_state(session_id, viewer, conversation)
 
     def close(self) -> None:
         self.followers.clear()

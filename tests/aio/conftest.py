@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 import pytest
 
 from sharedesk import AsyncHub
-from sharedesk.actors._base import THREAD_PREFIX
+from sharedesk.actors import THREAD_PREFIX
 
 T = TypeVar("T")
 

@@ -38,6 +38,8 @@ class Held(MemoryStore):
         #: Longest a held read or write waits, in seconds.
         self.patience = 10.0
         self.entered = threading.Semaphore(0)
+        #: Released by every turn plan (each reads a sharing state once).
+        self.plans = threading.Semaphore(0)
         self._held_writes: queue.SimpleQueue[tuple[Write, Future[list[Event]]] | None] = (
             queue.SimpleQueue()
         )
@@ -71,6 +73,7 @@ class Held(MemoryStore):
         return super().last_sequence(session_id)
 
     def get_sharing_state(self, session_id: str, viewer: str, conversation: Any) -> Any:
+        self.plans.release()
         self._held_read()
         return super().get_sharing_state(session_id, viewer, conversation)
 

@@ -34,10 +34,10 @@ class TestWaitTurnFollowsOtherProcesses:
         async def main() -> list[str]:
             async with AsyncHub(Hub(store)) as hub:
                 await (await hub.turn("desk", ALICE)).commit()
+                assert await asyncio.to_thread(store.plans.acquire, True, WAIT)
                 waiting = asyncio.create_task(hub.wait_turn("desk", ALICE, timeout=WAIT))
-                # Let the task listen, plan an empty turn and sleep (should the post come
-                # first, the plan sees it: the test then passes without a wake-up).
-                await asyncio.sleep(0.05)
+                # The task listens before it plans: once it planned, a post wakes it.
+                assert await asyncio.to_thread(store.plans.acquire, True, WAIT)
                 (event,) = store.append_elsewhere("desk", [said("from elsewhere")])
                 store.fire("desk", event.sequence or 0)
                 turn = await waiting

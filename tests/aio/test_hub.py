@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
@@ -23,6 +25,9 @@ from sharedesk import (
     ValidationError,
 )
 from tests.aio.conftest import Runner, our_threads
+from tests.aio.stores import Held, held_hub
+
+T = TypeVar("T")
 
 ANN = Person(id="ann", label="Ann")
 BOT = Agent(id="bot", label="Bot")
@@ -306,6 +311,24 @@ class TestTranscript:
         assert [("user", "hello"), ("assistant", "hi")] == arun(body)
 
 
+async def planned(store: Held) -> None:
+    """Wait until the store saw a turn plan (the waiter listens by then)."""
+    assert await asyncio.to_thread(store.plans.acquire, True, 10)
+
+
+def run_held(body: Callable[[AsyncHub, Held], Awaitable[T]]) -> T:
+    """Run ``body`` on an AsyncHub over a :class:`Held` store; no thread is left after."""
+
+    async def main() -> T:
+        hub, store = held_hub(ask_timeout=10.0)
+        async with hub:
+            return await body(hub, store)
+
+    result = asyncio.run(main())
+    assert [] == our_threads()
+    return result
+
+
 class TestWaitTurn:
     def test_returns_at_once_when_the_turn_has_messages(self, arun: Runner) -> None:
         async def body(hub: AsyncHub) -> list[str]:
@@ -314,43 +337,42 @@ class TestWaitTurn:
 
         assert ["hello"] == arun(body)
 
-    def test_is_woken_by_an_append_from_another_task(self, arun: Runner) -> None:
-        async def body(hub: AsyncHub) -> list[str]:
+    def test_is_woken_by_an_append_from_another_task(self) -> None:
+        async def body(hub: AsyncHub, store: Held) -> list[str]:
             await hub.post("desk", ANN, "hello")
             await (await hub.turn("desk", BOT)).commit("hi")
+            await planned(store)
             waiter = asyncio.create_task(hub.wait_turn("desk", BOT, timeout=10))
-            await asyncio.sleep(0.05)
-            assert not waiter.done()
+            await planned(store)
             await hub.post("desk", ANN, "are you there")
             return texts((await waiter).messages)
 
-        assert ["are you there"] == arun(body)
+        assert ["are you there"] == run_held(body)
 
-    def test_is_woken_by_an_append_from_a_thread_through_the_sync_hub(self, arun: Runner) -> None:
-        async def body(hub: AsyncHub) -> list[str]:
+    def test_is_woken_by_an_append_from_a_thread_through_the_sync_hub(self) -> None:
+        async def body(hub: AsyncHub, store: Held) -> list[str]:
             waiter = asyncio.create_task(hub.wait_turn("desk", BOT, timeout=10))
-            await asyncio.sleep(0.05)
+            await planned(store)
             writer = threading.Thread(target=hub.hub.session("desk").post, args=(ANN, "hey"))
             writer.start()
             turn = await waiter
             writer.join()
             return texts(turn.messages)
 
-        assert ["hey"] == arun(body)
+        assert ["hey"] == run_held(body)
 
-    def test_the_viewers_own_rows_do_not_end_the_wait(self, arun: Runner) -> None:
-        async def body(hub: AsyncHub) -> list[str]:
+    def test_the_viewers_own_rows_do_not_end_the_wait(self) -> None:
+        async def body(hub: AsyncHub, store: Held) -> list[str]:
             # A first turn is the whole view, own rows included; a delta never has them.
             await (await hub.turn("desk", BOT)).commit()
+            await planned(store)
             waiter = asyncio.create_task(hub.wait_turn("desk", BOT, timeout=10))
-            await asyncio.sleep(0.02)
+            await planned(store)
             await hub.post("desk", BOT, "talking to myself")
-            await asyncio.sleep(0.05)
-            assert not waiter.done()
             await hub.post("desk", ANN, "hello")
             return texts((await waiter).messages)
 
-        assert ["hello"] == arun(body)
+        assert ["hello"] == run_held(body)
 
     def test_raises_timeout_error_when_nothing_arrives(self, arun: Runner) -> None:
         async def body(hub: AsyncHub) -> None:
@@ -369,45 +391,46 @@ class TestWaitTurn:
         with pytest.raises(ValidationError):
             arun(body)
 
-    def test_a_waiter_in_a_thread_is_woken_by_a_reply_in_that_thread(self, arun: Runner) -> None:
-        async def body(hub: AsyncHub) -> list[str]:
+    def test_a_waiter_in_a_thread_is_woken_by_a_reply_in_that_thread(self) -> None:
+        async def body(hub: AsyncHub, store: Held) -> list[str]:
             root = await hub.post("desk", ANN, "root")
             thread = Conversation(desk="desk", thread_root=root.sequence)
             await (await hub.turn("desk", BOT, thread)).commit()
+            await planned(store)
             waiter = asyncio.create_task(hub.wait_turn("desk", BOT, thread, timeout=10))
+            await planned(store)
             await hub.post("desk", ANN, "elsewhere")
-            await asyncio.sleep(0.05)
-            assert not waiter.done()
             await hub.post("desk", ANN, "in the thread", parent=root.sequence)
             return texts((await waiter).messages)
 
-        assert ["in the thread"] == arun(body)
+        assert ["in the thread"] == run_held(body)
 
-    def test_a_waiter_gets_hub_closed_when_the_hub_closes(self, arun: Runner) -> None:
-        async def body(hub: AsyncHub) -> None:
+    def test_a_waiter_gets_hub_closed_when_the_hub_closes(self) -> None:
+        async def body(hub: AsyncHub, store: Held) -> None:
             waiter = asyncio.create_task(hub.wait_turn("desk", BOT))
-            await asyncio.sleep(0.05)
+            await planned(store)
             await hub.close()
             await waiter
 
         with pytest.raises(HubClosed):
-            arun(body)
+            run_held(body)
 
     def test_turns_yields_each_new_message_once_committed(self, arun: Runner) -> None:
         async def body(hub: AsyncHub) -> list[list[str]]:
             seen: list[list[str]] = []
+            first = asyncio.Event()
 
             async def agent() -> None:
                 async for turn in hub.turns("desk", BOT):
                     seen.append(texts(turn.messages))
                     await turn.commit(f"ack {len(seen)}")
+                    first.set()
                     if len(seen) == 2:
                         return
 
             task = asyncio.create_task(agent())
             await hub.post("desk", ANN, "one")
-            while len(seen) < 1:
-                await asyncio.sleep(0.01)
+            await first.wait()
             await hub.post("desk", ANN, "two")
             await asyncio.wait_for(task, 10)
             return seen
@@ -417,17 +440,18 @@ class TestWaitTurn:
     def test_turns_ends_when_the_hub_closes(self, arun: Runner) -> None:
         async def body(hub: AsyncHub) -> int:
             count = 0
+            first = asyncio.Event()
 
             async def agent() -> None:
                 nonlocal count
                 async for turn in hub.turns("desk", BOT):
                     count += 1
                     await turn.commit()
+                    first.set()
 
             task = asyncio.create_task(agent())
             await hub.post("desk", ANN, "one")
-            while count < 1:
-                await asyncio.sleep(0.01)
+            await first.wait()
             await hub.close()
             await asyncio.wait_for(task, 10)
             return count

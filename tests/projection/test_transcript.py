@@ -199,6 +199,10 @@ class TestArgumentChecks:
         with pytest.raises(ValidationError, match="limit"):
             TranscriptBuilder.from_store(store, SESSION, limit=value)
 
+    def test_a_keyword_that_names_no_budget_is_a_type_error(self) -> None:
+        with pytest.raises(TypeError, match="max_lines"):
+            build([], max_lines=3)
+
     def test_zero_budgets_are_accepted(self) -> None:
         transcript = build(stamped(text(ALICE, "hi")), max_messages=0, max_chars=0)
 
@@ -1318,7 +1322,7 @@ class TestFromStoreReadsTheTail:
     ) -> None:
         with (
             MemoryStore() as fresh_store,
-            mock.patch("sharedesk.projection.transcript._FIRST_PAGE", first_page),
+            mock.patch("sharedesk.projection.transcript.FIRST_PAGE", first_page),
         ):
             fresh_store.append(SESSION, events)
             full = build(fresh_store.read(SESSION), max_messages=max_messages, max_chars=max_chars)

@@ -1,0 +1,475 @@
+"""Transcript messages: a session's events folded into provider-agnostic messages.
+
+These are the rules of :class:`~sharedesk.TranscriptBuilder`, stated once, in the order
+the fold applies them:
+
+1. **Order.** Events with a sequence come first, by sequence; then by timestamp
+   (events without one last; a naive timestamp is read as UTC); then by ``id``; then by
+   position in the input.
+2. **Messages.** ``Text`` and ``TextDelta`` give a message whose role is relative to the
+   viewer (:func:`role_of`), except that a blank ``Text`` (``content.strip() == ""``)
+   gives none (it closes its own stream, whose streamed text then stands); ``ToolCall``
+   gives an ``"assistant"`` message carrying ``tool_call_id``/``tool_name``/
+   ``tool_input``; ``ToolResult`` gives a ``"tool"`` message carrying
+   ``tool_call_id``/``tool_output`` (``is_error`` goes in its metadata). ``RunStarted``
+   and ``RunFinished`` give no message. Every message keeps its author. A message's
+   metadata is its event's own metadata with ``event_id``, ``sequence`` (when stored)
+   and ``run_id`` (when set) written over it.
+3. **Streaming.** A ``TextDelta`` opens a message that stays *open* while the next
+   message-giving event is a ``TextDelta`` of the same participant (labels ignored) and
+   run: those deltas are appended to it. A ``Text`` of that participant and run closes
+   it, its own content replacing the streamed text unless it is empty. Any other
+   message (another author or run, a tool call or result) closes it as it is; a later
+   delta then starts a new message. Lifecycle events give no message and so do not
+   interrupt a stream. Interleaved streams of two agents therefore give alternating
+   fragments: the transcript keeps the order in which things were written. A merged
+   message's metadata keeps the first event's ``event_id``/``sequence``/``run_id``,
+   merges in each later event's own metadata, and names the last event merged in as
+   ``last_event_id`` (and ``last_sequence`` when stored).
+4. **Tool pairing.** A ``ToolResult`` answers the earliest unanswered earlier
+   ``ToolCall`` with its ``tool_call_id``. A result that answers no call (its call was
+   not read, came later, or was already answered) gives no message: a provider would
+   reject a result without its call.
+5. **Truncation** keeps the longest *suffix* of the messages that fits every budget and
+   does not split a call from its result: the cut starts at the oldest message the
+   budgets allow and moves toward newer messages until no pair straddles it, so a pair
+   is always dropped together (with what lies between them). ``max_messages`` counts
+   messages; ``max_chars`` and ``max_tokens_approx`` (``CHARS_PER_TOKEN`` characters a
+   token) are character budgets, counted by :func:`message_chars`, and the lower wins.
+
+Pure, like the rest of ``sharedesk.projection``: values in, values out.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Final, TypedDict
+
+from sharedesk.protocol.authors import Agent, SessionAuthor, System, same_participant
+from sharedesk.protocol.codec import encode_json
+from sharedesk.protocol.errors import ValidationError
+from sharedesk.protocol.events import Event, Text, TextDelta, ToolCall, ToolResult
+from sharedesk.protocol.transcripts import TranscriptMessage
+from sharedesk.protocol.validation import check_optional_int
+
+if TYPE_CHECKING:
+    from datetime import datetime
+
+#: Characters counted as one token by ``max_tokens_approx``.
+CHARS_PER_TOKEN: Final = 4
+
+
+def role_of(author: SessionAuthor, viewer: SessionAuthor | None) -> str:
+    """Return the role of a ``Text`` (or ``TextDelta``) by ``author`` for ``viewer``.
+
+    Args:
+        author: Who wrote the message.
+        viewer: Whose transcript it is, or ``None``.
+
+    Returns:
+        ``"assistant"`` when ``author`` is the viewer (labels ignored; checked first, so
+        a ``System`` viewer's own messages are ``"assistant"`` too); ``"system"`` for any
+        other ``System`` author; ``"user"`` for any other person, agent or the operator.
+        With no viewer: ``"assistant"`` for agents, ``"user"`` for people and the
+        operator.
+
+    Cost: O(1).
+    """
+    if viewer is not None and same_participant(author, viewer):
+        return "assistant"
+    if isinstance(author, System):
+        return "system"
+    if viewer is None and isinstance(author, Agent):
+        return "assistant"
+    return "user"
+
+
+def message_chars(message: TranscriptMessage) -> int:
+    """Return the characters a message counts against a character budget.
+
+    They are the characters of its ``content``, plus those of its ``tool_input`` as
+    compact JSON, plus those of its ``tool_output``: the string itself when it is a
+    ``str``, else its compact JSON (``None`` counts 0). Roles, ids, tool names and
+    metadata are not counted.
+
+    Args:
+        message: The message.
+
+    Returns:
+        The number of characters (code points).
+
+    Raises:
+        ValidationError: The tool input or output cannot be encoded as JSON.
+
+    Cost: O(size of the message).
+    """
+    chars = len(message.content or "")
+    if message.tool_input is not None:
+        chars += _json_chars(message.tool_input, "tool_input")
+    output = message.tool_output
+    if isinstance(output, str):
+        chars += len(output)
+    elif output is not None:
+        chars += _json_chars(output, "tool_output")
+    return chars
+
+
+def _json_chars(value: Any, what: str) -> int:
+    try:
+        return len(encode_json(value).decode("utf-8"))
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise ValidationError(f"{what} cannot be counted: it is not JSON-encodable") from exc
+
+
+class Budgets(TypedDict, total=False):
+    """The truncation budgets (rule 5) every transcript call takes; ``None`` or absent: unbounded.
+
+    Attributes:
+        max_messages: Keep at most this many of the newest messages.
+        max_chars: Keep at most this many characters (:func:`message_chars`).
+        max_tokens_approx: Keep at most ``CHARS_PER_TOKEN`` (4) times this many characters.
+    """
+
+    max_messages: int | None
+    max_chars: int | None
+    max_tokens_approx: int | None
+
+
+class Budget:
+    """The checked :class:`Budgets` of one call.
+
+    Raises:
+        ValidationError: A budget that is not a non-negative int or ``None``.
+        TypeError: A keyword that names no budget.
+    """
+
+    __slots__ = ("chars", "messages")
+
+    def __init__(
+        self, *, max_messages: Any = None, max_chars: Any = None, max_tokens_approx: Any = None
+    ) -> None:
+        #: Most messages kept.
+        self.messages = check_optional_int("max_messages", max_messages)
+        chars = check_optional_int("max_chars", max_chars)
+        tokens = check_optional_int("max_tokens_approx", max_tokens_approx)
+        token_chars = None if tokens is None else tokens * CHARS_PER_TOKEN
+        limits = [n for n in (chars, token_chars) if n is not None]
+        #: Most characters kept: the lower of the two character budgets.
+        self.chars = min(limits) if limits else None
+
+    @property
+    def bounded(self) -> bool:
+        """Whether any budget is set."""
+        return self.messages is not None or self.chars is not None
+
+    def oldest_kept(self, messages: Sequence[TranscriptMessage]) -> int:
+        """Return the index of the oldest message the budgets allow (0 when all fit)."""
+        count = len(messages)
+        start = count
+        chars = 0
+        while start > 0:
+            if self.messages is not None and count - start + 1 > self.messages:
+                break
+            if self.chars is not None:
+                chars += message_chars(messages[start - 1])
+                if chars > self.chars:
+                    break
+            start -= 1
+        return start
+
+
+def is_call(message: TranscriptMessage) -> bool:
+    """Return whether ``message`` is a tool call."""
+    return message.role == "assistant" and message.tool_call_id is not None
+
+
+def truncate(
+    messages: list[TranscriptMessage], cut_calls: Sequence[str], budget: Budget
+) -> tuple[list[TranscriptMessage], list[str]]:
+    """Keep the longest suffix of ``messages`` within ``budget`` that splits no pair (rule 5).
+
+    Args:
+        messages: The messages, oldest first.
+        cut_calls: Unanswered calls cut earlier, older than every message here.
+        budget: The budgets.
+
+    Returns:
+        The kept messages and the unanswered calls now cut (``cut_calls`` still
+        unanswered, then those of the dropped messages), oldest first.
+
+    Cost: O(len(messages)).
+    """
+    count = len(messages)
+    start = budget.oldest_kept(messages)
+    # A result pairs with its call (earliest unanswered first), or with position -1 when
+    # that call was cut earlier (or is missing), so no cut at or before it can keep it.
+    calls: list[tuple[str, int]] = [(call_id, -1) for call_id in cut_calls]
+    waiting: dict[str, deque[int]] = {}
+    for index, (call_id, _) in enumerate(calls):
+        waiting.setdefault(call_id, deque()).append(index)
+    answered: set[int] = set()
+    straddled = [0] * (count + 2)  # difference array of cuts that would split a pair
+    for position, message in enumerate(messages):
+        if is_call(message):
+            assert message.tool_call_id is not None
+            waiting.setdefault(message.tool_call_id, deque()).append(len(calls))
+            calls.append((message.tool_call_id, position))
+        elif message.role == "tool":
+            queue = waiting.get(message.tool_call_id or "")
+            call_position = -1
+            if queue:
+                call = queue.popleft()
+                answered.add(call)
+                call_position = calls[call][1]
+            straddled[call_position + 1] += 1
+            straddled[position + 1] -= 1
+    # Move the cut toward newer messages until no pair straddles it.
+    depth = 0
+    cut = count
+    for position in range(count + 1):
+        depth += straddled[position]
+        if position >= start and depth == 0:
+            cut = position
+            break
+    still_cut = [
+        call_id
+        for index, (call_id, position) in enumerate(calls)
+        if index not in answered and position < cut
+    ]
+    return messages[cut:], still_cut
+
+
+class _Stream:
+    """The open streamed message: chunks and metadata kept mutable until it closes.
+
+    Appending to a list keeps a stream of n deltas O(n); rebuilding a frozen message
+    per delta would be O(n**2).
+    """
+
+    __slots__ = ("author", "chunks", "first", "metadata", "role", "run_id")
+
+    def __init__(self, message: TranscriptMessage, run_id: str | None) -> None:
+        assert message.author is not None
+        self.role = message.role
+        self.author: SessionAuthor = message.author
+        self.run_id = run_id
+        self.chunks = [message.content or ""]
+        self.metadata = dict(message.metadata)
+        # The first event's identity stays whatever later events carry.
+        self.first: dict[str, Any] = {
+            key: self.metadata[key]
+            for key in ("event_id", "sequence", "run_id")
+            if key in self.metadata
+        }
+
+    def extend(self, event: Event, chunk: str) -> None:
+        """Append ``chunk`` and merge ``event``'s own metadata (the first's keys stay)."""
+        self.chunks.append(chunk)
+        self.metadata.update(event.metadata)
+        self.metadata.update(self.first)
+        self.metadata["last_event_id"] = event.id
+        if event.sequence is not None:
+            self.metadata["last_sequence"] = event.sequence
+
+    def message(self, content: str | None = None) -> TranscriptMessage:
+        """Return the stream as a message (with ``content`` instead, when given)."""
+        return TranscriptMessage(
+            role=self.role,
+            content="".join(self.chunks) if content is None else content,
+            metadata=dict(self.metadata),
+            author=self.author,
+        )
+
+
+class MessageFold:
+    """The working state of one fold (rules 2 to 4): messages, open stream, unanswered calls.
+
+    Local to one call of a builder method; never shared. While a stream is open its
+    message is held apart, not yet in ``messages``.
+
+    Args:
+        viewer: Whose transcript it is, or ``None``.
+        messages: Messages an earlier fold kept, to continue from (their calls and
+            results are paired again).
+        open_text: The message still open when that fold stopped, with ``open_run``
+            its run.
+        cut_calls: Unanswered calls that truncation cut from that fold.
+    """
+
+    __slots__ = ("messages", "orphans", "stream", "unanswered", "viewer")
+
+    def __init__(
+        self,
+        viewer: SessionAuthor | None,
+        messages: Sequence[TranscriptMessage] = (),
+        open_text: TranscriptMessage | None = None,
+        open_run: str | None = None,
+        cut_calls: Sequence[str] = (),
+    ) -> None:
+        self.viewer = viewer
+        self.messages = list(messages)
+        self.stream = None if open_text is None else _Stream(open_text, open_run)
+        self.unanswered: dict[str, int] = {}
+        #: Results that answered no call read so far (their call may lie further back).
+        self.orphans = 0
+        for call_id in cut_calls:
+            self._call(call_id)
+        for message in self.messages:
+            if is_call(message):
+                assert message.tool_call_id is not None
+                self._call(message.tool_call_id)
+            elif message.role == "tool":
+                self._answer(message.tool_call_id or "")
+
+    def add_all(self, events: Sequence[Event]) -> None:
+        """Fold ``events`` into the messages, in the order of rule 1."""
+        for event in ordered(events):
+            self.add(event)
+
+    def add(self, event: Event) -> None:
+        """Fold one event into the messages."""
+        match event.body:
+            case TextDelta(delta=delta):
+                stream = self._continued_by(event)
+                if stream is not None:
+                    stream.extend(event, delta)
+                else:
+                    self._close()
+                    self.stream = _Stream(self._text(event, delta), event.run_id)
+            case Text(content=content):
+                stream = self._continued_by(event)
+                if stream is not None:
+                    stream.extend(event, "")
+                    self.stream = None
+                    self.messages.append(stream.message(content if content.strip() else None))
+                elif content.strip():
+                    self._append(self._text(event, content))
+                # a blank Text gives no message (and leaves another's stream open)
+            case ToolCall(tool_call_id=call_id, tool_name=name, tool_input=tool_input):
+                self._append(
+                    TranscriptMessage(
+                        role="assistant",
+                        tool_call_id=call_id,
+                        tool_name=name,
+                        tool_input=dict(tool_input),
+                        metadata=_event_metadata(event),
+                        author=event.author,
+                    )
+                )
+                self._call(call_id)
+            case ToolResult(tool_call_id=call_id, output=output, is_error=is_error):
+                if not self._answer(call_id):
+                    self.orphans += 1
+                    return  # answers no call: no message, and the stream stays open
+                metadata = _event_metadata(event)
+                metadata["is_error"] = is_error
+                self._append(
+                    TranscriptMessage(
+                        role="tool",
+                        tool_call_id=call_id,
+                        tool_output=output,
+                        metadata=metadata,
+                        author=event.author,
+                    )
+                )
+            case _:  # RunStarted, RunFinished and body kinds added later give no message
+                return
+
+    def finish(self) -> tuple[list[TranscriptMessage], TranscriptMessage | None, str | None]:
+        """Return the messages, the open message (also last of them) and its run."""
+        if self.stream is None:
+            return self.messages, None, None
+        open_text = self.stream.message()
+        return [*self.messages, open_text], open_text, self.stream.run_id
+
+    def _call(self, call_id: str) -> None:
+        self.unanswered[call_id] = self.unanswered.get(call_id, 0) + 1
+
+    def _answer(self, call_id: str) -> bool:
+        waiting = self.unanswered.get(call_id, 0)
+        if waiting == 0:
+            return False
+        self.unanswered[call_id] = waiting - 1
+        return True
+
+    def _text(self, event: Event, content: str) -> TranscriptMessage:
+        return TranscriptMessage(
+            role=role_of(event.author, self.viewer),
+            content=content,
+            metadata=_event_metadata(event),
+            author=event.author,
+        )
+
+    def _continued_by(self, event: Event) -> _Stream | None:
+        stream = self.stream
+        if (
+            stream is not None
+            and same_participant(stream.author, event.author)
+            and stream.run_id == event.run_id
+        ):
+            return stream
+        return None
+
+    def _close(self) -> None:
+        if self.stream is not None:
+            self.messages.append(self.stream.message())
+            self.stream = None
+
+    def _append(self, message: TranscriptMessage) -> None:
+        self._close()
+        self.messages.append(message)
+
+
+def _event_metadata(event: Event) -> dict[str, Any]:
+    """Return the event's own metadata merged with its ``event_id``/``sequence``/``run_id``."""
+    metadata = dict(event.metadata)
+    metadata["event_id"] = event.id
+    if event.sequence is not None:
+        metadata["sequence"] = event.sequence
+    if event.run_id is not None:
+        metadata["run_id"] = event.run_id
+    return metadata
+
+
+def _timestamp_key(value: datetime) -> datetime:
+    """Return ``value`` as a naive UTC datetime, so naive and aware values compare."""
+    offset = value.utcoffset()
+    naive = value.replace(tzinfo=None)
+    return naive if offset is None else naive - offset
+
+
+def _order_key(item: tuple[int, Event]) -> tuple[Any, ...]:
+    position, event = item
+    sequence = event.sequence
+    timestamp = event.timestamp
+    return (
+        sequence is None,
+        0 if sequence is None else sequence,
+        timestamp is None,
+        0 if timestamp is None else _timestamp_key(timestamp),
+        event.id,
+        position,
+    )
+
+
+def ordered(events: Sequence[Event]) -> list[Event]:
+    """Return ``events`` in the order of rule 1. Cost: O(n) when already in order."""
+    # Events read from a store come with strictly ascending sequences: already in order
+    # (the full key, with its timestamp normalisation, is only needed otherwise).
+    previous = 0
+    for event in events:
+        sequence = event.sequence
+        if sequence is None or sequence <= previous:
+            return [event for _, event in sorted(enumerate(events), key=_order_key)]
+        previous = sequence
+    return list(events)
+
+
+def latest(stamps: Iterable[datetime | None]) -> datetime | None:
+    """Return the latest of ``stamps`` (naive ones read as UTC), or ``None``."""
+    found: datetime | None = None
+    for stamp in stamps:
+        if stamp is not None and (found is None or _timestamp_key(stamp) > _timestamp_key(found)):
+            found = stamp
+    return found
