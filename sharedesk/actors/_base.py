@@ -33,7 +33,7 @@ from structlog.contextvars import bind_contextvars, reset_contextvars
 
 from sharedesk.protocol._log import logger
 from sharedesk.protocol.errors import ActorCrashed, SharedeskError
-from sharedesk.protocol.ports import RunIndexStore, SharingStateStore
+from sharedesk.protocol.ports import RunIndexStore, SharingStateStore, WritingStore
 from sharedesk.protocol.views import Conversation, Projection
 
 _log = logger()
@@ -46,8 +46,8 @@ _thread_numbers = itertools.count(1)
 R = TypeVar("R")
 
 
-class HubStore(RunIndexStore, SharingStateStore, Protocol):
-    """What the Hub needs of a store: the event-store, sharing-state and run-index ports."""
+class HubStore(RunIndexStore, SharingStateStore, WritingStore, Protocol):
+    """What the Hub needs of a store: the event-store, sharing-state, run-index and write ports."""
 
 
 class ActorKey(msgspec.Struct, frozen=True):

@@ -34,7 +34,6 @@ import msgspec
 
 from sharedesk.actors._base import ActorKey, HubStore, Slot
 from sharedesk.actors._handles import SessionHandle, Turn, reply_event
-from sharedesk.actors._legacy import LegacyWrites
 from sharedesk.actors._messages import GetTranscript, Plan, Prime, TurnPlan, View
 from sharedesk.actors._open import open_store
 from sharedesk.actors._options import HubOptions, HubStats
@@ -44,7 +43,7 @@ from sharedesk.protocol.authors import SessionAuthor, author_key
 from sharedesk.protocol.constants import SESSION_WINDOW
 from sharedesk.protocol.errors import HubClosed, TurnAlreadyCommitted, ValidationError
 from sharedesk.protocol.events import Event
-from sharedesk.protocol.ports import FollowingStore, SessionLog, WritingStore
+from sharedesk.protocol.ports import FollowingStore, SessionLog
 from sharedesk.protocol.sessions import SessionState
 from sharedesk.protocol.transcripts import Transcript
 from sharedesk.protocol.validation import (
@@ -114,9 +113,7 @@ class Hub:
         self._closing = False
         self._runs: RunQueue | None = None
         self._supervisor = ActorSupervisor(store, self._options, path)
-        writes = store if hasattr(store, "submit") and hasattr(store, "on_commit") else None
-        self._writes: WritingStore = writes or LegacyWrites(store)  # type: ignore[assignment]
-        self._stop_commits = self._writes.on_commit(self._supervisor.committed)
+        self._stop_commits = store.on_commit(self._supervisor.committed)
         self._unfollow: Callable[[], None] | None = None
         if isinstance(store, FollowingStore):
             try:
@@ -250,7 +247,7 @@ class Hub:
             session_id, events, expected_version=expected_version, unless_stored=unless_stored
         )
         self._supervisor.check(session_id)
-        return self._writes.submit(write)
+        return self._store.submit(write)
 
     def run_events(self, session_id: str, run_id: str) -> list[Event]:
         """Return the run's events, oldest first, from the store's run index."""
@@ -423,7 +420,7 @@ class Hub:
         )
         write = check_write(turn.session_id, [] if event is None else [event], share=share)
         self._supervisor.check(turn.session_id)
-        future = self._writes.submit(write)
+        future = self._store.submit(write)
 
         def mark(done: Future[list[Event]]) -> None:
             if not done.cancelled() and done.exception() is None:
@@ -540,17 +537,12 @@ class Hub:
         self._stop_commits()
         if at_exit:
             # A writer stuck behind another process's lock must not hold the exit.
-            closer = threading.Thread(target=self._close_store, daemon=True)
+            closer = threading.Thread(target=self._store.close, daemon=True)
             closer.start()
             closer.join(max(0.0, deadline - time.monotonic()))
         else:
-            self._close_store()
+            self._store.close()
         _log.info("hub.closed", path=self._path)
-
-    def _close_store(self) -> None:
-        if isinstance(self._writes, LegacyWrites):
-            self._writes.close()
-        self._store.close()
 
     def __enter__(self) -> Self:
         return self

@@ -38,20 +38,8 @@ from sharedesk.protocol._log import logger
 from sharedesk.protocol.errors import SharedeskError
 from sharedesk.protocol.events import Event
 from sharedesk.protocol.writes import Write
-from sharedesk.store._common import CommitGroup, GroupCommitter, Request, wake, wake_all
 
-# CommitGroup, GroupCommitter, Request, wake and wake_all are the old committer's (kept
-# in _common, re-exported for the backends not yet on StoreBase).
-__all__ = [
-    "CommitGroup",
-    "GroupCommitter",
-    "GroupWriter",
-    "Request",
-    "WriteTxn",
-    "plan_group",
-    "wake",
-    "wake_all",
-]
+__all__ = ["GroupWriter", "WriteTxn", "plan_group"]
 
 _log = logger()
 

@@ -74,7 +74,6 @@ from sharedesk.protocol.validation import (
 from sharedesk.protocol.views import Conversation, SessionPage, SharingState
 from sharedesk.protocol.writes import Share, Write
 from sharedesk.store._group_commit import GroupWriter, WriteTxn, plan_group
-from sharedesk.store._tickets import TicketShims
 
 __all__ = ["Facts", "SessionInfo", "StoreBase", "StoredRow", "Wants", "WritePlan", "WriteTxn"]
 
@@ -85,7 +84,7 @@ T = TypeVar("T")
 Outcome = list[Event] | BaseException
 
 
-class StoreBase(TicketShims, ABC):
+class StoreBase(ABC):
     """The store port, written once: validation, the write path, the reads, the lifecycle.
 
     Thread-safe. A subclass implements the hooks of the module header and calls
