@@ -119,6 +119,7 @@ class Hub:
             try:
                 self._unfollow = store.follow(self._supervisor.notice)
             except BaseException:
+                self._stop_commits()
                 self._supervisor.close(self._options.ask_timeout)
                 raise
         self._exit_hook = _CloseAtExit(self)
