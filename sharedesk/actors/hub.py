@@ -75,7 +75,7 @@ _log = logger()
 
 #: Longest wait, in all, when the exit hook closes a Hub left open, in seconds: a stuck
 #: actor or store writer must not hold the exiting process.
-_EXIT_GRACE: Final = 2.0
+_EXIT_GRACE: Final = 1.0
 
 #: The option names ``Hub.open`` keeps for the Hub; the others go to the store.
 HUB_OPTION_NAMES: Final = frozenset(HubOptions.__struct_fields__)

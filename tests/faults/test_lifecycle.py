@@ -13,8 +13,6 @@ import sys
 import textwrap
 from pathlib import Path
 
-import pytest
-
 from sharedesk import Event, Hub, LmdbStore, Person, Text
 from tests.faults.counting import FaultCounter
 from tests.faults.test_lmdb_processes import ANNOUNCING, LOCK_HOLDER_CHILD
@@ -178,12 +176,6 @@ class TestAnInterruptedProcess:
 
         assert -signal.SIGTERM == code
 
-    @pytest.mark.xfail(
-        strict=False,  # passes once the Hub's exit hook is bounded: the marker then goes
-        reason="the Hub's exit hook (actors/hub.py, _CloseAtExit) closes the store without "
-        "a bound; StoreBase.close joins the writer (GroupWriter.close, store/_group_commit.py) "
-        "while it waits in LMDB's begin(write=True)",
-    )
     def test_ctrl_c_ends_a_post_waiting_for_another_process_write_lock_and_its_retry_is_exact(
         self, tmp_path: Path, fault_counter: FaultCounter
     ) -> None:
