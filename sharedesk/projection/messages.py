@@ -179,7 +179,7 @@ class Budget:
         return start
 
 
-def is_call(message: TranscriptMessage) -> bool:
+def _is_call(message: TranscriptMessage) -> bool:
     """Return whether ``message`` is a tool call."""
     return message.role == "assistant" and message.tool_call_id is not None
 
@@ -211,7 +211,7 @@ def truncate(
     answered: set[int] = set()
     straddled = [0] * (count + 2)  # difference array of cuts that would split a pair
     for position, message in enumerate(messages):
-        if is_call(message):
+        if _is_call(message):
             assert message.tool_call_id is not None
             waiting.setdefault(message.tool_call_id, deque()).append(len(calls))
             calls.append((message.tool_call_id, position))
@@ -316,7 +316,7 @@ class MessageFold:
         for call_id in cut_calls:
             self._call(call_id)
         for message in self.messages:
-            if is_call(message):
+            if _is_call(message):
                 assert message.tool_call_id is not None
                 self._call(message.tool_call_id)
             elif message.role == "tool":

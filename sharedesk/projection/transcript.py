@@ -156,14 +156,7 @@ class TranscriptBuilder:
             raise ValidationError(
                 f"exclude_run_id must be a str or None, got {type(exclude_run_id).__name__}"
             )
-        if checked_limit is None and not budget.bounded:
-            events = store.read(checked_id)
-            if exclude_run_id is not None:
-                events = [e for e in events if e.run_id != exclude_run_id]
-        else:
-            events = _read_tail(
-                store, checked_id, checked_limit, checked_viewer, budget, exclude_run_id
-            )
+        events = _read(store, checked_id, checked_limit, checked_viewer, budget, exclude_run_id)
         return _build(checked_id, events, checked_viewer, budget)
 
     @staticmethod
@@ -315,7 +308,7 @@ def _decided(
     return not fold.orphans and budget.oldest_kept(fold.finish()[0]) > 0
 
 
-def _read_tail(
+def _read(
     store: EventStore,
     session_id: str,
     limit: int | None,
@@ -324,6 +317,11 @@ def _read_tail(
     exclude_run_id: str | None,
 ) -> list[Event]:
     """Read the newest events (at most ``limit``; fewer once the budget is met), oldest first."""
+    if limit is None and not budget.bounded:  # the whole session: one read
+        events = store.read(session_id)
+        if exclude_run_id is None:
+            return events
+        return [e for e in events if e.run_id != exclude_run_id]
     kept: list[Event] = []  # newest first
     before: int | None = None
     page = FIRST_PAGE
