@@ -8,9 +8,7 @@ hub and returns what ``body`` returned. After the test no thread of ours is left
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import threading
-import time
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
@@ -57,38 +55,3 @@ def arun(store_path: Path | None) -> Iterator[Runner]:
 
     yield run
     assert [] == our_threads()
-
-
-class Heartbeat:
-    """A task that ticks every millisecond, to tell whether the loop stayed free."""
-
-    def __init__(self) -> None:
-        self.ticks: list[float] = []
-        self._task: asyncio.Task[None] | None = None
-
-    async def _beat(self) -> None:
-        while True:
-            self.ticks.append(time.perf_counter())
-            await asyncio.sleep(0.001)
-
-    async def __aenter__(self) -> Heartbeat:
-        self._task = asyncio.create_task(self._beat())
-        await asyncio.sleep(0)
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        assert self._task is not None
-        self._task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._task
-
-    def between(self, start: float, end: float) -> int:
-        """Count the ticks strictly between two ``perf_counter`` readings."""
-        return sum(1 for tick in self.ticks if start < tick < end)
-
-
-async def ticks_during(heartbeat: Heartbeat, call: Awaitable[T]) -> tuple[T, int]:
-    """Await ``call`` and return its result and how many heartbeats ran meanwhile."""
-    start = time.perf_counter()
-    result = await call
-    return result, heartbeat.between(start, time.perf_counter())

@@ -22,7 +22,7 @@ than PIPE_BUF, so threads never interleave), only after ``append`` returned or r
 - ``ack <session> <id> <sequence>`` for every event ``append`` returned;
 - ``conflict`` for a ``ConcurrencyError`` (``expected_version`` was stale);
 - ``retry <ErrorType>`` for a ``StoreError``: the same batch (same ids) is submitted
-  again, for up to ``RETRY_FOR`` seconds, then ``gave-up`` (a child exits with status 3);
+  again, for about ``RETRY_FOR`` seconds of pauses, then ``gave-up`` (a child exits with status 3);
 - ``error <ErrorType>`` for any other ``SharedeskError`` (a child exits with status 5);
 - ``raw <ExceptionType> <repr>`` for an exception that is not a ``SharedeskError`` (a
   driver error leaked; a child exits with status 4);
@@ -31,6 +31,7 @@ than PIPE_BUF, so threads never interleave), only after ``append`` returned or r
 
 from __future__ import annotations
 
+import itertools
 import os
 import random
 import sys
@@ -67,7 +68,7 @@ def pooled_session(event_id: str, sessions: int) -> str:
 
 
 class GaveUp(Exception):
-    """A batch still failed after ``RETRY_FOR`` seconds of retries."""
+    """A batch still failed after about ``RETRY_FOR`` seconds of retries."""
 
 
 class PooledWriter:
@@ -92,11 +93,10 @@ class PooledWriter:
         """Append one batch, retrying it (same ids) after a ``StoreError``.
 
         Raises:
-            GaveUp: It still failed after ``RETRY_FOR`` seconds.
+            GaveUp: It still failed after ``RETRY_FOR / RETRY_PAUSE`` retries.
             SharedeskError: Any other typed error (reported as ``error``).
         """
-        deadline = time.monotonic() + RETRY_FOR
-        while True:
+        for attempt in itertools.count(1):
             try:
                 version = self.store.last_sequence(session_id) if check_version else None
                 stored = self.store.append(session_id, events, expected_version=version)
@@ -105,7 +105,7 @@ class PooledWriter:
                 return
             except StoreError as error:
                 self.say(f"retry {type(error).__name__}")
-                if time.monotonic() > deadline:
+                if attempt * RETRY_PAUSE > RETRY_FOR:
                     self.say("gave-up")
                     raise GaveUp(session_id) from error
                 time.sleep(RETRY_PAUSE)

@@ -126,7 +126,10 @@ BAD_BATCHES: dict[str, Callable[[], Any]] = {
     "a_string": lambda: "abc",
     "non_event_element": lambda: [text(), {"content": "x"}],
     "stamped_sequence": lambda: [text(), Event(ALICE, Text("x"), sequence=7)],
-    "stamped_timestamp": lambda: [text(), Event(ALICE, Text("x"), timestamp=datetime.now(UTC))],
+    "stamped_timestamp": lambda: [
+        text(),
+        Event(ALICE, Text("x"), timestamp=datetime(2026, 1, 1, tzinfo=UTC)),
+    ],
     "empty_id": lambda: [text(), Event(ALICE, Text("x"), id="")],
     "zero_parent": lambda: [text(), text(parent=0)],
     "parent_on_itself": lambda: [text(), text(parent=3)],
