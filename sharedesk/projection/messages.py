@@ -123,13 +123,7 @@ def _json_chars(value: Any, what: str) -> int:
 
 
 class Budgets(TypedDict, total=False):
-    """The truncation budgets (rule 5) every transcript call takes; ``None`` or absent: unbounded.
-
-    Attributes:
-        max_messages: Keep at most this many of the newest messages.
-        max_chars: Keep at most this many characters (:func:`message_chars`).
-        max_tokens_approx: Keep at most ``CHARS_PER_TOKEN`` (4) times this many characters.
-    """
+    """The keyword budgets of rule 5, as every ``TranscriptBuilder`` method takes them."""
 
     max_messages: int | None
     max_chars: int | None

@@ -121,24 +121,21 @@ def project_session(log: SessionLog, query: SessionQuery) -> Projection:
 def _thread(walk: _LogWalk, desk: str, root: int, window: int) -> tuple[list[LogMessage], bool]:
     """Collect R and its direct replies, newest first, then return them oldest first."""
     found: list[LogMessage] = []
+    limited = False
     for row in walk:
         seq = row.sequence
         if seq <= root:
-            content = row.content
-            if seq == root and row.desk == desk and not is_blank(content):
+            if seq == root and row.desk == desk and not is_blank(row.content):
                 found.append(row)
             break
-        if row.parent == root and row.desk == desk:
-            content = row.content
-            if not is_blank(content):
-                found.append(row)
-                if len(found) == window:
-                    break
+        if row.parent == root and row.desk == desk and not is_blank(row.content):
+            found.append(row)
+            if len(found) == window:
+                break
     else:
-        found.reverse()
-        return found, walk.limited
+        limited = walk.limited
     found.reverse()
-    return found, False
+    return found, limited
 
 
 def _channel(walk: _LogWalk, desk: str, window: int) -> tuple[list[LogMessage], bool]:

@@ -66,11 +66,13 @@ class TranscriptBuilder:
     """Builds a session's :class:`~sharedesk.Transcript` from its events.
 
     A namespace of static methods; it holds no state. The fold's rules are in
-    :mod:`sharedesk.projection.messages`. Every method takes the truncation budgets of
-    :class:`~sharedesk.projection.messages.Budgets` (``max_messages``, ``max_chars``,
-    ``max_tokens_approx``). A malformed argument raises ``ValidationError`` before
-    anything is read: a viewer that is not an author, a budget that is not a
-    non-negative int or ``None``, a malformed session id.
+    :mod:`sharedesk.projection.messages`. Every method takes the truncation budgets
+    (``**budgets``; each ``None`` or left out: unbounded): ``max_messages`` keeps at most
+    that many of the newest messages, ``max_chars`` at most that many characters
+    (:meth:`message_chars`), ``max_tokens_approx`` at most 4 times that many characters.
+    A malformed argument raises ``ValidationError`` before anything is read: a viewer
+    that is not an author, a budget that is not a non-negative int or ``None``, a
+    malformed session id.
     """
 
     role_of = staticmethod(role_of)
