@@ -11,27 +11,25 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Final, NamedTuple
 
-import msgspec
 import psycopg
 
 from sharedesk.projection.append import Facts, StoredRow, Wants, WritePlan
-from sharedesk.protocol.errors import CorruptRecordError
 from sharedesk.protocol.events import Event
 from sharedesk.protocol.records import (
     ENCODER,
     EVENT_DECODER,
-    SESSION_STATE_DECODER,
     decode_record,
+    decode_session_state,
     decode_state,
     event_id_key,
     run_index_key,
     sharing_key,
 )
-from sharedesk.protocol.sessions import EMPTY_SESSION_STATE, SessionState
+from sharedesk.protocol.sessions import EMPTY_SESSION_STATE
 from sharedesk.protocol.views import Conversation, SharingState
 from sharedesk.store._pg_schema import Queries
 
-__all__ = ["GroupTxn", "Probe", "decode_session_state", "utf8"]
+__all__ = ["GroupTxn", "Probe", "utf8"]
 
 #: PostgreSQL takes notice payloads of up to 8000 bytes; a group's notices are split
 #: into payloads of at most this many characters.
@@ -40,16 +38,6 @@ _PAYLOAD: Final = 7900
 
 def utf8(value: str) -> bytes:
     return value.encode("utf-8")
-
-
-def decode_session_state(session_id: str, raw: bytes | None) -> SessionState:
-    if raw is None:
-        return EMPTY_SESSION_STATE
-    try:
-        state: SessionState = SESSION_STATE_DECODER.decode(raw)
-    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-        raise CorruptRecordError(session_id, 0, f"session state: {exc}") from exc
-    return state
 
 
 class Probe(NamedTuple):

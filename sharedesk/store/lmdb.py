@@ -46,9 +46,9 @@ from sharedesk.protocol.records import (
     ENCODER,
     EVENT_DECODER,
     LOG_DECODER,
-    SESSION_STATE_DECODER,
     LogRecord,
     decode_record,
+    decode_session_state,
     decode_state,
     event_id_key,
     run_index_key,
@@ -383,7 +383,7 @@ class LmdbStore(StoreBase):
         return self._in_read(body)
 
     def _session_state(self, session_id: str) -> SessionState:
-        return _decode_session_state(session_id, self._get(b"runs", session_prefix(session_id)))
+        return decode_session_state(session_id, self._get(b"runs", session_prefix(session_id)))
 
     def _run_events(self, session_id: str, run_id: str) -> list[Event]:
         prefix = session_prefix(session_id)
@@ -431,16 +431,6 @@ class LmdbStore(StoreBase):
 
     def _close(self) -> None:
         REGISTRY.release(self._shared)
-
-
-def _decode_session_state(session_id: str, raw: bytes | None) -> SessionState:
-    if raw is None:
-        return EMPTY_SESSION_STATE
-    try:
-        state: SessionState = SESSION_STATE_DECODER.decode(raw)
-    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-        raise CorruptRecordError(session_id, 0, f"session state: {exc}") from exc
-    return state
 
 
 def _record_at(
@@ -531,7 +521,7 @@ class _WriteTxn:
                 rows[parent] = StoredRow(type(event.body).__name__, event.parent)
             state = EMPTY_SESSION_STATE
             if want.state:
-                state = _decode_session_state(session_id, txn.get(prefix, db=dbs[b"runs"]))
+                state = decode_session_state(session_id, txn.get(prefix, db=dbs[b"runs"]))
             sharing: dict[tuple[str, Conversation], SharingState | None] = {}
             for viewer, conversation in want.sharing:
                 raw = txn.get(sharing_key(prefix, viewer, conversation), db=dbs[b"sharing"])

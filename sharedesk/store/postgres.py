@@ -71,6 +71,7 @@ from sharedesk.protocol.records import (
     EVENT_DECODER,
     LOG_DECODER,
     decode_record,
+    decode_session_state,
     decode_state,
     run_index_key,
     sharing_key,
@@ -80,7 +81,7 @@ from sharedesk.protocol.validation import check_int
 from sharedesk.protocol.views import Conversation, LogMessage, SessionPage, SharingState
 from sharedesk.store._pg_listen import LISTEN_POLL, Listener
 from sharedesk.store._pg_schema import Queries, check_schema_name, migrate, notify_channel
-from sharedesk.store._pg_txn import GroupTxn, Probe, decode_session_state, utf8
+from sharedesk.store._pg_txn import GroupTxn, Probe, utf8
 from sharedesk.store._pg_watchdog import Connect, ConnectFailed, Pool, PoolExhausted, Watchdog
 from sharedesk.store.base import StoreBase, WriteTxn
 
