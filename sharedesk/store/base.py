@@ -28,8 +28,9 @@ Backend hooks (called with checked arguments, on a store that is open):
 - ``txn.facts(wants) -> dict[str, Facts]``: read, for each session, what its
   :class:`Wants` names, in fresh containers; ``txn.put(plans)``: write the plans, in
   order (several may be of one session, each planned on top of the ones before);
-- ``_read(session_id, after, before, limit, newest_first)`` (``limit`` is ``None`` or
-  positive), ``_last_sequence``, ``_read_text_before(session_id, before, limit)``
+- ``_read(session_id, after, before, limit, newest_first)`` (``after`` an int,
+  ``before`` ``None`` or above ``after + 1``, ``limit`` ``None`` or positive),
+  ``_last_sequence``, ``_read_text_before(session_id, before, limit)``
   (``limit`` positive), ``_first_replies(session_id, roots)`` (``roots`` a non-empty
   list), ``_session_state``, ``_run_events``, ``_get_sharing_state``, ``_sessions``,
   ``_session_info``, ``_session_infos``: what the public method of that name returns;
@@ -358,9 +359,10 @@ class StoreBase(ABC):
         before = check_optional_int("before", before)
         limit = check_optional_int("limit", limit)
         self._live()
-        if limit == 0:
+        low = 0 if after is None else after
+        if limit == 0 or (before is not None and before <= low + 1):
             return []
-        return self._read(session_id, after, before, limit, newest_first)
+        return self._read(session_id, low, before, limit, newest_first)
 
     def last_sequence(self, session_id: str) -> int:
         """Return the session's last sequence (0 for a session with no events).
@@ -524,12 +526,7 @@ class StoreBase(ABC):
 
     @abstractmethod
     def _read(
-        self,
-        session_id: str,
-        after: int | None,
-        before: int | None,
-        limit: int | None,
-        newest_first: bool,
+        self, session_id: str, after: int, before: int | None, limit: int | None, newest_first: bool
     ) -> list[Event]: ...
 
     @abstractmethod

@@ -317,25 +317,17 @@ class LmdbStore(StoreBase):
         return raw
 
     def _read(
-        self,
-        session_id: str,
-        after: int | None,
-        before: int | None,
-        limit: int | None,
-        newest_first: bool,
+        self, session_id: str, after: int, before: int | None, limit: int | None, newest_first: bool
     ) -> list[Event]:
         prefix = session_prefix(session_id)
-        low = 0 if after is None else after
-        high = MAX_SEQ if before is None or before > MAX_SEQ else before
-        if high <= low + 1:
-            return []
+        high = MAX_SEQ if before is None else before
 
         def body(txn: Any, dbs: Mapping[bytes, Any]) -> list[Event]:
             cursor = txn.cursor(db=dbs[b"events"])
             if newest_first:
-                rows = walk_down(cursor, prefix, high, low)
+                rows = walk_down(cursor, prefix, high, after)
             else:
-                rows = walk_up(cursor, prefix, low, high)
+                rows = walk_up(cursor, prefix, after, high)
             events: list[Event] = []
             for sequence, raw in rows:
                 events.append(decode_record(EVENT_DECODER, session_id, sequence, raw))

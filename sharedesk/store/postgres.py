@@ -425,19 +425,11 @@ class PostgresStore(StoreBase):
         return [decode_record(EVENT_DECODER, session_id, seq, raw) for seq, raw in rows]
 
     def _read(
-        self,
-        session_id: str,
-        after: int | None,
-        before: int | None,
-        limit: int | None,
-        newest_first: bool,
+        self, session_id: str, after: int, before: int | None, limit: int | None, newest_first: bool
     ) -> list[Event]:
-        low = 0 if after is None else after
         high = _TOP if before is None else before
-        if high <= low + 1:
-            return []
         query = self._sql.read_desc if newest_first else self._sql.read_asc
-        return self._events(session_id, query, [utf8(session_id), low, high, limit])
+        return self._events(session_id, query, [utf8(session_id), after, high, limit])
 
     def _last_sequence(self, session_id: str) -> int:
         rows = self._rows(self._sql.stream, [utf8(session_id)])
