@@ -91,6 +91,12 @@ class StoreBase(ABC):
     Thread-safe. A subclass implements the hooks of the module header and calls
     ``super().__init__`` last, once its resources are open (it starts the writer thread).
 
+    Every public method checks its arguments before anything else: a malformed one
+    raises ``ValidationError``, and nothing is read or written. Once the store is closed,
+    reads and writes raise ``StoreClosedError`` (``submit``: through its future). A read
+    never writes; it raises ``CorruptRecordError`` for a damaged record and ``StoreIOError``
+    (the cause chained) when the backend fails.
+
     Args:
         path: Where the store lives, named in its errors (``None``: in memory).
         writer: The writer thread's name, or ``None``: writes run on the caller's
@@ -327,6 +333,12 @@ class StoreBase(ABC):
         if self._closed:
             raise self._closed_error()
 
+    def _open(self, session_id: str) -> str:
+        """Return ``session_id`` checked, on a store that is open."""
+        check_session_id(session_id)
+        self._live()
+        return session_id
+
     def read(
         self,
         session_id: str,
@@ -336,22 +348,16 @@ class StoreBase(ABC):
         limit: int | None = None,
         newest_first: bool = False,
     ) -> list[Event]:
-        """Return stored events with ``after < sequence < before``.
+        """Return stored events with ``after < sequence < before`` (bounds exclusive).
 
         Args:
             session_id: The session.
-            after: Exclusive lower bound, or ``None``.
-            before: Exclusive upper bound, or ``None``.
+            after: Lower bound, or ``None``.
+            before: Upper bound, or ``None``.
             limit: The first ``limit`` events in the chosen order, or all.
             newest_first: Order newest first instead of oldest first.
 
-        Raises:
-            ValidationError: A bound that is not a non-negative int, or a
-                ``newest_first`` that is not a bool.
-            StoreClosedError: The store is closed.
-            CorruptRecordError, StoreIOError: A stored record is damaged; a read failed.
-
-        Cost: one read of the rows returned, walked from the requested end; no writes.
+        Cost: one read of the rows returned, walked from the requested end.
         """
         check_session_id(session_id)
         check_bool("newest_first", newest_first)
@@ -367,15 +373,9 @@ class StoreBase(ABC):
     def last_sequence(self, session_id: str) -> int:
         """Return the session's last sequence (0 for a session with no events).
 
-        Raises:
-            ValidationError: A malformed session id.
-            StoreClosedError: The store is closed.
-
-        Cost: one key read; no writes.
+        Cost: one key read.
         """
-        check_session_id(session_id)
-        self._live()
-        return self._last_sequence(session_id)
+        return self._last_sequence(self._open(session_id))
 
     def log(self, session_id: str) -> StoreLog:
         """Return the session's ``Text`` rows as a :class:`~sharedesk.SessionLog`.
@@ -383,9 +383,6 @@ class StoreBase(ABC):
         Rows carry ``desk == session_id`` and are read from the tail: a
         ``read_before(before, limit)`` costs one read of at most ``limit`` rows,
         whatever the history.
-
-        Raises:
-            ValidationError: A malformed session id.
         """
         check_session_id(session_id)
         return StoreLog(self, session_id)
@@ -396,11 +393,7 @@ class StoreBase(ABC):
         A sequence that is not a root ``Text`` row, or a root with no non-blank reply
         yet, is left out.
 
-        Raises:
-            ValidationError: A malformed session id or root.
-            StoreClosedError: The store is closed.
-
-        Cost: one index read per root (the index is kept on append); no writes.
+        Cost: one index read per root (the index is kept on append).
         """
         check_session_id(session_id)
         wanted = check_roots(roots)
@@ -410,24 +403,14 @@ class StoreBase(ABC):
     def session_state(self, session_id: str) -> SessionState:
         """Return the session's state, folded as its events were appended.
 
-        Raises:
-            ValidationError: A malformed session id.
-            StoreClosedError: The store is closed.
-
-        Cost: one key read; no writes.
+        Cost: one key read.
         """
-        check_session_id(session_id)
-        self._live()
-        return self._session_state(session_id)
+        return self._session_state(self._open(session_id))
 
     def run_events(self, session_id: str, run_id: str) -> list[Event]:
         """Return the events carrying ``run_id``, oldest first (the run index).
 
-        Raises:
-            ValidationError: A malformed argument.
-            StoreClosedError: The store is closed.
-
-        Cost: one index walk and one read per event of the run; no writes.
+        Cost: one index walk and one read per event of the run.
         """
         check_session_id(session_id)
         check_optional_str("run_id", run_id)
@@ -439,17 +422,8 @@ class StoreBase(ABC):
     ) -> SharingState | None:
         """Return the stored sharing state of (session, viewer, conversation), or ``None``.
 
-        Args:
-            session_id: The session.
-            viewer: The participant's :func:`~sharedesk.protocol.author_key`.
-            conversation: The conversation the state tracks.
-
-        Raises:
-            ValidationError: A malformed argument.
-            StoreClosedError: The store is closed.
-            CorruptRecordError: The stored state cannot be decoded.
-
-        Cost: one key read; no writes.
+        ``viewer`` is the participant's :func:`~sharedesk.protocol.author_key`. Cost: one
+        key read.
         """
         check_session_id(session_id)
         check_text("viewer", viewer, empty=False)
@@ -460,10 +434,7 @@ class StoreBase(ABC):
     def sessions(self) -> list[str]:
         """Return the ids of the sessions holding at least one event, sorted.
 
-        Raises:
-            StoreClosedError: The store is closed.
-
-        Cost: one walk of the sessions; no writes.
+        Cost: one walk of the sessions.
         """
         self._live()
         return self._sessions()
@@ -471,23 +442,14 @@ class StoreBase(ABC):
     def session_info(self, session_id: str) -> SessionInfo | None:
         """Return what the store knows about ``session_id``, or ``None`` if it has no events.
 
-        Raises:
-            ValidationError: A malformed session id.
-            StoreClosedError: The store is closed.
-
-        Cost: one key read; no writes.
+        Cost: one key read.
         """
-        check_session_id(session_id)
-        self._live()
-        return self._session_info(session_id)
+        return self._session_info(self._open(session_id))
 
     def session_infos(self) -> list[SessionInfo]:
         """Return :class:`SessionInfo` for every session holding events, sorted by id.
 
-        Raises:
-            StoreClosedError: The store is closed.
-
-        Cost: one walk of the sessions; no writes.
+        Cost: one walk of the sessions.
         """
         self._live()
         return self._session_infos()
@@ -581,11 +543,8 @@ class StoreLog:
     def read_before(self, before: int | None, limit: int) -> SessionPage:
         """Return at most ``limit`` ``Text`` rows below ``before``, newest first.
 
-        Raises:
-            ValidationError: ``before`` or ``limit`` not a non-negative int.
-            StoreClosedError: The store is closed.
-
-        Cost: one read of at most ``limit`` rows from the tail; no writes.
+        Errors as for a read of the store (see :class:`StoreBase`). Cost: one read of at
+        most ``limit`` rows from the tail.
         """
         before = check_optional_int("before", before)
         store, limit = self._store, check_int("limit", limit)
