@@ -46,8 +46,8 @@ import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Collection, Sequence
 from concurrent.futures import Future
+from dataclasses import dataclass
 from datetime import UTC, datetime
-from types import TracebackType
 from typing import ClassVar, Self, TypeVar
 
 from sharedesk.projection.append import Facts, StoredRow, Wants, WritePlan
@@ -473,12 +473,7 @@ class StoreBase(ABC):
     def __enter__(self) -> Self:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.close()
 
     # -- backend hooks (see the module header) -----------------------------------------
@@ -531,14 +526,12 @@ def _complete(future: Future[list[Event]], outcome: Outcome) -> None:
         future.set_result(outcome)
 
 
+@dataclass(frozen=True, slots=True)
 class StoreLog:
     """A :class:`~sharedesk.SessionLog` over one session of a store (see ``StoreBase.log``)."""
 
-    __slots__ = ("_session_id", "_store")
-
-    def __init__(self, store: StoreBase, session_id: str) -> None:
-        self._store = store
-        self._session_id = session_id
+    store: StoreBase
+    session_id: str
 
     def read_before(self, before: int | None, limit: int) -> SessionPage:
         """Return at most ``limit`` ``Text`` rows below ``before``, newest first.
@@ -547,8 +540,8 @@ class StoreLog:
         most ``limit`` rows from the tail.
         """
         before = check_optional_int("before", before)
-        store, limit = self._store, check_int("limit", limit)
+        store, limit = self.store, check_int("limit", limit)
         store._live()
         if limit == 0:
             return SessionPage(messages=[], next_before=None)
-        return store._read_text_before(self._session_id, before, limit)
+        return store._read_text_before(self.session_id, before, limit)
