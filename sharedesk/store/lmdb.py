@@ -73,8 +73,7 @@ from sharedesk.store._lmdb_layout import (
     decode_info,
     session_of,
     session_prefix,
-    walk_down,
-    walk_up,
+    walk,
 )
 from sharedesk.store.base import StoreBase, WriteTxn
 
@@ -324,10 +323,7 @@ class LmdbStore(StoreBase):
 
         def body(txn: Any, dbs: Mapping[bytes, Any]) -> list[Event]:
             cursor = txn.cursor(db=dbs[b"events"])
-            if newest_first:
-                rows = walk_down(cursor, prefix, high, after)
-            else:
-                rows = walk_up(cursor, prefix, after, high)
+            rows = walk(cursor, prefix, after, high, newest_first=newest_first)
             events: list[Event] = []
             for sequence, raw in rows:
                 events.append(decode_record(EVENT_DECODER, session_id, sequence, raw))
@@ -349,7 +345,8 @@ class LmdbStore(StoreBase):
             # The Text index shares its keys with the events; a row decodes into
             # LogRecord, which skips the fields a log row does not carry.
             rows: list[LogMessage] = []
-            for sequence, _ in walk_down(txn.cursor(db=dbs[b"texts"]), prefix, high, 0):
+            texts = txn.cursor(db=dbs[b"texts"])
+            for sequence, _ in walk(texts, prefix, 0, high, newest_first=True):
                 if len(rows) == limit:
                     return rows, True
                 record = _record_at(txn, dbs, session_id, prefix, sequence, LOG_DECODER)
