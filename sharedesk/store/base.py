@@ -198,7 +198,6 @@ class StoreBase(ABC):
             returned as stored, not stored again.
 
         Raises:
-            ValidationError: Malformed input; nothing was written.
             ConcurrencyError: ``expected_version`` differs from the last sequence.
             AlreadyStored: The event ``unless_stored`` names is stored; nothing written.
             StoreFullError: The store may not grow to hold the events.
@@ -245,7 +244,6 @@ class StoreBase(ABC):
             The events as stored, as :meth:`append` returns them.
 
         Raises:
-            ValidationError: Malformed input; nothing was written.
             ConcurrencyError: ``expected_version`` differs from the last sequence.
             SharingStateConflict: The stored state is not ``expected_state``; nothing
                 was written.
