@@ -54,7 +54,7 @@ from sharedesk.protocol.records import (
     run_index_key,
     sharing_key,
 )
-from sharedesk.protocol.sessions import EMPTY_SESSION_STATE, SessionState
+from sharedesk.protocol.sessions import SessionState
 from sharedesk.protocol.validation import check_optional_int, check_path
 from sharedesk.protocol.views import Conversation, LogMessage, SessionPage, SharingState
 from sharedesk.store._lmdb_env import (
@@ -508,9 +508,8 @@ class _WriteTxn:
             others = [parent for parent in parents if parent not in rows]
             for parent, event in self._events(session_id, prefix, others, indexed=False).items():
                 rows[parent] = StoredRow(type(event.body).__name__, event.parent)
-            state = EMPTY_SESSION_STATE
-            if want.state:
-                state = decode_session_state(session_id, txn.get(prefix, db=dbs[b"runs"]))
+            raw_state = txn.get(prefix, db=dbs[b"runs"]) if want.state else None
+            state = decode_session_state(session_id, raw_state)
             sharing: dict[tuple[str, Conversation], SharingState | None] = {}
             for viewer, conversation in want.sharing:
                 raw = txn.get(sharing_key(prefix, viewer, conversation), db=dbs[b"sharing"])
