@@ -17,10 +17,7 @@ from sharedesk.protocol.writes import Write
 
 
 class SessionInfo(msgspec.Struct, frozen=True):
-    """What a store knows about one session without reading its events.
-
-    Returned by every store's ``session_info`` and ``session_infos`` (used by the
-    inspection commands).
+    """What a store knows about one session without reading its events (``session_info``).
 
     Attributes:
         session_id: The session.
@@ -36,8 +33,7 @@ class SessionInfo(msgspec.Struct, frozen=True):
     last_activity: datetime
 
 
-#: Called by a store's writer with ``(session_id, new_events)`` after each commit that
-#: stored new events (see :class:`WritingStore`).
+#: ``callback(session_id, new_events)``, run by a store's writer (see ``StoreBase.on_commit``).
 CommitCallback = Callable[[str, list[Event]], None]
 
 
@@ -67,8 +63,8 @@ class ReplyIndex(Protocol):
 class EventStore(Protocol):
     """The store interface shared by every backend and the Hub.
 
-    Each method's full contract (arguments, errors, cost) is documented once, on
-    ``sharedesk.store.base.StoreBase``, which every backend subclasses.
+    Each store port states signatures only: every method's contract (arguments, errors,
+    cost) is documented once, on ``sharedesk.store.base.StoreBase``.
     """
 
     def append(
@@ -77,8 +73,9 @@ class EventStore(Protocol):
         events: Sequence[Event],
         *,
         expected_version: int | None = None,
+        unless_stored: str | None = None,
     ) -> list[Event]:
-        """Append ``events`` and return them as stored (sequence and timestamp set)."""
+        """Append ``events``; return them as stored."""
         ...
 
     def read(
@@ -90,19 +87,19 @@ class EventStore(Protocol):
         limit: int | None = None,
         newest_first: bool = False,
     ) -> list[Event]:
-        """Return stored events with ``after < sequence < before``, in the chosen order."""
+        """Return stored events with ``after < sequence < before``."""
         ...
 
     def last_sequence(self, session_id: str) -> int:
-        """Return the session's last sequence (0 when it has no events)."""
+        """Return the session's last sequence."""
         ...
 
     def log(self, session_id: str) -> SessionLog:
-        """Return the session's ``Text`` rows as a :class:`SessionLog`, read from the tail."""
+        """Return the session's ``Text`` rows as a :class:`SessionLog`."""
         ...
 
     def close(self) -> None:
-        """Release the store's resources; later calls raise ``StoreClosedError``."""
+        """Close the store."""
         ...
 
     def __enter__(self) -> Self: ...
@@ -117,17 +114,12 @@ class EventStore(Protocol):
 
 @runtime_checkable
 class SharingStateStore(Protocol):
-    """A store that also keeps sharing states, written atomically with a turn's reply.
-
-    Every backend implements it (``StoreBase``, where each method's contract is
-    documented). ``viewer`` is the participant's :func:`~sharedesk.protocol.author_key`;
-    states are keyed by (session, viewer, conversation).
-    """
+    """A store that also keeps sharing states, written atomically with a turn's reply."""
 
     def get_sharing_state(
         self, session_id: str, viewer: str, conversation: Conversation
     ) -> SharingState | None:
-        """Return the stored state of (session, viewer, conversation), or ``None``."""
+        """Return the stored sharing state, or ``None``."""
         ...
 
     def append_and_share(
@@ -141,62 +133,24 @@ class SharingStateStore(Protocol):
         expected_version: int | None = None,
         reply_present: bool = False,
     ) -> list[Event]:
-        """Append ``events`` and store ``state`` in one atomic, durable step."""
+        """Append ``events`` and store ``state`` in one step."""
         ...
 
     def first_replies(self, session_id: str, roots: Collection[int]) -> dict[int, int]:
-        """Return, for each root asked that has one, its first non-blank reply's sequence."""
+        """Return each root's first reply."""
         ...
 
 
 @runtime_checkable
 class WritingStore(Protocol):
-    """A store's one write path: checked writes in, futures out (every backend has it).
-
-    The contract is documented once, on ``sharedesk.store.base.StoreBase``.
-    """
+    """A store's one write path: checked writes in, futures out."""
 
     def submit(self, write: Write) -> Future[list[Event]]:
-        """Queue a checked write; the future gets the stored events or the error."""
+        """Queue a checked write."""
         ...
 
     def on_commit(self, callback: CommitCallback) -> Callable[[], None]:
-        """Call ``callback(session_id, new_events)`` after each commit; return the remover."""
-        ...
-
-
-@runtime_checkable
-class AsyncEventStore(Protocol):
-    """The store port of async runs: ``EventStore``'s reads and writes as coroutines.
-
-    ``AsyncHub`` implements it; ``sharedesk.runs.aio`` also accepts a plain
-    :class:`EventStore`, whose calls it runs on a worker thread.
-    """
-
-    async def append(
-        self,
-        session_id: str,
-        events: Sequence[Event],
-        *,
-        expected_version: int | None = None,
-    ) -> list[Event]:
-        """Append ``events`` and return them as stored (as :meth:`EventStore.append`)."""
-        ...
-
-    async def read(
-        self,
-        session_id: str,
-        *,
-        after: int | None = None,
-        before: int | None = None,
-        limit: int | None = None,
-        newest_first: bool = False,
-    ) -> list[Event]:
-        """Return stored events with ``after < sequence < before`` (as ``EventStore.read``)."""
-        ...
-
-    async def last_sequence(self, session_id: str) -> int:
-        """Return the session's last sequence (0 when it has no events)."""
+        """Call ``callback`` after each commit; return the remover."""
         ...
 
 
@@ -204,32 +158,16 @@ class AsyncEventStore(Protocol):
 class RunIndexStore(EventStore, Protocol):
     """A store that keeps each session's state and run index as events are appended.
 
-    ``MemoryStore``, ``LmdbStore`` and the ``Hub`` implement it; ``SessionManager`` uses
-    it, when a store has it, to read only what an answer needs (never the history).
+    Every store and the ``Hub`` implement it; ``SessionManager`` uses it to read only what
+    an answer needs (never the history).
     """
 
-    def append(
-        self,
-        session_id: str,
-        events: Sequence[Event],
-        *,
-        expected_version: int | None = None,
-        unless_stored: str | None = None,
-    ) -> list[Event]:
-        """Append as ``EventStore.append`` does, refused when ``unless_stored`` is stored.
-
-        Raises:
-            AlreadyStored: The session holds an event with the id ``unless_stored``;
-                nothing was written (checked inside the write transaction).
-        """
-        ...
-
     def run_events(self, session_id: str, run_id: str) -> list[Event]:
-        """Return the events carrying ``run_id``, oldest first."""
+        """Return the events carrying ``run_id``."""
         ...
 
     def session_state(self, session_id: str) -> SessionState:
-        """Return the session's state, folded as its events were appended."""
+        """Return the session's folded state."""
         ...
 
 

@@ -22,7 +22,7 @@ from sharedesk.protocol.authors import SessionAuthor
 from sharedesk.protocol.codec import encode_msgpack
 from sharedesk.protocol.errors import CorruptRecordError, SharedeskError
 from sharedesk.protocol.events import Event, RunStarted, Text, TextDelta
-from sharedesk.protocol.sessions import SessionState
+from sharedesk.protocol.sessions import EMPTY_SESSION_STATE, SessionState
 from sharedesk.protocol.views import Conversation, SharingState
 
 __all__ = [
@@ -34,6 +34,7 @@ __all__ = [
     "STATE_DECODER",
     "LogRecord",
     "decode_record",
+    "decode_session_state",
     "decode_state",
     "event_id_key",
     "private_copy",
@@ -123,6 +124,21 @@ def decode_state(session_id: str, raw: bytes) -> SharingState:
         state: SharingState = STATE_DECODER.decode(raw)
     except (msgspec.DecodeError, msgspec.ValidationError, SharedeskError) as exc:
         raise CorruptRecordError(session_id, 0, f"sharing state: {exc}") from exc
+    return state
+
+
+def decode_session_state(session_id: str, raw: bytes | None) -> SessionState:
+    """Decode a stored session state (``None``: none stored, the empty state).
+
+    Raises:
+        CorruptRecordError: It does not decode (``sequence`` 0).
+    """
+    if raw is None:
+        return EMPTY_SESSION_STATE
+    try:
+        state: SessionState = SESSION_STATE_DECODER.decode(raw)
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise CorruptRecordError(session_id, 0, f"session state: {exc}") from exc
     return state
 
 

@@ -17,6 +17,11 @@ desk is never marked failed by it). The rules:
 - **session ids**: non-empty text of at most ``MAX_SESSION_ID_BYTES`` = 256 UTF-8 bytes.
 - **paths**: a ``str`` or ``os.PathLike`` naming a directory: not empty, no NUL.
 
+Every ``check_*`` returns the value it checked (``check_depth`` and ``check_parents``
+return nothing) and raises ``ValidationError`` for the first problem it finds, naming
+the value (``name``: what to call it) and where it is; it does no I/O and costs O(1)
+unless its docstring says otherwise.
+
 What is stored is an event's encoding: ``check_events`` returns each event decoded from
 its own encoding, a private copy in which every non-JSON container is normalised the way
 the encoding does it (a ``set`` or ``tuple`` becomes a ``list``). Both backends store and
@@ -51,18 +56,7 @@ MAX_DEPTH: Final = 64
 
 
 def check_int(name: str, value: Any, *, minimum: int = 0) -> int:
-    """Return ``value`` if it is an ``int``, not a ``bool``, with ``minimum <= value < 2**63``.
-
-    Args:
-        name: What to call it in the error message.
-        value: The value to check.
-        minimum: The smallest value accepted.
-
-    Raises:
-        ValidationError: Otherwise (the message names the value and the bounds).
-
-    Cost: O(1).
-    """
+    """Return ``value`` if it is an ``int``, not a ``bool``, with ``minimum <= value < 2**63``."""
     if isinstance(value, bool) or not isinstance(value, int):
         raise ValidationError(f"{name} must be an int, got {type(value).__name__}")
     if not minimum <= value < MAX_INT:
@@ -71,28 +65,14 @@ def check_int(name: str, value: Any, *, minimum: int = 0) -> int:
 
 
 def check_bool(name: str, value: Any) -> bool:
-    """Return ``value`` if it is a ``bool``.
-
-    Raises:
-        ValidationError: Otherwise (a truthy string such as ``"no"`` is not a flag).
-
-    Cost: O(1).
-    """
+    """Return ``value`` if it is a ``bool`` (a truthy string such as ``"no"`` is not a flag)."""
     if not isinstance(value, bool):
         raise ValidationError(f"{name} must be a bool, got {type(value).__name__}")
     return value
 
 
 def check_text(name: str, value: Any, *, empty: bool = True) -> str:
-    """Return ``value`` if it is a ``str`` that encodes to UTF-8 (no lone surrogates).
-
-    Args:
-        name: What to call it in the error message.
-        value: The value to check.
-        empty: Whether ``""`` is accepted.
-
-    Raises:
-        ValidationError: Not a ``str``, a lone surrogate, or empty when not allowed.
+    """Return ``value`` if it is a ``str`` that encodes to UTF-8, and empty only if ``empty``.
 
     Cost: O(1) for ASCII text, else one UTF-8 encoding.
     """
@@ -119,12 +99,9 @@ def _utf8(name: str, value: str) -> bytes:
 def check_path(value: Any, name: str = "path") -> str:
     """Return ``value`` as a ``str`` path if it names a directory one can open.
 
-    Raises:
-        ValidationError: Not a ``str``/``os.PathLike`` of ``str``, empty (which would
-            silently mean the current directory), holding a NUL or a lone surrogate, or
-            a URL (``scheme://...``, which would become nested directories).
-
-    Cost: O(len(path)).
+    Refused: not a ``str``/``os.PathLike`` of ``str``, empty (which would silently mean
+    the current directory), a NUL or a lone surrogate, a URL (``scheme://...``, which
+    would become nested directories). Cost: O(len(path)).
     """
     if not isinstance(value, str | os.PathLike):
         raise ValidationError(f"{name} must be a str or os.PathLike, got {type(value).__name__}")
@@ -157,8 +134,6 @@ def is_postgres_dsn(value: Any) -> TypeGuard[str]:
     """Whether ``value`` is a ``str`` URL with a PostgreSQL scheme (``postgresql://...``).
 
     Only the scheme is looked at (case-insensitive); the rest is the driver's to check.
-
-    Cost: O(1).
     """
     if not isinstance(value, str):
         return False
@@ -176,9 +151,6 @@ def check_depth(name: str, value: Any) -> None:
     Walks iteratively (never recursing), so any depth is refused cleanly; ``value``
     itself, when a container, is the first level. Strings are not looked at: the
     encoding round trip of :func:`check_events` refuses lone surrogates anywhere.
-
-    Raises:
-        ValidationError: A container deeper than ``MAX_DEPTH``; the message names where.
 
     Cost: O(number of containers and items in ``value``).
     """
@@ -227,12 +199,7 @@ def _spell(where: Any) -> str:
 
 
 def check_session_id(session_id: Any) -> str:
-    """Return ``session_id`` if it is a usable session id.
-
-    Raises:
-        ValidationError: Not a non-empty ``str`` of at most ``MAX_SESSION_ID_BYTES``
-            UTF-8 bytes (lone surrogates are refused).
-    """
+    """Return ``session_id`` if it is non-empty text of at most ``MAX_SESSION_ID_BYTES``."""
     check_text("session_id", session_id, empty=False)
     size = len(session_id) if session_id.isascii() else len(_utf8("session_id", session_id))
     if size > MAX_SESSION_ID_BYTES:
@@ -245,15 +212,8 @@ def check_session_id(session_id: Any) -> str:
 def check_author(value: Any, name: str = "author") -> SessionAuthor:
     """Return ``value`` if it is an author (``Operator``, ``Person``, ``Agent``, ``System``).
 
-    Args:
-        value: The value to check.
-        name: What to call it in the error message (``"viewer"``, ``"author"``).
-
-    Raises:
-        ValidationError: Not an author; an empty ``id`` (``Person``, ``Agent``) or
-            ``kind`` (``System``); an id, kind or label that is not text.
-
-    Cost: O(len(id) + len(label)).
+    Refused too: an empty ``id`` (``Person``, ``Agent``) or ``kind`` (``System``); an id,
+    kind or label that is not text. Cost: O(len(id) + len(label)).
     """
     if isinstance(value, Person | Agent):
         check_text(f"{name}.id", value.id, empty=False)
@@ -269,13 +229,7 @@ def check_author(value: Any, name: str = "author") -> SessionAuthor:
 
 
 def check_optional_author(value: Any, name: str) -> SessionAuthor | None:
-    """Return ``value`` if it is an author or ``None`` (as :func:`check_author`).
-
-    Raises:
-        ValidationError: Neither an author nor ``None``.
-
-    Cost: O(1).
-    """
+    """Return ``value`` if it is an author (as :func:`check_author`) or ``None``."""
     if value is not None and not isinstance(value, Operator | Person | Agent | System):
         raise ValidationError(
             f"{name} must be an Operator, Person, Agent, System or None, got {type(value).__name__}"
@@ -284,18 +238,10 @@ def check_optional_author(value: Any, name: str) -> SessionAuthor | None:
 
 
 def check_conversation(conversation: object, name: str = "conversation") -> Conversation:
-    """Return ``conversation`` if it is a well-typed :class:`Conversation`.
+    """Return ``conversation`` if it is a :class:`Conversation` of text and sequences.
 
-    Args:
-        conversation: The value to check.
-        name: How to call it in the error message.
-
-    Raises:
-        ValidationError: Not a ``Conversation``, a desk that is not text, or a
-            ``thread_root`` that is neither ``None`` nor a sequence (an int in
-            ``[1, 2**63)``).
-
-    Cost: O(len(desk)).
+    Its desk must be text, its ``thread_root`` ``None`` or a sequence (an int in
+    ``[1, 2**63)``). Cost: O(len(desk)).
     """
     if not isinstance(conversation, Conversation):
         raise ValidationError(f"{name} must be a Conversation, got {type(conversation).__name__}")
@@ -308,11 +254,8 @@ def check_conversation(conversation: object, name: str = "conversation") -> Conv
 def check_sharing_state(state: Any, name: str = "state") -> SharingState:
     """Return ``state`` if it is a :class:`SharingState` with valid fields.
 
-    Raises:
-        ValidationError: Not a ``SharingState``; a bad conversation; a watermark or a
-            present sequence outside ``[0, 2**63)``.
-
-    Cost: O(len(present_above_watermark)).
+    Its watermark and present sequences are ints in ``[0, 2**63)``. Cost:
+    O(len(present_above_watermark)).
     """
     if not isinstance(state, SharingState):
         raise ValidationError(f"{name} must be a SharingState, got {type(state).__name__}")
@@ -324,24 +267,14 @@ def check_sharing_state(state: Any, name: str = "state") -> SharingState:
 
 
 def check_optional_int(name: str, value: Any, *, minimum: int = 0) -> int | None:
-    """Return ``value`` if it is ``None`` or passes :func:`check_int`.
-
-    Raises:
-        ValidationError: Otherwise.
-
-    Cost: O(1).
-    """
+    """Return ``value`` if it is ``None`` or passes :func:`check_int`."""
     if value is None:
         return None
     return check_int(name, value, minimum=minimum)
 
 
 def check_optional_str(name: str, value: Any) -> str | None:
-    """Return ``value`` if it is ``None`` or a non-empty ``str``.
-
-    Raises:
-        ValidationError: Otherwise.
-    """
+    """Return ``value`` if it is ``None`` or a non-empty ``str``."""
     if value is None:
         return None
     if not isinstance(value, str) or not value:
@@ -350,10 +283,7 @@ def check_optional_str(name: str, value: Any) -> str | None:
 
 
 def check_roots(roots: Any) -> list[int]:
-    """Return ``roots`` (``first_replies``'s argument) as a list of sequences.
-
-    Raises:
-        ValidationError: Not a collection of ints of at least 1.
+    """Return ``roots`` (``first_replies``'s collection of sequences) as a list.
 
     Cost: O(len(roots)).
     """
@@ -371,12 +301,6 @@ def check_event_sequence(events: Any) -> Sequence[Event]:
     """Return ``events`` if it has the shape of a batch: a sequence, not a lone event or text.
 
     Only the container is checked; :func:`check_events` checks the elements.
-
-    Raises:
-        ValidationError: ``events`` is a single ``Event``, a ``str``/``bytes``, or not a
-            sequence.
-
-    Cost: O(1).
     """
     if type(events) is list:
         return events
@@ -387,22 +311,6 @@ def check_event_sequence(events: Any) -> Sequence[Event]:
     ):
         raise ValidationError(f"events must be a sequence of Event, got {type(events).__name__}")
     return cast(Sequence[Event], events)
-
-
-def check_append_args(session_id: Any, events: Any, expected_version: Any) -> list[Event]:
-    """Check the arguments of a store's ``append`` and return the checked batch.
-
-    The one order every backend checks in: session id, events, ``expected_version``.
-
-    Raises:
-        ValidationError: The first problem found; nothing was written.
-
-    Cost: as :func:`check_events`.
-    """
-    check_session_id(session_id)
-    batch = check_events(events)
-    check_optional_int("expected_version", expected_version)
-    return batch
 
 
 def check_write(
@@ -420,15 +328,12 @@ def check_write(
     events (:func:`check_events`), ``expected_version``, ``unless_stored``, ``share``
     (viewer, state, expected state of the same conversation, ``reply_present``).
 
-    Returns:
-        The write, holding private copies of the events.
-
-    Raises:
-        ValidationError: The first problem found; nothing was written.
-
-    Cost: as :func:`check_events`, plus O(len(present set)) for a share; no I/O.
+    The returned write holds private copies of the events. Cost: as
+    :func:`check_events`, plus O(len(present set)) for a share.
     """
-    batch = check_append_args(session_id, events, expected_version)
+    check_session_id(session_id)
+    batch = check_events(events)
+    check_optional_int("expected_version", expected_version)
     guard = check_optional_str("unless_stored", unless_stored)
     if share is not None:
         check_share(share)
@@ -438,13 +343,8 @@ def check_write(
 def check_share(share: Any) -> Share:
     """Return ``share`` if it is a :class:`~sharedesk.protocol.writes.Share` with valid fields.
 
-    Raises:
-        ValidationError: Not a ``Share``; a viewer that is not non-empty text; a state
-            that is not a valid :class:`SharingState`; an ``expected_state`` neither
-            ``None`` nor a valid state of the same conversation; a ``reply_present``
-            that is not a bool.
-
-    Cost: O(len(present set)).
+    Its viewer is non-empty text, its states valid, ``expected_state`` ``None`` or a
+    state of the same conversation, ``reply_present`` a bool. Cost: O(len(present set)).
     """
     if not isinstance(share, Share):
         raise ValidationError(f"share must be a Share or None, got {type(share).__name__}")
@@ -511,15 +411,9 @@ def check_events(events: Any) -> list[Event]:
     surrogates anywhere (the encoding refuses them) and nesting of at most ``MAX_DEPTH``
     in every field (:func:`check_depth`), and a known ``RunFinished.status``.
 
-    Returns:
-        Private copies: each event decoded from its own encoding (see the module header),
-        so the store keeps no object of the caller's and stores what it returns.
-
-    Raises:
-        ValidationError: The first problem found, naming the event's index.
-
+    Returns private copies (see the module header); an error names the event's index.
     Cost: one msgpack round trip per event, plus a walk over the containers of its
-    non-empty ``metadata`` and body containers; no I/O.
+    non-empty ``metadata`` and body.
     """
     checked: list[Event] = []
     for index, event in enumerate(check_event_sequence(events)):
@@ -553,23 +447,15 @@ def check_events(events: Any) -> list[Event]:
     return checked
 
 
-def check_parents(events: Sequence[Event], first_sequence: int, where: str = "events") -> None:
+def check_parents(events: Sequence[Event], first_sequence: int) -> None:
     """Check that each event's ``parent`` names an earlier row of the session.
 
     ``first_sequence`` is the sequence the first new event will get.
-
-    Raises:
-        ValidationError: A parent at or above the event's own sequence.
     """
     for index, event in enumerate(events):
         own = first_sequence + index
         if event.parent is not None and event.parent >= own:
-            raise parent_error(index, event.parent, own, where)
-
-
-def parent_error(index: int, parent: int, own: int, where: str = "events") -> ValidationError:
-    """Return the error for ``where[index]``, whose ``parent`` is not below its sequence ``own``."""
-    return ValidationError(
-        f"{where}[{index}].parent={parent} must name an earlier row "
-        f"(this event gets sequence {own})"
-    )
+            raise ValidationError(
+                f"events[{index}].parent={event.parent} must name an earlier row "
+                f"(this event gets sequence {own})"
+            )

@@ -13,15 +13,8 @@ longer than the last commit took (waiting longer than a commit costs more than
 committing twice) nor than ``group_wait``. One caller alone never waits (its last group
 held one write).
 
-Planning: :func:`plan_group` is what a group's transaction runs (for every store, the
-ones without a writer thread too): it reads the facts of all the sessions the group
-touches with one ``WriteTxn.facts``, plans each write on top of the ones before and
-writes the plans with one ``WriteTxn.put``.
-
-Failures: a write whose plan raises fails alone (its future gets the error); a
-transaction that fails fails its group. :meth:`~GroupWriter.close` fails the writes
-still queued with the store's closed error, lets the group being written complete, and
-ends the thread.
+:func:`plan_group` is what a group's transaction runs, in every store (the write path
+of :mod:`sharedesk.store.base`).
 """
 
 from __future__ import annotations
@@ -53,10 +46,9 @@ class GroupWriter:
     """The one group-committing writer: one queue, one thread, futures completed once.
 
     Any number of threads :meth:`put` a write with its future; the writer thread takes
-    every write waiting (gathering as the module header says: for as many as its last
-    group held, no longer than its last commit took nor than ``group_wait``) and hands
-    the group to ``run_group``, which commits it and completes each future. A future
-    cancelled before the writer takes its write is dropped, and its write never runs.
+    every write waiting (gathering as the module header says) and hands the group to
+    ``run_group``, which commits it and completes each future. A future cancelled
+    before the writer takes its write is dropped, and its write never runs.
 
     Args:
         run_group: Commits a group and completes its futures; must not raise.

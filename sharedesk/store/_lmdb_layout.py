@@ -85,31 +85,24 @@ def decode_info(session_id: str, raw: bytes) -> SessionInfo:
     )
 
 
-def walk_down(cursor: Any, prefix: bytes, high: int, low: int) -> Iterator[tuple[int, bytes]]:
-    """Yield (sequence, value) of ``prefix``'s keys with ``low < sequence < high``, newest first."""
-    found = cursor.prev() if cursor.set_range(prefix + SEQ.pack(high)) else cursor.last()
+def walk(
+    cursor: Any, prefix: bytes, low: int, high: int, *, newest_first: bool
+) -> Iterator[tuple[int, bytes]]:
+    """Yield (sequence, value) of ``prefix``'s keys with ``low < sequence < high``, in order."""
+    if newest_first:
+        found = cursor.prev() if cursor.set_range(prefix + SEQ.pack(high)) else cursor.last()
+        items = cursor.iterprev(keys=True, values=True)
+    else:
+        found = low < MAX_SEQ and cursor.set_range(prefix + SEQ.pack(low + 1))
+        items = cursor.iternext(keys=True, values=True)
     if not found:
         return
     size = len(prefix) + 8
-    for key, value in cursor.iterprev(keys=True, values=True):
+    for key, value in items:
         if len(key) != size or not key.startswith(prefix):
             return
         sequence = int.from_bytes(key[-8:], "big")
-        if sequence <= low:
-            return
-        yield sequence, value
-
-
-def walk_up(cursor: Any, prefix: bytes, low: int, high: int) -> Iterator[tuple[int, bytes]]:
-    """Yield (sequence, value) of ``prefix``'s keys with ``low < sequence < high``, oldest first."""
-    if low >= MAX_SEQ or not cursor.set_range(prefix + SEQ.pack(low + 1)):
-        return
-    size = len(prefix) + 8
-    for key, value in cursor.iternext(keys=True, values=True):
-        if len(key) != size or not key.startswith(prefix):
-            return
-        sequence = int.from_bytes(key[-8:], "big")
-        if sequence >= high:
+        if not low < sequence < high:
             return
         yield sequence, value
 

@@ -11,27 +11,15 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Final, NamedTuple
 
-import msgspec
 import psycopg
 
 from sharedesk.projection.append import Facts, StoredRow, Wants, WritePlan
-from sharedesk.protocol.errors import CorruptRecordError
+from sharedesk.protocol import records
 from sharedesk.protocol.events import Event
-from sharedesk.protocol.records import (
-    ENCODER,
-    EVENT_DECODER,
-    SESSION_STATE_DECODER,
-    decode_record,
-    decode_state,
-    event_id_key,
-    run_index_key,
-    sharing_key,
-)
-from sharedesk.protocol.sessions import EMPTY_SESSION_STATE, SessionState
 from sharedesk.protocol.views import Conversation, SharingState
 from sharedesk.store._pg_schema import Queries
 
-__all__ = ["GroupTxn", "Probe", "decode_session_state", "utf8"]
+__all__ = ["GroupTxn", "Probe", "utf8"]
 
 #: PostgreSQL takes notice payloads of up to 8000 bytes; a group's notices are split
 #: into payloads of at most this many characters.
@@ -40,16 +28,6 @@ _PAYLOAD: Final = 7900
 
 def utf8(value: str) -> bytes:
     return value.encode("utf-8")
-
-
-def decode_session_state(session_id: str, raw: bytes | None) -> SessionState:
-    if raw is None:
-        return EMPTY_SESSION_STATE
-    try:
-        state: SessionState = SESSION_STATE_DECODER.decode(raw)
-    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-        raise CorruptRecordError(session_id, 0, f"session state: {exc}") from exc
-    return state
 
 
 class Probe(NamedTuple):
@@ -95,12 +73,12 @@ class GroupTxn:
             sid = utf8(session_id)
             for event_id in want.ids:
                 ids[0].append(sid)
-                ids[1].append(event_id_key(b"", event_id))
+                ids[1].append(records.event_id_key(b"", event_id))
             for parent in want.parents:
                 parents[0].append(sid)
                 parents[1].append(parent)
             for viewer, conversation in want.sharing:
-                key = sharing_key(b"", viewer, conversation)
+                key = records.sharing_key(b"", viewer, conversation)
                 shares[0].append(sid)
                 shares[1].append(key)
                 share_of[(sid, key)] = (viewer, conversation)
@@ -123,13 +101,13 @@ class GroupTxn:
         facts: dict[str, Facts] = {}
         for session_id, want in wants.items():
             _, last, raw = streams[utf8(session_id)]
-            state = decode_session_state(session_id, raw) if want.state else EMPTY_SESSION_STATE
+            state = records.decode_session_state(session_id, raw if want.state else None)
             sharing: dict[tuple[str, Conversation], SharingState | None]
             sharing = dict.fromkeys(want.sharing)
             facts[session_id] = Facts(last, {}, {}, set(), state, sharing)
         for sid, seq, record in cursors[1]:
             session_id = bytes(sid).decode("utf-8")
-            event = decode_record(EVENT_DECODER, session_id, seq, record)
+            event = records.decode_record(records.EVENT_DECODER, session_id, seq, record)
             facts[session_id].known[event.id] = event
         for sid, seq, kind, parent, answered in cursors[2]:
             session_facts = facts[bytes(sid).decode("utf-8")]
@@ -139,7 +117,7 @@ class GroupTxn:
         for sid, key, raw in cursors[3]:
             session_id = bytes(sid).decode("utf-8")
             state_key = share_of[(bytes(sid), bytes(key))]
-            facts[session_id].sharing[state_key] = decode_state(session_id, raw)
+            facts[session_id].sharing[state_key] = records.decode_state(session_id, raw)
         return facts
 
     def put(self, plans: Sequence[WritePlan]) -> None:
@@ -162,11 +140,11 @@ class GroupTxn:
                 stream[0], stream[3] = plan.new[-1].sequence, plan.new[-1].timestamp
                 stream[1] += plan.texts
                 if plan.state is not None:
-                    stream[2] = ENCODER.encode(plan.state)
+                    stream[2] = records.ENCODER.encode(plan.state)
             if plan.sharing is not None:
                 assert write.share is not None
-                key = sharing_key(b"", write.share.viewer, plan.sharing.conversation)
-                shares[(sid, key)] = ENCODER.encode(plan.sharing)
+                key = records.sharing_key(b"", write.share.viewer, plan.sharing.conversation)
+                shares[(sid, key)] = records.ENCODER.encode(plan.sharing)
             guarded = write.expected_version is not None or write.unless_stored is not None
             if self.probe is None and (guarded or write.share is not None):
                 self.probe = self._probe_of(sid, plan)
@@ -195,11 +173,11 @@ class GroupTxn:
     def _probe_of(self, sid: bytes, plan: WritePlan) -> Probe:
         if plan.new:
             first = plan.new[0]
-            key, value = event_id_key(b"", first.id), ENCODER.encode(first)
+            key, value = records.event_id_key(b"", first.id), records.ENCODER.encode(first)
             return Probe(self._sql.probe_event, sid, key, value)
         assert plan.sharing is not None and plan.write.share is not None
-        key = sharing_key(b"", plan.write.share.viewer, plan.sharing.conversation)
-        return Probe(self._sql.get_sharing, sid, key, ENCODER.encode(plan.sharing))
+        key = records.sharing_key(b"", plan.write.share.viewer, plan.sharing.conversation)
+        return Probe(self._sql.get_sharing, sid, key, records.ENCODER.encode(plan.sharing))
 
 
 def _row(sid: bytes, event: Event) -> tuple[Any, ...]:
@@ -207,9 +185,9 @@ def _row(sid: bytes, event: Event) -> tuple[Any, ...]:
     return (
         sid,
         event.sequence,
-        event_id_key(b"", event.id),
+        records.event_id_key(b"", event.id),
         type(event.body).__name__,
         event.parent,
-        None if event.run_id is None else run_index_key(b"", event.run_id),
-        ENCODER.encode(event),
+        None if event.run_id is None else records.run_index_key(b"", event.run_id),
+        records.ENCODER.encode(event),
     )

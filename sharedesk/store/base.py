@@ -28,8 +28,9 @@ Backend hooks (called with checked arguments, on a store that is open):
 - ``txn.facts(wants) -> dict[str, Facts]``: read, for each session, what its
   :class:`Wants` names, in fresh containers; ``txn.put(plans)``: write the plans, in
   order (several may be of one session, each planned on top of the ones before);
-- ``_read(session_id, after, before, limit, newest_first)`` (``limit`` is ``None`` or
-  positive), ``_last_sequence``, ``_read_text_before(session_id, before, limit)``
+- ``_read(session_id, after, before, limit, newest_first)`` (``after`` an int,
+  ``before`` ``None`` or above ``after + 1``, ``limit`` ``None`` or positive),
+  ``_last_sequence``, ``_read_text_before(session_id, before, limit)``
   (``limit`` positive), ``_first_replies(session_id, roots)`` (``roots`` a non-empty
   list), ``_session_state``, ``_run_events``, ``_get_sharing_state``, ``_sessions``,
   ``_session_info``, ``_session_infos``: what the public method of that name returns;
@@ -45,8 +46,8 @@ import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Collection, Sequence
 from concurrent.futures import Future
+from dataclasses import dataclass
 from datetime import UTC, datetime
-from types import TracebackType
 from typing import ClassVar, Self, TypeVar
 
 from sharedesk.projection.append import Facts, StoredRow, Wants, WritePlan
@@ -89,6 +90,12 @@ class StoreBase(ABC):
 
     Thread-safe. A subclass implements the hooks of the module header and calls
     ``super().__init__`` last, once its resources are open (it starts the writer thread).
+
+    Every public method checks its arguments before anything else: a malformed one
+    raises ``ValidationError``, and nothing is read or written. Once the store is closed,
+    reads and writes raise ``StoreClosedError`` (``submit``: through its future). A read
+    never writes; it raises ``CorruptRecordError`` for a damaged record and ``StoreIOError``
+    (the cause chained) when the backend fails.
 
     Args:
         path: Where the store lives, named in its errors (``None``: in memory).
@@ -191,7 +198,6 @@ class StoreBase(ABC):
             returned as stored, not stored again.
 
         Raises:
-            ValidationError: Malformed input; nothing was written.
             ConcurrencyError: ``expected_version`` differs from the last sequence.
             AlreadyStored: The event ``unless_stored`` names is stored; nothing written.
             StoreFullError: The store may not grow to hold the events.
@@ -238,7 +244,6 @@ class StoreBase(ABC):
             The events as stored, as :meth:`append` returns them.
 
         Raises:
-            ValidationError: Malformed input; nothing was written.
             ConcurrencyError: ``expected_version`` differs from the last sequence.
             SharingStateConflict: The stored state is not ``expected_state``; nothing
                 was written.
@@ -326,6 +331,12 @@ class StoreBase(ABC):
         if self._closed:
             raise self._closed_error()
 
+    def _open(self, session_id: str) -> str:
+        """Return ``session_id`` checked, on a store that is open."""
+        check_session_id(session_id)
+        self._live()
+        return session_id
+
     def read(
         self,
         session_id: str,
@@ -335,22 +346,16 @@ class StoreBase(ABC):
         limit: int | None = None,
         newest_first: bool = False,
     ) -> list[Event]:
-        """Return stored events with ``after < sequence < before``.
+        """Return stored events with ``after < sequence < before`` (bounds exclusive).
 
         Args:
             session_id: The session.
-            after: Exclusive lower bound, or ``None``.
-            before: Exclusive upper bound, or ``None``.
+            after: Lower bound, or ``None``.
+            before: Upper bound, or ``None``.
             limit: The first ``limit`` events in the chosen order, or all.
             newest_first: Order newest first instead of oldest first.
 
-        Raises:
-            ValidationError: A bound that is not a non-negative int, or a
-                ``newest_first`` that is not a bool.
-            StoreClosedError: The store is closed.
-            CorruptRecordError, StoreIOError: A stored record is damaged; a read failed.
-
-        Cost: one read of the rows returned, walked from the requested end; no writes.
+        Cost: one read of the rows returned, walked from the requested end.
         """
         check_session_id(session_id)
         check_bool("newest_first", newest_first)
@@ -358,22 +363,17 @@ class StoreBase(ABC):
         before = check_optional_int("before", before)
         limit = check_optional_int("limit", limit)
         self._live()
-        if limit == 0:
+        low = 0 if after is None else after
+        if limit == 0 or (before is not None and before <= low + 1):
             return []
-        return self._read(session_id, after, before, limit, newest_first)
+        return self._read(session_id, low, before, limit, newest_first)
 
     def last_sequence(self, session_id: str) -> int:
         """Return the session's last sequence (0 for a session with no events).
 
-        Raises:
-            ValidationError: A malformed session id.
-            StoreClosedError: The store is closed.
-
-        Cost: one key read; no writes.
+        Cost: one key read.
         """
-        check_session_id(session_id)
-        self._live()
-        return self._last_sequence(session_id)
+        return self._last_sequence(self._open(session_id))
 
     def log(self, session_id: str) -> StoreLog:
         """Return the session's ``Text`` rows as a :class:`~sharedesk.SessionLog`.
@@ -381,9 +381,6 @@ class StoreBase(ABC):
         Rows carry ``desk == session_id`` and are read from the tail: a
         ``read_before(before, limit)`` costs one read of at most ``limit`` rows,
         whatever the history.
-
-        Raises:
-            ValidationError: A malformed session id.
         """
         check_session_id(session_id)
         return StoreLog(self, session_id)
@@ -394,11 +391,7 @@ class StoreBase(ABC):
         A sequence that is not a root ``Text`` row, or a root with no non-blank reply
         yet, is left out.
 
-        Raises:
-            ValidationError: A malformed session id or root.
-            StoreClosedError: The store is closed.
-
-        Cost: one index read per root (the index is kept on append); no writes.
+        Cost: one index read per root (the index is kept on append).
         """
         check_session_id(session_id)
         wanted = check_roots(roots)
@@ -408,24 +401,14 @@ class StoreBase(ABC):
     def session_state(self, session_id: str) -> SessionState:
         """Return the session's state, folded as its events were appended.
 
-        Raises:
-            ValidationError: A malformed session id.
-            StoreClosedError: The store is closed.
-
-        Cost: one key read; no writes.
+        Cost: one key read.
         """
-        check_session_id(session_id)
-        self._live()
-        return self._session_state(session_id)
+        return self._session_state(self._open(session_id))
 
     def run_events(self, session_id: str, run_id: str) -> list[Event]:
         """Return the events carrying ``run_id``, oldest first (the run index).
 
-        Raises:
-            ValidationError: A malformed argument.
-            StoreClosedError: The store is closed.
-
-        Cost: one index walk and one read per event of the run; no writes.
+        Cost: one index walk and one read per event of the run.
         """
         check_session_id(session_id)
         check_optional_str("run_id", run_id)
@@ -437,17 +420,8 @@ class StoreBase(ABC):
     ) -> SharingState | None:
         """Return the stored sharing state of (session, viewer, conversation), or ``None``.
 
-        Args:
-            session_id: The session.
-            viewer: The participant's :func:`~sharedesk.protocol.author_key`.
-            conversation: The conversation the state tracks.
-
-        Raises:
-            ValidationError: A malformed argument.
-            StoreClosedError: The store is closed.
-            CorruptRecordError: The stored state cannot be decoded.
-
-        Cost: one key read; no writes.
+        ``viewer`` is the participant's :func:`~sharedesk.protocol.author_key`. Cost: one
+        key read.
         """
         check_session_id(session_id)
         check_text("viewer", viewer, empty=False)
@@ -458,10 +432,7 @@ class StoreBase(ABC):
     def sessions(self) -> list[str]:
         """Return the ids of the sessions holding at least one event, sorted.
 
-        Raises:
-            StoreClosedError: The store is closed.
-
-        Cost: one walk of the sessions; no writes.
+        Cost: one walk of the sessions.
         """
         self._live()
         return self._sessions()
@@ -469,23 +440,14 @@ class StoreBase(ABC):
     def session_info(self, session_id: str) -> SessionInfo | None:
         """Return what the store knows about ``session_id``, or ``None`` if it has no events.
 
-        Raises:
-            ValidationError: A malformed session id.
-            StoreClosedError: The store is closed.
-
-        Cost: one key read; no writes.
+        Cost: one key read.
         """
-        check_session_id(session_id)
-        self._live()
-        return self._session_info(session_id)
+        return self._session_info(self._open(session_id))
 
     def session_infos(self) -> list[SessionInfo]:
         """Return :class:`SessionInfo` for every session holding events, sorted by id.
 
-        Raises:
-            StoreClosedError: The store is closed.
-
-        Cost: one walk of the sessions; no writes.
+        Cost: one walk of the sessions.
         """
         self._live()
         return self._session_infos()
@@ -509,12 +471,7 @@ class StoreBase(ABC):
     def __enter__(self) -> Self:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.close()
 
     # -- backend hooks (see the module header) -----------------------------------------
@@ -524,12 +481,7 @@ class StoreBase(ABC):
 
     @abstractmethod
     def _read(
-        self,
-        session_id: str,
-        after: int | None,
-        before: int | None,
-        limit: int | None,
-        newest_first: bool,
+        self, session_id: str, after: int, before: int | None, limit: int | None, newest_first: bool
     ) -> list[Event]: ...
 
     @abstractmethod
@@ -572,27 +524,22 @@ def _complete(future: Future[list[Event]], outcome: Outcome) -> None:
         future.set_result(outcome)
 
 
+@dataclass(frozen=True, slots=True)
 class StoreLog:
     """A :class:`~sharedesk.SessionLog` over one session of a store (see ``StoreBase.log``)."""
 
-    __slots__ = ("_session_id", "_store")
-
-    def __init__(self, store: StoreBase, session_id: str) -> None:
-        self._store = store
-        self._session_id = session_id
+    store: StoreBase
+    session_id: str
 
     def read_before(self, before: int | None, limit: int) -> SessionPage:
         """Return at most ``limit`` ``Text`` rows below ``before``, newest first.
 
-        Raises:
-            ValidationError: ``before`` or ``limit`` not a non-negative int.
-            StoreClosedError: The store is closed.
-
-        Cost: one read of at most ``limit`` rows from the tail; no writes.
+        Errors as for a read of the store (see :class:`StoreBase`). Cost: one read of at
+        most ``limit`` rows from the tail.
         """
         before = check_optional_int("before", before)
-        store, limit = self._store, check_int("limit", limit)
+        store, limit = self.store, check_int("limit", limit)
         store._live()
         if limit == 0:
             return SessionPage(messages=[], next_before=None)
-        return store._read_text_before(self._session_id, before, limit)
+        return store._read_text_before(self.session_id, before, limit)

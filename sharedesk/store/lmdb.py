@@ -46,15 +46,15 @@ from sharedesk.protocol.records import (
     ENCODER,
     EVENT_DECODER,
     LOG_DECODER,
-    SESSION_STATE_DECODER,
     LogRecord,
     decode_record,
+    decode_session_state,
     decode_state,
     event_id_key,
     run_index_key,
     sharing_key,
 )
-from sharedesk.protocol.sessions import EMPTY_SESSION_STATE, SessionState
+from sharedesk.protocol.sessions import SessionState
 from sharedesk.protocol.validation import check_optional_int, check_path
 from sharedesk.protocol.views import Conversation, LogMessage, SessionPage, SharingState
 from sharedesk.store._lmdb_env import (
@@ -73,8 +73,7 @@ from sharedesk.store._lmdb_layout import (
     decode_info,
     session_of,
     session_prefix,
-    walk_down,
-    walk_up,
+    walk,
 )
 from sharedesk.store.base import StoreBase, WriteTxn
 
@@ -317,25 +316,14 @@ class LmdbStore(StoreBase):
         return raw
 
     def _read(
-        self,
-        session_id: str,
-        after: int | None,
-        before: int | None,
-        limit: int | None,
-        newest_first: bool,
+        self, session_id: str, after: int, before: int | None, limit: int | None, newest_first: bool
     ) -> list[Event]:
         prefix = session_prefix(session_id)
-        low = 0 if after is None else after
-        high = MAX_SEQ if before is None or before > MAX_SEQ else before
-        if high <= low + 1:
-            return []
+        high = MAX_SEQ if before is None else before
 
         def body(txn: Any, dbs: Mapping[bytes, Any]) -> list[Event]:
             cursor = txn.cursor(db=dbs[b"events"])
-            if newest_first:
-                rows = walk_down(cursor, prefix, high, low)
-            else:
-                rows = walk_up(cursor, prefix, low, high)
+            rows = walk(cursor, prefix, after, high, newest_first=newest_first)
             events: list[Event] = []
             for sequence, raw in rows:
                 events.append(decode_record(EVENT_DECODER, session_id, sequence, raw))
@@ -357,7 +345,8 @@ class LmdbStore(StoreBase):
             # The Text index shares its keys with the events; a row decodes into
             # LogRecord, which skips the fields a log row does not carry.
             rows: list[LogMessage] = []
-            for sequence, _ in walk_down(txn.cursor(db=dbs[b"texts"]), prefix, high, 0):
+            texts = txn.cursor(db=dbs[b"texts"])
+            for sequence, _ in walk(texts, prefix, 0, high, newest_first=True):
                 if len(rows) == limit:
                     return rows, True
                 record = _record_at(txn, dbs, session_id, prefix, sequence, LOG_DECODER)
@@ -383,7 +372,7 @@ class LmdbStore(StoreBase):
         return self._in_read(body)
 
     def _session_state(self, session_id: str) -> SessionState:
-        return _decode_session_state(session_id, self._get(b"runs", session_prefix(session_id)))
+        return decode_session_state(session_id, self._get(b"runs", session_prefix(session_id)))
 
     def _run_events(self, session_id: str, run_id: str) -> list[Event]:
         prefix = session_prefix(session_id)
@@ -431,16 +420,6 @@ class LmdbStore(StoreBase):
 
     def _close(self) -> None:
         REGISTRY.release(self._shared)
-
-
-def _decode_session_state(session_id: str, raw: bytes | None) -> SessionState:
-    if raw is None:
-        return EMPTY_SESSION_STATE
-    try:
-        state: SessionState = SESSION_STATE_DECODER.decode(raw)
-    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-        raise CorruptRecordError(session_id, 0, f"session state: {exc}") from exc
-    return state
 
 
 def _record_at(
@@ -529,9 +508,8 @@ class _WriteTxn:
             others = [parent for parent in parents if parent not in rows]
             for parent, event in self._events(session_id, prefix, others, indexed=False).items():
                 rows[parent] = StoredRow(type(event.body).__name__, event.parent)
-            state = EMPTY_SESSION_STATE
-            if want.state:
-                state = _decode_session_state(session_id, txn.get(prefix, db=dbs[b"runs"]))
+            raw_state = txn.get(prefix, db=dbs[b"runs"]) if want.state else None
+            state = decode_session_state(session_id, raw_state)
             sharing: dict[tuple[str, Conversation], SharingState | None] = {}
             for viewer, conversation in want.sharing:
                 raw = txn.get(sharing_key(prefix, viewer, conversation), db=dbs[b"sharing"])

@@ -123,16 +123,11 @@ class MemoryStore(StoreBase):
     # -- reads ---------------------------------------------------------------------------
 
     def _read(
-        self,
-        session_id: str,
-        after: int | None,
-        before: int | None,
-        limit: int | None,
-        newest_first: bool,
+        self, session_id: str, after: int, before: int | None, limit: int | None, newest_first: bool
     ) -> list[Event]:
         with self._lock:
             events = self._stream(session_id).events
-            low = 0 if after is None else min(after, len(events))
+            low = min(after, len(events))
             high = len(events) if before is None else max(min(before - 1, len(events)), 0)
             if high <= low:
                 return []

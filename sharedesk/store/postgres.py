@@ -71,6 +71,7 @@ from sharedesk.protocol.records import (
     EVENT_DECODER,
     LOG_DECODER,
     decode_record,
+    decode_session_state,
     decode_state,
     run_index_key,
     sharing_key,
@@ -80,7 +81,7 @@ from sharedesk.protocol.validation import check_int
 from sharedesk.protocol.views import Conversation, LogMessage, SessionPage, SharingState
 from sharedesk.store._pg_listen import LISTEN_POLL, Listener
 from sharedesk.store._pg_schema import Queries, check_schema_name, migrate, notify_channel
-from sharedesk.store._pg_txn import GroupTxn, Probe, decode_session_state, utf8
+from sharedesk.store._pg_txn import GroupTxn, Probe, utf8
 from sharedesk.store._pg_watchdog import Connect, ConnectFailed, Pool, PoolExhausted, Watchdog
 from sharedesk.store.base import StoreBase, WriteTxn
 
@@ -424,19 +425,11 @@ class PostgresStore(StoreBase):
         return [decode_record(EVENT_DECODER, session_id, seq, raw) for seq, raw in rows]
 
     def _read(
-        self,
-        session_id: str,
-        after: int | None,
-        before: int | None,
-        limit: int | None,
-        newest_first: bool,
+        self, session_id: str, after: int, before: int | None, limit: int | None, newest_first: bool
     ) -> list[Event]:
-        low = 0 if after is None else after
         high = _TOP if before is None else before
-        if high <= low + 1:
-            return []
         query = self._sql.read_desc if newest_first else self._sql.read_asc
-        return self._events(session_id, query, [utf8(session_id), low, high, limit])
+        return self._events(session_id, query, [utf8(session_id), after, high, limit])
 
     def _last_sequence(self, session_id: str) -> int:
         rows = self._rows(self._sql.stream, [utf8(session_id)])

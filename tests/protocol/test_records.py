@@ -21,12 +21,14 @@ from sharedesk.protocol.records import (
     LOG_DECODER,
     MAX_RAW_ID,
     decode_record,
+    decode_session_state,
     decode_state,
     event_id_key,
     private_copy,
     run_index_key,
     sharing_key,
 )
+from sharedesk.protocol.sessions import EMPTY_SESSION_STATE
 
 ANN = Person(id="ann", label="Ann")
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
@@ -92,6 +94,13 @@ class TestRecords:
     def test_an_undecodable_sharing_state_is_corrupt(self) -> None:
         with pytest.raises(CorruptRecordError):
             decode_state("s", b"\x01")
+
+    def test_no_stored_session_state_is_the_empty_state(self) -> None:
+        assert EMPTY_SESSION_STATE == decode_session_state("s", None)
+
+    def test_an_undecodable_session_state_is_corrupt(self) -> None:
+        with pytest.raises(CorruptRecordError, match="session state"):
+            decode_session_state("s", b"\x01")
 
 
 class TestPrivateCopy:

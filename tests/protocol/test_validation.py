@@ -13,7 +13,6 @@ from sharedesk.protocol import (
 )
 from sharedesk.protocol.validation import (
     MAX_SESSION_ID_BYTES,
-    check_append_args,
     check_author,
     check_conversation,
     check_event_sequence,
@@ -131,18 +130,18 @@ class TestEventSequence:
             check_event_sequence(events)
 
 
-class TestAppendArgs:
+class TestWriteOrder:
     def test_the_session_id_is_checked_before_the_events(self) -> None:
         with pytest.raises(ValidationError, match="session_id"):
-            check_append_args("", "not events", None)
+            check_write("", "not events")
 
     def test_the_events_are_checked_before_the_expected_version(self) -> None:
         with pytest.raises(ValidationError, match="sequence of Event"):
-            check_append_args("s", "not events", -1)
+            check_write("s", "not events", expected_version=-1)
 
     def test_a_negative_expected_version_is_refused(self) -> None:
         with pytest.raises(ValidationError, match="expected_version"):
-            check_append_args("s", [], -1)
+            check_write("s", [], expected_version=-1)
 
 
 class TestAuthor:
