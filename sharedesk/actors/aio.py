@@ -25,30 +25,29 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import functools
 import os
 import threading
-from collections.abc import AsyncIterator, Callable, Generator, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Generator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from types import TracebackType
-from typing import Any, Final, TypeVar
+from typing import Any, Concatenate, Final, ParamSpec, TypeVar
 
 from sharedesk.actors._handles import TurnFields
 from sharedesk.actors._messages import Push
 from sharedesk.actors.hub import Hub, Turn
 from sharedesk.protocol._log import logger
 from sharedesk.protocol.authors import SessionAuthor
-from sharedesk.protocol.constants import SESSION_WINDOW
 from sharedesk.protocol.errors import HubClosed, ValidationError
 from sharedesk.protocol.events import Event, Text, new_event_id
-from sharedesk.protocol.transcripts import Transcript
 from sharedesk.protocol.validation import check_author, check_session_id
-from sharedesk.protocol.views import Conversation, Projection
+from sharedesk.protocol.views import Conversation
 
 __all__ = ["AsyncHub", "AsyncTurn"]
 
 _log = logger()
 
 T = TypeVar("T")
+P = ParamSpec("P")
 
 #: Reader threads of one AsyncHub (reads, views, turn plans, transcripts).
 WORKERS: Final = 8
@@ -217,6 +216,21 @@ class _Watch:
         await self._event.wait()
 
 
+def _on_reader(
+    method: Callable[Concatenate[Hub, P], T],
+) -> Callable[Concatenate[AsyncHub, P], Coroutine[Any, Any, T]]:
+    """Return ``method`` of the Hub as a coroutine of the AsyncHub, run on a reader thread."""
+    name = method.__name__
+
+    @functools.wraps(method)  # the signature shown is the Hub's
+    async def read(self: AsyncHub, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        return await self._call(getattr(self._hub, name), *args, **kwargs)
+
+    read.__qualname__ = f"AsyncHub.{name}"
+    read.__doc__ = f"As :meth:`Hub.{name}`, on a reader thread."
+    return read
+
+
 class AsyncTurn(TurnFields):
     """An asyncio view of a :class:`~sharedesk.actors.hub.Turn`: commit it with ``await``.
 
@@ -306,44 +320,10 @@ class AsyncHub:
 
     # -- reads -------------------------------------------------------------------------
 
-    async def read(
-        self,
-        session_id: str,
-        *,
-        after: int | None = None,
-        before: int | None = None,
-        limit: int | None = None,
-        newest_first: bool = False,
-    ) -> list[Event]:
-        """As :meth:`Hub.read`, on a reader thread."""
-        events: list[Event] = await self._call(
-            self._hub.read,
-            session_id,
-            after=after,
-            before=before,
-            limit=limit,
-            newest_first=newest_first,
-        )
-        return events
-
-    async def last_sequence(self, session_id: str) -> int:
-        """As :meth:`Hub.last_sequence`, on a reader thread."""
-        last: int = await self._call(self._hub.last_sequence, session_id)
-        return last
-
-    async def view(
-        self,
-        session_id: str,
-        viewer: SessionAuthor,
-        conversation: Conversation | None = None,
-        *,
-        window: int = SESSION_WINDOW,
-    ) -> Projection:
-        """As :meth:`Hub.view`, on a reader thread."""
-        view: Projection = await self._call(
-            self._hub.view, session_id, viewer, conversation, window=window
-        )
-        return view
+    read = _on_reader(Hub.read)
+    last_sequence = _on_reader(Hub.last_sequence)
+    view = _on_reader(Hub.view)
+    transcript = _on_reader(Hub.transcript)
 
     async def turn(
         self, session_id: str, viewer: SessionAuthor, conversation: Conversation | None = None
@@ -417,28 +397,6 @@ class AsyncHub:
                 return
             yield turn
 
-    async def transcript(
-        self,
-        session_id: str,
-        viewer: SessionAuthor,
-        *,
-        limit: int | None = None,
-        max_messages: int | None = None,
-        max_chars: int | None = None,
-        max_tokens_approx: int | None = None,
-    ) -> Transcript:
-        """As :meth:`Hub.transcript`, on a reader thread."""
-        transcript: Transcript = await self._call(
-            self._hub.transcript,
-            session_id,
-            viewer,
-            limit=limit,
-            max_messages=max_messages,
-            max_chars=max_chars,
-            max_tokens_approx=max_tokens_approx,
-        )
-        return transcript
-
     # -- lifecycle ---------------------------------------------------------------------
 
     async def close(self) -> None:
@@ -468,12 +426,7 @@ class AsyncHub:
     async def __aenter__(self) -> AsyncHub:
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
 
     # -- internals ---------------------------------------------------------------------
@@ -566,11 +519,6 @@ class _Opening:
         self._hub = await self._open()
         return self._hub
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         if self._hub is not None:
             await self._hub.close()
