@@ -27,7 +27,6 @@ import asyncio
 import collections
 import functools
 import os
-import threading
 from collections.abc import AsyncIterator, Callable, Coroutine, Generator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Concatenate, Final, ParamSpec, TypeVar
@@ -41,6 +40,7 @@ from sharedesk.protocol.errors import HubClosed, ValidationError
 from sharedesk.protocol.events import Event, Text, new_event_id
 from sharedesk.protocol.validation import check_author, check_session_id
 from sharedesk.protocol.views import Conversation
+from sharedesk.runs.aio import on_thread, settle
 
 __all__ = ["AsyncHub", "AsyncTurn"]
 
@@ -150,33 +150,6 @@ def _resolve(job: Future[T], done: asyncio.Future[T]) -> None:
         done.set_exception(error)
     else:
         done.set_result(job.result())
-
-
-def _on_thread(fn: Callable[[], T], name: str) -> tuple[Future[T], threading.Thread]:
-    """Run ``fn`` on a daemon thread of its own; return the future of its result."""
-    job: Future[T] = Future()
-    job.set_running_or_notify_cancel()  # it cannot be recalled once started
-
-    def run() -> None:
-        try:
-            job.set_result(fn())
-        except BaseException as exc:
-            job.set_exception(exc)
-
-    thread = threading.Thread(target=run, name=f"{WORKER_PREFIX}-{name}", daemon=True)
-    thread.start()
-    return job, thread
-
-
-async def _settle(future: asyncio.Future[Any]) -> None:
-    """Wait until ``future`` is done, through any number of cancellations."""
-    while not future.done():
-        try:
-            await asyncio.wait((future,))
-        except asyncio.CancelledError:
-            continue
-    if not future.cancelled():
-        future.exception()  # retrieved: the caller raises CancelledError instead
 
 
 class _Watch:
@@ -417,9 +390,9 @@ class AsyncHub:
             finally:
                 self._readers.shutdown(wait=True)
 
-        job, closer = _on_thread(shut, "close")
+        job, closer = on_thread(shut, f"{WORKER_PREFIX}-close")
         done = self._bridge().watch(job)
-        await _settle(done)
+        await settle(done)
         closer.join()
         job.result()
 
@@ -483,7 +456,7 @@ class AsyncHub:
         try:
             return await asyncio.shield(done)
         except asyncio.CancelledError:
-            await _settle(done)  # handed off: it cannot be recalled
+            await settle(done)  # handed off: it cannot be recalled
             raise
 
 
@@ -498,11 +471,13 @@ class _Opening:
         self._hub: AsyncHub | None = None
 
     async def _open(self) -> AsyncHub:
-        job, opener = _on_thread(lambda: Hub.open(self._path, **self._options), "open")
+        job, opener = on_thread(
+            lambda: Hub.open(self._path, **self._options), f"{WORKER_PREFIX}-open"
+        )
 
         def close_unwanted(opened: Future[Hub]) -> None:
             if opened.exception() is None:
-                _on_thread(opened.result().close, "close")
+                on_thread(opened.result().close, f"{WORKER_PREFIX}-close")
 
         try:
             hub = await asyncio.wrap_future(job)
