@@ -38,7 +38,7 @@ from sharedesk.protocol._log import logger
 from sharedesk.protocol.authors import SessionAuthor
 from sharedesk.protocol.errors import HubClosed, ValidationError
 from sharedesk.protocol.events import Event, Text, new_event_id
-from sharedesk.protocol.validation import check_author, check_session_id
+from sharedesk.protocol.validation import check_author, check_session_id, check_write
 from sharedesk.protocol.views import Conversation
 from sharedesk.runs.aio import on_thread, settle
 
@@ -268,7 +268,7 @@ class AsyncHub:
         """As :meth:`Hub.append`, through the store's writer; cancelled: see the module."""
         hub = self._hub
         return await self._write(
-            lambda: hub.submit_append(session_id, events, expected_version=expected_version)
+            lambda: hub.submit(check_write(session_id, events, expected_version=expected_version))
         )
 
     async def post(

@@ -54,7 +54,7 @@ from sharedesk.protocol.validation import (
     check_write,
 )
 from sharedesk.protocol.views import Conversation, Projection
-from sharedesk.protocol.writes import Share
+from sharedesk.protocol.writes import Share, Write
 
 __all__ = [
     "HUB_OPTION_NAMES",
@@ -230,11 +230,7 @@ class Hub:
         expected_version: int | None = None,
         unless_stored: str | None = None,
     ) -> list[Event]:
-        """Append ``events`` to the session (the ``EventStore`` contract); return them stored.
-
-        ``expected_version``: append only if the session's last sequence equals it
-        (``ConcurrencyError``); ``unless_stored``: only if no event with that id is stored
-        (``AlreadyStored``). Both are checked inside the write transaction.
+        """As :meth:`RunIndexStore.append`, through :meth:`submit`; return the events stored.
 
         Raises:
             ValidationError: Malformed input; nothing was written.
@@ -243,28 +239,23 @@ class Hub:
         Cost: the store's write (LMDB: one group-committed fsync); a told message to the
         session's publisher when it has subscribers.
         """
-        return self.submit_append(
-            session_id, events, expected_version=expected_version, unless_stored=unless_stored
-        ).result()
-
-    def submit_append(
-        self,
-        session_id: str,
-        events: Sequence[Event],
-        *,
-        expected_version: int | None = None,
-        unless_stored: str | None = None,
-    ) -> Future[list[Event]]:
-        """Check an append and hand it to the store's writer; return its future.
-
-        The Hub's one write path: :meth:`append` waits on it, ``AsyncHub`` resolves it in
-        its loop. Raises what :meth:`append` raises for bad input, before anything is queued.
-        Never blocks on a writer (an in-memory store writes right here).
-        """
         write = check_write(
             session_id, events, expected_version=expected_version, unless_stored=unless_stored
         )
-        self._supervisor.check(session_id)
+        return self.submit(write).result()
+
+    def submit(self, write: Write) -> Future[list[Event]]:
+        """Hand a checked write to the store's writer (as :meth:`WritingStore.submit`).
+
+        The Hub's one write path: :meth:`append` and :meth:`Turn.commit` wait on it,
+        ``AsyncHub`` resolves it in its loop. Never blocks on a writer (an in-memory store
+        writes right here).
+
+        Raises:
+            HubClosed, SessionFailed: The Hub is closed, or the session failed; nothing
+                was queued.
+        """
+        self._supervisor.check(write.session_id)
         return self._store.submit(write)
 
     read = _from_store(EventStore.read)
@@ -407,9 +398,9 @@ class Hub:
             expected_state=plan.expected_state,
             reply_present=event is not None,
         )
-        write = check_write(turn.session_id, [] if event is None else [event], share=share)
-        self._supervisor.check(turn.session_id)
-        future = self._store.submit(write)
+        future = self.submit(
+            check_write(turn.session_id, [] if event is None else [event], share=share)
+        )
 
         def mark(done: Future[list[Event]]) -> None:
             if not done.cancelled() and done.exception() is None:
