@@ -29,6 +29,7 @@ actor, the one publisher, which calls back :meth:`ActorSupervisor.publish`.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import threading
 import time
 from collections import OrderedDict, deque
@@ -103,6 +104,7 @@ class ActorSupervisor:
         self._restart_count = 0
         self._passivated = 0
         self._closed = False
+        self._thread_numbers = itertools.count(1)  # actor threads are numbered per Hub
         self._stopping = threading.Event()
         self._reaper: threading.Thread | None = None
         if options.idle_timeout is not None:
@@ -120,6 +122,10 @@ class ActorSupervisor:
     def closed(self) -> bool:
         """Whether :meth:`close` was called (requests then raise ``HubClosed``)."""
         return self._closed
+
+    def thread_name(self, kind: str) -> str:
+        """Return the name of this Hub's next actor thread of ``kind`` (any thread)."""
+        return f"{THREAD_PREFIX}{kind}-{next(self._thread_numbers)}"
 
     # -- requests ----------------------------------------------------------------------
 
