@@ -31,14 +31,14 @@ from collections.abc import AsyncIterator, Callable, Coroutine, Generator, Seque
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Concatenate, Final, ParamSpec, TypeVar
 
-from sharedesk.actors._handles import TurnFields
+from sharedesk.actors._handles import TurnFields, post_event
 from sharedesk.actors._messages import Push
 from sharedesk.actors.hub import Hub, Turn
 from sharedesk.protocol._log import logger
 from sharedesk.protocol.authors import SessionAuthor
 from sharedesk.protocol.errors import HubClosed, ValidationError
-from sharedesk.protocol.events import Event, Text, new_event_id
-from sharedesk.protocol.validation import check_author, check_session_id, check_write
+from sharedesk.protocol.events import Event
+from sharedesk.protocol.validation import check_session_id, check_write
 from sharedesk.protocol.views import Conversation
 from sharedesk.runs.aio import on_thread, settle
 
@@ -281,15 +281,7 @@ class AsyncHub:
         id: str | None = None,
     ) -> Event:
         """As :meth:`SessionHandle.post` of ``session_id``; cancelled, as :meth:`append`."""
-        if not isinstance(content, str):
-            raise ValidationError(f"content must be a str, got {type(content).__name__}")
-        event = Event(
-            check_author(author),
-            Text(content),
-            id=new_event_id() if id is None else id,
-            parent=parent,
-        )
-        return (await self.append(session_id, [event]))[0]
+        return (await self.append(session_id, [post_event(author, content, parent, id)]))[0]
 
     # -- reads -------------------------------------------------------------------------
 
