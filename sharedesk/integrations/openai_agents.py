@@ -68,21 +68,25 @@ except ModuleNotFoundError as exc:
         "pip install 'sharedesk[agents]'"
     ) from exc
 
-from sharedesk.protocol.authors import (
+from sharedesk.protocol import (
+    PAGE_SIZE,
     Agent,
+    ConcurrencyError,
+    Conversation,
+    Event,
+    Item,
     Operator,
     Person,
+    Retracted,
     SessionAuthor,
     System,
+    Text,
+    ValidationError,
     author_key,
     same_participant,
 )
-from sharedesk.protocol.constants import PAGE_SIZE
-from sharedesk.protocol.errors import ConcurrencyError, ValidationError
-from sharedesk.protocol.events import Event, Item, Retracted, Text
 from sharedesk.protocol.ports import AsyncEventStore
 from sharedesk.protocol.validation import check_author, check_conversation, check_session_id
-from sharedesk.protocol.views import Conversation
 
 __all__ = ["ITEM_KEY", "SESSION_KEY", "DeskRunHooks", "DeskSession"]
 
