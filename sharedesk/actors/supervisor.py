@@ -380,12 +380,7 @@ class ActorSupervisor:
 
     def _acquire_slow(self, key: ActorKey, wait: bool) -> Slot:
         with self._lock:
-            if self._closed:
-                raise HubClosed(self._path)
-            if key.session_id in self._failed:
-                raise SessionFailed(
-                    key.session_id, self._options.max_restarts, self._options.restart_period
-                )
+            self.check(key.session_id)
             slot = self._slots.get(key)
             victims: list[Slot] = []
             if slot is None:
