@@ -90,7 +90,8 @@ class ActorSupervisor:
 
     def __init__(self, store: HubStore, options: HubOptions, path: str | None) -> None:
         """Supervise actors over ``store`` (which the caller owns and closes); no I/O."""
-        self._store = store
+        #: The store (shared by every actor).
+        self.store = store
         self._options = options
         self._path = path
         self._lock = threading.Lock()
@@ -103,7 +104,8 @@ class ActorSupervisor:
         self._retired: list[Slot] = []
         self._restart_count = 0
         self._passivated = 0
-        self._closed = False
+        #: Whether :meth:`close` was called (requests then raise ``HubClosed``).
+        self.closed = False
         self._thread_numbers = itertools.count(1)  # actor threads are numbered per Hub
         self._stopping = threading.Event()
         self._reaper: threading.Thread | None = None
@@ -112,16 +114,6 @@ class ActorSupervisor:
                 target=self._reap, name=f"{THREAD_PREFIX}reaper", daemon=True
             )
             self._reaper.start()
-
-    @property
-    def store(self) -> HubStore:
-        """The store (shared by every actor)."""
-        return self._store
-
-    @property
-    def closed(self) -> bool:
-        """Whether :meth:`close` was called (requests then raise ``HubClosed``)."""
-        return self._closed
 
     def thread_name(self, kind: str) -> str:
         """Return the name of this Hub's next actor thread of ``kind`` (any thread)."""
@@ -207,7 +199,7 @@ class ActorSupervisor:
             HubClosed: The supervisor is closed.
             SessionFailed: The session exceeded its restart intensity.
         """
-        if self._closed:
+        if self.closed:
             raise HubClosed(self._path)
         if session_id in self._failed:
             raise SessionFailed(
@@ -276,7 +268,7 @@ class ActorSupervisor:
         """
         token = object()
         with self._lock:
-            if self._closed:
+            if self.closed:
                 raise HubClosed(self._path)
             listeners = dict(self._listeners.get(session_id, {}))
             listeners[token] = listener
@@ -335,7 +327,7 @@ class ActorSupervisor:
         stops, and a caller still waiting on one that does not answer gets ``HubClosed``.
         """
         with self._lock:
-            self._closed = True
+            self.closed = True
             slots = list(self._slots.values()) + self._retired
             self._slots.clear()
             self._retired = []
@@ -370,7 +362,7 @@ class ActorSupervisor:
         # evictor may pick it in between; the request then meets a stopped actor and
         # is resent (see call and _wait). A failed session is refused by the slow path.
         slot = self._slots.get(key)
-        if slot is not None and not self._closed:
+        if slot is not None and not self.closed:
             slot.pins.append(None)
             if self._slots.get(key) is slot and key.session_id not in self._failed:
                 slot.touched = True
@@ -436,7 +428,7 @@ class ActorSupervisor:
                 answer: T = future.get(timeout=max(0.0, min(remaining, _POLL)))
                 return answer
             except pykka.Timeout:
-                if self._closed:
+                if self.closed:
                     raise HubClosed(self._path) from None
                 ref = slot.ref
                 if ref is not None and not ref.is_alive():
