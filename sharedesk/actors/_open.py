@@ -7,6 +7,7 @@ import os
 from typing import Any
 
 from sharedesk.actors._base import HubStore
+from sharedesk.protocol._lazy import load_lazy
 from sharedesk.protocol.errors import ValidationError
 from sharedesk.protocol.validation import check_path, is_postgres_dsn
 from sharedesk.store.memory import MemoryStore
@@ -46,17 +47,8 @@ def open_store(
 def _open_postgres(
     dsn: str, options: dict[str, Any], hub_options: frozenset[str]
 ) -> tuple[HubStore, str | None]:
-    # psycopg loads here, never with ``import sharedesk``.
-    try:
-        from sharedesk.store.postgres import PostgresStore
-    except ModuleNotFoundError as exc:
-        if exc.name is None or exc.name.startswith("sharedesk"):
-            raise
-        raise ImportError(
-            f"a Hub on PostgreSQL needs {exc.name}, which is not installed: "
-            "pip install 'sharedesk[postgres]'",
-            name=exc.name,
-        ) from exc
+    # psycopg loads here, never with ``import sharedesk`` (ImportError names the extra).
+    PostgresStore = load_lazy("PostgresStore", "sharedesk")
     _check_options(PostgresStore, "dsn", options, hub_options)
     store = PostgresStore(dsn, **options)
     return store, store.path  # the DSN without its password
