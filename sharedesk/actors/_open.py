@@ -23,11 +23,7 @@ def open_store(
         options: The store's options (the Hub's own taken out already).
         hub_options: The Hub's option names, to name them in an error.
 
-    Raises:
-        ValidationError: An unknown option (the message names the valid ones), store
-            options without a path, or a URL that is not a PostgreSQL DSN.
-        StoreError: The store could not be opened.
-        ImportError: A DSN, and psycopg (the ``postgres`` extra) is not installed.
+    Raises what :meth:`Hub.open` raises.
     """
     if is_postgres_dsn(path):
         return _open_postgres(path, options, hub_options)
