@@ -22,10 +22,6 @@ if TYPE_CHECKING:
     from sharedesk.actors.aio import AsyncHub, AsyncTurn
 
 
-def __getattr__(name: str) -> Any:
-    return load_lazy(name, __name__)
-
-
 __all__ = [
     "ActorKey",
     "AsyncHub",
@@ -43,3 +39,7 @@ __all__ = [
     "Turn",
     "plan_turn",
 ]
+
+
+def __getattr__(name: str) -> Any:  # AsyncHub and AsyncTurn load on first use
+    return load_lazy(name, __name__)

@@ -1,9 +1,10 @@
 """The actor base: a :class:`pykka.ThreadingActor` with the Hub's supervision and log context.
 
 Each actor is a pykka actor with a thread of its own (a daemon, renamed
-``sharedesk-<kind>-<n>`` when it starts), reached only through pykka's public API: the
-supervisor asks it with ``ActorRef.ask(message, block=False)`` and waits on the pykka
-future, tells it pushes with ``ActorRef.tell``, and stops it with ``ActorRef.stop``.
+``sharedesk-<kind>-<n>`` when it starts, numbered per Hub), reached only through
+pykka's public API: the supervisor asks it with ``ActorRef.ask(message, block=False)``
+and waits on the pykka future, tells it pushes with ``ActorRef.tell``, and stops it
+with ``ActorRef.stop``.
 A request still in the inbox when the actor stops gets pykka's ``ActorDeadError``
 (pykka answers what is left in the inbox), which the supervisor resends to a fresh
 actor.
@@ -23,7 +24,6 @@ Supervision, in one place (the supervisor holds the policy, the actor only repor
 
 from __future__ import annotations
 
-import itertools
 import threading
 from typing import Any, ClassVar, Final, Protocol, TypeVar
 
@@ -40,8 +40,6 @@ _log = logger()
 
 #: Prefix of the name of every thread the Hub starts (actors and the idle reaper).
 THREAD_PREFIX: Final = "sharedesk-"
-
-_thread_numbers = itertools.count(1)
 
 R = TypeVar("R")
 
@@ -120,6 +118,10 @@ class Supervisor(Protocol):
         """The store (shared by every actor of the Hub)."""
         ...
 
+    def thread_name(self, kind: str) -> str:
+        """Return the name of this Hub's next actor thread of ``kind``."""
+        ...
+
     def crashed(self, key: ActorKey, slot: Slot) -> None:
         """Record that the actor of ``slot``, named ``key``, failed; it is to be stopped."""
         ...
@@ -161,7 +163,7 @@ class HubActor(pykka.ThreadingActor):
     def on_start(self) -> None:
         """Name the thread, record it in the slot, bind the log context, log the start."""
         thread = threading.current_thread()
-        thread.name = f"{THREAD_PREFIX}{self.kind}-{next(_thread_numbers)}"
+        thread.name = self.hub.thread_name(self.kind)
         self.slot.thread = thread
         bind_contextvars(session_id=self.key.session_id, actor=self.kind)
         _log.debug("actor.started")

@@ -17,6 +17,15 @@ if TYPE_CHECKING:
     from sharedesk.actors.hub import Hub
 
 
+def post_event(author: SessionAuthor, content: str, parent: int | None, id: str | None) -> Event:
+    """Return the ``Text`` event a post stores (``ValidationError``: not a ``str``)."""
+    if not isinstance(content, str):
+        raise ValidationError(f"content must be a str, got {type(content).__name__}")
+    return Event(
+        check_author(author), Text(content), id=new_event_id() if id is None else id, parent=parent
+    )
+
+
 def reply_event(turn: Turn, reply: str | Event | None) -> Event | None:
     """Return a turn's reply as the event to store (``None``: no reply).
 
@@ -86,15 +95,7 @@ class SessionHandle:
 
         Cost: as :meth:`Hub.append` of one event.
         """
-        if not isinstance(content, str):
-            raise ValidationError(f"content must be a str, got {type(content).__name__}")
-        event = Event(
-            check_author(author),
-            Text(content),
-            id=new_event_id() if id is None else id,
-            parent=parent,
-        )
-        return self._hub.append(self.session_id, [event])[0]
+        return self._hub.append(self.session_id, [post_event(author, content, parent, id)])[0]
 
     def last_sequence(self) -> int:
         """Return the session's last sequence. Cost: O(1)."""

@@ -7,6 +7,7 @@ import os
 from typing import Any
 
 from sharedesk.actors._base import HubStore
+from sharedesk.protocol._lazy import load_lazy
 from sharedesk.protocol.errors import ValidationError
 from sharedesk.protocol.validation import check_path, is_postgres_dsn
 from sharedesk.store.memory import MemoryStore
@@ -22,11 +23,7 @@ def open_store(
         options: The store's options (the Hub's own taken out already).
         hub_options: The Hub's option names, to name them in an error.
 
-    Raises:
-        ValidationError: An unknown option (the message names the valid ones), store
-            options without a path, or a URL that is not a PostgreSQL DSN.
-        StoreError: The store could not be opened.
-        ImportError: A DSN, and psycopg (the ``postgres`` extra) is not installed.
+    Raises what :meth:`Hub.open` raises.
     """
     if is_postgres_dsn(path):
         return _open_postgres(path, options, hub_options)
@@ -46,17 +43,8 @@ def open_store(
 def _open_postgres(
     dsn: str, options: dict[str, Any], hub_options: frozenset[str]
 ) -> tuple[HubStore, str | None]:
-    # psycopg loads here, never with ``import sharedesk``.
-    try:
-        from sharedesk.store.postgres import PostgresStore
-    except ModuleNotFoundError as exc:
-        if exc.name is None or exc.name.startswith("sharedesk"):
-            raise
-        raise ImportError(
-            f"a Hub on PostgreSQL needs {exc.name}, which is not installed: "
-            "pip install 'sharedesk[postgres]'",
-            name=exc.name,
-        ) from exc
+    # psycopg loads here, never with ``import sharedesk`` (ImportError names the extra).
+    PostgresStore = load_lazy("PostgresStore", "sharedesk")
     _check_options(PostgresStore, "dsn", options, hub_options)
     store = PostgresStore(dsn, **options)
     return store, store.path  # the DSN without its password

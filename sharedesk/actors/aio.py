@@ -25,30 +25,29 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import functools
 import os
-import threading
-from collections.abc import AsyncIterator, Callable, Generator, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Generator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from types import TracebackType
-from typing import Any, Final, TypeVar
+from typing import Any, Concatenate, Final, ParamSpec, TypeVar
 
-from sharedesk.actors._handles import TurnFields
+from sharedesk.actors._handles import TurnFields, post_event
 from sharedesk.actors._messages import Push
 from sharedesk.actors.hub import Hub, Turn
 from sharedesk.protocol._log import logger
 from sharedesk.protocol.authors import SessionAuthor
-from sharedesk.protocol.constants import SESSION_WINDOW
 from sharedesk.protocol.errors import HubClosed, ValidationError
-from sharedesk.protocol.events import Event, Text, new_event_id
-from sharedesk.protocol.transcripts import Transcript
-from sharedesk.protocol.validation import check_author, check_session_id
-from sharedesk.protocol.views import Conversation, Projection
+from sharedesk.protocol.events import Event
+from sharedesk.protocol.validation import check_session_id, check_write
+from sharedesk.protocol.views import Conversation
+from sharedesk.runs.aio import on_thread, settle
 
 __all__ = ["AsyncHub", "AsyncTurn"]
 
 _log = logger()
 
 T = TypeVar("T")
+P = ParamSpec("P")
 
 #: Reader threads of one AsyncHub (reads, views, turn plans, transcripts).
 WORKERS: Final = 8
@@ -153,33 +152,6 @@ def _resolve(job: Future[T], done: asyncio.Future[T]) -> None:
         done.set_result(job.result())
 
 
-def _on_thread(fn: Callable[[], T], name: str) -> tuple[Future[T], threading.Thread]:
-    """Run ``fn`` on a daemon thread of its own; return the future of its result."""
-    job: Future[T] = Future()
-    job.set_running_or_notify_cancel()  # it cannot be recalled once started
-
-    def run() -> None:
-        try:
-            job.set_result(fn())
-        except BaseException as exc:
-            job.set_exception(exc)
-
-    thread = threading.Thread(target=run, name=f"{WORKER_PREFIX}-{name}", daemon=True)
-    thread.start()
-    return job, thread
-
-
-async def _settle(future: asyncio.Future[Any]) -> None:
-    """Wait until ``future`` is done, through any number of cancellations."""
-    while not future.done():
-        try:
-            await asyncio.wait((future,))
-        except asyncio.CancelledError:
-            continue
-    if not future.cancelled():
-        future.exception()  # retrieved: the caller raises CancelledError instead
-
-
 class _Watch:
     """A listener of one session's committed events that wakes one waiting task."""
 
@@ -215,6 +187,21 @@ class _Watch:
     async def wait(self) -> None:
         """Wait for the next wake-up."""
         await self._event.wait()
+
+
+def _on_reader(
+    method: Callable[Concatenate[Hub, P], T],
+) -> Callable[Concatenate[AsyncHub, P], Coroutine[Any, Any, T]]:
+    """Return ``method`` of the Hub as a coroutine of the AsyncHub, run on a reader thread."""
+    name = method.__name__
+
+    @functools.wraps(method)  # the signature shown is the Hub's
+    async def read(self: AsyncHub, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        return await self._call(getattr(self._hub, name), *args, **kwargs)
+
+    read.__qualname__ = f"AsyncHub.{name}"
+    read.__doc__ = f"As :meth:`Hub.{name}`, on a reader thread."
+    return read
 
 
 class AsyncTurn(TurnFields):
@@ -281,7 +268,7 @@ class AsyncHub:
         """As :meth:`Hub.append`, through the store's writer; cancelled: see the module."""
         hub = self._hub
         return await self._write(
-            lambda: hub.submit_append(session_id, events, expected_version=expected_version)
+            lambda: hub.submit(check_write(session_id, events, expected_version=expected_version))
         )
 
     async def post(
@@ -294,56 +281,14 @@ class AsyncHub:
         id: str | None = None,
     ) -> Event:
         """As :meth:`SessionHandle.post` of ``session_id``; cancelled, as :meth:`append`."""
-        if not isinstance(content, str):
-            raise ValidationError(f"content must be a str, got {type(content).__name__}")
-        event = Event(
-            check_author(author),
-            Text(content),
-            id=new_event_id() if id is None else id,
-            parent=parent,
-        )
-        return (await self.append(session_id, [event]))[0]
+        return (await self.append(session_id, [post_event(author, content, parent, id)]))[0]
 
     # -- reads -------------------------------------------------------------------------
 
-    async def read(
-        self,
-        session_id: str,
-        *,
-        after: int | None = None,
-        before: int | None = None,
-        limit: int | None = None,
-        newest_first: bool = False,
-    ) -> list[Event]:
-        """As :meth:`Hub.read`, on a reader thread."""
-        events: list[Event] = await self._call(
-            self._hub.read,
-            session_id,
-            after=after,
-            before=before,
-            limit=limit,
-            newest_first=newest_first,
-        )
-        return events
-
-    async def last_sequence(self, session_id: str) -> int:
-        """As :meth:`Hub.last_sequence`, on a reader thread."""
-        last: int = await self._call(self._hub.last_sequence, session_id)
-        return last
-
-    async def view(
-        self,
-        session_id: str,
-        viewer: SessionAuthor,
-        conversation: Conversation | None = None,
-        *,
-        window: int = SESSION_WINDOW,
-    ) -> Projection:
-        """As :meth:`Hub.view`, on a reader thread."""
-        view: Projection = await self._call(
-            self._hub.view, session_id, viewer, conversation, window=window
-        )
-        return view
+    read = _on_reader(Hub.read)
+    last_sequence = _on_reader(Hub.last_sequence)
+    view = _on_reader(Hub.view)
+    transcript = _on_reader(Hub.transcript)
 
     async def turn(
         self, session_id: str, viewer: SessionAuthor, conversation: Conversation | None = None
@@ -417,28 +362,6 @@ class AsyncHub:
                 return
             yield turn
 
-    async def transcript(
-        self,
-        session_id: str,
-        viewer: SessionAuthor,
-        *,
-        limit: int | None = None,
-        max_messages: int | None = None,
-        max_chars: int | None = None,
-        max_tokens_approx: int | None = None,
-    ) -> Transcript:
-        """As :meth:`Hub.transcript`, on a reader thread."""
-        transcript: Transcript = await self._call(
-            self._hub.transcript,
-            session_id,
-            viewer,
-            limit=limit,
-            max_messages=max_messages,
-            max_chars=max_chars,
-            max_tokens_approx=max_tokens_approx,
-        )
-        return transcript
-
     # -- lifecycle ---------------------------------------------------------------------
 
     async def close(self) -> None:
@@ -459,21 +382,16 @@ class AsyncHub:
             finally:
                 self._readers.shutdown(wait=True)
 
-        job, closer = _on_thread(shut, "close")
+        job, closer = on_thread(shut, f"{WORKER_PREFIX}-close")
         done = self._bridge().watch(job)
-        await _settle(done)
+        await settle(done)
         closer.join()
         job.result()
 
     async def __aenter__(self) -> AsyncHub:
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
 
     # -- internals ---------------------------------------------------------------------
@@ -530,7 +448,7 @@ class AsyncHub:
         try:
             return await asyncio.shield(done)
         except asyncio.CancelledError:
-            await _settle(done)  # handed off: it cannot be recalled
+            await settle(done)  # handed off: it cannot be recalled
             raise
 
 
@@ -545,11 +463,13 @@ class _Opening:
         self._hub: AsyncHub | None = None
 
     async def _open(self) -> AsyncHub:
-        job, opener = _on_thread(lambda: Hub.open(self._path, **self._options), "open")
+        job, opener = on_thread(
+            lambda: Hub.open(self._path, **self._options), f"{WORKER_PREFIX}-open"
+        )
 
         def close_unwanted(opened: Future[Hub]) -> None:
             if opened.exception() is None:
-                _on_thread(opened.result().close, "close")
+                on_thread(opened.result().close, f"{WORKER_PREFIX}-close")
 
         try:
             hub = await asyncio.wrap_future(job)
@@ -566,11 +486,6 @@ class _Opening:
         self._hub = await self._open()
         return self._hub
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         if self._hub is not None:
             await self._hub.close()

@@ -21,14 +21,14 @@ appends are durable already.
 from __future__ import annotations
 
 import atexit
+import functools
 import os
 import threading
 import time
 import weakref
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
-from types import TracebackType
-from typing import TYPE_CHECKING, Any, Final, Self
+from typing import TYPE_CHECKING, Any, Concatenate, Final, ParamSpec, Self, TypeVar
 
 import msgspec
 
@@ -43,8 +43,7 @@ from sharedesk.protocol.authors import SessionAuthor, author_key
 from sharedesk.protocol.constants import SESSION_WINDOW
 from sharedesk.protocol.errors import HubClosed, TurnAlreadyCommitted, ValidationError
 from sharedesk.protocol.events import Event
-from sharedesk.protocol.ports import FollowingStore, SessionLog
-from sharedesk.protocol.sessions import SessionState
+from sharedesk.protocol.ports import EventStore, FollowingStore, RunIndexStore
 from sharedesk.protocol.transcripts import Transcript
 from sharedesk.protocol.validation import (
     check_author,
@@ -55,7 +54,7 @@ from sharedesk.protocol.validation import (
     check_write,
 )
 from sharedesk.protocol.views import Conversation, Projection
-from sharedesk.protocol.writes import Share
+from sharedesk.protocol.writes import Share, Write
 
 __all__ = [
     "HUB_OPTION_NAMES",
@@ -73,12 +72,30 @@ if TYPE_CHECKING:
 
 _log = logger()
 
+T = TypeVar("T")
+P = ParamSpec("P")
+
 #: Longest wait, in all, when the exit hook closes a Hub left open, in seconds: a stuck
 #: actor or store writer must not hold the exiting process.
 _EXIT_GRACE: Final = 1.0
 
 #: The option names ``Hub.open`` keeps for the Hub; the others go to the store.
 HUB_OPTION_NAMES: Final = frozenset(HubOptions.__struct_fields__)
+
+
+def _from_store(method: Callable[Concatenate[Any, P], T]) -> Callable[Concatenate[Hub, P], T]:
+    """Return the store port's read ``method`` as the Hub's: straight to the store, no actor."""
+    name = method.__name__
+
+    @functools.wraps(method)  # the signature shown is the port's
+    def read(self: Hub, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        self._live()
+        result: T = getattr(self._store, name)(*args, **kwargs)
+        return result
+
+    read.__qualname__ = f"Hub.{name}"
+    read.__doc__ = f"As :meth:`{method.__qualname__}`, straight from the store; no actor."
+    return read
 
 
 class Hub:
@@ -213,11 +230,7 @@ class Hub:
         expected_version: int | None = None,
         unless_stored: str | None = None,
     ) -> list[Event]:
-        """Append ``events`` to the session (the ``EventStore`` contract); return them stored.
-
-        ``expected_version``: append only if the session's last sequence equals it
-        (``ConcurrencyError``); ``unless_stored``: only if no event with that id is stored
-        (``AlreadyStored``). Both are checked inside the write transaction.
+        """As :meth:`RunIndexStore.append`, through :meth:`submit`; return the events stored.
 
         Raises:
             ValidationError: Malformed input; nothing was written.
@@ -226,64 +239,30 @@ class Hub:
         Cost: the store's write (LMDB: one group-committed fsync); a told message to the
         session's publisher when it has subscribers.
         """
-        return self.submit_append(
-            session_id, events, expected_version=expected_version, unless_stored=unless_stored
-        ).result()
-
-    def submit_append(
-        self,
-        session_id: str,
-        events: Sequence[Event],
-        *,
-        expected_version: int | None = None,
-        unless_stored: str | None = None,
-    ) -> Future[list[Event]]:
-        """Check an append and hand it to the store's writer; return its future.
-
-        The Hub's one write path: :meth:`append` waits on it, ``AsyncHub`` resolves it in
-        its loop. Raises what :meth:`append` raises for bad input, before anything is queued.
-        Never blocks on a writer (an in-memory store writes right here).
-        """
         write = check_write(
             session_id, events, expected_version=expected_version, unless_stored=unless_stored
         )
-        self._supervisor.check(session_id)
+        return self.submit(write).result()
+
+    def submit(self, write: Write) -> Future[list[Event]]:
+        """Hand a checked write to the store's writer (as :meth:`WritingStore.submit`).
+
+        The Hub's one write path: :meth:`append` and :meth:`Turn.commit` wait on it,
+        ``AsyncHub`` resolves it in its loop. Never blocks on a writer (an in-memory store
+        writes right here).
+
+        Raises:
+            HubClosed, SessionFailed: The Hub is closed, or the session failed; nothing
+                was queued.
+        """
+        self._supervisor.check(write.session_id)
         return self._store.submit(write)
 
-    def run_events(self, session_id: str, run_id: str) -> list[Event]:
-        """Return the run's events, oldest first, from the store's run index."""
-        self._live()
-        return self._store.run_events(session_id, run_id)
-
-    def session_state(self, session_id: str) -> SessionState:
-        """Return the session's folded state, from the store."""
-        self._live()
-        return self._store.session_state(session_id)
-
-    def read(
-        self,
-        session_id: str,
-        *,
-        after: int | None = None,
-        before: int | None = None,
-        limit: int | None = None,
-        newest_first: bool = False,
-    ) -> list[Event]:
-        """Read stored events straight from the store (``EventStore.read``); no actor."""
-        self._live()
-        return self._store.read(
-            session_id, after=after, before=before, limit=limit, newest_first=newest_first
-        )
-
-    def last_sequence(self, session_id: str) -> int:
-        """Return the session's last sequence, from the store (0: none)."""
-        self._live()
-        return self._store.last_sequence(session_id)
-
-    def log(self, session_id: str) -> SessionLog:
-        """Return the session's ``Text`` rows as a ``SessionLog``, read from its tail."""
-        self._live()
-        return self._store.log(session_id)
+    read = _from_store(EventStore.read)
+    last_sequence = _from_store(EventStore.last_sequence)
+    log = _from_store(EventStore.log)
+    run_events = _from_store(RunIndexStore.run_events)
+    session_state = _from_store(RunIndexStore.session_state)
 
     # -- the desk API ------------------------------------------------------------------
 
@@ -419,9 +398,9 @@ class Hub:
             expected_state=plan.expected_state,
             reply_present=event is not None,
         )
-        write = check_write(turn.session_id, [] if event is None else [event], share=share)
-        self._supervisor.check(turn.session_id)
-        future = self._store.submit(write)
+        future = self.submit(
+            check_write(turn.session_id, [] if event is None else [event], share=share)
+        )
 
         def mark(done: Future[list[Event]]) -> None:
             if not done.cancelled() and done.exception() is None:
@@ -548,12 +527,7 @@ class Hub:
     def __enter__(self) -> Self:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.close()
 
     # -- internals ---------------------------------------------------------------------

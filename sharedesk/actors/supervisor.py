@@ -29,6 +29,7 @@ actor, the one publisher, which calls back :meth:`ActorSupervisor.publish`.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import threading
 import time
 from collections import OrderedDict, deque
@@ -89,7 +90,8 @@ class ActorSupervisor:
 
     def __init__(self, store: HubStore, options: HubOptions, path: str | None) -> None:
         """Supervise actors over ``store`` (which the caller owns and closes); no I/O."""
-        self._store = store
+        #: The store (shared by every actor).
+        self.store = store
         self._options = options
         self._path = path
         self._lock = threading.Lock()
@@ -102,7 +104,9 @@ class ActorSupervisor:
         self._retired: list[Slot] = []
         self._restart_count = 0
         self._passivated = 0
-        self._closed = False
+        #: Whether :meth:`close` was called (requests then raise ``HubClosed``).
+        self.closed = False
+        self._thread_numbers = itertools.count(1)  # actor threads are numbered per Hub
         self._stopping = threading.Event()
         self._reaper: threading.Thread | None = None
         if options.idle_timeout is not None:
@@ -111,15 +115,9 @@ class ActorSupervisor:
             )
             self._reaper.start()
 
-    @property
-    def store(self) -> HubStore:
-        """The store (shared by every actor)."""
-        return self._store
-
-    @property
-    def closed(self) -> bool:
-        """Whether :meth:`close` was called (requests then raise ``HubClosed``)."""
-        return self._closed
+    def thread_name(self, kind: str) -> str:
+        """Return the name of this Hub's next actor thread of ``kind`` (any thread)."""
+        return f"{THREAD_PREFIX}{kind}-{next(self._thread_numbers)}"
 
     # -- requests ----------------------------------------------------------------------
 
@@ -201,7 +199,7 @@ class ActorSupervisor:
             HubClosed: The supervisor is closed.
             SessionFailed: The session exceeded its restart intensity.
         """
-        if self._closed:
+        if self.closed:
             raise HubClosed(self._path)
         if session_id in self._failed:
             raise SessionFailed(
@@ -270,7 +268,7 @@ class ActorSupervisor:
         """
         token = object()
         with self._lock:
-            if self._closed:
+            if self.closed:
                 raise HubClosed(self._path)
             listeners = dict(self._listeners.get(session_id, {}))
             listeners[token] = listener
@@ -329,7 +327,7 @@ class ActorSupervisor:
         stops, and a caller still waiting on one that does not answer gets ``HubClosed``.
         """
         with self._lock:
-            self._closed = True
+            self.closed = True
             slots = list(self._slots.values()) + self._retired
             self._slots.clear()
             self._retired = []
@@ -364,7 +362,7 @@ class ActorSupervisor:
         # evictor may pick it in between; the request then meets a stopped actor and
         # is resent (see call and _wait). A failed session is refused by the slow path.
         slot = self._slots.get(key)
-        if slot is not None and not self._closed:
+        if slot is not None and not self.closed:
             slot.pins.append(None)
             if self._slots.get(key) is slot and key.session_id not in self._failed:
                 slot.touched = True
@@ -374,12 +372,7 @@ class ActorSupervisor:
 
     def _acquire_slow(self, key: ActorKey, wait: bool) -> Slot:
         with self._lock:
-            if self._closed:
-                raise HubClosed(self._path)
-            if key.session_id in self._failed:
-                raise SessionFailed(
-                    key.session_id, self._options.max_restarts, self._options.restart_period
-                )
+            self.check(key.session_id)
             slot = self._slots.get(key)
             victims: list[Slot] = []
             if slot is None:
@@ -435,7 +428,7 @@ class ActorSupervisor:
                 answer: T = future.get(timeout=max(0.0, min(remaining, _POLL)))
                 return answer
             except pykka.Timeout:
-                if self._closed:
+                if self.closed:
                     raise HubClosed(self._path) from None
                 ref = slot.ref
                 if ref is not None and not ref.is_alive():

@@ -52,7 +52,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping, Sequence
-from typing import Any, Final, Protocol
+from typing import Any, Final
 
 try:
     from agents import Agent as SdkAgent
@@ -68,22 +68,27 @@ except ModuleNotFoundError as exc:
         "pip install 'sharedesk[agents]'"
     ) from exc
 
-from sharedesk.protocol.authors import (
+from sharedesk.protocol import (
+    PAGE_SIZE,
     Agent,
+    ConcurrencyError,
+    Conversation,
+    Event,
+    Item,
     Operator,
     Person,
+    Retracted,
     SessionAuthor,
     System,
+    Text,
+    ValidationError,
     author_key,
     same_participant,
 )
-from sharedesk.protocol.constants import PAGE_SIZE
-from sharedesk.protocol.errors import ConcurrencyError, ValidationError
-from sharedesk.protocol.events import Event, Item, Retracted, Text
+from sharedesk.protocol.ports import AsyncEventStore
 from sharedesk.protocol.validation import check_author, check_conversation, check_session_id
-from sharedesk.protocol.views import Conversation
 
-__all__ = ["ITEM_KEY", "SESSION_KEY", "AsyncEventLog", "DeskRunHooks", "DeskSession"]
+__all__ = ["ITEM_KEY", "SESSION_KEY", "DeskRunHooks", "DeskSession"]
 
 #: Event metadata key holding the exact SDK item of a message stored as ``Text``.
 ITEM_KEY: Final = "sharedesk.item"
@@ -95,28 +100,6 @@ PROMPT_AUTHOR: Final = System(kind="prompt", label="system")
 _TEXT_PARTS: Final = frozenset({"input_text", "output_text"})
 _USER_ROLES: Final = frozenset({"user", "system", "developer"})
 _POP_ATTEMPTS: Final = 64
-
-
-class AsyncEventLog(Protocol):
-    """What a :class:`DeskSession` needs of its hub: ``AsyncHub``'s append and read."""
-
-    async def append(
-        self, session_id: str, events: Sequence[Event], *, expected_version: int | None = None
-    ) -> list[Event]:
-        """Append events to a session and return them as stored."""
-        ...
-
-    async def read(
-        self,
-        session_id: str,
-        *,
-        after: int | None = None,
-        before: int | None = None,
-        limit: int | None = None,
-        newest_first: bool = False,
-    ) -> list[Event]:
-        """Read a session's events."""
-        ...
 
 
 def message_text(item: Mapping[str, Any]) -> str | None:
@@ -182,7 +165,7 @@ class DeskSession:
 
     def __init__(
         self,
-        hub: AsyncEventLog,
+        hub: AsyncEventStore,
         session_id: str,
         agent: SessionAuthor,
         *,
@@ -193,7 +176,7 @@ class DeskSession:
         """Create the session; nothing is read or written until a method is awaited.
 
         Args:
-            hub: An ``AsyncHub`` (or anything with its ``append`` and ``read``).
+            hub: An ``AsyncHub`` (or any other ``AsyncEventStore``).
             session_id: The desk.
             agent: The participant this session speaks for and reads as.
             conversation: The desk's channel (default) or a thread of it.

@@ -24,13 +24,15 @@ import inspect
 import threading
 from collections.abc import Callable, Coroutine
 from concurrent.futures import Future
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 from sharedesk.protocol.errors import RunStateError, ValidationError
 from sharedesk.protocol.events import Event
 from sharedesk.runs import execute
 from sharedesk.runs.rules import RunOptions
 from sharedesk.runs.types import RunResult
+
+T = TypeVar("T")
 
 #: Prefix of the threads that run an async run's bookkeeping.
 THREAD_PREFIX: Final = "sharedesk-arun"
@@ -104,27 +106,15 @@ async def aexecute_run(store: Any, adapter: Any, run_id: str, options: RunOption
         finally:
             stop()
 
-    job: Future[RunResult] = Future()
-
-    def thread_body() -> None:
-        job.set_running_or_notify_cancel()
-        try:
-            job.set_result(work())
-        except BaseException as exc:
-            job.set_exception(exc)
-
-    thread = threading.Thread(target=thread_body, name=f"{THREAD_PREFIX}-{run_id[:8]}", daemon=True)
-    thread.start()
+    job, thread = on_thread(work, f"{THREAD_PREFIX}-{run_id[:8]}")
     waiting = asyncio.wrap_future(job)
     try:
         return await asyncio.shield(waiting)
     except asyncio.CancelledError:
         cancelling = asyncio.ensure_future(asyncio.to_thread(execute.try_cancel, store, run_id))
-        await _settle(cancelling)
+        await settle(cancelling)
         stop()  # after the cancel is recorded: the adapter's end is not a failure
-        await _settle(waiting)
-        if not waiting.cancelled():
-            waiting.exception()  # retrieved: CancelledError wins
+        await settle(waiting)  # its outcome retrieved: CancelledError wins
         cancelling.result()
         raise
     finally:
@@ -132,10 +122,36 @@ async def aexecute_run(store: Any, adapter: Any, run_id: str, options: RunOption
             await asyncio.to_thread(thread.join)
 
 
-async def _settle(task: asyncio.Future[Any]) -> None:
-    """Wait for ``task`` to end, through any further cancellation of ours."""
-    while not task.done():
+def on_thread(fn: Callable[[], T], name: str) -> tuple[Future[T], threading.Thread]:
+    """Run ``fn`` on a daemon thread named ``name``; return the future of its result.
+
+    The one bridge from a coroutine to a thread of its own (also ``AsyncHub``'s): the
+    future is running from the start, so it cannot be recalled.
+    """
+    job: Future[T] = Future()
+    job.set_running_or_notify_cancel()
+
+    def run() -> None:
         try:
-            await asyncio.wait((task,))
+            job.set_result(fn())
+        except BaseException as exc:
+            job.set_exception(exc)
+
+    thread = threading.Thread(target=run, name=name, daemon=True)
+    thread.start()
+    return job, thread
+
+
+async def settle(future: asyncio.Future[Any]) -> None:
+    """Wait until ``future`` is done, through any number of cancellations of ours.
+
+    Its outcome is retrieved (never logged as unretrieved): the caller raises
+    ``CancelledError`` instead.
+    """
+    while not future.done():
+        try:
+            await asyncio.wait((future,))
         except asyncio.CancelledError:
             continue
+    if not future.cancelled():
+        future.exception()
