@@ -105,9 +105,13 @@ class _Bridge:
         else:
             self._window = False
 
-    def watch(self, job: Future[T]) -> asyncio.Future[T]:
-        """Return a loop future completed with ``job``'s outcome, in the loop (loop thread)."""
-        done: asyncio.Future[T] = self._loop.create_future()
+    def watch(self, job: Future[T], done: asyncio.Future[T] | None = None) -> asyncio.Future[T]:
+        """Complete ``done`` (a new loop future by default) with ``job``'s outcome, in the loop.
+
+        Loop thread only; returns ``done``.
+        """
+        if done is None:
+            done = self._loop.create_future()
         if job.done():  # an in-memory write: no hop (hand-offs are chunked already)
             _resolve(job, done)
         else:
@@ -140,6 +144,17 @@ class _Bridge:
                 return
             self._scheduled = True
         self._loop.call_soon(self._drain)
+
+
+class _Settling(asyncio.Future[T]):
+    """The loop future of a write handed off: it refuses ``cancel()``.
+
+    A task cancelled while awaiting it is told once the write has settled (asyncio raises
+    ``CancelledError`` in it then), so a cancelled write is always wholly done or not.
+    """
+
+    def cancel(self, msg: Any | None = None) -> bool:
+        return False
 
 
 def _resolve(job: Future[T], done: asyncio.Future[T]) -> None:
@@ -444,12 +459,9 @@ class AsyncHub:
         if waiting is not None:
             await waiting  # cancelled here: nothing was handed off
             self._live()
-        done = bridge.watch(submit())
-        try:
-            return await asyncio.shield(done)
-        except asyncio.CancelledError:
-            await settle(done)  # handed off: it cannot be recalled
-            raise
+        # Handed off, it cannot be recalled: the future refuses to be cancelled, so a
+        # cancelled task waits for the outcome and then raises CancelledError.
+        return await bridge.watch(submit(), _Settling(loop=asyncio.get_running_loop()))
 
 
 class _Opening:

@@ -149,6 +149,9 @@ class TestOwnItems:
                 reads.append(bounds.get("after"))
                 return await hub.read(session_id, **bounds)
 
+            async def last_sequence(self, session_id: str) -> int:
+                return await hub.last_sequence(session_id)
+
         session = DeskSession(Counting(), "desk", TRIAGE)
 
         async def scenario() -> None:
