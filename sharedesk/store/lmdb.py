@@ -487,15 +487,24 @@ class _WriteTxn:
         """Read what each session's writes need (see :class:`~sharedesk.store.base.WriteTxn`)."""
         txn, dbs = self._txn, self._dbs
         found: dict[str, Facts] = {}
+        # The meta records and the id index entries of the whole group: one lookup each.
+        prefixes = {session_id: session_prefix(session_id) for session_id in wants}
+        metas = dict(self._get_many(b"meta", sorted(prefixes.values())))
+        id_keys = {
+            event_id_key(prefixes[session_id], event_id): (session_id, event_id)
+            for session_id, want in wants.items()
+            for event_id in want.ids
+        }
+        stored_ids: dict[str, dict[str, int]] = {}
+        for key, raw in self._get_many(b"ids", sorted(id_keys)):
+            session_id, event_id = id_keys[key]
+            stored_ids.setdefault(session_id, {})[event_id] = SEQ.unpack(raw)[0]
         for session_id, want in wants.items():
-            prefix = session_prefix(session_id)
-            raw_meta = txn.get(prefix, db=dbs[b"meta"])
+            prefix = prefixes[session_id]
+            raw_meta = metas.get(prefix)
             counts = (0, 0) if raw_meta is None else META.unpack(raw_meta)[:2]
             self._counts[prefix] = counts
-            ids = {event_id_key(prefix, event_id): event_id for event_id in want.ids}
-            stored_at = {
-                ids[key]: SEQ.unpack(raw)[0] for key, raw in self._get_many(b"ids", sorted(ids))
-            }
+            stored_at = stored_ids.get(session_id, {})
             events = self._events(session_id, prefix, [*stored_at.values()], indexed=True)
             rows: dict[int, StoredRow] = {}
             answered: set[int] = set()
