@@ -101,6 +101,8 @@ class PooledWriter:
                 version = self.store.last_sequence(session_id) if check_version else None
                 stored = self.store.append(session_id, events, expected_version=version)
             except ConcurrencyError:
+                if attempt > 1 and self._stored(session_id, events):
+                    return  # an earlier attempt committed, its reply lost: acknowledged now
                 self.say("conflict")
                 return
             except StoreError as error:
@@ -113,6 +115,15 @@ class PooledWriter:
             for event in stored:
                 self.say(f"ack {session_id} {event.id} {event.sequence}")
             return
+
+    def _stored(self, session_id: str, events: list[Event]) -> bool:
+        """Acknowledge ``events`` and return ``True`` if the session holds them (all or none)."""
+        held = {event.id: event for event in self.store.read(session_id)}
+        if events[0].id not in held:
+            return False
+        for event in events:
+            self.say(f"ack {session_id} {event.id} {held[event.id].sequence}")
+        return True
 
     def run(self, seed: int, appends: int, stop: threading.Event) -> None:
         """Append ``appends`` batches (0: until ``stop`` is set), drawn with ``seed``.
