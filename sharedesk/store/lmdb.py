@@ -25,6 +25,7 @@ every ``READER_CHECK_COMMITS`` commits too (a dead reader's slot stops page reus
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final, Literal, TypeVar
@@ -94,6 +95,8 @@ _MIN_MAP_SIZE: Final = 64 * 2**10
 # do); relaxed commits are cheap.
 _GROUP_WAIT_DURABLE: Final = 0.002
 _GROUP_WAIT_RELAXED: Final = 0.0005
+#: Free bytes below which a failed write transaction counts as a full disk.
+DISK_FULL_BELOW: Final = 1 << 20
 
 
 class _MapFull(Exception):
@@ -264,8 +267,11 @@ class LmdbStore(StoreBase):
                 txn.abort()
             finally:
                 lock.release_shared()
-            if isinstance(exc, lmdb.MapFullError | lmdb.DiskError):
-                raise _MapFull(paused, disk=isinstance(exc, lmdb.DiskError)) from exc
+            disk = isinstance(exc, lmdb.DiskError) or (
+                isinstance(exc, lmdb.Error) and self._disk_is_full()
+            )
+            if disk or isinstance(exc, lmdb.MapFullError):
+                raise _MapFull(paused, disk=disk) from exc
             if paused:
                 lock.release_exclusive()
             raise
@@ -274,6 +280,16 @@ class LmdbStore(StoreBase):
         if self._commits % READER_CHECK_COMMITS == 0:
             shared.reclaim_readers()  # a dead reader's slot would stop page reuse
         return result
+
+    def _disk_is_full(self) -> bool:
+        """Whether the store's filesystem has less than :data:`DISK_FULL_BELOW` bytes free.
+
+        LMDB reports a page write cut short by a full disk as ``EIO``, not ``ENOSPC``.
+        """
+        with contextlib.suppress(OSError):
+            stat = os.statvfs(self.path)
+            return stat.f_bavail * stat.f_frsize < DISK_FULL_BELOW
+        return False
 
     def _grow(self, *, paused: bool) -> bool:
         """Double the map (up to ``max_map_size``); return whether it grew.
