@@ -349,18 +349,139 @@ class TestRetraction:
         ]
         assert 4 == len(bodies)
 
-    def test_a_retraction_hides_the_item_from_every_session_on_the_desk(
+    def test_a_retraction_holds_for_a_new_session_of_the_retracting_agent(
         self, hub: AsyncHub
     ) -> None:
+        """Both kinds of retraction belong to the agent, not to one session object."""
+
+        async def scenario() -> tuple[list[Any], list[Any]]:
+            first = DeskSession(hub, "desk", TRIAGE)
+            await first.add_items([USER_MSG, CALL])
+            await first.pop_item()
+            popped = await DeskSession(hub, "desk", TRIAGE).get_items()
+            await first.clear_session()
+            return popped, await DeskSession(hub, "desk", TRIAGE).get_items()
+
+        assert ([USER_MSG], []) == run(scenario())
+
+    def test_clear_session_by_one_agent_leaves_another_agents_memory(self, hub: AsyncHub) -> None:
+        """The bug of issue 23: A's clear_session used to empty B's get_items."""
+
+        async def scenario() -> tuple[list[Any], list[Any], list[Any]]:
+            billing = DeskSession(hub, "desk", BILLING)
+            await billing.add_items([USER_MSG, reply("Refund issued.")])
+            before = await billing.get_items()
+            await DeskSession(hub, "desk", TRIAGE).clear_session()
+            return (
+                before,
+                await billing.get_items(),
+                await DeskSession(hub, "desk", BILLING).get_items(),
+            )
+
+        before, after, fresh = run(scenario())
+
+        assert [USER_MSG, reply("Refund issued.")] == before
+        assert before == after
+        assert before == fresh
+
+    def test_clear_session_empties_only_the_retracting_agents_view(self, hub: AsyncHub) -> None:
         async def scenario() -> list[Any]:
+            await DeskSession(hub, "desk", BILLING).add_items([reply("Refund issued.")])
+            triage = DeskSession(hub, "desk", TRIAGE)
+            await triage.clear_session()
+            return await triage.get_items()
+
+        assert [] == run(scenario())
+
+    def test_pop_item_by_one_agent_leaves_another_agents_memory(self, hub: AsyncHub) -> None:
+        async def scenario() -> tuple[Any, list[Any], list[Any], list[Any]]:
             qa = DeskSession(hub, "desk", QA)
             await qa.get_items()  # qa has folded the desk before the pop
             billing = DeskSession(hub, "desk", BILLING)
             await billing.add_items([reply("Refund issued.")])
+            popped = await DeskSession(hub, "desk", TRIAGE).pop_item()
+            return (
+                popped,
+                await qa.get_items(),
+                await billing.get_items(),
+                await DeskSession(hub, "desk", TRIAGE).get_items(),
+            )
+
+        named = {"role": "user", "content": "[Billing] Refund issued."}
+
+        assert (named, [named], [reply("Refund issued.")], []) == run(scenario())
+
+    def test_an_agents_own_pop_leaves_other_agents_seeing_the_item(self, hub: AsyncHub) -> None:
+        async def scenario() -> list[Any]:
+            billing = DeskSession(hub, "desk", BILLING)
+            await billing.add_items([reply("Refund issued.")])
             await billing.pop_item()
-            return await qa.get_items()
+            return await DeskSession(hub, "desk", QA).get_items()
+
+        assert [{"role": "user", "content": "[Billing] Refund issued."}] == run(scenario())
+
+
+class TestLimit:
+    @pytest.mark.parametrize("limit", [True, False, 2.5, "3", [1]])
+    def test_a_limit_other_than_an_int_or_none_is_refused_and_nothing_is_read(
+        self, hub: AsyncHub, limit: Any
+    ) -> None:
+        calls: list[str] = []
+
+        class Recording:
+            async def append(self, session_id: str, events: Any, **kw: Any) -> list[Event]:
+                calls.append("append")
+                return await hub.append(session_id, events, **kw)
+
+            async def read(self, session_id: str, **bounds: Any) -> list[Event]:
+                calls.append("read")
+                return await hub.read(session_id, **bounds)
+
+            async def last_sequence(self, session_id: str) -> int:
+                calls.append("last_sequence")
+                return await hub.last_sequence(session_id)
+
+        session = DeskSession(Recording(), "desk", TRIAGE)
+
+        async def scenario() -> None:
+            with pytest.raises(ValidationError, match="limit"):
+                await session.get_items(limit=limit)
+
+        run(scenario())
+
+        assert [] == calls
+
+    def test_a_bad_session_settings_limit_is_refused_and_nothing_is_read(
+        self, hub: AsyncHub
+    ) -> None:
+        settings = SessionSettings()
+        settings.limit = "3"  # type: ignore[assignment]  # pydantic checks only __init__
+        session = DeskSession(hub, "desk", TRIAGE, session_settings=settings)
+
+        async def scenario() -> None:
+            with pytest.raises(ValidationError, match=r"session_settings\.limit"):
+                await session.get_items()
+
+        run(scenario())
+
+    def test_limit_zero_is_no_items(self, hub: AsyncHub) -> None:
+        session = DeskSession(hub, "desk", TRIAGE)
+
+        async def scenario() -> list[Any]:
+            await session.add_items([USER_MSG])
+            return await session.get_items(limit=0)
 
         assert [] == run(scenario())
+
+    def test_a_negative_limit_is_every_item_as_in_sqlite_session(self, hub: AsyncHub) -> None:
+        """The SDK's own tests hold SQLiteSession to its unlimited negative-limit read."""
+        session = DeskSession(hub, "desk", TRIAGE)
+
+        async def scenario() -> list[Any]:
+            await session.add_items([USER_MSG, CALL])
+            return await session.get_items(limit=-1)
+
+        assert [USER_MSG, CALL] == run(scenario())
 
 
 class TestRunHooks:
