@@ -34,10 +34,12 @@ How ``get_items`` reads (relative to the session's ``agent``, the *viewer*):
 * Another agent's tool calls, tool outputs and other non-message items are left out:
   they stay with the agent that made them.
 * ``pop_item`` appends ``Retracted(target=<event id>)`` for the newest item the viewer
-  sees; ``clear_session`` appends ``Retracted(through=<last sequence read>)``. A
-  retraction edits the desk's shared memory: what it names no longer comes back from
-  any ``DeskSession`` on that conversation, while the rows stay in the log, readable
-  with ``hub.read`` (and still shown by views, which show the log as written).
+  sees; ``clear_session`` appends ``Retracted(through=<last sequence read>)``, both
+  authored by the session's ``agent``. A retraction is that agent's own: what it names
+  no longer comes back from any ``DeskSession`` of the same agent on that conversation
+  (a new one too), while every other agent's sessions still get what they got before
+  (one agent never erases another's memory). The rows stay in the log, readable with
+  ``hub.read`` (and still shown by views, which show the log as written).
 * With ``conversation=Conversation(session_id, thread_root=R)`` the session lives in
   the thread of root ``R``: its rows are replies to ``R`` and it reads only ``R`` and
   the rows replying to it. Without, it lives in the desk's channel (rows without a
@@ -86,7 +88,11 @@ from sharedesk.protocol import (
     same_participant,
 )
 from sharedesk.protocol.ports import AsyncEventStore
-from sharedesk.protocol.validation import check_author, check_conversation, check_session_id
+from sharedesk.protocol.validation import (
+    check_author,
+    check_conversation,
+    check_session_id,
+)
 
 __all__ = ["ITEM_KEY", "SESSION_KEY", "DeskRunHooks", "DeskSession"]
 
@@ -100,6 +106,13 @@ PROMPT_AUTHOR: Final = System(kind="prompt", label="system")
 _TEXT_PARTS: Final = frozenset({"input_text", "output_text"})
 _USER_ROLES: Final = frozenset({"user", "system", "developer"})
 _POP_ATTEMPTS: Final = 64
+
+
+def _check_limit(name: str, value: Any) -> int | None:
+    """Return ``value`` if it is ``None`` or an ``int`` (not a ``bool``)."""
+    if value is None or (isinstance(value, int) and not isinstance(value, bool)):
+        return value
+    raise ValidationError(f"{name} must be an int or None, got {type(value).__name__}")
 
 
 def message_text(item: Mapping[str, Any]) -> str | None:
@@ -221,20 +234,27 @@ class DeskSession:
 
         Args:
             limit: The newest ``limit`` items (``None``: ``session_settings.limit``, and
-                when that is ``None`` too, every item; ``0``: none; negative: every item).
+                when that is ``None`` too, every item; ``0``: none; negative: every
+                item, as ``SQLiteSession`` reads it).
 
         Returns:
             Fresh dicts (changing them changes nothing stored).
 
+        Raises:
+            ValidationError: ``limit`` (or ``session_settings.limit``) is not ``None`` or
+                an ``int`` (``True``, ``2.5`` and ``"3"`` are not); nothing is read.
+
         Cost: one ``read`` of the rows appended since this session's last read, then
         O(items returned) (O(rows kept) when most rows are another agent's tool items).
         """
+        wanted = _check_limit("limit", limit)
+        if wanted is None and self.session_settings is not None:
+            wanted = _check_limit("session_settings.limit", self.session_settings.limit)
         await self._refresh()
-        if limit is None and self.session_settings is not None:
-            limit = self.session_settings.limit
-        if limit is not None and limit == 0:
+        if wanted == 0:
             return []
-        wanted = None if limit is None or limit < 0 else limit
+        if wanted is not None and wanted < 0:
+            wanted = None
         found: list[TResponseInputItem] = []
         for event in reversed(self._rows.values()):
             item = self._render(event)
@@ -383,10 +403,17 @@ class DeskSession:
             self._seen = sequence
             body = event.body
             if isinstance(body, Retracted):
-                self._retract(event, body)
+                if self._is_own(event):
+                    self._retract(event, body)
             elif isinstance(body, Text | Item) and self._in_conversation(event):
                 self._rows[sequence] = event
                 self._sequence_of[event.id] = sequence
+
+    def _is_own(self, event: Event) -> bool:
+        """Whether ``event`` was written for this session's agent (any of its sessions)."""
+        return event.metadata.get(SESSION_KEY) == self._key or same_participant(
+            event.author, self.agent
+        )
 
     def _retract(self, event: Event, body: Retracted) -> None:
         if body.target is not None:
@@ -408,9 +435,7 @@ class DeskSession:
         """Return the item ``event`` gives this session's agent, or ``None`` (not for it)."""
         body = event.body
         stored: Any = body.item if isinstance(body, Item) else event.metadata.get(ITEM_KEY)
-        own = event.metadata.get(SESSION_KEY) == self._key or same_participant(
-            event.author, self.agent
-        )
+        own = self._is_own(event)
         if isinstance(stored, Mapping):
             if own:
                 return copy.deepcopy(dict(stored))  # type: ignore[return-value]
