@@ -90,6 +90,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
 # Public modules documented beside the package root, with the names they export.
 MODULES: dict[str, tuple[str, ...]] = {
     "sharedesk.integrations.openai_agents": ("DeskSession", "DeskRunHooks"),
+    "sharedesk.integrations.agent_framework": ("DeskHistoryProvider",),
 }
 
 
