@@ -20,8 +20,9 @@ stored or not at all):
   :class:`~sharedesk.Item` row holding ``Message.to_dict()``, which views skip.
 * Each row names the provider's agent in ``metadata["sharedesk.provider"]`` (its
   :func:`~sharedesk.protocol.author_key`) and is authored by who said it: a message whose
-  ``author_name`` names a known participant (the provider's ``agent``, one of
-  ``authors``, or an author already on the desk, by id or label) is that participant's;
+  ``author_name`` names a known participant (the provider's ``agent``, by id or label or
+  as the framework agent that ran, one of ``authors``, or an author already on the desk,
+  by id or label) is that participant's;
   otherwise a ``"user"`` message is ``user``'s (default ``Person("user", "user")``) or,
   with an ``author_name``, ``Person(author_name, author_name)``; a ``"system"`` message
   is ``System(kind="prompt")``'s; every other message (the agent's replies, its tool
@@ -51,7 +52,13 @@ from collections.abc import Mapping, Sequence, Set
 from typing import Any, Final
 
 try:
-    from agent_framework import HistoryProvider, Message
+    from agent_framework import (
+        AgentSession,
+        HistoryProvider,
+        Message,
+        SessionContext,
+        SupportsAgentRun,
+    )
 except ModuleNotFoundError as exc:
     if exc.name != "agent_framework":
         raise
@@ -78,12 +85,14 @@ from sharedesk.protocol.events import new_event_id
 from sharedesk.protocol.ports import AsyncEventStore
 from sharedesk.protocol.validation import check_author, check_bool, check_session_id, check_text
 
-__all__ = ["MESSAGE_KEY", "PROVIDER_KEY", "DeskHistoryProvider"]
+__all__ = ["MESSAGE_KEY", "PROVIDER_KEY", "SPEAKER_STATE_KEY", "DeskHistoryProvider"]
 
 #: Event metadata key holding ``Message.to_dict()`` of a message stored as ``Text``.
 MESSAGE_KEY: Final = "sharedesk.message"
 #: Event metadata key naming the agent (``author_key``) whose provider saved a row.
 PROVIDER_KEY: Final = "sharedesk.provider"
+#: Key of the provider-scoped session state naming the framework agent that ran last.
+SPEAKER_STATE_KEY: Final = "sharedesk.speaker"
 #: Author of ``"system"`` messages.
 PROMPT_AUTHOR: Final = System(kind="prompt", label="system")
 
@@ -170,6 +179,24 @@ class DeskHistoryProvider(HistoryProvider):
         self._hub = hub
         self._key = author_key(self.agent)
 
+    async def after_run(
+        self,
+        *,
+        agent: SupportsAgentRun,
+        session: AgentSession,
+        context: SessionContext,
+        state: dict[str, Any],
+    ) -> None:
+        """Store the run's messages as ``HistoryProvider`` does, its agent's as ``agent``'s.
+
+        The framework agent's ``name`` (which the framework puts in the ``author_name`` of
+        its replies) is noted in ``state[SPEAKER_STATE_KEY]`` first, so its replies are
+        ``agent``'s whatever the agent is called.
+        """
+        if isinstance(agent.name, str) and agent.name:
+            state[SPEAKER_STATE_KEY] = agent.name
+        await super().after_run(agent=agent, session=session, context=context, state=state)
+
     async def get_messages(
         self, session_id: str | None, *, state: dict[str, Any] | None = None, **kwargs: Any
     ) -> list[Message]:
@@ -207,8 +234,9 @@ class DeskHistoryProvider(HistoryProvider):
         checked = [_check_message(index, m) for index, m in enumerate(messages)]
         if not checked:
             return
+        speaker = None if state is None else state.get(SPEAKER_STATE_KEY)
         known: list[SessionAuthor] | None = None
-        if any(self._named(m) is None and m.author_name for m in checked):
+        if any(self._named(m, speaker) is None and m.author_name for m in checked):
             known = [e.author for e in await self._read_all(desk)]
         events: list[Event] = []
         ids: set[str] = set()
@@ -224,26 +252,27 @@ class DeskHistoryProvider(HistoryProvider):
             if event_id is None or not event_id or event_id in ids:
                 event_id = new_event_id()
             ids.add(event_id)
-            events.append(
-                Event(self._author_of(message, known or []), body, id=event_id, metadata=metadata)
-            )
+            author = self._author_of(message, speaker, known or [])
+            events.append(Event(author, body, id=event_id, metadata=metadata))
         await self._hub.append(desk, events)
 
     # -- internals --------------------------------------------------------------------
 
-    def _named(self, message: Message) -> SessionAuthor | None:
+    def _named(self, message: Message, speaker: object) -> SessionAuthor | None:
         """Return the author ``author_name`` names among the agent and ``authors``, if any."""
         name = message.author_name
         if not name:
             return None
         if name in self.authors:
             return self.authors[name]
-        if _names(self.agent, name):
+        if name == speaker or _names(self.agent, name):
             return self.agent
         return None
 
-    def _author_of(self, message: Message, known: Sequence[SessionAuthor]) -> SessionAuthor:
-        named = self._named(message)
+    def _author_of(
+        self, message: Message, speaker: object, known: Sequence[SessionAuthor]
+    ) -> SessionAuthor:
+        named = self._named(message, speaker)
         if named is not None:
             return named
         name = message.author_name

@@ -349,6 +349,21 @@ class TestSaving:
             ("user", "text"),
         ] == [(m.role, m.contents[0].type) for m in client.requests[2]]
 
+    def test_the_running_agents_replies_are_the_providers_agents_whatever_its_name(
+        self, hub: AsyncHub
+    ) -> None:
+        agent = AfAgent(
+            client=ScriptedClient(said("Hello.")),
+            name="Triage Bot",
+            context_providers=[DeskHistoryProvider(hub, TRIAGE)],
+        )
+
+        async def scenario() -> list[Event]:
+            await agent.run("hi", session=agent.create_session(session_id="desk"))
+            return await hub.read("desk")
+
+        assert [USER, TRIAGE] == [e.author for e in run(scenario())]
+
     def test_author_name_of_a_known_participant_is_that_participant(self, hub: AsyncHub) -> None:
         async def scenario() -> list[Event]:
             await hub.post("desk", Person(id="alice", label="Alice"), "hello")
