@@ -106,8 +106,10 @@ class DeskHistoryProvider(HistoryProvider):
 
     The framework calls ``get_messages`` before a run (unless ``load_messages=False``)
     and ``save_messages`` after it with the run's inputs and replies, as the flags say
-    (``HistoryProvider`` documents them). Stateless between calls, so one provider may
-    serve any number of sessions and event loops.
+    (``HistoryProvider`` documents them). The provider itself keeps nothing between
+    calls (the desk holds the history; the session's provider state holds only the name
+    of the framework agent that ran), so one provider may serve any number of sessions
+    and event loops.
 
     Attributes:
         agent: The viewer: whose messages come back as saved, and the author of replies.
