@@ -128,9 +128,10 @@ class Item(_Body, frozen=True, tag="item"):
 class Retracted(_Body, frozen=True, tag="retracted"):
     """Earlier rows were withdrawn; the log stays append-only and they stay readable.
 
-    Readers that honour retractions (the Agents SDK integration's ``get_items``) no
-    longer return the rows it names. Views, turns and transcripts show the log as it was
-    written: a retraction gives no log row and no transcript message.
+    Readers that honour retractions (the Agents SDK integration's ``get_items``, the
+    Agent Framework integration's ``get_messages``) no longer return the rows it names to
+    the retracting agent; other agents still get them. Views, turns and transcripts show
+    the log as it was written: a retraction gives no log row and no transcript message.
 
     Attributes:
         target: The ``id`` of the one event withdrawn (``pop_item``), or ``None``.
