@@ -306,6 +306,8 @@ class DeskSession:
     async def pop_item(self) -> TResponseInputItem | None:
         """Retract the newest item this session sees and return it (``None``: none).
 
+        The item no longer comes back to any session of this agent; other agents keep it.
+
         Cost: one ``read`` of new rows and one ``append`` (more when another writer
         appends in between: the retraction is appended only on the log it was chosen
         from, ``expected_version``).
@@ -331,6 +333,8 @@ class DeskSession:
 
     async def clear_session(self) -> None:
         """Retract every item of the conversation so far (the rows stay in the log).
+
+        For every session of this agent, a new one too; other agents keep their items.
 
         Cost: one ``read`` of new rows and one ``append`` (none when nothing is visible).
         """
