@@ -1,28 +1,21 @@
 """One LMDB environment per path per process, shared by every LmdbStore on that path.
 
-py-lmdb refuses to open one environment twice in a process, so stores on the same (real)
-path share one :class:`SharedEnvironment`, reference-counted and closed when the last
-store releases it. This registry is sharedesk's one piece of process-wide mutable state,
-because the environment itself is process-wide.
+py-lmdb refuses to open one environment twice in a process, so stores on one (real) path
+share a reference-counted :class:`SharedEnvironment`, closed with its last store. This
+registry is sharedesk's one piece of process-wide mutable state, because the environment
+itself is process-wide.
 
-Resizing the map remaps the file, so it is only safe while no transaction of this
-process is open: every transaction holds the :class:`ResizeLock` shared, a resize (or
-adopting a map another process grew, ``MapResizedError``) holds it exclusively.
+Resizing the map remaps the file, so every transaction holds the :class:`ResizeLock`
+shared, and a resize (or adopting a map another process grew) holds it exclusively.
 
-Several processes. Opening an existing file never takes LMDB's write lock, so it never
-waits for another process's writer. The open of a new file creates the sub-databases and
-the format record (:data:`FORMAT_KEY`, in LMDB's unnamed database) in one write
-transaction; any other content is refused (``StoreFormatError``). py-lmdb publishes
-sub-database handles to every transaction only from a write transaction, so the first
-write publishes them; until then each read opens the handles it uses in its own
-transaction, one such read at a time, as LMDB requires of ``mdb_dbi_open``.
-
-Reader slots of processes that died are reclaimed (``reader_check``) at open, when a
-read finds the reader table full, and by each writer every ``READER_CHECK_COMMITS``
-commits (a stale slot pins the oldest snapshot, so the file grows). py-lmdb reads inside
-``lmdb.open``, before there is an environment to reclaim slots with, so a process that
-finds every slot held by dead processes fails to open (``StoreIOError``) until an open
-one reclaims them.
+Opening an existing file never takes LMDB's write lock, so it never waits for another
+process's writer. The open of a new file creates the sub-databases and the format record
+(:data:`FORMAT_KEY`) in one write transaction; other content is ``StoreFormatError``.
+py-lmdb publishes sub-database handles only from a write transaction, so the first write
+publishes them; until then each read opens its own, one such read at a time, as LMDB
+requires of ``mdb_dbi_open``. The open reclaims dead processes' reader slots too, but
+py-lmdb reads inside ``lmdb.open``: a process that finds every slot held by dead
+processes fails to open (``StoreIOError``) until an open one reclaims them.
 """
 
 from __future__ import annotations
@@ -201,12 +194,8 @@ class SharedEnvironment:
 
         The caller holds :attr:`lock` shared.
         """
-        published = self.published
-        if published is not None:
-            with self.env.begin(buffers=False) as txn:
-                yield txn, published
-            return
-        with self._handles_lock, self.env.begin(buffers=False) as txn:
+        lock = self._handles_lock if self.published is None else contextlib.nullcontext()
+        with lock, self.env.begin(buffers=False) as txn:
             yield txn, self.published or _OwnHandles(self.env, txn)
 
     def publish(self) -> None:

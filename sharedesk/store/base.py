@@ -3,23 +3,20 @@
 The public methods of every store are written, validated and documented here, once;
 ``MemoryStore``, ``LmdbStore`` and ``PostgresStore`` implement the hooks at the end.
 
-One write path: ``submit(write)`` (``append`` waits on it). The writer takes a group of
-writes, opens one write transaction (``_transact``), reads the ``Facts`` of the sessions
-the group touches (``WriteTxn.facts``), plans each write on top of the ones before
-(:func:`~sharedesk.projection.append.plan_write`), puts the plans that passed
-(``WriteTxn.put``) and commits. A write whose plan raises fails alone and writes
-nothing; a group that fails with ``StoreFullError`` is retried one write per
-transaction. Then the ``on_commit`` callbacks run, in commit order, and only then is
-each future of the group completed, once. With ``writer=None`` (``MemoryStore``) this
-runs on the caller's thread under the store's lock, otherwise on the group-committing
-thread of :mod:`sharedesk.store._group_commit`.
+One write path, ``submit``. The writer (:mod:`sharedesk.store._group_commit`, or the
+caller's thread under the store's lock with ``writer=None``) takes a group of writes and
+runs one ``_transact``: read the ``Facts`` of the sessions the group touches
+(``WriteTxn.facts``), plan each write on top of the ones before
+(:func:`~sharedesk.projection.append.plan_write`), put the plans that passed
+(``WriteTxn.put``), commit. A write whose plan raises fails alone; a group that fails
+with ``StoreFullError`` is retried one write per transaction.
 
 Hooks, called with checked arguments on an open store: ``_transact(work)`` runs
 ``work(txn)`` in one write transaction and commits (perhaps again, in a fresh one, after
-a retryable failure); a failure raises a ``SharedeskError``. ``_close()`` releases the
-resources once, after the writer has stopped. Each read hook returns what the public
-method of its name does (``after`` an int, ``before`` ``None`` or above ``after + 1``,
-``limit`` ``None`` or positive, ``roots`` a non-empty list).
+a retryable failure), raising a ``SharedeskError``; ``_close()`` releases the resources
+once the writer has stopped; each read hook returns what the public method of its name
+does (``after`` an int, ``before`` ``None`` or above ``after + 1``, ``limit`` ``None`` or
+positive, ``roots`` a non-empty list).
 """
 
 from __future__ import annotations
@@ -70,7 +67,7 @@ class StoreBase(ABC):
     """The store port, written once: validation, the write path, the reads, the lifecycle.
 
     Thread-safe. A subclass implements the hooks and calls ``super().__init__`` last, once
-    its resources are open (it starts the writer thread).
+    its resources are open.
 
     Every public method checks its arguments first: a malformed one raises
     ``ValidationError``, and nothing is read or written. Once the store is closed, reads
@@ -108,17 +105,12 @@ class StoreBase(ABC):
     # -- writes ------------------------------------------------------------------------
 
     def submit(self, write: Write) -> Future[list[Event]]:
-        """Queue a checked write to the store's writer; the only write path.
-
-        Args:
-            write: A write built by :func:`~sharedesk.protocol.validation.check_write`
-                (it is not checked again).
+        """Queue ``write`` (built by ``check_write``, not checked again); the one write path.
 
         Returns:
-            A future completed once, by the writer, after the ``on_commit`` callbacks of
-            its commit ran: with what ``append`` returns (for a commit, the stored reply
-            as a list, empty without one), or with the error it would raise. Sync callers
-            wait on ``.result()``; async callers use ``add_done_callback``.
+            A future completed once, after the ``on_commit`` callbacks of its commit ran:
+            with what ``append`` returns (for a commit, the stored reply as a list, empty
+            without one), or with the error it would raise.
 
         Cost: without a writer thread (``MemoryStore``), the whole write, done on return;
         otherwise one queue append, never blocking on the writer.
@@ -158,10 +150,8 @@ class StoreBase(ABC):
         Args:
             session_id: The session.
             events: Events with ``sequence`` and ``timestamp`` left ``None``.
-            expected_version: When set, append only if the session's last sequence
-                equals it.
-            unless_stored: When set, append only if the session holds no event with
-                this id (checked inside the write transaction).
+            expected_version: Append only if the session's last sequence equals it.
+            unless_stored: Append only if the session holds no event with this id.
 
         Returns:
             One stored event per input, in input order; an event whose ``id`` the
@@ -170,7 +160,7 @@ class StoreBase(ABC):
 
         Raises:
             ConcurrencyError: ``expected_version`` differs from the last sequence.
-            AlreadyStored: The event ``unless_stored`` names is stored; nothing written.
+            AlreadyStored: The event ``unless_stored`` names is stored.
             StoreFullError: The store may not grow to hold the events.
             StoreClosedError: The store is closed (also when it closes while waiting).
             StoreIOError: The backend failed; the cause is chained.
@@ -195,32 +185,28 @@ class StoreBase(ABC):
         expected_version: int | None = None,
         reply_present: bool = False,
     ) -> list[Event]:
-        """Append ``events`` and store ``state`` in one atomic, durable step.
+        """Append ``events`` and store ``state`` in one atomic step; return as :meth:`append`.
 
-        The state is keyed by (session, viewer, ``state.conversation``); ``events`` may
-        be empty (a turn committed without a reply). Checks run in this order: input,
-        ``expected_version``, the stored state, parents, the present set; on any error
-        nothing is written.
+        The state is keyed by (session, viewer, ``state.conversation``). Checks run in this
+        order: input, ``expected_version``, the stored state, parents, the present set; on
+        any error nothing is written.
 
         Args:
             session_id: The session.
-            events: Events to append, as for :meth:`append`.
+            events: As for :meth:`append`; may be empty (a turn committed without a reply).
             viewer: The participant's :func:`~sharedesk.protocol.author_key`.
             state: The state to store.
             expected_state: The state the caller read (``None``: no state stored).
-            expected_version: When set, write only if the last sequence equals it.
+            expected_version: As for :meth:`append`.
             reply_present: Note the first event's stored sequence (its old one when its
                 id was stored before) as present in ``state``, inside the transaction.
 
-        Returns:
-            The events as stored, as :meth:`append` returns them.
-
         Raises:
-            ConcurrencyError: ``expected_version`` differs from the last sequence.
+            ConcurrencyError, StoreFullError, StoreClosedError, StoreIOError: As for
+                :meth:`append`.
             SharingStateConflict: The stored state is not ``expected_state``.
             PresentSetOverflow: Noting the reply overflows the present set.
             CorruptRecordError: The stored state cannot be decoded.
-            StoreFullError, StoreClosedError, StoreIOError: As for :meth:`append`.
 
         Cost: as :meth:`append`, plus one state read and write in the same transaction.
         """
