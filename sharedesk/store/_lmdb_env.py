@@ -120,25 +120,16 @@ class _OwnHandles(dict[bytes, Any]):
 
 
 class SharedEnvironment:
-    """One open LMDB environment, its sub-databases, and who uses it.
-
-    Attributes:
-        path: The environment's real path.
-        env: The py-lmdb environment.
-        durability: ``"durable"`` or ``"relaxed"``, as opened.
-        lock: Held shared by every transaction, exclusively by a resize.
-        closed: Set once the environment is closed (under the exclusive lock).
-        published: The handles every transaction may use, once published (else ``None``).
-    """
+    """One open LMDB environment (at its real ``path``), its sub-databases, who uses it."""
 
     def __init__(self, path: str, env: Any, durability: str) -> None:
         self.path = path
         self.env = env
-        self.durability = durability
-        self.lock = ResizeLock()
-        self.closed = False
+        self.durability = durability  # as opened
+        self.lock = ResizeLock()  # shared by every transaction, exclusive for a resize
+        self.closed = False  # set under the exclusive lock
         self.refs = 0
-        self.published: dict[bytes, Any] | None = None
+        self.published: dict[bytes, Any] | None = None  # the handles, once published
         # Held by a read transaction that opens its own handles, for its whole life, and
         # by the publishing write transaction while it opens them (mdb_dbi_open).
         self._handles_lock = threading.RLock()

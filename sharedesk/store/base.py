@@ -3,13 +3,10 @@
 The public methods of every store are written, validated and documented here, once;
 ``MemoryStore``, ``LmdbStore`` and ``PostgresStore`` implement the hooks at the end.
 
-One write path, ``submit``. The writer (:mod:`sharedesk.store._group_commit`, or the
-caller's thread under the store's lock with ``writer=None``) takes a group of writes and
-runs one ``_transact``: read the ``Facts`` of the sessions the group touches
-(``WriteTxn.facts``), plan each write on top of the ones before
-(:func:`~sharedesk.projection.append.plan_write`), put the plans that passed
-(``WriteTxn.put``), commit. A write whose plan raises fails alone; a group that fails
-with ``StoreFullError`` is retried one write per transaction.
+One write path, ``submit``. The writer (the thread of :mod:`sharedesk.store._group_commit`,
+or with ``writer=None`` the caller's thread under the store's lock) runs each group of
+writes as one ``_transact`` of :func:`~sharedesk.store._group_commit.plan_group`; a group
+that fails with ``StoreFullError`` is retried one write per transaction.
 
 Hooks, called with checked arguments on an open store: ``_transact(work)`` runs
 ``work(txn)`` in one write transaction and commits (perhaps again, in a fresh one, after
