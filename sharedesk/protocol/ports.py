@@ -143,11 +143,7 @@ class AsyncEventStore(Protocol):
     """``EventStore``'s writes and reads as coroutines (``AsyncHub`` implements it)."""
 
     async def append(
-        self,
-        session_id: str,
-        events: Sequence[Event],
-        *,
-        expected_version: int | None = None,
+        self, session_id: str, events: Sequence[Event], *, expected_version: int | None = None
     ) -> list[Event]:
         """Append ``events``; return them as stored."""
 

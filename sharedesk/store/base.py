@@ -27,11 +27,7 @@ from datetime import UTC, datetime
 from typing import ClassVar, Self, TypeVar
 
 from sharedesk.protocol._log import logger
-from sharedesk.protocol.errors import (
-    SharedeskError,
-    StoreClosedError,
-    StoreFullError,
-)
+from sharedesk.protocol.errors import SharedeskError, StoreClosedError, StoreFullError
 from sharedesk.protocol.events import Event
 from sharedesk.protocol.ports import CommitCallback, SessionInfo
 from sharedesk.protocol.records import private_copy
@@ -186,7 +182,8 @@ class StoreBase(ABC):
 
         The state is keyed by (session, viewer, ``state.conversation``). Checks run in this
         order: input, ``expected_version``, the stored state, parents, the present set; on
-        any error nothing is written.
+        any error nothing is written. Raises what :meth:`append` raises (but
+        ``AlreadyStored``), and the errors below.
 
         Args:
             session_id: The session.
@@ -199,8 +196,6 @@ class StoreBase(ABC):
                 id was stored before) as present in ``state``, inside the transaction.
 
         Raises:
-            ConcurrencyError, StoreFullError, StoreClosedError, StoreIOError: As for
-                :meth:`append`.
             SharingStateConflict: The stored state is not ``expected_state``.
             PresentSetOverflow: Noting the reply overflows the present set.
             CorruptRecordError: The stored state cannot be decoded.
