@@ -43,7 +43,6 @@ class SessionLog(Protocol):
 
     def read_before(self, before: int | None, limit: int) -> SessionPage:
         """Return at most ``limit`` rows below ``before`` (``None``: from the newest row)."""
-        ...
 
 
 @runtime_checkable
@@ -51,20 +50,15 @@ class ReplyIndex(Protocol):
     """A session's first-reply index, lent to the turn planner: root -> first reply."""
 
     def first_replies(self, roots: Collection[int]) -> Mapping[int, int]:
-        """Return, for each root asked that has one, its first non-blank reply's sequence.
-
-        A sequence that is not a root ``Text`` row, or a root with no non-blank reply
-        yet, is left out.
-        """
-        ...
+        """Return each asked root's first non-blank reply, as ``StoreBase.first_replies``."""
 
 
 @runtime_checkable
 class EventStore(Protocol):
     """The store interface shared by every backend and the Hub.
 
-    Each store port states signatures only: every method's contract (arguments, errors,
-    cost) is documented once, on ``sharedesk.store.base.StoreBase``.
+    The store ports state signatures; each method's contract is documented once, on
+    ``sharedesk.store.base.StoreBase``.
     """
 
     def append(
@@ -76,7 +70,6 @@ class EventStore(Protocol):
         unless_stored: str | None = None,
     ) -> list[Event]:
         """Append ``events``; return them as stored."""
-        ...
 
     def read(
         self,
@@ -88,19 +81,15 @@ class EventStore(Protocol):
         newest_first: bool = False,
     ) -> list[Event]:
         """Return stored events with ``after < sequence < before``."""
-        ...
 
     def last_sequence(self, session_id: str) -> int:
         """Return the session's last sequence."""
-        ...
 
     def log(self, session_id: str) -> SessionLog:
         """Return the session's ``Text`` rows as a :class:`SessionLog`."""
-        ...
 
     def close(self) -> None:
         """Close the store."""
-        ...
 
     def __enter__(self) -> Self: ...
 
@@ -120,7 +109,6 @@ class SharingStateStore(Protocol):
         self, session_id: str, viewer: str, conversation: Conversation
     ) -> SharingState | None:
         """Return the stored sharing state, or ``None``."""
-        ...
 
     def append_and_share(
         self,
@@ -134,11 +122,9 @@ class SharingStateStore(Protocol):
         reply_present: bool = False,
     ) -> list[Event]:
         """Append ``events`` and store ``state`` in one step."""
-        ...
 
     def first_replies(self, session_id: str, roots: Collection[int]) -> dict[int, int]:
         """Return each root's first reply."""
-        ...
 
 
 @runtime_checkable
@@ -147,29 +133,19 @@ class WritingStore(Protocol):
 
     def submit(self, write: Write) -> Future[list[Event]]:
         """Queue a checked write."""
-        ...
 
     def on_commit(self, callback: CommitCallback) -> Callable[[], None]:
         """Call ``callback`` after each commit; return the remover."""
-        ...
 
 
 @runtime_checkable
 class AsyncEventStore(Protocol):
-    """``EventStore``'s writes and reads as coroutines (``AsyncHub`` implements it).
-
-    The contract of each method is ``EventStore``'s (documented on ``StoreBase``).
-    """
+    """``EventStore``'s writes and reads as coroutines (``AsyncHub`` implements it)."""
 
     async def append(
-        self,
-        session_id: str,
-        events: Sequence[Event],
-        *,
-        expected_version: int | None = None,
+        self, session_id: str, events: Sequence[Event], *, expected_version: int | None = None
     ) -> list[Event]:
         """Append ``events``; return them as stored."""
-        ...
 
     async def read(
         self,
@@ -181,33 +157,26 @@ class AsyncEventStore(Protocol):
         newest_first: bool = False,
     ) -> list[Event]:
         """Return stored events with ``after < sequence < before``."""
-        ...
 
     async def last_sequence(self, session_id: str) -> int:
         """Return the session's last sequence."""
-        ...
 
 
 @runtime_checkable
 class RunIndexStore(EventStore, Protocol):
     """A store that keeps each session's state and run index as events are appended.
 
-    Every store and the ``Hub`` implement it; ``SessionManager`` uses it to read only what
-    an answer needs (never the history).
+    Every store and the ``Hub`` implement it, so ``SessionManager`` never reads a history.
     """
 
     def run_events(self, session_id: str, run_id: str) -> list[Event]:
         """Return the events carrying ``run_id``."""
-        ...
 
     def session_state(self, session_id: str) -> SessionState:
         """Return the session's folded state."""
-        ...
 
 
-#: Called by a :class:`FollowingStore` with ``(session_id, last_sequence)`` after a commit
-#: to that session by any process; ``(None, 0)`` after a gap in what it was told (a
-#: reconnection): any session may have changed.
+#: ``on_append(session_id, last_sequence)``, called by a store (see ``FollowingStore.follow``).
 AppendCallback = Callable[[str | None, int], None]
 
 
@@ -215,20 +184,18 @@ AppendCallback = Callable[[str | None, int], None]
 class FollowingStore(Protocol):
     """A store several processes share that tells each of them what the others commit.
 
-    ``PostgresStore`` implements it (``LISTEN``/``NOTIFY``): a Hub over it pushes the
-    events another process appended to its own subscribers (sharing actors, ``wait_turn``
-    listeners), so nothing polls.
+    ``PostgresStore`` implements it (``LISTEN``/``NOTIFY``): a Hub over it pushes what
+    other processes append to its own subscribers, so nothing polls.
     """
 
     def follow(self, on_append: AppendCallback) -> Callable[[], None]:
         """Call ``on_append(session_id, last_sequence)`` after each commit to a session.
 
-        Commits of every process count, this one's included; several commits may be told
-        as one call with the newest ``last_sequence``, and calls for one session come in
-        commit order. ``on_append(None, 0)`` says that notices may have been missed (the
-        store lost and regained its connection): the follower should re-read whatever
-        it follows. Calls come from a thread of the store's; ``on_append`` must be quick
-        and must not raise.
+        Commits of every process count, this one's included; several may be told as one
+        call with the newest ``last_sequence``, in commit order per session.
+        ``on_append(None, 0)``: notices may have been missed (the store reconnected), so
+        re-read whatever is followed. Calls come from a thread of the store's; they must
+        be quick and must not raise.
 
         Returns:
             The function that stops following (idempotent); ``close()`` stops it too.
@@ -236,7 +203,5 @@ class FollowingStore(Protocol):
         Raises:
             StoreClosedError: The store is closed.
 
-        Cost: one dedicated connection (or equivalent) per store, shared by followers;
-        nothing per commit beyond the notice.
+        Cost: one connection (or equivalent) per store, shared by followers.
         """
-        ...

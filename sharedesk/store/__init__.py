@@ -1,10 +1,6 @@
-"""Store backends behind the :class:`~sharedesk.EventStore` port, on one base.
+"""Store backends behind the :class:`~sharedesk.EventStore` port, on one base, StoreBase.
 
-Every backend subclasses :class:`~sharedesk.store.base.StoreBase`, where the store's
-public methods are written and documented once.
-
-``LmdbStore`` (with py-lmdb) and ``PostgresStore`` (with psycopg, the ``postgres`` extra)
-are imported on first use, see :mod:`sharedesk.protocol._lazy`.
+``LmdbStore`` and ``PostgresStore`` (the ``postgres`` extra) are imported on first use.
 """
 
 from typing import TYPE_CHECKING, Any

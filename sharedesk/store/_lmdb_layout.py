@@ -27,22 +27,21 @@ is a root ``Text`` row and whether it is answered. LMDB's unnamed database holds
 sub-databases and the format record (see ``_lmdb_env``). The records and the id, run
 and sharing keys are :mod:`sharedesk.protocol.records`'s.
 
-LMDB trusts its file, so the open checks it first, with plain file I/O, never through
-the map (:func:`check_data_file`, :func:`tree_problem`): a file shorter than its
-committed meta page says would raise SIGBUS at the first read of a missing page, and a
-cursor that steps from a branch onto a page that is not a leaf trips LMDB's assertion
-(SIGABRT); both are refused as ``CorruptRecordError`` instead. py-lmdb's offline
-verifier confirms that a missing page is in use (LMDB legitimately leaves a short tail
-of free pages unwritten), and walks every page when asked (``verify``). What the branch
-walk does not read (the nodes inside a leaf, overflow pages) LMDB still trusts. An empty
-``data.mdb`` is a new environment (LMDB creates the file empty and writes its metas).
+LMDB trusts its file, so the open checks it first with plain file I/O, never through the
+map: a file shorter than its committed meta page says would raise SIGBUS at the first
+read of a missing page (:func:`check_data_file`), and a cursor that steps from a branch
+onto a page that is not a leaf trips LMDB's assertion, SIGABRT (:func:`tree_problem`);
+both are ``CorruptRecordError`` instead. What the branch walk does not read (the nodes
+inside a leaf, overflow pages) LMDB still trusts. An empty ``data.mdb`` is a new
+environment (LMDB creates the file empty and writes its metas).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final, NamedTuple
 
@@ -141,6 +140,35 @@ def damaged(path: str, detail: str) -> CorruptRecordError:
     return CorruptRecordError("", 0, f"{os.path.join(path, DATA_FILE)}: {detail}")
 
 
+def retried(path: str, check: Callable[[], str | None]) -> None:
+    """Refuse the file when ``check`` finds a problem each time (another process may write)."""
+    problem: str | None = None
+    for _attempt in range(VERIFY_ATTEMPTS):
+        problem = check()
+        if problem is None:
+            return
+    raise damaged(path, problem or "")
+
+
+@contextlib.contextmanager
+def _data_file(path: str) -> Iterator[tuple[int, bytes, int] | None]:
+    """Yield the data file's fd, first bytes, size (``None``: none); OSError: StoreIOError."""
+    try:
+        fd = os.open(os.path.join(path, DATA_FILE), os.O_RDONLY)
+    except FileNotFoundError:
+        yield None
+        return
+    except OSError as exc:
+        raise StoreIOError(path, "open") from exc
+    try:
+        head = os.pread(fd, 2 * 65536, 0)
+        yield fd, head, os.fstat(fd).st_size  # the size after the metas: it only grows
+    except OSError as exc:
+        raise StoreIOError(path, "open") from exc
+    finally:
+        os.close(fd)
+
+
 class _Meta(NamedTuple):
     """The committed meta page (the one with the higher transaction id)."""
 
@@ -193,52 +221,31 @@ def _committed_meta(head: bytes, size: int) -> _Meta | str:
 def check_data_file(path: str, *, full: bool = False) -> None:
     """Refuse a data file that LMDB could not read without a signal.
 
-    The committed meta page (read with plain file I/O, never through a map) says how many
-    pages the file holds; a file that ends before them is walked by py-lmdb's offline
-    verifier (``lmdb.verify``), and refused unless every page in use is within the file.
-
-    Args:
-        path: The environment directory.
-        full: Walk every page with the verifier even when the size is right (LMDB trusts
-            what its pages hold: a damaged page inside the file can make it abort the
-            process). With other writers, call it inside a read transaction, which
-            keeps the pages it walks from being reused.
-
-    Raises:
-        CorruptRecordError: The meta pages are damaged, or pages in use are missing or
-            (``full``) damaged.
-        StoreIOError: The file cannot be read.
-
-    Cost: one read of the first two pages and one ``fstat``; a full read of the file
-    (2.5 to 10 ms per MB) with ``full``, or when it is shorter than its meta page says.
+    A file shorter than its committed meta page says is refused unless py-lmdb's offline
+    verifier finds every page in use within it (LMDB may leave free pages unwritten);
+    ``full`` verifies every page. Cost: a read of the first two pages; with the verifier,
+    of the whole file (2.5 to 10 ms per MB).
     """
-    data = os.path.join(path, DATA_FILE)
-    problem = ""
-    for _attempt in range(VERIFY_ATTEMPTS):
-        try:
-            with open(data, "rb") as file:
-                head = file.read(2 * 65536)
-                size = os.fstat(file.fileno()).st_size  # after the metas: it only grows
-        except FileNotFoundError:
-            return
-        except OSError as exc:
-            raise StoreIOError(path, "open") from exc
-        if size == 0:
-            return
+
+    def attempt() -> str | None:
+        with _data_file(path) as opened:
+            if opened is None or opened[2] == 0:
+                return None
+            _fd, head, size = opened
         meta = _committed_meta(head, size)
         if isinstance(meta, str):
             raise damaged(path, meta)
-        page_size, last = meta.page_size, meta.last
-        if size >= (last + 1) * page_size and not full:
-            return
+        if size >= (meta.last + 1) * meta.page_size and not full:
+            return None
         try:
             problems: list[str] = lmdb.verify.verify(path)  # type: ignore[no-untyped-call]
         except (lmdb.verify.VerifyError, OSError) as exc:
             problems = [str(exc)]
         if not problems:
-            return
-        problem = f"{size} bytes, {last + 1} pages in use; the verifier reports: {problems[0]}"
-    raise damaged(path, problem)
+            return None
+        return f"{size} bytes, {meta.last + 1} pages in use; the verifier reports: {problems[0]}"
+
+    retried(path, attempt)
 
 
 def _page_kind(buf: bytes, pgno: int, page_size: int) -> tuple[int, int] | str:
@@ -255,23 +262,10 @@ def _page_kind(buf: bytes, pgno: int, page_size: int) -> tuple[int, int] | str:
     return kind, (lower - header) // 2
 
 
-def _node_offsets(buf: bytes, pgno: int, count: int, page_size: int) -> list[int] | str:
-    """Return the offsets of a page's nodes, or what is wrong with them."""
-    first = _PAGE_HEADER.size + 2 * count
-    offsets = list(struct.unpack_from(f"={count}H", buf, _PAGE_HEADER.size))
-    if any(not first <= offset <= page_size - _NODE.size for offset in offsets):
-        return f"page {pgno} holds a node outside the page"
-    return offsets
-
-
 def _walk_tree(
     fd: int, root: int, page_size: int, last: int, roots: list[int] | None
 ) -> str | None:
-    """Walk one tree's branch pages and check the header of every page they point at.
-
-    ``roots``: also read the leaves and collect the named sub-databases' roots (the main
-    database). Returns what is wrong, or None.
-    """
+    """Check one tree's pages (``roots``: read the leaves, collect sub-database roots)."""
     if root == _NO_ROOT:
         return None
     stack, seen = [root], {root}
@@ -284,9 +278,10 @@ def _walk_tree(
         if isinstance(kind, str):
             return kind
         flags, count = kind
-        offsets = _node_offsets(buf, pgno, count, page_size)
-        if isinstance(offsets, str):
-            return offsets
+        first = _PAGE_HEADER.size + 2 * count
+        offsets = struct.unpack_from(f"={count}H", buf, _PAGE_HEADER.size)
+        if any(not first <= offset <= page_size - _NODE.size for offset in offsets):
+            return f"page {pgno} holds a node outside the page"
         for offset in offsets:
             low, high, node_flags, key_size = _NODE.unpack_from(buf, offset)
             if flags == _P_LEAF:
@@ -311,46 +306,26 @@ def _walk_tree(
 
 
 def tree_problem(path: str) -> str | None:
-    """Check the pages LMDB steps through without checking them itself; say what is wrong.
+    """Say what is wrong with the pages LMDB steps through without checking them, or None.
 
-    LMDB asserts (aborting the process) that a page a cursor steps onto from its branch
-    page is a leaf. So every branch page of the committed trees (the free database, the
-    main database and every named sub-database) is read with plain file I/O, never
-    through a map, and the header of every page they point at is checked: its own page
-    number, branch or leaf, bounds within the page. The leaves' contents are not read
-    (nor overflow pages), except the main database's. Files of other page layouts (LMDB
-    1.0) are not walked. Call it inside a read transaction, which keeps the pages it
-    walks from being reused by other writers.
-
-    Returns:
-        What is wrong, or None.
-
-    Raises:
-        StoreIOError: The file cannot be read.
-
-    Cost: one read per branch page, one 16-byte read per leaf (about 0.3 ms per MB of
-    small events, 0.02 ms per MB of large ones, whose values fill overflow pages).
+    Every branch page of the committed trees is read, and the header of every page it
+    points at checked (its number, branch or leaf, bounds); leaves are not read, except
+    the main database's. Cost: about 0.3 ms per MB of small events.
     """
-    try:
-        fd = os.open(os.path.join(path, DATA_FILE), os.O_RDONLY)
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        raise StoreIOError(path, "open") from exc
-    try:
-        meta = _committed_meta(os.pread(fd, 2 * 65536, 0), os.fstat(fd).st_size)
-        if isinstance(meta, str) or meta.header != _PAGE_HEADER.size:
-            return None  # check_data_file judges the metas; LMDB 1.0's pages are not walked
-        page_size, last = meta.page_size, meta.last
-        roots: list[int] = []
-        problem = _walk_tree(fd, meta.free_root, page_size, last, None)
-        problem = problem or _walk_tree(fd, meta.main_root, page_size, last, roots)
-        for root in roots:
-            problem = problem or _walk_tree(fd, root, page_size, last, None)
-        return problem
-    except struct.error:
-        return "the meta pages end early"
-    except OSError as exc:
-        raise StoreIOError(path, "open") from exc
-    finally:
-        os.close(fd)
+    with _data_file(path) as opened:
+        if opened is None:
+            return None
+        fd, head, size = opened
+        try:
+            meta = _committed_meta(head, size)
+            if isinstance(meta, str) or meta.header != _PAGE_HEADER.size:
+                return None  # check_data_file judges the metas; LMDB 1.0's pages are not walked
+            page_size, last = meta.page_size, meta.last
+            roots: list[int] = []
+            problem = _walk_tree(fd, meta.free_root, page_size, last, None)
+            problem = problem or _walk_tree(fd, meta.main_root, page_size, last, roots)
+            for root in roots:
+                problem = problem or _walk_tree(fd, root, page_size, last, None)
+            return problem
+        except struct.error:
+            return "the meta pages end early"

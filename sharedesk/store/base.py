@@ -1,43 +1,19 @@
 """StoreBase: the one store base; backends supply only their own I/O.
 
-The public methods of every store (``append``, ``append_and_share``, ``submit``, the
-reads, ``on_commit``, ``close``) are written, validated and documented here, once, as
-eventsourcing's recorders are; ``MemoryStore``, ``LmdbStore`` and ``PostgresStore``
-subclass :class:`StoreBase` and implement the hooks below.
+The public methods of every store are written, validated and documented here, once;
+``MemoryStore``, ``LmdbStore`` and ``PostgresStore`` implement the hooks at the end.
 
-One write path. ``submit(write)`` is the only way in, and ``append`` is
-``self.submit(check_write(...)).result()`` (without a writer thread, the same commit's
-outcome, with no future built). The writer takes a group of writes, opens one write
-transaction (``_transact``), reads the :class:`Facts` of the sessions the group touches
-(``WriteTxn.facts``), plans each write on top of the ones before
-(:func:`~sharedesk.projection.append.plan_write`), puts the plans that passed
-(``WriteTxn.put``) and commits. A write whose plan raises fails alone and writes
-nothing. Then the ``on_commit`` callbacks run, in commit order, and only then is each
-future of the group completed, once. Two writers exist:
+One write path, ``submit``. The writer (the thread of :mod:`sharedesk.store._group_commit`,
+or with ``writer=None`` the caller's thread under the store's lock) runs each group of
+writes as one ``_transact`` of :func:`~sharedesk.store._group_commit.plan_group`; a group
+that fails with ``StoreFullError`` is retried one write per transaction.
 
-- ``writer=None`` (``MemoryStore``): no thread; ``submit`` plans and puts under the
-  store's lock on the caller's thread and returns a completed future;
-- ``writer="<thread name>"`` (``LmdbStore``, ``PostgresStore``): the group-committing
-  writer of :mod:`sharedesk.store._group_commit` (one thread, one queue).
-
-Backend hooks (called with checked arguments, on a store that is open):
-
-- ``_transact(work) -> T``: run ``work(txn)`` in one write transaction and commit; it
-  may run ``work`` again in a fresh transaction after a retryable failure; a failed
-  transaction raises a ``SharedeskError`` (``StoreIOError``, ``StoreFullError``, ...);
-- ``txn.facts(wants) -> dict[str, Facts]``: read, for each session, what its
-  :class:`Wants` names, in fresh containers; ``txn.put(plans)``: write the plans, in
-  order (several may be of one session, each planned on top of the ones before);
-- ``_read(session_id, after, before, limit, newest_first)`` (``after`` an int,
-  ``before`` ``None`` or above ``after + 1``, ``limit`` ``None`` or positive),
-  ``_last_sequence``, ``_read_text_before(session_id, before, limit)``
-  (``limit`` positive), ``_first_replies(session_id, roots)`` (``roots`` a non-empty
-  list), ``_session_state``, ``_run_events``, ``_get_sharing_state``, ``_sessions``,
-  ``_session_info``, ``_session_infos``: what the public method of that name returns;
-- ``_close()``: release the resources, once, after the writer has stopped.
-
-A group whose transaction fails with ``StoreFullError`` is retried one write per
-transaction, so only the writes that do not fit get the error.
+Hooks, called with checked arguments on an open store: ``_transact(work)`` runs
+``work(txn)`` in one write transaction and commits (perhaps again, in a fresh one, after
+a retryable failure), raising a ``SharedeskError``; ``_close()`` releases the resources
+once the writer has stopped; each read hook returns what the public method of its name
+does (``after`` an int, ``before`` ``None`` or above ``after + 1``, ``limit`` ``None`` or
+positive, ``roots`` a non-empty list).
 """
 
 from __future__ import annotations
@@ -50,13 +26,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import ClassVar, Self, TypeVar
 
-from sharedesk.projection.append import Facts, StoredRow, Wants, WritePlan
 from sharedesk.protocol._log import logger
-from sharedesk.protocol.errors import (
-    SharedeskError,
-    StoreClosedError,
-    StoreFullError,
-)
+from sharedesk.protocol.errors import SharedeskError, StoreClosedError, StoreFullError
 from sharedesk.protocol.events import Event
 from sharedesk.protocol.ports import CommitCallback, SessionInfo
 from sharedesk.protocol.records import private_copy
@@ -76,7 +47,7 @@ from sharedesk.protocol.views import Conversation, SessionPage, SharingState
 from sharedesk.protocol.writes import Share, Write
 from sharedesk.store._group_commit import GroupWriter, WriteTxn, plan_group
 
-__all__ = ["Facts", "SessionInfo", "StoreBase", "StoredRow", "Wants", "WritePlan", "WriteTxn"]
+__all__ = ["StoreBase", "WriteTxn"]
 
 _log = logger()
 T = TypeVar("T")
@@ -88,13 +59,13 @@ Outcome = list[Event] | BaseException
 class StoreBase(ABC):
     """The store port, written once: validation, the write path, the reads, the lifecycle.
 
-    Thread-safe. A subclass implements the hooks of the module header and calls
-    ``super().__init__`` last, once its resources are open (it starts the writer thread).
+    Thread-safe. A subclass implements the hooks and calls ``super().__init__`` last, once
+    its resources are open.
 
-    Every public method checks its arguments before anything else: a malformed one
-    raises ``ValidationError``, and nothing is read or written. Once the store is closed,
-    reads and writes raise ``StoreClosedError`` (``submit``: through its future). A read
-    never writes; it raises ``CorruptRecordError`` for a damaged record and ``StoreIOError``
+    Every public method checks its arguments first: a malformed one raises
+    ``ValidationError``, and nothing is read or written. Once the store is closed, reads
+    and writes raise ``StoreClosedError`` (``submit``: through its future). A read never
+    writes; it raises ``CorruptRecordError`` for a damaged record and ``StoreIOError``
     (the cause chained) when the backend fails.
 
     Args:
@@ -110,47 +81,32 @@ class StoreBase(ABC):
     keeps_events: ClassVar[bool] = False
 
     def __init__(
-        self,
-        path: str | None = None,
-        *,
-        writer: str | None = None,
-        group_wait: float = 0.0,
+        self, path: str | None = None, *, writer: str | None = None, group_wait: float = 0.0
     ) -> None:
         self._path = path
-        #: Serialises writes without a writer thread, and guards such a backend's data
-        #: (reentrant: an ``on_commit`` callback may read).
+        # Serialises writes without a writer thread and guards such a backend's data
+        # (reentrant: an ``on_commit`` callback may read).
         self._lock = threading.RLock()
         self._closed = False
         self._callbacks: tuple[CommitCallback, ...] = ()
         self._writer: GroupWriter | None = None
         if writer is not None:
             self._writer = GroupWriter(
-                self._run_group,
-                group_wait=group_wait,
-                name=writer,
-                closed_error=self._closed_error,
+                self._run_group, group_wait=group_wait, name=writer, closed_error=self._closed_error
             )
 
     # -- writes ------------------------------------------------------------------------
 
     def submit(self, write: Write) -> Future[list[Event]]:
-        """Queue a checked write to the store's writer; the only write path.
-
-        Args:
-            write: A write built by :func:`~sharedesk.protocol.validation.check_write`
-                (it is not checked again).
+        """Queue ``write`` (built by ``check_write``, not checked again); the one write path.
 
         Returns:
-            A future completed once, by the writer: with the stored events (one per
-            input event, in input order; for a commit, the stored reply as a list,
-            empty without one), or with the error ``append`` would raise. Sync callers
-            wait on ``.result()`` (interruptible by Ctrl-C on the main thread); async
-            callers use ``add_done_callback`` and ``loop.call_soon_threadsafe``. The
-            ``on_commit`` callbacks of the write's commit have run when it completes.
+            A future completed once, after the ``on_commit`` callbacks of its commit ran:
+            with what ``append`` returns (for a commit, the stored reply as a list, empty
+            without one), or with the error it would raise.
 
-        Cost: without a writer thread (``MemoryStore``), the whole write on the
-        caller's thread, and the future is done on return; otherwise one queue append,
-        never blocking on the writer.
+        Cost: without a writer thread (``MemoryStore``), the whole write, done on return;
+        otherwise one queue append, never blocking on the writer.
         """
         future: Future[list[Event]] = Future()
         if self._writer is not None:
@@ -161,7 +117,7 @@ class StoreBase(ABC):
         return future
 
     def _wait(self, write: Write) -> list[Event]:
-        """Return ``submit(write).result()``; without a writer thread, without the future."""
+        """Return ``submit(write).result()`` (without a writer thread, no future)."""
         if self._writer is not None:
             return self.submit(write).result()
         outcome = self._commit_here(write)
@@ -170,7 +126,7 @@ class StoreBase(ABC):
         return outcome
 
     def _commit_here(self, write: Write) -> Outcome:
-        """Commit ``write`` on this thread, under the store's lock (no writer thread)."""
+        """Commit ``write`` on this thread, under the store's lock."""
         with self._lock:
             return self._closed_error() if self._closed else self._commit_group([write])[0]
 
@@ -187,10 +143,8 @@ class StoreBase(ABC):
         Args:
             session_id: The session.
             events: Events with ``sequence`` and ``timestamp`` left ``None``.
-            expected_version: When set, append only if the session's last sequence
-                equals it.
-            unless_stored: When set, append only if the session holds no event with
-                this id (checked inside the write transaction).
+            expected_version: Append only if the session's last sequence equals it.
+            unless_stored: Append only if the session holds no event with this id.
 
         Returns:
             One stored event per input, in input order; an event whose ``id`` the
@@ -199,14 +153,14 @@ class StoreBase(ABC):
 
         Raises:
             ConcurrencyError: ``expected_version`` differs from the last sequence.
-            AlreadyStored: The event ``unless_stored`` names is stored; nothing written.
+            AlreadyStored: The event ``unless_stored`` names is stored.
             StoreFullError: The store may not grow to hold the events.
             StoreClosedError: The store is closed (also when it closes while waiting).
             StoreIOError: The backend failed; the cause is chained.
 
-        Cost: one validation (a msgpack round trip per event), then blocks until the
-        writer commits the group this write joins: one write transaction (durable
-        backends: one sync shared by the group), O(len(events)) reads and writes.
+        Cost: a msgpack round trip per event, then blocks until the writer commits the
+        group this write joins: one write transaction (durable backends: one sync shared
+        by the group), O(len(events)) reads and writes.
         """
         write = check_write(
             session_id, events, expected_version=expected_version, unless_stored=unless_stored
@@ -224,33 +178,27 @@ class StoreBase(ABC):
         expected_version: int | None = None,
         reply_present: bool = False,
     ) -> list[Event]:
-        """Append ``events`` and store ``state`` in one atomic, durable step.
+        """Append ``events`` and store ``state`` in one atomic step; return as :meth:`append`.
 
-        The state is keyed by (session, viewer, ``state.conversation``); ``events`` may
-        be empty (a turn committed without a reply). Checks run in this order: input,
-        ``expected_version``, the stored state, parents, the present set.
+        The state is keyed by (session, viewer, ``state.conversation``). Checks run in this
+        order: input, ``expected_version``, the stored state, parents, the present set; on
+        any error nothing is written. Raises what :meth:`append` raises (but
+        ``AlreadyStored``), and the errors below.
 
         Args:
             session_id: The session.
-            events: Events to append, as for :meth:`append`.
+            events: As for :meth:`append`; may be empty (a turn committed without a reply).
             viewer: The participant's :func:`~sharedesk.protocol.author_key`.
             state: The state to store.
             expected_state: The state the caller read (``None``: no state stored).
-            expected_version: When set, write only if the last sequence equals it.
+            expected_version: As for :meth:`append`.
             reply_present: Note the first event's stored sequence (its old one when its
                 id was stored before) as present in ``state``, inside the transaction.
 
-        Returns:
-            The events as stored, as :meth:`append` returns them.
-
         Raises:
-            ConcurrencyError: ``expected_version`` differs from the last sequence.
-            SharingStateConflict: The stored state is not ``expected_state``; nothing
-                was written.
-            PresentSetOverflow: Noting the reply overflows the present set; nothing
-                was written.
-            CorruptRecordError: The stored state cannot be decoded; nothing was written.
-            StoreFullError, StoreClosedError, StoreIOError: As for :meth:`append`.
+            SharingStateConflict: The stored state is not ``expected_state``.
+            PresentSetOverflow: Noting the reply overflows the present set.
+            CorruptRecordError: The stored state cannot be decoded.
 
         Cost: as :meth:`append`, plus one state read and write in the same transaction.
         """
@@ -261,13 +209,11 @@ class StoreBase(ABC):
     def on_commit(self, callback: CommitCallback) -> Callable[[], None]:
         """Call ``callback(session_id, new_events)`` after each commit that stored events.
 
-        Called on the writer's side (the writer thread, or the caller's thread without
-        one), once per write that stored new events, in commit order, before the futures
-        of that commit are completed: a caller that got its result finds the callback
-        run. ``new_events`` are private copies, in sequence order. A raising callback is
-        logged (``store.callback_failed``) and dropped; the others still run. A callback
-        may read the store and submit writes, but must not wait for one: the writer
-        would be waiting for itself.
+        Called by the writer (its thread, or the caller's without one), once per write
+        that stored events, in commit order, before that commit's futures complete.
+        ``new_events`` are private copies, in sequence order. A raising callback is logged
+        (``store.callback_failed``); the others still run. A callback may read the store
+        and submit writes, but must not wait for one (the writer would wait for itself).
 
         Returns:
             The function that removes the callback (idempotent).
@@ -332,7 +278,6 @@ class StoreBase(ABC):
             raise self._closed_error()
 
     def _open(self, session_id: str) -> str:
-        """Return ``session_id`` checked, on a store that is open."""
         check_session_id(session_id)
         self._live()
         return session_id
@@ -348,14 +293,8 @@ class StoreBase(ABC):
     ) -> list[Event]:
         """Return stored events with ``after < sequence < before`` (bounds exclusive).
 
-        Args:
-            session_id: The session.
-            after: Lower bound, or ``None``.
-            before: Upper bound, or ``None``.
-            limit: The first ``limit`` events in the chosen order, or all.
-            newest_first: Order newest first instead of oldest first.
-
-        Cost: one read of the rows returned, walked from the requested end.
+        With ``limit``, the first ``limit`` events in the chosen order (oldest first, or
+        ``newest_first``). Cost: one read of the rows returned, walked from the requested end.
         """
         check_session_id(session_id)
         check_bool("newest_first", newest_first)
@@ -378,9 +317,8 @@ class StoreBase(ABC):
     def log(self, session_id: str) -> StoreLog:
         """Return the session's ``Text`` rows as a :class:`~sharedesk.SessionLog`.
 
-        Rows carry ``desk == session_id`` and are read from the tail: a
-        ``read_before(before, limit)`` costs one read of at most ``limit`` rows,
-        whatever the history.
+        Rows carry ``desk == session_id``. Cost of a ``read_before(before, limit)``: one
+        read of at most ``limit`` rows from the tail, whatever the history.
         """
         check_session_id(session_id)
         return StoreLog(self, session_id)
@@ -389,9 +327,7 @@ class StoreBase(ABC):
         """Return, for each root in ``roots`` that has one, its first non-blank reply.
 
         A sequence that is not a root ``Text`` row, or a root with no non-blank reply
-        yet, is left out.
-
-        Cost: one index read per root (the index is kept on append).
+        yet, is left out. Cost: one index read per root (the index is kept on append).
         """
         check_session_id(session_id)
         wanted = check_roots(roots)
@@ -399,16 +335,13 @@ class StoreBase(ABC):
         return self._first_replies(session_id, wanted) if wanted else {}
 
     def session_state(self, session_id: str) -> SessionState:
-        """Return the session's state, folded as its events were appended.
-
-        Cost: one key read.
-        """
+        """Return the session's state, folded as its events were appended. Cost: one read."""
         return self._session_state(self._open(session_id))
 
     def run_events(self, session_id: str, run_id: str) -> list[Event]:
-        """Return the events carrying ``run_id``, oldest first (the run index).
+        """Return the events carrying ``run_id``, oldest first.
 
-        Cost: one index walk and one read per event of the run.
+        Cost: one walk of the run index and one read per event of the run.
         """
         check_session_id(session_id)
         check_optional_str("run_id", run_id)
@@ -430,22 +363,16 @@ class StoreBase(ABC):
         return self._get_sharing_state(session_id, viewer, conversation)
 
     def sessions(self) -> list[str]:
-        """Return the ids of the sessions holding at least one event, sorted.
-
-        Cost: one walk of the sessions.
-        """
+        """Return the ids of the sessions holding events, sorted. Cost: a walk of them."""
         self._live()
         return self._sessions()
 
     def session_info(self, session_id: str) -> SessionInfo | None:
-        """Return what the store knows about ``session_id``, or ``None`` if it has no events.
-
-        Cost: one key read.
-        """
+        """Return what the store knows of ``session_id`` (``None``: no events). Cost: one read."""
         return self._session_info(self._open(session_id))
 
     def session_infos(self) -> list[SessionInfo]:
-        """Return :class:`SessionInfo` for every session holding events, sorted by id.
+        """Return the :class:`SessionInfo` of every session holding events, sorted by id.
 
         Cost: one walk of the sessions.
         """
@@ -456,8 +383,7 @@ class StoreBase(ABC):
         """Close the store; later calls raise ``StoreClosedError``. Idempotent.
 
         Writes still queued get ``StoreClosedError``; the group being written completes.
-
-        Cost: waits for the group in progress, if any, and joins the writer thread.
+        Cost: waits for that group and joins the writer thread.
         """
         with self._lock:
             if self._closed:
@@ -478,41 +404,30 @@ class StoreBase(ABC):
 
     @abstractmethod
     def _transact(self, work: Callable[[WriteTxn], T]) -> T: ...
-
     @abstractmethod
     def _read(
         self, session_id: str, after: int, before: int | None, limit: int | None, newest_first: bool
     ) -> list[Event]: ...
-
     @abstractmethod
     def _last_sequence(self, session_id: str) -> int: ...
-
     @abstractmethod
     def _read_text_before(self, session_id: str, before: int | None, limit: int) -> SessionPage: ...
-
     @abstractmethod
     def _first_replies(self, session_id: str, roots: list[int]) -> dict[int, int]: ...
-
     @abstractmethod
     def _session_state(self, session_id: str) -> SessionState: ...
-
     @abstractmethod
     def _run_events(self, session_id: str, run_id: str) -> list[Event]: ...
-
     @abstractmethod
     def _get_sharing_state(
         self, session_id: str, viewer: str, conversation: Conversation
     ) -> SharingState | None: ...
-
     @abstractmethod
     def _sessions(self) -> list[str]: ...
-
     @abstractmethod
     def _session_info(self, session_id: str) -> SessionInfo | None: ...
-
     @abstractmethod
     def _session_infos(self) -> list[SessionInfo]: ...
-
     @abstractmethod
     def _close(self) -> None: ...
 
@@ -534,8 +449,7 @@ class StoreLog:
     def read_before(self, before: int | None, limit: int) -> SessionPage:
         """Return at most ``limit`` ``Text`` rows below ``before``, newest first.
 
-        Errors as for a read of the store (see :class:`StoreBase`). Cost: one read of at
-        most ``limit`` rows from the tail.
+        Errors as for a read of the store. Cost: one read of at most ``limit`` rows.
         """
         before = check_optional_int("before", before)
         store, limit = self.store, check_int("limit", limit)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import TypeVar
 
 from sharedesk.projection.append import Facts, StoredRow, Wants, WritePlan
@@ -19,20 +20,16 @@ __all__ = ["MemoryStore"]
 T = TypeVar("T")
 
 
+@dataclass(slots=True)
 class _Stream:
     """One session's events, its indexes (ids, Text rows, first replies, runs), its state."""
 
-    __slots__ = ("by_id", "by_run", "events", "first_reply", "state", "text_sequences")
-
-    def __init__(self) -> None:
-        self.events: list[Event] = []
-        self.by_id: dict[str, Event] = {}
-        self.text_sequences: list[int] = []
-        #: Root sequence -> its first non-blank reply's sequence (set when appended).
-        self.first_reply: dict[int, int] = {}
-        #: The sequences of each run's events, oldest first.
-        self.by_run: dict[str, list[int]] = {}
-        self.state: SessionState = EMPTY_SESSION_STATE
+    events: list[Event] = field(default_factory=list)
+    by_id: dict[str, Event] = field(default_factory=dict)
+    text_sequences: list[int] = field(default_factory=list)
+    first_reply: dict[int, int] = field(default_factory=dict)  # root -> its first reply
+    by_run: dict[str, list[int]] = field(default_factory=dict)  # run -> its sequences
+    state: SessionState = EMPTY_SESSION_STATE
 
 
 _EMPTY: _Stream = _Stream()
@@ -53,10 +50,9 @@ def _info(session_id: str, stream: _Stream) -> SessionInfo:
 class MemoryStore(StoreBase):
     """An in-memory event store; thread-safe, with the full store interface.
 
-    Everything is lost when the process ends. It has no writer thread: a write is
-    planned and put on the caller's thread under the store's one lock, which reads take
-    briefly too. No object is shared with callers: what is stored is each event's
-    private copy made by ``check_write``, and what is handed out is a copy of that.
+    Everything is lost when the process ends. Writes run on the caller's thread under the
+    store's one lock, which reads take briefly too. No object is shared with callers:
+    each event is stored as ``check_write``'s private copy and handed out as a copy.
     """
 
     keeps_events = True
@@ -188,9 +184,7 @@ class MemoryStore(StoreBase):
 
     def _session_infos(self) -> list[SessionInfo]:
         with self._lock:
-            return [
-                _info(session_id, self._streams[session_id]) for session_id in sorted(self._streams)
-            ]
+            return [_info(session_id, self._streams[session_id]) for session_id in self._sessions()]
 
     def _close(self) -> None:
         self._streams = {}
