@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict, Unpack
 
 from sharedesk.projection.turns import TurnPlan
 from sharedesk.protocol.authors import SessionAuthor, author_key
@@ -17,7 +17,33 @@ if TYPE_CHECKING:
     from sharedesk.actors.hub import Hub
 
 
-def post_event(author: SessionAuthor, content: str, parent: int | None, id: str | None) -> Event:
+class AppendOptions(TypedDict, total=False):
+    """The keywords of an append (``Hub.append``, ``SessionHandle.append``), as the store's.
+
+    Attributes:
+        expected_version: Append only if the session's last sequence equals it.
+        unless_stored: Append only if the session holds no event with this id.
+    """
+
+    expected_version: int | None
+    unless_stored: str | None
+
+
+class PostOptions(TypedDict, total=False):
+    """The keywords of a post (``SessionHandle.post``, ``AsyncHub.post``).
+
+    Attributes:
+        parent: The thread root it replies to (``None``, the default: a new root).
+        id: Idempotency key (default: a fresh uuid4 hex); the same id twice is stored once.
+    """
+
+    parent: int | None
+    id: str | None
+
+
+def post_event(
+    author: SessionAuthor, content: str, parent: int | None = None, id: str | None = None
+) -> Event:
     """Return the ``Text`` event a post stores (``ValidationError``: not a ``str``)."""
     if not isinstance(content, str):
         raise ValidationError(f"content must be a str, got {type(content).__name__}")
@@ -66,36 +92,17 @@ class SessionHandle:
         #: The session's id.
         self.session_id = session_id
 
-    def append(
-        self, events: Sequence[Event], *, expected_version: int | None = None
-    ) -> list[Event]:
+    def append(self, events: Sequence[Event], **options: Unpack[AppendOptions]) -> list[Event]:
         """Append events to the session (as :meth:`Hub.append`)."""
-        return self._hub.append(self.session_id, events, expected_version=expected_version)
+        return self._hub.append(self.session_id, events, **options)
 
-    def post(
-        self,
-        author: SessionAuthor,
-        content: str,
-        *,
-        parent: int | None = None,
-        id: str | None = None,
-    ) -> Event:
-        """Post a ``Text`` message and return it as stored.
+    def post(self, author: SessionAuthor, content: str, **options: Unpack[PostOptions]) -> Event:
+        """Post ``content`` (stored exactly as given) by ``author``; return it as stored.
 
-        Args:
-            author: Who writes it.
-            content: The text, stored exactly as given.
-            parent: The thread root it replies to, or ``None`` for a new root.
-            id: Idempotency key (default: a fresh uuid4 hex); posting the same id twice
-                stores it once.
-
-        Raises:
-            ValidationError: Malformed input.
-            HubClosed, SessionFailed, ActorTimeout, ActorCrashed: See :class:`Hub`.
-
-        Cost: as :meth:`Hub.append` of one event.
+        The keywords are :class:`PostOptions` (``parent``, ``id``). Raises
+        ``ValidationError`` (malformed input) or as :meth:`Hub.append`, whose cost it has.
         """
-        return self._hub.append(self.session_id, [post_event(author, content, parent, id)])[0]
+        return self._hub.append(self.session_id, [post_event(author, content, **options)])[0]
 
     def last_sequence(self) -> int:
         """Return the session's last sequence. Cost: O(1)."""
@@ -178,15 +185,11 @@ class Turn(TurnFields):
             The stored reply, or ``None``.
 
         Raises:
-            SharingStateConflict: Another turn of the same viewer and conversation
-                moved the stored state since this one was planned (or this turn was
-                committed already); nothing was written. This is the only way a commit
-                fails for what others did: rows appended meanwhile (in this process or
-                another) never make it fail, and are offered by the next turn. Take a
-                new turn: it shows what that other turn did not. The compare-and-swap
-                is on the state's value, so a turn whose rival left the state as it was
-                (no reply, nothing new) commits; its messages are then empty, so
-                nothing is delivered twice.
+            SharingStateConflict: Another turn of the same viewer and conversation moved
+                the stored state since this one was planned; nothing was written. Rows
+                appended meanwhile never make a commit fail (the next turn offers them).
+                Take a new turn. The compare-and-swap is on the state's value, so a
+                turn whose rival left the state as it was commits.
             TurnAlreadyCommitted: This turn was committed already (a
                 ``SharingStateConflict``); nothing was written.
             ValidationError: A malformed reply, or an ``Event`` by someone else.
