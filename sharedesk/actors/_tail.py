@@ -1,25 +1,13 @@
-"""The tail of a session kept in memory: its newest ``Text`` rows, current from pushes.
+"""The tail of a session kept in memory: its newest ``Text`` rows, current from the store.
 
-A :class:`Tail` holds every ``Text`` row of one session from ``covered_from`` up to
-``through`` (the last sequence applied, counting every event kind), oldest first. Its
-:meth:`Tail.log` is a :class:`~sharedesk.SessionLog` that serves pages from memory and
-falls through to the store's log only for rows older than it holds (which it then keeps).
-So the folds (:func:`project_session`, :func:`prepare_delta`) run unchanged over it, with
-all their rules and budgets, and cost no store read on the common path: their walks
-start at the newest row, and the tail holds the newest rows.
-
-Projectors are not pushed to: they call :meth:`Tail.catch_up_rows` when asked for a
-view, so a post costs the same however many viewers hold warm views (the sharing actor,
-one per session, is still pushed each commit).
-
-Events are applied only in sequence order: one at or below ``through`` is a duplicate and
-is skipped; one beyond ``through + 1`` reveals a gap (rows appended while the owner was
-away, or by another process) and drops the tail, rebuilt on the next request.
-:meth:`Tail.catch_up_rows` also compares ``through`` with the store's last sequence (O(1)) and
-reads the events it lacks, so the tail is current even when another process writes.
-
-The tail keeps at most ``MIRROR_LIMIT`` rows (any walk inspects at most ``SCAN_LIMIT``);
-older rows are dropped and read again from the store if a walk ever needs them.
+A :class:`Tail` holds every ``Text`` row of a session from ``covered_from`` up to
+``through`` (the last sequence applied, any event kind), at most ``MIRROR_LIMIT``. Its
+:meth:`Tail.log` serves pages from memory and reads the store's log only below them, so
+the folds run unchanged over it and cost no store read on the common path (their walks
+start at the newest row). Events apply in sequence order: one at or below ``through`` is
+skipped; a gap drops the tail, rebuilt on the next request. :meth:`Tail.catch_up_rows`
+compares ``through`` with the store's last sequence and reads what it lacks, so the tail
+is current even when another process writes.
 """
 
 from __future__ import annotations
@@ -38,17 +26,14 @@ MIRROR_LIMIT: Final = SCAN_LIMIT + PAGE_SIZE
 
 
 class _Rows:
-    """The newest ``Text`` rows of a session, and how far down they are complete."""
+    """The newest ``Text`` rows of a session, and from where down they are complete."""
 
     __slots__ = ("covered_from", "rows", "sequences")
 
     def __init__(self, through: int) -> None:
-        #: Rows oldest first; every Text row with ``covered_from <= sequence`` is here.
-        self.rows: list[LogMessage] = []
-        #: Their sequences (for bisection).
-        self.sequences: list[int] = []
-        #: Lowest sequence from which the rows are complete (1: the whole log).
-        self.covered_from = through + 1
+        self.rows: list[LogMessage] = []  # oldest first
+        self.sequences: list[int] = []  # theirs, for bisection
+        self.covered_from = through + 1  # complete from here up (1: the whole log)
 
     def add_newest(self, row: LogMessage) -> None:
         self.rows.append(row)
@@ -109,15 +94,14 @@ class Tail:
         self._store_log: SessionLog | None = None
 
     def reset(self) -> None:
-        """Drop everything; the next :meth:`catch_up_rows` rebuilds. Cost: O(1)."""
+        """Drop everything; the next :meth:`catch_up_rows` rebuilds."""
         self.through = None
         self._rows = None
 
     def apply_rows(self, events: Sequence[Event]) -> list[LogMessage] | None:
-        """Apply committed events in order; return the ``Text`` rows added, oldest first.
+        """Apply committed events; return the ``Text`` rows added (``None``: a gap reset it).
 
-        Returns ``None`` when a gap reset the tail (and ``[]`` when it is not built:
-        nothing is applied then). Cost: O(len(events)).
+        A tail not built applies nothing (``[]``).
         """
         added: list[LogMessage] = []
         if self.through is None or self._rows is None:
@@ -138,17 +122,12 @@ class Tail:
         return added
 
     def catch_up_rows(self, store: EventStore) -> tuple[int, list[LogMessage] | None]:
-        """Bring the tail up to the store's last sequence; return the rows it gained.
+        """Bring the tail up to the store; return that last sequence and the rows gained.
 
-        Returns:
-            The last sequence the tail now reflects, and the ``Text`` rows added, oldest
-            first (``None`` when the tail was rebuilt: every row may have changed).
+        The rows are ``None`` when the tail was rebuilt (every row may have changed).
 
-        Raises:
-            StoreError: The store failed.
-
-        Cost: one O(1) ``last_sequence``; when behind, one read of the missing events
-        (at most ``SCAN_LIMIT``; more resets the tail, rebuilt lazily by the walks).
+        Cost: one ``last_sequence``; when behind, one read of the missing events (at most
+        ``SCAN_LIMIT``; further behind, the tail is rebuilt lazily by the walks).
         """
         last = store.last_sequence(self.session_id)
         through = self.through
@@ -165,7 +144,7 @@ class Tail:
         return last, None
 
     def log(self, store: EventStore) -> SessionLog:
-        """Return a log over the tail (built by :meth:`catch_up_rows` first). Cost: O(1)."""
+        """Return a log over the tail (built by :meth:`catch_up_rows` first)."""
         assert self._rows is not None
         if self._store_log is None:
             self._store_log = store.log(self.session_id)

@@ -1,27 +1,14 @@
 """ProjectorActor: one viewer's view of one conversation, kept current from the tail.
 
-The projector keeps the session's :class:`~sharedesk.actors._tail.Tail` (its newest
-``Text`` rows) and builds a view by running the very fold the contract defines,
-:func:`project_session`, over the tail's log, so the rules (first non-blank reply, roots
-the walk reached, the exact window, the scan limit and ``partial``) hold by
-construction. Views are cached per window.
-
-Nothing is pushed to a projector: a post must not cost one thread wake-up per viewer.
-When asked for a view, the projector catches up from the session's tail (one O(1)
-``last_sequence`` and one read of the events appended since it last looked, see
-:meth:`~sharedesk.actors._tail.Tail.catch_up_rows`), so a post costs the same with one
-warm viewer or a thousand, and a viewer that never asks again costs nothing.
-
-A row it catches up on is then folded into each cached view by the pure
-:func:`~sharedesk.projection.turns.fold_view` (its rules are stated there) when that is
-provably what a fresh walk would give; otherwise the view is dropped and walked again
-(in memory). Each view it serves is published in the Hub's slot with the sequence it
-reflects, so a ``hub.view`` with nothing appended since needs no thread switch.
-
-Transcripts (``hub.transcript``) are cached per budget the same way: the unbudgeted one
-is extended with the events appended since (``update_from_store``); one with a ``limit``
-or a budget is read again from the tail (``from_store``, which reads only the newest
-events the answer needs) whenever the session moved.
+A view is the fold the contract defines, :func:`project_session`, run over the
+session's :class:`~sharedesk.actors._tail.Tail`. Nothing is pushed to a projector (a
+post must not cost a wake-up per viewer): asked for a view, it catches up from the tail
+and folds the rows gained into each cached view with the pure
+:func:`~sharedesk.projection.turns.fold_views` when that is provably what a fresh walk
+gives, else walks again (in memory). Each view served is published in the slot with the
+sequence it reflects, so a ``hub.view`` with nothing appended since needs no thread
+switch. Transcripts are cached per budget: the unbudgeted one is extended
+(``update_from_store``), a budgeted one read again (``from_store``) when the session moved.
 """
 
 from __future__ import annotations
@@ -52,7 +39,7 @@ _CACHED_TRANSCRIPTS: Final = 4
 
 
 class _CountingLog:
-    """A :class:`SessionLog` that counts the rows read through it."""
+    """A ``SessionLog`` that counts the rows read through it."""
 
     __slots__ = ("_inner", "rows_read")
 
@@ -67,13 +54,9 @@ class _CountingLog:
 
 
 class ProjectorActor(HubActor):
-    """Keeps one viewer's view of one conversation (and the viewer's transcript) current.
+    """Keeps one viewer's view of one conversation (and its transcript) current.
 
-    Hooks: ``on_start``/``on_stop`` only log. The view is built lazily, on the first
-    request; each request first catches up from the session's tail (nothing is pushed
-    to a projector). A store error reaches the caller and leaves the actor as it was. A
-    failure other than a ``SharedeskError`` while answering restarts the actor (see
-    :mod:`sharedesk.actors._base`); the fresh one rebuilds from the log.
+    Built lazily, on the first request; a restarted one rebuilds from the log.
     """
 
     kind = "projector"
@@ -97,7 +80,7 @@ class ProjectorActor(HubActor):
                 return self._view(window)
             case GetTranscript():
                 return self._transcript(message)
-        raise TypeError(f"unexpected message {type(message).__name__}")
+        return super().handle(message)
 
     def _view(self, window: int) -> Projection:
         store = self.hub.store

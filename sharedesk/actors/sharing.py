@@ -1,15 +1,10 @@
 """SharingActor: plans the turns of one session's participants.
 
-A turn is planned by :func:`~sharedesk.projection.turns.plan_turn` (the rules of what a
-turn offers live there, in the pure core) from the stored sharing state of (session,
-viewer, conversation), the session's last sequence ``last``, read when the turn is
-planned, the session's log and its first-reply index (the store's, one key read per
-root). This actor only gathers those and hands the plan back; a turn's commit goes
-from the Hub to the store's writer, like any write.
-
-Walks run over the session's tail held in memory (:mod:`sharedesk.actors._tail`), fed
-by the session actor's pushes, so a delta reads no store page and costs the same on a
-desk of ten thousand rows as on one of a million.
+The rules of a turn live in the pure :func:`~sharedesk.projection.turns.plan_turn`; the
+actor gathers its inputs (the stored sharing state, the session's last sequence, the
+store's first-reply index) and walks the session's tail held in memory, fed by the
+session actor's pushes, so a delta reads no store page whatever the desk's history. A
+turn's commit goes from the Hub to the store's writer, like any write.
 """
 
 from __future__ import annotations
@@ -29,7 +24,7 @@ _log = logger()
 
 
 class _StoreReplies:
-    """The store's first-reply index of one session, as the planner's ``ReplyIndex``."""
+    """The store's first-reply index of one session, as a ``ReplyIndex``."""
 
     __slots__ = ("_session_id", "_store")
 
@@ -38,18 +33,14 @@ class _StoreReplies:
         self._session_id = session_id
 
     def first_replies(self, roots: Collection[int]) -> dict[int, int]:
-        """Ask the store (one read, one key per root)."""
+        """Ask the store (one key per root)."""
         return self._store.first_replies(self._session_id, roots)
 
 
 class SharingActor(HubActor):
-    """Plans the turns of every participant of one session.
+    """Plans the turns of every participant of one session (see the module).
 
-    Sharing states live in the store (read per plan, O(1)). The actor keeps the
-    session's :class:`~sharedesk.actors._tail.Tail`, fed by the events the session actor
-    pushes, and walks it instead of the store's log, so a delta costs no store read of
-    the log and does not grow with the desk's history. A restart loses nothing: the tail
-    is rebuilt from the log. Hooks: ``on_start``/``on_stop`` only log (actor thread).
+    A restart loses nothing: states live in the store, the tail is rebuilt from the log.
     """
 
     kind = "sharing"
@@ -75,7 +66,7 @@ class SharingActor(HubActor):
                 return None
             case Plan(viewer=viewer, conversation=conversation):
                 return self._plan(viewer, conversation)
-        raise TypeError(f"unexpected message {type(message).__name__}")
+        return super().handle(message)
 
     def _plan(self, viewer: SessionAuthor, conversation: Conversation) -> TurnPlan:
         store = self.hub.store
