@@ -17,7 +17,6 @@ from sharedesk.protocol.events import Event
 from sharedesk.protocol.transcripts import Transcript
 from sharedesk.protocol.views import Conversation, Projection
 
-#: The type of a request's answer.
 R = TypeVar("R")
 
 
@@ -52,10 +51,7 @@ class CatchUp(msgspec.Struct, frozen=True):
 
 
 class Prime(Request[int], frozen=True):
-    """Ask a session actor to publish everything committed after ``base`` from now on.
-
-    Sent when a listener is added on a following Hub (answer: the actor's last sequence).
-    """
+    """Ask a session actor to publish from after ``base`` on (answer: its last sequence)."""
 
     base: int
 
@@ -81,16 +77,3 @@ class Plan(Request[TurnPlan], frozen=True):
 
     viewer: SessionAuthor
     conversation: Conversation
-
-
-__all__ = [
-    "CatchUp",
-    "Committed",
-    "GetTranscript",
-    "Plan",
-    "Prime",
-    "Push",
-    "Request",
-    "TurnPlan",
-    "View",
-]

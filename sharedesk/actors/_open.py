@@ -26,7 +26,11 @@ def open_store(
     Raises what :meth:`Hub.open` raises.
     """
     if is_postgres_dsn(path):
-        return _open_postgres(path, options, hub_options)
+        # psycopg loads here, never with ``import sharedesk`` (ImportError names the extra).
+        PostgresStore = load_lazy("PostgresStore", "sharedesk")
+        _check_options(PostgresStore, "dsn", options, hub_options)
+        store = PostgresStore(path, **options)
+        return store, store.path  # the DSN without its password
     if path is None:
         if options:
             raise ValidationError(
@@ -38,16 +42,6 @@ def open_store(
     check_path(path)
     _check_options(LmdbStore, "path", options, hub_options)
     return LmdbStore(path, **options), os.fspath(path)
-
-
-def _open_postgres(
-    dsn: str, options: dict[str, Any], hub_options: frozenset[str]
-) -> tuple[HubStore, str | None]:
-    # psycopg loads here, never with ``import sharedesk`` (ImportError names the extra).
-    PostgresStore = load_lazy("PostgresStore", "sharedesk")
-    _check_options(PostgresStore, "dsn", options, hub_options)
-    store = PostgresStore(dsn, **options)
-    return store, store.path  # the DSN without its password
 
 
 def _check_options(

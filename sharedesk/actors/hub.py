@@ -26,11 +26,12 @@ import msgspec
 
 from sharedesk.actors._base import ActorKey, HubStore, Slot
 from sharedesk.actors._handles import AppendOptions, SessionHandle, Turn, reply_event
-from sharedesk.actors._messages import GetTranscript, Plan, Prime, TurnPlan, View
+from sharedesk.actors._messages import GetTranscript, Plan, Prime, View
 from sharedesk.actors._open import open_store
 from sharedesk.actors._options import HubOptions, HubStats
 from sharedesk.actors.supervisor import ActorSupervisor, Listener
 from sharedesk.projection.messages import Budget, Budgets
+from sharedesk.projection.turns import TurnPlan
 from sharedesk.protocol._log import logger
 from sharedesk.protocol.authors import SessionAuthor, author_key
 from sharedesk.protocol.constants import SESSION_WINDOW
@@ -259,22 +260,14 @@ class Hub:
         """
         conversation = self._conversation(session_id, conversation)
         check_int("window", window)
-        key = ActorKey(
-            kind="projector",
-            session_id=session_id,
-            viewer=author_key(check_author(viewer, "viewer")),
-            conversation=conversation,
-        )
+        key = _projector(session_id, check_author(viewer, "viewer"), conversation)
+        last_sequence = self._store.last_sequence
 
         def published(slot: Slot) -> Projection | None:
-            snapshot = slot.snapshot
-            if (
-                snapshot is not None
-                and snapshot.window == window
-                and snapshot.through == self._store.last_sequence(session_id)
-            ):
-                return snapshot.projection
-            return None
+            snap = slot.snapshot
+            if snap is None or (snap.window, snap.through) != (window, last_sequence(session_id)):
+                return None
+            return snap.projection
 
         view: Projection = self._supervisor.call(key, View(window=window), fast=published)
         # The projector keeps serving this view: hand out a list of one's own.
@@ -318,13 +311,9 @@ class Hub:
         viewer = check_author(viewer, "viewer")
         Budget(**budgets)  # checked here, on the caller's thread
         ask = GetTranscript(viewer, check_optional_int("limit", limit), **budgets)
-        key = ActorKey(
-            kind="projector",
-            session_id=session_id,
-            viewer=author_key(viewer),
-            conversation=conversation,
+        transcript: Transcript = self._supervisor.call(
+            _projector(session_id, viewer, conversation), ask
         )
-        transcript: Transcript = self._supervisor.call(key, ask)
         # The projector keeps serving this transcript: hand out a list of one's own.
         return msgspec.structs.replace(transcript, messages=list(transcript.messages))
 
@@ -477,6 +466,10 @@ class Hub:
                 f"conversation of desk {conversation.desk!r} asked of session {session_id!r}"
             )
         return conversation
+
+
+def _projector(session_id: str, viewer: SessionAuthor, conversation: Conversation) -> ActorKey:
+    return ActorKey("projector", session_id, author_key(viewer), conversation)
 
 
 def _close_at_exit(ref: weakref.ref[Hub]) -> None:

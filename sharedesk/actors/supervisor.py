@@ -29,12 +29,7 @@ from sharedesk.actors.projector import ProjectorActor
 from sharedesk.actors.session import SessionActor
 from sharedesk.actors.sharing import SharingActor
 from sharedesk.protocol._log import logger
-from sharedesk.protocol.errors import (
-    ActorCrashed,
-    ActorTimeout,
-    HubClosed,
-    SessionFailed,
-)
+from sharedesk.protocol.errors import ActorCrashed, ActorTimeout, HubClosed, SessionFailed
 from sharedesk.protocol.events import Event
 
 _log = logger()
@@ -201,7 +196,6 @@ class ActorSupervisor:
         now = time.monotonic()
         with self._lock:
             victims = [slot] if self._forget_locked(slot) else []
-            self._retired.extend(victims)
             self._restart_count += 1
             window = self._restarts.setdefault(key.session_id, deque())
             window.append(now)
@@ -210,16 +204,14 @@ class ActorSupervisor:
             if len(window) > self._options.max_restarts and key.session_id not in self._failed:
                 self._failed.add(key.session_id)
                 others = [s for k, s in self._slots.items() if k.session_id == key.session_id]
-                for other in others:
-                    self._forget_locked(other)
-                victims += others
-                self._retired.extend(others)
+                victims += [other for other in others if self._forget_locked(other)]
                 _log.error(
                     "session.failed",
                     session_id=key.session_id,
                     restarts=len(window),
                     period=self._options.restart_period,
                 )
+            self._retired.extend(victims)
         for victim in victims:
             _stop(victim)
 
