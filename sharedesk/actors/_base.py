@@ -16,7 +16,7 @@ and is reached only through pykka's public API (``ActorRef.ask(block=False)``, `
 from __future__ import annotations
 
 import threading
-from typing import Any, ClassVar, Final, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Final, Protocol
 
 import msgspec
 import pykka
@@ -27,12 +27,13 @@ from sharedesk.protocol.errors import ActorCrashed, SharedeskError
 from sharedesk.protocol.ports import RunIndexStore, SharingStateStore, WritingStore
 from sharedesk.protocol.views import Conversation, Projection
 
+if TYPE_CHECKING:
+    from sharedesk.actors.supervisor import ActorSupervisor
+
 _log = logger()
 
 #: Prefix of the name of every thread the Hub starts (actors and the idle reaper).
 THREAD_PREFIX: Final = "sharedesk-"
-
-R = TypeVar("R")
 
 
 class HubStore(RunIndexStore, SharingStateStore, WritingStore, Protocol):
@@ -97,27 +98,6 @@ class Slot:
         self.snapshot: ViewSnapshot | None = None
 
 
-class Supervisor(Protocol):
-    """What an actor may ask of the supervisor that started it (``ActorSupervisor``)."""
-
-    @property
-    def store(self) -> HubStore:
-        """The store (shared by every actor of the Hub)."""
-        ...
-
-    def thread_name(self, kind: str) -> str:
-        """Return the name of this Hub's next actor thread of ``kind``."""
-        ...
-
-    def crashed(self, key: ActorKey, slot: Slot) -> None:
-        """Record that the actor of ``slot``, named ``key``, failed; it is to be stopped."""
-        ...
-
-    def publish(self, session_id: str, events: tuple[Any, ...]) -> None:
-        """Push committed events of ``session_id`` to its sharing actor and listeners."""
-        ...
-
-
 class HubActor(pykka.ThreadingActor):
     """Base of the Hub's actors; subclasses implement :meth:`handle`.
 
@@ -131,7 +111,7 @@ class HubActor(pykka.ThreadingActor):
     #: Actor threads never keep the interpreter alive (the Hub's exit hook stops them).
     use_daemon_thread: ClassVar[bool] = True
 
-    def __init__(self, hub: Supervisor, key: ActorKey, slot: Slot) -> None:
+    def __init__(self, hub: ActorSupervisor, key: ActorKey, slot: Slot) -> None:
         super().__init__()
         self.hub = hub
         self.key = key

@@ -53,29 +53,23 @@ def post_event(
 
 
 def reply_event(turn: Turn, reply: str | Event | None) -> Event | None:
-    """Return a turn's reply as the event to store (``None``: no reply).
+    """Return a turn's reply as the checked event to store (``None``: no reply).
 
     Raises:
         ValidationError: A malformed reply, or an ``Event`` by someone else.
     """
-    event: Event | None
     if reply is None:
-        event = None
-    elif isinstance(reply, str):
-        event = Event(
-            turn.viewer, Text(reply), id=new_event_id(), parent=turn.conversation.thread_root
-        )
-    elif isinstance(reply, Event):
-        if author_key(reply.author) != author_key(turn.viewer):
-            raise ValidationError(
-                f"a turn's reply must be written by its viewer {author_key(turn.viewer)}, "
-                f"not {author_key(reply.author)}"
-            )
-        event = reply
-    else:
+        return None
+    if isinstance(reply, str):
+        reply = Event(turn.viewer, Text(reply), parent=turn.conversation.thread_root)
+    elif not isinstance(reply, Event):
         raise ValidationError(f"reply must be a str, an Event or None, got {type(reply)}")
-    if event is not None:  # checked here, before the store
-        (event,) = check_events([event])
+    elif author_key(reply.author) != author_key(turn.viewer):
+        raise ValidationError(
+            f"a turn's reply must be written by its viewer {author_key(turn.viewer)}, "
+            f"not {author_key(reply.author)}"
+        )
+    (event,) = check_events([reply])  # checked here, before the store
     return event
 
 

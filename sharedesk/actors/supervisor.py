@@ -61,8 +61,7 @@ class Listener(Protocol):
 class ActorSupervisor:
     """Starts, routes, passivates and restarts the actors of one Hub (thread-safe).
 
-    The ``Supervisor`` the actors are started with. Slots are created and removed under
-    one lock; a request to a running actor takes none.
+    Slots are created and removed under one lock; a request to a running actor takes none.
     """
 
     def __init__(self, store: HubStore, options: HubOptions, path: str | None) -> None:
@@ -171,7 +170,7 @@ class ActorSupervisor:
                 session_id, self._options.max_restarts, self._options.restart_period
             )
 
-    # -- the Supervisor protocol of the actors -----------------------------------------
+    # -- what the actors call ------------------------------------------------------------
 
     def has_subscribers(self, session_id: str) -> bool:
         """Whether ``session_id`` has a sharing actor or listeners. Cost: O(1), no lock."""
