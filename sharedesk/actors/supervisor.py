@@ -72,8 +72,7 @@ class ActorSupervisor:
         self._path = path
         self._lock = threading.Lock()
         self._slots: OrderedDict[ActorKey, Slot] = OrderedDict()
-        # Per session with subscribers: its sharing actor's ref and its listeners.
-        self._sharing: dict[str, pykka.ActorRef[Any]] = {}
+        # Per session with listeners, its listeners (dicts replaced, never mutated).
         self._listeners: dict[str, dict[object, Listener]] = {}
         self._restarts: dict[str, deque[float]] = {}
         self._failed: set[str] = set()
@@ -136,7 +135,9 @@ class ActorSupervisor:
         """
         try:
             if session_id is None:
-                sessions = list(self._sharing.keys() | self._listeners.keys())
+                with self._lock:
+                    sharing = {key.session_id for key in self._slots if key.kind == "sharing"}
+                sessions = list(sharing | self._listeners.keys())
                 _log.info("hub.recheck", sessions=len(sessions))
                 for each in sessions:
                     self._tell(each, CatchUp())
@@ -174,15 +175,15 @@ class ActorSupervisor:
 
     def has_subscribers(self, session_id: str) -> bool:
         """Whether ``session_id`` has a sharing actor or listeners. Cost: O(1), no lock."""
-        return session_id in self._sharing or session_id in self._listeners
+        return _sharing(session_id) in self._slots or session_id in self._listeners
 
     def publish(self, session_id: str, events: tuple[Event, ...]) -> None:
         """Push committed events to the sharing actor and listeners (one raising is dropped)."""
         push = Push(events=events)
-        sharing = self._sharing.get(session_id)
-        if sharing is not None:
+        sharing = self._slots.get(_sharing(session_id))
+        if sharing is not None and sharing.ref is not None:
             with contextlib.suppress(pykka.ActorDeadError):  # a fresh one rebuilds
-                sharing.tell(push)
+                sharing.ref.tell(push)
         for token, listener in list(self._listeners.get(session_id, {}).items()):
             try:
                 listener.deliver(push)
@@ -276,7 +277,6 @@ class ActorSupervisor:
             slots = list(self._slots.values()) + self._retired
             self._slots.clear()
             self._retired = []
-            self._sharing = {}
             self._listeners = {}
         self._stopping.set()
         deadline = time.monotonic() + timeout
@@ -292,10 +292,6 @@ class ActorSupervisor:
         if self._slots.get(key) is not slot:
             return False
         del self._slots[key]
-        if key.kind == "sharing" and self._sharing.get(key.session_id) is slot.ref:
-            sharing = dict(self._sharing)
-            del sharing[key.session_id]
-            self._sharing = sharing
         return True
 
     def _kept_locked(self, key: ActorKey) -> bool:
@@ -327,8 +323,6 @@ class ActorSupervisor:
                 # callers start the same actor (about a thread start's cost).
                 slot.ref = _ACTOR_CLASSES[key.kind].start(self, key, slot)
                 self._slots[key] = slot
-                if key.kind == "sharing":
-                    self._sharing = {**self._sharing, key.session_id: slot.ref}
             else:
                 slot.touched = True
             slot.pins.append(None)
@@ -412,6 +406,10 @@ class ActorSupervisor:
                 _log.debug("hub.passivated", actors=len(victims))
                 for victim in victims:
                     _stop(victim)
+
+
+def _sharing(session_id: str) -> ActorKey:
+    return ActorKey(kind="sharing", session_id=session_id)
 
 
 def _stop(slot: Slot) -> pykka.Future[bool] | None:
