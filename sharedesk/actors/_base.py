@@ -16,6 +16,7 @@ and is reached only through pykka's public API (``ActorRef.ask(block=False)``, `
 from __future__ import annotations
 
 import threading
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Final, Protocol
 
 import msgspec
@@ -70,32 +71,21 @@ class ViewSnapshot(msgspec.Struct, frozen=True):
     projection: Projection
 
 
+@dataclass(eq=False, slots=True)
 class Slot:
     """The supervisor's record of one running actor (created and removed under its lock).
 
     The fields but ``key`` and ``ref`` change without the lock (single assignments and
     list appends/pops, atomic in CPython).
-
-    Attributes:
-        key: The actor's name.
-        ref: The actor's pykka ref (``None`` until started).
-        thread: The actor's thread (set by the actor as it starts; joined at close).
-        pins: One entry per request in flight; a pinned actor is not passivated.
-        touched: Used since passivation last passed it over (CLOCK's reference bit).
-        last_used: ``time.monotonic()`` of the end of the last request.
-        snapshot: The projector's newest view (projectors only; replaced, never mutated).
     """
 
-    __slots__ = ("key", "last_used", "pins", "ref", "snapshot", "thread", "touched")
-
-    def __init__(self, key: ActorKey, now: float) -> None:
-        self.key = key
-        self.ref: pykka.ActorRef[HubActor] | None = None
-        self.thread: threading.Thread | None = None
-        self.pins: list[None] = []
-        self.touched = False
-        self.last_used = now
-        self.snapshot: ViewSnapshot | None = None
+    key: ActorKey
+    last_used: float  # time.monotonic() at the end of the last request
+    ref: pykka.ActorRef[HubActor] | None = None  # None until started
+    thread: threading.Thread | None = None  # set by the actor as it starts; joined at close
+    pins: list[None] = field(default_factory=list)  # one per request in flight: kept running
+    touched: bool = False  # used since CLOCK last passed it over (its reference bit)
+    snapshot: ViewSnapshot | None = None  # a projector's newest view (replaced, not mutated)
 
 
 class HubActor(pykka.ThreadingActor):

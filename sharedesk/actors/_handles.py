@@ -166,9 +166,8 @@ class Turn(TurnFields):
     def commit(self, reply: str | Event | None = None) -> Event | None:
         """Append the reply and advance the viewer's sharing state in one durable step.
 
-        The new watermark is the session's last sequence when the turn was planned, and
-        the reply's sequence is noted as present, so the reply is never offered back to
-        the viewer while rows others appended meanwhile still are.
+        The watermark moves to the session's last sequence when the turn was planned;
+        the reply is noted as present, so it is never offered back to the viewer.
 
         Args:
             reply: ``None`` (just advance), a ``str`` posted by the viewer in the turn's

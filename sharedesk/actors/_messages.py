@@ -41,11 +41,7 @@ class Committed(msgspec.Struct, frozen=True):
 
 
 class CatchUp(msgspec.Struct, frozen=True):
-    """Told to a session actor: the store may hold events it has not published.
-
-    Attributes:
-        last: The session's last sequence the notice told of (``None``: unknown).
-    """
+    """Told to a session actor: the store may hold events after ``last`` (``None``: unknown)."""
 
     last: int | None = None
 

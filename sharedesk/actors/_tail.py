@@ -1,13 +1,10 @@
 """The tail of a session kept in memory: its newest ``Text`` rows, current from the store.
 
 A :class:`Tail` holds every ``Text`` row of a session from ``covered_from`` up to
-``through`` (the last sequence applied, any event kind), at most ``MIRROR_LIMIT``. Its
-:meth:`Tail.log` serves pages from memory and reads the store's log only below them, so
-the folds run unchanged over it and cost no store read on the common path (their walks
-start at the newest row). Events apply in sequence order: one at or below ``through`` is
-skipped; a gap drops the tail, rebuilt on the next request. :meth:`Tail.catch_up_rows`
-compares ``through`` with the store's last sequence and reads what it lacks, so the tail
-is current even when another process writes.
+``through`` (the last sequence applied), at most ``MIRROR_LIMIT``. As a ``SessionLog``
+it serves pages from memory and reads the store's log only below them, so the folds run
+unchanged over it, with no store read on the common path. A gap in the events applied
+drops it (rebuilt on the next request); :meth:`Tail.catch_up_rows` reads what it lacks.
 """
 
 from __future__ import annotations

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import atexit
 import functools
+import inspect
 import os
 import threading
 import time
@@ -27,11 +28,11 @@ import msgspec
 from sharedesk.actors._base import ActorKey, HubStore, Slot
 from sharedesk.actors._handles import AppendOptions, SessionHandle, Turn, reply_event
 from sharedesk.actors._messages import GetTranscript, Plan, Prime, View
-from sharedesk.actors._open import open_store
 from sharedesk.actors._options import HubOptions, HubStats
 from sharedesk.actors.supervisor import ActorSupervisor, Listener
 from sharedesk.projection.messages import Budget, Budgets
 from sharedesk.projection.turns import TurnPlan
+from sharedesk.protocol._lazy import load_lazy
 from sharedesk.protocol._log import logger
 from sharedesk.protocol.authors import SessionAuthor, author_key
 from sharedesk.protocol.constants import SESSION_WINDOW
@@ -44,11 +45,14 @@ from sharedesk.protocol.validation import (
     check_conversation,
     check_int,
     check_optional_int,
+    check_path,
     check_session_id,
     check_write,
+    is_postgres_dsn,
 )
 from sharedesk.protocol.views import Conversation, Projection
 from sharedesk.protocol.writes import Share, Write
+from sharedesk.store.memory import MemoryStore
 
 __all__ = [
     "HUB_OPTION_NAMES",
@@ -153,7 +157,7 @@ class Hub:
         """
         hub_options = {k: options.pop(k) for k in list(options) if k in HUB_OPTION_NAMES}
         settings = HubOptions(**hub_options)
-        store, where = open_store(path, options, HUB_OPTION_NAMES)
+        store, where = _open_store(path, options)
         try:
             return cls(store, settings, path=where)
         except BaseException:
@@ -466,6 +470,44 @@ class Hub:
                 f"conversation of desk {conversation.desk!r} asked of session {session_id!r}"
             )
         return conversation
+
+
+def _open_store(
+    path: str | os.PathLike[str] | None, options: dict[str, Any]
+) -> tuple[HubStore, str | None]:
+    # The store Hub.open(path, **options) names, and where it lives (see Hub.open).
+    if is_postgres_dsn(path):
+        # psycopg loads here, never with ``import sharedesk`` (ImportError names the extra).
+        PostgresStore = load_lazy("PostgresStore", "sharedesk")
+        _check_options(PostgresStore, "dsn", options)
+        store = PostgresStore(path, **options)
+        return store, store.path  # the DSN without its password
+    if path is None:
+        if options:
+            raise ValidationError(
+                f"store options {sorted(options)} need a path (an in-memory hub takes none)"
+            )
+        return MemoryStore(), None
+    from sharedesk.store.lmdb import LmdbStore  # a memory-only Hub never loads LMDB
+
+    check_path(path)
+    _check_options(LmdbStore, "path", options)
+    return LmdbStore(path, **options), os.fspath(path)
+
+
+def _check_options(store_class: type, first: str, options: dict[str, Any]) -> None:
+    params = inspect.signature(store_class).parameters.values()
+    named = sorted(
+        p.name
+        for p in params
+        if p.name != first and p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)
+    )
+    unknown = sorted(name for name in options if name not in named)
+    if unknown:
+        raise ValidationError(
+            f"unknown options {unknown}: Hub options are {sorted(HUB_OPTION_NAMES)}, "
+            f"store options {named}"
+        )
 
 
 def _projector(session_id: str, viewer: SessionAuthor, conversation: Conversation) -> ActorKey:

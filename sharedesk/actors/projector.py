@@ -1,13 +1,10 @@
 """ProjectorActor: one viewer's view of one conversation, kept current from the tail.
 
-A view is the fold the contract defines, :func:`project_session`, run over the
-session's :class:`~sharedesk.actors._tail.Tail`. Nothing is pushed to a projector (a
-post must not cost a wake-up per viewer): asked for a view, it catches up from the tail
-and folds the rows gained into each cached view with the pure
-:func:`~sharedesk.projection.turns.fold_views` when that is provably what a fresh walk
-gives, else walks again (in memory). Each view served is published in the slot with the
-sequence it reflects, so a ``hub.view`` with nothing appended since needs no thread
-switch. Transcripts are cached per budget: the unbudgeted one is extended
+A view is :func:`project_session` over the session's :class:`~sharedesk.actors._tail.Tail`.
+Nothing is pushed to a projector: asked for a view, it catches up from the tail and
+folds the rows gained into each cached view (:func:`~sharedesk.projection.turns.fold_views`),
+else walks again. Each view is published in the slot with the sequence it reflects, for
+the Hub's fast path. Transcripts are cached per budget: the unbudgeted one is extended
 (``update_from_store``), a budgeted one read again (``from_store``) when the session moved.
 """
 

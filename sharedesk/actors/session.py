@@ -1,13 +1,10 @@
 """SessionActor: the one publisher of a session's committed events.
 
-Writes do not pass through it: the store's ``on_commit`` tells it each commit
-(:class:`~sharedesk.actors._messages.Committed`), and a following store's notices a
-``CatchUp``. It publishes, through the supervisor, one run of consecutive events after
-the last it published (:attr:`SessionActor.last`), so subscribers (the sharing actor and
-``Hub.listen`` listeners) get every stored event once, in order, with no gap. What does
-not follow on from ``last`` (another writer appended in between) it reads from the
-store first, at most ``SCAN_LIMIT`` events (further behind, subscribers see a gap and
-rebuild from the store).
+The store's ``on_commit`` tells it each commit (``Committed``), a following store's
+notices a ``CatchUp``. It publishes the consecutive events after the last it published
+(:attr:`SessionActor.last`), so subscribers get every stored event once, in order, with
+no gap; what another writer appended in between it reads from the store first (at most
+``SCAN_LIMIT`` events: further behind, subscribers see a gap and rebuild).
 """
 
 from __future__ import annotations

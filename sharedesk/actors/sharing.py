@@ -1,10 +1,8 @@
 """SharingActor: plans the turns of one session's participants.
 
-The rules of a turn live in the pure :func:`~sharedesk.projection.turns.plan_turn`; the
-actor gathers its inputs (the stored sharing state, the session's last sequence, the
-store's first-reply index) and walks the session's tail held in memory, fed by the
-session actor's pushes, so a delta reads no store page whatever the desk's history. A
-turn's commit goes from the Hub to the store's writer, like any write.
+The rules live in the pure :func:`~sharedesk.projection.turns.plan_turn`; the actor
+gathers its inputs and walks the session's tail, fed by the session actor's pushes, so a
+delta reads no store page whatever the desk's history. Commits go through the Hub.
 """
 
 from __future__ import annotations
