@@ -18,27 +18,17 @@ if TYPE_CHECKING:
 
 
 class AppendOptions(TypedDict, total=False):
-    """The keywords of an append (``Hub.append``, ``SessionHandle.append``), as the store's.
+    """The keywords of an append (``Hub.append``, ``SessionHandle.append``), as the store's."""
 
-    Attributes:
-        expected_version: Append only if the session's last sequence equals it.
-        unless_stored: Append only if the session holds no event with this id.
-    """
-
-    expected_version: int | None
-    unless_stored: str | None
+    expected_version: int | None  #: Append only if the session's last sequence equals it.
+    unless_stored: str | None  #: Append only if the session holds no event with this id.
 
 
 class PostOptions(TypedDict, total=False):
-    """The keywords of a post (``SessionHandle.post``, ``AsyncHub.post``).
+    """The keywords of a post (``SessionHandle.post``, ``AsyncHub.post``)."""
 
-    Attributes:
-        parent: The thread root it replies to (``None``, the default: a new root).
-        id: Idempotency key (default: a fresh uuid4 hex); the same id twice is stored once.
-    """
-
-    parent: int | None
-    id: str | None
+    parent: int | None  #: The thread root it replies to (default ``None``: a new root).
+    id: str | None  #: Idempotency key (default: a fresh uuid4 hex); stored once.
 
 
 def post_event(

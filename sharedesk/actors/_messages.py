@@ -11,6 +11,7 @@ from typing import Generic, TypeVar
 
 import msgspec
 
+from sharedesk.projection.messages import Budgets
 from sharedesk.projection.turns import TurnPlan
 from sharedesk.protocol.authors import SessionAuthor
 from sharedesk.protocol.events import Event
@@ -59,13 +60,11 @@ class View(Request[Projection], frozen=True):
 
 
 class GetTranscript(Request[Transcript], frozen=True):
-    """Ask a projector for ``viewer``'s transcript, with ``TranscriptBuilder``'s budget."""
+    """Ask a projector for ``viewer``'s transcript, with ``TranscriptBuilder``'s budgets."""
 
     viewer: SessionAuthor
     limit: int | None = None
-    max_messages: int | None = None
-    max_chars: int | None = None
-    max_tokens_approx: int | None = None
+    budgets: Budgets = {}
 
 
 class Plan(Request[TurnPlan], frozen=True):

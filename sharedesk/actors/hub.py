@@ -314,7 +314,7 @@ class Hub:
         conversation = self._conversation(session_id, None)
         viewer = check_author(viewer, "viewer")
         Budget(**budgets)  # checked here, on the caller's thread
-        ask = GetTranscript(viewer, check_optional_int("limit", limit), **budgets)
+        ask = GetTranscript(viewer, check_optional_int("limit", limit), budgets)
         transcript: Transcript = self._supervisor.call(
             _projector(session_id, viewer, conversation), ask
         )

@@ -64,7 +64,7 @@ class ProjectorActor(HubActor):
         self.conversation: Conversation = self.key.conversation
         self.tail = Tail(self.key.session_id)
         self.views: dict[int, CachedView] = {}
-        self.transcripts: dict[tuple[int | None, ...], Transcript] = {}
+        self.transcripts: dict[tuple[Any, ...], Transcript] = {}
 
     def context(self, message: Any) -> dict[str, Any]:
         """Bind ``viewer``."""
@@ -105,22 +105,16 @@ class ProjectorActor(HubActor):
     def _transcript(self, ask: GetTranscript) -> Transcript:
         store = self.hub.store
         session_id = self.key.session_id
-        key = (ask.limit, ask.max_messages, ask.max_chars, ask.max_tokens_approx)
+        key = (ask.limit, *sorted((k, v) for k, v in ask.budgets.items() if v is not None))
         cached = self.transcripts.get(key)
         last = store.last_sequence(session_id)
         if cached is not None and (cached.last_sequence or 0) == last:
             return cached
-        if cached is not None and all(value is None for value in key):
+        if cached is not None and key == (None,):
             transcript = TranscriptBuilder.update_from_store(store, cached, viewer=ask.viewer)
         else:
             transcript = TranscriptBuilder.from_store(
-                store,
-                session_id,
-                limit=ask.limit,
-                viewer=ask.viewer,
-                max_messages=ask.max_messages,
-                max_chars=ask.max_chars,
-                max_tokens_approx=ask.max_tokens_approx,
+                store, session_id, limit=ask.limit, viewer=ask.viewer, **ask.budgets
             )
         if key not in self.transcripts and len(self.transcripts) >= _CACHED_TRANSCRIPTS:
             self.transcripts = {}
