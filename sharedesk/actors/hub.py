@@ -391,11 +391,8 @@ class Hub:
 
     def drain(self, timeout: float | None = None) -> bool:
         """Wait until no run is queued or running; return whether that happened in time."""
-        with self._lock:
-            runs = self._runs
-        if runs is None:
-            return True
-        return bool(runs.drain(timeout))
+        runs = self._runs
+        return runs is None or bool(runs.drain(timeout))
 
     def status(self, session_id: str) -> RunQueueStatus:
         """Return the run queue's status of ``session_id`` (``ValidationError``)."""

@@ -17,17 +17,9 @@ from sharedesk.actors._messages import GetTranscript, View
 from sharedesk.actors._tail import Tail
 from sharedesk.projection import TranscriptBuilder, project_session
 from sharedesk.projection.turns import CachedView, fold_views
-from sharedesk.protocol._log import logger
 from sharedesk.protocol.ports import SessionLog
 from sharedesk.protocol.transcripts import Transcript
-from sharedesk.protocol.views import (
-    Conversation,
-    Projection,
-    SessionPage,
-    SessionQuery,
-)
-
-_log = logger()
+from sharedesk.protocol.views import Conversation, Projection, SessionPage, SessionQuery
 
 #: Most distinct windows whose views a projector caches at once.
 _CACHED_WINDOWS: Final = 4

@@ -50,10 +50,9 @@ class Listener(Protocol):
     """Told the events committed to a session (see :meth:`Hub.listen`)."""
 
     def deliver(self, message: Push) -> None:
-        """Take one push (consecutive stored events); quick, never blocks.
+        """Take one push; quick, never blocks; one that raises is logged and dropped.
 
-        One that raises is logged and dropped. On a following Hub a push may be empty:
-        the session may have changed in another process; re-check the store.
+        On a following Hub a push may be empty: re-check the store.
         """
         ...
 
