@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Concatenate, Final, ParamSpec, Self, Type
 import msgspec
 
 from sharedesk.actors._base import ActorKey, HubStore, Slot
-from sharedesk.actors._handles import AppendOptions, SessionHandle, Turn, reply_event
+from sharedesk.actors._handles import AppendOptions, PostOptions, SessionHandle, Turn, reply_event
 from sharedesk.actors._messages import GetTranscript, Plan, Prime, View
 from sharedesk.actors._options import HubOptions, HubStats
 from sharedesk.actors.supervisor import ActorSupervisor, Listener
@@ -56,10 +56,12 @@ from sharedesk.store.memory import MemoryStore
 
 __all__ = [
     "HUB_OPTION_NAMES",
+    "AppendOptions",
     "Hub",
     "HubOptions",
     "HubStats",
     "Listener",
+    "PostOptions",
     "SessionHandle",
     "Turn",
 ]
