@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import Any
 
-from sharedesk.actors._base import HubActor, HubStore
+from sharedesk.actors._base import HubActor
 from sharedesk.actors._messages import Plan, Push
 from sharedesk.actors._tail import Tail
 from sharedesk.projection.turns import TurnPlan, plan_turn
@@ -19,20 +19,6 @@ from sharedesk.protocol.authors import SessionAuthor, author_key
 from sharedesk.protocol.views import Conversation
 
 _log = logger()
-
-
-class _StoreReplies:
-    """The store's first-reply index of one session, as a ``ReplyIndex``."""
-
-    __slots__ = ("_session_id", "_store")
-
-    def __init__(self, store: HubStore, session_id: str) -> None:
-        self._store = store
-        self._session_id = session_id
-
-    def first_replies(self, roots: Collection[int]) -> dict[int, int]:
-        """Ask the store (one key per root)."""
-        return self._store.first_replies(self._session_id, roots)
 
 
 class SharingActor(HubActor):
@@ -49,9 +35,7 @@ class SharingActor(HubActor):
 
     def context(self, message: Any) -> dict[str, Any]:
         """Bind ``viewer``."""
-        if isinstance(message, Plan):
-            return {"viewer": author_key(message.viewer)}
-        return {}
+        return {"viewer": author_key(message.viewer)} if isinstance(message, Plan) else {}
 
     def handle(self, message: Any) -> Any:
         """Serve :class:`Push` (told) and :class:`Plan`."""
@@ -66,13 +50,15 @@ class SharingActor(HubActor):
                 return self._plan(viewer, conversation)
         return super().handle(message)
 
+    def first_replies(self, roots: Collection[int]) -> dict[int, int]:
+        """Return the store's first replies of ``roots``: the planner's ``ReplyIndex``."""
+        return self.hub.store.first_replies(self.key.session_id, roots)
+
     def _plan(self, viewer: SessionAuthor, conversation: Conversation) -> TurnPlan:
         store = self.hub.store
-        session_id = self.key.session_id
-        state = store.get_sharing_state(session_id, author_key(viewer), conversation)
+        state = store.get_sharing_state(self.key.session_id, author_key(viewer), conversation)
         last, _ = self.tail.catch_up_rows(store)
-        replies = _StoreReplies(store, session_id)
-        plan = plan_turn(self.tail.log(store), state, conversation, viewer, last, replies)
+        plan = plan_turn(self.tail.log(store), state, conversation, viewer, last, self)
         _log.debug(
             "turn.planned",
             reason=plan.reason,
