@@ -388,8 +388,7 @@ class Hub:
         ``options``: ``continuation``, ``continuation_opts``, ``adapter_opts``. Returns the
         future of its ``RunResult``. Raises ``HubClosed``, ``QueueFull``.
         """
-        future: Future[Any] = self._run_queue().submit(session_id, adapter, input, **options)
-        return future
+        return self._run_queue().submit(session_id, adapter, input, **options)
 
     def drain(self, timeout: float | None = None) -> bool:
         """Wait until no run is queued or running; return whether that happened in time."""

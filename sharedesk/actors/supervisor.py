@@ -106,10 +106,8 @@ class ActorSupervisor:
         for _attempt in range(_RESEND_ATTEMPTS):
             slot = self._acquire(key)
             try:
-                if fast is not None:
-                    hit = fast(slot)
-                    if hit is not None:
-                        return hit
+                if fast is not None and (hit := fast(slot)) is not None:
+                    return hit
                 assert slot.ref is not None
                 answer: T = self._wait(slot.ref.ask(message, block=False), slot)
                 return answer
@@ -363,8 +361,7 @@ class ActorSupervisor:
         while True:
             remaining = deadline - time.monotonic()
             try:
-                answer: T = future.get(timeout=max(0.0, min(remaining, _POLL)))
-                return answer
+                return future.get(timeout=max(0.0, min(remaining, _POLL)))
             except pykka.Timeout:
                 if self.closed:
                     raise HubClosed(self._path) from None
@@ -373,8 +370,7 @@ class ActorSupervisor:
                     # Stopped: pykka answers what is left in the inbox as it ends. No
                     # answer by then means the request came after: never handled.
                     try:
-                        answer = future.get(timeout=_POLL)
-                        return answer
+                        return future.get(timeout=_POLL)
                     except pykka.Timeout:
                         raise pykka.ActorDeadError(f"{slot.key.kind} actor stopped") from None
                 if time.monotonic() >= deadline:
