@@ -1,9 +1,6 @@
 """The Hub: pykka actors over a store (session publishers, projectors, sharing actors).
 
-``Hub.open(path=None, **options)`` opens a Hub over an in-memory, LMDB or PostgreSQL
-store (a ``postgresql://`` DSN: several Hub processes share the database and follow
-each other's commits). Writes go to the store's writer; views are served by projector
-actors and turns planned by sharing actors, both catching up from the session's tail.
+``Hub.open(path=None, **options)`` opens one over memory, LMDB or PostgreSQL;
 ``AsyncHub``/``AsyncTurn`` (asyncio) are imported on first use.
 """
 

@@ -1,31 +1,23 @@
 """The actor base: a :class:`pykka.ThreadingActor` with the Hub's supervision and log context.
 
-Each actor is a pykka actor with a thread of its own (a daemon, renamed
-``sharedesk-<kind>-<n>`` when it starts, numbered per Hub), reached only through
-pykka's public API: the supervisor asks it with ``ActorRef.ask(message, block=False)``
-and waits on the pykka future, tells it pushes with ``ActorRef.tell``, and stops it
-with ``ActorRef.stop``.
-A request still in the inbox when the actor stops gets pykka's ``ActorDeadError``
-(pykka answers what is left in the inbox), which the supervisor resends to a fresh
-actor.
+Each actor has a daemon thread of its own (``sharedesk-<kind>-<n>``, numbered per Hub)
+and is reached only through pykka's public API (``ActorRef.ask(block=False)``, ``tell``,
+``stop``). Supervision, in one place (the supervisor holds the policy, the actor reports):
 
-Supervision, in one place (the supervisor holds the policy, the actor only reports):
-
-- A handler that raises a :class:`~sharedesk.SharedeskError` (bad input, a conflict, a
-  closed store) hands that error back to its caller; the actor keeps running, because
-  such an error leaves its state as it was.
-- A handler that raises anything else is a fault. The actor logs ``actor.crashed``,
-  marks itself failed, tells the supervisor (which forgets it, counts the restart
-  against the session's restart intensity and stops it), and hands
-  :class:`~sharedesk.ActorCrashed` (cause chained) to the caller. Requests that reach
-  the failed actor before its stop are answered ``ActorDeadError`` and resent to a
-  fresh actor, which recovers its state from the store.
+- A handler raising a :class:`~sharedesk.SharedeskError` hands it to its caller; the
+  actor keeps running (such an error leaves its state as it was).
+- A handler raising anything else is a fault: the actor logs ``actor.crashed``, marks
+  itself failed, tells the supervisor (which forgets it, counts the restart against the
+  session's restart intensity and stops it) and hands :class:`~sharedesk.ActorCrashed`
+  (cause chained) to the caller. Requests that reach it before its stop get
+  ``ActorDeadError`` and are resent to a fresh actor, which recovers from the store.
 """
 
 from __future__ import annotations
 
 import threading
-from typing import Any, ClassVar, Final, Protocol, TypeVar
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar, Final, Protocol
 
 import msgspec
 import pykka
@@ -36,16 +28,17 @@ from sharedesk.protocol.errors import ActorCrashed, SharedeskError
 from sharedesk.protocol.ports import RunIndexStore, SharingStateStore, WritingStore
 from sharedesk.protocol.views import Conversation, Projection
 
+if TYPE_CHECKING:
+    from sharedesk.actors.supervisor import ActorSupervisor
+
 _log = logger()
 
 #: Prefix of the name of every thread the Hub starts (actors and the idle reaper).
 THREAD_PREFIX: Final = "sharedesk-"
 
-R = TypeVar("R")
-
 
 class HubStore(RunIndexStore, SharingStateStore, WritingStore, Protocol):
-    """What the Hub needs of a store: the event-store, sharing-state, run-index and write ports."""
+    """What the Hub needs of a store: the run-index, sharing-state and write ports."""
 
 
 class ActorKey(msgspec.Struct, frozen=True):
@@ -65,7 +58,7 @@ class ActorKey(msgspec.Struct, frozen=True):
 
 
 class ViewSnapshot(msgspec.Struct, frozen=True):
-    """The newest view a projector computed, published for lock-free reads by the Hub.
+    """The newest view a projector computed, published for the Hub's lock-free reads.
 
     Attributes:
         window: The window it was computed for.
@@ -78,81 +71,37 @@ class ViewSnapshot(msgspec.Struct, frozen=True):
     projection: Projection
 
 
+@dataclass(eq=False, slots=True)
 class Slot:
-    """The supervisor's record of one running actor.
+    """The supervisor's record of one running actor (created and removed under its lock).
 
-    Created and removed under the supervisor's lock; ``pins``, ``touched``,
-    ``last_used``, ``thread`` and ``snapshot`` are updated without it (single
-    assignments and list appends/pops, atomic in CPython).
-
-    Attributes:
-        key: The actor's name.
-        ref: The actor's pykka ref (``None`` until started).
-        thread: The actor's thread (set by the actor as it starts; joined at close).
-        pins: One entry per request in flight; a pinned actor is not passivated.
-        touched: Used since passivation last passed it over (CLOCK's reference bit).
-        last_used: ``time.monotonic()`` of the end of the last request.
-        snapshot: The projector's newest view (projectors only; replaced, never mutated).
+    The fields but ``key`` and ``ref`` change without the lock (single assignments and
+    list appends/pops, atomic in CPython).
     """
 
-    __slots__ = ("key", "last_used", "pins", "ref", "snapshot", "thread", "touched")
-
-    def __init__(self, key: ActorKey, now: float) -> None:
-        self.key = key
-        self.ref: pykka.ActorRef[HubActor] | None = None
-        self.thread: threading.Thread | None = None
-        self.pins: list[None] = []
-        self.touched = False
-        self.last_used = now
-        self.snapshot: ViewSnapshot | None = None
-
-
-class Supervisor(Protocol):
-    """What an actor may ask of the supervisor that started it.
-
-    Implemented by :class:`~sharedesk.actors.supervisor.ActorSupervisor`.
-    """
-
-    @property
-    def store(self) -> HubStore:
-        """The store (shared by every actor of the Hub)."""
-        ...
-
-    def thread_name(self, kind: str) -> str:
-        """Return the name of this Hub's next actor thread of ``kind``."""
-        ...
-
-    def crashed(self, key: ActorKey, slot: Slot) -> None:
-        """Record that the actor of ``slot``, named ``key``, failed; it is to be stopped."""
-        ...
-
-    def publish(self, session_id: str, events: tuple[Any, ...]) -> None:
-        """Push committed events of ``session_id`` to its sharing actor and listeners."""
-        ...
+    key: ActorKey
+    last_used: float  # time.monotonic() at the end of the last request
+    ref: pykka.ActorRef[HubActor] | None = None  # None until started
+    thread: threading.Thread | None = None  # set by the actor as it starts; joined at close
+    pins: list[None] = field(default_factory=list)  # one per request in flight: kept running
+    touched: bool = False  # used since CLOCK last passed it over (its reference bit)
+    snapshot: ViewSnapshot | None = None  # a projector's newest view (replaced, not mutated)
 
 
 class HubActor(pykka.ThreadingActor):
-    """Base of the Hub's actors: supervision and log context over a pykka actor.
+    """Base of the Hub's actors; subclasses implement :meth:`handle`.
 
-    Which thread runs what:
-
-    - ``__init__``: the supervisor's caller that starts the actor (no I/O).
-    - ``on_start``: the actor's thread; names it, binds ``session_id`` and ``actor``
-      for the thread's life and records the thread in the slot. Never raises.
-    - ``on_receive`` (every message): the actor's thread, one at a time; a failure is
-      supervised (see the module docstring).
-    - ``on_stop``: the actor's thread, as it ends. It only logs.
-
-    Subclasses implement :meth:`handle`.
+    ``__init__`` runs on the thread starting the actor (no I/O); ``on_start``,
+    ``on_receive`` (one message at a time, supervised) and ``on_stop`` (only logs) on
+    the actor's thread.
     """
 
     #: The actor kind, as in :class:`ActorKey`.
     kind: ClassVar[str] = "actor"
-    #: Actor threads never keep the interpreter alive (a script that forgets
-    #: ``close()`` still exits; the Hub's exit hook stops what is left).
+    #: Actor threads never keep the interpreter alive (the Hub's exit hook stops them).
     use_daemon_thread: ClassVar[bool] = True
 
-    def __init__(self, hub: Supervisor, key: ActorKey, slot: Slot) -> None:
+    def __init__(self, hub: ActorSupervisor, key: ActorKey, slot: Slot) -> None:
         super().__init__()
         self.hub = hub
         self.key = key
@@ -161,7 +110,7 @@ class HubActor(pykka.ThreadingActor):
         self.failed = False
 
     def on_start(self) -> None:
-        """Name the thread, record it in the slot, bind the log context, log the start."""
+        """Name the thread, record it in the slot, bind ``session_id`` and ``actor``."""
         thread = threading.current_thread()
         thread.name = self.hub.thread_name(self.kind)
         self.slot.thread = thread
@@ -181,13 +130,10 @@ class HubActor(pykka.ThreadingActor):
         raise TypeError(f"unexpected message {type(message).__name__}")
 
     def on_receive(self, message: Any) -> Any:
-        """Run :meth:`handle` inside the message's log context, supervising it.
+        """Run :meth:`handle` in the message's log context, supervised (see the module).
 
-        Raises:
-            pykka.ActorDeadError: The actor failed earlier and is being stopped.
-            SharedeskError: As raised by the handler; the actor keeps running.
-            ActorCrashed: The handler raised anything else; the actor is stopped and
-                a fresh one serves the next request.
+        Raises ``ActorDeadError`` once the actor failed, the handler's ``SharedeskError``,
+        or ``ActorCrashed``.
         """
         if self.failed:
             raise pykka.ActorDeadError(f"{self.kind} actor of {self.key.session_id} failed")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict, Unpack
 
 from sharedesk.projection.turns import TurnPlan
 from sharedesk.protocol.authors import SessionAuthor, author_key
@@ -17,7 +17,23 @@ if TYPE_CHECKING:
     from sharedesk.actors.hub import Hub
 
 
-def post_event(author: SessionAuthor, content: str, parent: int | None, id: str | None) -> Event:
+class AppendOptions(TypedDict, total=False):
+    """The keywords of an append (``Hub.append``, ``SessionHandle.append``), as the store's."""
+
+    expected_version: int | None  #: Append only if the session's last sequence equals it.
+    unless_stored: str | None  #: Append only if the session holds no event with this id.
+
+
+class PostOptions(TypedDict, total=False):
+    """The keywords of a post (``SessionHandle.post``, ``AsyncHub.post``)."""
+
+    parent: int | None  #: The thread root it replies to (default ``None``: a new root).
+    id: str | None  #: Idempotency key (default: a fresh uuid4 hex); stored once.
+
+
+def post_event(
+    author: SessionAuthor, content: str, parent: int | None = None, id: str | None = None
+) -> Event:
     """Return the ``Text`` event a post stores (``ValidationError``: not a ``str``)."""
     if not isinstance(content, str):
         raise ValidationError(f"content must be a str, got {type(content).__name__}")
@@ -27,29 +43,23 @@ def post_event(author: SessionAuthor, content: str, parent: int | None, id: str 
 
 
 def reply_event(turn: Turn, reply: str | Event | None) -> Event | None:
-    """Return a turn's reply as the event to store (``None``: no reply).
+    """Return a turn's reply as the checked event to store (``None``: no reply).
 
     Raises:
         ValidationError: A malformed reply, or an ``Event`` by someone else.
     """
-    event: Event | None
     if reply is None:
-        event = None
-    elif isinstance(reply, str):
-        event = Event(
-            turn.viewer, Text(reply), id=new_event_id(), parent=turn.conversation.thread_root
-        )
-    elif isinstance(reply, Event):
-        if author_key(reply.author) != author_key(turn.viewer):
-            raise ValidationError(
-                f"a turn's reply must be written by its viewer {author_key(turn.viewer)}, "
-                f"not {author_key(reply.author)}"
-            )
-        event = reply
-    else:
+        return None
+    if isinstance(reply, str):
+        reply = Event(turn.viewer, Text(reply), parent=turn.conversation.thread_root)
+    elif not isinstance(reply, Event):
         raise ValidationError(f"reply must be a str, an Event or None, got {type(reply)}")
-    if event is not None:  # checked here, before the store
-        (event,) = check_events([event])
+    elif author_key(reply.author) != author_key(turn.viewer):
+        raise ValidationError(
+            f"a turn's reply must be written by its viewer {author_key(turn.viewer)}, "
+            f"not {author_key(reply.author)}"
+        )
+    (event,) = check_events([reply])  # checked here, before the store
     return event
 
 
@@ -66,36 +76,17 @@ class SessionHandle:
         #: The session's id.
         self.session_id = session_id
 
-    def append(
-        self, events: Sequence[Event], *, expected_version: int | None = None
-    ) -> list[Event]:
+    def append(self, events: Sequence[Event], **options: Unpack[AppendOptions]) -> list[Event]:
         """Append events to the session (as :meth:`Hub.append`)."""
-        return self._hub.append(self.session_id, events, expected_version=expected_version)
+        return self._hub.append(self.session_id, events, **options)
 
-    def post(
-        self,
-        author: SessionAuthor,
-        content: str,
-        *,
-        parent: int | None = None,
-        id: str | None = None,
-    ) -> Event:
-        """Post a ``Text`` message and return it as stored.
+    def post(self, author: SessionAuthor, content: str, **options: Unpack[PostOptions]) -> Event:
+        """Post ``content`` (stored exactly as given) by ``author``; return it as stored.
 
-        Args:
-            author: Who writes it.
-            content: The text, stored exactly as given.
-            parent: The thread root it replies to, or ``None`` for a new root.
-            id: Idempotency key (default: a fresh uuid4 hex); posting the same id twice
-                stores it once.
-
-        Raises:
-            ValidationError: Malformed input.
-            HubClosed, SessionFailed, ActorTimeout, ActorCrashed: See :class:`Hub`.
-
-        Cost: as :meth:`Hub.append` of one event.
+        The keywords are :class:`PostOptions` (``parent``, ``id``). Raises
+        ``ValidationError`` (malformed input) or as :meth:`Hub.append`, whose cost it has.
         """
-        return self._hub.append(self.session_id, [post_event(author, content, parent, id)])[0]
+        return self._hub.append(self.session_id, [post_event(author, content, **options)])[0]
 
     def last_sequence(self) -> int:
         """Return the session's last sequence. Cost: O(1)."""
@@ -165,9 +156,8 @@ class Turn(TurnFields):
     def commit(self, reply: str | Event | None = None) -> Event | None:
         """Append the reply and advance the viewer's sharing state in one durable step.
 
-        The new watermark is the session's last sequence when the turn was planned, and
-        the reply's sequence is noted as present, so the reply is never offered back to
-        the viewer while rows others appended meanwhile still are.
+        The watermark moves to the session's last sequence when the turn was planned;
+        the reply is noted as present, so it is never offered back to the viewer.
 
         Args:
             reply: ``None`` (just advance), a ``str`` posted by the viewer in the turn's
@@ -178,15 +168,11 @@ class Turn(TurnFields):
             The stored reply, or ``None``.
 
         Raises:
-            SharingStateConflict: Another turn of the same viewer and conversation
-                moved the stored state since this one was planned (or this turn was
-                committed already); nothing was written. This is the only way a commit
-                fails for what others did: rows appended meanwhile (in this process or
-                another) never make it fail, and are offered by the next turn. Take a
-                new turn: it shows what that other turn did not. The compare-and-swap
-                is on the state's value, so a turn whose rival left the state as it was
-                (no reply, nothing new) commits; its messages are then empty, so
-                nothing is delivered twice.
+            SharingStateConflict: Another turn of the same viewer and conversation moved
+                the stored state since this one was planned; nothing was written. Rows
+                appended meanwhile never make a commit fail (the next turn offers them).
+                Take a new turn. The compare-and-swap is on the state's value, so a
+                turn whose rival left the state as it was commits.
             TurnAlreadyCommitted: This turn was committed already (a
                 ``SharingStateConflict``); nothing was written.
             ValidationError: A malformed reply, or an ``Event`` by someone else.

@@ -11,13 +11,13 @@ from typing import Generic, TypeVar
 
 import msgspec
 
+from sharedesk.projection.messages import Budgets
 from sharedesk.projection.turns import TurnPlan
 from sharedesk.protocol.authors import SessionAuthor
 from sharedesk.protocol.events import Event
 from sharedesk.protocol.transcripts import Transcript
 from sharedesk.protocol.views import Conversation, Projection
 
-#: The type of a request's answer.
 R = TypeVar("R")
 
 
@@ -42,20 +42,13 @@ class Committed(msgspec.Struct, frozen=True):
 
 
 class CatchUp(msgspec.Struct, frozen=True):
-    """Told to a session actor: the store may hold events it has not published.
-
-    Attributes:
-        last: The session's last sequence the notice told of (``None``: unknown).
-    """
+    """Told to a session actor: the store may hold events after ``last`` (``None``: unknown)."""
 
     last: int | None = None
 
 
 class Prime(Request[int], frozen=True):
-    """Ask a session actor to publish everything committed after ``base`` from now on.
-
-    Sent when a listener is added on a following Hub (answer: the actor's last sequence).
-    """
+    """Ask a session actor to publish from after ``base`` on (answer: its last sequence)."""
 
     base: int
 
@@ -67,13 +60,11 @@ class View(Request[Projection], frozen=True):
 
 
 class GetTranscript(Request[Transcript], frozen=True):
-    """Ask a projector for ``viewer``'s transcript, with ``TranscriptBuilder``'s budget."""
+    """Ask a projector for ``viewer``'s transcript, with ``TranscriptBuilder``'s budgets."""
 
     viewer: SessionAuthor
     limit: int | None = None
-    max_messages: int | None = None
-    max_chars: int | None = None
-    max_tokens_approx: int | None = None
+    budgets: Budgets = {}
 
 
 class Plan(Request[TurnPlan], frozen=True):
@@ -81,16 +72,3 @@ class Plan(Request[TurnPlan], frozen=True):
 
     viewer: SessionAuthor
     conversation: Conversation
-
-
-__all__ = [
-    "CatchUp",
-    "Committed",
-    "GetTranscript",
-    "Plan",
-    "Prime",
-    "Push",
-    "Request",
-    "TurnPlan",
-    "View",
-]

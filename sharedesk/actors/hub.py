@@ -1,43 +1,38 @@
 """The Hub: the public face of a desk's actors (``Hub``; ``SessionHandle`` and ``Turn``).
 
-Actors (:class:`~sharedesk.actors._base.ActorKey`) are pykka actors run by the
-:class:`~sharedesk.actors.supervisor.ActorSupervisor`: a ``ProjectorActor`` per
-(session, viewer, conversation) asked for a view, a ``SharingActor`` per session whose
-participants take turns, and a ``SessionActor`` per session with subscribers, the one
-publisher of its committed events. The Hub checks every input on the caller's thread
-(``ValidationError``, nothing sent). Writes go to the store's writer (``submit``); the
-store's ``on_commit`` hands each commit to the session's publisher. Reads go straight
-to the store. A ``FollowingStore`` (PostgreSQL) is followed from ``__init__`` to
-``close()``, so commits of other processes are published as this Hub's own are.
+The actors and who runs what are described in ``docs/architecture.md`` ("The actors").
+The Hub checks every input on the caller's thread (``ValidationError``, nothing sent),
+hands writes to the store's writer (``submit``) and reads straight from the store. A
+``FollowingStore`` (PostgreSQL) is followed from ``__init__`` to ``close()``.
 
-Lifecycle: every thread of ours is a daemon; every wait of a caller is taken in slices
-of a quarter second, so Ctrl-C reaches a caller blocked in the Hub. A Hub left open at
-exit is closed by an :mod:`atexit` hook (holding it weakly) that waits at most
-``_EXIT_GRACE`` seconds in all, the store's ``close`` included (on a thread of its own:
-a writer stuck behind another process's lock never holds the exit). Acknowledged
-appends are durable already.
+Every wait of a caller is taken in quarter-second slices, so Ctrl-C reaches it. A Hub
+left open at exit is closed by an :mod:`atexit` hook (holding it weakly) that waits at
+most ``_EXIT_GRACE`` seconds in all, the store's ``close`` on a thread of its own.
 """
 
 from __future__ import annotations
 
 import atexit
 import functools
+import inspect
 import os
 import threading
 import time
 import weakref
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
-from typing import TYPE_CHECKING, Any, Concatenate, Final, ParamSpec, Self, TypeVar
+from typing import TYPE_CHECKING, Any, Concatenate, Final, ParamSpec, Self, TypeVar, Unpack
 
 import msgspec
 
 from sharedesk.actors._base import ActorKey, HubStore, Slot
-from sharedesk.actors._handles import SessionHandle, Turn, reply_event
-from sharedesk.actors._messages import GetTranscript, Plan, Prime, TurnPlan, View
-from sharedesk.actors._open import open_store
+from sharedesk.actors._handles import AppendOptions, PostOptions, SessionHandle, Turn, reply_event
+from sharedesk.actors._messages import GetTranscript, Plan, Prime, View
 from sharedesk.actors._options import HubOptions, HubStats
 from sharedesk.actors.supervisor import ActorSupervisor, Listener
+from sharedesk.projection.messages import Budget, Budgets
+from sharedesk.projection.turns import TurnPlan
+from sharedesk.protocol._lazy import load_lazy
 from sharedesk.protocol._log import logger
 from sharedesk.protocol.authors import SessionAuthor, author_key
 from sharedesk.protocol.constants import SESSION_WINDOW
@@ -50,18 +45,23 @@ from sharedesk.protocol.validation import (
     check_conversation,
     check_int,
     check_optional_int,
+    check_path,
     check_session_id,
     check_write,
+    is_postgres_dsn,
 )
 from sharedesk.protocol.views import Conversation, Projection
 from sharedesk.protocol.writes import Share, Write
+from sharedesk.store.memory import MemoryStore
 
 __all__ = [
     "HUB_OPTION_NAMES",
+    "AppendOptions",
     "Hub",
     "HubOptions",
     "HubStats",
     "Listener",
+    "PostOptions",
     "SessionHandle",
     "Turn",
 ]
@@ -116,9 +116,7 @@ class Hub:
     def __init__(
         self, store: HubStore, options: HubOptions | None = None, *, path: str | None = None
     ) -> None:
-        """Run actors over ``store``, which the Hub now owns (``close()`` closes it).
-
-        ``options`` default to :class:`HubOptions`; ``path`` names the store in errors.
+        """Run actors over ``store``, which the Hub now owns; ``path`` names it in errors.
 
         Raises:
             StoreClosedError: A following store that is closed already.
@@ -139,7 +137,7 @@ class Hub:
                 self._stop_commits()
                 self._supervisor.close(self._options.ask_timeout)
                 raise
-        self._exit_hook = _CloseAtExit(self)
+        self._exit_hook = functools.partial(_close_at_exit, weakref.ref(self))
         atexit.register(self._exit_hook)
         _log.info("hub.opened", path=path, max_active=self._options.max_active)
 
@@ -161,7 +159,7 @@ class Hub:
         """
         hub_options = {k: options.pop(k) for k in list(options) if k in HUB_OPTION_NAMES}
         settings = HubOptions(**hub_options)
-        store, where = open_store(path, options, HUB_OPTION_NAMES)
+        store, where = _open_store(path, options)
         try:
             return cls(store, settings, path=where)
         except BaseException:
@@ -191,16 +189,11 @@ class Hub:
         return self._unfollow is not None
 
     def listen(self, session_id: str, listener: Listener) -> Callable[[], None]:
-        """Have ``listener.deliver(Push)`` called with the events committed to ``session_id``.
+        """Push the events committed to ``session_id`` to ``listener`` (see :class:`Listener`).
 
-        It is told what the sharing actor is told (consecutive stored events, in commit
-        order, on the session actor's thread) until the returned function (idempotent) is
-        called; on a following Hub, other processes' commits too. It must be quick; one that
-        raises is logged and dropped, and the write stands.
-
-        Raises:
-            ValidationError: A malformed session id.
-            HubClosed: The Hub is closed.
+        Until the returned (idempotent) remover is called, it is told what the sharing
+        actor is told, on the session actor's thread; on a following Hub, other processes'
+        commits too. Raises ``ValidationError`` (a malformed id) or ``HubClosed``.
 
         Cost: O(listeners) under a lock; on a following Hub also one store read and one
         round trip to the session actor (so call it off an event loop; ``AsyncHub`` does).
@@ -223,37 +216,20 @@ class Hub:
     # -- the store port ----------------------------------------------------------------
 
     def append(
-        self,
-        session_id: str,
-        events: Sequence[Event],
-        *,
-        expected_version: int | None = None,
-        unless_stored: str | None = None,
+        self, session_id: str, events: Sequence[Event], **options: Unpack[AppendOptions]
     ) -> list[Event]:
-        """As :meth:`RunIndexStore.append`, through :meth:`submit`; return the events stored.
+        """As ``StoreBase.append`` (its keywords: :class:`AppendOptions`), through :meth:`submit`.
 
-        Raises:
-            ValidationError: Malformed input; nothing was written.
-            HubClosed, SessionFailed: The Hub is closed, or the session failed.
-
-        Cost: the store's write (LMDB: one group-committed fsync); a told message to the
-        session's publisher when it has subscribers.
+        Cost: the store's write; a told message to the session's publisher when it has
+        subscribers.
         """
-        write = check_write(
-            session_id, events, expected_version=expected_version, unless_stored=unless_stored
-        )
-        return self.submit(write).result()
+        return self.submit(check_write(session_id, events, **options)).result()
 
     def submit(self, write: Write) -> Future[list[Event]]:
-        """Hand a checked write to the store's writer (as :meth:`WritingStore.submit`).
+        """Hand a checked write to the store's writer: the Hub's one write path.
 
-        The Hub's one write path: :meth:`append` and :meth:`Turn.commit` wait on it,
-        ``AsyncHub`` resolves it in its loop. Never blocks on a writer (an in-memory store
-        writes right here).
-
-        Raises:
-            HubClosed, SessionFailed: The Hub is closed, or the session failed; nothing
-                was queued.
+        :meth:`append` and :meth:`Turn.commit` wait on it, ``AsyncHub`` resolves it in its
+        loop. Raises ``HubClosed`` or ``SessionFailed`` before anything is queued.
         """
         self._supervisor.check(write.session_id)
         return self._store.submit(write)
@@ -280,35 +256,24 @@ class Hub:
         *,
         window: int = SESSION_WINDOW,
     ) -> Projection:
-        """Return ``viewer``'s view of a conversation, served by its projector actor.
+        """Return ``viewer``'s view, as :func:`project_session` gives it, from its projector.
 
-        The projection is what :func:`~sharedesk.projection.project_session` gives over the
-        whole log, for ``window`` messages; ``conversation=None`` is the channel.
-
-        Raises:
-            ValidationError: A malformed argument, or a conversation of another desk.
+        ``conversation=None`` is the channel. Raises ``ValidationError``: a malformed
+        argument, or a conversation of another desk.
 
         Cost: O(1) when nothing was appended since the last view of this window; else one
         round trip and a walk of the projector's in-memory rows (at most ``SCAN_LIMIT``).
         """
         conversation = self._conversation(session_id, conversation)
         check_int("window", window)
-        key = ActorKey(
-            kind="projector",
-            session_id=session_id,
-            viewer=author_key(check_author(viewer, "viewer")),
-            conversation=conversation,
-        )
+        key = _projector(session_id, check_author(viewer, "viewer"), conversation)
+        last_sequence = self._store.last_sequence
 
         def published(slot: Slot) -> Projection | None:
-            snapshot = slot.snapshot
-            if (
-                snapshot is not None
-                and snapshot.window == window
-                and snapshot.through == self._store.last_sequence(session_id)
-            ):
-                return snapshot.projection
-            return None
+            snap = slot.snapshot
+            if snap is None or (snap.window, snap.through) != (window, last_sequence(session_id)):
+                return None
+            return snap.projection
 
         view: Projection = self._supervisor.call(key, View(window=window), fast=published)
         # The projector keeps serving this view: hand out a list of one's own.
@@ -317,17 +282,10 @@ class Hub:
     def turn(
         self, session_id: str, viewer: SessionAuthor, conversation: Conversation | None = None
     ) -> Turn:
-        """Plan ``viewer``'s next turn in a conversation: what it must read first.
+        """Plan ``viewer``'s next :class:`Turn` in a conversation (see :attr:`Turn.messages`).
 
-        Returns the :class:`Turn`: the whole window (as ``view`` shows it, own rows
-        included) the first time (reason ``"initial"``) or after a reinitialize; else the
-        delta since the viewer's last committed turn (reason ``None``): every row above the
-        watermark that qualifies for the view, except the viewer's own. Nothing moves until
-        ``Turn.commit``.
-
-        Raises:
-            ValidationError: A malformed argument.
-            PageError, LogReadError: The store's log misbehaved.
+        Nothing moves until ``Turn.commit``. Raises ``ValidationError`` (a malformed
+        argument), ``PageError`` or ``LogReadError`` (the store's log misbehaved).
 
         Cost: one round trip to the sharing actor, one state read and a walk of its
         in-memory tail down to the watermark (at most ``SCAN_LIMIT`` rows); no writes.
@@ -346,44 +304,29 @@ class Hub:
         viewer: SessionAuthor,
         *,
         limit: int | None = None,
-        max_messages: int | None = None,
-        max_chars: int | None = None,
-        max_tokens_approx: int | None = None,
+        **budgets: Unpack[Budgets],
     ) -> Transcript:
-        """Return ``viewer``'s transcript of the session, kept warm by its projector.
+        """Return ``viewer``'s transcript, as ``TranscriptBuilder.from_store``, from its projector.
 
-        The arguments and the result are those of ``TranscriptBuilder.from_store``.
-
-        Raises:
-            ValidationError: A malformed argument.
+        Raises ``ValidationError``: a malformed argument.
 
         Cost: O(1) store work when nothing was appended since the same call; else a read of
         what was appended since (with a budget: of the newest events the answer needs).
         """
         conversation = self._conversation(session_id, None)
         viewer = check_author(viewer, "viewer")
-        ask = GetTranscript(
-            viewer=viewer,
-            limit=check_optional_int("limit", limit),
-            max_messages=check_optional_int("max_messages", max_messages),
-            max_chars=check_optional_int("max_chars", max_chars),
-            max_tokens_approx=check_optional_int("max_tokens_approx", max_tokens_approx),
+        Budget(**budgets)  # checked here, on the caller's thread
+        ask = GetTranscript(viewer, check_optional_int("limit", limit), budgets)
+        transcript: Transcript = self._supervisor.call(
+            _projector(session_id, viewer, conversation), ask
         )
-        key = ActorKey(
-            kind="projector",
-            session_id=session_id,
-            viewer=author_key(viewer),
-            conversation=conversation,
-        )
-        transcript: Transcript = self._supervisor.call(key, ask)
         # The projector keeps serving this transcript: hand out a list of one's own.
         return msgspec.structs.replace(transcript, messages=list(transcript.messages))
 
     def submit_commit(self, turn: Turn, reply: str | Event | None) -> Future[list[Event]]:
-        """Check a turn's commit and hand it to the store's writer (see :meth:`Turn.commit`).
+        """Check ``turn``'s commit and submit it: the future of the reply (a list of 0 or 1).
 
-        Returns the future of the stored reply as a list (empty without one); finish with
-        :meth:`committed`. Raises as ``Turn.commit`` does, before anything is queued.
+        Finish with :meth:`committed`. Raises as :meth:`Turn.commit`, before anything is queued.
         """
         plan = turn.plan
         if turn.committed:
@@ -439,37 +382,18 @@ class Hub:
                 )
             return self._runs
 
-    def submit_run(
-        self,
-        session_id: str,
-        adapter: Any,
-        input: Any,
-        *,
-        continuation: Any = False,
-        continuation_opts: dict[str, Any] | None = None,
-        adapter_opts: dict[str, Any] | None = None,
-    ) -> Future[Any]:
-        """Queue a run on ``session_id`` (the Hub's ``RunQueue``, created on first use).
+    def submit_run(self, session_id: str, adapter: Any, input: Any, **options: Any) -> Future[Any]:
+        """Queue a run on the Hub's ``RunQueue`` (created on first use), as ``RunQueue.submit``.
 
-        Returns the future of its ``RunResult``. Raises ``HubClosed``, ``QueueFull``.
+        ``options``: ``continuation``, ``continuation_opts``, ``adapter_opts``. Returns the
+        future of its ``RunResult``. Raises ``HubClosed``, ``QueueFull``.
         """
-        future: Future[Any] = self._run_queue().submit(
-            session_id,
-            adapter,
-            input,
-            continuation=continuation,
-            continuation_opts=continuation_opts,
-            adapter_opts=adapter_opts,
-        )
-        return future
+        return self._run_queue().submit(session_id, adapter, input, **options)
 
     def drain(self, timeout: float | None = None) -> bool:
         """Wait until no run is queued or running; return whether that happened in time."""
-        with self._lock:
-            runs = self._runs
-        if runs is None:
-            return True
-        return bool(runs.drain(timeout))
+        runs = self._runs
+        return runs is None or bool(runs.drain(timeout))
 
     def status(self, session_id: str) -> RunQueueStatus:
         """Return the run queue's status of ``session_id`` (``ValidationError``)."""
@@ -492,12 +416,10 @@ class Hub:
     def close(self) -> None:
         """Stop the run queue and every actor, then close the store. Idempotent.
 
-        Requests already queued in an actor are served before it stops; a caller still
-        waiting on an actor that does not answer gets ``HubClosed``. Afterwards no
-        thread of the Hub is left.
+        Requests already queued in an actor are served first; a caller still waiting on
+        one that does not answer gets ``HubClosed``. No thread of the Hub is left.
 
-        Cost: blocks until the actors stop (at most ``ask_timeout`` in all) and the
-        store closes.
+        Cost: blocks until the actors stop (at most ``ask_timeout``) and the store closes.
         """
         self._close(self._options.ask_timeout, at_exit=False)
 
@@ -548,19 +470,54 @@ class Hub:
         return conversation
 
 
-class _CloseAtExit:
-    """The exit hook of one open Hub: closes it if still open; holds it only weakly."""
+def _open_store(
+    path: str | os.PathLike[str] | None, options: dict[str, Any]
+) -> tuple[HubStore, str | None]:
+    # The store Hub.open(path, **options) names, and where it lives (see Hub.open).
+    if is_postgres_dsn(path):
+        # psycopg loads here, never with ``import sharedesk`` (ImportError names the extra).
+        PostgresStore = load_lazy("PostgresStore", "sharedesk")
+        _check_options(PostgresStore, "dsn", options)
+        store = PostgresStore(path, **options)
+        return store, store.path  # the DSN without its password
+    if path is None:
+        if options:
+            raise ValidationError(
+                f"store options {sorted(options)} need a path (an in-memory hub takes none)"
+            )
+        return MemoryStore(), None
+    from sharedesk.store.lmdb import LmdbStore  # a memory-only Hub never loads LMDB
 
-    __slots__ = ("_hub",)
+    check_path(path)
+    _check_options(LmdbStore, "path", options)
+    return LmdbStore(path, **options), os.fspath(path)
 
-    def __init__(self, hub: Hub) -> None:
-        self._hub = weakref.ref(hub)
 
-    def __call__(self) -> None:
-        hub = self._hub()
-        if hub is None:
-            return
-        try:
-            hub._close(min(hub.options.ask_timeout, _EXIT_GRACE), at_exit=True)
-        except Exception:  # at exit there is no caller left to hand an error to
-            _log.warning("hub.close_at_exit_failed", exc_info=True)
+def _check_options(store_class: type, first: str, options: dict[str, Any]) -> None:
+    params = inspect.signature(store_class).parameters.values()
+    named = sorted(
+        p.name
+        for p in params
+        if p.name != first and p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)
+    )
+    unknown = sorted(name for name in options if name not in named)
+    if unknown:
+        raise ValidationError(
+            f"unknown options {unknown}: Hub options are {sorted(HUB_OPTION_NAMES)}, "
+            f"store options {named}"
+        )
+
+
+def _projector(session_id: str, viewer: SessionAuthor, conversation: Conversation) -> ActorKey:
+    return ActorKey("projector", session_id, author_key(viewer), conversation)
+
+
+def _close_at_exit(ref: weakref.ref[Hub]) -> None:
+    """Close the Hub ``ref`` holds if it is still there (its exit hook)."""
+    hub = ref()
+    if hub is None:
+        return
+    try:
+        hub._close(min(hub.options.ask_timeout, _EXIT_GRACE), at_exit=True)
+    except Exception:  # at exit there is no caller left to hand an error to
+        _log.warning("hub.close_at_exit_failed", exc_info=True)

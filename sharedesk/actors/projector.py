@@ -1,27 +1,11 @@
 """ProjectorActor: one viewer's view of one conversation, kept current from the tail.
 
-The projector keeps the session's :class:`~sharedesk.actors._tail.Tail` (its newest
-``Text`` rows) and builds a view by running the very fold the contract defines,
-:func:`project_session`, over the tail's log, so the rules (first non-blank reply, roots
-the walk reached, the exact window, the scan limit and ``partial``) hold by
-construction. Views are cached per window.
-
-Nothing is pushed to a projector: a post must not cost one thread wake-up per viewer.
-When asked for a view, the projector catches up from the session's tail (one O(1)
-``last_sequence`` and one read of the events appended since it last looked, see
-:meth:`~sharedesk.actors._tail.Tail.catch_up_rows`), so a post costs the same with one
-warm viewer or a thousand, and a viewer that never asks again costs nothing.
-
-A row it catches up on is then folded into each cached view by the pure
-:func:`~sharedesk.projection.turns.fold_view` (its rules are stated there) when that is
-provably what a fresh walk would give; otherwise the view is dropped and walked again
-(in memory). Each view it serves is published in the Hub's slot with the sequence it
-reflects, so a ``hub.view`` with nothing appended since needs no thread switch.
-
-Transcripts (``hub.transcript``) are cached per budget the same way: the unbudgeted one
-is extended with the events appended since (``update_from_store``); one with a ``limit``
-or a budget is read again from the tail (``from_store``, which reads only the newest
-events the answer needs) whenever the session moved.
+A view is :func:`project_session` over the session's :class:`~sharedesk.actors._tail.Tail`.
+Nothing is pushed to a projector: asked for a view, it catches up from the tail and
+folds the rows gained into each cached view (:func:`~sharedesk.projection.turns.fold_views`),
+else walks again. Each view is published in the slot with the sequence it reflects, for
+the Hub's fast path. Transcripts are cached per budget: the unbudgeted one is extended
+(``update_from_store``), a budgeted one read again (``from_store``) when the session moved.
 """
 
 from __future__ import annotations
@@ -33,17 +17,9 @@ from sharedesk.actors._messages import GetTranscript, View
 from sharedesk.actors._tail import Tail
 from sharedesk.projection import TranscriptBuilder, project_session
 from sharedesk.projection.turns import CachedView, fold_views
-from sharedesk.protocol._log import logger
 from sharedesk.protocol.ports import SessionLog
 from sharedesk.protocol.transcripts import Transcript
-from sharedesk.protocol.views import (
-    Conversation,
-    Projection,
-    SessionPage,
-    SessionQuery,
-)
-
-_log = logger()
+from sharedesk.protocol.views import Conversation, Projection, SessionPage, SessionQuery
 
 #: Most distinct windows whose views a projector caches at once.
 _CACHED_WINDOWS: Final = 4
@@ -52,7 +28,7 @@ _CACHED_TRANSCRIPTS: Final = 4
 
 
 class _CountingLog:
-    """A :class:`SessionLog` that counts the rows read through it."""
+    """A ``SessionLog`` that counts the rows read through it."""
 
     __slots__ = ("_inner", "rows_read")
 
@@ -67,13 +43,9 @@ class _CountingLog:
 
 
 class ProjectorActor(HubActor):
-    """Keeps one viewer's view of one conversation (and the viewer's transcript) current.
+    """Keeps one viewer's view of one conversation (and its transcript) current.
 
-    Hooks: ``on_start``/``on_stop`` only log. The view is built lazily, on the first
-    request; each request first catches up from the session's tail (nothing is pushed
-    to a projector). A store error reaches the caller and leaves the actor as it was. A
-    failure other than a ``SharedeskError`` while answering restarts the actor (see
-    :mod:`sharedesk.actors._base`); the fresh one rebuilds from the log.
+    Built lazily, on the first request; a restarted one rebuilds from the log.
     """
 
     kind = "projector"
@@ -84,7 +56,7 @@ class ProjectorActor(HubActor):
         self.conversation: Conversation = self.key.conversation
         self.tail = Tail(self.key.session_id)
         self.views: dict[int, CachedView] = {}
-        self.transcripts: dict[tuple[int | None, ...], Transcript] = {}
+        self.transcripts: dict[tuple[Any, ...], Transcript] = {}
 
     def context(self, message: Any) -> dict[str, Any]:
         """Bind ``viewer``."""
@@ -97,7 +69,7 @@ class ProjectorActor(HubActor):
                 return self._view(window)
             case GetTranscript():
                 return self._transcript(message)
-        raise TypeError(f"unexpected message {type(message).__name__}")
+        return super().handle(message)
 
     def _view(self, window: int) -> Projection:
         store = self.hub.store
@@ -125,22 +97,16 @@ class ProjectorActor(HubActor):
     def _transcript(self, ask: GetTranscript) -> Transcript:
         store = self.hub.store
         session_id = self.key.session_id
-        key = (ask.limit, ask.max_messages, ask.max_chars, ask.max_tokens_approx)
+        key = (ask.limit, *sorted((k, v) for k, v in ask.budgets.items() if v is not None))
         cached = self.transcripts.get(key)
         last = store.last_sequence(session_id)
         if cached is not None and (cached.last_sequence or 0) == last:
             return cached
-        if cached is not None and all(value is None for value in key):
+        if cached is not None and key == (None,):
             transcript = TranscriptBuilder.update_from_store(store, cached, viewer=ask.viewer)
         else:
             transcript = TranscriptBuilder.from_store(
-                store,
-                session_id,
-                limit=ask.limit,
-                viewer=ask.viewer,
-                max_messages=ask.max_messages,
-                max_chars=ask.max_chars,
-                max_tokens_approx=ask.max_tokens_approx,
+                store, session_id, limit=ask.limit, viewer=ask.viewer, **ask.budgets
             )
         if key not in self.transcripts and len(self.transcripts) >= _CACHED_TRANSCRIPTS:
             self.transcripts = {}

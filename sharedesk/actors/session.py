@@ -1,21 +1,10 @@
 """SessionActor: the one publisher of a session's committed events.
 
-Writes do not pass through an actor: the Hub hands each write to the store, and the
-store's commit reaches this actor as a told :class:`~sharedesk.actors._messages.Committed`.
-The actor turns what it is told into one run of consecutive events after the last
-sequence it published (:attr:`SessionActor.last`) and publishes it to the session's
-subscribers (its sharing actor and :meth:`~sharedesk.actors.hub.Hub.listen` listeners)
-through the supervisor, so they get every stored event once, in sequence order, with
-no gap. When what it is told does not follow on from ``last`` (another writer of the
-store, in this process or another, appended in between), it reads the events in
-between from the store first (at most ``SCAN_LIMIT`` events: further behind, the push
-follows a gap and subscribers rebuild from the store, as a
-:class:`~sharedesk.actors._tail.Tail` does on any gap).
-
-On a store several processes share (a ``FollowingStore``), each commit notice becomes a
-told :class:`~sharedesk.actors._messages.CatchUp`: the actor reads what it lacks and
-publishes it, in order with this process's own commits (one message at a time). A
-notice of what it published already costs one comparison.
+The store's ``on_commit`` tells it each commit (``Committed``), a following store's
+notices a ``CatchUp``. It publishes the consecutive events after the last it published
+(:attr:`SessionActor.last`), so subscribers get every stored event once, in order, with
+no gap; what another writer appended in between it reads from the store first (at most
+``SCAN_LIMIT`` events: further behind, subscribers see a gap and rebuild).
 """
 
 from __future__ import annotations
@@ -35,17 +24,15 @@ _log = logger()
 class SessionActor(HubActor):
     """Publishes one session's committed events, consecutively, once, in order.
 
-    Started by the supervisor when the session has subscribers. Hooks as
-    :class:`~sharedesk.actors._base.HubActor`. A store error while reading a gap is
-    logged and retried by the next message (a told message has nobody to hand it to);
-    a commit whose gap could not be read tells the actor one ``CatchUp`` to retry.
+    A store error while reading a gap is logged (a told message has nobody to hand it
+    to) and retried: by the next message, or by a ``CatchUp`` the actor tells itself.
     """
 
     kind = "session"
 
     def __init__(self, *args: Any) -> None:
         super().__init__(*args)
-        #: The last sequence published (every event up to it was); ``None``: not yet known.
+        #: The last sequence published (and every one before it); ``None``: not yet known.
         self.last: int | None = None
 
     def handle(self, message: Any) -> Any:
@@ -89,9 +76,7 @@ class SessionActor(HubActor):
             _log.debug("session.caught_up", last=self.last)
 
     def _read_and_publish(self, newest: int) -> bool:
-        # Read (last, newest] from the store and publish it, page by page. More than
-        # SCAN_LIMIT behind, only the newest SCAN_LIMIT are read: the push then follows
-        # a gap and a subscriber that sees one rebuilds from the store.
+        # Read (last, newest] (at most its newest SCAN_LIMIT) and publish it, page by page.
         assert self.last is not None
         session_id = self.key.session_id
         last = max(self.last, newest - SCAN_LIMIT)

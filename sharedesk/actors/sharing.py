@@ -1,15 +1,8 @@
 """SharingActor: plans the turns of one session's participants.
 
-A turn is planned by :func:`~sharedesk.projection.turns.plan_turn` (the rules of what a
-turn offers live there, in the pure core) from the stored sharing state of (session,
-viewer, conversation), the session's last sequence ``last``, read when the turn is
-planned, the session's log and its first-reply index (the store's, one key read per
-root). This actor only gathers those and hands the plan back; a turn's commit goes
-from the Hub to the store's writer, like any write.
-
-Walks run over the session's tail held in memory (:mod:`sharedesk.actors._tail`), fed
-by the session actor's pushes, so a delta reads no store page and costs the same on a
-desk of ten thousand rows as on one of a million.
+The rules live in the pure :func:`~sharedesk.projection.turns.plan_turn`; the actor
+gathers its inputs and walks the session's tail, fed by the session actor's pushes, so a
+delta reads no store page whatever the desk's history. Commits go through the Hub.
 """
 
 from __future__ import annotations
@@ -17,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import Any
 
-from sharedesk.actors._base import HubActor, HubStore
+from sharedesk.actors._base import HubActor
 from sharedesk.actors._messages import Plan, Push
 from sharedesk.actors._tail import Tail
 from sharedesk.projection.turns import TurnPlan, plan_turn
@@ -28,28 +21,10 @@ from sharedesk.protocol.views import Conversation
 _log = logger()
 
 
-class _StoreReplies:
-    """The store's first-reply index of one session, as the planner's ``ReplyIndex``."""
-
-    __slots__ = ("_session_id", "_store")
-
-    def __init__(self, store: HubStore, session_id: str) -> None:
-        self._store = store
-        self._session_id = session_id
-
-    def first_replies(self, roots: Collection[int]) -> dict[int, int]:
-        """Ask the store (one read, one key per root)."""
-        return self._store.first_replies(self._session_id, roots)
-
-
 class SharingActor(HubActor):
-    """Plans the turns of every participant of one session.
+    """Plans the turns of every participant of one session (see the module).
 
-    Sharing states live in the store (read per plan, O(1)). The actor keeps the
-    session's :class:`~sharedesk.actors._tail.Tail`, fed by the events the session actor
-    pushes, and walks it instead of the store's log, so a delta costs no store read of
-    the log and does not grow with the desk's history. A restart loses nothing: the tail
-    is rebuilt from the log. Hooks: ``on_start``/``on_stop`` only log (actor thread).
+    A restart loses nothing: states live in the store, the tail is rebuilt from the log.
     """
 
     kind = "sharing"
@@ -60,9 +35,7 @@ class SharingActor(HubActor):
 
     def context(self, message: Any) -> dict[str, Any]:
         """Bind ``viewer``."""
-        if isinstance(message, Plan):
-            return {"viewer": author_key(message.viewer)}
-        return {}
+        return {"viewer": author_key(message.viewer)} if isinstance(message, Plan) else {}
 
     def handle(self, message: Any) -> Any:
         """Serve :class:`Push` (told) and :class:`Plan`."""
@@ -75,15 +48,17 @@ class SharingActor(HubActor):
                 return None
             case Plan(viewer=viewer, conversation=conversation):
                 return self._plan(viewer, conversation)
-        raise TypeError(f"unexpected message {type(message).__name__}")
+        return super().handle(message)
+
+    def first_replies(self, roots: Collection[int]) -> dict[int, int]:
+        """Return the store's first replies of ``roots``: the planner's ``ReplyIndex``."""
+        return self.hub.store.first_replies(self.key.session_id, roots)
 
     def _plan(self, viewer: SessionAuthor, conversation: Conversation) -> TurnPlan:
         store = self.hub.store
-        session_id = self.key.session_id
-        state = store.get_sharing_state(session_id, author_key(viewer), conversation)
+        state = store.get_sharing_state(self.key.session_id, author_key(viewer), conversation)
         last, _ = self.tail.catch_up_rows(store)
-        replies = _StoreReplies(store, session_id)
-        plan = plan_turn(self.tail.log(store), state, conversation, viewer, last, replies)
+        plan = plan_turn(self.tail.log(store), state, conversation, viewer, last, self)
         _log.debug(
             "turn.planned",
             reason=plan.reason,

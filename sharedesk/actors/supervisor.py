@@ -1,29 +1,12 @@
 """The supervisor of a Hub's pykka actors: slots, routing, CLOCK passivation, restarts.
 
-:class:`ActorSupervisor` names each actor by an :class:`~sharedesk.actors._base.ActorKey`,
-starts it on first use, asks it (``ActorRef.ask(block=False)``) and waits on the pykka
-future, stops it (``ActorRef.stop``) when room is needed or it idles, and restarts it
-when it fails.
-
 Routing: a request pins its actor (``Slot.pins``, an atomic list append, no lock) so it
-is not passivated under it. A request its actor never handled (pykka answered it
-``ActorDeadError``, or the actor stopped without answering) is resent to a fresh one.
-
-Supervision (see :mod:`sharedesk.actors._base`): more than ``max_restarts`` restarts of
-a session's actors within ``restart_period`` seconds mark the session failed (its
-actors stop; every call on it raises ``SessionFailed``); other sessions go on.
-
-Passivation: at most ``max_active`` actors run; one more stops an idle one chosen by
-CLOCK (least recently used, approximately). With ``idle_timeout`` a reaper thread stops
-actors unused that long. A session actor with listeners is kept (it publishes to them).
-
-Every wait for an actor is bounded by ``ask_timeout`` (``ActorTimeout``), ends early with
-``HubClosed`` when the supervisor closes, and is taken in slices of ``_POLL`` seconds,
-so Ctrl-C reaches a caller blocked in it.
-
-Publishing: :meth:`ActorSupervisor.committed` (the store's ``on_commit``) and
-:meth:`ActorSupervisor.notice` (a following store's notices) are told to the session's
-actor, the one publisher, which calls back :meth:`ActorSupervisor.publish`.
+is not passivated under it; one its actor never handled (pykka answered
+``ActorDeadError``, or the actor stopped first) is resent to a fresh one. Supervision:
+see :mod:`sharedesk.actors._base`. Passivation: past ``max_active`` actors, an idle one
+chosen by CLOCK stops; with ``idle_timeout`` a reaper stops the unused ones; a session
+actor with listeners is kept. Every wait is bounded by ``ask_timeout`` and taken in
+slices of ``_POLL`` seconds (``HubClosed`` as soon as the supervisor closes).
 """
 
 from __future__ import annotations
@@ -46,12 +29,7 @@ from sharedesk.actors.projector import ProjectorActor
 from sharedesk.actors.session import SessionActor
 from sharedesk.actors.sharing import SharingActor
 from sharedesk.protocol._log import logger
-from sharedesk.protocol.errors import (
-    ActorCrashed,
-    ActorTimeout,
-    HubClosed,
-    SessionFailed,
-)
+from sharedesk.protocol.errors import ActorCrashed, ActorTimeout, HubClosed, SessionFailed
 from sharedesk.protocol.events import Event
 
 _log = logger()
@@ -72,20 +50,17 @@ class Listener(Protocol):
     """Told the events committed to a session (see :meth:`Hub.listen`)."""
 
     def deliver(self, message: Push) -> None:
-        """Take one push (consecutive stored events); quick, never blocks.
+        """Take one push; quick, never blocks; one that raises is logged and dropped.
 
-        One that raises is logged and dropped. On a following Hub a push may be empty:
-        the session may have changed in another process; re-check the store.
+        On a following Hub a push may be empty: re-check the store.
         """
         ...
 
 
 class ActorSupervisor:
-    """Starts, routes, passivates and restarts the actors of one Hub.
+    """Starts, routes, passivates and restarts the actors of one Hub (thread-safe).
 
-    Implements the ``Supervisor`` protocol the actors are started with. Thread-safe:
-    slots are created and removed under one lock; a request to a running actor takes
-    none (see the module docstring).
+    Slots are created and removed under one lock; a request to a running actor takes none.
     """
 
     def __init__(self, store: HubStore, options: HubOptions, path: str | None) -> None:
@@ -96,8 +71,7 @@ class ActorSupervisor:
         self._path = path
         self._lock = threading.Lock()
         self._slots: OrderedDict[ActorKey, Slot] = OrderedDict()
-        # Per session with subscribers: its sharing actor's ref and its listeners.
-        self._sharing: dict[str, pykka.ActorRef[Any]] = {}
+        # Per session with listeners, its listeners (dicts replaced, never mutated).
         self._listeners: dict[str, dict[object, Listener]] = {}
         self._restarts: dict[str, deque[float]] = {}
         self._failed: set[str] = set()
@@ -116,7 +90,7 @@ class ActorSupervisor:
             self._reaper.start()
 
     def thread_name(self, kind: str) -> str:
-        """Return the name of this Hub's next actor thread of ``kind`` (any thread)."""
+        """Return the name of this Hub's next actor thread of ``kind``."""
         return f"{THREAD_PREFIX}{kind}-{next(self._thread_numbers)}"
 
     # -- requests ----------------------------------------------------------------------
@@ -124,22 +98,16 @@ class ActorSupervisor:
     def call(
         self, key: ActorKey, message: Request[T], fast: Callable[[Slot], T | None] | None = None
     ) -> T:
-        """Ask the actor named ``key`` (started if needed) and return its answer.
+        """Ask the actor named ``key`` (started if needed); ``fast`` may answer from its slot.
 
-        ``fast`` may answer from the slot without a message. A request its actor never
-        handled (it stopped first) is resent to a fresh one.
-
-        Raises:
-            HubClosed, SessionFailed, ActorTimeout, ActorCrashed: See ``Hub``.
-            SharedeskError: Whatever the handler raised.
+        Raises what the handler raised, or ``HubClosed``, ``SessionFailed``,
+        ``ActorTimeout``, ``ActorCrashed`` (see ``Hub``).
         """
         for _attempt in range(_RESEND_ATTEMPTS):
             slot = self._acquire(key)
             try:
-                if fast is not None:
-                    hit = fast(slot)
-                    if hit is not None:
-                        return hit
+                if fast is not None and (hit := fast(slot)) is not None:
+                    return hit
                 assert slot.ref is not None
                 answer: T = self._wait(slot.ref.ask(message, block=False), slot)
                 return answer
@@ -150,24 +118,23 @@ class ActorSupervisor:
         raise ActorCrashed(key.kind, key.session_id, "stopped before handling the request")
 
     def committed(self, session_id: str, events: list[Event]) -> None:
-        """Hand a commit to the session's publisher, if the session has subscribers.
+        """Tell a commit to the session's publisher, if it has subscribers (``on_commit``).
 
-        The store's ``on_commit`` callback (writer side, before the write's future
-        completes): O(1) without subscribers, else one told message, never waiting for an
-        actor it passivates to make room. Never raises for a closed or failed Hub.
+        O(1) without subscribers, else one told message; never waits, never raises.
         """
         if events and self.has_subscribers(session_id):
             self._tell(session_id, Committed(events=tuple(events)))
 
     def notice(self, session_id: str | None, last: int) -> None:
-        """Route a commit notice of a following store (its ``on_append`` callback).
+        """Tell a following store's commit notice as ``CatchUp`` (``None``: every session).
 
-        ``session_id=None`` re-checks every session with subscribers. O(1) without
-        subscribers, else one told ``CatchUp``. Never raises (a failure is logged).
+        O(1) without subscribers, else one told message; never raises (a failure is logged).
         """
         try:
             if session_id is None:
-                sessions = list(self._sharing.keys() | self._listeners.keys())
+                with self._lock:
+                    sharing = {key.session_id for key in self._slots if key.kind == "sharing"}
+                sessions = list(sharing | self._listeners.keys())
                 _log.info("hub.recheck", sessions=len(sessions))
                 for each in sessions:
                     self._tell(each, CatchUp())
@@ -193,12 +160,7 @@ class ActorSupervisor:
                 self._release(slot)
 
     def check(self, session_id: str) -> None:
-        """Refuse a write to a closed Hub or a failed session. Cost: O(1), no lock.
-
-        Raises:
-            HubClosed: The supervisor is closed.
-            SessionFailed: The session exceeded its restart intensity.
-        """
+        """Raise ``HubClosed`` or ``SessionFailed`` for a write refused. Cost: O(1), no lock."""
         if self.closed:
             raise HubClosed(self._path)
         if session_id in self._failed:
@@ -206,22 +168,19 @@ class ActorSupervisor:
                 session_id, self._options.max_restarts, self._options.restart_period
             )
 
-    # -- the Supervisor protocol of the actors -----------------------------------------
+    # -- what the actors call ------------------------------------------------------------
 
     def has_subscribers(self, session_id: str) -> bool:
         """Whether ``session_id`` has a sharing actor or listeners. Cost: O(1), no lock."""
-        return session_id in self._sharing or session_id in self._listeners
+        return _sharing(session_id) in self._slots or session_id in self._listeners
 
     def publish(self, session_id: str, events: tuple[Event, ...]) -> None:
-        """Push consecutive committed events to the sharing actor and listeners.
-
-        A listener that raises is logged and dropped.
-        """
+        """Push committed events to the sharing actor and listeners (one raising is dropped)."""
         push = Push(events=events)
-        sharing = self._sharing.get(session_id)
-        if sharing is not None:
+        sharing = self._slots.get(_sharing(session_id))
+        if sharing is not None and sharing.ref is not None:
             with contextlib.suppress(pykka.ActorDeadError):  # a fresh one rebuilds
-                sharing.tell(push)
+                sharing.ref.tell(push)
         for token, listener in list(self._listeners.get(session_id, {}).items()):
             try:
                 listener.deliver(push)
@@ -230,14 +189,10 @@ class ActorSupervisor:
                 self._remove_listener(session_id, token)
 
     def crashed(self, key: ActorKey, slot: Slot) -> None:
-        """Forget and stop a failed actor and count its restart (called by its handler).
-
-        Past the restart intensity, marks the session failed and stops its other actors.
-        """
+        """Forget, stop and count a failed actor; past the intensity, fail its session."""
         now = time.monotonic()
         with self._lock:
             victims = [slot] if self._forget_locked(slot) else []
-            self._retired.extend(victims)
             self._restart_count += 1
             window = self._restarts.setdefault(key.session_id, deque())
             window.append(now)
@@ -246,26 +201,21 @@ class ActorSupervisor:
             if len(window) > self._options.max_restarts and key.session_id not in self._failed:
                 self._failed.add(key.session_id)
                 others = [s for k, s in self._slots.items() if k.session_id == key.session_id]
-                for other in others:
-                    self._forget_locked(other)
-                victims += others
-                self._retired.extend(others)
+                victims += [other for other in others if self._forget_locked(other)]
                 _log.error(
                     "session.failed",
                     session_id=key.session_id,
                     restarts=len(window),
                     period=self._options.restart_period,
                 )
+            self._retired.extend(victims)
         for victim in victims:
             _stop(victim)
 
     # -- listeners ---------------------------------------------------------------------
 
     def add_listener(self, session_id: str, listener: Listener) -> Callable[[], None]:
-        """Push ``session_id``'s committed events to ``listener`` too, until removed.
-
-        Returns the function that removes it (idempotent). Raises ``HubClosed``.
-        """
+        """Push ``session_id``'s commits to ``listener``; return its remover (``HubClosed``)."""
         token = object()
         with self._lock:
             if self.closed:
@@ -289,7 +239,7 @@ class ActorSupervisor:
     # -- introspection and lifecycle ---------------------------------------------------
 
     def stats(self) -> HubStats:
-        """Return how many actors run, by kind, and which sessions failed. Cost: O(actors)."""
+        """As :meth:`Hub.stats`."""
         with self._lock:
             kinds = [key.kind for key in self._slots]
             return HubStats(
@@ -303,10 +253,7 @@ class ActorSupervisor:
             )
 
     def recover(self, session_id: str) -> bool:
-        """Clear a failed session's mark and restart count; return whether it was failed.
-
-        Cost: O(1); the session's actors start again on their next request.
-        """
+        """As :meth:`Hub.recover`."""
         with self._lock:
             self._restarts.pop(session_id, None)
             if session_id not in self._failed:
@@ -316,22 +263,17 @@ class ActorSupervisor:
         return True
 
     def active(self) -> list[ActorKey]:
-        """Return the running actors, least recently used first. Cost: O(actors)."""
+        """As :meth:`Hub.active`."""
         with self._lock:
             return list(self._slots)
 
     def close(self, timeout: float) -> None:
-        """Stop every actor and the reaper, waiting at most ``timeout`` in all.
-
-        Later requests raise ``HubClosed``; queued requests are served before each actor
-        stops, and a caller still waiting on one that does not answer gets ``HubClosed``.
-        """
+        """Stop every actor and the reaper, waiting at most ``timeout`` (see :meth:`Hub.close`)."""
         with self._lock:
             self.closed = True
             slots = list(self._slots.values()) + self._retired
             self._slots.clear()
             self._retired = []
-            self._sharing = {}
             self._listeners = {}
         self._stopping.set()
         deadline = time.monotonic() + timeout
@@ -347,10 +289,6 @@ class ActorSupervisor:
         if self._slots.get(key) is not slot:
             return False
         del self._slots[key]
-        if key.kind == "sharing" and self._sharing.get(key.session_id) is slot.ref:
-            sharing = dict(self._sharing)
-            del sharing[key.session_id]
-            self._sharing = sharing
         return True
 
     def _kept_locked(self, key: ActorKey) -> bool:
@@ -382,8 +320,6 @@ class ActorSupervisor:
                 # callers start the same actor (about a thread start's cost).
                 slot.ref = _ACTOR_CLASSES[key.kind].start(self, key, slot)
                 self._slots[key] = slot
-                if key.kind == "sharing":
-                    self._sharing = {**self._sharing, key.session_id: slot.ref}
             else:
                 slot.touched = True
             slot.pins.append(None)
@@ -425,8 +361,7 @@ class ActorSupervisor:
         while True:
             remaining = deadline - time.monotonic()
             try:
-                answer: T = future.get(timeout=max(0.0, min(remaining, _POLL)))
-                return answer
+                return future.get(timeout=max(0.0, min(remaining, _POLL)))
             except pykka.Timeout:
                 if self.closed:
                     raise HubClosed(self._path) from None
@@ -435,8 +370,7 @@ class ActorSupervisor:
                     # Stopped: pykka answers what is left in the inbox as it ends. No
                     # answer by then means the request came after: never handled.
                     try:
-                        answer = future.get(timeout=_POLL)
-                        return answer
+                        return future.get(timeout=_POLL)
                     except pykka.Timeout:
                         raise pykka.ActorDeadError(f"{slot.key.kind} actor stopped") from None
                 if time.monotonic() >= deadline:
@@ -469,8 +403,12 @@ class ActorSupervisor:
                     _stop(victim)
 
 
+def _sharing(session_id: str) -> ActorKey:
+    return ActorKey(kind="sharing", session_id=session_id)
+
+
 def _stop(slot: Slot) -> pykka.Future[bool] | None:
-    """Ask the actor of ``slot`` to stop after what is queued (pykka's ``stop``)."""
+    # Ask the actor to stop after what is queued.
     if slot.ref is None:
         return None
     try:
@@ -487,7 +425,7 @@ def _running(slot: Slot) -> bool:
 
 
 def _join(slots: list[Slot], deadline: float) -> None:
-    """Stop the actors of ``slots`` and wait for their threads to end, until ``deadline``."""
+    # Stop the actors of slots and wait for their threads to end, until deadline.
     stopping = [(slot, _stop(slot)) for slot in slots]
     current = threading.current_thread()
     for slot, future in stopping:
