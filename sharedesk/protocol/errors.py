@@ -1,28 +1,16 @@
 """The sharedesk error tree: every error derives from :class:`SharedeskError`.
 
-An error takes the figures of the failure as named arguments, keeps them as attributes
-of the same name and builds its message from them; its docstring says when it is
-raised. It is declared once, the figures as annotated class attributes (the
-constructor's arguments in order, a base class's first; one given a value has that
-default) and the message as a ``template`` formatted with the figures and the error's
-properties. The base builds the constructor (typed through ``dataclass_transform``) and
-``__reduce__``, so an error pickles with its figures::
-
-    class PageTooLarge(PageError):
-        \"\"\"Raised when a page holds more rows (``actual``) than were asked for.\"\"\"
-
-        requested: int
-        actual: int
-        template = "page holds {actual} rows, but at most {requested} were requested"
-
-A subclass without a ``template`` inherits its parent's figures and message (it may
-override a property the template uses). New errors go at the end of the file.
+An error is declared once: its figures as annotated class attributes (the constructor's
+arguments in order, a base class's first; one given a value has that default), and its
+message as a ``template`` formatted with the figures and the error's properties. The
+base builds the constructor (typed through ``dataclass_transform``) and ``__reduce__``,
+so an error keeps its figures as attributes and pickles with them. A subclass without a
+``template`` inherits its parent's figures and message. New errors go at the end.
 
 ``SharedeskError`` derives from :class:`Exception`, not :class:`ValueError`: msgspec
 rewraps ``ValueError``/``TypeError`` raised in ``__post_init__`` while decoding, and our
-invariants (``PresentSetTooLarge``) must reach the caller unchanged. Our
-:class:`ValidationError` shares its name with ``msgspec.ValidationError``: inside the
-package always write msgspec's in full.
+invariants (``PresentSetTooLarge``) must reach the caller unchanged. Inside the package,
+always write ``msgspec.ValidationError`` in full: ours has the same name.
 """
 
 from __future__ import annotations
@@ -46,18 +34,14 @@ class _Figures(dict[str, Any]):
 class SharedeskError(Exception):
     """Base class of every error raised by sharedesk."""
 
-    #: The message, formatted with the figures; a class that declares one takes its
-    #: figures as arguments (see the module docstring).
+    #: The message, formatted with the figures; a class without one (a family base)
+    #: takes :class:`Exception`'s arguments.
     template: ClassVar[str | None] = None
     #: The names of the constructor's arguments, kept as attributes (and pickled).
     _figures: ClassVar[tuple[str, ...]] = ()
     __signature__: ClassVar[inspect.Signature]
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        """Keep the figures as attributes and build the message from the template.
-
-        A class without a template (a family base) takes :class:`Exception`'s arguments.
-        """
         if self.template is None:
             super().__init__(*args, **kwargs)
             return
@@ -106,9 +90,9 @@ class ValidationError(SharedeskError):
 
 
 class ConcurrencyError(SharedeskError):
-    """Raised when an append's ``expected_version`` is not the session's last sequence.
+    """Raised when an append's ``expected`` version is not the session's last sequence.
 
-    ``expected`` is the version asked for, ``actual`` the last sequence. Nothing was written.
+    ``actual`` is the last sequence. Nothing was written.
     """
 
     expected: int
@@ -117,11 +101,10 @@ class ConcurrencyError(SharedeskError):
 
 
 class SharingStateConflict(ConcurrencyError):
-    """Raised when a turn commits against a sharing state that moved since it was read.
+    """Raised when another turn of the same viewer and conversation committed first.
 
-    Another turn of the same viewer and conversation committed first; nothing was
-    written (compare-and-swap on the stored state). ``expected`` is the watermark the
-    turn planned from, ``actual`` the stored one (-1 for no state).
+    ``expected`` is the watermark the turn planned from, ``actual`` the stored one (-1 for
+    no state). Nothing was written (compare-and-swap on the stored state).
     """
 
     template = (
@@ -133,9 +116,7 @@ class SharingStateConflict(ConcurrencyError):
 class AlreadyStored(SharedeskError):
     """Raised when an append guarded by ``unless_stored`` finds that event stored.
 
-    The guard is checked inside the write transaction (a run's emit is refused once the
-    run's ``RunFinished`` is stored, whatever else was appended meanwhile). Nothing was
-    written.
+    The guard is checked inside the write transaction. Nothing was written.
     """
 
     session_id: str
@@ -306,11 +287,9 @@ class QueueClosed(SharedeskError):
 class ProviderError(SharedeskError):
     """Raised by a provider adapter when its provider answered with an error or not at all.
 
-    ``provider`` is the adapter's name, ``status_code`` the HTTP status (``None`` when no
-    response came back), ``detail`` what went wrong (the response body, shortened, or the
-    transport error), ``retry_after`` the seconds the provider asked the caller to wait
-    (its ``retry-after`` header, e.g. with HTTP 429), or ``None``. The transport's
-    exception, when there was one, is the ``__cause__``.
+    ``status_code`` is the HTTP status (``None``: no response), ``detail`` the (shortened)
+    response body or the transport error, ``retry_after`` the seconds the provider's
+    ``retry-after`` header asked to wait, or ``None``. A transport error is the ``__cause__``.
     """
 
     provider: str
@@ -346,7 +325,7 @@ class StoreClosedError(StoreError):
 
 
 class HubClosed(StoreClosedError):
-    """Raised when a Hub (or a handle, view or turn taken from it) is used after ``close()``.
+    """Raised when a Hub, or a handle, view or turn taken from it, is used after ``close()``.
 
     Also raised to callers still waiting on an actor when the Hub closes.
     """
@@ -361,11 +340,10 @@ class HubError(SharedeskError):
 
 
 class ActorTimeout(HubError):
-    """Raised when an actor did not answer within the Hub's ``ask_timeout`` (``timeout``).
+    """Raised when an ``actor`` did not answer within the Hub's ``ask_timeout`` (``timeout``).
 
-    ``actor`` is ``"session"``, ``"projector"`` or ``"sharing"``. The request may still
-    take effect later; appends are idempotent by event ``id``, so a retry with the same
-    ids is safe.
+    The request may still take effect later; appends are idempotent by event ``id``, so a
+    retry with the same ids is safe.
     """
 
     actor: str
@@ -377,9 +355,8 @@ class ActorTimeout(HubError):
 class ActorCrashed(HubError):
     """Raised to the caller whose request made an actor's handler fail unexpectedly.
 
-    The actor was replaced by a fresh one that recovers its state from the store; requests
-    queued behind the failed one are served by it. ``detail`` is the ``repr`` of the
-    original exception, which is the ``__cause__``.
+    A fresh actor recovering from the store serves the requests queued behind it.
+    ``detail`` is the ``repr`` of the original exception, which is the ``__cause__``.
     """
 
     actor: str
@@ -389,9 +366,9 @@ class ActorCrashed(HubError):
 
 
 class SessionFailed(HubError):
-    """Raised for every call on a session whose actors failed too often.
+    """Raised for every call on a session whose actors restarted too often.
 
-    They restarted more than ``restarts`` times within ``period`` seconds; the Hub stopped
+    They restarted more than ``restarts`` times within ``period`` seconds; the Hub stops
     restarting them until ``hub.recover(session_id)``. Other sessions are unaffected.
     """
 
@@ -407,8 +384,7 @@ class SessionFailed(HubError):
 class StoreFullError(StoreError):
     """Raised when an append would grow the store past ``max_map_size`` or the disk is full.
 
-    ``map_size`` and ``max_map_size`` are bytes (0: no ceiling); ``disk_full`` says the
-    disk had no space left. Nothing of the append was written.
+    Sizes are bytes (``max_map_size`` 0: no ceiling). Nothing of the append was written.
     """
 
     path: str
@@ -444,9 +420,8 @@ class StoreIOError(StoreError):
 class CommitOutcomeUnknown(StoreIOError):
     """Raised when the connection was lost while a write's ``COMMIT`` was under way.
 
-    The write to ``session_id`` may or may not be stored: the server may have committed
-    it before the connection went. Retrying it with the same event ids is safe (a stored
-    id is answered with its stored event); read the session to learn which happened.
+    The write to ``session_id`` may or may not be stored. Retrying it with the same event
+    ids is safe (a stored id is answered with its stored event).
     """
 
     session_id: str
@@ -458,13 +433,10 @@ class CommitOutcomeUnknown(StoreIOError):
 
 
 class SchemaTooNewError(StoreError):
-    """Raised when a database's store schema is newer than this code; nothing was changed.
+    """Raised when a database's store ``schema`` is at a version newer than this code's.
 
-    Attributes:
-        path: Where the store lives (a DSN without its password).
-        schema: The PostgreSQL schema holding the store's tables.
-        found: The schema version the database holds.
-        supported: The newest version this code knows.
+    ``path`` is the DSN without its password, ``found`` the database's version,
+    ``supported`` the newest this code knows. Nothing was changed.
     """
 
     path: str
@@ -480,12 +452,8 @@ class SchemaTooNewError(StoreError):
 class StoreFormatError(StoreError):
     """Raised at open when a store's file holds a format this code does not know.
 
-    Nothing was changed: the file is left as it was.
-
-    Attributes:
-        path: Where the store lives.
-        found: What the file holds instead (its format record, or what lacks one).
-        supported: The format this version of sharedesk reads and writes.
+    ``found`` is what the file holds (its format record, or what lacks one), ``supported``
+    the format this version reads and writes. The file is left as it was.
     """
 
     path: str
@@ -498,13 +466,9 @@ class StoreFormatError(StoreError):
 
 
 class StoreUnreachable(StoreIOError):
-    """Raised when a store's server refuses a connection, or cannot be reached.
+    """Raised when a store's server refuses a connection or cannot be reached.
 
-    Attributes:
-        path: Where the store lives (a DSN without its password).
-        operation: What was being done (``"open"``, ``"append"``, ``"read"``, ...).
-        reason: What the server or the network answered (``Connection refused``,
-            ``password authentication failed``, ...).
+    ``reason`` is what the server or the network answered (``Connection refused``, ...).
     """
 
     reason: str
@@ -512,11 +476,9 @@ class StoreUnreachable(StoreIOError):
 
 
 class TurnAlreadyCommitted(SharingStateConflict):
-    """Raised when ``commit`` is called again on a turn that was committed; nothing is written.
+    """Raised when ``commit`` is called again on a committed turn; nothing is written.
 
-    Attributes:
-        expected: The watermark the turn planned from (-1 for no state).
-        actual: The watermark its commit stored.
+    ``expected`` is the watermark the turn planned from, ``actual`` the one it stored.
     """
 
     template = "this turn was committed already: its commit moved the watermark to {actual}"
