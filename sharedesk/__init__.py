@@ -25,6 +25,12 @@ from sharedesk.projection import (
 )
 from sharedesk.protocol import *  # noqa: F403 (the names in protocol.__all__)
 from sharedesk.protocol._lazy import ROOT, load_lazy
+
+# mypy follows one star import deep: the names protocol star-imports come from their modules.
+from sharedesk.protocol.authors import *  # noqa: F403
+from sharedesk.protocol.errors import *  # noqa: F403
+from sharedesk.protocol.events import *  # noqa: F403
+from sharedesk.protocol.views import *  # noqa: F403
 from sharedesk.store import MemoryStore, SessionInfo
 
 if TYPE_CHECKING:

@@ -18,6 +18,49 @@ from __future__ import annotations
 import inspect
 from typing import Any, ClassVar, dataclass_transform
 
+__all__ = [
+    "ActorCrashed",
+    "ActorTimeout",
+    "CommitOutcomeUnknown",
+    "ConcurrencyError",
+    "CorruptRecordError",
+    "CursorAfterOldest",
+    "CursorDidNotAdvance",
+    "DuplicateSequence",
+    "EmptyPageCursor",
+    "HubClosed",
+    "HubError",
+    "LogReadError",
+    "PageError",
+    "PageNotDescending",
+    "PageOutOfRange",
+    "PageTooLarge",
+    "PresentSetOverflow",
+    "PresentSetTooLarge",
+    "ProviderError",
+    "QueueClosed",
+    "QueueFull",
+    "RunCancelled",
+    "RunError",
+    "RunFailed",
+    "RunNotFound",
+    "RunStateError",
+    "RunTimeout",
+    "SchemaTooNewError",
+    "SessionFailed",
+    "SharedeskError",
+    "SharingStateConflict",
+    "StoreClosedError",
+    "StoreError",
+    "StoreFormatError",
+    "StoreFullError",
+    "StoreIOError",
+    "StoreUnreachable",
+    "TurnAlreadyCommitted",
+    "ValidationError",
+    "WatermarkRegression",
+]
+
 
 class _Figures(dict[str, Any]):
     """What a template is formatted with: the error's attributes and properties."""

@@ -10,6 +10,20 @@ import msgspec
 
 from sharedesk.protocol.authors import SessionAuthor
 
+__all__ = [
+    "Event",
+    "EventBody",
+    "Item",
+    "Retracted",
+    "RunFinished",
+    "RunStarted",
+    "SessionStarted",
+    "Text",
+    "TextDelta",
+    "ToolCall",
+    "ToolResult",
+]
+
 #: The statuses a run can finish with.
 RUN_STATUSES: frozenset[str] = frozenset({"completed", "failed", "cancelled", "timeout"})
 

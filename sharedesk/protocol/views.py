@@ -11,6 +11,20 @@ from sharedesk.protocol.constants import PRESENT_SET_LIMIT, SESSION_WINDOW
 from sharedesk.protocol.errors import PresentSetTooLarge
 from sharedesk.protocol.events import Event, Text
 
+__all__ = [
+    "Conversation",
+    "Delta",
+    "LogMessage",
+    "Projection",
+    "Reinitialize",
+    "ReinitializeReason",
+    "SessionMessage",
+    "SessionPage",
+    "SessionQuery",
+    "SharingQuery",
+    "SharingState",
+]
+
 
 class Conversation(msgspec.Struct, frozen=True):
     """The channel of a desk, or one thread in it.
