@@ -1,8 +1,7 @@
 """Codecs: msgpack for storage, JSON for the wire.
 
-Encoders (and the sharing-state decoder) are built once; each store builds its own event
-decoders. Every decoder here turns malformed bytes into :class:`~sharedesk.ValidationError`
-(the msgspec error is chained as ``__cause__``).
+Every decoder here turns malformed bytes into :class:`~sharedesk.ValidationError`, the
+msgspec error chained.
 """
 
 from __future__ import annotations

@@ -111,10 +111,7 @@ class RunFinished(_Body, frozen=True, tag="run_finished"):
 
 
 class SessionStarted(_Body, frozen=True, tag="session_started"):
-    """A session was started by ``SessionManager.start_session``.
-
-    Session state is a fold over events; this event carries the metadata the session
-    was started with. It gives no transcript message and no log row.
+    """A session was started by ``SessionManager.start_session``; no log row, no transcript message.
 
     Attributes:
         metadata: The session's metadata as given (JSON-like).
@@ -126,11 +123,9 @@ class SessionStarted(_Body, frozen=True, tag="session_started"):
 class Item(_Body, frozen=True, tag="item"):
     """A conversation item of an agent framework, kept exactly as the framework gave it.
 
-    The OpenAI Agents SDK integration stores every non-message item (function calls and
-    their outputs, reasoning, handoff records, ...) in this body so that it reads back
-    equal to what was added. An ``Item`` gives no log row (views, turns and deltas skip
-    it) and no transcript message. Message items with plain text are stored as ``Text``
-    instead (the item itself in ``metadata["sharedesk.item"]``), so desks' views show them.
+    The OpenAI Agents SDK integration stores each non-message item (function calls and
+    outputs, reasoning, handoffs) so; a plain text message item is a ``Text`` instead
+    (the item in ``metadata["sharedesk.item"]``). No log row, no transcript message.
 
     Attributes:
         item: The item, a JSON-like mapping.
@@ -142,9 +137,8 @@ class Item(_Body, frozen=True, tag="item"):
 class Retracted(_Body, frozen=True, tag="retracted"):
     """Earlier rows were withdrawn; the log stays append-only and they stay readable.
 
-    Readers that honour retractions (the Agents SDK integration's ``get_items``) no
-    longer return the rows it names. Views, turns and transcripts show the log as it was
-    written: a retraction gives no log row and no transcript message.
+    Readers that honour retractions (the Agents SDK integration's ``get_items``) skip the
+    rows it names; it gives no log row and no transcript message.
 
     Attributes:
         target: The ``id`` of the one event withdrawn (``pop_item``), or ``None``.
@@ -170,18 +164,14 @@ EventBody = (
 )
 
 
-# A uuid4 is 128 random bits with the version (4 bits at bit 76) and the RFC 4122
-# variant (2 bits at bit 62) fixed; ``uuid.uuid4().hex`` builds the same string through a
-# ``UUID`` object at about twice the cost, paid for every event a caller makes.
+# A uuid4: 128 random bits with the version (bit 76) and the RFC 4122 variant (bit 62)
+# set, as ``uuid.uuid4().hex`` builds it, without the ``UUID`` object (half the cost).
 _UUID4_CLEAR: Final = ~((0xF << 76) | (0x3 << 62))
 _UUID4_SET: Final = (0x4 << 76) | (0x2 << 62)
 
 
 def new_event_id() -> str:
-    """Return a fresh event id: a random (version 4) UUID as 32 lowercase hex digits.
-
-    Cost: 16 bytes from ``os.urandom``; about 1.5 µs.
-    """
+    """Return a fresh event id: a random (version 4) UUID as 32 lowercase hex digits."""
     return f"{int.from_bytes(os.urandom(16), 'big') & _UUID4_CLEAR | _UUID4_SET:032x}"
 
 

@@ -31,11 +31,9 @@ import msgspec
 from sharedesk.protocol.authors import Agent, Operator, Person, SessionAuthor, System
 from sharedesk.protocol.errors import ValidationError
 from sharedesk.protocol.events import RUN_STATUSES, Event, RunFinished
+from sharedesk.protocol.records import ENCODER, EVENT_DECODER
 from sharedesk.protocol.views import Conversation, SharingState
 from sharedesk.protocol.writes import Share, Write
-
-_EVENT_DECODER: Final = msgspec.msgpack.Decoder(Event)
-_ENCODER: Final = msgspec.msgpack.Encoder()
 
 #: Longest session id accepted, in UTF-8 bytes (keeps store keys bounded).
 MAX_SESSION_ID_BYTES: Final = 256
@@ -376,7 +374,7 @@ def check_events(events: Any) -> list[Event]:
             check_int(f"{where}.parent", event.parent, minimum=1)
         _check_nesting(where, event)
         try:
-            copy = _EVENT_DECODER.decode(_ENCODER.encode(event))
+            copy = EVENT_DECODER.decode(ENCODER.encode(event))
         except UnicodeEncodeError as exc:
             field = _surrogate_path(event, where) or where
             raise ValidationError(

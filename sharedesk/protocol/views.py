@@ -57,7 +57,7 @@ class LogMessage(msgspec.Struct, frozen=True):
 
 
 def to_log_message(session_id: str, event: Event) -> LogMessage:
-    """Turn a stored ``Text`` event (sequence set) into a log row of desk ``session_id``."""
+    """Return a stored ``Text`` event as a log row of desk ``session_id``."""
     assert isinstance(event.body, Text) and event.sequence is not None
     return LogMessage(
         sequence=event.sequence,
@@ -125,13 +125,10 @@ class Projection(msgspec.Struct, frozen=True):
 class SharingState(msgspec.Struct, frozen=True):
     """What one participant has been shown of one conversation.
 
-    Everything at or below ``watermark`` has been shown; ``present_above_watermark``
-    holds later rows the participant already has (its own replies).
-
     Attributes:
         conversation: The conversation the state tracks.
         watermark: Highest sequence up to which everything was shown.
-        present_above_watermark: Sequences above the watermark already present.
+        present_above_watermark: Later rows the participant already has (its own replies).
 
     Raises:
         PresentSetTooLarge: When built or decoded with more than ``PRESENT_SET_LIMIT``
@@ -185,10 +182,6 @@ class ReinitializeReason(enum.StrEnum):
 
 
 class Reinitialize(msgspec.Struct, frozen=True):
-    """A request to re-seed the participant with a full window.
-
-    Attributes:
-        reason: Why.
-    """
+    """A request to re-seed the participant with a full window, for a ``reason``."""
 
     reason: ReinitializeReason
