@@ -133,9 +133,9 @@ class ValidationError(SharedeskError):
 
 
 class ConcurrencyError(SharedeskError):
-    """Raised when an append's ``expected`` version is not the session's last sequence.
+    """Raised when an append's ``expected`` version is not the ``actual`` last sequence.
 
-    ``actual`` is the last sequence. Nothing was written.
+    Nothing was written.
     """
 
     expected: int
@@ -157,10 +157,7 @@ class SharingStateConflict(ConcurrencyError):
 
 
 class AlreadyStored(SharedeskError):
-    """Raised when an append guarded by ``unless_stored`` finds that event stored.
-
-    The guard is checked inside the write transaction. Nothing was written.
-    """
+    """Raised when an append guarded by ``unless_stored`` finds that event stored; no write."""
 
     session_id: str
     event_id: str
@@ -168,10 +165,7 @@ class AlreadyStored(SharedeskError):
 
 
 class LogReadError(SharedeskError):
-    """Raised when a host :class:`~sharedesk.SessionLog` raised; the cause is chained.
-
-    ``before`` and ``limit`` are what was asked of it.
-    """
+    """Raised when a host log's ``read_before(before, limit)`` raised; the cause is chained."""
 
     before: int | None
     limit: int
@@ -361,10 +355,11 @@ class StoreClosedError(StoreError):
 
     path: str | None
     template = "the {_where} is closed"
+    _noun: ClassVar = "store"
 
     @property
     def _where(self) -> str:
-        return "in-memory store" if self.path is None else f"store at {self.path}"
+        return f"in-memory {self._noun}" if self.path is None else f"{self._noun} at {self.path}"
 
 
 class HubClosed(StoreClosedError):
@@ -373,9 +368,7 @@ class HubClosed(StoreClosedError):
     Also raised to callers still waiting on an actor when the Hub closes.
     """
 
-    @property
-    def _where(self) -> str:
-        return "in-memory hub" if self.path is None else f"hub at {self.path}"
+    _noun = "hub"
 
 
 class HubError(SharedeskError):
@@ -509,19 +502,13 @@ class StoreFormatError(StoreError):
 
 
 class StoreUnreachable(StoreIOError):
-    """Raised when a store's server refuses a connection or cannot be reached.
-
-    ``reason`` is what the server or the network answered (``Connection refused``, ...).
-    """
+    """Raised when a store's server refuses a connection or cannot be reached (``reason``)."""
 
     reason: str
     template = "cannot connect to the store at {path} during {operation}: {reason}"
 
 
 class TurnAlreadyCommitted(SharingStateConflict):
-    """Raised when ``commit`` is called again on a committed turn; nothing is written.
-
-    ``expected`` is the watermark the turn planned from, ``actual`` the one it stored.
-    """
+    """Raised when ``commit`` is called again on a committed turn; nothing is written."""
 
     template = "this turn was committed already: its commit moved the watermark to {actual}"

@@ -107,6 +107,8 @@ def check_path(value: Any, name: str = "path") -> str:
     return check_text(name, text)
 
 
+#: A lone surrogate: the one code point a Python ``str`` holds that UTF-8 cannot encode.
+_SURROGATE: Final = re.compile(r"[\ud800-\udfff]")
 #: A URL's scheme and ``://`` at the start of a path (``postgresql://...``).
 _URL: Final = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
 
@@ -324,30 +326,23 @@ def _surrogate_path(value: Any, where: str, depth: int = 0) -> str | None:
     if depth > MAX_DEPTH:
         return None
     if isinstance(value, str):
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError:
-            return where
-        return None
+        return where if _SURROGATE.search(value) else None
     if isinstance(value, msgspec.Struct):
-        for name in value.__struct_fields__:
-            found = _surrogate_path(getattr(value, name), f"{where}.{name}", depth + 1)
-            if found is not None:
-                return found
+        children = [(getattr(value, name), f"{where}.{name}") for name in value.__struct_fields__]
+    elif isinstance(value, dict):
+        children = [
+            child
+            for key, item in value.items()
+            for child in ((key, f"{where} key {key!r}"), (item, f"{where}[{key!r}]"))
+        ]
+    elif isinstance(value, list | tuple | set | frozenset):
+        children = [(item, f"{where}[{index}]") for index, item in enumerate(value)]
+    else:
         return None
-    if isinstance(value, dict):
-        for key, item in value.items():
-            found = _surrogate_path(key, f"{where} key {key!r}", depth + 1)
-            if found is None:
-                found = _surrogate_path(item, f"{where}[{key!r}]", depth + 1)
-            if found is not None:
-                return found
-        return None
-    if isinstance(value, list | tuple | set | frozenset):
-        for index, item in enumerate(value):
-            found = _surrogate_path(item, f"{where}[{index}]", depth + 1)
-            if found is not None:
-                return found
+    for child, path in children:
+        found = _surrogate_path(child, path, depth + 1)
+        if found is not None:
+            return found
     return None
 
 
