@@ -52,18 +52,10 @@ SUBPACKAGE: Final[Mapping[str, tuple[str, str | None]]] = MappingProxyType(
 
 
 def load_lazy(name: str, owner: str) -> Any:
-    """Import and return the lazily exported ``name`` (the module ``__getattr__`` of ``owner``).
+    """Import and return the lazy ``name`` for package ``owner``'s module ``__getattr__``.
 
-    Args:
-        name: The attribute asked for.
-        owner: The package asking (``sharedesk`` resolves every lazy name, a subpackage
-            only its own).
-
-    Raises:
-        AttributeError: ``owner`` exports no such name.
-        ImportError: Its optional dependency is missing (the message names the extra).
-
-    Cost: the module's import the first time; a dict lookup afterwards.
+    ``sharedesk`` resolves every lazy name, a subpackage only its own; any other name is an
+    ``AttributeError``. A missing optional dependency is an ``ImportError`` naming the extra.
     """
     entry = ROOT.get(name) or SUBPACKAGE.get(name)
     if entry is None or not (owner == "sharedesk" or entry[0].startswith(owner + ".")):

@@ -10,7 +10,7 @@ prefix, ``b""`` for PostgreSQL).
 from __future__ import annotations
 
 import hashlib
-from typing import Final, TypeVar
+from typing import Any, Final, TypeVar
 
 import msgspec
 
@@ -85,31 +85,26 @@ def decode_record(
     return record
 
 
-def decode_state(session_id: str, raw: bytes) -> SharingState:
-    """Decode a stored sharing state.
-
-    Raises:
-        CorruptRecordError: It does not decode (``sequence`` 0).
-    """
+def _decode_stored(
+    decoder: msgspec.msgpack.Decoder[Any], session_id: str, raw: bytes, what: str
+) -> Any:
     try:
-        state: SharingState = _STATE_DECODER.decode(raw)
+        return decoder.decode(raw)
     except (msgspec.DecodeError, msgspec.ValidationError, SharedeskError) as exc:
-        raise CorruptRecordError(session_id, 0, f"sharing state: {exc}") from exc
+        raise CorruptRecordError(session_id, 0, f"{what}: {exc}") from exc
+
+
+def decode_state(session_id: str, raw: bytes) -> SharingState:
+    """Decode a stored sharing state; :class:`CorruptRecordError` (sequence 0) if it cannot."""
+    state: SharingState = _decode_stored(_STATE_DECODER, session_id, raw, "sharing state")
     return state
 
 
 def decode_session_state(session_id: str, raw: bytes | None) -> SessionState:
-    """Decode a stored session state (``None``: none stored, the empty state).
-
-    Raises:
-        CorruptRecordError: It does not decode (``sequence`` 0).
-    """
+    """Decode a stored session state (``None``: the empty state), as :func:`decode_state`."""
     if raw is None:
         return EMPTY_SESSION_STATE
-    try:
-        state: SessionState = _SESSION_STATE_DECODER.decode(raw)
-    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-        raise CorruptRecordError(session_id, 0, f"session state: {exc}") from exc
+    state: SessionState = _decode_stored(_SESSION_STATE_DECODER, session_id, raw, "session state")
     return state
 
 
