@@ -150,10 +150,7 @@ class SharingStateConflict(ConcurrencyError):
     no state). Nothing was written (compare-and-swap on the stored state).
     """
 
-    template = (
-        "sharing state moved: the turn planned from watermark {expected}, "
-        "but the stored watermark is {actual}"
-    )
+    template = "sharing state moved: it is at watermark {actual}, the turn planned from {expected}"
 
 
 class AlreadyStored(SharedeskError):
@@ -227,9 +224,7 @@ class CursorAfterOldest(PageError):
 
     next_before: int
     oldest: int
-    template = (
-        "next_before={next_before} lies above the page's oldest row {oldest}; rows would be skipped"
-    )
+    template = "next_before={next_before} above the page's oldest row {oldest} would skip rows"
 
 
 class WatermarkRegression(SharedeskError):
@@ -308,10 +303,7 @@ class QueueFull(SharedeskError):
 
     session_id: str
     max_queued_runs: int
-    template = (
-        "session {session_id!r} already has {max_queued_runs} queued runs "
-        "(max_queued_runs={max_queued_runs})"
-    )
+    template = "session {session_id!r} already has max_queued_runs={max_queued_runs} runs queued"
 
 
 class QueueClosed(SharedeskError):
@@ -411,10 +403,7 @@ class SessionFailed(HubError):
     session_id: str
     restarts: int
     period: float
-    template = (
-        "session {session_id!r} failed: its actors restarted more than {restarts} "
-        "times within {period} s"
-    )
+    template = "session {session_id!r} failed: actors restarted over {restarts} times in {period} s"
 
 
 class StoreFullError(StoreError):
