@@ -33,21 +33,13 @@ class _Body(msgspec.Struct, frozen=True, tag_field="type"):
 
 
 class Text(_Body, frozen=True, tag="text"):
-    """A posted message.
-
-    Attributes:
-        content: The message text, stored exactly as given.
-    """
+    """A posted message; ``content`` is its text, stored exactly as given."""
 
     content: str
 
 
 class TextDelta(_Body, frozen=True, tag="text_delta"):
-    """One streamed chunk of a message still being written.
-
-    Attributes:
-        delta: The chunk's text.
-    """
+    """One streamed chunk (``delta``) of a message still being written."""
 
     delta: str
 
@@ -111,24 +103,20 @@ class RunFinished(_Body, frozen=True, tag="run_finished"):
 
 
 class SessionStarted(_Body, frozen=True, tag="session_started"):
-    """A session was started by ``SessionManager.start_session``; no log row, no transcript message.
+    """A session was started (``SessionManager.start_session``) with ``metadata``.
 
-    Attributes:
-        metadata: The session's metadata as given (JSON-like).
+    It gives no log row and no transcript message.
     """
 
     metadata: dict[str, Any] = {}
 
 
 class Item(_Body, frozen=True, tag="item"):
-    """A conversation item of an agent framework, kept exactly as the framework gave it.
+    """A conversation ``item`` (JSON-like) of an agent framework, kept exactly as given.
 
     The OpenAI Agents SDK integration stores each non-message item (function calls and
     outputs, reasoning, handoffs) so; a plain text message item is a ``Text`` instead
     (the item in ``metadata["sharedesk.item"]``). No log row, no transcript message.
-
-    Attributes:
-        item: The item, a JSON-like mapping.
     """
 
     item: dict[str, Any]
