@@ -41,6 +41,8 @@ MAX_SESSION_ID_BYTES: Final = 256
 MAX_INT: Final = 2**63
 #: Deepest nesting of containers accepted inside an event field.
 MAX_DEPTH: Final = 64
+#: A lone surrogate: the one code point a Python ``str`` holds that UTF-8 cannot encode.
+_SURROGATE: Final = re.compile(r"[\ud800-\udfff]")
 
 
 def check_int(name: str, value: Any, *, minimum: int = 0) -> int:
@@ -63,22 +65,11 @@ def check_text(name: str, value: Any, *, empty: bool = True) -> str:
     """Return ``value`` if it is a ``str`` that encodes to UTF-8, and empty only if ``empty``."""
     if not isinstance(value, str):
         raise ValidationError(f"{name} must be a str, got {type(value).__name__}")
-    if not value:
-        if not empty:
-            raise ValidationError(f"{name} must not be empty")
-        return value
-    if not value.isascii():
-        _utf8(name, value)
+    if not value and not empty:
+        raise ValidationError(f"{name} must not be empty")
+    if not value.isascii() and (lone := _SURROGATE.search(value)):
+        raise ValidationError(f"{name} holds a lone surrogate {lone[0]!r} at index {lone.start()}")
     return value
-
-
-def _utf8(name: str, value: str) -> bytes:
-    try:
-        return value.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise ValidationError(
-            f"{name} holds a lone surrogate {value[exc.start]!r} at index {exc.start}"
-        ) from exc
 
 
 def check_path(value: Any, name: str = "path") -> str:
@@ -107,8 +98,6 @@ def check_path(value: Any, name: str = "path") -> str:
     return check_text(name, text)
 
 
-#: A lone surrogate: the one code point a Python ``str`` holds that UTF-8 cannot encode.
-_SURROGATE: Final = re.compile(r"[\ud800-\udfff]")
 #: A URL's scheme and ``://`` at the start of a path (``postgresql://...``).
 _URL: Final = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
 
@@ -179,7 +168,7 @@ def _spell(where: Any) -> str:
 def check_session_id(session_id: Any) -> str:
     """Return ``session_id`` if it is non-empty text of at most ``MAX_SESSION_ID_BYTES``."""
     check_text("session_id", session_id, empty=False)
-    size = len(session_id) if session_id.isascii() else len(_utf8("session_id", session_id))
+    size = len(session_id) if session_id.isascii() else len(session_id.encode("utf-8"))
     if size > MAX_SESSION_ID_BYTES:
         raise ValidationError(
             f"session_id is {size} UTF-8 bytes; at most {MAX_SESSION_ID_BYTES} are allowed"
