@@ -241,21 +241,15 @@ def render_message(console: Output, message: SessionMessage, viewer: SessionAuth
 
 
 def shown(location: str) -> str:
-    """Return how a store is named in output: a DSN as ``postgresql://user@host:port/db``.
-
-    That is how ``PostgresStore.path`` names it: never with its password.
-    """
+    """Return how a store is named in output: a DSN as ``PostgresStore.path``, no password."""
     if not is_postgres_dsn(location):
         return location
-    from psycopg.conninfo import conninfo_to_dict
+    from sharedesk.store.postgres import redact_dsn
 
     try:
-        parts = conninfo_to_dict(location)
+        return redact_dsn(location)
     except Exception:  # a DSN psycopg cannot parse: opening the store says why
         return "postgresql://?"
-    user, port = parts.get("user"), parts.get("port")
-    where = f"{f'{user}@' if user else ''}{parts.get('host', '')}{f':{port}' if port else ''}"
-    return f"postgresql://{where}/{parts.get('dbname', '')}"
 
 
 def _check_postgres_store(dsn: str) -> None:

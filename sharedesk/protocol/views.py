@@ -59,13 +59,7 @@ class LogMessage(msgspec.Struct, frozen=True):
 def to_log_message(session_id: str, event: Event) -> LogMessage:
     """Return a stored ``Text`` event as a log row of desk ``session_id``."""
     assert isinstance(event.body, Text) and event.sequence is not None
-    return LogMessage(
-        sequence=event.sequence,
-        author=event.author,
-        content=event.body.content,
-        desk=session_id,
-        parent=event.parent,
-    )
+    return LogMessage(event.sequence, event.author, event.body.content, session_id, event.parent)
 
 
 class SessionPage(msgspec.Struct, frozen=True):
