@@ -133,10 +133,7 @@ class ValidationError(SharedeskError):
 
 
 class ConcurrencyError(SharedeskError):
-    """Raised when an append's ``expected`` version is not the ``actual`` last sequence.
-
-    Nothing was written.
-    """
+    """Raised when an append's ``expected`` version is not the ``actual`` last one; no write."""
 
     expected: int
     actual: int
@@ -146,8 +143,7 @@ class ConcurrencyError(SharedeskError):
 class SharingStateConflict(ConcurrencyError):
     """Raised when another turn of the same viewer and conversation committed first.
 
-    ``expected`` is the watermark the turn planned from, ``actual`` the stored one (-1 for
-    no state). Nothing was written (compare-and-swap on the stored state).
+    ``expected`` and ``actual`` are the planned and stored watermarks (-1: no state); no write.
     """
 
     template = "sharing state moved: it is at watermark {actual}, the turn planned from {expected}"
@@ -445,8 +441,7 @@ class StoreIOError(StoreError):
 class CommitOutcomeUnknown(StoreIOError):
     """Raised when the connection was lost while a write's ``COMMIT`` was under way.
 
-    The write to ``session_id`` may or may not be stored. Retrying it with the same event
-    ids is safe (a stored id is answered with its stored event).
+    The write to ``session_id`` may or may not be stored; retrying with the same ids is safe.
     """
 
     session_id: str
@@ -460,8 +455,7 @@ class CommitOutcomeUnknown(StoreIOError):
 class SchemaTooNewError(StoreError):
     """Raised when a database's store ``schema`` is at a version newer than this code's.
 
-    ``path`` is the DSN without its password, ``found`` the database's version,
-    ``supported`` the newest this code knows. Nothing was changed.
+    ``path`` is the DSN without its password. Nothing was changed.
     """
 
     path: str
@@ -475,10 +469,9 @@ class SchemaTooNewError(StoreError):
 
 
 class StoreFormatError(StoreError):
-    """Raised at open when a store's file holds a format this code does not know.
+    """Raised at open when a store's file holds a format this code does not know (``found``).
 
-    ``found`` is what the file holds (its format record, or what lacks one), ``supported``
-    the format this version reads and writes. The file is left as it was.
+    The file is left as it was.
     """
 
     path: str
