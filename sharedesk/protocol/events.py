@@ -114,9 +114,10 @@ class SessionStarted(_Body, frozen=True, tag="session_started"):
 class Item(_Body, frozen=True, tag="item"):
     """A conversation ``item`` (JSON-like) of an agent framework, kept exactly as given.
 
-    The OpenAI Agents SDK integration stores each non-message item (function calls and
-    outputs, reasoning, handoffs) so; a plain text message item is a ``Text`` instead
-    (the item in ``metadata["sharedesk.item"]``). No log row, no transcript message.
+    The OpenAI Agents SDK integration stores every non-message item (function calls and
+    their outputs, reasoning, handoffs) as one; a message item with plain text is a
+    ``Text`` instead (the item in ``metadata["sharedesk.item"]``). It gives no log row and
+    no transcript message.
     """
 
     item: dict[str, Any]
