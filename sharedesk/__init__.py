@@ -5,12 +5,9 @@ seen, and a transcript rebuilt from persisted events. This module only re-export
 public contract; the code lives in the subpackages ``protocol`` (types, errors, codecs,
 ports), ``projection`` (pure folds), ``store`` (backends), ``runs`` and ``actors``.
 
-Importing it imports only core dependencies (pykka, msgspec, structlog; lmdb on use):
-names whose code needs an extra (``OpenAIChatAdapter``: httpx) and ``__version__``
-(package metadata) resolve on first use, through the module ``__getattr__``, and so
-do ``LmdbStore`` (with py-lmdb), ``PostgresStore`` (with psycopg, the ``postgres``
-extra), the runs API (``SessionManager``, adapters, renderers, the run queue) and
-``AsyncHub``/``AsyncTurn``: a program uses only what it imports.
+Importing it imports only core dependencies (pykka, msgspec, structlog): the names of
+:data:`sharedesk.protocol._lazy.ROOT` (``LmdbStore``, ``PostgresStore``, the runs API,
+``AsyncHub``, the adapters) and ``__version__`` resolve on first use.
 """
 
 import logging
@@ -27,29 +24,24 @@ from sharedesk.projection import (
     project_session,
 )
 from sharedesk.protocol import *  # noqa: F403 (the names in protocol.__all__)
-from sharedesk.protocol._lazy import load_lazy
+from sharedesk.protocol._lazy import ROOT, load_lazy
+
+# mypy follows one star import deep: the names protocol star-imports come from their modules.
+from sharedesk.protocol.authors import *  # noqa: F403
+from sharedesk.protocol.errors import *  # noqa: F403
+from sharedesk.protocol.events import *  # noqa: F403
+from sharedesk.protocol.views import *  # noqa: F403
 from sharedesk.store import MemoryStore, SessionInfo
 
 if TYPE_CHECKING:
-    from sharedesk.actors.aio import AsyncHub, AsyncTurn
-    from sharedesk.adapters.openai_chat import OpenAIChatAdapter
-    from sharedesk.adapters.render import to_anthropic_messages, to_openai_messages
-    from sharedesk.runs import (
-        Adapter,
-        AdapterResult,
-        Emit,
-        Run,
-        RunFuture,
-        RunQueue,
-        RunQueueStatus,
-        RunResult,
-        ScriptedAdapter,
-        ScriptedCall,
-        Session,
-        SessionManager,
-    )
-    from sharedesk.store.lmdb import LmdbStore
-    from sharedesk.store.postgres import PostgresStore
+    from sharedesk.actors.aio import AsyncHub as AsyncHub
+    from sharedesk.actors.aio import AsyncTurn as AsyncTurn
+    from sharedesk.adapters.openai_chat import OpenAIChatAdapter as OpenAIChatAdapter
+    from sharedesk.adapters.render import to_anthropic_messages as to_anthropic_messages
+    from sharedesk.adapters.render import to_openai_messages as to_openai_messages
+    from sharedesk.runs import *  # noqa: F403
+    from sharedesk.store.lmdb import LmdbStore as LmdbStore
+    from sharedesk.store.postgres import PostgresStore as PostgresStore
 
 # A library never configures logging for the application.
 logging.getLogger("sharedesk").addHandler(logging.NullHandler())
@@ -63,31 +55,13 @@ def __getattr__(name: str) -> Any:
     return load_lazy(name, __name__)
 
 
-# The names defined outside ``protocol``; the protocol's own come from its list.
 __all__ = [
-    "Adapter",
-    "AdapterResult",
-    "AsyncHub",
-    "AsyncTurn",
-    "Emit",
     "Hub",
     "HubOptions",
     "HubStats",
-    "LmdbStore",
     "MemoryStore",
-    "OpenAIChatAdapter",
-    "PostgresStore",
-    "Run",
-    "RunFuture",
-    "RunQueue",
-    "RunQueueStatus",
-    "RunResult",
-    "ScriptedAdapter",
-    "ScriptedCall",
-    "Session",
     "SessionHandle",
     "SessionInfo",
-    "SessionManager",
     "TranscriptBuilder",
     "Turn",
     "configure_logging",
@@ -95,8 +69,7 @@ __all__ = [
     "note_present",
     "prepare_delta",
     "project_session",
-    "to_anthropic_messages",
-    "to_openai_messages",
+    *ROOT,
 ]
 __all__ += protocol.__all__
 __all__.sort()

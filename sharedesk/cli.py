@@ -1,18 +1,13 @@
 r"""The ``sharedesk`` command: ``demo``, ``inspect`` and ``view`` (``sharedesk --help``).
 
-Every command takes a store as an LMDB directory or a PostgreSQL DSN (``postgresql://``).
-``inspect`` and ``view`` never create a store and never write; on LMDB they are one more
-reader process, so they work while a Hub has the store open elsewhere. Bad input and every
-:class:`~sharedesk.SharedeskError` end with one line on standard error and exit status 2,
-never a traceback. This module is the one place that configures logging.
+A store is an LMDB directory or a PostgreSQL DSN. ``inspect`` and ``view`` never create a
+store nor write (on LMDB they are one more reader, safe beside a running Hub). Bad input
+and every :class:`~sharedesk.SharedeskError` end with one line on stderr and exit status
+2, never a traceback. This module is the one place that configures logging.
 
-Terminal safety: all output goes through :func:`safe_text`. C0 and C1 controls and DEL (so
-every ESC, CSI and OSC sequence, such as an OSC 52 clipboard write), the bidirectional
-embeddings, overrides and isolates, and the line and paragraph separators are shown as
-visible escapes (``\x1b``, ``\u202e``) in text and as ``\u`` escapes in JSON lines, which
-decode to the stored text exactly. Styles are attached to segments, never parsed from
-them. Colour comes from rich (the ``cli`` extra) on a terminal; otherwise output is plain,
-one line per message.
+All output goes through :func:`safe_text`: controls, bidirectional formatting and line
+separators are shown as visible escapes (``\x1b``, ``\u202e``), so a stored string can
+never drive the terminal. Colour comes from rich (the ``cli`` extra) on a terminal.
 """
 
 from __future__ import annotations
@@ -35,7 +30,7 @@ from sharedesk.protocol.authors import same_participant as _same
 from sharedesk.protocol.codec import encode_json
 from sharedesk.protocol.constants import SESSION_WINDOW
 from sharedesk.protocol.errors import SharedeskError, StoreIOError, ValidationError
-from sharedesk.protocol.validation import MAX_INT, is_postgres_dsn
+from sharedesk.protocol.validation import check_int, check_optional_int, is_postgres_dsn
 from sharedesk.protocol.views import Conversation, SessionMessage, SessionQuery
 from sharedesk.store.lmdb import LmdbStore
 
@@ -50,8 +45,7 @@ DEMO_DESK = "demo-desk"
 LMDB_DATA_FILE = "data.mdb"
 #: The PostgreSQL schema the commands read (``PostgresStore``'s default).
 PG_SCHEMA = "sharedesk"
-#: Rows read per page when a command walks a whole session.
-_PAGE = 512
+_PAGE = 512  # rows read per page when a command walks a whole session
 
 _STYLES: Final = {Operator: "bold yellow", Person: "bold cyan", Agent: "bold magenta"}
 
@@ -74,10 +68,8 @@ def _json_escape(match: re.Match[str]) -> str:
 def safe_text(text: str, *, json: bool = False) -> str:
     r"""Return ``text`` with every unsafe character shown as an escape. Cost: O(len(text)).
 
-    ``ESC ]52;c;... BEL`` (OSC 52, set the clipboard) becomes the literal text
-    ``\x1b]52;c;...\x07``; a newline becomes ``\n``, so one message stays one line. With
-    ``json``, ``text`` is a JSON document and they become ``\uXXXX`` escapes (they can only
-    be inside its strings), so it still decodes to the same value.
+    A newline becomes ``\n``, so one message stays one line. With ``json`` (``text`` is a
+    JSON document) they become ``\uXXXX`` escapes, so it still decodes to the same value.
     """
     return _UNSAFE.sub(_json_escape if json else _visible, text)
 
@@ -87,17 +79,13 @@ Segment = str | tuple[str, str]
 
 
 class Output:
-    """Where a command prints: coloured on a terminal with rich, else plain lines.
+    """Where a command prints (``stream``, default stdout): with rich if ``styled``, else plain.
 
-    Every segment goes through :func:`safe_text`; styles are attached to segments (rich
-    ``Text``), never parsed out of them.
+    ``styled`` defaults to ``stream`` being a terminal or ``FORCE_COLOR`` being set. Every
+    segment goes through :func:`safe_text`; styles are attached to segments, never parsed.
     """
 
     def __init__(self, stream: IO[str] | None = None, *, styled: bool | None = None) -> None:
-        """Print to ``stream`` (default: standard output), coloured if ``styled``.
-
-        ``styled`` defaults to ``stream`` being a terminal or ``FORCE_COLOR`` being set.
-        """
         self._stream = stream if stream is not None else sys.stdout
         self._console: Any = None
         if styled is None:
@@ -127,10 +115,7 @@ class Output:
     def table(
         self, columns: Sequence[str], rows: Sequence[Sequence[str]], right: Collection[int]
     ) -> None:
-        """Print aligned columns, a bold header first; those in ``right`` right-aligned.
-
-        Cost: O(cells).
-        """
+        """Print aligned columns, a bold header first; those in ``right`` right-aligned."""
         cells = [[safe_text(c) for c in row] for row in (columns, *rows)]
         widths = [max(len(row[i]) for row in cells) for i in range(len(columns))]
         for n, row in enumerate(cells):
@@ -142,18 +127,13 @@ class Output:
 
 
 class _Parser(argparse.ArgumentParser):
-    """An argument parser whose errors are one line on stderr and exit status 2."""
-
     def error(self, message: str) -> NoReturn:
-        """Print ``sharedesk: error: MESSAGE`` and exit with status 2."""
+        """Print ``sharedesk: error: MESSAGE`` on stderr and exit with status 2."""
         self.exit(EXIT_USAGE, f"{self.prog}: error: {safe_text(message)}\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """Return the ``sharedesk`` argument parser (subcommands ``demo``, ``inspect``, ``view``).
-
-    Cost: O(1).
-    """
+    """Return the ``sharedesk`` argument parser (subcommands ``demo``, ``inspect``, ``view``)."""
     store = "an LMDB store directory or a PostgreSQL DSN (postgresql://...)"
     parser = _Parser(prog="sharedesk", description="Shared desks for multi-agent conversations.")
     parser.add_argument(
@@ -213,7 +193,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _one_line(exc: BaseException) -> str:
-    """Return the error's message on one line; a store's I/O error gets its cause's too."""
+    # A store's I/O error gets its cause's message too.
     text = " ".join(str(exc).split()) or type(exc).__name__
     if isinstance(exc, StoreIOError) and (cause := " ".join(str(exc.__cause__ or "").split())):
         text += f": {cause}"
@@ -228,8 +208,6 @@ def parse_viewer(text: str) -> SessionAuthor:
 
     Raises:
         ValidationError: Any other form, or an empty ID.
-
-    Cost: O(len(text)).
     """
     if text == "operator":
         return Operator()
@@ -240,7 +218,7 @@ def parse_viewer(text: str) -> SessionAuthor:
 
 
 def describe(author: SessionAuthor) -> str:
-    """Return how a row's author is shown: ``"Ana (person)"``, ``"operator"``. Cost: O(1)."""
+    """Return how a row's author is shown: ``"Ana (person)"``, ``"operator"``."""
     match author:
         case Person(label=label) | Agent(label=label):
             return f"{label} ({type(author).__name__.lower()})"
@@ -250,10 +228,7 @@ def describe(author: SessionAuthor) -> str:
 
 
 def render_message(console: Output, message: SessionMessage, viewer: SessionAuthor | None) -> None:
-    """Print one message: sequence, author, a ``(you)`` mark, content; replies indented.
-
-    Cost: O(len(content)).
-    """
+    """Print one message: sequence, author, a ``(you)`` mark, content; replies indented."""
     mine = viewer is not None and _same(message.author, viewer)
     console.line(
         "      ↳ " if message.parent is not None else "  ",
@@ -266,29 +241,20 @@ def render_message(console: Output, message: SessionMessage, viewer: SessionAuth
 
 
 def shown(location: str) -> str:
-    """Return how a store is named in output: a DSN as ``postgresql://user@host:port/db``.
-
-    That is how ``PostgresStore.path`` names it: never with its password. Cost: O(len).
-    """
+    """Return how a store is named in output: a DSN as ``PostgresStore.path``, no password."""
     if not is_postgres_dsn(location):
         return location
-    from psycopg.conninfo import conninfo_to_dict
+    from sharedesk.store.postgres import redact_dsn
 
     try:
-        parts = conninfo_to_dict(location)
+        return redact_dsn(location)
     except Exception:  # a DSN psycopg cannot parse: opening the store says why
         return "postgresql://?"
-    user, port = parts.get("user"), parts.get("port")
-    where = f"{f'{user}@' if user else ''}{parts.get('host', '')}{f':{port}' if port else ''}"
-    return f"postgresql://{where}/{parts.get('dbname', '')}"
 
 
 def _check_postgres_store(dsn: str) -> None:
-    """Refuse a database without the store's schema, which opening it would create.
-
-    An unreachable or refusing server is a ``StoreIOError`` whose cause names the reason;
-    a DSN libpq cannot parse is left for ``PostgresStore`` to name.
-    """
+    # Refuse a database without the store's schema, which opening it would create. An
+    # unreachable server is a StoreIOError; a DSN libpq cannot parse is PostgresStore's.
     import psycopg
     from psycopg.conninfo import conninfo_to_dict
 
@@ -313,9 +279,7 @@ def open_existing_store(location: str) -> Iterator[LmdbStore | PostgresStore]:
         StoreIOError: The store could not be opened.
         ImportError: A DSN, and psycopg (the ``postgres`` extra) is not installed.
 
-    Cost: LMDB reads the whole file once to verify it (a damaged file is
-    ``CorruptRecordError``, never a crash); PostgreSQL checks the schema on one
-    connection, then opens the store's pool. No writes.
+    Cost: LMDB verifies the whole file once (``verify=True``); no writes.
     """
     store: LmdbStore | PostgresStore
     if is_postgres_dsn(location):
@@ -336,7 +300,6 @@ def open_existing_store(location: str) -> Iterator[LmdbStore | PostgresStore]:
 
 
 def _require_session(store: LmdbStore | PostgresStore, location: str, session_id: str) -> int:
-    """Return the session's last sequence; refuse a session with no events."""
     last = store.last_sequence(session_id)
     if last == 0:
         raise ValidationError(f"unknown session {session_id!r} in {shown(location)}")
@@ -347,10 +310,7 @@ def _require_session(store: LmdbStore | PostgresStore, location: str, session_id
 
 
 def run_inspect(console: Output, location: str, session_id: str | None, *, as_json: bool) -> None:
-    """List the sessions (by id), or print one's events up to its last sequence as JSON lines.
-
-    Cost: a summary per session, or the session's events in pages of 512; no writes.
-    """
+    """List the sessions, or print one's events up to its last sequence as JSON lines."""
     with open_existing_store(location) as store:
         if session_id is not None:
             last, after = _require_session(store, location, session_id), 0
@@ -389,16 +349,10 @@ def run_view(
 ) -> None:
     """Print ``viewer``'s projection of a desk's channel or thread: ``hub.view`` without a Hub.
 
-    The viewer's own messages are marked, and the viewer is shown with the label its
-    newest row carries.
-
-    Cost: one projection (at most ``SCAN_LIMIT`` rows) and one read of the newest 2048
-    rows; no writes.
+    The viewer's own messages are marked, the viewer shown with its newest row's label.
     """
-    if not 0 <= window < MAX_INT:
-        raise ValidationError(f"--window must be in [0, 2**63), got {window}")
-    if thread is not None and not 1 <= thread < MAX_INT:
-        raise ValidationError(f"--thread must be a sequence in [1, 2**63), got {thread}")
+    check_int("--window", window)
+    check_optional_int("--thread", thread, minimum=1)
     with open_existing_store(location) as store:
         _require_session(store, location, session_id)
         recent = store.read(session_id, newest_first=True, limit=2048)
@@ -442,10 +396,8 @@ _ROUND: Final = (
 def run_demo(console: Output, location: str) -> None:
     """Play the next round of the scripted desk at ``location`` (created if missing).
 
-    The operator opens the round and Ana files a ticket, then :data:`_ROUND` plays: each
-    agent's turn shows only what is new to it. Then every participant's view is printed.
-
-    Cost: seven durable appends and a few projections; one Hub open and close.
+    The operator opens the round and Ana files a ticket, then :data:`_ROUND` plays (each
+    agent's turn shows only what is new to it), then every participant's view is printed.
     """
     if not is_postgres_dsn(location) and Path(location).is_file():
         raise ValidationError(f"--path must be a directory or a DSN, {location} is a file")

@@ -1,12 +1,9 @@
 """Names exported on first use, so ``import sharedesk`` imports only what it needs.
 
-A package lists a lazy name in :data:`LAZY` and defines
-``def __getattr__(name): return load_lazy(name, __name__)``; its ``TYPE_CHECKING`` block
-imports the name for type checkers. ``OpenAIChatAdapter`` needs httpx (the ``http``
-extra) and ``PostgresStore`` psycopg (the ``postgres`` extra); the others need nothing
-optional but are imported only when used, to keep
-``import sharedesk`` light: ``LmdbStore`` (with py-lmdb: many programs run on
-``MemoryStore`` alone), the runs API and the asyncio front end.
+A package with lazy names defines ``def __getattr__(name): return load_lazy(name,
+__name__)`` and imports them for type checkers under ``TYPE_CHECKING``. Some need an
+extra (httpx for ``OpenAIChatAdapter``, psycopg for ``PostgresStore``); the others are
+lazy to keep ``import sharedesk`` light: ``LmdbStore``, the runs API, the asyncio front end.
 """
 
 from __future__ import annotations
@@ -16,18 +13,14 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any, Final
 
-#: Lazily exported name -> (defining module, the extra that installs its dependency).
-LAZY: Final[Mapping[str, tuple[str, str | None]]] = MappingProxyType(
+#: The names ``sharedesk`` lists and exports lazily -> (defining module, the extra that
+#: installs its dependency).
+ROOT: Final[Mapping[str, tuple[str, str | None]]] = MappingProxyType(
     {
         "AsyncHub": ("sharedesk.actors.aio", None),
         "AsyncTurn": ("sharedesk.actors.aio", None),
         "LmdbStore": ("sharedesk.store.lmdb", None),
-        "AnthropicMessagesAdapter": ("sharedesk.adapters.anthropic", "http"),
-        "FunctionTool": ("sharedesk.adapters._http", "http"),
-        "HttpAdapter": ("sharedesk.adapters._http", "http"),
         "OpenAIChatAdapter": ("sharedesk.adapters.openai_chat", "http"),
-        "OpenAIResponsesAdapter": ("sharedesk.adapters.openai_responses", "http"),
-        "to_responses_input": ("sharedesk.adapters.render", None),
         "PostgresStore": ("sharedesk.store.postgres", "postgres"),
         "Adapter": ("sharedesk.runs", None),
         "AdapterResult": ("sharedesk.runs", None),
@@ -45,23 +38,26 @@ LAZY: Final[Mapping[str, tuple[str, str | None]]] = MappingProxyType(
         "to_openai_messages": ("sharedesk.adapters.render", None),
     }
 )
+#: The lazy names only a subpackage lists (``sharedesk`` resolves them too), in that form.
+SUBPACKAGE: Final[Mapping[str, tuple[str, str | None]]] = MappingProxyType(
+    {
+        "AnthropicMessagesAdapter": ("sharedesk.adapters.anthropic", "http"),
+        "AsyncEmit": ("sharedesk.runs", None),
+        "FunctionTool": ("sharedesk.adapters._http", "http"),
+        "HttpAdapter": ("sharedesk.adapters._http", "http"),
+        "OpenAIResponsesAdapter": ("sharedesk.adapters.openai_responses", "http"),
+        "to_responses_input": ("sharedesk.adapters.render", None),
+    }
+)
 
 
 def load_lazy(name: str, owner: str) -> Any:
-    """Import and return the lazily exported ``name`` (the module ``__getattr__`` of ``owner``).
+    """Import and return the lazy ``name`` for package ``owner``'s module ``__getattr__``.
 
-    Args:
-        name: The attribute asked for.
-        owner: The package asking (``sharedesk`` resolves every lazy name, a subpackage
-            only its own).
-
-    Raises:
-        AttributeError: ``owner`` exports no such name.
-        ImportError: Its optional dependency is missing (the message names the extra).
-
-    Cost: the module's import the first time; a dict lookup afterwards.
+    ``sharedesk`` resolves every lazy name, a subpackage only its own; any other name is an
+    ``AttributeError``. A missing optional dependency is an ``ImportError`` naming the extra.
     """
-    entry = LAZY.get(name)
+    entry = ROOT.get(name) or SUBPACKAGE.get(name)
     if entry is None or not (owner == "sharedesk" or entry[0].startswith(owner + ".")):
         raise AttributeError(f"module {owner!r} has no attribute {name!r}")
     module, extra = entry

@@ -1,9 +1,7 @@
 """The library's logger: structlog over the standard library logger ``sharedesk``.
 
-Every module of sharedesk logs through :func:`logger` (see :mod:`sharedesk.logconfig`
-for what that means for an application). It lives in ``protocol`` so that every layer
-(``runs`` included, which imports only ``protocol`` and ``projection``) may log; the
-pure folds in ``projection`` never do.
+What that means for an application: :mod:`sharedesk.logconfig`. It lives in ``protocol``
+so that every layer may log; the pure folds in ``projection`` never do.
 """
 
 from __future__ import annotations
@@ -22,7 +20,7 @@ LOGGER_NAME: Final = "sharedesk"
 
 
 class _EventMessage(dict[str, Any]):
-    """A record's message: the event dictionary, shown as ``event key=value ...``."""
+    # A record's message: the event dictionary, shown as ``event key=value ...``.
 
     def __str__(self) -> str:
         figures = " ".join(
@@ -35,11 +33,8 @@ class _EventMessage(dict[str, Any]):
 def _to_record(
     logger: Any, method_name: str, event_dict: MutableMapping[str, Any]
 ) -> tuple[tuple[_EventMessage], dict[str, Any]]:
-    """Last processor: hand the event to :mod:`logging` (as ``wrap_for_formatter`` does).
-
-    The extras are those :class:`structlog.stdlib.ProcessorFormatter` looks for; an
-    ``exc_info`` goes on the record too, so a plain formatter prints the traceback.
-    """
+    # Last processor: hand the event to logging, as structlog's wrap_for_formatter does,
+    # and put any exc_info on the record too, so a plain formatter prints the traceback.
     kwargs: dict[str, Any] = {"extra": {"_logger": logger, "_name": method_name}}
     exc_info = event_dict.get("exc_info")
     if exc_info:
@@ -60,12 +55,8 @@ _PROCESSORS: Final = (
 def logger() -> structlog.stdlib.BoundLogger:
     """Return a structlog logger over the standard library logger ``sharedesk``.
 
-    Its processors are fixed here (level filter, the context bound with
-    ``bound_contextvars``, hand-off to :mod:`logging`); structlog's global
-    configuration is not consulted, so the application's set-up never changes what
-    sharedesk logs, nor sharedesk the application's.
-
-    Cost: O(1); nothing is resolved until the first line is logged.
+    Its processors are fixed here (level filter, bound context, hand-off to :mod:`logging`):
+    structlog's global configuration is not consulted, nor changed.
     """
     wrapped: structlog.stdlib.BoundLogger = structlog.wrap_logger(
         logging.getLogger(LOGGER_NAME),

@@ -4,6 +4,16 @@ from __future__ import annotations
 
 import msgspec
 
+__all__ = [
+    "Agent",
+    "Operator",
+    "Person",
+    "SessionAuthor",
+    "System",
+    "author_key",
+    "same_participant",
+]
+
 
 class _Author(msgspec.Struct, frozen=True, tag_field="type"):
     """Tagged base of the author kinds (tag field ``"type"``)."""

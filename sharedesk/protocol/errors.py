@@ -1,34 +1,65 @@
 """The sharedesk error tree: every error derives from :class:`SharedeskError`.
 
-An error takes the figures of the failure as named arguments, keeps them as attributes
-of the same name and builds its message from them; its docstring says when it is
-raised. It is declared once, the figures as annotated class attributes (the
-constructor's arguments in order, a base class's first; one given a value has that
-default) and the message as a ``template`` formatted with the figures and the error's
-properties. The base builds the constructor (typed through ``dataclass_transform``) and
-``__reduce__``, so an error pickles with its figures::
-
-    class PageTooLarge(PageError):
-        \"\"\"Raised when a page holds more rows (``actual``) than were asked for.\"\"\"
-
-        requested: int
-        actual: int
-        template = "page holds {actual} rows, but at most {requested} were requested"
-
-A subclass without a ``template`` inherits its parent's figures and message (it may
-override a property the template uses). New errors go at the end of the file.
+An error is declared once: its figures as annotated class attributes (the constructor's
+arguments in order, a base class's first; one given a value has that default), and its
+message as a ``template`` formatted with the figures and the error's properties. The
+base builds the constructor (typed through ``dataclass_transform``) and ``__reduce__``,
+so an error keeps its figures as attributes and pickles with them. A subclass without a
+``template`` inherits its parent's figures and message. New errors go at the end.
 
 ``SharedeskError`` derives from :class:`Exception`, not :class:`ValueError`: msgspec
 rewraps ``ValueError``/``TypeError`` raised in ``__post_init__`` while decoding, and our
-invariants (``PresentSetTooLarge``) must reach the caller unchanged. Our
-:class:`ValidationError` shares its name with ``msgspec.ValidationError``: inside the
-package always write msgspec's in full.
+invariants (``PresentSetTooLarge``) must reach the caller unchanged. Inside the package,
+always write ``msgspec.ValidationError`` in full: ours has the same name.
 """
 
 from __future__ import annotations
 
 import inspect
 from typing import Any, ClassVar, dataclass_transform
+
+__all__ = [
+    "ActorCrashed",
+    "ActorTimeout",
+    "CommitOutcomeUnknown",
+    "ConcurrencyError",
+    "CorruptRecordError",
+    "CursorAfterOldest",
+    "CursorDidNotAdvance",
+    "DuplicateSequence",
+    "EmptyPageCursor",
+    "HubClosed",
+    "HubError",
+    "LogReadError",
+    "PageError",
+    "PageNotDescending",
+    "PageOutOfRange",
+    "PageTooLarge",
+    "PresentSetOverflow",
+    "PresentSetTooLarge",
+    "ProviderError",
+    "QueueClosed",
+    "QueueFull",
+    "RunCancelled",
+    "RunError",
+    "RunFailed",
+    "RunNotFound",
+    "RunStateError",
+    "RunTimeout",
+    "SchemaTooNewError",
+    "SessionFailed",
+    "SharedeskError",
+    "SharingStateConflict",
+    "StoreClosedError",
+    "StoreError",
+    "StoreFormatError",
+    "StoreFullError",
+    "StoreIOError",
+    "StoreUnreachable",
+    "TurnAlreadyCommitted",
+    "ValidationError",
+    "WatermarkRegression",
+]
 
 
 class _Figures(dict[str, Any]):
@@ -46,18 +77,14 @@ class _Figures(dict[str, Any]):
 class SharedeskError(Exception):
     """Base class of every error raised by sharedesk."""
 
-    #: The message, formatted with the figures; a class that declares one takes its
-    #: figures as arguments (see the module docstring).
+    #: The message, formatted with the figures; a class without one (a family base)
+    #: takes :class:`Exception`'s arguments.
     template: ClassVar[str | None] = None
     #: The names of the constructor's arguments, kept as attributes (and pickled).
     _figures: ClassVar[tuple[str, ...]] = ()
     __signature__: ClassVar[inspect.Signature]
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        """Keep the figures as attributes and build the message from the template.
-
-        A class without a template (a family base) takes :class:`Exception`'s arguments.
-        """
         if self.template is None:
             super().__init__(*args, **kwargs)
             return
@@ -106,10 +133,7 @@ class ValidationError(SharedeskError):
 
 
 class ConcurrencyError(SharedeskError):
-    """Raised when an append's ``expected_version`` is not the session's last sequence.
-
-    ``expected`` is the version asked for, ``actual`` the last sequence. Nothing was written.
-    """
+    """Raised when an append's ``expected`` version is not the ``actual`` last one; no write."""
 
     expected: int
     actual: int
@@ -117,26 +141,16 @@ class ConcurrencyError(SharedeskError):
 
 
 class SharingStateConflict(ConcurrencyError):
-    """Raised when a turn commits against a sharing state that moved since it was read.
+    """Raised when another turn of the same viewer and conversation committed first.
 
-    Another turn of the same viewer and conversation committed first; nothing was
-    written (compare-and-swap on the stored state). ``expected`` is the watermark the
-    turn planned from, ``actual`` the stored one (-1 for no state).
+    ``expected`` and ``actual`` are the planned and stored watermarks (-1: no state); no write.
     """
 
-    template = (
-        "sharing state moved: the turn planned from watermark {expected}, "
-        "but the stored watermark is {actual}"
-    )
+    template = "sharing state moved: it is at watermark {actual}, the turn planned from {expected}"
 
 
 class AlreadyStored(SharedeskError):
-    """Raised when an append guarded by ``unless_stored`` finds that event stored.
-
-    The guard is checked inside the write transaction (a run's emit is refused once the
-    run's ``RunFinished`` is stored, whatever else was appended meanwhile). Nothing was
-    written.
-    """
+    """Raised when an append guarded by ``unless_stored`` finds that event stored; no write."""
 
     session_id: str
     event_id: str
@@ -144,10 +158,7 @@ class AlreadyStored(SharedeskError):
 
 
 class LogReadError(SharedeskError):
-    """Raised when a host :class:`~sharedesk.SessionLog` raised; the cause is chained.
-
-    ``before`` and ``limit`` are what was asked of it.
-    """
+    """Raised when a host log's ``read_before(before, limit)`` raised; the cause is chained."""
 
     before: int | None
     limit: int
@@ -209,9 +220,7 @@ class CursorAfterOldest(PageError):
 
     next_before: int
     oldest: int
-    template = (
-        "next_before={next_before} lies above the page's oldest row {oldest}; rows would be skipped"
-    )
+    template = "next_before={next_before} above the page's oldest row {oldest} would skip rows"
 
 
 class WatermarkRegression(SharedeskError):
@@ -290,10 +299,7 @@ class QueueFull(SharedeskError):
 
     session_id: str
     max_queued_runs: int
-    template = (
-        "session {session_id!r} already has {max_queued_runs} queued runs "
-        "(max_queued_runs={max_queued_runs})"
-    )
+    template = "session {session_id!r} already has max_queued_runs={max_queued_runs} runs queued"
 
 
 class QueueClosed(SharedeskError):
@@ -306,11 +312,9 @@ class QueueClosed(SharedeskError):
 class ProviderError(SharedeskError):
     """Raised by a provider adapter when its provider answered with an error or not at all.
 
-    ``provider`` is the adapter's name, ``status_code`` the HTTP status (``None`` when no
-    response came back), ``detail`` what went wrong (the response body, shortened, or the
-    transport error), ``retry_after`` the seconds the provider asked the caller to wait
-    (its ``retry-after`` header, e.g. with HTTP 429), or ``None``. The transport's
-    exception, when there was one, is the ``__cause__``.
+    ``status_code`` is the HTTP status (``None``: no response), ``detail`` the (shortened)
+    response body or the transport error, ``retry_after`` the seconds the provider's
+    ``retry-after`` header asked to wait, or ``None``. A transport error is the ``__cause__``.
     """
 
     provider: str
@@ -339,21 +343,20 @@ class StoreClosedError(StoreError):
 
     path: str | None
     template = "the {_where} is closed"
+    _noun: ClassVar = "store"
 
     @property
     def _where(self) -> str:
-        return "in-memory store" if self.path is None else f"store at {self.path}"
+        return f"in-memory {self._noun}" if self.path is None else f"{self._noun} at {self.path}"
 
 
 class HubClosed(StoreClosedError):
-    """Raised when a Hub (or a handle, view or turn taken from it) is used after ``close()``.
+    """Raised when a Hub, or a handle, view or turn taken from it, is used after ``close()``.
 
     Also raised to callers still waiting on an actor when the Hub closes.
     """
 
-    @property
-    def _where(self) -> str:
-        return "in-memory hub" if self.path is None else f"hub at {self.path}"
+    _noun = "hub"
 
 
 class HubError(SharedeskError):
@@ -361,11 +364,10 @@ class HubError(SharedeskError):
 
 
 class ActorTimeout(HubError):
-    """Raised when an actor did not answer within the Hub's ``ask_timeout`` (``timeout``).
+    """Raised when an ``actor`` did not answer within the Hub's ``ask_timeout`` (``timeout``).
 
-    ``actor`` is ``"session"``, ``"projector"`` or ``"sharing"``. The request may still
-    take effect later; appends are idempotent by event ``id``, so a retry with the same
-    ids is safe.
+    The request may still take effect later; appends are idempotent by event ``id``, so a
+    retry with the same ids is safe.
     """
 
     actor: str
@@ -377,9 +379,8 @@ class ActorTimeout(HubError):
 class ActorCrashed(HubError):
     """Raised to the caller whose request made an actor's handler fail unexpectedly.
 
-    The actor was replaced by a fresh one that recovers its state from the store; requests
-    queued behind the failed one are served by it. ``detail`` is the ``repr`` of the
-    original exception, which is the ``__cause__``.
+    A fresh actor recovering from the store serves the requests queued behind it.
+    ``detail`` is the ``repr`` of the original exception, which is the ``__cause__``.
     """
 
     actor: str
@@ -389,26 +390,22 @@ class ActorCrashed(HubError):
 
 
 class SessionFailed(HubError):
-    """Raised for every call on a session whose actors failed too often.
+    """Raised for every call on a session whose actors restarted too often.
 
-    They restarted more than ``restarts`` times within ``period`` seconds; the Hub stopped
+    They restarted more than ``restarts`` times within ``period`` seconds; the Hub stops
     restarting them until ``hub.recover(session_id)``. Other sessions are unaffected.
     """
 
     session_id: str
     restarts: int
     period: float
-    template = (
-        "session {session_id!r} failed: its actors restarted more than {restarts} "
-        "times within {period} s"
-    )
+    template = "session {session_id!r} failed: actors restarted over {restarts} times in {period} s"
 
 
 class StoreFullError(StoreError):
     """Raised when an append would grow the store past ``max_map_size`` or the disk is full.
 
-    ``map_size`` and ``max_map_size`` are bytes (0: no ceiling); ``disk_full`` says the
-    disk had no space left. Nothing of the append was written.
+    Sizes are bytes (``max_map_size`` 0: no ceiling). Nothing of the append was written.
     """
 
     path: str
@@ -444,9 +441,7 @@ class StoreIOError(StoreError):
 class CommitOutcomeUnknown(StoreIOError):
     """Raised when the connection was lost while a write's ``COMMIT`` was under way.
 
-    The write to ``session_id`` may or may not be stored: the server may have committed
-    it before the connection went. Retrying it with the same event ids is safe (a stored
-    id is answered with its stored event); read the session to learn which happened.
+    The write to ``session_id`` may or may not be stored; retrying with the same ids is safe.
     """
 
     session_id: str
@@ -458,13 +453,9 @@ class CommitOutcomeUnknown(StoreIOError):
 
 
 class SchemaTooNewError(StoreError):
-    """Raised when a database's store schema is newer than this code; nothing was changed.
+    """Raised when a database's store ``schema`` is at a version newer than this code's.
 
-    Attributes:
-        path: Where the store lives (a DSN without its password).
-        schema: The PostgreSQL schema holding the store's tables.
-        found: The schema version the database holds.
-        supported: The newest version this code knows.
+    ``path`` is the DSN without its password. Nothing was changed.
     """
 
     path: str
@@ -478,14 +469,9 @@ class SchemaTooNewError(StoreError):
 
 
 class StoreFormatError(StoreError):
-    """Raised at open when a store's file holds a format this code does not know.
+    """Raised at open when a store's file holds a format this code does not know (``found``).
 
-    Nothing was changed: the file is left as it was.
-
-    Attributes:
-        path: Where the store lives.
-        found: What the file holds instead (its format record, or what lacks one).
-        supported: The format this version of sharedesk reads and writes.
+    The file is left as it was.
     """
 
     path: str
@@ -498,25 +484,13 @@ class StoreFormatError(StoreError):
 
 
 class StoreUnreachable(StoreIOError):
-    """Raised when a store's server refuses a connection, or cannot be reached.
-
-    Attributes:
-        path: Where the store lives (a DSN without its password).
-        operation: What was being done (``"open"``, ``"append"``, ``"read"``, ...).
-        reason: What the server or the network answered (``Connection refused``,
-            ``password authentication failed``, ...).
-    """
+    """Raised when a store's server refuses a connection or cannot be reached (``reason``)."""
 
     reason: str
     template = "cannot connect to the store at {path} during {operation}: {reason}"
 
 
 class TurnAlreadyCommitted(SharingStateConflict):
-    """Raised when ``commit`` is called again on a turn that was committed; nothing is written.
-
-    Attributes:
-        expected: The watermark the turn planned from (-1 for no state).
-        actual: The watermark its commit stored.
-    """
+    """Raised when ``commit`` is called again on a committed turn; nothing is written."""
 
     template = "this turn was committed already: its commit moved the watermark to {actual}"

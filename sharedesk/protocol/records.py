@@ -1,52 +1,30 @@
 """The stored record codec and key hashing every durable backend shares.
 
-Events, session states and sharing states are stored as msgpack maps, so a record
-written before a field was added still decodes (the field takes its default). Ids up to
-``MAX_RAW_ID`` UTF-8 bytes are kept as they are in keys; longer ones, and run ids, are
-hashed with blake2b, so every key stays bounded (LMDB's limit is 511 bytes). A key
-function takes the bytes the backend puts first (``LmdbStore``'s session prefix,
-``b""`` for PostgreSQL, whose session is a column of its own).
-
-Everything here is a pure function of bytes and values; encoders and decoders are built
-once, at module level.
+Records are msgpack maps, so one written before a field was added still decodes (with
+the field's default). Ids up to ``MAX_RAW_ID`` UTF-8 bytes stay as they are in keys;
+longer ones, and run ids, are hashed with blake2b, so keys stay bounded (LMDB: 511
+bytes). A key function takes the bytes the backend puts first (``LmdbStore``'s session
+prefix, ``b""`` for PostgreSQL).
 """
 
 from __future__ import annotations
 
 import hashlib
-from typing import Final, TypeVar
+from typing import Any, Final, TypeVar
 
 import msgspec
 
 from sharedesk.protocol.authors import SessionAuthor
-from sharedesk.protocol.codec import encode_msgpack
 from sharedesk.protocol.errors import CorruptRecordError, SharedeskError
 from sharedesk.protocol.events import Event, RunStarted, Text, TextDelta
 from sharedesk.protocol.sessions import EMPTY_SESSION_STATE, SessionState
 from sharedesk.protocol.views import Conversation, SharingState
 
-__all__ = [
-    "ENCODER",
-    "EVENT_DECODER",
-    "LOG_DECODER",
-    "MAX_RAW_ID",
-    "SESSION_STATE_DECODER",
-    "STATE_DECODER",
-    "LogRecord",
-    "decode_record",
-    "decode_session_state",
-    "decode_state",
-    "event_id_key",
-    "private_copy",
-    "run_index_key",
-    "sharing_key",
-]
-
 #: Longest id (UTF-8 bytes) kept as it is in its key; longer ones are hashed.
 MAX_RAW_ID: Final = 100
 EVENT_DECODER: Final = msgspec.msgpack.Decoder(Event)
-STATE_DECODER: Final = msgspec.msgpack.Decoder(SharingState)
-SESSION_STATE_DECODER: Final = msgspec.msgpack.Decoder(SessionState)
+_STATE_DECODER: Final = msgspec.msgpack.Decoder(SharingState)
+_SESSION_STATE_DECODER: Final = msgspec.msgpack.Decoder(SessionState)
 ENCODER: Final = msgspec.msgpack.Encoder()
 #: Bodies whose fields are all immutable (str, bool, None): shared safely.
 _IMMUTABLE_BODIES: Final = (Text, TextDelta, RunStarted)
@@ -69,14 +47,11 @@ def run_index_key(prefix: bytes, run_id: str) -> bytes:
 
 
 def sharing_key(prefix: bytes, viewer: str, conversation: Conversation) -> bytes:
-    """Return the key of the sharing state of (viewer, conversation) after ``prefix``.
-
-    Cost: one blake2b of the viewer and the encoded conversation.
-    """
+    """Return the key of the sharing state of (viewer, conversation) after ``prefix``."""
     raw = viewer.encode("utf-8")
     digest = hashlib.blake2b(digest_size=32)
     digest.update(len(raw).to_bytes(4, "big") + raw)
-    digest.update(encode_msgpack(conversation))
+    digest.update(ENCODER.encode(conversation))
     return prefix + digest.digest()
 
 
@@ -100,8 +75,6 @@ def decode_record(
 
     Raises:
         CorruptRecordError: It does not decode, or holds another sequence.
-
-    Cost: one decode of ``raw``.
     """
     try:
         record = decoder.decode(raw)
@@ -112,33 +85,26 @@ def decode_record(
     return record
 
 
-def decode_state(session_id: str, raw: bytes) -> SharingState:
-    """Decode a stored sharing state.
-
-    Raises:
-        CorruptRecordError: It does not decode (``sequence`` 0).
-
-    Cost: one decode of ``raw``.
-    """
+def _decode_stored(
+    decoder: msgspec.msgpack.Decoder[Any], session_id: str, raw: bytes, what: str
+) -> Any:
     try:
-        state: SharingState = STATE_DECODER.decode(raw)
+        return decoder.decode(raw)
     except (msgspec.DecodeError, msgspec.ValidationError, SharedeskError) as exc:
-        raise CorruptRecordError(session_id, 0, f"sharing state: {exc}") from exc
+        raise CorruptRecordError(session_id, 0, f"{what}: {exc}") from exc
+
+
+def decode_state(session_id: str, raw: bytes) -> SharingState:
+    """Decode a stored sharing state; :class:`CorruptRecordError` (sequence 0) if it cannot."""
+    state: SharingState = _decode_stored(_STATE_DECODER, session_id, raw, "sharing state")
     return state
 
 
 def decode_session_state(session_id: str, raw: bytes | None) -> SessionState:
-    """Decode a stored session state (``None``: none stored, the empty state).
-
-    Raises:
-        CorruptRecordError: It does not decode (``sequence`` 0).
-    """
+    """Decode a stored session state (``None``: the empty state), as :func:`decode_state`."""
     if raw is None:
         return EMPTY_SESSION_STATE
-    try:
-        state: SessionState = SESSION_STATE_DECODER.decode(raw)
-    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-        raise CorruptRecordError(session_id, 0, f"session state: {exc}") from exc
+    state: SessionState = _decode_stored(_SESSION_STATE_DECODER, session_id, raw, "session state")
     return state
 
 

@@ -36,10 +36,7 @@ class TranscriptMessage(msgspec.Struct, frozen=True):
 
 
 class TranscriptFold(msgspec.Struct, frozen=True):
-    """Where the fold that built a transcript stopped (private to ``TranscriptBuilder``).
-
-    ``TranscriptBuilder.update_from_store`` continues the fold from it without re-reading
-    the events the transcript covers.
+    """Where the fold that built a transcript stopped, for ``update_from_store`` to go on.
 
     Attributes:
         viewer: :func:`~sharedesk.protocol.author_key` of the viewer, or ``None``.
@@ -64,8 +61,7 @@ class Transcript(msgspec.Struct, frozen=True):
         last_sequence: Highest sequence among the events read (not the cut).
         last_timestamp: Latest timestamp among the events read.
         metadata: Free-form data about the transcript (the builder writes none).
-        _fold: Where the builder's fold stopped (``None`` for a transcript built by
-            hand); private to ``TranscriptBuilder``.
+        _fold: Where the builder's fold stopped (``None`` for a transcript built by hand).
     """
 
     session_id: str

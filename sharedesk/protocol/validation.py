@@ -1,32 +1,22 @@
 """The one vocabulary of input checks, run before any actor or writer sees the input.
 
-Stores, the Hub and the folds all check their input with these functions, so bad input
-fails the same way everywhere, as ``ValidationError`` with the figures, before anything
-is written and before any actor is involved (an actor never crashes on bad input, so a
-desk is never marked failed by it). The rules:
+Stores, the Hub and the folds check their input with these functions, so bad input fails
+the same way everywhere: as ``ValidationError`` naming the value (``name``) and where it
+is, with nothing written and no actor involved (bad input never marks a desk failed).
 
-- **int**: an ``int`` that is not a ``bool`` (``bool`` is not an int here), with
-  ``minimum <= n < 2**63`` (``MAX_INT``): sequences, ``parent``, ``thread_root``,
-  ``expected_version``, windows, limits. 2**63 is what every backend can store.
-- **text**: a ``str`` without lone surrogates (it must encode to UTF-8): ids, labels,
-  kinds, session ids, viewer ids (checked one by one), and every other string of an
-  event, keys included (refused by the encoding round trip).
-- **nesting**: containers (dicts, lists, tuples, sets) nested at most ``MAX_DEPTH`` = 64
-  deep inside any event field; deeper input would exhaust the encoder's recursion.
-- **authors**: a ``Person``/``Agent`` id and a ``System`` kind must not be empty.
-- **session ids**: non-empty text of at most ``MAX_SESSION_ID_BYTES`` = 256 UTF-8 bytes.
-- **paths**: a ``str`` or ``os.PathLike`` naming a directory: not empty, no NUL.
+- **int**: an ``int`` that is not a ``bool``, with ``minimum <= n < MAX_INT`` (2**63,
+  what every backend can store).
+- **text**: a ``str`` without lone surrogates (it encodes to UTF-8), every string of an
+  event included.
+- **nesting**: containers nested at most ``MAX_DEPTH`` (64) deep inside any event field.
+- **authors**: a ``Person``/``Agent`` id and a ``System`` kind are not empty.
+- **session ids**: non-empty text of at most ``MAX_SESSION_ID_BYTES`` (256) UTF-8 bytes.
 
-Every ``check_*`` returns the value it checked (``check_depth`` and ``check_parents``
-return nothing) and raises ``ValidationError`` for the first problem it finds, naming
-the value (``name``: what to call it) and where it is; it does no I/O and costs O(1)
-unless its docstring says otherwise.
-
-What is stored is an event's encoding: ``check_events`` returns each event decoded from
-its own encoding, a private copy in which every non-JSON container is normalised the way
-the encoding does it (a ``set`` or ``tuple`` becomes a ``list``). Both backends store and
-return that copy, so ``append`` returns what ``read`` returns later, in every store, and
-no object of the caller's is kept.
+Every ``check_*`` returns what it checked and raises for the first problem it finds; it
+does no I/O and costs O(1) unless its docstring says otherwise. ``check_events`` returns
+private copies, each event decoded from its own encoding (a ``set`` or ``tuple`` becomes
+a ``list``): stores keep and return that copy, so ``append`` returns what ``read`` returns
+later and no object of the caller's is kept.
 """
 
 from __future__ import annotations
@@ -41,11 +31,9 @@ import msgspec
 from sharedesk.protocol.authors import Agent, Operator, Person, SessionAuthor, System
 from sharedesk.protocol.errors import ValidationError
 from sharedesk.protocol.events import RUN_STATUSES, Event, RunFinished
+from sharedesk.protocol.records import ENCODER, EVENT_DECODER
 from sharedesk.protocol.views import Conversation, SharingState
 from sharedesk.protocol.writes import Share, Write
-
-_EVENT_DECODER: Final = msgspec.msgpack.Decoder(Event)
-_ENCODER: Final = msgspec.msgpack.Encoder()
 
 #: Longest session id accepted, in UTF-8 bytes (keeps store keys bounded).
 MAX_SESSION_ID_BYTES: Final = 256
@@ -53,6 +41,8 @@ MAX_SESSION_ID_BYTES: Final = 256
 MAX_INT: Final = 2**63
 #: Deepest nesting of containers accepted inside an event field.
 MAX_DEPTH: Final = 64
+#: A lone surrogate: the one code point a Python ``str`` holds that UTF-8 cannot encode.
+_SURROGATE: Final = re.compile(r"[\ud800-\udfff]")
 
 
 def check_int(name: str, value: Any, *, minimum: int = 0) -> int:
@@ -72,36 +62,21 @@ def check_bool(name: str, value: Any) -> bool:
 
 
 def check_text(name: str, value: Any, *, empty: bool = True) -> str:
-    """Return ``value`` if it is a ``str`` that encodes to UTF-8, and empty only if ``empty``.
-
-    Cost: O(1) for ASCII text, else one UTF-8 encoding.
-    """
+    """Return ``value`` if it is a ``str`` that encodes to UTF-8, and empty only if ``empty``."""
     if not isinstance(value, str):
         raise ValidationError(f"{name} must be a str, got {type(value).__name__}")
-    if not value:
-        if not empty:
-            raise ValidationError(f"{name} must not be empty")
-        return value
-    if not value.isascii():
-        _utf8(name, value)
+    if not value and not empty:
+        raise ValidationError(f"{name} must not be empty")
+    if not value.isascii() and (lone := _SURROGATE.search(value)):
+        raise ValidationError(f"{name} holds a lone surrogate {lone[0]!r} at index {lone.start()}")
     return value
-
-
-def _utf8(name: str, value: str) -> bytes:
-    try:
-        return value.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise ValidationError(
-            f"{name} holds a lone surrogate {value[exc.start]!r} at index {exc.start}"
-        ) from exc
 
 
 def check_path(value: Any, name: str = "path") -> str:
     """Return ``value`` as a ``str`` path if it names a directory one can open.
 
-    Refused: not a ``str``/``os.PathLike`` of ``str``, empty (which would silently mean
-    the current directory), a NUL or a lone surrogate, a URL (``scheme://...``, which
-    would become nested directories). Cost: O(len(path)).
+    Refused: not a ``str``/``os.PathLike`` of ``str``, empty (the current directory,
+    silently), a NUL or a lone surrogate, a URL (``scheme://...``). Cost: O(len(path)).
     """
     if not isinstance(value, str | os.PathLike):
         raise ValidationError(f"{name} must be a str or os.PathLike, got {type(value).__name__}")
@@ -131,10 +106,7 @@ POSTGRES_SCHEMES: Final = ("postgresql", "postgres")
 
 
 def is_postgres_dsn(value: Any) -> TypeGuard[str]:
-    """Whether ``value`` is a ``str`` URL with a PostgreSQL scheme (``postgresql://...``).
-
-    Only the scheme is looked at (case-insensitive); the rest is the driver's to check.
-    """
+    """Whether ``value`` is a ``str`` URL with a PostgreSQL scheme (any case), ``postgresql://``."""
     if not isinstance(value, str):
         return False
     scheme = _URL.match(value)
@@ -146,13 +118,9 @@ _CONTAINERS: Final = (dict, list, tuple, set, frozenset, msgspec.Struct)
 
 
 def check_depth(name: str, value: Any) -> None:
-    """Check that containers in ``value`` nest at most ``MAX_DEPTH`` levels deep.
+    """Check that containers in ``value`` (itself the first level) nest at most ``MAX_DEPTH`` deep.
 
-    Walks iteratively (never recursing), so any depth is refused cleanly; ``value``
-    itself, when a container, is the first level. Strings are not looked at: the
-    encoding round trip of :func:`check_events` refuses lone surrogates anywhere.
-
-    Cost: O(number of containers and items in ``value``).
+    Walks iteratively, so any depth is refused cleanly. Cost: O(containers and items).
     """
     # Each entry: (value, depth, where), ``where`` a chain (parent's where, key) that is
     # spelled out only for an error.
@@ -178,7 +146,6 @@ def check_depth(name: str, value: Any) -> None:
 
 
 def _check_nesting(where: str, event: Event) -> None:
-    """Run :func:`check_depth` over the container fields of ``event`` (only those)."""
     if event.metadata:
         check_depth(f"{where}.metadata", event.metadata)
     body = event.body
@@ -189,7 +156,7 @@ def _check_nesting(where: str, event: Event) -> None:
 
 
 def _spell(where: Any) -> str:
-    """Spell out a ``where`` chain built by :func:`check_depth`: ``events[0].metadata['a'][3]``."""
+    # ``events[0].metadata['a'][3]`` from the chain check_depth builds
     parts: list[str] = []
     while isinstance(where, tuple):
         where, key = where
@@ -201,7 +168,7 @@ def _spell(where: Any) -> str:
 def check_session_id(session_id: Any) -> str:
     """Return ``session_id`` if it is non-empty text of at most ``MAX_SESSION_ID_BYTES``."""
     check_text("session_id", session_id, empty=False)
-    size = len(session_id) if session_id.isascii() else len(_utf8("session_id", session_id))
+    size = len(session_id) if session_id.isascii() else len(session_id.encode("utf-8"))
     if size > MAX_SESSION_ID_BYTES:
         raise ValidationError(
             f"session_id is {size} UTF-8 bytes; at most {MAX_SESSION_ID_BYTES} are allowed"
@@ -210,11 +177,7 @@ def check_session_id(session_id: Any) -> str:
 
 
 def check_author(value: Any, name: str = "author") -> SessionAuthor:
-    """Return ``value`` if it is an author (``Operator``, ``Person``, ``Agent``, ``System``).
-
-    Refused too: an empty ``id`` (``Person``, ``Agent``) or ``kind`` (``System``); an id,
-    kind or label that is not text. Cost: O(len(id) + len(label)).
-    """
+    """Return ``value`` if it is an author with a non-empty id (or kind) and text fields."""
     if isinstance(value, Person | Agent):
         check_text(f"{name}.id", value.id, empty=False)
         check_text(f"{name}.label", value.label)
@@ -238,11 +201,7 @@ def check_optional_author(value: Any, name: str) -> SessionAuthor | None:
 
 
 def check_conversation(conversation: object, name: str = "conversation") -> Conversation:
-    """Return ``conversation`` if it is a :class:`Conversation` of text and sequences.
-
-    Its desk must be text, its ``thread_root`` ``None`` or a sequence (an int in
-    ``[1, 2**63)``). Cost: O(len(desk)).
-    """
+    """Return ``conversation`` if it is a :class:`Conversation` (text desk, root None or >= 1)."""
     if not isinstance(conversation, Conversation):
         raise ValidationError(f"{name} must be a Conversation, got {type(conversation).__name__}")
     check_text(f"{name}.desk", conversation.desk)
@@ -252,11 +211,7 @@ def check_conversation(conversation: object, name: str = "conversation") -> Conv
 
 
 def check_sharing_state(state: Any, name: str = "state") -> SharingState:
-    """Return ``state`` if it is a :class:`SharingState` with valid fields.
-
-    Its watermark and present sequences are ints in ``[0, 2**63)``. Cost:
-    O(len(present_above_watermark)).
-    """
+    """Return ``state`` if it is a :class:`SharingState` with valid fields. Cost: O(present set)."""
     if not isinstance(state, SharingState):
         raise ValidationError(f"{name} must be a SharingState, got {type(state).__name__}")
     check_conversation(state.conversation, f"{name}.conversation")
@@ -283,10 +238,7 @@ def check_optional_str(name: str, value: Any) -> str | None:
 
 
 def check_roots(roots: Any) -> list[int]:
-    """Return ``roots`` (``first_replies``'s collection of sequences) as a list.
-
-    Cost: O(len(roots)).
-    """
+    """Return ``roots`` (``first_replies``'s collection of sequences) as a list. Cost: O(len)."""
     if not isinstance(roots, Collection) or isinstance(roots, str | bytes):
         raise ValidationError(f"roots must be a collection of ints, got {type(roots).__name__}")
     checked: list[int] = []
@@ -298,10 +250,7 @@ def check_roots(roots: Any) -> list[int]:
 
 
 def check_event_sequence(events: Any) -> Sequence[Event]:
-    """Return ``events`` if it has the shape of a batch: a sequence, not a lone event or text.
-
-    Only the container is checked; :func:`check_events` checks the elements.
-    """
+    """Return ``events`` if it is a batch: a sequence, not a lone event or text (not its items)."""
     if type(events) is list:
         return events
     if (
@@ -323,12 +272,8 @@ def check_write(
 ) -> Write:
     """Check a write and return it as a :class:`~sharedesk.protocol.writes.Write`.
 
-    The one validation of a write: the boundary that first receives it calls this once,
-    and only the returned ``Write`` travels on. Checks run in this order: session id,
-    events (:func:`check_events`), ``expected_version``, ``unless_stored``, ``share``
-    (viewer, state, expected state of the same conversation, ``reply_present``).
-
-    The returned write holds private copies of the events. Cost: as
+    The one validation of a write, called once by the boundary that first receives it.
+    Checks run in argument order; the write holds private copies of the events. Cost: as
     :func:`check_events`, plus O(len(present set)) for a share.
     """
     check_session_id(session_id)
@@ -341,10 +286,9 @@ def check_write(
 
 
 def check_share(share: Any) -> Share:
-    """Return ``share`` if it is a :class:`~sharedesk.protocol.writes.Share` with valid fields.
+    """Return ``share`` if it is a valid :class:`~sharedesk.protocol.writes.Share`.
 
-    Its viewer is non-empty text, its states valid, ``expected_state`` ``None`` or a
-    state of the same conversation, ``reply_present`` a bool. Cost: O(len(present set)).
+    ``expected_state`` is ``None`` or a state of the same conversation. Cost: O(present set).
     """
     if not isinstance(share, Share):
         raise ValidationError(f"share must be a Share or None, got {type(share).__name__}")
@@ -367,53 +311,37 @@ def check_share(share: Any) -> Share:
 
 
 def _surrogate_path(value: Any, where: str, depth: int = 0) -> str | None:
-    """Return the path of the first ``str`` in ``value`` that does not encode to UTF-8.
-
-    Only called once an encoding failed, to name the field; ``None`` when not found.
-    Cost: O(size of ``value``), bounded by ``MAX_DEPTH`` levels.
-    """
+    # The path of the first str in ``value`` that does not encode (once an encoding failed).
     if depth > MAX_DEPTH:
         return None
     if isinstance(value, str):
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError:
-            return where
-        return None
+        return where if _SURROGATE.search(value) else None
     if isinstance(value, msgspec.Struct):
-        for name in value.__struct_fields__:
-            found = _surrogate_path(getattr(value, name), f"{where}.{name}", depth + 1)
-            if found is not None:
-                return found
+        children = [(getattr(value, name), f"{where}.{name}") for name in value.__struct_fields__]
+    elif isinstance(value, dict):
+        children = [
+            child
+            for key, item in value.items()
+            for child in ((key, f"{where} key {key!r}"), (item, f"{where}[{key!r}]"))
+        ]
+    elif isinstance(value, list | tuple | set | frozenset):
+        children = [(item, f"{where}[{index}]") for index, item in enumerate(value)]
+    else:
         return None
-    if isinstance(value, dict):
-        for key, item in value.items():
-            found = _surrogate_path(key, f"{where} key {key!r}", depth + 1)
-            if found is None:
-                found = _surrogate_path(item, f"{where}[{key!r}]", depth + 1)
-            if found is not None:
-                return found
-        return None
-    if isinstance(value, list | tuple | set | frozenset):
-        for index, item in enumerate(value):
-            found = _surrogate_path(item, f"{where}[{index}]", depth + 1)
-            if found is not None:
-                return found
+    for child, path in children:
+        found = _surrogate_path(child, path, depth + 1)
+        if found is not None:
+            return found
     return None
 
 
 def check_events(events: Any) -> list[Event]:
-    """Check a batch given to ``append`` and return it as a list.
+    """Check a batch given to ``append`` and return private copies of its events, as a list.
 
-    Every element must be an :class:`Event` whose fields have their declared types, with
-    ``sequence`` and ``timestamp`` left ``None``, a non-empty ``id``, a valid author
-    (:func:`check_author`), a ``parent`` in ``[1, 2**63)`` when set, text without lone
-    surrogates anywhere (the encoding refuses them) and nesting of at most ``MAX_DEPTH``
-    in every field (:func:`check_depth`), and a known ``RunFinished.status``.
-
-    Returns private copies (see the module header); an error names the event's index.
-    Cost: one msgpack round trip per event, plus a walk over the containers of its
-    non-empty ``metadata`` and body.
+    Each is an :class:`Event` with its declared types, ``sequence`` and ``timestamp``
+    unset, a non-empty ``id``, a valid author, a ``parent`` >= 1 when set, valid text and
+    nesting, and a known ``RunFinished.status``. Cost: one msgpack round trip per event,
+    plus a walk over the containers of its ``metadata`` and body.
     """
     checked: list[Event] = []
     for index, event in enumerate(check_event_sequence(events)):
@@ -430,7 +358,7 @@ def check_events(events: Any) -> list[Event]:
             check_int(f"{where}.parent", event.parent, minimum=1)
         _check_nesting(where, event)
         try:
-            copy = _EVENT_DECODER.decode(_ENCODER.encode(event))
+            copy = EVENT_DECODER.decode(ENCODER.encode(event))
         except UnicodeEncodeError as exc:
             field = _surrogate_path(event, where) or where
             raise ValidationError(
@@ -448,10 +376,7 @@ def check_events(events: Any) -> list[Event]:
 
 
 def check_parents(events: Sequence[Event], first_sequence: int) -> None:
-    """Check that each event's ``parent`` names an earlier row of the session.
-
-    ``first_sequence`` is the sequence the first new event will get.
-    """
+    """Check that each ``parent`` names an earlier row (the first event gets ``first_sequence``)."""
     for index, event in enumerate(events):
         own = first_sequence + index
         if event.parent is not None and event.parent >= own:

@@ -11,6 +11,20 @@ from sharedesk.protocol.constants import PRESENT_SET_LIMIT, SESSION_WINDOW
 from sharedesk.protocol.errors import PresentSetTooLarge
 from sharedesk.protocol.events import Event, Text
 
+__all__ = [
+    "Conversation",
+    "Delta",
+    "LogMessage",
+    "Projection",
+    "Reinitialize",
+    "ReinitializeReason",
+    "SessionMessage",
+    "SessionPage",
+    "SessionQuery",
+    "SharingQuery",
+    "SharingState",
+]
+
 
 class Conversation(msgspec.Struct, frozen=True):
     """The channel of a desk, or one thread in it.
@@ -43,15 +57,9 @@ class LogMessage(msgspec.Struct, frozen=True):
 
 
 def to_log_message(session_id: str, event: Event) -> LogMessage:
-    """Turn a stored ``Text`` event (sequence set) into a log row of desk ``session_id``."""
+    """Return a stored ``Text`` event as a log row of desk ``session_id``."""
     assert isinstance(event.body, Text) and event.sequence is not None
-    return LogMessage(
-        sequence=event.sequence,
-        author=event.author,
-        content=event.body.content,
-        desk=session_id,
-        parent=event.parent,
-    )
+    return LogMessage(event.sequence, event.author, event.body.content, session_id, event.parent)
 
 
 class SessionPage(msgspec.Struct, frozen=True):
@@ -111,13 +119,10 @@ class Projection(msgspec.Struct, frozen=True):
 class SharingState(msgspec.Struct, frozen=True):
     """What one participant has been shown of one conversation.
 
-    Everything at or below ``watermark`` has been shown; ``present_above_watermark``
-    holds later rows the participant already has (its own replies).
-
     Attributes:
         conversation: The conversation the state tracks.
         watermark: Highest sequence up to which everything was shown.
-        present_above_watermark: Sequences above the watermark already present.
+        present_above_watermark: Later rows the participant already has (its own replies).
 
     Raises:
         PresentSetTooLarge: When built or decoded with more than ``PRESENT_SET_LIMIT``
@@ -171,10 +176,6 @@ class ReinitializeReason(enum.StrEnum):
 
 
 class Reinitialize(msgspec.Struct, frozen=True):
-    """A request to re-seed the participant with a full window.
-
-    Attributes:
-        reason: Why.
-    """
+    """A request to re-seed the participant with a full window, for a ``reason``."""
 
     reason: ReinitializeReason

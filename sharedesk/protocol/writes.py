@@ -1,10 +1,4 @@
-"""What travels to a store's writer: a checked write, and the sharing state it commits.
-
-A :class:`Write` is built by :func:`~sharedesk.protocol.validation.check_write`, the one
-validation of a write, run once by the boundary that first receives user input (a
-store's public ``append``, or the Hub's). After that only writes travel: the store's
-``submit`` takes one and never checks it again.
-"""
+"""What travels to a store's writer: a write checked once by ``check_write``, never again."""
 
 from __future__ import annotations
 
@@ -36,10 +30,9 @@ class Share(msgspec.Struct, frozen=True):
 
 
 class Write(msgspec.Struct, frozen=True):
-    """One checked write: an append, or (with ``share``) a turn's commit.
+    """One write, built by :func:`~sharedesk.protocol.validation.check_write`: the store trusts it.
 
-    Only :func:`~sharedesk.protocol.validation.check_write` should build one: the store
-    trusts every field.
+    An append, or (with ``share``) a turn's commit.
 
     Attributes:
         session_id: The session.

@@ -103,7 +103,7 @@ _PASSWORD: Final = re.compile(r"(://[^:/@]*:)[^@]*(@)|(password\s*=\s*)(?:'[^']*
 _TOP: Final = 2**63 - 1
 
 
-def _redact(dsn: str) -> str:
+def redact_dsn(dsn: str) -> str:
     """Return ``dsn`` as ``postgresql://user@host:port/dbname``, without its password."""
     parts = conninfo_to_dict(dsn)
     user = f"{parts['user']}@" if parts.get("user") else ""
@@ -255,7 +255,7 @@ class PostgresStore(StoreBase):
         self._connect_timeout = _check_seconds("connect_timeout", connect_timeout, 0.001, 3600)
         self._retry_timeout = _check_seconds("retry_timeout", retry_timeout, 0, 3600)
         call_timeout = _check_seconds("call_timeout", call_timeout, 0, 86400)
-        path = _redact(dsn)
+        path = redact_dsn(dsn)
         self._watchdog = Watchdog(call_timeout, path)
         self._channel = notify_channel(self._schema)
         self._sql = Queries(f'"{self._schema}"')

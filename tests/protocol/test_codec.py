@@ -21,10 +21,10 @@ from sharedesk.protocol import (
 )
 from sharedesk.protocol.codec import (
     decode_json_as,
-    decode_sharing_state,
     encode_json,
     encode_msgpack,
 )
+from sharedesk.protocol.records import decode_state
 
 
 def decode_event(data: bytes) -> Event:
@@ -61,7 +61,7 @@ class TestEventCodec:
 
     def test_malformed_bytes_raise_validation_error_with_the_cause_chained(self) -> None:
         with pytest.raises(ValidationError) as caught:
-            decode_sharing_state(b"\xc1not msgpack")
+            decode_json_as(b"\xc1not json", SharingState)
 
         assert caught.value.__cause__ is not None
 
@@ -83,7 +83,7 @@ class TestSharingStateCodec:
     def test_a_state_round_trips_through_msgpack_and_json(self) -> None:
         state = SharingState(Conversation("d", 4), 10, frozenset({12, 15}))
 
-        assert state == decode_sharing_state(encode_msgpack(state))
+        assert state == decode_state("d", encode_msgpack(state))
         assert state == decode_json_as(encode_json(state), SharingState)
 
     def test_json_as_decodes_any_protocol_type(self) -> None:

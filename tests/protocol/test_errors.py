@@ -4,7 +4,8 @@ import msgspec
 import pytest
 
 from sharedesk.protocol import errors
-from sharedesk.protocol.codec import decode_sharing_state, encode_msgpack
+from sharedesk.protocol.codec import encode_msgpack
+from sharedesk.protocol.views import SharingState
 
 FIGURED = [
     (errors.ConcurrencyError, {"expected": 3, "actual": 5}),
@@ -92,7 +93,7 @@ class TestErrorTree:
         )
 
         with pytest.raises(errors.PresentSetTooLarge) as caught:
-            decode_sharing_state(raw)
+            msgspec.msgpack.decode(raw, type=SharingState)
 
         assert (64, 65) == (caught.value.limit, caught.value.actual)
         assert not isinstance(caught.value, msgspec.ValidationError)
