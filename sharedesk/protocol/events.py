@@ -10,6 +10,20 @@ import msgspec
 
 from sharedesk.protocol.authors import SessionAuthor
 
+__all__ = [
+    "Event",
+    "EventBody",
+    "Item",
+    "Retracted",
+    "RunFinished",
+    "RunStarted",
+    "SessionStarted",
+    "Text",
+    "TextDelta",
+    "ToolCall",
+    "ToolResult",
+]
+
 #: The statuses a run can finish with.
 RUN_STATUSES: frozenset[str] = frozenset({"completed", "failed", "cancelled", "timeout"})
 
@@ -19,21 +33,13 @@ class _Body(msgspec.Struct, frozen=True, tag_field="type"):
 
 
 class Text(_Body, frozen=True, tag="text"):
-    """A posted message.
-
-    Attributes:
-        content: The message text, stored exactly as given.
-    """
+    """A posted message; ``content`` is its text, stored exactly as given."""
 
     content: str
 
 
 class TextDelta(_Body, frozen=True, tag="text_delta"):
-    """One streamed chunk of a message still being written.
-
-    Attributes:
-        delta: The chunk's text.
-    """
+    """One streamed chunk (``delta``) of a message still being written."""
 
     delta: str
 
@@ -97,29 +103,21 @@ class RunFinished(_Body, frozen=True, tag="run_finished"):
 
 
 class SessionStarted(_Body, frozen=True, tag="session_started"):
-    """A session was started by ``SessionManager.start_session``.
+    """A session was started (``SessionManager.start_session``) with ``metadata``.
 
-    Session state is a fold over events; this event carries the metadata the session
-    was started with. It gives no transcript message and no log row.
-
-    Attributes:
-        metadata: The session's metadata as given (JSON-like).
+    It gives no log row and no transcript message.
     """
 
     metadata: dict[str, Any] = {}
 
 
 class Item(_Body, frozen=True, tag="item"):
-    """A conversation item of an agent framework, kept exactly as the framework gave it.
+    """A conversation ``item`` (JSON-like) of an agent framework, kept exactly as given.
 
     The OpenAI Agents SDK integration stores every non-message item (function calls and
-    their outputs, reasoning, handoff records, ...) in this body so that it reads back
-    equal to what was added. An ``Item`` gives no log row (views, turns and deltas skip
-    it) and no transcript message. Message items with plain text are stored as ``Text``
-    instead (the item itself in ``metadata["sharedesk.item"]``), so desks' views show them.
-
-    Attributes:
-        item: The item, a JSON-like mapping.
+    their outputs, reasoning, handoffs) as one; a message item with plain text is a
+    ``Text`` instead (the item in ``metadata["sharedesk.item"]``). It gives no log row and
+    no transcript message.
     """
 
     item: dict[str, Any]
@@ -157,18 +155,14 @@ EventBody = (
 )
 
 
-# A uuid4 is 128 random bits with the version (4 bits at bit 76) and the RFC 4122
-# variant (2 bits at bit 62) fixed; ``uuid.uuid4().hex`` builds the same string through a
-# ``UUID`` object at about twice the cost, paid for every event a caller makes.
+# A uuid4: 128 random bits with the version (bit 76) and the RFC 4122 variant (bit 62)
+# set, as ``uuid.uuid4().hex`` builds it, without the ``UUID`` object (half the cost).
 _UUID4_CLEAR: Final = ~((0xF << 76) | (0x3 << 62))
 _UUID4_SET: Final = (0x4 << 76) | (0x2 << 62)
 
 
 def new_event_id() -> str:
-    """Return a fresh event id: a random (version 4) UUID as 32 lowercase hex digits.
-
-    Cost: 16 bytes from ``os.urandom``; about 1.5 µs.
-    """
+    """Return a fresh event id: a random (version 4) UUID as 32 lowercase hex digits."""
     return f"{int.from_bytes(os.urandom(16), 'big') & _UUID4_CLEAR | _UUID4_SET:032x}"
 
 
