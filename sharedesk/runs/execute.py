@@ -1,28 +1,17 @@
 """The synchronous executor: a run's reads, writes and waiting, over the run-index port.
 
-Rules it keeps (the pure ones are in :mod:`sharedesk.runs.rules`):
-
-* **Reads cost the answer, not the history.** The store's run-index port
-  (:class:`~sharedesk.protocol.ports.RunIndexStore`: every store and the ``Hub``) folds
-  each session's state as events are appended and indexes each run's events, so a
-  session is one lookup and a run its own events; a replay reads the newest events its
-  budget needs, from the tail (``TranscriptBuilder.from_store``).
-* **A busy desk never fails a run.** ``emit`` appends with ``unless_stored`` naming the
-  run's ``<hex>.finished``: the store checks, inside its write transaction, only that
-  the run has not finished, never the desk's last sequence, so rows others append
-  meanwhile cannot refuse it. Emitting into a finished run raises ``RunStateError``:
-  nothing ever lands after a run's ``RunFinished``.
-* **Streaming.** ``emit`` of a ``TextDelta`` returns at once, unstamped: chunks are
-  buffered and appended, in order, with the run's next other event, or once they are
-  more than ``STREAM_FLUSH_S`` old or ``STREAM_FLUSH_CHUNKS`` many, joined by
-  :func:`~sharedesk.runs.rules.coalesce_chunks`. A crash mid-stream loses only chunks
-  not yet appended, never an acknowledged event.
-* **Cancellation crosses threads through the store.** ``cancel_run`` appends the run's
-  ``RunFinished(status="cancelled")``; the thread executing the run polls the session's
-  state (5 ms, doubling to at most 100 ms) and stops waiting when it sees it.
-* **Adapters run in a worker thread** (a daemon thread per execution), so a timeout or a
-  cancel returns promptly. An adapter still running then is abandoned, not killed: it
-  runs to its end, and each event it emits is refused.
+* Reads cost the answer, not the history: the store's run-index port folds each
+  session's state as events are appended and indexes each run's events.
+* A busy desk never fails a run: ``emit`` appends with ``unless_stored`` naming the run's
+  ``<hex>.finished``, so rows others append cannot refuse it, and nothing ever lands
+  after a run's ``RunFinished`` (``RunStateError``).
+* ``emit`` of a ``TextDelta`` returns at once, unstamped: chunks are buffered and
+  appended with the run's next other event, or once ``STREAM_FLUSH_S`` old or
+  ``STREAM_FLUSH_CHUNKS`` many. A crash mid-stream loses only chunks not yet appended.
+* Cancellation crosses threads through the store: the executing thread polls the
+  session's state (5 ms, doubling to 100 ms) for the run's ``RunFinished``.
+* The adapter runs on a daemon worker thread, so a timeout or a cancel returns promptly;
+  an adapter still running then is abandoned, and each event it emits is refused.
 """
 
 from __future__ import annotations
@@ -30,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
+import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -68,11 +58,7 @@ _MAX_POLL_S: Final = 0.1
 
 
 def run_index(store: Any) -> RunIndexStore:
-    """Return ``store`` as the run-index port.
-
-    Raises:
-        ValidationError: It lacks ``run_events`` or ``session_state``.
-    """
+    """Return ``store`` as the run-index port (``ValidationError`` when it is not one)."""
     if callable(getattr(store, "run_events", None)) and callable(
         getattr(store, "session_state", None)
     ):
@@ -84,13 +70,13 @@ def run_index(store: Any) -> RunIndexStore:
 
 
 def read_session(store: Any, session_id: str) -> Session:
-    """Return the session's folded state. Cost: one lookup; no writes."""
+    """Return the session's folded state (``SessionManager.get_session``)."""
     check_session_id(session_id)
     return rules.session_of(session_id, run_index(store).session_state(session_id))
 
 
 def read_run(store: Any, run_id: str) -> Run:
-    """Return the run folded from its own events. Raises ``RunNotFound``."""
+    """Return the run folded from its own events (``SessionManager.get_run``)."""
     _, session_id = rules.parse_run_id(run_id)
     check_session_id(session_id)
     run = rules.fold_run(run_id, run_index(store).run_events(session_id, run_id))
@@ -135,9 +121,16 @@ def start_run(store: Any, session_id: str, input: Any, author: Any) -> Run:
 
 def finish(store: Any, run_id: str, body: RunFinished) -> tuple[Event, bool]:
     """Append the run's ``RunFinished``; return it as stored and whether ours won."""
-    event = rules.finish_event(run_id, body)
+    writer = uuid.uuid4().hex
+    event = Event(
+        rules.LIFECYCLE_AUTHOR,
+        body,
+        id=rules.finished_id(run_id),
+        run_id=run_id,
+        metadata={"writer": writer},
+    )
     stored = run_index(store).append(rules.parse_run_id(run_id)[1], [event])[0]
-    return stored, stored.metadata.get("writer") == event.metadata["writer"]
+    return stored, stored.metadata.get("writer") == writer
 
 
 def cancel_run(store: Any, run_id: str) -> Run:
@@ -167,15 +160,10 @@ def try_cancel(store: Any, run_id: str) -> None:
 def prepare(
     store: Any, adapter: Any, run_id: str, options: RunOptions
 ) -> tuple[Execution, Run, Session]:
-    """Claim a pending run: read it, build its context, append its ``RunStarted``.
+    """Claim a pending run; return its execution, and the run and session the adapter gets.
 
-    Returns:
-        The execution (its emit takes the adapter's events), and the run and the session
-        as the adapter gets them.
-
-    Raises:
-        RunNotFound: No such run.
-        RunStateError: The run is not pending, or another execution claimed it first.
+    Raises ``RunNotFound``, or ``RunStateError`` when the run is not pending or another
+    execution claimed it first.
     """
     run = read_run(store, run_id)
     index = run_index(store)
@@ -186,16 +174,8 @@ def prepare(
     claim, mode = rules.plan_claim(run, session, adapter, options)
     context: dict[str, Any] = {"continuation": mode}
     if mode == "replay":
-        budget = options.budget
         context["transcript"] = TranscriptBuilder.from_store(
-            index,
-            session_id,
-            limit=budget.get("limit"),
-            viewer=options.viewer,
-            max_messages=budget.get("max_messages"),
-            max_chars=budget.get("max_chars"),
-            max_tokens_approx=budget.get("max_tokens_approx"),
-            exclude_run_id=run_id,
+            index, session_id, viewer=options.viewer, exclude_run_id=run_id, **options.budget
         )
     stored = index.append(session_id, [claim])[0]
     if stored.metadata != claim.metadata:
@@ -305,11 +285,7 @@ class Execution:
             return won
 
     def drive(self, call: Callable[[], Any], provider: str, timeout: float | None) -> RunResult:
-        """Run ``call`` (the adapter) on a worker thread; wait; finish the run once.
-
-        Raises:
-            RunTimeout, RunFailed, RunCancelled, RunStateError: As ``execute_run``.
-        """
+        """Run ``call`` (the adapter) on a worker thread; wait; finish the run once."""
 
         def work() -> None:
             try:
