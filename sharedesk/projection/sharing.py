@@ -42,8 +42,6 @@ def initialized_state(conversation: Conversation, watermark: int) -> SharingStat
     Raises:
         ValidationError: ``conversation`` is not a ``Conversation`` or ``watermark`` is
             not an int of at least 0.
-
-    Cost: O(1); no reads, no writes.
     """
     check_conversation(conversation, "conversation")
     check_int("watermark", watermark, minimum=0)
@@ -60,8 +58,6 @@ def note_present(state: SharingState, sequence: int) -> SharingState:
         ValidationError: ``state`` is not a ``SharingState`` or ``sequence`` not an int.
         PresentSetTooLarge: ``state`` already holds more than ``PRESENT_SET_LIMIT``.
         PresentSetOverflow: ``sequence`` would be one more than ``PRESENT_SET_LIMIT``.
-
-    Cost: O(PRESENT_SET_LIMIT) to copy the set; no reads, no writes.
     """
     _check_state(state)
     check_int("sequence", sequence)
@@ -169,27 +165,12 @@ def delta_messages(
 def rows_above_watermark(
     log: SessionLog, before: int, watermark: int, *, log_ends_at_watermark: bool = False
 ) -> list[LogMessage] | Reinitialize:
-    """Walk ``log`` newest first from ``before``; return the rows above ``watermark``.
+    """Walk ``log`` from ``before`` to ``watermark``; return the rows above it, oldest first.
 
-    The walk every delta takes, stopped at the first row at or below ``watermark``.
-
-    Args:
-        log: The host log.
-        before: The exclusive upper bound (greater than ``watermark``).
-        watermark: Everything at or below it has been shown.
-        log_ends_at_watermark: A log that ends above ``watermark`` is the whole history
-            (the turn planner): its rows are returned. Off (the seed's rule): it gives
-            ``Reinitialize(WATERMARK_UNAVAILABLE)``, which wins when the page that
-            reaches ``SCAN_LIMIT`` also ends the log.
-
-    Returns:
-        The rows above ``watermark``, oldest first; or ``Reinitialize``
-        (``GAP_TOO_LARGE`` once ``SCAN_LIMIT`` rows were read first).
-
-    Raises:
-        ValidationError, PageError, LogReadError: As ``project_session``.
-
-    Cost: the walk's reads (as in ``project_session``); CPU O(rows read); no writes.
+    ``Reinitialize(GAP_TOO_LARGE)`` when ``SCAN_LIMIT`` rows come first. A log that ends
+    first gives ``WATERMARK_UNAVAILABLE`` (even when that page reaches ``SCAN_LIMIT``),
+    unless ``log_ends_at_watermark`` (the turn planner: the log is the whole history).
+    Raises as ``project_session``; costs its walk's reads.
     """
     walk = _LogWalk(log, before)
     rows: list[LogMessage] = []

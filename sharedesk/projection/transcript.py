@@ -74,14 +74,9 @@ class TranscriptBuilder:
     ) -> Transcript:
         """Fold ``events`` (in any order; never changed) into a transcript for ``viewer``.
 
-        Args:
-            events: The events.
-            session_id: Required: events carry no session id.
-            viewer: Whose transcript it is (roles are relative to it), or ``None``.
-
-        Returns:
-            The transcript; ``last_sequence`` and ``last_timestamp`` are the highest and
-            latest among all ``events``, whatever the truncation cut.
+        ``session_id`` is required (events carry none). ``last_sequence`` and
+        ``last_timestamp`` are the highest and latest among all ``events``, whatever the
+        truncation cut.
 
         Raises:
             ValidationError: ``session_id`` missing; ``events`` not events; a tool input
@@ -111,13 +106,8 @@ class TranscriptBuilder:
     ) -> Transcript:
         """Read a session's newest events from ``store`` and fold them (as :meth:`from_events`).
 
-        Args:
-            store: The event store.
-            session_id: The session.
-            limit: Read only the newest ``limit`` events (``None``: all).
-            viewer: As in :meth:`from_events`.
-            exclude_run_id: Leave out this run's events (they do not count toward
-                ``limit``): a run's replay of the rest of its session.
+        ``limit`` reads only the newest ``limit`` events; ``exclude_run_id`` leaves out
+        that run's events (not counted toward ``limit``): a run's replay of its session.
 
         Raises:
             ValidationError: As in :meth:`from_events`.
@@ -260,15 +250,6 @@ def _resume(transcript: Transcript, viewer: SessionAuthor | None) -> tuple[Messa
     return MessageFold(viewer, messages, open_text, run, cut_calls), list(cut_calls)
 
 
-def _decided(
-    events_newest_first: list[Event], viewer: SessionAuthor | None, budget: Budget
-) -> bool:
-    """Whether the events read so far decide the suffix a budget keeps (see the module doc)."""
-    fold = MessageFold(viewer)
-    fold.add_all(events_newest_first[::-1])
-    return not fold.orphans and budget.oldest_kept(fold.finish()[0]) > 0
-
-
 def _read(
     store: EventStore,
     session_id: str,
@@ -304,8 +285,11 @@ def _read(
         before = rows[-1].sequence
         if before is None or before <= 1:
             break
-        if budget.bounded and _decided(kept, viewer, budget):
-            break
+        if budget.bounded:
+            fold = MessageFold(viewer)
+            fold.add_all(kept[::-1])
+            if not fold.orphans and budget.oldest_kept(fold.finish()[0]) > 0:
+                break  # the events read decide the kept suffix (see the module header)
         page = min(page * 2, MAX_PAGE)
     kept.reverse()
     return kept

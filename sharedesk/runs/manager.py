@@ -37,17 +37,10 @@ class SessionManager:
     def start_session(
         store: EventStore, *, session_id: str | None = None, metadata: Mapping[str, Any] = NO_OPTS
     ) -> Session:
-        """Start a session by appending its ``SessionStarted(metadata)`` event.
+        """Start a session (a fresh uuid4 hex id when ``None``) by appending ``SessionStarted``.
 
-        Starting the same session again with equal metadata is a no-op.
-
-        Args:
-            store: The store (or Hub).
-            session_id: The session id; a fresh uuid4 hex when ``None``.
-            metadata: JSON-like metadata; the key ``"provider_sessions"`` is reserved.
-
-        Returns:
-            The session, folded from all its events.
+        Starting it again with equal metadata is a no-op; the metadata key
+        ``"provider_sessions"`` is reserved.
 
         Raises:
             ValidationError: A bad session id or metadata, or the session was already
@@ -75,16 +68,9 @@ class SessionManager:
     ) -> Run:
         """Create a pending run by appending its input rows (the session need not be started).
 
-        Args:
-            store: The store (or Hub).
-            session_id: The session.
-            input: A prompt string, or a list of ``{"role", "content"}`` dicts with role
-                ``"user"`` (stored as a ``Text`` by ``author``) or ``"system"`` (stored
-                as a ``Text`` by ``System(kind="prompt", label="system")``).
-            author: Who asks: the author of the ``"user"`` input rows.
-
-        Returns:
-            The pending run.
+        ``input`` is a prompt string, or a list of ``{"role", "content"}`` dicts: role
+        ``"user"`` is stored as a ``Text`` by ``author``, role ``"system"`` as a ``Text``
+        by ``System(kind="prompt", label="system")``.
 
         Raises:
             ValidationError: A bad session id, input or author; nothing was written.
@@ -108,30 +94,21 @@ class SessionManager:
     def execute_run(
         store: EventStore, adapter: Adapter, run_id: str, **options: Unpack[ExecuteOptions]
     ) -> RunResult:
-        """Execute a pending run with ``adapter`` and record its life as events.
-
-        Continuation: ``False`` gives the adapter no transcript; ``"replay"`` puts the
-        transcript of the session's events (all but this run's own) in
-        ``session.context["transcript"]``, seen by the adapter's author (``adapter.author``,
-        else ``Agent(id=adapter.name, label=adapter.name)``) and cut by
-        ``continuation_opts`` (``limit`` keeps the newest events; ``max_messages``,
-        ``max_chars``, ``max_tokens_approx`` bound the messages); ``"native"`` lets the
-        adapter continue ``session.metadata["provider_sessions"][adapter.name]``;
-        ``"auto"`` is native when the adapter can and a provider session id is stored,
-        else replay. ``session.context["continuation"]`` names the mode used.
+        """Execute a pending run with ``adapter`` (on a worker thread), recording it as events.
 
         Args:
             store: The store (or Hub).
-            adapter: The adapter; its synchronous ``execute`` runs in a worker thread.
+            adapter: The adapter.
             run_id: A pending run.
-            continuation: ``False`` (default), ``"auto"``, ``"replay"`` or ``"native"``.
-            continuation_opts: ``limit``, ``max_messages``, ``max_chars``,
-                ``max_tokens_approx`` (ints or ``None``).
-            adapter_opts: Passed to ``adapter.execute`` unchanged (``None``: an empty
-                dict); ``"timeout"`` (seconds) bounds the run.
-
-        Returns:
-            The run's result.
+            continuation: ``False`` (default: no transcript); ``"replay"``: the transcript
+                of the session's other events, for the adapter's author, in
+                ``session.context["transcript"]``; ``"native"``: the adapter continues
+                ``session.metadata["provider_sessions"][adapter.name]``; ``"auto"``:
+                native when the adapter can and a provider session is stored, else replay.
+            continuation_opts: The replay's ``limit`` (newest events) and
+                ``max_messages``, ``max_chars``, ``max_tokens_approx`` (ints or ``None``).
+            adapter_opts: Passed to ``adapter.execute`` unchanged (``None``: ``{}``);
+                ``"timeout"`` (seconds) bounds the run.
 
         Raises:
             ValidationError: Not an adapter (or one whose ``execute`` is a coroutine
@@ -144,11 +121,9 @@ class SessionManager:
             RunFailed: The adapter raised (chained as ``__cause__``); recorded as ``"failed"``.
             RunCancelled: ``cancel_run`` cancelled it while it ran.
 
-        Cost: a read of the run's own events and one lookup of the session's state, plus
-        for a replay the newest events its budget needs; one append each for
-        ``RunStarted``, each emitted event (buffered ``TextDelta`` chunks join the next
-        one) and ``RunFinished``; while waiting, one state lookup every 5-100 ms. Blocks
-        until the run ends.
+        Cost: a read of the run's own events, one session lookup, for a replay the newest
+        events its budget needs; one append each for ``RunStarted``, each emitted event
+        and ``RunFinished``; one state lookup every 5-100 ms. Blocks until the run ends.
         """
         checked = rules.check_options(adapter, sync=True, **options)
         return execute.execute_run(store, adapter, run_id, checked)
@@ -217,12 +192,8 @@ class SessionManager:
     def cancel_run(store: EventStore, session_or_run_id: str, run_id: str | None = None) -> Run:
         """Cancel a pending or running run: ``cancel_run(store, [session_id,] run_id)``.
 
-        Appends the run's ``RunFinished(status="cancelled")``; a thread executing the run
-        sees it within 100 ms and raises ``RunCancelled``. Safe from any thread (or, with
-        a shared store, any process).
-
-        Returns:
-            The cancelled run.
+        Appends its ``RunFinished(status="cancelled")``; a thread executing the run sees it
+        within 100 ms and raises ``RunCancelled``. Safe from any thread or process.
 
         Raises:
             RunNotFound: No such run (or ``session_id`` is not the run's session).

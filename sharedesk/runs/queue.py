@@ -140,8 +140,6 @@ class RunQueue:
             lane = self._lanes.setdefault(session_id, _Lane())
             waiting = len(lane.waiting) + lane.reserved
             if lane.drivers >= self._max_concurrent and waiting >= self._max_queued:
-                if lane.idle():  # pragma: no cover - a full lane is never idle
-                    del self._lanes[session_id]
                 logger().info("queue.full", session_id=session_id, max_queued_runs=self._max_queued)
                 raise QueueFull(session_id, self._max_queued)
             lane.reserved += 1

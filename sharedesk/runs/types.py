@@ -47,7 +47,7 @@ class Run(msgspec.Struct, frozen=True):
     """A run, folded from the events that carry its id.
 
     Attributes:
-        id: The run id; it names its session (see ``SessionManager``).
+        id: The run id (``"<32 hex>@<session_id>"``).
         session_id: The session the run belongs to.
         status: ``"pending"`` (input stored), ``"running"`` (``RunStarted`` stored), or
             the status of its ``RunFinished``.
