@@ -61,12 +61,8 @@ def project_session(log: SessionLog, query: SessionQuery) -> Projection:
     returned) or the first row below it; when the window fills first, the newest
     ``window`` replies come back without R. A channel query returns roots and each root's
     first non-blank reply, and fills the window exactly: fewer than ``window`` messages
-    only when the log ended or ``SCAN_LIMIT`` was hit.
-
-    Args:
-        log: The host log, read newest first through ``read_before``.
-        query: The conversation, the exclusive bound ``before`` (``None``: from the
-            newest row) and the ``window`` (0 reads nothing).
+    only when the log ended or ``SCAN_LIMIT`` was hit. ``query.before`` is exclusive
+    (``None``: from the newest row); a ``window`` of 0 reads nothing.
 
     Returns:
         The messages, and ``partial=True`` when ``SCAN_LIMIT`` stopped the walk.
@@ -130,13 +126,11 @@ def _channel(walk: _LogWalk, desk: str, window: int) -> tuple[list[LogMessage], 
             reply = pending.pop(seq, None)
             if reply is not None and parent is None and row.desk == desk:
                 _keep(kept, found, reply, window)
-        if row.desk == desk:
-            content = row.content
-            if not is_blank(content):
-                if parent is None:
-                    _keep(kept, found, row, window)
-                else:  # a reply lying below its parent stays pending forever: never kept
-                    pending[parent] = row
+        if row.desk == desk and not is_blank(row.content):
+            if parent is None:
+                _keep(kept, found, row, window)
+            else:  # a reply lying below its parent stays pending forever: never kept
+                pending[parent] = row
         if len(kept) == window:
             break
     else:
@@ -163,10 +157,8 @@ def _channel(walk: _LogWalk, desk: str, window: int) -> tuple[list[LogMessage], 
                 live.pop(by_reply[next_reply][1], None)
                 next_reply += 1
         parent = row.parent
-        if parent is not None and parent in live and row.desk == desk:
-            content = row.content
-            if not is_blank(content):
-                del live[parent]  # this lower reply comes first, and it is below the window
+        if parent in live and row.desk == desk and not is_blank(row.content):
+            del live[parent]  # this lower reply comes first, and it is below the window
         if not live:
             return _oldest_first(kept, found), False
     return _oldest_first(kept, found), walk.limited

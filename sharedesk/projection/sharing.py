@@ -187,8 +187,8 @@ def rows_above_watermark(
     return rows
 
 
-def _check_state(state: object) -> SharingState:
-    """Return ``state`` if it is a well-formed ``SharingState``."""
+def _check_state(state: object) -> None:
+    """Raise unless ``state`` is a well-formed ``SharingState``."""
     if not isinstance(state, SharingState):
         raise ValidationError(f"state must be a SharingState, got {type(state).__name__}")
     check_conversation(state.conversation, "state.conversation")
@@ -200,7 +200,6 @@ def _check_state(state: object) -> SharingState:
         )
     if len(present) > PRESENT_SET_LIMIT:
         raise PresentSetTooLarge(PRESENT_SET_LIMIT, len(present))
-    return state
 
 
 def _check_sharing_query(query: object) -> tuple[Conversation, Conversation, int]:

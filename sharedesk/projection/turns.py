@@ -1,28 +1,22 @@
 """Turn planning and the projector's fold: what a turn offers, what a push changes.
 
-Pure functions of values, a :class:`~sharedesk.SessionLog` and a
-:class:`~sharedesk.protocol.ports.ReplyIndex`; the actors only feed them.
+``plan_turn`` (the rules: ``docs/hub-and-turns.md``, "What a turn offers"): with no
+state, or when a delta cannot be computed, the *full window* (the viewer's view at the
+desk's last sequence ``last``); else a *delta* over the rows above the watermark.
+Whether a channel reply is its root's first is asked of the ``ReplyIndex`` once per
+delta, so the delta never walks down to a root: its cost is the rows above the
+watermark. The walk runs with ``log_ends_at_watermark=True``, since it walks the desk's
+whole log. A commit stores ``watermark = last`` and the present entries above it, so
+every row of a viewer's view other than its own is offered by exactly one turn until a
+reinitialize: a view's threshold only rises, and a row above the watermark qualifies for
+the view exactly when it qualifies for the delta of its interval.
 
-What a turn offers (``plan_turn``) on a desk whose last sequence is ``last``: with no
-state, or when a delta cannot be computed (``GAP_TOO_LARGE``), the *full window*: the
-viewer's view at ``last``, its own rows included. Else a *delta*: every row above the
-watermark that qualifies for the viewer's view (in the channel, every root and every
-reply that is its root's first non-blank reply, wherever the root lies, asked of the
-``ReplyIndex`` once, so the cost is the rows above the watermark), minus the viewer's
-own rows and its present set. The walk runs with ``log_ends_at_watermark=True``: it
-walks the desk's whole log, so a log that ends above the watermark is a delta. The state
-a commit stores has ``watermark = last`` and the present entries above ``last``. So every
-row that shows in a viewer's view, other than its own, is offered by exactly one turn
-until a reinitialize: a view's threshold only rises, and a row above the watermark
-qualifies for the view exactly when it qualifies for the delta of its interval.
-
-The projector's fold (``fold_view``) folds a pushed row into a cached view without a walk
-when that is provably what a fresh walk would give, else returns ``None``: a blank row
-changes nothing; in a thread ``R``, row R and each non-blank reply to R are appended (the
-oldest message dropped past the window) and other rows change nothing; in the channel a
-non-blank root is appended likewise and a reply needs a walk. It applies only while the
-view is not ``partial`` and the rows a fresh walk needs (``needed + 1``) stay a page
-below ``SCAN_LIMIT``, so the scan limit could not have cut that walk.
+``fold_view`` folds a pushed row into a cached view when that is provably what a fresh
+walk would give, else returns ``None``: a blank row changes nothing; in a thread ``R``,
+row R and each non-blank reply to R are appended (the oldest dropped past the window)
+and other rows change nothing; in the channel a non-blank root is appended likewise and
+a reply needs a walk. Only while the view is not ``partial`` and the rows a fresh walk
+needs stay a page below ``SCAN_LIMIT``, so the scan limit could not have cut that walk.
 """
 
 from __future__ import annotations

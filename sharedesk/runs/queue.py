@@ -79,14 +79,13 @@ class _Lane:
 class RunQueue:
     """Executes submitted runs per session, FIFO, at most ``max_concurrent_runs`` at once.
 
-    Thread-safe. A context manager; ``close()`` cancels waiting runs, waits for running
-    ones up to a bound, cancels those still running, and joins every thread it started.
+    Thread-safe; a context manager (``close()`` on exit).
     """
 
     def __init__(
         self, store: EventStore, *, max_concurrent_runs: int = 1, max_queued_runs: int = 100
     ) -> None:
-        """Create the queue; it starts no thread until a run is submitted.
+        """Create the queue over ``store`` (or a Hub); it starts no thread until a submit.
 
         Args:
             store: The store (or Hub) the runs live in.

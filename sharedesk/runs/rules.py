@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import inspect
+import itertools
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -174,24 +175,13 @@ def coalesce_chunks(chunks: Sequence[Event]) -> list[Event]:
     flush, not one per chunk.
     """
     joined: list[Event] = []
-    parts: list[list[str]] = []
-    for chunk in chunks:
-        assert isinstance(chunk.body, TextDelta)
-        last = joined[-1] if joined else None
-        if last is not None and (last.author, last.run_id, last.parent, last.metadata) == (
-            chunk.author,
-            chunk.run_id,
-            chunk.parent,
-            chunk.metadata,
-        ):
-            parts[-1].append(chunk.body.delta)
-            continue
-        joined.append(chunk)
-        parts.append([chunk.body.delta])
-    return [
-        event if len(texts) == 1 else msgspec.structs.replace(event, body=TextDelta("".join(texts)))
-        for event, texts in zip(joined, parts, strict=True)
-    ]
+    for _, group in itertools.groupby(chunks, lambda e: (e.author, e.run_id, e.parent, e.metadata)):
+        first, *rest = group
+        if rest:
+            texts = [e.body.delta for e in (first, *rest) if isinstance(e.body, TextDelta)]
+            first = msgspec.structs.replace(first, body=TextDelta("".join(texts)))
+        joined.append(first)
+    return joined
 
 
 class ExecuteOptions(TypedDict, total=False):
