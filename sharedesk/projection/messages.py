@@ -6,19 +6,17 @@ applies them:
 1. **Order.** Events with a sequence first, by sequence; then by timestamp (missing
    last; a naive one read as UTC); then by ``id``; then by position in the input.
 2. **Messages.** ``Text`` and ``TextDelta`` give a message whose role is relative to the
-   viewer (:func:`role_of`); a blank ``Text`` gives none (it closes its own stream, whose
-   text then stands). ``ToolCall`` gives an ``"assistant"`` message with
-   ``tool_call_id``/``tool_name``/``tool_input``, ``ToolResult`` a ``"tool"`` message
-   with ``tool_call_id``/``tool_output`` (``is_error`` in its metadata); lifecycle events
-   give none. Every message keeps its author; its metadata is its event's own with
-   ``event_id``, ``sequence`` (when stored) and ``run_id`` (when set) written over it.
+   viewer (:func:`role_of`); a blank ``Text`` gives none (it closes its own stream).
+   ``ToolCall`` gives an ``"assistant"`` message, ``ToolResult`` a ``"tool"`` message
+   (``is_error`` in its metadata); lifecycle events give none. Every message keeps its
+   author; its metadata is its event's own with ``event_id``, ``sequence`` (when stored)
+   and ``run_id`` (when set) written over it.
 3. **Streaming.** A ``TextDelta`` opens a message that the following deltas of the same
    participant (labels ignored) and run extend. A ``Text`` of that participant and run
    closes it, its content replacing the streamed text unless empty; any other message
-   closes it as it is (lifecycle events do not), so interleaved streams give alternating
-   fragments. A merged message keeps the first event's ``event_id``/``sequence``/
-   ``run_id``, merges in each later event's metadata, and names the last event merged as
-   ``last_event_id`` (and ``last_sequence`` when stored).
+   closes it as it is (lifecycle events do not). A merged message keeps the first
+   event's ``event_id``/``sequence``/``run_id``, merges in each later event's metadata,
+   and names the last event merged as ``last_event_id`` (and ``last_sequence``).
 4. **Tool pairing.** A ``ToolResult`` answers the earliest unanswered earlier
    ``ToolCall`` with its ``tool_call_id``; a result that answers no call gives no message.
 5. **Truncation** keeps the longest suffix of the messages that fits every budget and

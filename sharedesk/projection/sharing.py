@@ -42,6 +42,8 @@ def initialized_state(conversation: Conversation, watermark: int) -> SharingStat
     Raises:
         ValidationError: ``conversation`` is not a ``Conversation`` or ``watermark`` is
             not an int of at least 0.
+
+    Cost: O(1); no reads, no writes.
     """
     check_conversation(conversation, "conversation")
     check_int("watermark", watermark, minimum=0)
@@ -58,6 +60,8 @@ def note_present(state: SharingState, sequence: int) -> SharingState:
         ValidationError: ``state`` is not a ``SharingState`` or ``sequence`` not an int.
         PresentSetTooLarge: ``state`` already holds more than ``PRESENT_SET_LIMIT``.
         PresentSetOverflow: ``sequence`` would be one more than ``PRESENT_SET_LIMIT``.
+
+    Cost: O(PRESENT_SET_LIMIT) to copy the set; no reads, no writes.
     """
     _check_state(state)
     check_int("sequence", sequence)

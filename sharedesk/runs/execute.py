@@ -28,6 +28,7 @@ import msgspec
 
 from sharedesk.projection.transcript import TranscriptBuilder
 from sharedesk.protocol._log import logger
+from sharedesk.protocol.authors import SessionAuthor
 from sharedesk.protocol.errors import (
     AlreadyStored,
     RunCancelled,
@@ -46,11 +47,11 @@ from sharedesk.protocol.events import (
     Text,
     TextDelta,
 )
-from sharedesk.protocol.ports import RunIndexStore
+from sharedesk.protocol.ports import EventStore, RunIndexStore
 from sharedesk.protocol.sessions import SESSION_STARTED_ID
 from sharedesk.protocol.validation import check_session_id
 from sharedesk.runs import rules
-from sharedesk.runs.rules import RunOptions
+from sharedesk.runs.rules import NO_OPTS, RunOptions
 from sharedesk.runs.types import AdapterResult, Run, RunResult, Session
 
 _FIRST_POLL_S: Final = 0.005
@@ -69,14 +70,17 @@ def run_index(store: Any) -> RunIndexStore:
     )
 
 
-def read_session(store: Any, session_id: str) -> Session:
-    """Return the session's folded state (``SessionManager.get_session``)."""
+def get_session(store: EventStore, session_id: str) -> Session:
+    """Return a session folded from its events (idle when it has none): one lookup.
+
+    ``ValidationError`` for a bad session id.
+    """
     check_session_id(session_id)
     return rules.session_of(session_id, run_index(store).session_state(session_id))
 
 
-def read_run(store: Any, run_id: str) -> Run:
-    """Return the run folded from its own events (``SessionManager.get_run``)."""
+def get_run(store: EventStore, run_id: str) -> Run:
+    """Return a run folded from its own events (one read); ``RunNotFound``: no such run."""
     _, session_id = rules.parse_run_id(run_id)
     check_session_id(session_id)
     run = rules.fold_run(run_id, run_index(store).run_events(session_id, run_id))
@@ -85,9 +89,21 @@ def read_run(store: Any, run_id: str) -> Run:
     return run
 
 
-def start_session(store: Any, session_id: str, metadata: Any) -> Session:
-    """Append ``SessionStarted(metadata)`` (see ``SessionManager.start_session``)."""
-    check_session_id(session_id)
+def start_session(
+    store: EventStore, *, session_id: str | None = None, metadata: Mapping[str, Any] = NO_OPTS
+) -> Session:
+    """Start a session (a fresh uuid4 hex id when ``None``) by appending ``SessionStarted``.
+
+    Starting it again with equal metadata is a no-op; the metadata key
+    ``"provider_sessions"`` is reserved.
+
+    Raises:
+        ValidationError: A bad session id or metadata, or the session was already
+            started with other metadata; nothing was written.
+
+    Cost: one append of one event, then one lookup of the session's state.
+    """
+    session_id = uuid.uuid4().hex if session_id is None else check_session_id(session_id)
     if not isinstance(metadata, Mapping):
         raise ValidationError(f"metadata must be a mapping, got {type(metadata).__name__}")
     if "provider_sessions" in metadata:
@@ -104,11 +120,23 @@ def start_session(store: Any, session_id: str, metadata: Any) -> Session:
             f"({stored.body.metadata!r})"
         )
     logger().debug("session.started", session_id=session_id)
-    return read_session(store, session_id)
+    return get_session(store, session_id)
 
 
-def start_run(store: Any, session_id: str, input: Any, author: Any) -> Run:
-    """Append a new run's input rows (see ``SessionManager.start_run``)."""
+def start_run(
+    store: EventStore, session_id: str, input: Any, *, author: SessionAuthor = rules.OPERATOR
+) -> Run:
+    """Create a pending run by appending its input rows (the session need not be started).
+
+    ``input`` is a prompt string, or a list of ``{"role", "content"}`` dicts: role
+    ``"user"`` is stored as a ``Text`` by ``author``, role ``"system"`` as a ``Text`` by
+    ``System(kind="prompt", label="system")``.
+
+    Raises:
+        ValidationError: A bad session id, input or author; nothing was written.
+
+    Cost: one append of ``len(input)`` events.
+    """
     check_session_id(session_id)
     run_id = rules.new_run_id(session_id)
     events = rules.input_events(run_id, input, author)
@@ -135,7 +163,7 @@ def finish(store: Any, run_id: str, body: RunFinished) -> tuple[Event, bool]:
 
 def cancel_run(store: Any, run_id: str) -> Run:
     """Cancel a pending or running run (see ``SessionManager.cancel_run``)."""
-    run = read_run(store, run_id)
+    run = get_run(store, run_id)
     if run.status not in ("pending", "running"):
         raise RunStateError(run_id, run.status, "cancel")
     cancelled = RunFinished(status="cancelled", error_code="cancelled", error_message="cancelled")
@@ -165,10 +193,10 @@ def prepare(
     Raises ``RunNotFound``, or ``RunStateError`` when the run is not pending or another
     execution claimed it first.
     """
-    run = read_run(store, run_id)
+    run = get_run(store, run_id)
     index = run_index(store)
     session_id = run.session_id
-    session = read_session(index, session_id)
+    session = get_session(index, session_id)
     if run.status != "pending":
         raise RunStateError(run_id, run.status, "execute")
     claim, mode = rules.plan_claim(run, session, adapter, options)

@@ -7,23 +7,20 @@ and :mod:`sharedesk.runs.aio`; this module checks a call's options and hands it 
 from __future__ import annotations
 
 import asyncio
-import uuid
-from collections.abc import Mapping
 from typing import Any, Unpack
 
 from sharedesk.protocol.authors import SessionAuthor
 from sharedesk.protocol.errors import RunNotFound
 from sharedesk.protocol.ports import EventStore
-from sharedesk.protocol.validation import check_session_id
 from sharedesk.runs import aio, execute, rules
-from sharedesk.runs.rules import NO_OPTS, OPERATOR, ExecuteOptions
-from sharedesk.runs.types import Adapter, Run, RunResult, Session
+from sharedesk.runs.rules import OPERATOR, ExecuteOptions
+from sharedesk.runs.types import Adapter, Run, RunResult
 
 
 def _start_once(store: Any, session_id: str | None, input: Any, author: SessionAuthor) -> str:
     if session_id is None:
-        session_id = execute.start_session(store, uuid.uuid4().hex, NO_OPTS).id
-    return execute.start_run(store, session_id, input, author).id
+        session_id = execute.start_session(store).id
+    return execute.start_run(store, session_id, input, author=author).id
 
 
 class SessionManager:
@@ -33,62 +30,11 @@ class SessionManager:
     check of a call's arguments comes before its first write: a refused call writes nothing.
     """
 
-    @staticmethod
-    def start_session(
-        store: EventStore, *, session_id: str | None = None, metadata: Mapping[str, Any] = NO_OPTS
-    ) -> Session:
-        """Start a session (a fresh uuid4 hex id when ``None``) by appending ``SessionStarted``.
-
-        Starting it again with equal metadata is a no-op; the metadata key
-        ``"provider_sessions"`` is reserved.
-
-        Raises:
-            ValidationError: A bad session id or metadata, or the session was already
-                started with other metadata; nothing was written.
-
-        Cost: one append of one event, then one lookup of the session's state.
-        """
-        sid = uuid.uuid4().hex if session_id is None else check_session_id(session_id)
-        return execute.start_session(store, sid, metadata)
-
-    @staticmethod
-    def get_session(store: EventStore, session_id: str) -> Session:
-        """Return a session folded from its events (a session with no events is idle).
-
-        Raises:
-            ValidationError: A bad session id.
-
-        Cost: one lookup of the session's folded state; no writes.
-        """
-        return execute.read_session(store, session_id)
-
-    @staticmethod
-    def start_run(
-        store: EventStore, session_id: str, input: Any, *, author: SessionAuthor = OPERATOR
-    ) -> Run:
-        """Create a pending run by appending its input rows (the session need not be started).
-
-        ``input`` is a prompt string, or a list of ``{"role", "content"}`` dicts: role
-        ``"user"`` is stored as a ``Text`` by ``author``, role ``"system"`` as a ``Text``
-        by ``System(kind="prompt", label="system")``.
-
-        Raises:
-            ValidationError: A bad session id, input or author; nothing was written.
-
-        Cost: one append of ``len(input)`` events.
-        """
-        return execute.start_run(store, session_id, input, author)
-
-    @staticmethod
-    def get_run(store: EventStore, run_id: str) -> Run:
-        """Return a run folded from its events.
-
-        Raises:
-            RunNotFound: No such run.
-
-        Cost: a read of the run's own events; no writes.
-        """
-        return execute.read_run(store, run_id)
+    # The reads and writes of sessions and runs are the executor's (documented there).
+    start_session = staticmethod(execute.start_session)
+    get_session = staticmethod(execute.get_session)
+    start_run = staticmethod(execute.start_run)
+    get_run = staticmethod(execute.get_run)
 
     @staticmethod
     def execute_run(

@@ -22,7 +22,7 @@ from sharedesk.protocol.errors import QueueClosed, QueueFull, ValidationError
 from sharedesk.protocol.ports import EventStore
 from sharedesk.protocol.validation import check_session_id
 from sharedesk.runs import execute
-from sharedesk.runs.rules import OPERATOR, ExecuteOptions, RunOptions, check_options
+from sharedesk.runs.rules import ExecuteOptions, RunOptions, check_options
 from sharedesk.runs.types import Adapter, Run, RunQueueStatus, RunResult
 
 #: How long ``close()`` waits for running runs before cancelling them, in seconds.
@@ -113,13 +113,10 @@ class RunQueue:
     def submit(
         self, session_id: str, adapter: Adapter, input: Any, **options: Unpack[ExecuteOptions]
     ) -> RunFuture:
-        """Start a run of ``session_id`` now and execute it when its lane has a slot.
+        """Start a run of ``session_id`` now; execute it when its lane has a slot.
 
-        ``input`` and ``options`` are those of ``SessionManager.run_once``.
-
-        Returns:
-            A future resolving to the :class:`RunResult`, or raising what
-            ``execute_run`` raised.
+        ``input`` and ``options`` are those of ``SessionManager.run_once``; the future
+        resolves to the :class:`RunResult`, or raises what ``execute_run`` raised.
 
         Raises:
             QueueFull: ``max_queued_runs`` runs of the session already wait and every
@@ -144,7 +141,7 @@ class RunQueue:
             lane.reserved += 1
         with lane.submitting:
             try:
-                run = execute.start_run(self._store, session_id, input, OPERATOR)
+                run = execute.start_run(self._store, session_id, input)
             except BaseException:
                 with self._cond:
                     lane.reserved -= 1

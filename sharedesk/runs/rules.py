@@ -1,8 +1,7 @@
 """The rules of a run, as pure functions: what it writes, how it folds back, what it accepts.
 
-* A session and its runs are never stored as records: their state is folded from events
-  (``SessionStarted``; the input ``Text`` rows; ``RunStarted``, what the adapter emits,
-  ``RunFinished``). Every event of a run carries its ``run_id``.
+* A session and its runs are never stored as records: their state is folded from events.
+  Every event of a run carries its ``run_id``.
 * A run id is ``"<32 hex>@<session_id>"``, so a run is found in O(1) through the store
   port. Its lifecycle events get ids derived from the hex part (``<hex>.input.<i>``,
   ``<hex>.started``, ``<hex>.finished``): the store keeps the first ``<hex>.finished``

@@ -36,13 +36,9 @@ class ScriptedAdapter:
         native_continuation: bool = False,
         author: SessionAuthor | None = None,
     ) -> None:
-        """Create the adapter.
+        """Create the adapter with its ``replies``, one per run, in order.
 
-        Args:
-            replies: The replies, one per run, in order.
-            name: The provider name (and the default author's id and label).
-            native_continuation: Whether it claims provider-native continuation.
-            author: Default ``Agent(id=name, label=name)``.
+        ``author`` defaults to ``Agent(id=name, label=name)``.
 
         Raises:
             ValidationError: ``replies`` is not a sequence of ``str``, ``name`` is empty,
