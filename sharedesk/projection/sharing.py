@@ -89,15 +89,12 @@ def prepare_delta(
         present entries at or below ``before`` dropped, or ``Reinitialize``.
 
     Raises:
-        ValidationError: Malformed ``state`` or ``query``, ``log`` without
-            ``read_before``, or a malformed page.
+        ValidationError: A malformed ``state``, ``query``, ``log`` or page.
         PresentSetTooLarge: ``state`` holds more than ``PRESENT_SET_LIMIT`` sequences.
         WatermarkRegression: ``query.before < state.watermark``.
-        PageError: A page broke the page contract.
-        LogReadError: ``log.read_before`` raised (the ``__cause__``).
+        PageError: As ``project_session`` (and ``LogReadError`` when the log raised).
 
-    Cost: the walk of :func:`rows_above_watermark`, none when a check above answers; no
-    writes.
+    Cost: the walk of :func:`rows_above_watermark` (none when a check above answers).
     """
     _check_state(state)
     requested, bound, before = _check_sharing_query(query)

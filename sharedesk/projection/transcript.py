@@ -147,8 +147,7 @@ class TranscriptBuilder:
                 viewer, or its fold state is malformed.
             StoreError: Whatever the store's ``read`` raises.
 
-        Cost: one ``store.read`` of the events after ``last_sequence``, then a fold of
-        those plus the kept messages; no writes.
+        Cost: one ``store.read`` of the events after ``last_sequence``; no writes.
         """
         if not isinstance(transcript, Transcript):
             raise ValidationError(

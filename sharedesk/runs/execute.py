@@ -161,8 +161,23 @@ def finish(store: Any, run_id: str, body: RunFinished) -> tuple[Event, bool]:
     return stored, stored.metadata.get("writer") == writer
 
 
-def cancel_run(store: Any, run_id: str) -> Run:
-    """Cancel a pending or running run (see ``SessionManager.cancel_run``)."""
+def cancel_run(store: EventStore, session_or_run_id: str, run_id: str | None = None) -> Run:
+    """Cancel a pending or running run: ``cancel_run(store, [session_id,] run_id)``.
+
+    Appends its ``RunFinished(status="cancelled")``; a thread executing the run sees it
+    within 100 ms and raises ``RunCancelled``. Safe from any thread or process.
+
+    Raises:
+        RunNotFound: No such run (or ``session_id`` is not the run's session).
+        RunStateError: The run had already finished (``action="cancel"``, with the
+            status it finished with); nothing was written.
+
+    Cost: a read of the run's own events, then one append.
+    """
+    if run_id is None:
+        run_id = session_or_run_id
+    elif rules.parse_run_id(run_id)[1] != session_or_run_id:
+        raise RunNotFound(run_id)
     run = get_run(store, run_id)
     if run.status not in ("pending", "running"):
         raise RunStateError(run_id, run.status, "cancel")

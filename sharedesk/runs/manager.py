@@ -10,11 +10,10 @@ import asyncio
 from typing import Any, Unpack
 
 from sharedesk.protocol.authors import SessionAuthor
-from sharedesk.protocol.errors import RunNotFound
 from sharedesk.protocol.ports import EventStore
 from sharedesk.runs import aio, execute, rules
 from sharedesk.runs.rules import OPERATOR, ExecuteOptions
-from sharedesk.runs.types import Adapter, Run, RunResult
+from sharedesk.runs.types import Adapter, RunResult
 
 
 def _start_once(store: Any, session_id: str | None, input: Any, author: SessionAuthor) -> str:
@@ -35,6 +34,7 @@ class SessionManager:
     get_session = staticmethod(execute.get_session)
     start_run = staticmethod(execute.start_run)
     get_run = staticmethod(execute.get_run)
+    cancel_run = staticmethod(execute.cancel_run)
 
     @staticmethod
     def execute_run(
@@ -86,11 +86,8 @@ class SessionManager:
     ) -> RunResult:
         """Start a session (or continue ``session_id`` as it is), start a run and execute it.
 
-        Arguments and errors as :meth:`start_run` and :meth:`execute_run`; every argument
-        is checked before anything is written.
-
-        Cost: :meth:`start_session` (new session only), :meth:`start_run`, then
-        :meth:`execute_run`. Blocks until the run ends.
+        Arguments, errors and cost as :meth:`start_session` (new session only),
+        :meth:`start_run` and :meth:`execute_run`, every argument checked before any write.
         """
         checked = rules.check_options(adapter, sync=True, **options)
         run_id = _start_once(store, session_id, input, author)
@@ -100,17 +97,12 @@ class SessionManager:
     async def aexecute_run(
         store: Any, adapter: Any, run_id: str, **options: Unpack[ExecuteOptions]
     ) -> RunResult:
-        """:meth:`execute_run` for asyncio code: never blocks the event loop.
+        """:meth:`execute_run` for asyncio code, on a thread of its own: the loop stays free.
 
-        ``store`` may be an ``AsyncHub`` or a sync store; ``adapter.aexecute`` (preferred)
-        or ``adapter.execute`` may be a coroutine function, handed a coroutine ``emit``.
-
-        Raises:
-            As :meth:`execute_run` (a coroutine adapter is accepted); ``CancelledError``
-            when the awaiting task is cancelled (the run is then cancelled as by
-            :meth:`cancel_run`).
-
-        Cost: as :meth:`execute_run`, on a thread of its own; the loop stays free.
+        ``store`` may be an ``AsyncHub``; ``adapter.aexecute`` (preferred) or ``execute``
+        may be a coroutine function, handed a coroutine ``emit``. Raises as
+        :meth:`execute_run`, and ``CancelledError`` when the awaiting task is cancelled
+        (the run is then cancelled as by :meth:`cancel_run`).
         """
         checked = rules.check_options(adapter, sync=False, **options)
         return await aio.aexecute_run(store, adapter, run_id, checked)
@@ -133,23 +125,3 @@ class SessionManager:
         sync = aio.sync_store(store)
         run_id = await asyncio.to_thread(_start_once, sync, session_id, input, author)
         return await aio.aexecute_run(sync, adapter, run_id, checked)
-
-    @staticmethod
-    def cancel_run(store: EventStore, session_or_run_id: str, run_id: str | None = None) -> Run:
-        """Cancel a pending or running run: ``cancel_run(store, [session_id,] run_id)``.
-
-        Appends its ``RunFinished(status="cancelled")``; a thread executing the run sees it
-        within 100 ms and raises ``RunCancelled``. Safe from any thread or process.
-
-        Raises:
-            RunNotFound: No such run (or ``session_id`` is not the run's session).
-            RunStateError: The run had already finished (``action="cancel"``, with the
-                status it finished with); nothing was written.
-
-        Cost: a read of the run's own events, then one append.
-        """
-        if run_id is None:
-            run_id = session_or_run_id
-        elif rules.parse_run_id(run_id)[1] != session_or_run_id:
-            raise RunNotFound(run_id)
-        return execute.cancel_run(store, run_id)
