@@ -66,10 +66,7 @@ def message_chars(message: TranscriptMessage) -> int:
     """Return the characters (code points) a message counts against a character budget.
 
     Those of its ``content``, its ``tool_input`` as compact JSON and its ``tool_output``
-    (a ``str`` itself, else as compact JSON); nothing else counts.
-
-    Raises:
-        ValidationError: The tool input or output cannot be encoded as JSON.
+    (a ``str`` itself, else as compact JSON); ``ValidationError`` when not JSON-encodable.
     """
     chars = len(message.content or "")
     if message.tool_input is not None:
@@ -403,8 +400,4 @@ def ordered(events: Sequence[Event]) -> list[Event]:
 
 def latest(stamps: Iterable[datetime | None]) -> datetime | None:
     """Return the latest of ``stamps`` (naive ones read as UTC), or ``None``."""
-    found: datetime | None = None
-    for stamp in stamps:
-        if stamp is not None and (found is None or _timestamp_key(stamp) > _timestamp_key(found)):
-            found = stamp
-    return found
+    return max((s for s in stamps if s is not None), key=_timestamp_key, default=None)

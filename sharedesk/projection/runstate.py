@@ -1,11 +1,9 @@
 """Session state folded one event at a time, as events are appended.
 
-Only a few events move a session's state (``SessionManager.get_session``): its one
-``SessionStarted``, ``RunStarted`` events carrying a provider session id, a run's first
-input row (the run opens) and its ``RunFinished`` (the run closes). Stores apply
-:func:`fold_session_state` to every event they append and keep the result beside the
-session, so reading it is one lookup however long the desk; :func:`moves_session_state`
-tells them which events to skip.
+Only a few events move a session's state: its ``SessionStarted``, ``RunStarted`` events
+carrying a provider session id, a run's first input row (the run opens) and its
+``RunFinished`` (it closes). Stores fold every event they append and keep the result
+beside the session, so ``SessionManager.get_session`` is one lookup however long the desk.
 """
 
 from __future__ import annotations

@@ -9,8 +9,6 @@ How the walk works (read this before changing this file or ``sharing.py``):
 * Row order costs one comparison per row: every earlier row of the walk lies at or above
   the cursor or above the previous row, so a row strictly below both cannot repeat one.
   Only a row that fails it is searched for among the rows seen, to name the broken rule.
-* Blank means ``content.strip() == ""``: :func:`is_blank`, the one blank-row rule of
-  every fold.
 
 Channel walk. A root qualifies when it is a non-blank row of the desk with no parent; a
 reply when it is the lowest non-blank reply of the desk to a root of the desk the walk
@@ -309,7 +307,7 @@ def as_messages(rows: Iterable[LogMessage]) -> list[SessionMessage]:
 
 
 def is_blank(content: str) -> bool:
-    """Return whether ``content`` is blank: ``content.strip() == ""``, without a copy."""
+    """Return whether ``content`` is blank (``content.strip() == ""``): every fold's rule."""
     return not content or content.isspace()
 
 

@@ -1,12 +1,11 @@
 """Continuous sharing: watermarked deltas of one conversation for one participant.
 
-A :class:`~sharedesk.SharingState` says what a participant has been shown: everything at
-or below its ``watermark``, plus the rows in ``present_above_watermark``. ``prepare_delta``
-returns the unseen rows and the state to commit once the turn is durably appended; it
-never applies the state itself, so a crash between the two leaves the watermark behind.
-The delta walk is ``project_session``'s ``_LogWalk``, stopped at the first row at or
-below the watermark. A delta offers, never blank, of another desk or present: in a
-thread ``R``, row R and rows whose ``parent == R``; in the channel, roots only.
+``prepare_delta`` returns the unseen rows and the state to commit once the turn is
+durably appended; it never applies the state itself, so a crash between the two leaves
+the watermark behind. Its walk is ``project_session``'s ``_LogWalk``, stopped at the
+first row at or below the watermark. A delta offers, in a thread ``R``, row R and the
+rows whose ``parent == R``; in the channel, roots only; never a blank row, a row of
+another desk or one in the present set.
 """
 
 from __future__ import annotations

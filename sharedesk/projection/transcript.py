@@ -1,21 +1,19 @@
 """``TranscriptBuilder``: a session's transcript built from events or a store, and continued.
 
-The fold's rules are stated once, in :mod:`sharedesk.projection.messages`; this module
-checks the arguments, reads the store and keeps where the fold stopped.
+The fold's rules are in :mod:`sharedesk.projection.messages`; this module checks the
+arguments, reads the store and keeps where the fold stopped.
 
-**Reading from the tail.** With a budget, ``from_store`` reads newest first, in pages
-(``FIRST_PAGE`` events, doubling to ``MAX_PAGE``), and stops once the events read decide
-the kept suffix: the budgets cut at least one message of them and every tool result read
-found its call. The messages kept are then those a fold of the whole session keeps (only
-the oldest message read, whose stream may begin further back, can differ, and it is cut).
+**Reading from the tail.** With a budget, ``from_store`` reads newest first in pages
+(``FIRST_PAGE`` events, doubling to ``MAX_PAGE``) until the events read decide the kept
+suffix: the budgets cut at least one message of them and every tool result read found
+its call. Only the oldest message read can differ from a fold of the whole session (its
+stream may begin further back), and it is cut.
 
-**Continuing.** ``update_from_store`` continues the fold from the transcript's private
-:class:`~sharedesk.protocol.transcripts.TranscriptFold`, reading nothing at or below
-``last_sequence``. Without budgets it gives exactly what a fresh ``from_store`` gives.
-With budgets it truncates the kept messages plus the new ones, the same as a fresh build
-except when an open stream that alone exceeded the character budget (and so was cut,
-with everything before it) is closed by a shorter ``Text``: a fresh build may keep older
-messages the update no longer has.
+**Continuing.** ``update_from_store`` resumes from the transcript's private
+:class:`~sharedesk.protocol.transcripts.TranscriptFold`. With budgets it truncates the
+kept messages plus the new ones: a fresh build differs only when an open stream that
+alone exceeded the character budget (so was cut with everything before it) is closed by
+a shorter ``Text``, and may then keep older messages.
 """
 
 from __future__ import annotations

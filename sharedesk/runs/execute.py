@@ -1,13 +1,10 @@
 """The synchronous executor: a run's reads, writes and waiting, over the run-index port.
 
-* Reads cost the answer, not the history: the store's run-index port folds each
-  session's state as events are appended and indexes each run's events.
 * A busy desk never fails a run: ``emit`` appends with ``unless_stored`` naming the run's
   ``<hex>.finished``, so rows others append cannot refuse it, and nothing ever lands
   after a run's ``RunFinished`` (``RunStateError``).
-* ``emit`` of a ``TextDelta`` returns at once, unstamped: chunks are buffered and
-  appended with the run's next other event, or once ``STREAM_FLUSH_S`` old or
-  ``STREAM_FLUSH_CHUNKS`` many. A crash mid-stream loses only chunks not yet appended.
+* ``emit`` buffers a ``TextDelta`` and returns it unstamped; chunks are appended with the
+  run's next other event, or once ``STREAM_FLUSH_S`` old or ``STREAM_FLUSH_CHUNKS`` many.
 * Cancellation crosses threads through the store: the executing thread polls the
   session's state (5 ms, doubling to 100 ms) for the run's ``RunFinished``.
 * The adapter runs on a daemon worker thread, so a timeout or a cancel returns promptly;

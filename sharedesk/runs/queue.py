@@ -1,11 +1,10 @@
 """RunQueue: per-session FIFO execution of runs, with bounded concurrency and waiting.
 
-Each session has a lane: a FIFO of waiting runs and a count of running ones, each on a
-driver thread the queue starts; a driver takes the lane's next run when its run ends and
-stops when the lane is empty. A run is started (its input stored) when it is submitted,
-so the lane's order is the order of the inputs in the session. Sessions never wait for
-each other. The queue keeps only scheduling state: a queue lost with its process loses
-no history (its runs stay pending).
+Each session has a lane: a FIFO of waiting runs and the driver threads running them; a
+driver takes the lane's next run when its run ends and stops when the lane is empty. A
+run's input is stored when it is submitted, so the lane's order is the order of the
+inputs in the session. The queue keeps only scheduling state: a queue lost with its
+process loses no history (its runs stay pending).
 """
 
 from __future__ import annotations
@@ -192,14 +191,12 @@ class RunQueue:
             return self._cond.wait_for(lambda: not self._lanes, timeout)
 
     def close(self, timeout: float = DEFAULT_CLOSE_TIMEOUT) -> None:
-        """Stop the queue: cancel waiting runs, then wait for, or cancel, running ones.
+        """Stop the queue (idempotent): cancel waiting runs, then wait for running ones.
 
-        Running runs get ``timeout`` seconds to end; those still running are then
-        cancelled (their futures raise ``RunCancelled``; their adapters are abandoned).
-        Every driver thread is joined. Idempotent.
+        Runs still running after ``timeout`` seconds are cancelled (their futures raise
+        ``RunCancelled``; their adapters are abandoned); every driver thread is joined.
 
-        Cost: one append per run cancelled; blocks up to ``timeout`` seconds plus the
-        time the drivers take to notice a cancel (<= 100 ms).
+        Cost: one append per run cancelled; blocks up to ``timeout`` s (+ <= 100 ms).
         """
         with self._cond:
             self._closed = True

@@ -17,9 +17,8 @@ from sharedesk.runs.types import AdapterResult, Emit, Run, ScriptedCall, Session
 class ScriptedAdapter:
     """Answers each run with its next scripted reply and records every call. Thread-safe.
 
-    Each reply is emitted as a ``Text`` by the adapter's ``author``. With
-    ``native_continuation=True`` a run continued natively reuses the stored provider
-    session; any other run opens a new one, announced by emitting
+    Each reply is a ``Text`` by ``author``. With ``native_continuation=True``, a run not
+    continued natively opens a provider session by emitting
     ``RunStarted(provider=name, provider_session_id="<name>-<12 hex>")``.
 
     Attributes:

@@ -32,9 +32,8 @@ class Session(msgspec.Struct, frozen=True):
         metadata: The metadata given to ``start_session``, plus
             ``metadata["provider_sessions"][provider] == {"provider_session_id", "model"}``
             from the latest ``RunStarted`` of each provider carrying a provider session id.
-        context: Per-execution data handed to an adapter: ``"transcript"`` (the replayed
-            :class:`~sharedesk.Transcript`, for a replay only) and ``"continuation"``
-            (the mode used). Empty on a session read from the store.
+        context: What an execution hands its adapter: ``"continuation"`` (the mode used)
+            and, for a replay, ``"transcript"``. Empty on a session read from the store.
     """
 
     id: str
@@ -76,11 +75,10 @@ class RunResult(msgspec.Struct, frozen=True):
     """What a completed run produced.
 
     Attributes:
-        output: The adapter's output (its ``AdapterResult.output``, else the content of
-            the last ``Text`` it emitted, else ``None``).
+        output: ``AdapterResult.output``, else the content of the last ``Text`` emitted.
         token_usage: Token counts reported by the adapter.
-        events: The events this execution stored, in order: ``RunStarted``, whatever the
-            adapter emitted, ``RunFinished``.
+        events: The events this execution stored: ``RunStarted``, what the adapter
+            emitted, ``RunFinished``.
         session_id: The session.
         run_id: The run.
     """
@@ -151,13 +149,11 @@ AsyncEmit = Callable[[Event], Awaitable[Event]]
 class Adapter(Protocol):
     """A provider adapter: what ``SessionManager.execute_run`` drives.
 
-    It reports output by emitting events and may return an :class:`AdapterResult`. To
-    record a provider session it emits ``RunStarted(provider=self.name, model=...,
-    provider_session_id=...)``. ``SessionManager.aexecute_run`` prefers a coroutine
-    ``aexecute(run, session, emit, opts)`` (``emit`` an :data:`AsyncEmit`) and also
-    takes a coroutine ``execute``, which the sync executor refuses. An optional
-    ``author`` (a ``SessionAuthor``) is the participant it runs as (default
-    ``Agent(id=name, label=name)``): its replay is relative to it, its rows written by it.
+    It reports output by emitting events (a provider session as ``RunStarted(provider=
+    self.name, model=..., provider_session_id=...)``) and may return an
+    :class:`AdapterResult`. ``SessionManager.aexecute_run`` prefers a coroutine
+    ``aexecute(run, session, emit, opts)`` (``emit`` an :data:`AsyncEmit`). An optional
+    ``author`` is the participant it runs as (default ``Agent(id=name, label=name)``).
     """
 
     @property
