@@ -28,7 +28,7 @@ applies them:
 
 from __future__ import annotations
 
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Final, TypedDict
 
@@ -97,7 +97,7 @@ class Budgets(TypedDict, total=False):
 class Budget:
     """The checked :class:`Budgets` of one call (``ValidationError`` for a bad one)."""
 
-    __slots__ = ("chars", "messages")
+    __slots__ = ("bounded", "chars", "messages")
 
     def __init__(
         self, *, max_messages: Any = None, max_chars: Any = None, max_tokens_approx: Any = None
@@ -110,11 +110,8 @@ class Budget:
         limits = [n for n in (chars, token_chars) if n is not None]
         #: Most characters kept: the lower of the two character budgets.
         self.chars = min(limits) if limits else None
-
-    @property
-    def bounded(self) -> bool:
-        """Whether any budget is set."""
-        return self.messages is not None or self.chars is not None
+        #: Whether any budget is set.
+        self.bounded = self.messages is not None or self.chars is not None
 
     def oldest_kept(self, messages: Sequence[TranscriptMessage]) -> int:
         """Return the index of the oldest message the budgets allow (0 when all fit)."""
@@ -242,15 +239,13 @@ class MessageFold:
         self.viewer = viewer
         self.messages = list(messages)
         self.stream = None if open_text is None else _Stream(open_text, open_run)
-        self.unanswered: dict[str, int] = {}
+        self.unanswered: Counter[str] = Counter(cut_calls)
         #: Results that answered no call read so far (their call may lie further back).
         self.orphans = 0
-        for call_id in cut_calls:
-            self._call(call_id)
         for message in self.messages:
             if _is_call(message):
                 assert message.tool_call_id is not None
-                self._call(message.tool_call_id)
+                self.unanswered[message.tool_call_id] += 1
             elif message.role == "tool":
                 self._answer(message.tool_call_id or "")
 
@@ -289,7 +284,7 @@ class MessageFold:
                         author=event.author,
                     )
                 )
-                self._call(call_id)
+                self.unanswered[call_id] += 1
             case ToolResult(tool_call_id=call_id, output=output, is_error=is_error):
                 if not self._answer(call_id):
                     self.orphans += 1
@@ -315,14 +310,10 @@ class MessageFold:
         open_text = self.stream.message()
         return [*self.messages, open_text], open_text, self.stream.run_id
 
-    def _call(self, call_id: str) -> None:
-        self.unanswered[call_id] = self.unanswered.get(call_id, 0) + 1
-
     def _answer(self, call_id: str) -> bool:
-        waiting = self.unanswered.get(call_id, 0)
-        if waiting == 0:
+        if not self.unanswered[call_id]:
             return False
-        self.unanswered[call_id] = waiting - 1
+        self.unanswered[call_id] -= 1
         return True
 
     def _text(self, event: Event, content: str) -> TranscriptMessage:

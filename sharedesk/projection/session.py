@@ -59,11 +59,9 @@ def project_session(log: SessionLog, query: SessionQuery) -> Projection:
     returned) or the first row below it; when the window fills first, the newest
     ``window`` replies come back without R. A channel query returns roots and each root's
     first non-blank reply, and fills the window exactly: fewer than ``window`` messages
-    only when the log ended or ``SCAN_LIMIT`` was hit. ``query.before`` is exclusive
-    (``None``: from the newest row); a ``window`` of 0 reads nothing.
-
-    Returns:
-        The messages, and ``partial=True`` when ``SCAN_LIMIT`` stopped the walk.
+    only when the log ended or ``SCAN_LIMIT`` stopped the walk (then ``partial=True``).
+    ``query.before`` is exclusive (``None``: from the newest row); a ``window`` of 0
+    reads nothing.
 
     Raises:
         ValidationError: A malformed ``query``, a ``log`` without ``read_before``, or a

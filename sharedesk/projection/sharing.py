@@ -80,12 +80,9 @@ def prepare_delta(
     ``Reinitialize(CONVERSATION_CHANGED)`` unless ``query.requested``, ``query.bound``
     and ``state.conversation`` are one conversation; ``before == watermark`` gives an
     empty ``Delta`` with ``state`` itself (neither reads). Otherwise the walk of
-    :func:`rows_above_watermark`. ``before`` is exclusive and becomes the new watermark:
-    the row at ``before`` is claimed as shown without being delivered.
-
-    Returns:
-        ``Delta(messages, next_state)`` with ``next_state.watermark == before`` and the
-        present entries at or below ``before`` dropped, or ``Reinitialize``.
+    :func:`rows_above_watermark`, giving ``Delta(messages, next_state)`` with the present
+    entries at or below ``before`` dropped. ``before`` is exclusive and becomes the new
+    watermark: the row at ``before`` is claimed as shown without being delivered.
 
     Raises:
         ValidationError: A malformed ``state``, ``query``, ``log`` or page.

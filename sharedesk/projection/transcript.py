@@ -83,10 +83,7 @@ class TranscriptBuilder:
         Cost: O(n log n) for n events; no I/O.
         """
         if session_id is None:
-            raise ValidationError(
-                "session_id is required: events carry no session id, so from_events "
-                "needs it as an argument"
-            )
+            raise ValidationError("session_id is required: events carry no session id")
         checked_id = check_session_id(session_id)
         checked_viewer = check_optional_author(viewer, "viewer")
         budget = Budget(**budgets)

@@ -4,12 +4,11 @@
 state, or when a delta cannot be computed, the *full window* (the viewer's view at the
 desk's last sequence ``last``); else a *delta* over the rows above the watermark.
 Whether a channel reply is its root's first is asked of the ``ReplyIndex`` once per
-delta, so the delta never walks down to a root: its cost is the rows above the
-watermark. The walk runs with ``log_ends_at_watermark=True``, since it walks the desk's
-whole log. A commit stores ``watermark = last`` and the present entries above it, so
-every row of a viewer's view other than its own is offered by exactly one turn until a
-reinitialize: a view's threshold only rises, and a row above the watermark qualifies for
-the view exactly when it qualifies for the delta of its interval.
+delta, so a delta costs the rows above the watermark, never a walk down to a root. A
+commit stores ``watermark = last``, so every row of a viewer's view other than its own
+is offered by exactly one turn until a reinitialize: a view's threshold only rises, and
+a row above the watermark qualifies for the view exactly when it qualifies for the delta
+of its interval.
 
 ``fold_view`` folds a pushed row into a cached view when that is provably what a fresh
 walk would give, else returns ``None``: a blank row changes nothing; in a thread ``R``,

@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import contextlib
+import math
 import threading
 import time
 import uuid
@@ -352,22 +353,17 @@ class Execution:
 
     def _wait(self, timeout: float | None) -> RunResult:
         log = logger().bind(session_id=self.session_id, run_id=self.run_id)
-        deadline = None if timeout is None else time.monotonic() + timeout
+        deadline = math.inf if timeout is None else time.monotonic() + timeout
         interval = _FIRST_POLL_S
         while True:
             with self.lock:
                 self._learn_finished()
             if self.finished is not None:
                 break
-            wait = (
-                interval
-                if deadline is None
-                else max(0.0, min(interval, deadline - time.monotonic()))
-            )
-            if self.done.wait(wait):
+            if self.done.wait(max(0.0, min(interval, deadline - time.monotonic()))):
                 break
             interval = min(interval * 2, _MAX_POLL_S)
-            if deadline is not None and time.monotonic() >= deadline and not self.done.is_set():
+            if time.monotonic() >= deadline and not self.done.is_set():
                 assert timeout is not None
                 message = f"no result within {timeout} s"
                 if self.finish(RunFinished("timeout", error_code="timeout", error_message=message)):

@@ -184,8 +184,7 @@ class RunQueue:
     def drain(self, timeout: float | None = None) -> bool:
         """Wait up to ``timeout`` seconds (``None``: no bound) until no run waits or runs.
 
-        Returns:
-            ``True`` when the queue is empty, ``False`` when ``timeout`` passed first.
+        Returns ``True`` when the queue is empty, ``False`` when ``timeout`` passed first.
         """
         with self._cond:
             return self._cond.wait_for(lambda: not self._lanes, timeout)
