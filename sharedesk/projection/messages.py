@@ -138,8 +138,7 @@ def truncate(
 ) -> tuple[list[TranscriptMessage], list[str]]:
     """Keep the longest suffix of ``messages`` within ``budget`` that splits no pair (rule 5).
 
-    ``cut_calls`` are unanswered calls cut earlier. Returns the kept messages and the
-    unanswered calls now cut, oldest first. Cost: O(len(messages)).
+    Returns it and the unanswered calls now cut (after ``cut_calls``, cut earlier). O(n).
     """
     count = len(messages)
     start = budget.oldest_kept(messages)

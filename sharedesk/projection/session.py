@@ -10,15 +10,14 @@ How the walk works (read this before changing this file or ``sharing.py``):
   the cursor or above the previous row, so a row strictly below both cannot repeat one.
   Only a row that fails it is searched for among the rows seen, to name the broken rule.
 
-Channel walk. A root qualifies when it is a non-blank row of the desk with no parent; a
-reply when it is the lowest non-blank reply of the desk to a root of the desk the walk
-reached. The walk keeps a min-heap of the newest ``window`` qualifying sequences and a
-map ``parent -> lowest reply seen`` of replies whose root is not reached yet. Once the
-heap is full, only a pending reply above its smallest sequence (the threshold) can still
-enter the window, so the walk goes on only while one is pending, and drops it when its
-parent is reached or passed, when a lower non-blank reply to the same parent turns up, or
-when the threshold rises above it. Two lists sorted once (by parent, by reply) drive the
-drops: O(rows log rows), and no row is read that could not change the answer.
+Channel walk. It keeps a min-heap of the newest ``window`` qualifying sequences and a
+map ``parent -> lowest non-blank reply seen`` of replies whose root is not reached yet.
+Once the heap is full, only a pending reply above its smallest sequence (the threshold)
+can still enter the window, so the walk goes on only while one is pending, and drops it
+when its parent is reached or passed, when a lower non-blank reply to the same parent
+turns up, or when the threshold rises above it. Two lists sorted once (by parent, by
+reply) drive the drops: O(rows log rows), and no row is read that could not change the
+answer.
 """
 
 from __future__ import annotations
@@ -177,8 +176,7 @@ def _oldest_first(kept: list[int], found: dict[int, LogMessage]) -> list[LogMess
 class _LogWalk:
     """A validated walk over a host log, newest first, bounded by ``SCAN_LIMIT`` rows.
 
-    Iterate it once (see the module header). Once the iteration stops by itself,
-    ``ended`` says whether the log ran out and ``limited`` whether ``SCAN_LIMIT`` stopped it.
+    Iterate it once; then ``ended`` says whether the log ran out (see ``limited``).
     """
 
     __slots__ = ("_before", "_log", "ended", "scanned")

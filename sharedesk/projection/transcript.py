@@ -53,10 +53,10 @@ MAX_PAGE: Final = 4096
 class TranscriptBuilder:
     """Builds a session's :class:`~sharedesk.Transcript` from its events (static methods).
 
-    The fold's rules are in :mod:`sharedesk.projection.messages`. Every method takes the
-    truncation budgets (``**budgets``; ``None`` or left out: unbounded): ``max_messages``,
-    ``max_chars`` (:meth:`message_chars`) and ``max_tokens_approx`` (4 characters a
-    token). A malformed argument raises ``ValidationError`` before anything is read.
+    The rules are in :mod:`sharedesk.projection.messages`. Every method takes the budgets
+    ``max_messages``, ``max_chars`` (:meth:`message_chars`) and ``max_tokens_approx`` (4
+    characters a token), each unbounded when ``None`` or left out. A malformed argument
+    raises ``ValidationError`` before anything is read.
     """
 
     role_of = staticmethod(role_of)
@@ -108,9 +108,8 @@ class TranscriptBuilder:
             ValidationError: As in :meth:`from_events`.
             StoreError: Whatever the store's ``read`` raises.
 
-        Cost: with a budget or ``limit``, reads newest first until ``limit`` events or the
-        budgets are met (pages of 256 events, doubling); else one read of the whole
-        session. Then the fold of :meth:`from_events`; no writes.
+        Cost: with a budget or ``limit``, reads newest first (pages of 256 events,
+        doubling) until they are met, else one read of the whole session; no writes.
         """
         checked_id = check_session_id(session_id)
         checked_limit = check_optional_int("limit", limit)

@@ -121,10 +121,7 @@ class CachedView(msgspec.Struct, frozen=True):
 def fold_view(
     cached: CachedView, row: LogMessage, conversation: Conversation, window: int
 ) -> CachedView | None:
-    """Fold the session's next ``Text`` row into ``cached``; ``None``: a walk is needed.
-
-    Cost: O(window); no reads.
-    """
+    """Fold the session's next ``Text`` row into ``cached`` (``None``: walk). Cost: O(window)."""
     needed = cached.needed + 1
     if cached.projection.partial or needed > FOLD_LIMIT:
         return None

@@ -69,10 +69,7 @@ def run_index(store: Any) -> RunIndexStore:
 
 
 def get_session(store: EventStore, session_id: str) -> Session:
-    """Return a session folded from its events (idle when it has none): one lookup.
-
-    ``ValidationError`` for a bad session id.
-    """
+    """Return a session folded from its events (one lookup); ``ValidationError``: a bad id."""
     check_session_id(session_id)
     return rules.session_of(session_id, run_index(store).session_state(session_id))
 
@@ -203,8 +200,7 @@ def prepare(
 ) -> tuple[Execution, Run, Session]:
     """Claim a pending run; return its execution, and the run and session the adapter gets.
 
-    Raises ``RunNotFound``, or ``RunStateError`` when the run is not pending or another
-    execution claimed it first.
+    Raises ``RunNotFound``, or ``RunStateError`` when the run is not pending or was claimed.
     """
     run = get_run(store, run_id)
     index = run_index(store)

@@ -46,11 +46,11 @@ class SessionManager:
             store: The store (or Hub).
             adapter: The adapter.
             run_id: A pending run.
-            continuation: ``False`` (default: no transcript); ``"replay"``: the transcript
-                of the session's other events, for the adapter's author, in
+            continuation: ``False`` (default: no transcript); ``"replay"``: the session's
+                other events as a transcript for the adapter's author, in
                 ``session.context["transcript"]``; ``"native"``: the adapter continues
-                ``session.metadata["provider_sessions"][adapter.name]``; ``"auto"``:
-                native when the adapter can and a provider session is stored, else replay.
+                ``session.metadata["provider_sessions"][adapter.name]``; ``"auto"``: native
+                when the adapter can and a provider session is stored, else replay.
             continuation_opts: The replay's ``limit`` (newest events) and
                 ``max_messages``, ``max_chars``, ``max_tokens_approx`` (ints or ``None``).
             adapter_opts: Passed to ``adapter.execute`` unchanged (``None``: ``{}``);
