@@ -16,7 +16,7 @@ applies them:
    closes it, its content replacing the streamed text unless empty; any other message
    closes it as it is (lifecycle events do not). A merged message keeps the first
    event's ``event_id``/``sequence``/``run_id``, merges in each later event's metadata,
-   and names the last event merged as ``last_event_id`` (and ``last_sequence``).
+   and names the last event merged (``last_event_id``, ``last_sequence`` when stored).
 4. **Tool pairing.** A ``ToolResult`` answers the earliest unanswered earlier
    ``ToolCall`` with its ``tool_call_id``; a result that answers no call gives no message.
 5. **Truncation** keeps the longest suffix of the messages that fits every budget and
