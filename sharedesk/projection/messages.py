@@ -1,48 +1,34 @@
 """Transcript messages: a session's events folded into provider-agnostic messages.
 
-These are the rules of :class:`~sharedesk.TranscriptBuilder`, stated once, in the order
-the fold applies them:
+The rules of :class:`~sharedesk.TranscriptBuilder`, stated once, in the order the fold
+applies them:
 
-1. **Order.** Events with a sequence come first, by sequence; then by timestamp
-   (events without one last; a naive timestamp is read as UTC); then by ``id``; then by
-   position in the input.
+1. **Order.** Events with a sequence first, by sequence; then by timestamp (missing
+   last; a naive one read as UTC); then by ``id``; then by position in the input.
 2. **Messages.** ``Text`` and ``TextDelta`` give a message whose role is relative to the
-   viewer (:func:`role_of`), except that a blank ``Text`` (``content.strip() == ""``)
-   gives none (it closes its own stream, whose streamed text then stands); ``ToolCall``
-   gives an ``"assistant"`` message carrying ``tool_call_id``/``tool_name``/
-   ``tool_input``; ``ToolResult`` gives a ``"tool"`` message carrying
-   ``tool_call_id``/``tool_output`` (``is_error`` goes in its metadata). ``RunStarted``
-   and ``RunFinished`` give no message. Every message keeps its author. A message's
-   metadata is its event's own metadata with ``event_id``, ``sequence`` (when stored)
+   viewer (:func:`role_of`); a blank ``Text`` gives none (it closes its own stream).
+   ``ToolCall`` gives an ``"assistant"`` message, ``ToolResult`` a ``"tool"`` message
+   (``is_error`` in its metadata); lifecycle events give none. Every message keeps its
+   author; its metadata is its event's own with ``event_id``, ``sequence`` (when stored)
    and ``run_id`` (when set) written over it.
-3. **Streaming.** A ``TextDelta`` opens a message that stays *open* while the next
-   message-giving event is a ``TextDelta`` of the same participant (labels ignored) and
-   run: those deltas are appended to it. A ``Text`` of that participant and run closes
-   it, its own content replacing the streamed text unless it is empty. Any other
-   message (another author or run, a tool call or result) closes it as it is; a later
-   delta then starts a new message. Lifecycle events give no message and so do not
-   interrupt a stream. Interleaved streams of two agents therefore give alternating
-   fragments: the transcript keeps the order in which things were written. A merged
-   message's metadata keeps the first event's ``event_id``/``sequence``/``run_id``,
-   merges in each later event's own metadata, and names the last event merged in as
-   ``last_event_id`` (and ``last_sequence`` when stored).
+3. **Streaming.** A ``TextDelta`` opens a message that the following deltas of the same
+   participant (labels ignored) and run extend. A ``Text`` of that participant and run
+   closes it, its content replacing the streamed text unless empty; any other message
+   closes it as it is (lifecycle events do not). A merged message keeps the first
+   event's ``event_id``/``sequence``/``run_id``, merges in each later event's metadata,
+   and names the last event merged (``last_event_id``, ``last_sequence`` when stored).
 4. **Tool pairing.** A ``ToolResult`` answers the earliest unanswered earlier
-   ``ToolCall`` with its ``tool_call_id``. A result that answers no call (its call was
-   not read, came later, or was already answered) gives no message: a provider would
-   reject a result without its call.
-5. **Truncation** keeps the longest *suffix* of the messages that fits every budget and
-   does not split a call from its result: the cut starts at the oldest message the
-   budgets allow and moves toward newer messages until no pair straddles it, so a pair
-   is always dropped together (with what lies between them). ``max_messages`` counts
-   messages; ``max_chars`` and ``max_tokens_approx`` (``CHARS_PER_TOKEN`` characters a
-   token) are character budgets, counted by :func:`message_chars`, and the lower wins.
-
-Pure, like the rest of ``sharedesk.projection``: values in, values out.
+   ``ToolCall`` with its ``tool_call_id``; a result that answers no call gives no message.
+5. **Truncation** keeps the longest suffix of the messages that fits every budget and
+   splits no call from its result: the cut moves from the oldest message the budgets
+   allow toward newer ones until no pair straddles it. ``max_messages`` counts messages;
+   ``max_chars`` and ``max_tokens_approx`` (``CHARS_PER_TOKEN`` characters a token) are
+   character budgets, counted by :func:`message_chars`, and the lower wins.
 """
 
 from __future__ import annotations
 
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Final, TypedDict
 
@@ -63,18 +49,9 @@ CHARS_PER_TOKEN: Final = 4
 def role_of(author: SessionAuthor, viewer: SessionAuthor | None) -> str:
     """Return the role of a ``Text`` (or ``TextDelta``) by ``author`` for ``viewer``.
 
-    Args:
-        author: Who wrote the message.
-        viewer: Whose transcript it is, or ``None``.
-
-    Returns:
-        ``"assistant"`` when ``author`` is the viewer (labels ignored; checked first, so
-        a ``System`` viewer's own messages are ``"assistant"`` too); ``"system"`` for any
-        other ``System`` author; ``"user"`` for any other person, agent or the operator.
-        With no viewer: ``"assistant"`` for agents, ``"user"`` for people and the
-        operator.
-
-    Cost: O(1).
+    ``"assistant"`` when ``author`` is the viewer (labels ignored; checked first);
+    ``"system"`` for any other ``System`` author; else ``"user"``, except that with no
+    viewer agents are ``"assistant"``.
     """
     if viewer is not None and same_participant(author, viewer):
         return "assistant"
@@ -86,23 +63,10 @@ def role_of(author: SessionAuthor, viewer: SessionAuthor | None) -> str:
 
 
 def message_chars(message: TranscriptMessage) -> int:
-    """Return the characters a message counts against a character budget.
+    """Return the characters (code points) a message counts against a character budget.
 
-    They are the characters of its ``content``, plus those of its ``tool_input`` as
-    compact JSON, plus those of its ``tool_output``: the string itself when it is a
-    ``str``, else its compact JSON (``None`` counts 0). Roles, ids, tool names and
-    metadata are not counted.
-
-    Args:
-        message: The message.
-
-    Returns:
-        The number of characters (code points).
-
-    Raises:
-        ValidationError: The tool input or output cannot be encoded as JSON.
-
-    Cost: O(size of the message).
+    Those of its ``content``, its ``tool_input`` as compact JSON and its ``tool_output``
+    (a ``str`` itself, else as compact JSON); ``ValidationError`` when not JSON-encodable.
     """
     chars = len(message.content or "")
     if message.tool_input is not None:
@@ -131,14 +95,9 @@ class Budgets(TypedDict, total=False):
 
 
 class Budget:
-    """The checked :class:`Budgets` of one call.
+    """The checked :class:`Budgets` of one call (``ValidationError`` for a bad one)."""
 
-    Raises:
-        ValidationError: A budget that is not a non-negative int or ``None``.
-        TypeError: A keyword that names no budget.
-    """
-
-    __slots__ = ("chars", "messages")
+    __slots__ = ("bounded", "chars", "messages")
 
     def __init__(
         self, *, max_messages: Any = None, max_chars: Any = None, max_tokens_approx: Any = None
@@ -151,11 +110,8 @@ class Budget:
         limits = [n for n in (chars, token_chars) if n is not None]
         #: Most characters kept: the lower of the two character budgets.
         self.chars = min(limits) if limits else None
-
-    @property
-    def bounded(self) -> bool:
-        """Whether any budget is set."""
-        return self.messages is not None or self.chars is not None
+        #: Whether any budget is set.
+        self.bounded = self.messages is not None or self.chars is not None
 
     def oldest_kept(self, messages: Sequence[TranscriptMessage]) -> int:
         """Return the index of the oldest message the budgets allow (0 when all fit)."""
@@ -174,7 +130,6 @@ class Budget:
 
 
 def _is_call(message: TranscriptMessage) -> bool:
-    """Return whether ``message`` is a tool call."""
     return message.role == "assistant" and message.tool_call_id is not None
 
 
@@ -183,16 +138,7 @@ def truncate(
 ) -> tuple[list[TranscriptMessage], list[str]]:
     """Keep the longest suffix of ``messages`` within ``budget`` that splits no pair (rule 5).
 
-    Args:
-        messages: The messages, oldest first.
-        cut_calls: Unanswered calls cut earlier, older than every message here.
-        budget: The budgets.
-
-    Returns:
-        The kept messages and the unanswered calls now cut (``cut_calls`` still
-        unanswered, then those of the dropped messages), oldest first.
-
-    Cost: O(len(messages)).
+    Returns it and the unanswered calls now cut (after ``cut_calls``, cut earlier). O(n).
     """
     count = len(messages)
     start = budget.oldest_kept(messages)
@@ -235,11 +181,7 @@ def truncate(
 
 
 class _Stream:
-    """The open streamed message: chunks and metadata kept mutable until it closes.
-
-    Appending to a list keeps a stream of n deltas O(n); rebuilding a frozen message
-    per delta would be O(n**2).
-    """
+    """The open streamed message, kept mutable until it closes (O(n) for n deltas)."""
 
     __slots__ = ("author", "chunks", "first", "metadata", "role", "run_id")
 
@@ -279,16 +221,8 @@ class _Stream:
 class MessageFold:
     """The working state of one fold (rules 2 to 4): messages, open stream, unanswered calls.
 
-    Local to one call of a builder method; never shared. While a stream is open its
-    message is held apart, not yet in ``messages``.
-
-    Args:
-        viewer: Whose transcript it is, or ``None``.
-        messages: Messages an earlier fold kept, to continue from (their calls and
-            results are paired again).
-        open_text: The message still open when that fold stopped, with ``open_run``
-            its run.
-        cut_calls: Unanswered calls that truncation cut from that fold.
+    It may continue an earlier fold: its kept ``messages``, the ``open_text`` message
+    (of run ``open_run``) still open when it stopped, and the ``cut_calls`` truncation cut.
     """
 
     __slots__ = ("messages", "orphans", "stream", "unanswered", "viewer")
@@ -304,15 +238,13 @@ class MessageFold:
         self.viewer = viewer
         self.messages = list(messages)
         self.stream = None if open_text is None else _Stream(open_text, open_run)
-        self.unanswered: dict[str, int] = {}
+        self.unanswered: Counter[str] = Counter(cut_calls)
         #: Results that answered no call read so far (their call may lie further back).
         self.orphans = 0
-        for call_id in cut_calls:
-            self._call(call_id)
         for message in self.messages:
             if _is_call(message):
                 assert message.tool_call_id is not None
-                self._call(message.tool_call_id)
+                self.unanswered[message.tool_call_id] += 1
             elif message.role == "tool":
                 self._answer(message.tool_call_id or "")
 
@@ -351,7 +283,7 @@ class MessageFold:
                         author=event.author,
                     )
                 )
-                self._call(call_id)
+                self.unanswered[call_id] += 1
             case ToolResult(tool_call_id=call_id, output=output, is_error=is_error):
                 if not self._answer(call_id):
                     self.orphans += 1
@@ -377,14 +309,10 @@ class MessageFold:
         open_text = self.stream.message()
         return [*self.messages, open_text], open_text, self.stream.run_id
 
-    def _call(self, call_id: str) -> None:
-        self.unanswered[call_id] = self.unanswered.get(call_id, 0) + 1
-
     def _answer(self, call_id: str) -> bool:
-        waiting = self.unanswered.get(call_id, 0)
-        if waiting == 0:
+        if not self.unanswered[call_id]:
             return False
-        self.unanswered[call_id] = waiting - 1
+        self.unanswered[call_id] -= 1
         return True
 
     def _text(self, event: Event, content: str) -> TranscriptMessage:
@@ -462,8 +390,4 @@ def ordered(events: Sequence[Event]) -> list[Event]:
 
 def latest(stamps: Iterable[datetime | None]) -> datetime | None:
     """Return the latest of ``stamps`` (naive ones read as UTC), or ``None``."""
-    found: datetime | None = None
-    for stamp in stamps:
-        if stamp is not None and (found is None or _timestamp_key(stamp) > _timestamp_key(found)):
-            found = stamp
-    return found
+    return max((s for s in stamps if s is not None), key=_timestamp_key, default=None)

@@ -1,18 +1,9 @@
 """Session state folded one event at a time, as events are appended.
 
-A session's state (what :meth:`~sharedesk.runs.SessionManager.get_session` answers) is a
-fold over its events, but only a few kinds of event move it: the session's one
-``SessionStarted`` (its metadata), ``RunStarted`` events carrying a provider session id
-(``provider_sessions``), a run's first input row (the run opens) and its ``RunFinished``
-(the run closes). Stores apply :func:`fold_session_state` to every event they append, in
-sequence order, and keep the result beside the session, so reading it costs one lookup
-however long the desk. :func:`moves_session_state` tells them, in O(1), which events can
-be skipped (posts, streamed chunks, tool events).
-
-The run id scheme lives here too (a run id names its session; its lifecycle events get
-ids derived from it), because the fold must recognise a run's first input row.
-
-Pure: no I/O, no clock, no lock.
+Only a few events move a session's state: its ``SessionStarted``, ``RunStarted`` events
+carrying a provider session id, a run's first input row (the run opens) and its
+``RunFinished`` (it closes). Stores fold every event they append and keep the result
+beside the session, so ``SessionManager.get_session`` is one lookup however long the desk.
 """
 
 from __future__ import annotations
@@ -22,11 +13,7 @@ from typing import Final
 import msgspec
 
 from sharedesk.protocol.events import Event, RunFinished, RunStarted, SessionStarted, Text
-from sharedesk.protocol.sessions import (
-    EMPTY_SESSION_STATE,
-    SESSION_STARTED_ID,
-    SessionState,
-)
+from sharedesk.protocol.sessions import SESSION_STARTED_ID, SessionState
 
 #: The id suffix of a run's first input row (``"<hex>.input.0"``).
 FIRST_INPUT_SUFFIX: Final = ".input.0"
@@ -47,10 +34,7 @@ def moves_session_state(event: Event) -> bool:
 
 
 def fold_session_state(state: SessionState, event: Event) -> SessionState:
-    """Return ``state`` with one more stored event applied (``state`` is never changed).
-
-    Events must be applied in sequence order, each once; one that does not move the
-    state (see :func:`moves_session_state`) returns ``state`` itself.
+    """Return ``state`` (never changed) with one more stored event applied, in sequence order.
 
     Cost: O(open runs + providers) when the event moves the state, else O(1).
     """
@@ -84,14 +68,3 @@ def fold_session_events(state: SessionState, events: list[Event]) -> SessionStat
     for event in events:
         state = fold_session_state(state, event)
     return state
-
-
-__all__ = [
-    "EMPTY_SESSION_STATE",
-    "FIRST_INPUT_SUFFIX",
-    "SESSION_STARTED_ID",
-    "SessionState",
-    "fold_session_events",
-    "fold_session_state",
-    "moves_session_state",
-]

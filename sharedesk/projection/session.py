@@ -1,37 +1,23 @@
 """``project_session``: one participant's view of a channel or a thread, from a bounded walk.
 
-How the walk works (read this before changing anything in this file or in ``sharing.py``):
+How the walk works (read this before changing this file or ``sharing.py``):
 
-* ``_LogWalk`` is the ONE place that reads a host log; both folds (this module and
-  ``sharing.py``) iterate it. It asks for ``MIN_PAGE`` (64) rows first and doubles each
-  read up to ``PAGE_SIZE``, never past ``SCAN_LIMIT`` rows in all, so a short window over
-  a long log stays cheap. It validates each page completely, in the contract's order,
-  before handing out any of its rows, and reads the next page only when the consumer asks
-  for a row beyond the current one: a fold that stops iterating reads nothing more.
-* Row order is checked with one comparison per row. Within a walk every earlier row lies
-  at or above the current cursor (the cursor checks guarantee it), and earlier rows of the
-  page lie above the previous row, so a row strictly below both the cursor and the
-  previous row cannot repeat an earlier one. Only a row that fails that comparison is
-  searched for among the rows already seen, to name the first broken rule exactly.
-* A page that is not a ``SessionPage`` of well-typed ``LogMessage`` rows raises
-  ``ValidationError`` (malformed input), never ``AttributeError``; page contract
-  violations raise the ``PageError`` subclasses; a log that raises gives ``LogReadError``.
-* Blank means ``content.strip() == ""``: :func:`is_blank`, the one blank-row rule of every
-  fold, the projector's and the turn planner's included.
+* ``_LogWalk`` is the ONE place that reads a host log; both folds iterate it. Reads start
+  at ``MIN_PAGE`` rows and double up to ``PAGE_SIZE``, never past ``SCAN_LIMIT`` in all.
+  Each page is validated whole, in the contract's order, before any of its rows is handed
+  out, and the next page is read only when a row beyond the current one is asked for.
+* Row order costs one comparison per row: every earlier row of the walk lies at or above
+  the cursor or above the previous row, so a row strictly below both cannot repeat one.
+  Only a row that fails it is searched for among the rows seen, to name the broken rule.
 
-Channel walk. A root qualifies when it is a non-blank row of the desk with no parent. A
-reply qualifies when it is the lowest-sequence non-blank reply of the desk to a root of the
-desk (blank or not) that the walk reached; replies to replies never qualify, nor do
-replies that lie below their own parent. The walk keeps a min-heap of the sequences of the
-newest ``window`` qualifying rows found and a map ``parent -> lowest reply seen`` of
-replies whose root is not reached yet. Once the heap is full, every row read later lies
-below the heap's smallest sequence (the threshold), so nothing read later can enter the
-window by itself; only a pending reply above the threshold can, when its root is reached.
-The walk goes on while such a reply is still pending and drops it when its parent is
-reached (qualifies or not), passed (not in the log), when a lower non-blank reply to the
-same parent shows that it was not the first, or when the threshold rises above it. Those
-drops are driven by two lists sorted once (by parent, by reply), so the work is
-O(rows log rows) and no row is read that could not change the answer.
+Channel walk. It keeps a min-heap of the newest ``window`` qualifying sequences and a
+map ``parent -> lowest non-blank reply seen`` of replies whose root is not reached yet.
+Once the heap is full, only a pending reply above its smallest sequence (the threshold)
+can still enter the window, so the walk goes on only while one is pending, and drops it
+when its parent is reached or passed, when a lower non-blank reply to the same parent
+turns up, or when the threshold rises above it. Two lists sorted once (by parent, by
+reply) drive the drops: O(rows log rows), and no row is read that could not change the
+answer.
 """
 
 from __future__ import annotations
@@ -67,39 +53,24 @@ def project_session(log: SessionLog, query: SessionQuery) -> Projection:
     """Return the participant's view of ``query.conversation``, oldest first.
 
     A row qualifies only when ``row.desk == conversation.desk`` and its content is not
-    blank; qualifying content is returned exactly as stored. A thread query
-    (``thread_root = R``) returns R and its direct replies and stops on reaching R (even a
-    blank R, which is not returned), or on the first row below R when R is not in the
-    log; when the window fills first, the newest ``window`` replies come back without R.
-    A channel query returns roots and each root's first non-blank reply (see the module
-    header), and fills the window exactly: fewer than ``window`` messages come back only
-    when the log ended or ``SCAN_LIMIT`` was hit; when more qualify, the newest
-    ``window`` are returned.
-
-    Args:
-        log: The host log, read newest first through ``read_before``.
-        query: The conversation, the exclusive upper bound ``before`` (``None``: from the
-            newest row) and the ``window`` (0 returns nothing and reads nothing).
-
-    Returns:
-        The messages, oldest first, and ``partial=True`` when ``SCAN_LIMIT`` stopped the
-        walk before it was done (a success, not an error).
+    blank; its content is returned exactly as stored. A thread query (``thread_root =
+    R``) returns R and its direct replies, stopping on reaching R (a blank R is not
+    returned) or the first row below it; when the window fills first, the newest
+    ``window`` replies come back without R. A channel query returns roots and each root's
+    first non-blank reply, and fills the window exactly: fewer than ``window`` messages
+    only when the log ended or ``SCAN_LIMIT`` stopped the walk (then ``partial=True``).
+    ``query.before`` is exclusive (``None``: from the newest row); a ``window`` of 0
+    reads nothing.
 
     Raises:
-        ValidationError: ``query`` is malformed (not a ``SessionQuery``, a negative
-            window, a non-int bound, ...), ``log`` has no ``read_before``, or the log
-            returned something other than a ``SessionPage`` of well-typed ``LogMessage``
-            rows.
-        PageError: A page broke the page contract; the subclass names the first broken
-            rule (``PageTooLarge``, ``EmptyPageCursor``, ``DuplicateSequence``,
-            ``PageOutOfRange``, ``PageNotDescending``, ``CursorDidNotAdvance``,
-            ``CursorAfterOldest``, checked in that order).
-        LogReadError: ``log.read_before`` raised; the original error is the ``__cause__``.
+        ValidationError: A malformed ``query``, a ``log`` without ``read_before``, or a
+            page that is not a ``SessionPage`` of well-typed ``LogMessage`` rows.
+        PageError: The first broken page rule, in the contract's order.
+        LogReadError: ``log.read_before`` raised (the ``__cause__``).
 
-    Cost: reads of 64, 128, 256, then ``PAGE_SIZE`` rows, at most ``SCAN_LIMIT`` rows in
-    all, stopping as soon as no further row can change the answer (window 0, and a thread
-    query with ``before <= R``, read nothing); CPU O(n log n) in the n rows read; no
-    writes, no I/O of its own, never blocks except inside ``log.read_before``.
+    Cost: reads of 64, 128, 256, then ``PAGE_SIZE`` rows, at most ``SCAN_LIMIT`` in all,
+    stopping once no further row can change the answer; CPU O(n log n) in the n rows
+    read; no writes, never blocks except inside ``log.read_before``.
     """
     conversation, before, window = _check_query(query)
     check_log(log)
@@ -112,10 +83,7 @@ def project_session(log: SessionLog, query: SessionQuery) -> Projection:
         rows, partial = [], False
     else:
         rows, partial = _thread(_LogWalk(log, before), conversation.desk, root, window)
-    return Projection(
-        messages=as_messages(rows),
-        partial=partial,
-    )
+    return Projection(messages=as_messages(rows), partial=partial)
 
 
 def _thread(walk: _LogWalk, desk: str, root: int, window: int) -> tuple[list[LogMessage], bool]:
@@ -153,13 +121,11 @@ def _channel(walk: _LogWalk, desk: str, window: int) -> tuple[list[LogMessage], 
             reply = pending.pop(seq, None)
             if reply is not None and parent is None and row.desk == desk:
                 _keep(kept, found, reply, window)
-        if row.desk == desk:
-            content = row.content
-            if not is_blank(content):
-                if parent is None:
-                    _keep(kept, found, row, window)
-                else:  # a reply lying below its parent stays pending forever: never kept
-                    pending[parent] = row
+        if row.desk == desk and not is_blank(row.content):
+            if parent is None:
+                _keep(kept, found, row, window)
+            else:  # a reply lying below its parent stays pending forever: never kept
+                pending[parent] = row
         if len(kept) == window:
             break
     else:
@@ -186,10 +152,8 @@ def _channel(walk: _LogWalk, desk: str, window: int) -> tuple[list[LogMessage], 
                 live.pop(by_reply[next_reply][1], None)
                 next_reply += 1
         parent = row.parent
-        if parent is not None and parent in live and row.desk == desk:
-            content = row.content
-            if not is_blank(content):
-                del live[parent]  # this lower reply comes first, and it is below the window
+        if parent in live and row.desk == desk and not is_blank(row.content):
+            del live[parent]  # this lower reply comes first, and it is below the window
         if not live:
             return _oldest_first(kept, found), False
     return _oldest_first(kept, found), walk.limited
@@ -212,14 +176,7 @@ def _oldest_first(kept: list[int], found: dict[int, LogMessage]) -> list[LogMess
 class _LogWalk:
     """A validated walk over a host log, newest first, bounded by ``SCAN_LIMIT`` rows.
 
-    Iterate it once. Reads are ``MIN_PAGE`` rows, doubling up to ``PAGE_SIZE``, and never
-    more than ``SCAN_LIMIT - scanned``; each page is validated whole before any of its
-    rows is yielded, and the next page is read only when a row beyond the current page is
-    asked for. After the iteration stops by itself, ``ended`` says whether the log ran out
-    and ``limited`` whether ``SCAN_LIMIT`` stopped it.
-
-    Shared by ``project_session`` and ``prepare_delta`` so that the page checks live in
-    one place. Not thread-safe; one walk per fold call.
+    Iterate it once; then ``ended`` says whether the log ran out (see ``limited``).
     """
 
     __slots__ = ("_before", "_log", "ended", "scanned")
@@ -243,7 +200,11 @@ class _LogWalk:
         seen: list[Sequence[LogMessage]] = []
         while self.scanned < SCAN_LIMIT:
             limit = min(ask, SCAN_LIMIT - self.scanned)
-            rows, next_before = _checked_page(_read(self._log, before, limit), before, limit, seen)
+            try:
+                page = self._log.read_before(before, limit)
+            except Exception as exc:
+                raise LogReadError(before, limit) from exc
+            rows, next_before = _checked_page(page, before, limit, seen)
             seen.append(rows)
             self.scanned += len(rows)
             yield from rows
@@ -254,34 +215,10 @@ class _LogWalk:
             ask = min(2 * ask, PAGE_SIZE)
 
 
-def _read(log: SessionLog, before: int | None, limit: int) -> object:
-    """Call ``log.read_before``, wrapping whatever it raises in ``LogReadError``."""
-    try:
-        return log.read_before(before, limit)
-    except Exception as exc:
-        raise LogReadError(before, limit) from exc
-
-
 def _checked_page(
     page: object, before: int | None, limit: int, seen: list[Sequence[LogMessage]]
 ) -> tuple[Sequence[LogMessage], int | None]:
-    """Validate one page in the contract's order and return its rows and cursor.
-
-    Args:
-        page: What ``read_before(before, limit)`` returned.
-        before: The exclusive cursor asked for (``None``: from the newest row).
-        limit: The number of rows asked for.
-        seen: The rows of the earlier pages of this walk.
-
-    Returns:
-        The page's rows (newest first) and its ``next_before``.
-
-    Raises:
-        ValidationError: ``page`` is not a ``SessionPage`` of well-typed ``LogMessage``s.
-        PageError: The first broken page rule, in the contract's order.
-
-    Cost: O(len(page)) when the page is valid.
-    """
+    """Validate what ``read_before(before, limit)`` returned; return its rows and cursor."""
     if not isinstance(page, SessionPage):
         raise ValidationError(f"session log returned {type(page).__name__}; expected a SessionPage")
     rows = page.messages
@@ -342,11 +279,7 @@ def _raise_order_error(
 
 
 def _check_row(row: object, index: int) -> None:
-    """Accept ``row`` if it is a well-typed ``LogMessage`` (subclasses allowed), else raise.
-
-    Raises:
-        ValidationError: Naming the row's position and the first mistyped field.
-    """
+    """Accept a well-typed ``LogMessage`` (subclasses allowed), else ``ValidationError``."""
     where = f"SessionPage.messages[{index}]"
     if not isinstance(row, LogMessage):
         raise ValidationError(f"{where} is a {type(row).__name__}; expected a LogMessage")
@@ -370,25 +303,12 @@ def as_messages(rows: Iterable[LogMessage]) -> list[SessionMessage]:
 
 
 def is_blank(content: str) -> bool:
-    """Return whether ``content`` is blank: ``content.strip() == ""`` (the one rule).
-
-    A blank row qualifies for no view, no delta and no first reply. Written as
-    ``not content or content.isspace()``, the same predicate (both use Python's whitespace
-    definition) without copying the string.
-
-    Cost: O(len(content)) at worst; no allocation.
-    """
+    """Return whether ``content`` is blank (``content.strip() == ""``): every fold's rule."""
     return not content or content.isspace()
 
 
 def check_log(log: object) -> None:
-    """Check that ``log`` has a callable ``read_before`` (a cheap ``SessionLog`` check).
-
-    Raises:
-        ValidationError: It has not.
-
-    Cost: O(1); no reads.
-    """
+    """Raise ``ValidationError`` unless ``log`` has a callable ``read_before``."""
     if not callable(getattr(log, "read_before", None)):
         raise ValidationError(
             f"log must be a SessionLog with a read_before method, got {type(log).__name__}"

@@ -1,19 +1,11 @@
 """Continuous sharing: watermarked deltas of one conversation for one participant.
 
-A :class:`~sharedesk.SharingState` says what a participant has been shown: everything at
-or below its ``watermark``, plus the rows in ``present_above_watermark`` (its own rows the
-host accepted after the watermark). ``prepare_delta`` returns the rows the participant has
-not seen and the state to commit once the turn is durably appended; it never applies the
-state itself, so a crash between the two leaves the watermark behind rather than ahead.
-
-The delta walk reads the log through the same ``_LogWalk`` as ``project_session`` (same
-growing reads, same page checks, same ``SCAN_LIMIT``) and stops at the first row at or
-below the watermark. Which rows qualify:
-
-* a thread (``thread_root = R``): row R and rows whose ``parent == R``;
-* the channel: roots only (rows with no parent), as in the seed; replies reach a channel
-  reader through its threads, or through a full projection after a reinitialize;
-* never a blank row or a row of another desk, nor a row in the present set.
+``prepare_delta`` returns the unseen rows and the state to commit once the turn is
+durably appended; it never applies the state itself, so a crash between the two leaves
+the watermark behind. Its walk is ``project_session``'s ``_LogWalk``, stopped at the
+first row at or below the watermark. A delta offers, in a thread ``R``, row R and the
+rows whose ``parent == R``; in the channel, roots only; never a blank row, a row of
+another desk or one in the present set.
 """
 
 from __future__ import annotations
@@ -44,14 +36,7 @@ from sharedesk.protocol.views import (
 
 
 def initialized_state(conversation: Conversation, watermark: int) -> SharingState:
-    """Return the state of a participant who has been shown everything up to ``watermark``.
-
-    Args:
-        conversation: The conversation the state tracks.
-        watermark: Highest sequence up to which everything was shown (0: nothing).
-
-    Returns:
-        A state with that watermark and an empty present set.
+    """Return the state of a participant shown everything up to ``watermark`` (0: nothing).
 
     Raises:
         ValidationError: ``conversation`` is not a ``Conversation`` or ``watermark`` is
@@ -65,26 +50,15 @@ def initialized_state(conversation: Conversation, watermark: int) -> SharingStat
 
 
 def note_present(state: SharingState, sequence: int) -> SharingState:
-    """Return ``state`` with ``sequence`` recorded as already present for the participant.
+    """Return ``state`` with ``sequence`` (a row the participant wrote) noted as present.
 
-    Use it for a row the participant wrote itself after its watermark (e.g. a message it
-    posted outside a turn), so that the next delta does not offer the row back. The given
-    state is never changed.
-
-    Args:
-        state: The current state.
-        sequence: The row's sequence.
-
-    Returns:
-        A new state holding ``sequence`` in its present set; ``state`` itself when
-        ``sequence`` is at or below the watermark or already present.
+    The next delta does not offer that row back. ``state`` is never changed, and is
+    returned itself when ``sequence`` is at or below the watermark or already present.
 
     Raises:
         ValidationError: ``state`` is not a ``SharingState`` or ``sequence`` not an int.
-        PresentSetTooLarge: ``state`` already holds more than ``PRESENT_SET_LIMIT``
-            sequences (only reachable by bypassing the struct's own check).
-        PresentSetOverflow: ``state`` holds ``PRESENT_SET_LIMIT`` sequences and
-            ``sequence`` would be one more.
+        PresentSetTooLarge: ``state`` already holds more than ``PRESENT_SET_LIMIT``.
+        PresentSetOverflow: ``sequence`` would be one more than ``PRESENT_SET_LIMIT``.
 
     Cost: O(PRESENT_SET_LIMIT) to copy the set; no reads, no writes.
     """
@@ -101,43 +75,22 @@ def note_present(state: SharingState, sequence: int) -> SharingState:
 def prepare_delta(
     log: SessionLog, state: SharingState, query: SharingQuery
 ) -> Delta | Reinitialize:
-    """Return the rows the participant has not seen, or why a full window is needed.
+    """Return the rows the participant has not seen, oldest first, or a ``Reinitialize``.
 
-    Checks, in order: ``query.requested``, ``query.bound`` and ``state.conversation``
-    must all be the same conversation, else ``Reinitialize(CONVERSATION_CHANGED)``;
-    ``query.before`` below the watermark raises ``WatermarkRegression``; ``before`` equal
-    to the watermark returns an empty ``Delta`` with ``state`` itself. None of these
-    reads the log. Otherwise :func:`rows_above_watermark` walks it, and the qualifying
-    rows above the watermark that are not present (see the module header) come back
-    oldest first.
-
-    Note for callers (the Hub): ``before`` is exclusive and becomes the new watermark, so
-    the row at ``before`` itself is claimed as shown without being delivered. A caller
-    that passes ``last_sequence + 1`` therefore claims the row ``last_sequence + 1`` as
-    shown: that is right only when that row will be the participant's own (the reply the
-    turn appends); otherwise the next row anyone appends is never delivered.
-
-    Args:
-        log: The host log, read newest first through ``read_before``.
-        state: The participant's current state; never changed.
-        query: The requested and bound conversations and the exclusive bound ``before``.
-
-    Returns:
-        ``Delta(messages, next_state)`` with ``next_state.watermark == before`` and the
-        present entries at or below ``before`` dropped; or ``Reinitialize``:
-        ``CONVERSATION_CHANGED``, or the reason :func:`rows_above_watermark` gives.
+    ``Reinitialize(CONVERSATION_CHANGED)`` unless ``query.requested``, ``query.bound``
+    and ``state.conversation`` are one conversation; ``before == watermark`` gives an
+    empty ``Delta`` with ``state`` itself (neither reads). Otherwise the walk of
+    :func:`rows_above_watermark`, giving ``Delta(messages, next_state)`` with the present
+    entries at or below ``before`` dropped. ``before`` is exclusive and becomes the new
+    watermark: the row at ``before`` is claimed as shown without being delivered.
 
     Raises:
-        ValidationError: Malformed ``state`` or ``query`` (not the right type, a negative
-            or non-int ``before``), ``log`` without ``read_before``, or as
-            :func:`rows_above_watermark`.
+        ValidationError: A malformed ``state``, ``query``, ``log`` or page.
         PresentSetTooLarge: ``state`` holds more than ``PRESENT_SET_LIMIT`` sequences.
         WatermarkRegression: ``query.before < state.watermark``.
-        PageError: As :func:`rows_above_watermark`.
-        LogReadError: As :func:`rows_above_watermark`.
+        PageError: As ``project_session`` (and ``LogReadError`` when the log raised).
 
-    Cost: the walk of :func:`rows_above_watermark`, none when a check above answers; no
-    writes.
+    Cost: the walk of :func:`rows_above_watermark` (none when a check above answers).
     """
     _check_state(state)
     requested, bound, before = _check_sharing_query(query)
@@ -170,25 +123,12 @@ def delta_messages(
     viewer: SessionAuthor | None = None,
     replies: ReplyIndex | None = None,
 ) -> list[SessionMessage]:
-    """Return what a delta over ``rows`` (every row above the watermark) offers.
+    """Return what a delta over ``rows`` (oldest first, all above the watermark) offers.
 
-    The rows that qualify are those of the module header. With ``replies`` (the turn
-    planner), a channel delta also offers each reply that is its root's first non-blank
-    reply, wherever the root lies, and with ``viewer`` the viewer's own rows (same
-    participant, labels ignored) are left out.
-
-    Args:
-        rows: The rows above the watermark, oldest first (``rows_above_watermark``).
-        state: The participant's state (its present set is left out).
-        conversation: The channel or thread.
-        viewer: Whose rows to leave out, or ``None``.
-        replies: The first-reply index, asked once for the parents of the channel's
-            candidate replies (never when there are none), or ``None``: roots only.
-
-    Returns:
-        The offered rows, oldest first.
-
-    Cost: O(len(rows)); at most one ``replies.first_replies`` call; no reads of the log.
+    The rows of the module header, minus ``state``'s present set. With ``replies`` (the
+    turn planner), a channel delta also offers each reply that is its root's first
+    non-blank reply (one ``first_replies`` call, none without candidates); with
+    ``viewer``, the viewer's own rows (labels ignored) are left out. Cost: O(len(rows)).
     """
     desk = conversation.desk
     root = conversation.thread_root
@@ -222,36 +162,12 @@ def delta_messages(
 def rows_above_watermark(
     log: SessionLog, before: int, watermark: int, *, log_ends_at_watermark: bool = False
 ) -> list[LogMessage] | Reinitialize:
-    """Walk ``log`` newest first from ``before`` down to ``watermark``; return the rows above it.
+    """Walk ``log`` from ``before`` to ``watermark``; return the rows above it, oldest first.
 
-    The walk every delta takes (``prepare_delta``, the turn planner): the log walk of
-    :mod:`sharedesk.projection.session`, stopped at the first row at or below
-    ``watermark``.
-
-    Args:
-        log: The host log, read newest first through ``read_before``.
-        before: The exclusive upper bound (greater than ``watermark``).
-        watermark: Everything at or below it has been shown.
-        log_ends_at_watermark: What a log that ends above ``watermark`` means. ``False``
-            (the seed's rule): the rows up to the watermark are unavailable, so
-            ``Reinitialize(WATERMARK_UNAVAILABLE)``. ``True``: the log holds nothing at
-            or below the watermark that a delta could need (a caller that knows the
-            log is the whole history, e.g. a desk whose first turn came before its
-            first row), so the walk has seen every row above it and returns them.
-
-    Returns:
-        Every row read above ``watermark``, oldest first; or ``Reinitialize`` with
-        ``GAP_TOO_LARGE`` (``SCAN_LIMIT`` rows read first) or ``WATERMARK_UNAVAILABLE``
-        (the log ended first, ``log_ends_at_watermark`` off; this wins when the page
-        that reaches ``SCAN_LIMIT`` also ends the log, and is the answer for a watermark
-        of 0 once the log has rows above it).
-
-    Raises:
-        ValidationError: A page that is not a ``SessionPage`` of well-typed rows.
-        PageError: A page broke the page contract (as in ``project_session``).
-        LogReadError: ``log.read_before`` raised; the original error is the ``__cause__``.
-
-    Cost: the walk's reads (as in ``project_session``); CPU O(rows read); no writes.
+    ``Reinitialize(GAP_TOO_LARGE)`` when ``SCAN_LIMIT`` rows come first. A log that ends
+    first gives ``WATERMARK_UNAVAILABLE`` (even when that page reaches ``SCAN_LIMIT``),
+    unless ``log_ends_at_watermark`` (the turn planner: the log is the whole history).
+    Raises as ``project_session``; costs its walk's reads.
     """
     walk = _LogWalk(log, before)
     rows: list[LogMessage] = []
@@ -260,18 +176,16 @@ def rows_above_watermark(
             break
         rows.append(row)
     else:
-        if walk.ended:
-            if log_ends_at_watermark:
-                rows.reverse()
-                return rows
+        if not walk.ended:
+            return Reinitialize(reason=ReinitializeReason.GAP_TOO_LARGE)
+        if not log_ends_at_watermark:
             return Reinitialize(reason=ReinitializeReason.WATERMARK_UNAVAILABLE)
-        return Reinitialize(reason=ReinitializeReason.GAP_TOO_LARGE)
     rows.reverse()
     return rows
 
 
-def _check_state(state: object) -> SharingState:
-    """Return ``state`` if it is a well-formed ``SharingState``."""
+def _check_state(state: object) -> None:
+    """Raise unless ``state`` is a well-formed ``SharingState``."""
     if not isinstance(state, SharingState):
         raise ValidationError(f"state must be a SharingState, got {type(state).__name__}")
     check_conversation(state.conversation, "state.conversation")
@@ -283,7 +197,6 @@ def _check_state(state: object) -> SharingState:
         )
     if len(present) > PRESENT_SET_LIMIT:
         raise PresentSetTooLarge(PRESENT_SET_LIMIT, len(present))
-    return state
 
 
 def _check_sharing_query(query: object) -> tuple[Conversation, Conversation, int]:

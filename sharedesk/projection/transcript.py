@@ -1,31 +1,19 @@
 """``TranscriptBuilder``: a session's transcript built from events or a store, and continued.
 
-The fold's rules (order, roles, streaming, tool pairing, truncation) are stated once, in
-:mod:`sharedesk.projection.messages`. This module checks the arguments, reads the store
-and keeps where the fold stopped. Pure, like the rest of ``sharedesk.projection``: no
-clock, lock or logger.
+The fold's rules are in :mod:`sharedesk.projection.messages`; this module checks the
+arguments, reads the store and keeps where the fold stopped.
 
-**Reading from the tail.** ``from_store`` with ``limit`` reads only the newest ``limit``
-events. With a message or character budget it reads the session newest first, in pages
-(``FIRST_PAGE`` events, doubling to ``MAX_PAGE``), and stops as soon as the events read
-already decide the kept suffix: the budgets cut at least one message of them and every
-tool result read found its call. The messages kept are then exactly those a fold of the
-whole session would keep (the only message that can differ, the oldest one read, whose
-stream may begin further back, is among those cut). Only ``cut_pending_calls`` may miss
-calls that lie beyond what was read.
+**Reading from the tail.** With a budget, ``from_store`` reads newest first in pages
+(``FIRST_PAGE`` events, doubling to ``MAX_PAGE``) until the events read decide the kept
+suffix: the budgets cut at least one message of them and every tool result read found
+its call. Only the oldest message read can differ from a fold of the whole session (its
+stream may begin further back), and it is cut.
 
-**Continuing.** ``update_from_store`` continues the fold from where it stopped, without
-re-reading anything at or below ``transcript.last_sequence``. What it needs beyond the
-messages is kept in the transcript's private
-:class:`~sharedesk.protocol.transcripts.TranscriptFold` (``Transcript.metadata`` is left
-to the caller). Without budgets, updating a transcript gives exactly what a fresh
-``from_store`` gives. With budgets it truncates the kept messages plus the new ones,
-which gives the same result as a fresh build except in one case: an open streamed
-message that had alone exceeded the character budget (and so was cut, with everything
-before it) and is then closed by a shorter ``Text``; the fresh build may keep older
-messages that the update no longer has. A later result to a call that truncation cut
-(``TranscriptFold.cut_pending_calls``) is dropped with everything before it, exactly as
-a fresh build would drop the pair.
+**Continuing.** ``update_from_store`` resumes from the transcript's private
+:class:`~sharedesk.protocol.transcripts.TranscriptFold`. With budgets it truncates the
+kept messages plus the new ones: a fresh build differs only when an open stream that
+alone exceeded the character budget (so was cut with everything before it) is closed by
+a shorter ``Text``, and may then keep older messages.
 """
 
 from __future__ import annotations
@@ -63,16 +51,12 @@ MAX_PAGE: Final = 4096
 
 
 class TranscriptBuilder:
-    """Builds a session's :class:`~sharedesk.Transcript` from its events.
+    """Builds a session's :class:`~sharedesk.Transcript` from its events (static methods).
 
-    A namespace of static methods; it holds no state. The fold's rules are in
-    :mod:`sharedesk.projection.messages`. Every method takes the truncation budgets
-    (``**budgets``; each ``None`` or left out: unbounded): ``max_messages`` keeps at most
-    that many of the newest messages, ``max_chars`` at most that many characters
-    (:meth:`message_chars`), ``max_tokens_approx`` at most 4 times that many characters.
-    A malformed argument raises ``ValidationError`` before anything is read: a viewer
-    that is not an author, a budget that is not a non-negative int or ``None``, a
-    malformed session id.
+    The rules are in :mod:`sharedesk.projection.messages`. Every method takes the budgets
+    ``max_messages``, ``max_chars`` (:meth:`message_chars`) and ``max_tokens_approx`` (4
+    characters a token), each unbounded when ``None`` or left out. A malformed argument
+    raises ``ValidationError`` before anything is read.
     """
 
     role_of = staticmethod(role_of)
@@ -86,31 +70,20 @@ class TranscriptBuilder:
         viewer: SessionAuthor | None = None,
         **budgets: Unpack[Budgets],
     ) -> Transcript:
-        """Fold ``events`` into a transcript, as seen by ``viewer``.
+        """Fold ``events`` (in any order; never changed) into a transcript for ``viewer``.
 
-        Args:
-            events: The events, in any order. Never changed.
-            session_id: The session the events belong to; required, since events carry
-                no session id.
-            viewer: Whose transcript it is (roles are relative to it), or ``None``.
-
-        Returns:
-            The transcript. ``last_sequence`` and ``last_timestamp`` are the highest and
-            latest among all ``events`` (``None`` when none has one), whatever the
-            truncation cut.
+        ``session_id`` is required (events carry none). ``last_sequence`` and
+        ``last_timestamp`` are the highest and latest among all ``events``, whatever the
+        truncation cut.
 
         Raises:
             ValidationError: ``session_id`` missing; ``events`` not events; a tool input
                 or output that cannot be encoded as JSON while a character budget is set.
 
-        Cost: O(n log n) for n events, plus one JSON encoding of each tool input and
-        output counted against a character budget; no I/O, never blocks.
+        Cost: O(n log n) for n events; no I/O.
         """
         if session_id is None:
-            raise ValidationError(
-                "session_id is required: events carry no session id, so from_events "
-                "needs it as an argument"
-            )
+            raise ValidationError("session_id is required: events carry no session id")
         checked_id = check_session_id(session_id)
         checked_viewer = check_optional_author(viewer, "viewer")
         budget = Budget(**budgets)
@@ -126,29 +99,17 @@ class TranscriptBuilder:
         exclude_run_id: str | None = None,
         **budgets: Unpack[Budgets],
     ) -> Transcript:
-        """Read a session's newest events from ``store`` and fold them (see :meth:`from_events`).
+        """Read a session's newest events from ``store`` and fold them (as :meth:`from_events`).
 
-        Args:
-            store: The event store.
-            session_id: The session.
-            limit: Read only the newest ``limit`` events (``None``: all). A result whose
-                call lies beyond the limit gives no message.
-            viewer: As in :meth:`from_events`.
-            exclude_run_id: Leave out the events of this run (they do not count toward
-                ``limit``): a run's replay of the rest of its session.
-
-        Returns:
-            The transcript; ``last_sequence`` is the newest sequence among the events
-            kept (``None`` when none is, e.g. ``limit`` is 0).
+        ``limit`` reads only the newest ``limit`` events; ``exclude_run_id`` leaves out
+        that run's events (not counted toward ``limit``): a run's replay of its session.
 
         Raises:
             ValidationError: As in :meth:`from_events`.
-            StoreError: Whatever the store's ``read`` raises (e.g. ``StoreClosedError``).
+            StoreError: Whatever the store's ``read`` raises.
 
-        Cost: with a budget or ``limit``, reads newest first and stops at ``limit``
-        events or once the budgets are met (pages of 256 events, doubling; each page
-        refolds what was read, so O(n) for the n events read); with neither, one read of
-        the whole session. Then the fold of :meth:`from_events`; no writes.
+        Cost: with a budget or ``limit``, reads newest first (pages of 256 events,
+        doubling) until they are met, else one read of the whole session; no writes.
         """
         checked_id = check_session_id(session_id)
         checked_limit = check_optional_int("limit", limit)
@@ -169,30 +130,18 @@ class TranscriptBuilder:
         viewer: SessionAuthor | None = None,
         **budgets: Unpack[Budgets],
     ) -> Transcript:
-        """Extend ``transcript`` with the session's events after its ``last_sequence``.
+        """Extend ``transcript`` (never changed) with the events after its ``last_sequence``.
 
-        An open streamed message continues across the boundary, and the budgets apply
-        to the kept messages plus the new ones (the module docstring says when that
-        differs from a fresh :meth:`from_store`). ``transcript`` must come from this
-        builder, for the same ``viewer`` (or be built by hand, without fold state), and
-        from stored events of the session.
-
-        Args:
-            store: The event store holding ``transcript.session_id``.
-            transcript: The transcript to extend; never changed.
-            viewer: The viewer it was built for.
-
-        Returns:
-            The extended transcript; ``last_sequence``/``last_timestamp`` cover the old
-            and the new events.
+        An open streamed message continues across the boundary, and the budgets apply to
+        the kept messages plus the new ones. ``transcript`` must come from this builder
+        for the same ``viewer`` (or be built by hand, without fold state).
 
         Raises:
-            ValidationError: ``transcript`` is not a Transcript, or was built for
-                another viewer, or its fold state is malformed.
+            ValidationError: ``transcript`` is not a Transcript, was built for another
+                viewer, or its fold state is malformed.
             StoreError: Whatever the store's ``read`` raises.
 
-        Cost: one ``store.read`` of the events after ``last_sequence`` (all events when
-        it is ``None``), then a fold of those plus the kept messages; no writes.
+        Cost: one ``store.read`` of the events after ``last_sequence``; no writes.
         """
         if not isinstance(transcript, Transcript):
             raise ValidationError(
@@ -235,10 +184,7 @@ def _finish(
     last_sequence: int | None,
     last_timestamp: datetime | None,
 ) -> Transcript:
-    """Truncate the fold's messages and record where it stopped.
-
-    ``last_sequence``/``last_timestamp`` are those of what was folded before ``events``.
-    """
+    """Truncate the fold's messages and record where it stopped (after ``last_sequence``)."""
     messages, open_text, open_run = fold.finish()
     kept, still_cut = truncate(messages, cut_calls, budget)
     sequences = [event.sequence for event in events if event.sequence is not None]
@@ -257,11 +203,7 @@ def _finish(
 
 
 def _resume(transcript: Transcript, viewer: SessionAuthor | None) -> tuple[MessageFold, list[str]]:
-    """Return the fold ``transcript`` stopped at and the calls it cut, checked.
-
-    Raises:
-        ValidationError: Fold state built for another viewer, or malformed.
-    """
+    """Return the fold ``transcript`` stopped at and the calls it cut, checked."""
     state = transcript._fold
     if state is None:
         return MessageFold(viewer, transcript.messages), []
@@ -301,15 +243,6 @@ def _resume(transcript: Transcript, viewer: SessionAuthor | None) -> tuple[Messa
     return MessageFold(viewer, messages, open_text, run, cut_calls), list(cut_calls)
 
 
-def _decided(
-    events_newest_first: list[Event], viewer: SessionAuthor | None, budget: Budget
-) -> bool:
-    """Whether the events read so far decide the suffix a budget keeps (see the module doc)."""
-    fold = MessageFold(viewer)
-    fold.add_all(events_newest_first[::-1])
-    return not fold.orphans and budget.oldest_kept(fold.finish()[0]) > 0
-
-
 def _read(
     store: EventStore,
     session_id: str,
@@ -345,8 +278,11 @@ def _read(
         before = rows[-1].sequence
         if before is None or before <= 1:
             break
-        if budget.bounded and _decided(kept, viewer, budget):
-            break
+        if budget.bounded:
+            fold = MessageFold(viewer)
+            fold.add_all(kept[::-1])
+            if not fold.orphans and budget.oldest_kept(fold.finish()[0]) > 0:
+                break  # the events read decide the kept suffix (see the module header)
         page = min(page * 2, MAX_PAGE)
     kept.reverse()
     return kept

@@ -1,35 +1,23 @@
 """The synchronous executor: a run's reads, writes and waiting, over the run-index port.
 
-Rules it keeps (the pure ones are in :mod:`sharedesk.runs.rules`):
-
-* **Reads cost the answer, not the history.** The store's run-index port
-  (:class:`~sharedesk.protocol.ports.RunIndexStore`: every store and the ``Hub``) folds
-  each session's state as events are appended and indexes each run's events, so a
-  session is one lookup and a run its own events; a replay reads the newest events its
-  budget needs, from the tail (``TranscriptBuilder.from_store``).
-* **A busy desk never fails a run.** ``emit`` appends with ``unless_stored`` naming the
-  run's ``<hex>.finished``: the store checks, inside its write transaction, only that
-  the run has not finished, never the desk's last sequence, so rows others append
-  meanwhile cannot refuse it. Emitting into a finished run raises ``RunStateError``:
-  nothing ever lands after a run's ``RunFinished``.
-* **Streaming.** ``emit`` of a ``TextDelta`` returns at once, unstamped: chunks are
-  buffered and appended, in order, with the run's next other event, or once they are
-  more than ``STREAM_FLUSH_S`` old or ``STREAM_FLUSH_CHUNKS`` many, joined by
-  :func:`~sharedesk.runs.rules.coalesce_chunks`. A crash mid-stream loses only chunks
-  not yet appended, never an acknowledged event.
-* **Cancellation crosses threads through the store.** ``cancel_run`` appends the run's
-  ``RunFinished(status="cancelled")``; the thread executing the run polls the session's
-  state (5 ms, doubling to at most 100 ms) and stops waiting when it sees it.
-* **Adapters run in a worker thread** (a daemon thread per execution), so a timeout or a
-  cancel returns promptly. An adapter still running then is abandoned, not killed: it
-  runs to its end, and each event it emits is refused.
+* A busy desk never fails a run: ``emit`` appends with ``unless_stored`` naming the run's
+  ``<hex>.finished``, so rows others append cannot refuse it, and nothing ever lands
+  after a run's ``RunFinished`` (``RunStateError``).
+* ``emit`` buffers a ``TextDelta`` and returns it unstamped; chunks are appended with the
+  run's next other event, or once ``STREAM_FLUSH_S`` old or ``STREAM_FLUSH_CHUNKS`` many.
+* Cancellation crosses threads through the store: the executing thread polls the
+  session's state (5 ms, doubling to 100 ms) for the run's ``RunFinished``.
+* The adapter runs on a daemon worker thread, so a timeout or a cancel returns promptly;
+  an adapter still running then is abandoned, and each event it emits is refused.
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 import threading
 import time
+import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -38,6 +26,7 @@ import msgspec
 
 from sharedesk.projection.transcript import TranscriptBuilder
 from sharedesk.protocol._log import logger
+from sharedesk.protocol.authors import SessionAuthor
 from sharedesk.protocol.errors import (
     AlreadyStored,
     RunCancelled,
@@ -56,11 +45,11 @@ from sharedesk.protocol.events import (
     Text,
     TextDelta,
 )
-from sharedesk.protocol.ports import RunIndexStore
+from sharedesk.protocol.ports import EventStore, RunIndexStore
 from sharedesk.protocol.sessions import SESSION_STARTED_ID
 from sharedesk.protocol.validation import check_session_id
 from sharedesk.runs import rules
-from sharedesk.runs.rules import RunOptions
+from sharedesk.runs.rules import NO_OPTS, RunOptions
 from sharedesk.runs.types import AdapterResult, Run, RunResult, Session
 
 _FIRST_POLL_S: Final = 0.005
@@ -68,11 +57,7 @@ _MAX_POLL_S: Final = 0.1
 
 
 def run_index(store: Any) -> RunIndexStore:
-    """Return ``store`` as the run-index port.
-
-    Raises:
-        ValidationError: It lacks ``run_events`` or ``session_state``.
-    """
+    """Return ``store`` as the run-index port (``ValidationError`` when it is not one)."""
     if callable(getattr(store, "run_events", None)) and callable(
         getattr(store, "session_state", None)
     ):
@@ -83,14 +68,14 @@ def run_index(store: Any) -> RunIndexStore:
     )
 
 
-def read_session(store: Any, session_id: str) -> Session:
-    """Return the session's folded state. Cost: one lookup; no writes."""
+def get_session(store: EventStore, session_id: str) -> Session:
+    """Return a session folded from its events (one lookup); ``ValidationError``: a bad id."""
     check_session_id(session_id)
     return rules.session_of(session_id, run_index(store).session_state(session_id))
 
 
-def read_run(store: Any, run_id: str) -> Run:
-    """Return the run folded from its own events. Raises ``RunNotFound``."""
+def get_run(store: EventStore, run_id: str) -> Run:
+    """Return a run folded from its own events (one read); ``RunNotFound``: no such run."""
     _, session_id = rules.parse_run_id(run_id)
     check_session_id(session_id)
     run = rules.fold_run(run_id, run_index(store).run_events(session_id, run_id))
@@ -99,9 +84,21 @@ def read_run(store: Any, run_id: str) -> Run:
     return run
 
 
-def start_session(store: Any, session_id: str, metadata: Any) -> Session:
-    """Append ``SessionStarted(metadata)`` (see ``SessionManager.start_session``)."""
-    check_session_id(session_id)
+def start_session(
+    store: EventStore, *, session_id: str | None = None, metadata: Mapping[str, Any] = NO_OPTS
+) -> Session:
+    """Start a session (a fresh uuid4 hex id when ``None``) by appending ``SessionStarted``.
+
+    Starting it again with equal metadata is a no-op; the metadata key
+    ``"provider_sessions"`` is reserved.
+
+    Raises:
+        ValidationError: A bad session id or metadata, or the session was already
+            started with other metadata; nothing was written.
+
+    Cost: one append of one event, then one lookup of the session's state.
+    """
+    session_id = uuid.uuid4().hex if session_id is None else check_session_id(session_id)
     if not isinstance(metadata, Mapping):
         raise ValidationError(f"metadata must be a mapping, got {type(metadata).__name__}")
     if "provider_sessions" in metadata:
@@ -118,11 +115,23 @@ def start_session(store: Any, session_id: str, metadata: Any) -> Session:
             f"({stored.body.metadata!r})"
         )
     logger().debug("session.started", session_id=session_id)
-    return read_session(store, session_id)
+    return get_session(store, session_id)
 
 
-def start_run(store: Any, session_id: str, input: Any, author: Any) -> Run:
-    """Append a new run's input rows (see ``SessionManager.start_run``)."""
+def start_run(
+    store: EventStore, session_id: str, input: Any, *, author: SessionAuthor = rules.OPERATOR
+) -> Run:
+    """Create a pending run by appending its input rows (the session need not be started).
+
+    ``input`` is a prompt string, or a list of ``{"role", "content"}`` dicts: role
+    ``"user"`` is stored as a ``Text`` by ``author``, role ``"system"`` as a ``Text`` by
+    ``System(kind="prompt", label="system")``.
+
+    Raises:
+        ValidationError: A bad session id, input or author; nothing was written.
+
+    Cost: one append of ``len(input)`` events.
+    """
     check_session_id(session_id)
     run_id = rules.new_run_id(session_id)
     events = rules.input_events(run_id, input, author)
@@ -135,14 +144,36 @@ def start_run(store: Any, session_id: str, input: Any, author: Any) -> Run:
 
 def finish(store: Any, run_id: str, body: RunFinished) -> tuple[Event, bool]:
     """Append the run's ``RunFinished``; return it as stored and whether ours won."""
-    event = rules.finish_event(run_id, body)
+    writer = uuid.uuid4().hex
+    event = Event(
+        rules.LIFECYCLE_AUTHOR,
+        body,
+        id=rules.finished_id(run_id),
+        run_id=run_id,
+        metadata={"writer": writer},
+    )
     stored = run_index(store).append(rules.parse_run_id(run_id)[1], [event])[0]
-    return stored, stored.metadata.get("writer") == event.metadata["writer"]
+    return stored, stored.metadata.get("writer") == writer
 
 
-def cancel_run(store: Any, run_id: str) -> Run:
-    """Cancel a pending or running run (see ``SessionManager.cancel_run``)."""
-    run = read_run(store, run_id)
+def cancel_run(store: EventStore, session_or_run_id: str, run_id: str | None = None) -> Run:
+    """Cancel a pending or running run: ``cancel_run(store, [session_id,] run_id)``.
+
+    Appends its ``RunFinished(status="cancelled")``; a thread executing the run sees it
+    within 100 ms and raises ``RunCancelled``. Safe from any thread or process.
+
+    Raises:
+        RunNotFound: No such run (or ``session_id`` is not the run's session).
+        RunStateError: The run had already finished (``action="cancel"``, with the
+            status it finished with); nothing was written.
+
+    Cost: a read of the run's own events, then one append.
+    """
+    if run_id is None:
+        run_id = session_or_run_id
+    elif rules.parse_run_id(run_id)[1] != session_or_run_id:
+        raise RunNotFound(run_id)
+    run = get_run(store, run_id)
     if run.status not in ("pending", "running"):
         raise RunStateError(run_id, run.status, "cancel")
     cancelled = RunFinished(status="cancelled", error_code="cancelled", error_message="cancelled")
@@ -167,35 +198,21 @@ def try_cancel(store: Any, run_id: str) -> None:
 def prepare(
     store: Any, adapter: Any, run_id: str, options: RunOptions
 ) -> tuple[Execution, Run, Session]:
-    """Claim a pending run: read it, build its context, append its ``RunStarted``.
+    """Claim a pending run; return its execution, and the run and session the adapter gets.
 
-    Returns:
-        The execution (its emit takes the adapter's events), and the run and the session
-        as the adapter gets them.
-
-    Raises:
-        RunNotFound: No such run.
-        RunStateError: The run is not pending, or another execution claimed it first.
+    Raises ``RunNotFound``, or ``RunStateError`` when the run is not pending or was claimed.
     """
-    run = read_run(store, run_id)
+    run = get_run(store, run_id)
     index = run_index(store)
     session_id = run.session_id
-    session = read_session(index, session_id)
+    session = get_session(index, session_id)
     if run.status != "pending":
         raise RunStateError(run_id, run.status, "execute")
     claim, mode = rules.plan_claim(run, session, adapter, options)
     context: dict[str, Any] = {"continuation": mode}
     if mode == "replay":
-        budget = options.budget
         context["transcript"] = TranscriptBuilder.from_store(
-            index,
-            session_id,
-            limit=budget.get("limit"),
-            viewer=options.viewer,
-            max_messages=budget.get("max_messages"),
-            max_chars=budget.get("max_chars"),
-            max_tokens_approx=budget.get("max_tokens_approx"),
-            exclude_run_id=run_id,
+            index, session_id, viewer=options.viewer, exclude_run_id=run_id, **options.budget
         )
     stored = index.append(session_id, [claim])[0]
     if stored.metadata != claim.metadata:
@@ -305,11 +322,7 @@ class Execution:
             return won
 
     def drive(self, call: Callable[[], Any], provider: str, timeout: float | None) -> RunResult:
-        """Run ``call`` (the adapter) on a worker thread; wait; finish the run once.
-
-        Raises:
-            RunTimeout, RunFailed, RunCancelled, RunStateError: As ``execute_run``.
-        """
+        """Run ``call`` (the adapter) on a worker thread; wait; finish the run once."""
 
         def work() -> None:
             try:
@@ -336,22 +349,17 @@ class Execution:
 
     def _wait(self, timeout: float | None) -> RunResult:
         log = logger().bind(session_id=self.session_id, run_id=self.run_id)
-        deadline = None if timeout is None else time.monotonic() + timeout
+        deadline = math.inf if timeout is None else time.monotonic() + timeout
         interval = _FIRST_POLL_S
         while True:
             with self.lock:
                 self._learn_finished()
             if self.finished is not None:
                 break
-            wait = (
-                interval
-                if deadline is None
-                else max(0.0, min(interval, deadline - time.monotonic()))
-            )
-            if self.done.wait(wait):
+            if self.done.wait(max(0.0, min(interval, deadline - time.monotonic()))):
                 break
             interval = min(interval * 2, _MAX_POLL_S)
-            if deadline is not None and time.monotonic() >= deadline and not self.done.is_set():
+            if time.monotonic() >= deadline and not self.done.is_set():
                 assert timeout is not None
                 message = f"no result within {timeout} s"
                 if self.finish(RunFinished("timeout", error_code="timeout", error_message=message)):

@@ -1,153 +1,60 @@
 """SessionManager: the façade of the runs layer (sessions and runs as folds over events).
 
-The rules are in :mod:`sharedesk.runs.rules` (pure), the synchronous executor in
-:mod:`sharedesk.runs.execute`, the asynchronous one in :mod:`sharedesk.runs.aio`; this
-module only checks a call's options (before anything is written) and hands it on.
+The rules are in :mod:`sharedesk.runs.rules`, the executors in :mod:`sharedesk.runs.execute`
+and :mod:`sharedesk.runs.aio`; this module checks a call's options and hands it on.
 """
 
 from __future__ import annotations
 
 import asyncio
-import uuid
-from collections.abc import Mapping
-from typing import Any
+from typing import Any, Unpack
 
 from sharedesk.protocol.authors import SessionAuthor
-from sharedesk.protocol.errors import RunNotFound
 from sharedesk.protocol.ports import EventStore
-from sharedesk.protocol.validation import check_session_id
 from sharedesk.runs import aio, execute, rules
-from sharedesk.runs.rules import NO_OPTS, OPERATOR
-from sharedesk.runs.types import Adapter, Run, RunResult, Session
+from sharedesk.runs.rules import OPERATOR, ExecuteOptions
+from sharedesk.runs.types import Adapter, RunResult
 
 
 def _start_once(store: Any, session_id: str | None, input: Any, author: SessionAuthor) -> str:
     if session_id is None:
-        session_id = execute.start_session(store, uuid.uuid4().hex, NO_OPTS).id
-    return execute.start_run(store, session_id, input, author).id
+        session_id = execute.start_session(store).id
+    return execute.start_run(store, session_id, input, author=author).id
 
 
 class SessionManager:
     """Sessions and runs over any store with the run-index port (every store, a ``Hub``).
 
-    All methods are static: the manager keeps no state of its own; everything it knows
-    it folds from the store. Every check of a call's arguments comes before its first
-    write: a refused call writes nothing.
+    All methods are static: everything the manager knows it folds from the store. Every
+    check of a call's arguments comes before its first write: a refused call writes nothing.
     """
 
-    @staticmethod
-    def start_session(
-        store: EventStore, *, session_id: str | None = None, metadata: Mapping[str, Any] = NO_OPTS
-    ) -> Session:
-        """Start a session by appending its ``SessionStarted(metadata)`` event.
-
-        Starting the same session again with equal metadata is a no-op.
-
-        Args:
-            store: The store (or Hub).
-            session_id: The session id; a fresh uuid4 hex when ``None``.
-            metadata: JSON-like metadata; the key ``"provider_sessions"`` is reserved.
-
-        Returns:
-            The session, folded from all its events.
-
-        Raises:
-            ValidationError: A bad session id or metadata, or the session was already
-                started with other metadata; nothing was written.
-
-        Cost: one append of one event, then one lookup of the session's state.
-        """
-        sid = uuid.uuid4().hex if session_id is None else check_session_id(session_id)
-        return execute.start_session(store, sid, metadata)
-
-    @staticmethod
-    def get_session(store: EventStore, session_id: str) -> Session:
-        """Return a session folded from its events (a session with no events is idle).
-
-        ``metadata`` is the ``SessionStarted`` metadata plus ``provider_sessions``, one
-        entry per provider from the latest ``RunStarted`` that carried a provider session
-        id; ``status`` is ``"active"`` while a run is pending or running, else ``"idle"``.
-
-        Raises:
-            ValidationError: A bad session id.
-
-        Cost: one lookup of the session's folded state; no writes.
-        """
-        return execute.read_session(store, session_id)
-
-    @staticmethod
-    def start_run(
-        store: EventStore, session_id: str, input: Any, *, author: SessionAuthor = OPERATOR
-    ) -> Run:
-        """Create a pending run by appending its input rows.
-
-        The session need not have been started (any session id works, e.g. a Hub desk).
-
-        Args:
-            store: The store (or Hub).
-            session_id: The session.
-            input: A prompt string, or a list of ``{"role", "content"}`` dicts with role
-                ``"user"`` (stored as a ``Text`` by ``author``) or ``"system"`` (stored
-                as a ``Text`` by ``System(kind="prompt", label="system")``).
-            author: Who asks: the author of the ``"user"`` input rows.
-
-        Returns:
-            The pending run.
-
-        Raises:
-            ValidationError: A bad session id, input or author; nothing was written.
-
-        Cost: one append of ``len(input)`` events.
-        """
-        return execute.start_run(store, session_id, input, author)
-
-    @staticmethod
-    def get_run(store: EventStore, run_id: str) -> Run:
-        """Return a run folded from its events.
-
-        Raises:
-            RunNotFound: No such run.
-
-        Cost: a read of the run's own events; no writes.
-        """
-        return execute.read_run(store, run_id)
+    # The reads and writes of sessions and runs are the executor's (documented there).
+    start_session = staticmethod(execute.start_session)
+    get_session = staticmethod(execute.get_session)
+    start_run = staticmethod(execute.start_run)
+    get_run = staticmethod(execute.get_run)
+    cancel_run = staticmethod(execute.cancel_run)
 
     @staticmethod
     def execute_run(
-        store: EventStore,
-        adapter: Adapter,
-        run_id: str,
-        *,
-        continuation: str | bool = False,
-        continuation_opts: Mapping[str, Any] | None = NO_OPTS,
-        adapter_opts: Mapping[str, Any] | None = NO_OPTS,
+        store: EventStore, adapter: Adapter, run_id: str, **options: Unpack[ExecuteOptions]
     ) -> RunResult:
-        """Execute a pending run with ``adapter`` and record its life as events.
-
-        Continuation: ``False`` gives the adapter no transcript; ``"replay"`` puts the
-        transcript of the session's events (all but this run's own, so its input is not
-        duplicated) in ``session.context["transcript"]``, seen by the adapter's author
-        (``adapter.author``, else ``Agent(id=adapter.name, label=adapter.name)``) and cut
-        by ``continuation_opts`` (``limit`` keeps the newest events; ``max_messages``,
-        ``max_chars``, ``max_tokens_approx`` bound the messages, read from the tail
-        until they are met); ``"native"`` lets the adapter continue
-        ``session.metadata["provider_sessions"][adapter.name]`` (its ``RunStarted``
-        names that provider session); ``"auto"`` is native when the adapter can and a
-        provider session id is stored, else replay. ``session.context["continuation"]``
-        names the mode used.
+        """Execute a pending run with ``adapter`` (on a worker thread), recording it as events.
 
         Args:
             store: The store (or Hub).
-            adapter: The adapter; its synchronous ``execute`` runs in a worker thread.
+            adapter: The adapter.
             run_id: A pending run.
-            continuation: ``False``, ``"auto"``, ``"replay"`` or ``"native"``.
-            continuation_opts: ``limit``, ``max_messages``, ``max_chars``,
-                ``max_tokens_approx`` (ints or ``None``).
-            adapter_opts: Passed to ``adapter.execute`` unchanged (``None``: an empty
-                dict); ``"timeout"`` (seconds) bounds the run.
-
-        Returns:
-            The run's result.
+            continuation: ``False`` (default: no transcript); ``"replay"``: the session's
+                other events as a transcript for the adapter's author, in
+                ``session.context["transcript"]``; ``"native"``: the adapter continues
+                ``session.metadata["provider_sessions"][adapter.name]``; ``"auto"``: native
+                when the adapter can and a provider session is stored, else replay.
+            continuation_opts: The replay's ``limit`` (newest events) and
+                ``max_messages``, ``max_chars``, ``max_tokens_approx`` (ints or ``None``).
+            adapter_opts: Passed to ``adapter.execute`` unchanged (``None``: ``{}``);
+                ``"timeout"`` (seconds) bounds the run.
 
         Raises:
             ValidationError: Not an adapter (or one whose ``execute`` is a coroutine
@@ -157,20 +64,15 @@ class SessionManager:
             RunStateError: The run is not pending (already executed or cancelled).
             RunTimeout: The adapter overran ``adapter_opts["timeout"]``; recorded as
                 ``"timeout"``; the adapter thread is abandoned.
-            RunFailed: The adapter raised (chained as ``__cause__``); recorded as
-                ``"failed"``.
+            RunFailed: The adapter raised (chained as ``__cause__``); recorded as ``"failed"``.
             RunCancelled: ``cancel_run`` cancelled it while it ran.
 
-        Cost: a read of the run's own events and one lookup of the session's state, plus
-        for a replay the newest events its budget needs; one append each for
-        ``RunStarted``, each emitted event (buffered ``TextDelta`` chunks join the next
-        one) and ``RunFinished``; while waiting, one state lookup every 5-100 ms. Blocks
-        until the run ends.
+        Cost: a read of the run's own events, one session lookup, for a replay the newest
+        events its budget needs; one append each for ``RunStarted``, each emitted event
+        and ``RunFinished``; one state lookup every 5-100 ms. Blocks until the run ends.
         """
-        options = rules.check_options(
-            adapter, continuation, continuation_opts, adapter_opts, sync=True
-        )
-        return execute.execute_run(store, adapter, run_id, options)
+        checked = rules.check_options(adapter, sync=True, **options)
+        return execute.execute_run(store, adapter, run_id, checked)
 
     @staticmethod
     def run_once(
@@ -179,53 +81,31 @@ class SessionManager:
         input: Any,
         *,
         session_id: str | None = None,
-        continuation: str | bool = False,
-        continuation_opts: Mapping[str, Any] | None = NO_OPTS,
-        adapter_opts: Mapping[str, Any] | None = NO_OPTS,
         author: SessionAuthor = OPERATOR,
+        **options: Unpack[ExecuteOptions],
     ) -> RunResult:
-        """Start a session (or continue ``session_id``), start a run and execute it.
+        """Start a session (or continue ``session_id`` as it is), start a run and execute it.
 
-        A given ``session_id`` is continued as it is (no ``SessionStarted`` is written).
-        Arguments and errors as :meth:`start_run` (``author`` asks) and
-        :meth:`execute_run`; every argument is checked before anything is written.
-
-        Cost: :meth:`start_session` (new session only), :meth:`start_run`, then
-        :meth:`execute_run`. Blocks until the run ends.
+        Arguments, errors and cost as :meth:`start_session` (new session only),
+        :meth:`start_run` and :meth:`execute_run`, every argument checked before any write.
         """
-        options = rules.check_options(
-            adapter, continuation, continuation_opts, adapter_opts, sync=True
-        )
+        checked = rules.check_options(adapter, sync=True, **options)
         run_id = _start_once(store, session_id, input, author)
-        return execute.execute_run(store, adapter, run_id, options)
+        return execute.execute_run(store, adapter, run_id, checked)
 
     @staticmethod
     async def aexecute_run(
-        store: Any,
-        adapter: Any,
-        run_id: str,
-        *,
-        continuation: str | bool = False,
-        continuation_opts: Mapping[str, Any] | None = NO_OPTS,
-        adapter_opts: Mapping[str, Any] | None = NO_OPTS,
+        store: Any, adapter: Any, run_id: str, **options: Unpack[ExecuteOptions]
     ) -> RunResult:
-        """:meth:`execute_run` for asyncio code: never blocks the event loop.
+        """:meth:`execute_run` for asyncio code, on a thread of its own: the loop stays free.
 
-        ``store`` may be an ``AsyncHub`` or a sync store; ``adapter.aexecute`` (preferred)
-        or ``adapter.execute`` may be a coroutine function, handed a coroutine ``emit``.
-        See :mod:`sharedesk.runs.aio`.
-
-        Raises:
-            As :meth:`execute_run` (a coroutine adapter is accepted); ``CancelledError``
-            when the awaiting task is cancelled (the run is then cancelled as by
-            :meth:`cancel_run`).
-
-        Cost: as :meth:`execute_run`, on a thread of its own; the loop stays free.
+        ``store`` may be an ``AsyncHub``; ``adapter.aexecute`` (preferred) or ``execute``
+        may be a coroutine function, handed a coroutine ``emit``. Raises as
+        :meth:`execute_run`, and ``CancelledError`` when the awaiting task is cancelled
+        (the run is then cancelled as by :meth:`cancel_run`).
         """
-        options = rules.check_options(
-            adapter, continuation, continuation_opts, adapter_opts, sync=False
-        )
-        return await aio.aexecute_run(store, adapter, run_id, options)
+        checked = rules.check_options(adapter, sync=False, **options)
+        return await aio.aexecute_run(store, adapter, run_id, checked)
 
     @staticmethod
     async def arun_once(
@@ -234,44 +114,14 @@ class SessionManager:
         input: Any,
         *,
         session_id: str | None = None,
-        continuation: str | bool = False,
-        continuation_opts: Mapping[str, Any] | None = NO_OPTS,
-        adapter_opts: Mapping[str, Any] | None = NO_OPTS,
         author: SessionAuthor = OPERATOR,
+        **options: Unpack[ExecuteOptions],
     ) -> RunResult:
         """:meth:`run_once` for asyncio code (see :meth:`aexecute_run`).
 
         Cost: as :meth:`run_once`; the start steps run on a worker thread.
         """
-        options = rules.check_options(
-            adapter, continuation, continuation_opts, adapter_opts, sync=False
-        )
+        checked = rules.check_options(adapter, sync=False, **options)
         sync = aio.sync_store(store)
         run_id = await asyncio.to_thread(_start_once, sync, session_id, input, author)
-        return await aio.aexecute_run(sync, adapter, run_id, options)
-
-    @staticmethod
-    def cancel_run(store: EventStore, session_or_run_id: str, run_id: str | None = None) -> Run:
-        """Cancel a pending or running run.
-
-        Call it as ``cancel_run(store, run_id)`` or ``cancel_run(store, session_id,
-        run_id)``. The run's ``RunFinished(status="cancelled")`` is appended; a thread
-        executing the run sees it within 100 ms, stops waiting and raises
-        ``RunCancelled``. Safe to call from any thread (or, with a shared store, any
-        process).
-
-        Returns:
-            The cancelled run.
-
-        Raises:
-            RunNotFound: No such run (or ``session_id`` is not the run's session).
-            RunStateError: The run had already finished (``action="cancel"``, with the
-                status it finished with); nothing was written.
-
-        Cost: a read of the run's own events, then one append.
-        """
-        if run_id is None:
-            run_id = session_or_run_id
-        elif rules.parse_run_id(run_id)[1] != session_or_run_id:
-            raise RunNotFound(run_id)
-        return execute.cancel_run(store, run_id)
+        return await aio.aexecute_run(sync, adapter, run_id, checked)

@@ -1,40 +1,27 @@
 """RunQueue: per-session FIFO execution of runs, with bounded concurrency and waiting.
 
-Each session has a lane: a FIFO of waiting runs and a count of running ones. A run is
-started (its input stored, ``SessionManager.start_run``) when it is submitted
-(its adapter and options checked first: a refused run writes nothing), so its id
-exists at once; the lane's order is the order of the inputs in the session, even when
-several threads submit at once (submits of one session take turns storing). A
-lane runs at most ``max_concurrent_runs`` runs at a time, each on a driver thread the
-queue starts; a driver takes the lane's next run when its run ends, and stops when the
-lane is empty. With ``max_concurrent_runs=1`` (the default) the runs of a session
-execute one after another, in submission order, and a later run's replayed transcript
-holds the earlier runs' replies. Sessions never wait for each other.
-
-The queue keeps only in-process scheduling state; everything about a run is in the
-store (its status is the fold of its events), so a queue lost with its process loses
-no history: its runs stay pending and can be executed or cancelled later.
+Each session has a lane: a FIFO of waiting runs and the driver threads running them; a
+driver takes the lane's next run when its run ends and stops when the lane is empty. A
+run's input is stored when it is submitted, so the lane's order is the order of the
+inputs in the session. The queue keeps only scheduling state: a queue lost with its
+process loses no history (its runs stay pending).
 """
 
 from __future__ import annotations
 
 import threading
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any, Self
+from typing import Any, Self, Unpack
 
 from sharedesk.protocol._log import logger
-from sharedesk.protocol.errors import (
-    QueueClosed,
-    QueueFull,
-    ValidationError,
-)
+from sharedesk.protocol.errors import QueueClosed, QueueFull, ValidationError
 from sharedesk.protocol.ports import EventStore
 from sharedesk.protocol.validation import check_session_id
 from sharedesk.runs import execute
-from sharedesk.runs.rules import OPERATOR, RunOptions, check_options
+from sharedesk.runs.rules import ExecuteOptions, RunOptions, check_options
 from sharedesk.runs.types import Adapter, Run, RunQueueStatus, RunResult
 
 #: How long ``close()`` waits for running runs before cancelling them, in seconds.
@@ -44,12 +31,9 @@ DEFAULT_CLOSE_TIMEOUT: float = 10.0
 class RunFuture(Future[RunResult]):
     """The future of a submitted run: a :class:`concurrent.futures.Future` with its ids.
 
-    ``cancel()`` succeeds only while the run waits (and records it as cancelled in the
-    store); cancel a running run with ``SessionManager.cancel_run(store, future.run_id)``,
-    and the future then raises ``RunCancelled``. A caller interrupted while it waits in
-    :meth:`result` (Ctrl-C: ``KeyboardInterrupt``) cancels the run, as cancelling the
-    task awaiting ``aexecute_run`` does, so a process that stops waiting also stops its
-    run instead of waiting for it at exit.
+    ``cancel()`` succeeds only while the run waits (and records it as cancelled); cancel
+    a running run with ``SessionManager.cancel_run(store, future.run_id)``, and the
+    future then raises ``RunCancelled``.
 
     Attributes:
         run_id: The run's id.
@@ -63,11 +47,7 @@ class RunFuture(Future[RunResult]):
         self._interrupt = interrupt
 
     def result(self, timeout: float | None = None) -> RunResult:
-        """Wait for the run's result (see :meth:`concurrent.futures.Future.result`).
-
-        Raises:
-            KeyboardInterrupt: The wait was interrupted; the run was cancelled.
-        """
+        """Wait for the run's result; a ``KeyboardInterrupt`` while waiting cancels the run."""
         try:
             return super().result(timeout)
         except KeyboardInterrupt:
@@ -88,8 +68,7 @@ class _Lane:
     waiting: deque[_Job] = field(default_factory=deque)
     reserved: int = 0
     drivers: int = 0
-    #: Held from storing a submitted run's input to queueing it, so that the lane's
-    #: order is the order of the inputs in the session, even for concurrent submits.
+    #: Held from storing a submitted run's input to queueing it (the lane's order).
     submitting: threading.Lock = field(default_factory=threading.Lock)
 
     def idle(self) -> bool:
@@ -99,18 +78,13 @@ class _Lane:
 class RunQueue:
     """Executes submitted runs per session, FIFO, at most ``max_concurrent_runs`` at once.
 
-    Thread-safe. A context manager; ``close()`` cancels waiting runs, waits for running
-    ones up to a bound, cancels those still running, and joins every thread it started.
+    Thread-safe; a context manager (``close()`` on exit).
     """
 
     def __init__(
-        self,
-        store: EventStore,
-        *,
-        max_concurrent_runs: int = 1,
-        max_queued_runs: int = 100,
+        self, store: EventStore, *, max_concurrent_runs: int = 1, max_queued_runs: int = 100
     ) -> None:
-        """Create the queue; it starts no thread until a run is submitted.
+        """Create the queue over ``store`` (or a Hub); it starts no thread until a submit.
 
         Args:
             store: The store (or Hub) the runs live in.
@@ -136,57 +110,37 @@ class RunQueue:
         self._closed = False
 
     def submit(
-        self,
-        session_id: str,
-        adapter: Adapter,
-        input: Any,
-        *,
-        continuation: str | bool = False,
-        continuation_opts: Mapping[str, Any] | None = None,
-        adapter_opts: Mapping[str, Any] | None = None,
+        self, session_id: str, adapter: Adapter, input: Any, **options: Unpack[ExecuteOptions]
     ) -> RunFuture:
-        """Start a run of ``session_id`` now and execute it when its lane has a slot.
+        """Start a run of ``session_id`` now; execute it when its lane has a slot.
 
-        Args:
-            session_id: The session.
-            adapter: The adapter that will execute the run.
-            input: The run's input, as for ``SessionManager.start_run``.
-            continuation: As for ``SessionManager.execute_run``.
-            continuation_opts: As for ``SessionManager.execute_run``.
-            adapter_opts: As for ``SessionManager.execute_run``.
-
-        Returns:
-            A future resolving to the :class:`RunResult`, or raising what
-            ``execute_run`` raised (``RunFailed``, ``RunTimeout``, ``RunCancelled``,
-            ``ValidationError``, ...).
+        ``input`` and ``options`` are those of ``SessionManager.run_once``; the future
+        resolves to the :class:`RunResult`, or raises what ``execute_run`` raised.
 
         Raises:
             QueueFull: ``max_queued_runs`` runs of the session already wait and every
                 slot is busy; nothing was written.
             QueueClosed: The queue was closed; nothing was written (if it closed while
                 the input was being stored, the run is recorded as cancelled).
-            ValidationError: A bad session id, input, adapter or option (as for
-                ``SessionManager.run_once``); nothing was written.
+            ValidationError: As ``SessionManager.run_once``; nothing was written.
 
-        Cost: one append (the input), under the session's submit lock only (submits of
-        one session take turns; the queue lock is not held); does not block on the run.
+        Cost: one append (the input), under the session's submit lock (submits of one
+        session take turns); does not block on the run.
         """
         check_session_id(session_id)
-        options = check_options(adapter, continuation, continuation_opts, adapter_opts, sync=True)
+        checked = check_options(adapter, sync=True, **options)
         with self._cond:
             if self._closed:
                 raise QueueClosed(session_id)
             lane = self._lanes.setdefault(session_id, _Lane())
             waiting = len(lane.waiting) + lane.reserved
             if lane.drivers >= self._max_concurrent and waiting >= self._max_queued:
-                if lane.idle():  # pragma: no cover - a full lane is never idle
-                    del self._lanes[session_id]
                 logger().info("queue.full", session_id=session_id, max_queued_runs=self._max_queued)
                 raise QueueFull(session_id, self._max_queued)
             lane.reserved += 1
         with lane.submitting:
             try:
-                run = execute.start_run(self._store, session_id, input, OPERATOR)
+                run = execute.start_run(self._store, session_id, input)
             except BaseException:
                 with self._cond:
                     lane.reserved -= 1
@@ -195,7 +149,7 @@ class RunQueue:
             job = _Job(
                 run=run,
                 adapter=adapter,
-                options=options,
+                options=checked,
                 future=RunFuture(run.id, session_id, lambda: self._stop(job)),
             )
             with self._cond:
@@ -215,10 +169,7 @@ class RunQueue:
         return job.future
 
     def status(self, session_id: str) -> RunQueueStatus:
-        """Return how many runs of ``session_id`` run and wait now.
-
-        Cost: O(1) under the queue lock; no I/O.
-        """
+        """Return how many runs of ``session_id`` run and wait now. Cost: O(1); no I/O."""
         with self._cond:
             lane = self._lanes.get(session_id) or _Lane()
             return RunQueueStatus(
@@ -231,33 +182,20 @@ class RunQueue:
             )
 
     def drain(self, timeout: float | None = None) -> bool:
-        """Wait until no run waits or runs in any session.
+        """Wait up to ``timeout`` seconds (``None``: no bound) until no run waits or runs.
 
-        Args:
-            timeout: Most seconds to wait; ``None`` waits for as long as it takes.
-
-        Returns:
-            ``True`` when the queue is empty, ``False`` when ``timeout`` passed first.
-
-        Cost: blocks; no I/O.
+        Returns ``True`` when the queue is empty, ``False`` when ``timeout`` passed first.
         """
         with self._cond:
             return self._cond.wait_for(lambda: not self._lanes, timeout)
 
     def close(self, timeout: float = DEFAULT_CLOSE_TIMEOUT) -> None:
-        """Stop the queue: cancel waiting runs, then wait for, or cancel, running ones.
+        """Stop the queue (idempotent): cancel waiting runs, then wait for running ones.
 
-        Waiting runs are recorded as cancelled and their futures cancelled. Running runs
-        get ``timeout`` seconds to end; those still running are then cancelled with
-        ``SessionManager.cancel_run`` (their futures raise ``RunCancelled``; their
-        adapters are abandoned). Every driver thread is joined (each for at most
-        ``max(timeout, 1)`` seconds more). Idempotent.
+        Runs still running after ``timeout`` seconds are cancelled (their futures raise
+        ``RunCancelled``; their adapters are abandoned); every driver thread is joined.
 
-        Args:
-            timeout: Most seconds to wait for running runs before cancelling them.
-
-        Cost: one append per waiting run, one per run cancelled; blocks up to
-        ``timeout`` seconds plus the time the drivers take to notice a cancel (<= 100 ms).
+        Cost: one append per run cancelled; blocks up to ``timeout`` s (+ <= 100 ms).
         """
         with self._cond:
             self._closed = True
@@ -286,13 +224,8 @@ class RunQueue:
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
-    # -- internals (the queue lock is held where noted) --------------------------------
-
     def _pump(self, session_id: str, lane: _Lane) -> None:
-        """Give the lane's next waiting run a driver if a slot is free (lock held).
-
-        The run leaves ``waiting`` at once, so ``waiting`` holds only runs without a slot.
-        """
+        """Give the lane's next waiting run a driver if a slot is free (lock held)."""
         if lane.waiting and lane.drivers < self._max_concurrent:
             job = lane.waiting.popleft()
             lane.drivers += 1
@@ -314,7 +247,7 @@ class RunQueue:
         self._cond.notify_all()
 
     def _drive(self, session_id: str, lane: _Lane, job: _Job | None) -> None:
-        """Execute ``job``, then the lane's next runs, until the lane is empty (driver thread)."""
+        """Execute ``job``, then the lane's next runs, until the lane is empty."""
         while job is not None:
             if job.future.set_running_or_notify_cancel():
                 try:

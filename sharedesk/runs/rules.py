@@ -1,37 +1,25 @@
 """The rules of a run, as pure functions: what it writes, how it folds back, what it accepts.
 
-Both executors (:mod:`sharedesk.runs.execute`, :mod:`sharedesk.runs.aio`) and the run
-queue call these; none of them does I/O.
-
-* **One source of truth.** A session and its runs are never stored as records: their
-  state is folded from events. ``start_session`` appends ``SessionStarted(metadata)``;
-  ``start_run`` appends the input as ``Text`` rows by its ``author`` (``Operator()`` by
-  default, ``System(kind="prompt")`` for role ``"system"``); execution appends
-  ``RunStarted(provider, model, provider_session_id)``, whatever the adapter emits, and
-  ``RunFinished(status, ...)``. Every event of a run carries its ``run_id``.
-* **Run ids name their session.** A run id is ``"<32 hex>@<session_id>"``, so a run is
-  found in O(1) with nothing but the store port. The run's own events get ids derived
-  from the hex part (``<hex>.input.<i>``, ``<hex>.started``, ``<hex>.finished``), which
-  makes each lifecycle step idempotent and single: the store keeps the first
-  ``<hex>.finished`` and returns it to any later writer, so a cancel racing a timeout or
-  a completion has exactly one winner, and every loser learns who won (the ``writer``
-  token in its metadata).
-* **Options are checked before anything is written.** :func:`check_options` refuses an
-  adapter, continuation, budget or timeout the run cannot be served with, so a refused
-  run leaves nothing on the desk (no input row for later replays to send again).
-* **Participants.** An adapter may carry ``author`` (a ``SessionAuthor``): the replayed
-  transcript is built for it and the rows it emits are its own. Without one the adapter
-  is ``Agent(id=name, label=name)``.
+* A session and its runs are never stored as records: their state is folded from events.
+  Every event of a run carries its ``run_id``.
+* A run id is ``"<32 hex>@<session_id>"``, so a run is found in O(1) through the store
+  port. Its lifecycle events get ids derived from the hex part (``<hex>.input.<i>``,
+  ``<hex>.started``, ``<hex>.finished``): the store keeps the first ``<hex>.finished``
+  and returns it to any later writer, so a cancel racing a timeout or a completion has
+  exactly one winner, and every loser learns who won (the ``writer`` token).
+* :func:`check_options` refuses what a run cannot be served with before anything is
+  written, so a refused run leaves no input row behind.
 """
 
 from __future__ import annotations
 
 import inspect
+import itertools
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, Final
+from typing import Any, Final, TypedDict
 
 import msgspec
 
@@ -66,11 +54,7 @@ def new_run_id(session_id: str) -> str:
 
 
 def parse_run_id(run_id: Any) -> tuple[str, str]:
-    """Split a run id into its hex part and its session id.
-
-    Raises:
-        RunNotFound: ``run_id`` is not shaped like a run id.
-    """
+    """Split a run id into its hex part and its session id (``RunNotFound`` if malformed)."""
     if not isinstance(run_id, str) or len(run_id) <= _HEX_LEN + 1 or run_id[_HEX_LEN] != "@":
         raise RunNotFound(str(run_id))
     hexid, session_id = run_id[:_HEX_LEN], run_id[_HEX_LEN + 1 :]
@@ -95,12 +79,7 @@ def finished_id(run_id: str) -> str:
 
 
 def input_events(run_id: str, input: Any, author: Any) -> list[Event]:
-    """Return the input rows of a new run (see ``SessionManager.start_run``).
-
-    Raises:
-        ValidationError: A bad input (not a prompt string or a non-empty list of
-            ``{"role", "content"}`` mappings, role ``"user"`` or ``"system"``) or author.
-    """
+    """Return the input rows of a new run (see ``SessionManager.start_run``)."""
     asker = check_author(author)
     if isinstance(input, str):
         input = [{"role": "user", "content": input}]
@@ -132,27 +111,8 @@ def input_events(run_id: str, input: Any, author: Any) -> list[Event]:
     return events
 
 
-def finish_event(run_id: str, body: RunFinished) -> Event:
-    """Return the run's ``RunFinished`` event, with a fresh ``writer`` token."""
-    return Event(
-        LIFECYCLE_AUTHOR,
-        body,
-        id=finished_id(run_id),
-        run_id=run_id,
-        metadata={"writer": uuid.uuid4().hex},
-    )
-
-
 def fold_run(run_id: str, events: Sequence[Event]) -> Run | None:
-    """Fold a run's state from events (others' events are ignored).
-
-    Args:
-        run_id: The run.
-        events: Events of its session, oldest first (any subset holding the run's).
-
-    Returns:
-        The run, or ``None`` when its first input row is not among ``events``.
-    """
+    """Fold a run from events of its session, oldest first (``None``: no first input row)."""
     hexid, session_id = parse_run_id(run_id)
     first, started, finished = input_id(run_id, 0), started_id(run_id), finished_id(run_id)
     inputs: list[dict[str, str]] = []
@@ -198,11 +158,7 @@ def fold_run(run_id: str, events: Sequence[Event]) -> Run | None:
 
 
 def session_of(session_id: str, state: SessionState) -> Session:
-    """Return the :class:`Session` a folded :class:`SessionState` describes.
-
-    ``metadata`` is the ``SessionStarted`` metadata plus ``provider_sessions``;
-    ``status`` is ``"active"`` while a run is pending or running, else ``"idle"``.
-    """
+    """Return the :class:`Session` a folded :class:`SessionState` describes."""
     metadata = dict(state.metadata)
     metadata["provider_sessions"] = {
         provider: dict(entry) for provider, entry in state.provider_sessions.items()
@@ -214,74 +170,49 @@ def session_of(session_id: str, state: SessionState) -> Session:
 def coalesce_chunks(chunks: Sequence[Event]) -> list[Event]:
     """Join each run of consecutive ``TextDelta`` chunks that differ only in id and text.
 
-    Chunks buffered together are stored as one ``TextDelta`` holding their text in order
-    (the first chunk's id, author, run, parent and metadata): a reader sees the same text
-    in the same order, and a stream costs one stored row per flush, not one per chunk.
+    The joined event is the first chunk's with the texts in order: one stored row per
+    flush, not one per chunk.
     """
     joined: list[Event] = []
-    parts: list[list[str]] = []
-    for chunk in chunks:
-        assert isinstance(chunk.body, TextDelta)
-        last = joined[-1] if joined else None
-        if last is not None and (last.author, last.run_id, last.parent, last.metadata) == (
-            chunk.author,
-            chunk.run_id,
-            chunk.parent,
-            chunk.metadata,
-        ):
-            parts[-1].append(chunk.body.delta)
-            continue
-        joined.append(chunk)
-        parts.append([chunk.body.delta])
-    return [
-        event if len(texts) == 1 else msgspec.structs.replace(event, body=TextDelta("".join(texts)))
-        for event, texts in zip(joined, parts, strict=True)
-    ]
+    for _, group in itertools.groupby(chunks, lambda e: (e.author, e.run_id, e.parent, e.metadata)):
+        first, *rest = group
+        if rest:
+            texts = [e.body.delta for e in (first, *rest) if isinstance(e.body, TextDelta)]
+            first = msgspec.structs.replace(first, body=TextDelta("".join(texts)))
+        joined.append(first)
+    return joined
+
+
+class ExecuteOptions(TypedDict, total=False):
+    """The keyword options of an execution, as ``SessionManager.execute_run`` takes them."""
+
+    continuation: str | bool
+    continuation_opts: Mapping[str, Any] | None
+    adapter_opts: Mapping[str, Any] | None
 
 
 @dataclass(frozen=True, eq=False)
 class RunOptions:
-    """An execution's checked options (see :func:`check_options`).
+    """An execution's checked options (see :func:`check_options`)."""
 
-    Attributes:
-        viewer: The participant the adapter runs as (the replay transcript's viewer).
-        continuation: ``False``, ``"auto"``, ``"replay"`` or ``"native"``.
-        budget: The checked ``continuation_opts``.
-        timeout: ``adapter_opts["timeout"]`` (seconds), or ``None``.
-        opts: ``adapter_opts`` as the adapter receives them.
-    """
-
-    viewer: SessionAuthor
+    viewer: SessionAuthor  # the participant the adapter runs as (the replay's viewer)
     continuation: str | bool
-    budget: dict[str, int | None]
-    timeout: float | None
-    opts: Mapping[str, Any]
+    budget: dict[str, int | None]  # the checked ``continuation_opts``
+    timeout: float | None  # ``adapter_opts["timeout"]`` in seconds
+    opts: Mapping[str, Any]  # ``adapter_opts`` as the adapter receives them
 
 
 def check_options(
     adapter: Any,
-    continuation: Any,
-    continuation_opts: Any,
-    adapter_opts: Any,
     *,
     sync: bool,
+    continuation: Any = False,
+    continuation_opts: Any = None,
+    adapter_opts: Any = None,
 ) -> RunOptions:
-    """Check what an execution is asked to do with ``adapter``, before anything is written.
+    """Check an execution with ``adapter`` (driven by a sync executor when ``sync``).
 
-    Args:
-        adapter: It needs a non-empty ``name``, ``native_continuation`` and ``execute``
-            (with ``sync``: an ``execute`` that is not a coroutine function), and an
-            ``author`` that is a ``SessionAuthor`` when it has one.
-        continuation: ``False``, ``"auto"``, ``"replay"`` or ``"native"`` (only with an
-            adapter that can continue natively).
-        continuation_opts: ``None`` or a mapping of ``limit``, ``max_messages``,
-            ``max_chars``, ``max_tokens_approx`` to ints or ``None``.
-        adapter_opts: ``None`` or a mapping; its ``"timeout"``, when set, a positive
-            number of seconds.
-        sync: Whether a synchronous executor will drive the adapter.
-
-    Raises:
-        ValidationError: Any of them is not as above.
+    Raises ``ValidationError`` for what ``SessionManager.execute_run`` refuses.
     """
     # Explicit attribute checks: isinstance() against the runtime-checkable Protocol
     # costs about 90 us a call, a tenth of a whole run on MemoryStore.
@@ -349,11 +280,8 @@ def plan_claim(
 ) -> tuple[Event, str | bool]:
     """Return the run's ``RunStarted`` (its claim, with a ``writer`` token) and the mode.
 
-    The mode is ``False``, ``"replay"`` or ``"native"``; ``"auto"`` is resolved here:
-    native when the adapter can continue natively and the session holds its provider
-    session, else replay. The claim's ``provider_session_id`` is the one continued
-    (native only); its model is the adapter's ``model``, else for a native continuation
-    the stored one.
+    ``"auto"`` is resolved here. The claim names the provider session continued (native
+    only) and the adapter's ``model``, else for a native continuation the stored one.
     """
     stored = session.metadata.get("provider_sessions", {}).get(adapter.name, {})
     continued = stored.get("provider_session_id")

@@ -15,17 +15,16 @@ from sharedesk.runs.types import AdapterResult, Emit, Run, ScriptedCall, Session
 
 
 class ScriptedAdapter:
-    """Answers each run with its next scripted reply and records every call.
+    """Answers each run with its next scripted reply and records every call. Thread-safe.
 
-    Each reply is emitted as a ``Text`` by the adapter's ``author`` (by default
-    ``Agent(id=name, label=name)``); the transcript it is given is relative to that
-    author (see ``SessionManager.execute_run``). With
-    ``native_continuation=True`` the adapter keeps a provider session: a run continued
-    natively (``session.context["continuation"] == "native"`` with a stored provider
-    session id) reuses it; any other run opens a new one, announced by emitting
+    Each reply is a ``Text`` by ``author``. With ``native_continuation=True``, a run not
+    continued natively opens a provider session by emitting
     ``RunStarted(provider=name, provider_session_id="<name>-<12 hex>")``.
 
-    Thread-safe: calls may come from several worker threads at once.
+    Attributes:
+        name: The provider name (``RunStarted.provider``).
+        author: The participant its replies are written by.
+        native_continuation: Whether it continues its own provider sessions.
     """
 
     def __init__(
@@ -36,14 +35,9 @@ class ScriptedAdapter:
         native_continuation: bool = False,
         author: SessionAuthor | None = None,
     ) -> None:
-        """Create the adapter.
+        """Create the adapter with its ``replies``, one per run, in order.
 
-        Args:
-            replies: The replies, one per run, in order.
-            name: The provider name (and the agent's id and label by default).
-            native_continuation: Whether it claims provider-native continuation.
-            author: The participant its replies are written by (default
-                ``Agent(id=name, label=name)``).
+        ``author`` defaults to ``Agent(id=name, label=name)``.
 
         Raises:
             ValidationError: ``replies`` is not a sequence of ``str``, ``name`` is empty,
@@ -53,29 +47,14 @@ class ScriptedAdapter:
             raise ValidationError("replies must be a sequence of str")
         if not isinstance(name, str) or not name:
             raise ValidationError("name must be a non-empty str")
-        self._name = name
-        self._author: SessionAuthor = (
+        self.name = name
+        self.author: SessionAuthor = (
             Agent(id=name, label=name) if author is None else check_author(author)
         )
-        self._native = bool(native_continuation)
+        self.native_continuation = bool(native_continuation)
         self._replies = list(replies)
         self._lock = threading.Lock()
         self._calls: list[ScriptedCall] = []
-
-    @property
-    def name(self) -> str:
-        """The provider name (``RunStarted.provider``) and the agent id of its replies."""
-        return self._name
-
-    @property
-    def author(self) -> SessionAuthor:
-        """The participant the adapter's replies are written by."""
-        return self._author
-
-    @property
-    def native_continuation(self) -> bool:
-        """Whether the adapter continues its own provider sessions."""
-        return self._native
 
     @property
     def calls(self) -> list[ScriptedCall]:
@@ -86,16 +65,7 @@ class ScriptedAdapter:
     def execute(
         self, run: Run, session: Session, emit: Emit, opts: Mapping[str, Any]
     ) -> AdapterResult:
-        """Emit the next reply as a ``Text`` and return it as the output.
-
-        Args:
-            run: The run (its input is recorded).
-            session: The session (``context["transcript"]`` is recorded).
-            emit: The run's emit.
-            opts: ``adapter_opts`` (recorded as given).
-
-        Returns:
-            ``AdapterResult(output=reply)``.
+        """Record the call, emit the next reply as a ``Text`` and return it as the output.
 
         Raises:
             ValidationError: No reply is left.
@@ -109,15 +79,14 @@ class ScriptedAdapter:
             )
             if not self._replies:
                 raise ValidationError(
-                    f"scripted adapter {self._name!r} has no reply left for call {len(self._calls)}"
+                    f"scripted adapter {self.name!r} has no reply left for call {len(self._calls)}"
                 )
             reply = self._replies.pop(0)
-        agent = self._author
-        if self._native:
-            stored = session.metadata.get("provider_sessions", {}).get(self._name, {})
+        if self.native_continuation:
+            stored = session.metadata.get("provider_sessions", {}).get(self.name, {})
             continued = stored.get("provider_session_id")
             if session.context.get("continuation") != "native" or not continued:
-                fresh = f"{self._name}-{uuid.uuid4().hex[:12]}"
-                emit(Event(agent, RunStarted(provider=self._name, provider_session_id=fresh)))
-        emit(Event(agent, Text(reply)))
+                fresh = f"{self.name}-{uuid.uuid4().hex[:12]}"
+                emit(Event(self.author, RunStarted(provider=self.name, provider_session_id=fresh)))
+        emit(Event(self.author, Text(reply)))
         return AdapterResult(output=reply)

@@ -1,8 +1,7 @@
 """Values of the runs layer: sessions, runs, results, and the adapter port.
 
-The adapter port lives here rather than in ``sharedesk/protocol/ports.py`` because its
-methods take :class:`Run` and :class:`Session`, which belong to this layer; ``runs/``
-imports ``protocol`` and ``projection`` only, so nothing below ``runs/`` needs it.
+The adapter port lives here, not in ``protocol/ports.py``: it takes :class:`Run` and
+:class:`Session`, and nothing below ``runs/`` needs it.
 """
 
 from __future__ import annotations
@@ -32,12 +31,9 @@ class Session(msgspec.Struct, frozen=True):
         status: ``"active"`` while one of its runs is pending or running, else ``"idle"``.
         metadata: The metadata given to ``start_session``, plus
             ``metadata["provider_sessions"][provider] == {"provider_session_id", "model"}``
-            folded from the session's ``RunStarted`` events (the latest one carrying a
-            provider session id wins, per provider).
-        context: Per-execution data handed to an adapter; ``context["transcript"]`` holds
-            the replayed :class:`~sharedesk.Transcript` (absent when continuation is off
-            or native), ``context["continuation"]`` the mode used (``False``,
-            ``"replay"`` or ``"native"``). Empty on a session read from the store.
+            from the latest ``RunStarted`` of each provider carrying a provider session id.
+        context: What an execution hands its adapter: ``"continuation"`` (the mode used)
+            and, for a replay, ``"transcript"``. Empty on a session read from the store.
     """
 
     id: str
@@ -50,13 +46,11 @@ class Run(msgspec.Struct, frozen=True):
     """A run, folded from the events that carry its id.
 
     Attributes:
-        id: The run id; it names its session (see ``SessionManager``).
+        id: The run id (``"<32 hex>@<session_id>"``).
         session_id: The session the run belongs to.
         status: ``"pending"`` (input stored), ``"running"`` (``RunStarted`` stored), or
-            the status of its ``RunFinished`` (``"completed"``, ``"failed"``,
-            ``"cancelled"``, ``"timeout"``).
-        input: The input messages as ``{"role", "content"}`` dicts, role ``"user"``
-            or ``"system"``.
+            the status of its ``RunFinished``.
+        input: The input messages as ``{"role", "content"}`` dicts.
         provider: The adapter that executed it, once started.
         model: The model its ``RunStarted`` named, when known.
         provider_session_id: The provider session the run used, when known.
@@ -81,11 +75,10 @@ class RunResult(msgspec.Struct, frozen=True):
     """What a completed run produced.
 
     Attributes:
-        output: The adapter's output (its ``AdapterResult.output``, else the content of
-            the last ``Text`` it emitted, else ``None``).
+        output: ``AdapterResult.output``, else the content of the last ``Text`` emitted.
         token_usage: Token counts reported by the adapter.
-        events: The events this execution stored, in order: ``RunStarted``, whatever the
-            adapter emitted, ``RunFinished``.
+        events: The events this execution stored: ``RunStarted``, what the adapter
+            emitted, ``RunFinished``.
         session_id: The session.
         run_id: The run.
     """
@@ -144,14 +137,11 @@ class RunQueueStatus(msgspec.Struct, frozen=True):
 
 
 #: ``emit(event)`` appends ``event`` to the run's session (``run_id`` set to the run's)
-#: and returns it as stored. A ``TextDelta`` is buffered instead and returned at once,
-#: unstamped (``sequence`` ``None``): it is stored, in order, with the run's next event,
-#: joined with the chunks buffered beside it (see ``SessionManager``). It raises
-#: ``RunStateError`` once the run has finished.
+#: and returns it as stored; a ``TextDelta`` is buffered and returned at once, unstamped.
+#: It raises ``RunStateError`` once the run has finished.
 Emit = Callable[[Event], Event]
 
-#: ``await emit(event)``: the emit a coroutine adapter gets from
-#: ``SessionManager.aexecute_run`` (as :data:`Emit`, awaited).
+#: The emit a coroutine adapter gets from ``SessionManager.aexecute_run``, awaited.
 AsyncEmit = Callable[[Event], Awaitable[Event]]
 
 
@@ -159,20 +149,11 @@ AsyncEmit = Callable[[Event], Awaitable[Event]]
 class Adapter(Protocol):
     """A provider adapter: what ``SessionManager.execute_run`` drives.
 
-    ``execute`` runs in a worker thread owned by the executor. It reports output by
-    emitting events (deltas, tool calls and results, the final ``Text``) and may return
-    an :class:`AdapterResult`. To record a provider session (for native continuation) it
-    emits an event whose body is ``RunStarted(provider=self.name, model=...,
-    provider_session_id=...)``; the session's ``provider_sessions`` fold picks it up.
-
-    The async executor (``SessionManager.aexecute_run``) prefers a coroutine function
-    ``aexecute(run, session, emit, opts)``, with ``emit`` an :data:`AsyncEmit`, and also
-    takes an ``execute`` that is a coroutine function; the sync executor refuses such an
-    ``execute`` (``ValidationError``, nothing written).
-
-    An adapter may also have ``author`` (a ``SessionAuthor``): the participant it runs
-    as. Its replayed transcript is relative to that author, and the rows it emits should
-    be written by it. Without one it runs as ``Agent(id=name, label=name)``.
+    It reports output by emitting events (a provider session as ``RunStarted(provider=
+    self.name, model=..., provider_session_id=...)``) and may return an
+    :class:`AdapterResult`. ``SessionManager.aexecute_run`` prefers a coroutine
+    ``aexecute(run, session, emit, opts)`` (``emit`` an :data:`AsyncEmit`). An optional
+    ``author`` is the participant it runs as (default ``Agent(id=name, label=name)``).
     """
 
     @property
@@ -188,15 +169,8 @@ class Adapter(Protocol):
     def execute(
         self, run: Run, session: Session, emit: Emit, opts: Mapping[str, Any]
     ) -> AdapterResult | None:
-        """Execute ``run``; ``session.context`` carries the continuation data.
+        """Execute ``run`` (on a worker thread); ``session.context`` carries the continuation.
 
-        Args:
-            run: The run, with its input.
-            session: The session, its metadata and its ``context``.
-            emit: Stores one event of the run and returns it stored.
-            opts: ``adapter_opts`` as given to ``execute_run``.
-
-        Returns:
-            An :class:`AdapterResult` or ``None``.
+        ``opts`` are the ``adapter_opts`` given to ``execute_run``.
         """
         ...
