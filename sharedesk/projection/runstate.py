@@ -4,7 +4,10 @@ A session's state (what :meth:`~sharedesk.runs.SessionManager.get_session` answe
 fold over its events, but only a few kinds of event move it: the session's one
 ``SessionStarted`` (its metadata), ``RunStarted`` events carrying a provider session id
 (``provider_sessions``), a run's first input row (the run opens) and its ``RunFinished``
-(the run closes). Stores apply :func:`fold_session_state` to every event they append, in
+(the run closes), and any event whose metadata carries a state delta
+(``STATE_DELTA_KEY``) or a clear (``STATE_CLEAR_KEY``): integrations keep key/value state
+beside a desk this way, stored in the same transaction as the event that changes it.
+Stores apply :func:`fold_session_state` to every event they append, in
 sequence order, and keep the result beside the session, so reading it costs one lookup
 however long the desk. :func:`moves_session_state` tells them, in O(1), which events can
 be skipped (posts, streamed chunks, tool events).
@@ -25,6 +28,8 @@ from sharedesk.protocol.events import Event, RunFinished, RunStarted, SessionSta
 from sharedesk.protocol.sessions import (
     EMPTY_SESSION_STATE,
     SESSION_STARTED_ID,
+    STATE_CLEAR_KEY,
+    STATE_DELTA_KEY,
     SessionState,
 )
 
@@ -34,6 +39,14 @@ FIRST_INPUT_SUFFIX: Final = ".input.0"
 
 def moves_session_state(event: Event) -> bool:
     """Return whether ``event`` can change a session's state. Cost: O(1)."""
+    metadata = event.metadata
+    if metadata and (STATE_DELTA_KEY in metadata or STATE_CLEAR_KEY in metadata):
+        return True
+    return _moves_run_state(event)
+
+
+def _moves_run_state(event: Event) -> bool:
+    """Return whether ``event`` moves the run part of the state (metadata, providers, runs)."""
     body = event.body
     if isinstance(body, SessionStarted):
         return event.id == SESSION_STARTED_ID
@@ -56,6 +69,21 @@ def fold_session_state(state: SessionState, event: Event) -> SessionState:
     """
     if not moves_session_state(event):
         return state
+    if _moves_run_state(event):
+        state = _fold_run_state(state, event)
+    metadata = event.metadata
+    clear = metadata.get(STATE_CLEAR_KEY) is True
+    delta = metadata.get(STATE_DELTA_KEY)
+    if not clear and not isinstance(delta, dict):
+        return state
+    values = {} if clear else dict(state.values)
+    if isinstance(delta, dict):
+        values.update((k, v) for k, v in delta.items() if isinstance(k, str))
+    return msgspec.structs.replace(state, values=values)
+
+
+def _fold_run_state(state: SessionState, event: Event) -> SessionState:
+    """Return ``state`` with ``event`` applied to its metadata, providers and runs."""
     body = event.body
     if isinstance(body, SessionStarted):
         return msgspec.structs.replace(state, metadata=dict(body.metadata))
@@ -90,6 +118,8 @@ __all__ = [
     "EMPTY_SESSION_STATE",
     "FIRST_INPUT_SUFFIX",
     "SESSION_STARTED_ID",
+    "STATE_CLEAR_KEY",
+    "STATE_DELTA_KEY",
     "SessionState",
     "fold_session_events",
     "fold_session_state",
