@@ -216,7 +216,7 @@ class TestPlanGroup:
 
         planned = plan_group(txn, writes, NOW)
 
-        assert [[1], [2]] == [[e.sequence for e in p[0].result] for p in planned]  # type: ignore[union-attr]
+        assert [[1], [2]] == [[e.sequence for e in p[0].result] for p in planned]  # type: ignore[index]
         assert {1: 2} == txn.store.first_replies("s", [1])
 
     def test_a_write_failing_its_plan_writes_nothing_and_the_others_go_on(
@@ -240,7 +240,7 @@ class TestPlanGroup:
 
         planned = plan_group(txn, writes, NOW)
 
-        assert [1, 1] == [p[0].result[0].sequence for p in planned]  # type: ignore[union-attr]
+        assert [1, 1] == [p[0].result[0].sequence for p in planned]  # type: ignore[index]
         assert [["s"]] == txn.puts
 
     def test_a_commit_compares_with_the_state_an_earlier_commit_of_the_group_stored(
