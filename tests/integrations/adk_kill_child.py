@@ -20,7 +20,6 @@ from google.genai import types
 from sharedesk.actors.aio import AsyncHub
 from sharedesk.integrations.google_adk import DeskSessionService
 
-
 SESSIONS = 4
 
 

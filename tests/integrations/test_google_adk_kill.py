@@ -5,8 +5,8 @@ delta touching its session, the user and the app (three desks, one transaction),
 killed with SIGKILL after a random number of
 acknowledged appends, again and again. After every kill the store must hold every
 acknowledged event, no event twice and none missing in between, and each session's
-state, and the user's and app's keys for it, must all name its newest stored event: an event never lands
-without its state, nor a state without its event.
+state, and the user's and app's keys for it, must all name its newest stored event: an
+event never lands without its state, nor a state without its event.
 """
 
 from __future__ import annotations
@@ -94,8 +94,8 @@ def test_a_killed_writer_never_leaves_an_event_without_its_state(
         children.append(child)
         assert "ready" == line_of(child)
         for _ in range(rng.randrange(0, 24)):
-            _, i, n = line_of(child).split()
-            acknowledged[int(i)] = max(acknowledged[int(i)], int(n))
+            _, who, n = line_of(child).split()
+            acknowledged[int(who)] = max(acknowledged[int(who)], int(n))
         child.send_signal(signal.SIGKILL)
         assert -signal.SIGKILL == child.wait(timeout=HANG)
 
