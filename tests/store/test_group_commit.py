@@ -267,9 +267,7 @@ class TestPlanGroup:
         assert ["s", "u", "a"] == [p.write.session_id for p in planned[0]]  # type: ignore[union-attr]
         assert [1, 1, 1] == [txn.store.last_sequence(s) for s in ("s", "u", "a")]
 
-    def test_a_linked_write_failing_its_plan_fails_the_whole_write(
-        self, txn: RecordingTxn
-    ) -> None:
+    def test_a_linked_write_failing_its_plan_fails_the_whole_write(self, txn: RecordingTxn) -> None:
         linked = (check_write("u", [msg()]), check_write("a", [msg()], expected_version=5))
         writes = [check_write("s", [msg()], linked=linked), check_write("u", [msg()])]
 
