@@ -454,3 +454,22 @@ class TestEvents:
         assert {f"k{i}": i for i in range(4)} == await service.get_user_state(
             app_name=APP, user_id="u"
         )
+
+
+class TestNames:
+    async def test_ids_longer_than_a_desk_id_still_name_their_own_session(
+        self, service: DeskSessionService
+    ) -> None:
+        app, user = "a" * 120, "u" * 120
+        for session_id in ("s" * 120, "t" * 120):
+            await service.create_session(
+                app_name=app, user_id=user, session_id=session_id, state={"id": session_id}
+            )
+
+        listed = (await service.list_sessions(app_name=app, user_id=user)).sessions
+        got = await service.get_session(app_name=app, user_id=user, session_id="t" * 120)
+
+        assert {"s" * 120, "t" * 120} == {s.id for s in listed}
+        assert all({"id": s.id} == s.state for s in listed)
+        assert got is not None and {"id": "t" * 120} == got.state
+        assert len(service.desk_id(app, user, "t" * 120).encode()) <= 256

@@ -1,15 +1,16 @@
 """How ADK sessions lie on desks: desk ids, state keys, and ADK events as desk rows.
 
 Layout. An ADK session ``(app, user, session)`` is the desk ``adk/<app>/<user>/<session>``
-(each part percent-quoted, so no part holds a ``/``; an id longer than a desk id may be
-is replaced by a digest). Its user is the desk ``adk/<app>/<user>``, its app the desk
-``adk/<app>``. Each desk's key/value state is the store's folded session state
-(``SessionState.values``, moved by ``metadata[STATE_DELTA_KEY]`` in the transaction that
-stores the event): on a session desk the session-scoped ADK state and the service's own
-keys, on the user desk ``user:`` state and the user's session index, on the app desk
-``app:`` state and the app's user index. One ``append_event`` is one store write: the
-session desk's event, with the user and app desks' state changes as linked writes of the
-same transaction.
+(each part percent-quoted, so no part holds a ``/`` or a ``#``; an id longer than a desk
+id may be is replaced by a digest). Its user's state is the desk ``adk/<app>/<user>``,
+its app's ``adk/<app>``; the user's session index is ``adk/<app>/<user>/#sessions`` and
+the app's user index ``adk/<app>/#users``. Each desk's key/value state is the store's
+folded session state (``SessionState.values``, moved by ``metadata[STATE_DELTA_KEY]`` in
+the transaction that stores the event): the session-scoped ADK state and the service's
+own keys on a session desk, ``user:`` and ``app:`` state on the user's and app's desks,
+an entry per session (or user) on an index. One ``append_event`` is one store write: the
+session desk's event, with the index's and (for ``user:`` and ``app:`` keys) the user's
+and app's state changes as linked writes of the same transaction.
 """
 
 from __future__ import annotations
@@ -40,8 +41,8 @@ STATE: Final = "s:"
 LIVE: Final = "adk:live"
 BASE: Final = "adk:base"
 UPDATED: Final = "adk:updated"
-#: User desk key prefix of the session index (``x:<session id>`` -> update time, or
-#: ``None`` once deleted); app desk key prefix of the user index (``u:<user id>``).
+#: Key prefix of a session index (``x:<session id>`` -> update time, or ``None`` once
+#: deleted) and of a user index (``u:<user id>`` -> ``True``).
 SESSION_INDEX: Final = "x:"
 USER_INDEX: Final = "u:"
 
@@ -59,6 +60,26 @@ def desk_of(*parts: str) -> str:
         return desk
     digest = hashlib.sha256("\0".join(parts).encode("utf-8", "surrogatepass")).hexdigest()
     return f"adk/#{len(parts)}/{digest}"
+
+
+def desk_under(user_desk: str, app: str, user: str, session: str) -> str:
+    """Return ``desk_of(app, user, session)`` given ``user_desk == desk_of(app, user)``.
+
+    Cost: one quote (``desk_of`` quotes every part).
+    """
+    desk = f"{user_desk}/{quote(session, safe='')}"
+    if len(desk.encode()) <= MAX_SESSION_ID_BYTES and not user_desk.startswith("adk/#"):
+        return desk
+    return desk_of(app, user, session)
+
+
+def index_of(tag: str, *parts: str) -> str:
+    """Return the desk id of the index ``tag`` (``"sessions"``, ``"users"``) of a scope."""
+    desk = f"{desk_of(*parts)}/#{tag}"
+    if len(desk.encode()) <= MAX_SESSION_ID_BYTES:
+        return desk
+    digest = hashlib.sha256("\0".join(parts).encode("utf-8", "surrogatepass")).hexdigest()
+    return f"adk/#{tag}/{len(parts)}/{digest}"
 
 
 def split_delta(delta: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:

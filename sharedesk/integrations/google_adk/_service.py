@@ -153,29 +153,15 @@ class DeskSessionService(BaseSessionService):
                     },
                 },
             )
-            linked = (
-                check_write(
-                    user_desk,
-                    [
-                        rows.marker(
-                            "state",
-                            SERVICE,
-                            f"{desk}@created.{base}",
-                            _delta(**user_delta, **{rows.SESSION_INDEX + session_id: now}),
-                        )
-                    ],
+            linked = _linked(
+                f"{desk}@created.{base}",
+                (
+                    rows.index_of("sessions", app_name, user_id),
+                    {rows.SESSION_INDEX + session_id: now},
                 ),
-                check_write(
-                    app_desk,
-                    [
-                        rows.marker(
-                            "state",
-                            SERVICE,
-                            f"{desk}@created.{base}",
-                            _delta(**app_delta, **{rows.USER_INDEX + user_id: True}),
-                        )
-                    ],
-                ),
+                (rows.index_of("users", app_name), {rows.USER_INDEX + user_id: True}),
+                (user_desk, user_delta),
+                (app_desk, app_delta),
             )
             write = check_write(desk, [session_row], expected_version=last, linked=linked)
             try:
@@ -269,13 +255,13 @@ class DeskSessionService(BaseSessionService):
             gone = rows.marker(
                 "deleted", SERVICE, f"adk.deleted.{last + 1}", {STATE_CLEAR_KEY: True}
             )
-            index = rows.marker(
-                "state",
-                SERVICE,
+            linked = _linked(
                 f"{desk}@deleted.{last + 1}",
-                _delta(**{rows.SESSION_INDEX + session_id: None}),
+                (
+                    rows.index_of("sessions", app_name, user_id),
+                    {rows.SESSION_INDEX + session_id: None},
+                ),
             )
-            linked = (check_write(rows.desk_of(app_name, user_id), [index]),)
             try:
                 await self._submit(check_write(desk, [gone], expected_version=last, linked=linked))
             except ConcurrencyError:
@@ -315,20 +301,15 @@ class DeskSessionService(BaseSessionService):
         row = rows.row_of(
             event, data, author, _delta(**session_delta, **{rows.UPDATED: event.timestamp})
         )
-        index_delta = {**user_delta, rows.SESSION_INDEX + session.id: event.timestamp}
-        linked = [
-            check_write(
-                rows.desk_of(session.app_name, session.user_id),
-                [rows.marker("state", SERVICE, f"{desk}@{event.id}", _delta(**index_delta))],
-            )
-        ]
-        if app_delta:
-            linked.append(
-                check_write(
-                    rows.desk_of(session.app_name),
-                    [rows.marker("state", SERVICE, f"{desk}@{event.id}", _delta(**app_delta))],
-                )
-            )
+        linked = _linked(
+            f"{desk}@{event.id}",
+            (
+                rows.index_of("sessions", session.app_name, session.user_id),
+                {rows.SESSION_INDEX + session.id: event.timestamp},
+            ),
+            (rows.desk_of(session.app_name, session.user_id), user_delta),
+            (rows.desk_of(session.app_name), app_delta),
+        )
         marker = session._storage_update_marker
         expected = int(marker) if marker is not None and marker.isdigit() else None
         while True:
@@ -337,7 +318,7 @@ class DeskSessionService(BaseSessionService):
                 if values.get(rows.LIVE) is not True:
                     raise SessionNotFoundError(f"Session {session.id} not found.")
                 expected = last
-            write = check_write(desk, [row], expected_version=expected, linked=tuple(linked))
+            write = check_write(desk, [row], expected_version=expected, linked=linked)
             try:
                 stored = (await self._submit(write))[0]
             except ConcurrencyError:
@@ -382,6 +363,18 @@ class DeskSessionService(BaseSessionService):
         session.state.update(_merged(app_values, user_values, session_values))
         session._storage_update_marker = str(last)
         return last
+
+
+def _linked(event_id: str, *changes: tuple[str, dict[str, Any]]) -> tuple[Write, ...]:
+    """Return the linked writes of state ``changes`` (desk, delta); empty deltas write nothing.
+
+    Each is one bookkeeping row with id ``event_id``, so a retried write stores none twice.
+    """
+    return tuple(
+        check_write(desk, [rows.marker("state", SERVICE, event_id, _delta(**change))])
+        for desk, change in changes
+        if change
+    )
 
 
 # -- reads run on a worker thread (each takes the sync Hub first) ------------------------
@@ -439,33 +432,36 @@ def _listing(
     hub: Any, app_name: str, user_id: str | None, start: int, page_size: int | None
 ) -> tuple[list[Session], bool]:
     """Read one page of sessions from the indexes, least recently updated first."""
-    app_values = _values_of(hub, rows.desk_of(app_name))
     if user_id is None:
-        users = sorted(
-            k[len(rows.USER_INDEX) :] for k in app_values if k.startswith(rows.USER_INDEX)
-        )
+        known = _values_of(hub, rows.index_of("users", app_name))
+        users = sorted(k[len(rows.USER_INDEX) :] for k in known if k.startswith(rows.USER_INDEX))
     else:
         users = [user_id]
     entries: list[tuple[float, str, str]] = []
-    user_states: dict[str, dict[str, Any]] = {}
     for user in users:
-        user_values = _values_of(hub, rows.desk_of(app_name, user))
-        user_states[user] = user_values
-        for key, updated in user_values.items():
+        for key, updated in _values_of(hub, rows.index_of("sessions", app_name, user)).items():
             if key.startswith(rows.SESSION_INDEX) and isinstance(updated, int | float):
                 entries.append((float(updated), key[len(rows.SESSION_INDEX) :], user))
     entries.sort()
     stop = len(entries) if page_size is None else start + page_size
     page = entries[start:stop]
+    app_state = rows.scoped(_values_of(hub, rows.desk_of(app_name)), rows.APP_PREFIX)
+    shared: dict[str, dict[str, Any]] = {}
+    user_desks: dict[str, str] = {}
     listed: list[Session] = []
     for updated, session_id, user in page:
-        values = _values_of(hub, rows.desk_of(app_name, user, session_id))
+        if user not in shared:
+            user_desks[user] = rows.desk_of(app_name, user)
+            user_values = _values_of(hub, user_desks[user])
+            shared[user] = {**app_state, **rows.scoped(user_values, rows.USER_PREFIX)}
+        desk = rows.desk_under(user_desks[user], app_name, user, session_id)
+        values = _values_of(hub, desk)
         listed.append(
             Session(
                 id=session_id,
                 app_name=app_name,
                 user_id=user,
-                state=_merged(app_values, user_states[user], values),
+                state={**shared[user], **rows.scoped(values)},
                 last_update_time=updated,
             )
         )
