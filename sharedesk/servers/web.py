@@ -10,7 +10,8 @@ Routes (all JSON under ``/api``; authors are ``{"kind", "id", "label"}``; a row 
   page of the desk's rows, oldest first, below ``before`` (default: the newest);
 - ``GET /api/desks/{desk}/view?as=KIND:ID[&thread=N][&window=N]`` -> ``{"participant",
   "messages", "partial", "watermark", "present"}``: that participant's view and where
-  its sharing state stands (``watermark`` ``null``: it never committed a turn there);
+  its sharing state stands (``watermark`` ``null``: it never committed a turn there;
+  the participant's label is the one on its newest row in the view, else its id);
 - ``GET /api/desks/{desk}/participants`` -> ``{"participants": [{"author",
   "watermark"}]}``: who wrote among the newest rows;
 - ``POST /api/desks/{desk}/messages`` with ``{"content", "parent"}`` -> 201
@@ -185,9 +186,11 @@ class _Api:
 
         def read() -> dict[str, Any]:
             view = self.hub.view(desk, who, conversation, window=window)
-            state = self.hub.store.get_sharing_state(desk, author_key(who), conversation)
+            key = author_key(who)
+            state = self.hub.store.get_sharing_state(desk, key, conversation)
+            own = [m.author for m in view.messages if author_key(m.author) == key]
             return {
-                "participant": author_json(who),
+                "participant": author_json(own[-1] if own else who),  # its label as written
                 "messages": [
                     {
                         "sequence": m.sequence,
