@@ -55,6 +55,7 @@ from sharedesk.protocol.validation import (
 )
 from sharedesk.protocol.views import Conversation, Projection
 from sharedesk.protocol.writes import Share, Write
+from sharedesk.telemetry import hub_telemetry
 
 __all__ = [
     "HUB_OPTION_NAMES",
@@ -129,6 +130,7 @@ class Hub:
         self._lock = threading.Lock()  # guards the run queue and the closing flag
         self._closing = False
         self._runs: RunQueue | None = None
+        self._telemetry = hub_telemetry()  # None without opentelemetry-api
         self._supervisor = ActorSupervisor(store, self._options, path)
         self._stop_commits = store.on_commit(self._supervisor.committed)
         self._unfollow: Callable[[], None] | None = None
@@ -256,7 +258,16 @@ class Hub:
                 was queued.
         """
         self._supervisor.check(write.session_id)
-        return self._store.submit(write)
+        if self._telemetry is None:
+            return self._store.submit(write)
+        write, span = self._telemetry.append(write)
+        try:
+            future = self._store.submit(write)
+        except BaseException as exc:
+            self._telemetry.failed(span, exc)
+            raise
+        self._telemetry.appended(span, future)
+        return future
 
     read = _from_store(EventStore.read)
     last_sequence = _from_store(EventStore.last_sequence)
@@ -338,7 +349,10 @@ class Hub:
             ActorKey(kind="sharing", session_id=session_id),
             Plan(viewer=viewer, conversation=conversation),
         )
-        return Turn(self, session_id, viewer, plan)
+        turn = Turn(self, session_id, viewer, plan)
+        if self._telemetry is not None:
+            turn.span = self._telemetry.turn(session_id, viewer, plan, self._between)
+        return turn
 
     def transcript(
         self,
@@ -392,19 +406,27 @@ class Hub:
                 -1 if expected is None else expected.watermark, plan.next_state.watermark
             )
         event = reply_event(turn, reply)
+        tel, span = self._telemetry, turn.span
+        if tel is not None and span is not None and event is not None:
+            event = tel.stamp(event, span)  # readers' turns link to this one
         share = Share(
             viewer=author_key(turn.viewer),
             state=plan.next_state,
             expected_state=plan.expected_state,
             reply_present=event is not None,
         )
-        future = self.submit(
-            check_write(turn.session_id, [] if event is None else [event], share=share)
-        )
+        write = check_write(turn.session_id, [] if event is None else [event], share=share)
+        if tel is not None and span is not None:
+            with tel.within(span):
+                future = self.submit(write)
+        else:
+            future = self.submit(write)
 
         def mark(done: Future[list[Event]]) -> None:
             if not done.cancelled() and done.exception() is None:
                 turn.committed = True  # a cancelled caller's turn too
+            elif tel is not None and span is not None and not done.cancelled():
+                tel.failed(span, done.exception() or HubClosed(self._path))
 
         future.add_done_callback(mark)
         return future
@@ -421,6 +443,8 @@ class Hub:
             reply_sequence=stored[0].sequence if stored else None,
             delivered=len(plan.messages),
         )
+        if self._telemetry is not None and turn.span is not None:
+            self._telemetry.committed(turn.span, plan, stored[0] if stored else None)
         return stored[0] if stored else None
 
     # -- runs --------------------------------------------------------------------------
@@ -461,6 +485,8 @@ class Hub:
             continuation_opts=continuation_opts,
             adapter_opts=adapter_opts,
         )
+        if self._telemetry is not None:
+            self._telemetry.run(session_id, adapter, future)
         return future
 
     def drain(self, timeout: float | None = None) -> bool:
@@ -531,6 +557,9 @@ class Hub:
         self.close()
 
     # -- internals ---------------------------------------------------------------------
+
+    def _between(self, session_id: str, after: int, before: int) -> list[Event]:
+        return self._store.read(session_id, after=after, before=before)
 
     def _live(self) -> None:
         if self._closing or self._supervisor.closed:
