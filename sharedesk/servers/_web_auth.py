@@ -13,11 +13,11 @@ from typing import Any
 
 import msgspec
 
-from sharedesk.protocol.authors import Agent, Operator, Person, SessionAuthor, System
+from sharedesk.protocol.authors import Agent, Operator, Person, SessionAuthor
 from sharedesk.protocol.errors import ValidationError
 from sharedesk.protocol.validation import check_author
 
-__all__ = ["Tokens", "author_json", "parse_participant"]
+__all__ = ["Tokens", "parse_participant"]
 
 
 def parse_participant(text: str, *, label: bool = True) -> SessionAuthor:
@@ -47,18 +47,6 @@ def parse_participant(text: str, *, label: bool = True) -> SessionAuthor:
     name = name or ident
     author = Person(id=ident, label=name) if kind == "person" else Agent(id=ident, label=name)
     return check_author(author)
-
-
-def author_json(author: SessionAuthor) -> dict[str, str]:
-    """Return an author as the API shows it: ``{"kind", "id", "label"}``. Cost: O(1)."""
-    match author:
-        case Person(id=ident, label=name):
-            return {"kind": "person", "id": ident, "label": name}
-        case Agent(id=ident, label=name):
-            return {"kind": "agent", "id": ident, "label": name}
-        case System(kind=kind, label=name):
-            return {"kind": "system", "id": kind, "label": name}
-    return {"kind": "operator", "id": "operator", "label": "operator"}
 
 
 def _digest(token: str) -> bytes:

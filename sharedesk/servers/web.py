@@ -14,6 +14,9 @@ Routes (all JSON under ``/api``; authors are ``{"kind", "id", "label"}``; a row 
   the participant's label is the one on its newest row in the view, else its id);
 - ``GET /api/desks/{desk}/participants`` -> ``{"participants": [{"author",
   "watermark"}]}``: who wrote among the newest rows;
+- ``GET /api/desks/{desk}/runs/{run_id}`` -> ``{"run_id", "status", "provider", "model",
+  "agent", "rows", "transcript"}``: a run's status, its rows and the transcript its
+  adapter received (``sharedesk.servers._web_runs``);
 - ``POST /api/desks/{desk}/messages`` with ``{"content", "parent"}`` -> 201
   ``{"sequence"}``, written as the token's participant;
 - ``GET /api/desks/{desk}/events?after=N``: server-sent events, one ``row`` event per
@@ -52,11 +55,13 @@ from sharedesk.actors import Hub
 from sharedesk.protocol.authors import SessionAuthor, author_key
 from sharedesk.protocol.codec import encode_json
 from sharedesk.protocol.errors import SharedeskError, ValidationError
-from sharedesk.protocol.events import Event, RunFinished, RunStarted, Text, new_event_id
+from sharedesk.protocol.events import Event, Text, new_event_id
 from sharedesk.protocol.validation import MAX_INT, is_postgres_dsn
 from sharedesk.protocol.views import Conversation
-from sharedesk.servers._web_auth import Tokens, author_json, parse_participant
+from sharedesk.servers._web_auth import Tokens, parse_participant
 from sharedesk.servers._web_feed import desk_feed
+from sharedesk.servers._web_runs import run_json
+from sharedesk.servers._web_shapes import author_json, row_json
 
 __all__ = ["COOKIE", "ROWS_LIMIT", "create_app", "serve"]
 
@@ -98,25 +103,6 @@ def _json(value: Any, status: int = 200) -> Response:
 
 def _error(status: int, message: str) -> Response:
     return _json({"error": message}, status)
-
-
-def row_json(event: Event) -> dict[str, Any]:
-    """Return one stored event as the API shows it (see the module docstring). Cost: O(1)."""
-    body = event.body
-    row: dict[str, Any] = {
-        "sequence": event.sequence,
-        "type": type(body).__struct_config__.tag,
-        "author": author_json(event.author),
-        "content": body.content if isinstance(body, Text) else None,
-        "parent": event.parent,
-        "run_id": event.run_id,
-        "timestamp": event.timestamp,
-    }
-    if isinstance(body, RunFinished):
-        row["status"] = body.status
-    elif isinstance(body, RunStarted):
-        row["model"] = body.model
-    return row
 
 
 def _int_arg(request: Request, name: str, default: int | None) -> int | None:
@@ -223,6 +209,11 @@ class _Api:
             return out
 
         return _json({"participants": await run_in_threadpool(read)})
+
+    async def run(self, request: Request) -> Response:
+        desk, run_id = request.path_params["desk"], request.path_params["run"]
+        found = await run_in_threadpool(run_json, self.hub, desk, run_id)
+        return _error(404, "no such run on this desk") if found is None else _json(found)
 
     async def post(self, request: Request) -> Response:
         who: SessionAuthor | None = request.state.participant
@@ -355,6 +346,7 @@ def create_app(
         Route("/api/desks/{desk}/rows", _handled(api.rows)),
         Route("/api/desks/{desk}/view", _handled(api.view)),
         Route("/api/desks/{desk}/participants", _handled(api.participants)),
+        Route("/api/desks/{desk}/runs/{run}", _handled(api.run)),
         Route("/api/desks/{desk}/messages", _handled(api.post), methods=["POST"]),
         Route("/api/desks/{desk}/events", _handled(api.events)),
     ]

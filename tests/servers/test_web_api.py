@@ -8,7 +8,16 @@ from typing import Any
 
 import pytest
 
-from sharedesk import Agent, Event, Hub, Person, Text, ValidationError
+from sharedesk import (
+    Agent,
+    Event,
+    Hub,
+    Person,
+    ScriptedAdapter,
+    SessionManager,
+    Text,
+    ValidationError,
+)
 from tests.servers.webserver import require_web
 
 require_web()
@@ -371,3 +380,32 @@ class TestTokensFile:
 
     def test_a_view_participant_may_hold_colons_in_its_id(self) -> None:
         assert Agent(id="a:b", label="a:b") == parse_participant("agent:a:b", label=False)
+
+
+class TestRuns:
+    def test_a_run_shows_its_status_rows_and_the_transcript_its_adapter_received(
+        self, hub: Hub, reader: TestClient
+    ) -> None:
+        adapter = ScriptedAdapter(["first answer", "second answer"], name="helper")
+        SessionManager.run_once(hub, adapter, "first question", session_id="d")
+        second = SessionManager.run_once(
+            hub, adapter, "second question", session_id="d", continuation="replay"
+        )
+
+        run = reader.get(f"/api/desks/d/runs/{second.run_id}").json()
+
+        assert ("completed", "helper") == (run["status"], run["provider"])
+        assert "second question" in [r["content"] for r in run["rows"]]
+        assert [
+            ("user", "first question"),
+            ("assistant", "first answer"),
+        ] == [(m["role"], m["content"]) for m in run["transcript"]]
+        assert adapter.calls[1].transcript is not None
+        assert [m.content for m in adapter.calls[1].transcript.messages] == [
+            m["content"] for m in run["transcript"]
+        ]
+
+    def test_an_unknown_run_is_a_404(self, hub: Hub, reader: TestClient) -> None:
+        hub.session("d").post(ANA, "hello")
+
+        assert 404 == reader.get("/api/desks/d/runs/nope@d").status_code

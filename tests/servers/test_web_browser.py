@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from sharedesk import Agent, Hub, Person
+from sharedesk import Agent, Hub, Person, ScriptedAdapter, SessionManager
 from tests.servers.webserver import RunningServer, launch_chromium, require_web, unavailable
 
 require_web()
@@ -143,6 +143,26 @@ class TestLive:
         expect(page.locator("#lens li.msg[data-seq='3'] + li.seen")).to_have_count(1)
         expect(page.locator("#lens .msg")).to_have_count(4)
         expect(page.locator("#lens-state")).to_have_text("Billing bot (agent) has seen up to #3")
+
+
+class TestRuns:
+    def test_a_run_shows_its_status_and_opens_to_the_transcript_its_adapter_received(
+        self, hub: Hub, page: Page
+    ) -> None:
+        adapter = ScriptedAdapter(["first answer", "second answer"], name="helper")
+        SessionManager.run_once(hub, adapter, "first question", session_id="d")
+        SessionManager.run_once(
+            hub, adapter, "second question", session_id="d", continuation="replay"
+        )
+        open_desk(page, "d")
+        expect(page.locator("#channel .event .content", has_text="run completed")).to_have_count(2)
+
+        page.locator("#channel button.run-open").last.click()
+
+        expect(page.locator("#run-state")).to_have_text("run completed for helper (agent)")
+        expect(page.locator("#run-transcript .content")).to_have_text(
+            ["first question", "first answer"]
+        )
 
 
 class TestSignedIn:

@@ -71,6 +71,12 @@ function rowNode(row) {
     node.append(el("span", "seq", "\u21b3 #" + row.parent));
   }
   node.append(el("span", "content", rowText(row)));
+  if (row.type === "run_started" && row.run_id) {
+    const open = el("button", "reply run-open", "Transcript");
+    open.type = "button";
+    open.addEventListener("click", () => showRun(row.run_id).catch(fail));
+    node.prepend(open);
+  }
   if (row.type === "text" && row.parent === null) {
     if (state.me) {
       const reply = el("button", "reply", "Reply");
@@ -168,6 +174,21 @@ async function showLens() {
   if (!placed) lens.append(el("li", "seen", "seen up to here (#" + mark + ")"));
 }
 
+async function showRun(runId) {
+  const run = await api(deskPath(state.desk) + "/runs/" + encodeURIComponent(runId));
+  $("run").hidden = false;
+  $("run-state").textContent = shown("run " + run.status + (run.model ? " on " + run.model : "") +
+    (run.agent ? " for " + who(run.agent) : ""));
+  const list = $("run-transcript");
+  list.replaceChildren();
+  for (const m of run.transcript) {
+    const node = el("li", "msg");
+    node.append(el("span", "seq", m.role), el("span", "author", m.author ? who(m.author) : ""));
+    node.append(el("span", "content", m.content !== null ? m.content : "tool " + (m.tool_name || "")));
+    list.append(node);
+  }
+}
+
 function replyTo(sequence) {
   state.replyTo = sequence;
   $("reply-to").hidden = false;
@@ -208,6 +229,7 @@ async function showDesk(desk) {
   Object.assign(state, { desk, last: 0, oldest: null, replyTo: null });
   $("channel").replaceChildren();
   $("lens").replaceChildren();
+  $("run").hidden = true;
   $("lens-who").replaceChildren();
   $("compose").hidden = !state.me;
   newThread();
