@@ -162,3 +162,26 @@ class TestEventStream:
         )
 
         assert 400 == response.status_code
+
+
+class TestOnPostgres:
+    def test_a_row_another_hub_wrote_is_pushed_without_polling(self, postgres_dsn: str) -> None:
+        with Hub.open(postgres_dsn) as served, Hub.open(postgres_dsn) as writer:
+            assert served.following
+            writer.session("d").post(ANA, "first")
+            running = RunningServer(create_app(served, recheck=3600, keepalive=3600))
+            try:
+                url = f"{running.url}/api/desks/d/events?after=0"
+                with httpx.stream("GET", url, timeout=TIMEOUT) as response:
+                    events = sse_events(response.iter_lines())
+                    got = [next(events)]
+                    writer.session("d").post(ANA, "second")
+                    got.append(next(events))
+                rows = httpx.get(f"{running.url}/api/desks/d/rows", timeout=TIMEOUT).json()
+                desks = httpx.get(f"{running.url}/api/desks", timeout=TIMEOUT).json()
+            finally:
+                running.stop()
+
+        assert [1, 2] == sequences(got)
+        assert ["first", "second"] == [r["content"] for r in rows["rows"]]
+        assert [("d", 2)] == [(d["id"], d["last_sequence"]) for d in desks["desks"]]
