@@ -63,7 +63,7 @@ from sharedesk.servers._web_feed import desk_feed
 from sharedesk.servers._web_runs import run_json
 from sharedesk.servers._web_shapes import author_json, row_json
 
-__all__ = ["COOKIE", "ROWS_LIMIT", "create_app", "serve"]
+__all__ = ["COOKIE", "ROWS_LIMIT", "Tokens", "create_app", "row_json", "serve"]
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]

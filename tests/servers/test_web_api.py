@@ -24,6 +24,7 @@ require_web()
 
 from starlette.testclient import TestClient  # noqa: E402
 
+from sharedesk.cli import main  # noqa: E402
 from sharedesk.servers._web_auth import Tokens, parse_participant  # noqa: E402
 from sharedesk.servers.web import COOKIE, ROWS_LIMIT, create_app, serve  # noqa: E402
 
@@ -200,6 +201,14 @@ class TestReadOnly:
     def test_without_tokens_serve_refuses_a_host_that_is_not_loopback(self, tmp_path: Path) -> None:
         with pytest.raises(ValidationError, match=r"127\.0\.0\.1"):
             serve(str(tmp_path), host="0.0.0.0")
+
+    def test_the_serve_command_refuses_it_with_one_line_and_status_2(
+        self, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        status = main(["serve", str(tmp_path), "--host", "0.0.0.0"])
+
+        assert 2 == status
+        assert "binds only to 127.0.0.1" in capsys.readouterr().err
 
     def test_serve_refuses_a_path_that_holds_no_store(self, tmp_path: Path) -> None:
         with pytest.raises(ValidationError, match="not a store"):
