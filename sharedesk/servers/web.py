@@ -59,7 +59,7 @@ from sharedesk.protocol.events import Event, Text, new_event_id
 from sharedesk.protocol.validation import MAX_INT, is_postgres_dsn
 from sharedesk.protocol.views import Conversation
 from sharedesk.servers._web_auth import Tokens, parse_participant
-from sharedesk.servers._web_feed import desk_feed
+from sharedesk.servers._web_feed import Feeds
 from sharedesk.servers._web_runs import run_json
 from sharedesk.servers._web_shapes import author_json, row_json
 
@@ -105,6 +105,11 @@ def _error(status: int, message: str) -> Response:
     return _json({"error": message}, status)
 
 
+def sse_row(event: Event) -> bytes:
+    """Return one stored row as a server-sent event: its sequence as id, ``row``, JSON."""
+    return b"id: %d\nevent: row\ndata: %s\n\n" % (event.sequence or 0, encode_json(row_json(event)))
+
+
 def _int_arg(request: Request, name: str, default: int | None) -> int | None:
     text = request.query_params.get(name)
     if text is None or text == "":
@@ -118,7 +123,8 @@ class _Api:
     """The routes' handlers over one Hub (blocking Hub calls run on Starlette's threads)."""
 
     def __init__(self, hub: Hub, tokens: Tokens | None, recheck: float, keepalive: float):
-        self.hub, self.tokens, self.recheck, self.keepalive = hub, tokens, recheck, keepalive
+        self.hub, self.tokens = hub, tokens
+        self.feeds = Feeds(hub, sse_row, recheck=recheck, keepalive=keepalive)
 
     async def page(self, request: Request) -> Response:
         name, media = _STATIC[request.url.path]
@@ -247,14 +253,8 @@ class _Api:
 
         async def stream() -> AsyncIterator[bytes]:
             yield b"retry: 1000\n\n"
-            async for event in desk_feed(
-                self.hub, desk, after, recheck=self.recheck, keepalive=self.keepalive
-            ):
-                if event is None:
-                    yield b": alive\n\n"
-                else:
-                    data = encode_json(row_json(event))
-                    yield b"id: %d\nevent: row\ndata: %s\n\n" % (event.sequence or 0, data)
+            async for chunk in self.feeds.follow(desk, after):
+                yield chunk
 
         return StreamingResponse(
             stream(), media_type="text/event-stream", headers={"x-accel-buffering": "no"}
@@ -324,15 +324,16 @@ def _handled(handler: Callable[[Request], Awaitable[Response]]) -> Callable[...,
 
 
 def create_app(
-    hub: Hub, tokens: Tokens | None = None, *, recheck: float = 1.0, keepalive: float = 15.0
+    hub: Hub, tokens: Tokens | None = None, *, recheck: float = 0.1, keepalive: float = 15.0
 ) -> ASGIApp:
     """Return the ASGI app serving ``hub``'s desks (the routes of the module docstring).
 
     Args:
         hub: The Hub to serve; the caller keeps it and closes it after the app stops.
         tokens: The known tokens; ``None`` serves read-only, to anyone who can connect.
-        recheck: On a Hub that does not follow its store, how often (seconds) a live feed
-            checks the store for rows another process wrote.
+        recheck: On a Hub that does not follow its store, how often (seconds) the feeds
+            of a desk check the store for rows another process wrote (one O(1) read for
+            all of them).
         keepalive: Seconds without a row after which a feed sends a comment.
 
     Cost: O(1); nothing is read until a request comes.
