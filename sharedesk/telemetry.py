@@ -11,7 +11,8 @@ With ``opentelemetry-api`` installed, a Hub emits, through the global tracer pro
   ``sharedesk.row.author``), and a link to the span that wrote each offered row that
   carries a ``traceparent``. A commit that fails ends it with an error status; an
   abandoned turn's span is never ended, so never exported.
-- ``sharedesk.append`` around every write (the commit's inside its turn's span), with
+- ``sharedesk.append`` around every write but a turn's commit (its turn's span is the
+  commit's), with
   ``gen_ai.conversation.id`` and ``sharedesk.append.events``; each ``Text`` row written
   gets the W3C ``traceparent`` of the span that wrote it in its metadata
   (``metadata["traceparent"]``, kept when the caller set one), which is how a reader's
@@ -39,7 +40,7 @@ from sharedesk.protocol.events import Event, RunStarted, Text
 from sharedesk.protocol.writes import Write
 
 if TYPE_CHECKING:
-    from opentelemetry.trace import Span, Tracer
+    from opentelemetry.trace import Span, SpanContext, Tracer
 
     from sharedesk.projection.turns import TurnPlan
 
@@ -74,6 +75,27 @@ def hub_telemetry() -> HubTelemetry | None:
     return HubTelemetry(trace.get_tracer("sharedesk", __version__))
 
 
+def _unstamped(event: Event) -> bool:
+    """Whether a write stamps ``event``: a posted message without a ``traceparent``.
+
+    Only posted messages: they are what turns offer, and lifecycle events (a run's
+    claim) are recognised by their metadata as written.
+    """
+    return isinstance(event.body, Text) and TRACEPARENT not in event.metadata
+
+
+def _stamped(event: Event, header: str) -> Event:
+    if not _unstamped(event):
+        return event
+    return msgspec.structs.replace(event, metadata={**event.metadata, TRACEPARENT: header})
+
+
+def _traceparent(span: Span) -> str:
+    """Return ``span``'s W3C ``traceparent`` (version 00)."""
+    context = span.get_span_context()
+    return f"00-{context.trace_id:032x}-{context.span_id:016x}-{context.trace_flags:02x}"
+
+
 def _agent(author: SessionAuthor) -> tuple[str, str]:
     match author:
         case Person(id=ident, label=label) | Agent(id=ident, label=label):
@@ -87,32 +109,32 @@ class HubTelemetry:
     """The spans of one Hub; every method is a hook the Hub calls (see the module)."""
 
     def __init__(self, tracer: Tracer) -> None:
-        from opentelemetry import propagate, trace
+        from opentelemetry import trace
 
         self._tracer = tracer
         self._trace = trace
-        self._propagate = propagate
 
     # -- writes ------------------------------------------------------------------------
 
-    def append(self, write: Write, parent: Span | None = None) -> tuple[Write, Span]:
-        """Start a write's span (a child of ``parent``, else of the current span).
+    def append(self, write: Write) -> tuple[Write, Span | None]:
+        """Start a write's span (a child of the current span); none for a turn's commit.
 
         Returns the write with each event's ``traceparent`` stamped (when the span
-        records) and the span, which :meth:`appended` ends.
+        records) and the span, which :meth:`appended` ends. A commit (a write with a
+        ``share``) is its turn's: its reply was stamped by :meth:`stamp`.
         """
-        ctx = None if parent is None else self._trace.set_span_in_context(parent)
+        if write.share is not None:
+            return write, None
         span = self._tracer.start_span(
             "sharedesk.append",
-            context=ctx,
             attributes={
                 "gen_ai.conversation.id": write.session_id,
                 "sharedesk.append.events": len(write.events),
             },
         )
-        if span.is_recording() and write.events:
-            carrier = self._carrier(span)
-            events = [self._stamped(event, carrier) for event in write.events]
+        if span.is_recording() and any(_unstamped(event) for event in write.events):
+            header = _traceparent(span)
+            events = [_stamped(event, header) for event in write.events]
             # Adding one string key to a checked event's metadata keeps it valid.
             write = msgspec.structs.replace(write, events=events)
         return write, span
@@ -136,9 +158,9 @@ class HubTelemetry:
 
     def stamp(self, event: Event, span: Span) -> Event:
         """Return ``event`` carrying ``span``'s ``traceparent`` (unless it has one)."""
-        if not span.is_recording():
+        if not span.is_recording() or not _unstamped(event):
             return event
-        return self._stamped(event, self._carrier(span))
+        return _stamped(event, _traceparent(span))
 
     # -- turns -------------------------------------------------------------------------
 
@@ -186,10 +208,6 @@ class HubTelemetry:
         """End a span with ``error`` recorded and an error status."""
         self._fail(span, error)
 
-    def within(self, span: Span) -> Any:
-        """Return a context manager making ``span`` current (its writes nest under it)."""
-        return self._trace.use_span(span, end_on_exit=False)
-
     # -- runs --------------------------------------------------------------------------
 
     def run(self, session_id: str, adapter: Any, future: Future[Any]) -> None:
@@ -232,22 +250,6 @@ class HubTelemetry:
 
     # -- internals ---------------------------------------------------------------------
 
-    def _carrier(self, span: Span) -> dict[str, str]:
-        carrier: dict[str, str] = {}
-        self._propagate.inject(carrier, context=self._trace.set_span_in_context(span))
-        return carrier
-
-    @staticmethod
-    def _stamped(event: Event, carrier: dict[str, str]) -> Event:
-        # Only posted messages: they are what turns offer, and lifecycle events (a run's
-        # claim) are recognised by their metadata as written.
-        if not isinstance(event.body, Text) or TRACEPARENT in event.metadata:
-            return event
-        if TRACEPARENT not in carrier:
-            return event
-        metadata = {**event.metadata, TRACEPARENT: carrier[TRACEPARENT]}
-        return msgspec.structs.replace(event, metadata=metadata)
-
     def _link(self, span: Span, session_id: str, plan: TurnPlan, read: RangeRead) -> None:
         offered = {m.sequence for m in plan.messages}
         newest = sorted(offered)[-MAX_LINKS:]
@@ -255,10 +257,23 @@ class HubTelemetry:
             header = event.metadata.get(TRACEPARENT)
             if event.sequence not in offered or not isinstance(header, str):
                 continue
-            ctx = self._propagate.extract({TRACEPARENT: header})
-            linked = self._trace.get_current_span(ctx).get_span_context()
-            if linked.is_valid:
+            linked = self._parse(header)
+            if linked is not None:
                 span.add_link(linked, {"sharedesk.row.sequence": event.sequence or 0})
+
+    def _parse(self, header: str) -> SpanContext | None:
+        """Return the span context of a W3C ``traceparent``, or ``None`` if malformed."""
+        parts = header.split("-")
+        if len(parts) < 4 or len(parts[1]) != 32 or len(parts[2]) != 16 or parts[0] == "ff":
+            return None
+        try:
+            trace_id, span_id, flags = int(parts[1], 16), int(parts[2], 16), int(parts[3], 16)
+        except ValueError:
+            return None
+        context = self._trace.SpanContext(
+            trace_id, span_id, is_remote=True, trace_flags=self._trace.TraceFlags(flags & 0xFF)
+        )
+        return context if context.is_valid else None
 
     def _fail(self, span: Span, error: BaseException) -> None:
         span.record_exception(error)

@@ -157,7 +157,7 @@ class TestTraceContext:
         assert [traceparent_of(span)] * 2 == [ids(e.metadata[TRACEPARENT]) for e in stored]
         assert stored == hub.read("desk")
 
-    def test_a_reply_carries_its_turns_traceparent_and_its_append_nests_in_the_turn(
+    def test_a_reply_carries_its_turns_traceparent_and_its_commit_no_span_of_its_own(
         self, hub: Hub, spans: InMemorySpanExporter
     ) -> None:
         hub.session("desk").post(ANA, "one")
@@ -165,10 +165,29 @@ class TestTraceContext:
         assert reply is not None
 
         (turn,) = named(spans, "invoke_agent Billing bot")
-        commit_append = named(spans, "sharedesk.append")[-1]
 
         assert traceparent_of(turn) == ids(reply.metadata[TRACEPARENT])
-        assert turn.get_span_context().span_id == commit_append.parent.span_id
+        assert 1 == len(named(spans, "sharedesk.append"))  # the post's; the commit is the turn's
+
+    def test_an_append_inside_a_span_of_the_caller_is_its_child(
+        self, hub: Hub, spans: InMemorySpanExporter
+    ) -> None:
+        with trace.get_tracer("app").start_as_current_span("request") as outer:
+            hub.session("desk").post(ANA, "one")
+
+        (append,) = named(spans, "sharedesk.append")
+
+        assert outer.get_span_context().span_id == append.parent.span_id
+
+    def test_a_malformed_traceparent_on_a_row_gives_no_link_and_no_error(
+        self, hub: Hub, spans: InMemorySpanExporter
+    ) -> None:
+        hub.append("desk", [Event(ANA, Text("a"), metadata={TRACEPARENT: "00-zz-1-01"})])
+        hub.turn("desk", BOT).commit()
+
+        (turn,) = named(spans, "invoke_agent Billing bot")
+
+        assert () == tuple(turn.links)
 
     def test_a_readers_turn_links_to_the_span_that_wrote_each_row_it_is_offered(
         self, hub: Hub, spans: InMemorySpanExporter

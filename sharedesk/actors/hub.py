@@ -261,6 +261,8 @@ class Hub:
         if self._telemetry is None:
             return self._store.submit(write)
         write, span = self._telemetry.append(write)
+        if span is None:  # a turn's commit: its turn's span covers it
+            return self._store.submit(write)
         try:
             future = self._store.submit(write)
         except BaseException as exc:
@@ -415,12 +417,9 @@ class Hub:
             expected_state=plan.expected_state,
             reply_present=event is not None,
         )
-        write = check_write(turn.session_id, [] if event is None else [event], share=share)
-        if tel is not None and span is not None:
-            with tel.within(span):
-                future = self.submit(write)
-        else:
-            future = self.submit(write)
+        future = self.submit(
+            check_write(turn.session_id, [] if event is None else [event], share=share)
+        )
 
         def mark(done: Future[list[Event]]) -> None:
             if not done.cancelled() and done.exception() is None:

@@ -437,13 +437,16 @@ class TestWeb:
             "web post, 3 pages open, agents in their own process",
             "web post, no page open, agents in the server",
             "web post, 3 pages open, agents in the server",
-            "turn+commit, telemetry off",
-            "turn+commit, telemetry on",
+            "turn+commit, telemetry off, lmdb",
+            "turn+commit, telemetry on, lmdb",
+            "turn+commit, telemetry off, memory",
+            "turn+commit, telemetry on, memory",
         } == labels(report)
         assert {
             "web-post-rate-with-pages",
             "web-post-rate-with-pages-same-process",
             "web-telemetry-turn-cost",
+            "web-telemetry-turn-cost-in-memory",
         } == {t.name for t in report.targets}
         delivered = [v for k, v in report.figures.items() if k.startswith("web rows delivered")]
         assert ["30/30", "30/30"] == delivered
