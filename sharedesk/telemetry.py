@@ -119,9 +119,10 @@ class HubTelemetry:
     def append(self, write: Write) -> tuple[Write, Span | None]:
         """Start a write's span (a child of the current span); none for a turn's commit.
 
-        Returns the write with each event's ``traceparent`` stamped (when the span
-        records) and the span, which :meth:`appended` ends. A commit (a write with a
-        ``share``) is its turn's: its reply was stamped by :meth:`stamp`.
+        Returns the write with each event's ``traceparent`` stamped and the span, which
+        :meth:`appended` ends; the span is ``None`` when it does not record (no
+        provider), and for a commit (a write with a ``share``), which is its turn's:
+        its reply was stamped by :meth:`stamp`.
         """
         if write.share is not None:
             return write, None
@@ -132,7 +133,9 @@ class HubTelemetry:
                 "sharedesk.append.events": len(write.events),
             },
         )
-        if span.is_recording() and any(_unstamped(event) for event in write.events):
+        if not span.is_recording():  # no provider: nothing to end, stamp or export
+            return write, None
+        if any(_unstamped(event) for event in write.events):
             header = _traceparent(span)
             events = [_stamped(event, header) for event in write.events]
             # Adding one string key to a checked event's metadata keeps it valid.
@@ -164,8 +167,12 @@ class HubTelemetry:
 
     # -- turns -------------------------------------------------------------------------
 
-    def turn(self, session_id: str, viewer: SessionAuthor, plan: TurnPlan, read: RangeRead) -> Span:
+    def turn(
+        self, session_id: str, viewer: SessionAuthor, plan: TurnPlan, read: RangeRead
+    ) -> Span | None:
         """Start the ``invoke_agent`` span of a planned turn; :meth:`committed` ends it.
+
+        ``None`` when the span does not record (no provider): the turn carries none.
 
         Cost (a recording span only): one read of the rows between the oldest and the
         newest offered, for their ``traceparent`` links.
@@ -184,7 +191,9 @@ class HubTelemetry:
         if plan.expected_state is not None:
             attributes["sharedesk.watermark.before"] = plan.expected_state.watermark
         span = self._tracer.start_span(f"invoke_agent {label}", attributes=attributes)
-        if not span.is_recording() or not plan.messages:
+        if not span.is_recording():
+            return None
+        if not plan.messages:
             return span
         self._link(span, session_id, plan, read)
         for message in plan.messages:
@@ -222,6 +231,8 @@ class HubTelemetry:
                 "gen_ai.conversation.id": session_id,
             },
         )
+        if not span.is_recording():
+            return
         model = getattr(adapter, "model", None)
         if isinstance(model, str):
             span.set_attribute("gen_ai.request.model", model)

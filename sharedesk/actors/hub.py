@@ -261,7 +261,7 @@ class Hub:
         if self._telemetry is None:
             return self._store.submit(write)
         write, span = self._telemetry.append(write)
-        if span is None:  # a turn's commit: its turn's span covers it
+        if span is None:  # not recording, or a turn's commit (its turn's span covers it)
             return self._store.submit(write)
         try:
             future = self._store.submit(write)
