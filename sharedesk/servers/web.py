@@ -344,12 +344,12 @@ def create_app(
         Route("/login", _handled(api.login)),
         Route("/api/me", _handled(api.me)),
         Route("/api/desks", _handled(api.desks)),
-        Route("/api/desks/{desk}/rows", _handled(api.rows)),
-        Route("/api/desks/{desk}/view", _handled(api.view)),
-        Route("/api/desks/{desk}/participants", _handled(api.participants)),
-        Route("/api/desks/{desk}/runs/{run}", _handled(api.run)),
-        Route("/api/desks/{desk}/messages", _handled(api.post), methods=["POST"]),
-        Route("/api/desks/{desk}/events", _handled(api.events)),
+        Route("/api/desks/{desk:path}/rows", _handled(api.rows)),
+        Route("/api/desks/{desk:path}/view", _handled(api.view)),
+        Route("/api/desks/{desk:path}/participants", _handled(api.participants)),
+        Route("/api/desks/{desk:path}/runs/{run:path}", _handled(api.run)),
+        Route("/api/desks/{desk:path}/messages", _handled(api.post), methods=["POST"]),
+        Route("/api/desks/{desk:path}/events", _handled(api.events)),
     ]
     return _Guard(Starlette(routes=routes), tokens)
 

@@ -418,3 +418,21 @@ class TestRuns:
         hub.session("d").post(ANA, "hello")
 
         assert 404 == reader.get("/api/desks/d/runs/nope@d").status_code
+
+
+class TestDeskIds:
+    def test_a_desk_id_holding_slashes_is_served(self, hub: Hub, reader: TestClient) -> None:
+        hub.session("team/billing").post(ANA, "hello")
+
+        rows = reader.get("/api/desks/team%2Fbilling/rows").json()["rows"]
+        lens = reader.get("/api/desks/team%2Fbilling/view?as=person:ana").json()
+
+        assert ["hello"] == [r["content"] for r in rows]
+        assert ["hello"] == [m["content"] for m in lens["messages"]]
+
+    def test_a_desk_id_holding_markup_is_served(self, hub: Hub, reader: TestClient) -> None:
+        hub.session("<img src=x>").post(ANA, "hello")
+
+        rows = reader.get("/api/desks/%3Cimg%20src%3Dx%3E/rows").json()["rows"]
+
+        assert ["hello"] == [r["content"] for r in rows]

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from sharedesk import Agent, Hub, Person, ScriptedAdapter, SessionManager
+from sharedesk import Agent, Event, Hub, Person, ScriptedAdapter, SessionManager, Text
 from tests.servers.webserver import RunningServer, launch_chromium, require_web, unavailable
 
 require_web()
@@ -163,6 +163,22 @@ class TestRuns:
         expect(page.locator("#run-transcript .content")).to_have_text(
             ["first question", "first answer"]
         )
+
+
+class TestLongDesk:
+    def test_a_desk_of_100000_rows_opens_on_its_newest_page_and_pages_back(
+        self, hub: Hub, page: Page
+    ) -> None:
+        for start in range(0, 100_000, 10_000):
+            hub.append("long", [Event(ANA, Text(f"row {n}")) for n in range(start, start + 10_000)])
+        open_desk(page, "long")
+
+        expect(page.locator("#channel .row")).to_have_count(50)
+        expect(row(page, 100_000).locator(".content")).to_have_text("row 99999")
+        page.click("#older")
+
+        expect(page.locator("#channel .row")).to_have_count(100)
+        expect(page.locator("#channel .row").first.locator(".content")).to_have_text("row 99900")
 
 
 class TestSignedIn:
