@@ -57,8 +57,8 @@ _USAGE: Final = {
     "completion_tokens": "gen_ai.usage.output_tokens",
 }
 
-#: ``read(session_id, after, before)``: the stored events strictly between two sequences.
-RangeRead = Callable[[str, int, int], list[Event]]
+#: The store's ``read(session_id, *, after=..., before=...)``: events between two sequences.
+RangeRead = Callable[..., list[Event]]
 
 
 def hub_telemetry() -> HubTelemetry | None:
@@ -264,7 +264,7 @@ class HubTelemetry:
     def _link(self, span: Span, session_id: str, plan: TurnPlan, read: RangeRead) -> None:
         offered = {m.sequence for m in plan.messages}
         newest = sorted(offered)[-MAX_LINKS:]
-        for event in read(session_id, newest[0] - 1, newest[-1] + 1):
+        for event in read(session_id, after=newest[0] - 1, before=newest[-1] + 1):
             header = event.metadata.get(TRACEPARENT)
             if event.sequence not in offered or not isinstance(header, str):
                 continue

@@ -258,17 +258,16 @@ class Hub:
                 was queued.
         """
         self._supervisor.check(write.session_id)
-        if self._telemetry is None:
-            return self._store.submit(write)
-        write, span = self._telemetry.append(write)
-        if span is None:  # not recording, or a turn's commit (its turn's span covers it)
+        tel = self._telemetry
+        write, span = (write, None) if tel is None else tel.append(write)
+        if tel is None or span is None:  # no span kept, or a commit (its turn's span)
             return self._store.submit(write)
         try:
             future = self._store.submit(write)
         except BaseException as exc:
-            self._telemetry.failed(span, exc)
+            tel.failed(span, exc)
             raise
-        self._telemetry.appended(span, future)
+        tel.appended(span, future)
         return future
 
     read = _from_store(EventStore.read)
@@ -353,7 +352,7 @@ class Hub:
         )
         turn = Turn(self, session_id, viewer, plan)
         if self._telemetry is not None:
-            turn.span = self._telemetry.turn(session_id, viewer, plan, self._between)
+            turn.span = self._telemetry.turn(session_id, viewer, plan, self._store.read)
         return turn
 
     def transcript(
@@ -556,9 +555,6 @@ class Hub:
         self.close()
 
     # -- internals ---------------------------------------------------------------------
-
-    def _between(self, session_id: str, after: int, before: int) -> list[Event]:
-        return self._store.read(session_id, after=after, before=before)
 
     def _live(self) -> None:
         if self._closing or self._supervisor.closed:
