@@ -145,6 +145,21 @@ class TestLive:
         expect(page.locator("#lens-state")).to_have_text("Billing bot (agent) has seen up to #3")
 
 
+class TestLens:
+    def test_a_participant_not_among_the_newest_authors_is_opened_by_name(
+        self, hub: Hub, page: Page
+    ) -> None:
+        hub.session("d").post(ANA, "QA's note on the refund")
+        hub.turn("d", Agent(id="billing", label="Billing")).commit()  # read, wrote nothing
+        open_desk(page, "d")
+
+        page.fill("#lens-as", "agent:billing")
+        page.press("#lens-as", "Enter")
+
+        expect(page.locator("#lens-state")).to_have_text("billing (agent) has seen up to #1")
+        expect(page.locator("#lens li.msg[data-seq='1'] + li.seen")).to_have_count(1)
+
+
 class TestRuns:
     def test_a_run_shows_its_status_and_opens_to_the_transcript_its_adapter_received(
         self, hub: Hub, page: Page

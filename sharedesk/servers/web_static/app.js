@@ -189,6 +189,19 @@ async function showRun(runId) {
   }
 }
 
+function lensOf(key) {
+  // A participant who wrote nothing lately is not listed: name it (person:ID, agent:ID).
+  if (!key) return;
+  const select = $("lens-who");
+  if (![...select.options].some((o) => o.value === key)) {
+    const option = el("option", null, key);
+    option.value = key;
+    select.append(option);
+  }
+  select.value = key;
+  showLens().catch(fail);
+}
+
 function replyTo(sequence) {
   state.replyTo = sequence;
   $("reply-to").hidden = false;
@@ -257,6 +270,9 @@ async function start() {
   else $("me").textContent = "read-only";
   $("older").addEventListener("click", () => loadOlder().catch(fail));
   $("lens-who").addEventListener("change", () => showLens().catch(fail));
+  $("lens-as").addEventListener("keydown", (event) => {
+    if (event.key === "Enter") lensOf(event.target.value.trim());
+  });
   $("send").addEventListener("click", send);
   $("cancel-reply").addEventListener("click", newThread);
   window.addEventListener("hashchange", route);
