@@ -53,6 +53,7 @@ from sharedesk.protocol.validation import (
 from sharedesk.protocol.views import Conversation, Projection
 from sharedesk.protocol.writes import Share, Write
 from sharedesk.store.memory import MemoryStore
+from sharedesk.telemetry import hub_telemetry
 
 __all__ = [
     "HUB_OPTION_NAMES",
@@ -127,6 +128,7 @@ class Hub:
         self._lock = threading.Lock()  # guards the run queue and the closing flag
         self._closing = False
         self._runs: RunQueue | None = None
+        self._telemetry = hub_telemetry()  # None without opentelemetry-api
         self._supervisor = ActorSupervisor(store, self._options, path)
         self._stop_commits = store.on_commit(self._supervisor.committed)
         self._unfollow: Callable[[], None] | None = None
@@ -232,7 +234,17 @@ class Hub:
         loop. Raises ``HubClosed`` or ``SessionFailed`` before anything is queued.
         """
         self._supervisor.check(write.session_id)
-        return self._store.submit(write)
+        tel = self._telemetry
+        write, span = (write, None) if tel is None else tel.append(write)
+        if tel is None or span is None:  # no span kept, or a commit (its turn's span)
+            return self._store.submit(write)
+        try:
+            future = self._store.submit(write)
+        except BaseException as exc:
+            tel.failed(span, exc)
+            raise
+        tel.appended(span, future)
+        return future
 
     read = _from_store(EventStore.read)
     last_sequence = _from_store(EventStore.last_sequence)
@@ -296,7 +308,10 @@ class Hub:
             ActorKey(kind="sharing", session_id=session_id),
             Plan(viewer=viewer, conversation=conversation),
         )
-        return Turn(self, session_id, viewer, plan)
+        turn = Turn(self, session_id, viewer, plan)
+        if self._telemetry is not None:
+            turn.span = self._telemetry.turn(session_id, viewer, plan, self._store.read)
+        return turn
 
     def transcript(
         self,
@@ -335,6 +350,9 @@ class Hub:
                 -1 if expected is None else expected.watermark, plan.next_state.watermark
             )
         event = reply_event(turn, reply)
+        tel, span = self._telemetry, turn.span
+        if tel is not None and span is not None and event is not None:
+            event = tel.stamp(event, span)  # readers' turns link to this one
         share = Share(
             viewer=author_key(turn.viewer),
             state=plan.next_state,
@@ -348,6 +366,8 @@ class Hub:
         def mark(done: Future[list[Event]]) -> None:
             if not done.cancelled() and done.exception() is None:
                 turn.committed = True  # a cancelled caller's turn too
+            elif tel is not None and span is not None and not done.cancelled():
+                tel.failed(span, done.exception() or HubClosed(self._path))
 
         future.add_done_callback(mark)
         return future
@@ -364,6 +384,8 @@ class Hub:
             reply_sequence=stored[0].sequence if stored else None,
             delivered=len(plan.messages),
         )
+        if self._telemetry is not None and turn.span is not None:
+            self._telemetry.committed(turn.span, plan, stored[0] if stored else None)
         return stored[0] if stored else None
 
     # -- runs --------------------------------------------------------------------------
@@ -388,7 +410,10 @@ class Hub:
         ``options``: ``continuation``, ``continuation_opts``, ``adapter_opts``. Returns the
         future of its ``RunResult``. Raises ``HubClosed``, ``QueueFull``.
         """
-        return self._run_queue().submit(session_id, adapter, input, **options)
+        future: Future[Any] = self._run_queue().submit(session_id, adapter, input, **options)
+        if self._telemetry is not None:
+            self._telemetry.run(session_id, adapter, future)
+        return future
 
     def drain(self, timeout: float | None = None) -> bool:
         """Wait until no run is queued or running; return whether that happened in time."""
