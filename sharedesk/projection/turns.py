@@ -25,11 +25,13 @@ from typing import Final
 
 import msgspec
 
+from sharedesk.projection.compaction import compacted, compacted_through
 from sharedesk.projection.session import as_messages, is_blank, project_session
 from sharedesk.projection.sharing import delta_messages, rows_above_watermark
 from sharedesk.protocol.authors import SessionAuthor
 from sharedesk.protocol.constants import PAGE_SIZE, SCAN_LIMIT, SESSION_WINDOW
-from sharedesk.protocol.errors import WatermarkRegression
+from sharedesk.protocol.errors import ValidationError, WatermarkRegression
+from sharedesk.protocol.events import Event
 from sharedesk.protocol.ports import ReplyIndex, SessionLog
 from sharedesk.protocol.views import (
     Conversation,
@@ -69,34 +71,64 @@ def plan_turn(
     viewer: SessionAuthor,
     last: int,
     replies: ReplyIndex,
+    *,
+    compaction: Event | None = None,
+    start_after: int | None = None,
 ) -> TurnPlan:
     """Plan a turn of ``viewer`` from its stored ``state`` (or ``None``); see the module header.
 
     ``log`` is the session's whole history and ``last`` its last sequence, read before
-    the walk. Raises ``PageError``, ``LogReadError``, or ``WatermarkRegression`` when
-    ``last`` lies below the stored watermark.
+    the walk; ``compaction`` the conversation's newest (the folds read through it, and a
+    state whose watermark lies below its ``through`` gets a full window, reason
+    ``"compacted"``). ``start_after`` (only without a state) starts a late joiner: its
+    turns page through the rows above it (see :func:`_page`).
+
+    Raises:
+        ValidationError: ``start_after`` given with a state, or above ``last``.
+        WatermarkRegression: ``last`` lies below the stored watermark.
+        PageError: As ``project_session`` (and ``LogReadError`` when the log raised).
 
     Cost: one walk from ``last`` down to the watermark (none when ``last`` is the
     watermark) or to a full window, at most ``SCAN_LIMIT`` rows each; one
     ``replies.first_replies`` call for a channel delta with replies in it; no writes.
     """
+    log, replies = compacted(log, replies, compaction, conversation.desk)
+    basis = state
+    if start_after is not None:
+        if state is not None:
+            raise ValidationError(
+                f"start_after={start_after} given, but the viewer's turns already stand at "
+                f"watermark {state.watermark}"
+            )
+        if start_after > last:
+            raise ValidationError(f"start_after={start_after} lies beyond the last sequence {last}")
+        basis = SharingState(conversation, start_after, paged=True)
     messages: list[SessionMessage] | None = None
     reason: str | None = "initial"
+    watermark, paged = last, False
     carried: frozenset[int] = frozenset()
-    if state is not None:
-        carried = frozenset(seq for seq in state.present_above_watermark if seq > last)
-        if last < state.watermark:
-            raise WatermarkRegression(last, state.watermark)
-        walked = (
-            []  # nothing was appended since: no read
-            if last == state.watermark
-            else rows_above_watermark(log, last + 1, state.watermark, log_ends_at_watermark=True)
-        )
-        if isinstance(walked, list):
-            messages = delta_messages(walked, state, conversation, viewer, replies)
-            reason = None
+    if basis is not None:
+        if last < basis.watermark:
+            raise WatermarkRegression(last, basis.watermark)
+        if basis.watermark < compacted_through(compaction):
+            reason = "compacted"
+        elif basis.paged:
+            messages, watermark = _page(log, basis, conversation, viewer, last, replies)
+            reason, paged = None, watermark < last
         else:
-            reason = walked.reason.value
+            walked = (
+                []  # nothing was appended since: no read
+                if last == basis.watermark
+                else rows_above_watermark(
+                    log, last + 1, basis.watermark, log_ends_at_watermark=True
+                )
+            )
+            if isinstance(walked, list):
+                messages = delta_messages(walked, basis, conversation, viewer, replies)
+                reason = None
+            else:
+                reason = walked.reason.value
+        carried = frozenset(s for s in basis.present_above_watermark if s > watermark)
     if messages is None:
         window = SessionQuery(conversation=conversation, before=last + 1, window=SESSION_WINDOW)
         messages = project_session(log, window).messages
@@ -105,10 +137,36 @@ def plan_turn(
         messages=messages,
         reason=reason,
         expected_state=state,
-        next_state=SharingState(
-            conversation=conversation, watermark=last, present_above_watermark=carried
-        ),
+        next_state=SharingState(conversation, watermark, carried, paged),
     )
+
+
+def _page(
+    log: SessionLog,
+    state: SharingState,
+    conversation: Conversation,
+    viewer: SessionAuthor,
+    last: int,
+    replies: ReplyIndex,
+) -> tuple[list[SessionMessage], int]:
+    """Return a paged state's next page and the watermark that committing it stores.
+
+    The delta of the rows in ``(watermark, top]``, ``top`` at most ``SCAN_LIMIT - 1``
+    above the watermark (so the walk always reaches it), cut to its oldest
+    ``SESSION_WINDOW`` messages; the watermark moves to the last message kept when the
+    cut took any, else to ``top``. Cost: one walk of at most ``SCAN_LIMIT`` rows.
+    """
+    watermark = state.watermark
+    top = min(last, watermark + SCAN_LIMIT - 1)
+    if top == watermark:
+        return [], top
+    walked = rows_above_watermark(log, top + 1, watermark, log_ends_at_watermark=True)
+    assert isinstance(walked, list)  # at most SCAN_LIMIT - 1 rows lie above the watermark
+    messages = delta_messages(walked, state, conversation, viewer, replies)
+    if len(messages) > SESSION_WINDOW:
+        messages = messages[:SESSION_WINDOW]
+        return messages, messages[-1].sequence
+    return messages, top
 
 
 class CachedView(msgspec.Struct, frozen=True):
