@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from unittest import mock
 
 import msgspec
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from sharedesk.projection import project_session
+from sharedesk.projection import TranscriptBuilder, project_session
 from sharedesk.projection.compaction import (
     CompactedLog,
     compaction_covers,
@@ -33,6 +34,7 @@ from sharedesk.protocol import (
     same_participant,
 )
 from sharedesk.protocol.events import Compaction
+from sharedesk.store import MemoryStore
 from tests.projection.logs import (
     ALICE,
     AUTHORS,
@@ -43,6 +45,12 @@ from tests.projection.logs import (
     row,
     row_lists,
     sequences,
+)
+from tests.projection.test_transcript import (
+    SESSION,
+    RecordingStore,
+    optional_budget,
+    unstamped_events,
 )
 from tests.projection.test_turns import DictReplies
 
@@ -387,3 +395,68 @@ def test_a_paged_state_round_trips_through_msgpack() -> None:
     state = SharingState(CHANNEL, 3, frozenset({5}), paged=True)
 
     assert state == msgspec.msgpack.decode(msgspec.msgpack.encode(state), type=SharingState)
+
+
+class TestTranscriptFromStore:
+    def store_with_compaction(self, before: int, after: int) -> RecordingStore:
+        store = RecordingStore()
+        store.append(SESSION, [Event(ALICE, Text(f"old {n}")) for n in range(before)])
+        store.append(SESSION, [Event(COMPACTOR, Compaction(before, "gist", (ALICE,)))])
+        store.append(SESSION, [Event(ALICE, Text(f"new {n}")) for n in range(after)])
+        store.reads.clear()
+        return store
+
+    def test_a_whole_transcript_reads_nothing_at_or_below_through(self) -> None:
+        store = self.store_with_compaction(500, 3)
+
+        transcript = TranscriptBuilder.from_store(store, SESSION)
+
+        assert ["gist", "new 0", "new 1", "new 2"] == [m.content for m in transcript.messages]
+        assert [500] == [read["after"] for read in store.reads]
+
+    def test_a_budgeted_tail_read_stops_at_through(self) -> None:
+        store = self.store_with_compaction(5000, 3)
+
+        transcript = TranscriptBuilder.from_store(store, SESSION, max_messages=1000)
+
+        assert ["gist", "new 0", "new 1", "new 2"] == [m.content for m in transcript.messages]
+        assert 1 == len(store.reads)
+
+    @settings(max_examples=100)
+    @given(
+        unstamped_events,
+        st.integers(0, 30),
+        st.integers(0, 10),
+        optional_budget,
+        optional_budget,
+        st.integers(1, 4),
+    )
+    def test_a_tail_read_keeps_what_a_full_fold_keeps_across_a_compaction(
+        self,
+        events: list[Event],
+        at: int,
+        lag: int,
+        max_messages: int | None,
+        max_chars: int | None,
+        first_page: int,
+    ) -> None:
+        at = min(at, len(events))
+        assume(at >= 1)  # a compaction names rows stored before it
+        mark = Event(COMPACTOR, Compaction(max(1, at - lag), "gist", ()))
+        with (
+            MemoryStore() as store,
+            mock.patch("sharedesk.projection.transcript.FIRST_PAGE", first_page),
+        ):
+            store.append(SESSION, [*events[:at], mark, *events[at:]])
+            full = TranscriptBuilder.from_events(
+                store.read(SESSION),
+                session_id=SESSION,
+                max_messages=max_messages,
+                max_chars=max_chars,
+            )
+
+            tail = TranscriptBuilder.from_store(
+                store, SESSION, max_messages=max_messages, max_chars=max_chars
+            )
+
+            assert full.messages == tail.messages
