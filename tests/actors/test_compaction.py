@@ -6,6 +6,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from sharedesk.actors import Hub
 from sharedesk.protocol import (
@@ -238,3 +240,52 @@ def test_a_compaction_is_kept_by_postgresql(postgres_dsn: str) -> None:
         assert hub.store.get_sharing_state("desk", author_key(BOT), CHANNEL) is not None
     finally:
         hub.close()
+
+
+OPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("post"), st.sampled_from([ANA, EVE, BOT]), st.integers(0, 3)),
+        st.tuples(st.just("turn"), st.booleans(), st.just(0)),
+        st.tuples(st.just("compact"), st.integers(0, 3), st.just(0)),
+    ),
+    max_size=40,
+)
+
+
+class TestExactlyOnceAcrossCompactions:
+    @settings(max_examples=40, deadline=None)
+    @given(ops=OPS)
+    def test_every_row_of_the_view_reaches_the_viewer_once_since_its_last_full_window(
+        self, ops: list[tuple[str, Any, int]]
+    ) -> None:
+        """Rows above the compactions reach the viewer once; summaries stand for the rest."""
+        with Hub.open(None, ask_timeout=10.0) as hub:
+            desk = hub.session("desk")
+            roots: list[int] = []
+            shown: list[int] = []
+            for op, arg, pick in [*ops, ("turn", False, 0)]:
+                if op == "post":
+                    parent = roots[pick % len(roots)] if roots and pick else None
+                    event = desk.post(arg, f"row by {arg.id}", parent=parent)
+                    assert event.sequence is not None
+                    if parent is None:
+                        roots.append(event.sequence)
+                elif op == "compact":
+                    state = hub.store.session_state("desk")
+                    done = state.compactions[-1].body.through if state.compactions else 0
+                    through = desk.last_sequence() - arg
+                    if through > done:
+                        hub.compact("desk", f"up to {through}", through=through, author=EVE)
+                else:
+                    turn = hub.turn("desk", BOT)
+                    delivered = [m.sequence for m in turn.messages]
+                    if turn.reason is not None:
+                        shown = delivered
+                    else:
+                        assert not set(delivered) & set(shown)
+                        shown += delivered
+                    turn.commit("reply" if arg else None)
+            view = hub.view("desk", BOT)
+            rows = [m for m in view.messages if m.content.startswith("row")]  # not summaries
+            others = [m.sequence for m in rows if m.author != BOT]
+            assert set(others) <= set(shown)
