@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sharedesk.actors import Hub
+from sharedesk.projection.compaction import compacted_through, compaction_of
 from sharedesk.protocol import (
     SESSION_WINDOW,
     Agent,
@@ -272,7 +273,7 @@ class TestExactlyOnceAcrossCompactions:
                         roots.append(event.sequence)
                 elif op == "compact":
                     state = hub.store.session_state("desk")
-                    done = state.compactions[-1].body.through if state.compactions else 0
+                    done = compacted_through(compaction_of(state.compactions, CHANNEL))
                     through = desk.last_sequence() - arg
                     if through > done:
                         hub.compact("desk", f"up to {through}", through=through, author=EVE)
