@@ -10,8 +10,8 @@ when ``through == R``, else a reply to R). So ``project_session``, ``plan_turn``
 as before: compaction can neither drop nor repeat such a row.
 
 A channel reply above ``through`` whose root lies below it has no root left to reach, so
-views never show it; :class:`CompactedReplies` keeps deltas in line by answering no
-first reply for such a root. (A reply to the root at ``through`` itself answers the
+views never show it; :meth:`CompactedLog.first_replies` keeps deltas in line by
+answering no first reply for such a root. (A reply to the root at ``through`` itself answers the
 summary row that stands in its place, and stays.) Stores keep each conversation's newest
 compaction in ``SessionState.compactions`` (:func:`fold_compactions`, folded as events
 are appended), so finding it is one lookup however long the desk.
@@ -40,9 +40,9 @@ def compaction_of(compactions: Sequence[Event], conversation: Conversation) -> E
 
     Cost: O(len(compactions)).
     """
+    root = conversation.thread_root
     for event in compactions:
-        body = event.body
-        if isinstance(body, Compaction) and body.thread_root == conversation.thread_root:
+        if isinstance(event.body, Compaction) and event.body.thread_root == root:
             return event
     return None
 
@@ -55,16 +55,10 @@ def fold_compactions(compactions: tuple[Event, ...], event: Event) -> tuple[Even
     """
     body = event.body
     assert isinstance(body, Compaction)
-    kept: list[Event] = []
-    for other in compactions:
-        old = other.body
-        assert isinstance(old, Compaction)
-        if old.thread_root == body.thread_root:
-            if old.through >= body.through:
-                return compactions
-            continue
-        kept.append(other)
-    return (*kept, event)
+    old = compaction_of(compactions, Conversation("", body.thread_root))
+    if compacted_through(old) >= body.through:
+        return compactions
+    return (*(other for other in compactions if other is not old), event)
 
 
 def summary_row(compaction: Event, desk: str) -> LogMessage:
@@ -77,12 +71,18 @@ def summary_row(compaction: Event, desk: str) -> LogMessage:
 
 
 class CompactedLog:
-    """``log`` as ``compaction`` serves it (see the module header); never reads below it."""
+    """``log`` and ``replies`` as ``compaction`` serves them (see the module header).
 
-    __slots__ = ("_log", "_summary", "_through")
+    It never reads ``log`` below the compaction's ``through``.
+    """
 
-    def __init__(self, log: SessionLog, compaction: Event, desk: str) -> None:
+    __slots__ = ("_log", "_replies", "_summary", "_through")
+
+    def __init__(
+        self, log: SessionLog, compaction: Event, desk: str, replies: ReplyIndex | None = None
+    ) -> None:
         self._log = log
+        self._replies = replies
         self._summary = summary_row(compaction, desk)
         self._through = self._summary.sequence
 
@@ -101,30 +101,10 @@ class CompactedLog:
             return SessionPage(messages=[*above, self._summary], next_before=None)
         return SessionPage(messages=above, next_before=through + 1)
 
-
-class CompactedReplies:
-    """A ``ReplyIndex`` that knows no first reply of a root below ``through``."""
-
-    __slots__ = ("_replies", "_through")
-
-    def __init__(self, replies: ReplyIndex, through: int) -> None:
-        self._replies = replies
-        self._through = through
-
     def first_replies(self, roots: Collection[int]) -> Mapping[int, int]:
         """As :meth:`ReplyIndex.first_replies`, for the roots at or above ``through`` only."""
         live = [root for root in roots if root >= self._through]
-        return self._replies.first_replies(live) if live else {}
-
-
-def compacted(
-    log: SessionLog, replies: ReplyIndex, compaction: Event | None, desk: str
-) -> tuple[SessionLog, ReplyIndex]:
-    """Return ``log`` and ``replies`` as the folds read them under ``compaction`` (or as is)."""
-    if compaction is None:
-        return log, replies
-    through = compacted_through(compaction)
-    return CompactedLog(log, compaction, desk), CompactedReplies(replies, through)
+        return self._replies.first_replies(live) if live and self._replies is not None else {}
 
 
 def compacted_through(compaction: Event | None) -> int:

@@ -25,7 +25,7 @@ from typing import Final
 
 import msgspec
 
-from sharedesk.projection.compaction import compacted, compacted_through
+from sharedesk.projection.compaction import CompactedLog, compacted_through
 from sharedesk.projection.session import as_messages, is_blank, project_session
 from sharedesk.projection.sharing import delta_messages, rows_above_watermark
 from sharedesk.protocol.authors import SessionAuthor
@@ -92,7 +92,8 @@ def plan_turn(
     watermark) or to a full window, at most ``SCAN_LIMIT`` rows each; one
     ``replies.first_replies`` call for a channel delta with replies in it; no writes.
     """
-    log, replies = compacted(log, replies, compaction, conversation.desk)
+    if compaction is not None:
+        log = replies = CompactedLog(log, compaction, conversation.desk, replies)
     basis = state
     if start_after is not None:
         if state is not None:
