@@ -80,8 +80,10 @@ def plan_turn(
     ``log`` is the session's whole history and ``last`` its last sequence, read before
     the walk; ``compaction`` the conversation's newest (the folds read through it, and a
     state whose watermark lies below its ``through`` gets a full window, reason
-    ``"compacted"``). ``start_after`` (only without a state) starts a late joiner: its
-    turns page through the rows above it (see :func:`_page`).
+    ``"compacted"``). ``start_after`` (only without a state) starts a late joiner: a
+    paged state, whose delta covers at most ``SCAN_LIMIT - 1`` rows above the watermark
+    and is cut to its oldest ``SESSION_WINDOW`` messages, the watermark moving to the
+    last one kept; the page that reaches ``last`` ends the paging.
 
     Raises:
         ValidationError: ``start_after`` given with a state, or above ``last``.
@@ -113,20 +115,21 @@ def plan_turn(
             raise WatermarkRegression(last, basis.watermark)
         if basis.watermark < compacted_through(compaction):
             reason = "compacted"
-        elif basis.paged:
-            messages, watermark = _page(log, basis, conversation, viewer, last, replies)
-            reason, paged = None, watermark < last
         else:
+            # A paged state walks at most SCAN_LIMIT - 1 rows up, so it reaches the watermark.
+            top = min(last, basis.watermark + SCAN_LIMIT - 1) if basis.paged else last
             walked = (
                 []  # nothing was appended since: no read
-                if last == basis.watermark
-                else rows_above_watermark(
-                    log, last + 1, basis.watermark, log_ends_at_watermark=True
-                )
+                if top == basis.watermark
+                else rows_above_watermark(log, top + 1, basis.watermark, log_ends_at_watermark=True)
             )
             if isinstance(walked, list):
                 messages = delta_messages(walked, basis, conversation, viewer, replies)
-                reason = None
+                watermark = top
+                if basis.paged and len(messages) > SESSION_WINDOW:
+                    messages = messages[:SESSION_WINDOW]
+                    watermark = messages[-1].sequence
+                reason, paged = None, basis.paged and watermark < last
             else:
                 reason = walked.reason.value
         carried = frozenset(s for s in basis.present_above_watermark if s > watermark)
@@ -140,34 +143,6 @@ def plan_turn(
         expected_state=state,
         next_state=SharingState(conversation, watermark, carried, paged),
     )
-
-
-def _page(
-    log: SessionLog,
-    state: SharingState,
-    conversation: Conversation,
-    viewer: SessionAuthor,
-    last: int,
-    replies: ReplyIndex,
-) -> tuple[list[SessionMessage], int]:
-    """Return a paged state's next page and the watermark that committing it stores.
-
-    The delta of the rows in ``(watermark, top]``, ``top`` at most ``SCAN_LIMIT - 1``
-    above the watermark (so the walk always reaches it), cut to its oldest
-    ``SESSION_WINDOW`` messages; the watermark moves to the last message kept when the
-    cut took any, else to ``top``. Cost: one walk of at most ``SCAN_LIMIT`` rows.
-    """
-    watermark = state.watermark
-    top = min(last, watermark + SCAN_LIMIT - 1)
-    if top == watermark:
-        return [], top
-    walked = rows_above_watermark(log, top + 1, watermark, log_ends_at_watermark=True)
-    assert isinstance(walked, list)  # at most SCAN_LIMIT - 1 rows lie above the watermark
-    messages = delta_messages(walked, state, conversation, viewer, replies)
-    if len(messages) > SESSION_WINDOW:
-        messages = messages[:SESSION_WINDOW]
-        return messages, messages[-1].sequence
-    return messages, top
 
 
 class CachedView(msgspec.Struct, frozen=True):
