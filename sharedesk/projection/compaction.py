@@ -50,13 +50,14 @@ def compaction_of(compactions: Sequence[Event], conversation: Conversation) -> E
 def fold_compactions(compactions: tuple[Event, ...], event: Event) -> tuple[Event, ...]:
     """Return ``compactions`` with the stored ``event`` (a ``Compaction``) applied.
 
-    It replaces its conversation's entry when its ``through`` is higher (a stale one
-    changes nothing). Cost: O(len(compactions)).
+    It replaces its conversation's entry when its ``through`` is higher. A stale one, or
+    one (appended by hand) whose ``through`` is not below its own sequence, changes
+    nothing. Cost: O(len(compactions)).
     """
     body = event.body
-    assert isinstance(body, Compaction)
+    assert isinstance(body, Compaction) and event.sequence is not None
     old = compaction_of(compactions, Conversation("", body.thread_root))
-    if compacted_through(old) >= body.through:
+    if compacted_through(old) >= body.through or body.through >= event.sequence:
         return compactions
     return (*(other for other in compactions if other is not old), event)
 

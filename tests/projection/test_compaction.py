@@ -460,3 +460,7 @@ class TestTranscriptFromStore:
             )
 
             assert full.messages == tail.messages
+
+
+def test_a_compaction_reaching_its_own_sequence_is_ignored_by_the_session_state() -> None:
+    assert () == fold_compactions((), compaction(7, sequence=7))
