@@ -197,15 +197,45 @@ def compaction_covers(
     return tuple(authors)
 
 
+def events_after_compaction(events: Sequence[Event]) -> Sequence[Event]:
+    """Return ``events`` less those at or below the newest channel compaction among them.
+
+    Only a compaction below its own sequence counts. A transcript folds what remains,
+    so it is the same whether its events were read from after ``through`` or not.
+    Cost: O(len(events)).
+    """
+    through = max(
+        (
+            e.body.through
+            for e in events
+            if isinstance(e.body, Compaction)
+            and e.body.thread_root is None
+            and e.body.through < (e.sequence or 0)
+        ),
+        default=0,
+    )
+    if not through:
+        return events
+    return [e for e in events if e.sequence is None or e.sequence > through]
+
+
 def compacted_messages(
     messages: Sequence[TranscriptMessage], summary: TranscriptMessage, through: int
 ) -> list[TranscriptMessage]:
     """Return a transcript's ``messages`` with those at or below ``through`` replaced.
 
-    ``summary`` (the compaction's message) comes first, then the messages whose event
-    lies above ``through`` (a message without a sequence stays), less any tool result
-    whose call was replaced. Cost: O(len(messages)).
+    ``summary`` (the compaction's message, ``through`` in its metadata) comes first,
+    then the messages whose event lies above ``through`` (a message without a sequence
+    stays), less an earlier summary and any tool result whose call was replaced. A
+    summary already first that reaches as far leaves ``messages`` as they are.
+    Cost: O(len(messages)).
     """
+    first = messages[0].metadata if messages else {}
+    earlier = first.get("through") if "covers" in first else None
+    if isinstance(earlier, int):
+        if earlier >= through:
+            return list(messages)
+        messages = messages[1:]
     kept: list[TranscriptMessage] = [summary]
     gone: set[str] = set()
     for message in messages:

@@ -25,7 +25,8 @@ applies them:
    ``max_chars`` and ``max_tokens_approx`` (``CHARS_PER_TOKEN`` characters a token) are
    character budgets, counted by :func:`message_chars`, and the lower wins.
 6. **Compaction.** A channel ``Compaction`` replaces the messages of the events at or
-   below its ``through`` by one summary message of its author (``covers`` in metadata).
+   below its ``through`` by one summary message of its author (``covers`` and
+   ``through`` in its metadata); the builder folds no event at or below the newest one.
 """
 
 from __future__ import annotations
@@ -316,11 +317,14 @@ class MessageFold:
 
     def _compact(self, event: Event, body: Compaction) -> None:
         """Replace the messages at or below ``body.through`` by its summary (``compaction.py``)."""
+        if event.sequence is not None and body.through >= event.sequence:
+            return  # appended by hand, reaching itself: changes nothing
         stream = self.stream
         if stream is not None and stream.first.get("sequence", body.through + 1) <= body.through:
             self.stream = None
         metadata = _event_metadata(event)
         metadata["covers"] = [author_key(author) for author in body.covers]
+        metadata["through"] = body.through
         role = role_of(event.author, self.viewer)
         summary = TranscriptMessage(role, body.summary, metadata=metadata, author=event.author)
         rest = MessageFold(self.viewer, compacted_messages(self.messages, summary, body.through))

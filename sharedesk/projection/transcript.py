@@ -25,7 +25,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Final, Unpack
 
-from sharedesk.projection.compaction import compacted_through, compaction_of
+from sharedesk.projection.compaction import (
+    compacted_through,
+    compaction_of,
+    events_after_compaction,
+)
 from sharedesk.projection.messages import (
     Budget,
     Budgets,
@@ -177,7 +181,7 @@ def _build(
     session_id: str, events: Sequence[Event], viewer: SessionAuthor | None, budget: Budget
 ) -> Transcript:
     fold = MessageFold(viewer)
-    fold.add_all(events)
+    fold.add_all(events_after_compaction(events))
     return _finish(session_id, fold, (), budget, events, None, None)
 
 

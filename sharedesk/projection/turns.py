@@ -83,7 +83,8 @@ def plan_turn(
     ``"compacted"``). ``start_after`` (only without a state) starts a late joiner: a
     paged state, whose delta covers at most ``SCAN_LIMIT - 1`` rows above the watermark
     and is cut to its oldest ``SESSION_WINDOW`` messages, the watermark moving to the
-    last one kept; the page that reaches ``last`` ends the paging.
+    last one kept (spans that offer nothing are walked past in the same turn); the page
+    that reaches ``last`` ends the paging.
 
     Raises:
         ValidationError: ``start_after`` given with a state, or above ``last``.
@@ -91,7 +92,8 @@ def plan_turn(
         PageError: As ``project_session`` (and ``LogReadError`` when the log raised).
 
     Cost: one walk from ``last`` down to the watermark (none when ``last`` is the
-    watermark) or to a full window, at most ``SCAN_LIMIT`` rows each; one
+    watermark) or to a full window, at most ``SCAN_LIMIT`` rows each (a paged state:
+    one such walk per span until one offers a message); one
     ``replies.first_replies`` call for a channel delta with replies in it; no writes.
     """
     if compaction is not None:
@@ -116,22 +118,26 @@ def plan_turn(
         if basis.watermark < compacted_through(compaction):
             reason = "compacted"
         else:
-            # A paged state walks at most SCAN_LIMIT - 1 rows up, so it reaches the watermark.
-            top = min(last, basis.watermark + SCAN_LIMIT - 1) if basis.paged else last
-            walked = (
-                []  # nothing was appended since: no read
-                if top == basis.watermark
-                else rows_above_watermark(log, top + 1, basis.watermark, log_ends_at_watermark=True)
-            )
-            if isinstance(walked, list):
+            # A paged state walks at most SCAN_LIMIT - 1 rows up at a time, so each walk
+            # reaches its bottom; it walks on past spans that offer nothing.
+            top = low = basis.watermark
+            while messages is None or (not messages and top < last):
+                low, top = top, min(last, top + SCAN_LIMIT - 1) if basis.paged else last
+                walked = (
+                    []  # nothing was appended since: no read
+                    if top == low
+                    else rows_above_watermark(log, top + 1, low, log_ends_at_watermark=True)
+                )
+                if not isinstance(walked, list):
+                    reason = walked.reason.value
+                    break
                 messages = delta_messages(walked, basis, conversation, viewer, replies)
+            if messages is not None:
                 watermark = top
                 if basis.paged and len(messages) > SESSION_WINDOW:
                     messages = messages[:SESSION_WINDOW]
                     watermark = messages[-1].sequence
                 reason, paged = None, basis.paged and watermark < last
-            else:
-                reason = walked.reason.value
         carried = frozenset(s for s in basis.present_above_watermark if s > watermark)
     if messages is None:
         window = SessionQuery(conversation=conversation, before=last + 1, window=SESSION_WINDOW)

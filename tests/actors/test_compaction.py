@@ -172,6 +172,20 @@ class TestCompact:
         assert ["one to three", "four"] == [m.content for m in transcript.messages]
         assert SUMMARIZER == transcript.messages[0].author
 
+    def test_a_transcript_built_before_the_compaction_is_continued_through_it(
+        self, hub: Hub
+    ) -> None:
+        desk = hub.session("desk")
+        desk.post(ANA, "one")
+        desk.post(EVE, "two")
+        assert ["one", "two"] == [m.content for m in hub.transcript("desk", BOT).messages]
+        hub.compact("desk", "both", through=2, author=SUMMARIZER)
+        desk.post(ANA, "three")
+
+        transcript = hub.transcript("desk", BOT)
+
+        assert ["both", "three"] == [m.content for m in transcript.messages]
+
     def test_a_thread_compaction_leaves_the_channel_as_it_is(self, hub: Hub) -> None:
         desk = hub.session("desk")
         root = desk.post(ANA, "root")

@@ -21,6 +21,7 @@ from sharedesk.projection.compaction import (
 from sharedesk.projection.messages import MessageFold
 from sharedesk.projection.turns import TurnPlan, plan_turn
 from sharedesk.protocol import (
+    SCAN_LIMIT,
     SESSION_WINDOW,
     Conversation,
     Event,
@@ -250,6 +251,19 @@ class TestLateJoiner:
             turn.next_state.paged,
         )
 
+    def test_a_page_walks_past_spans_that_offer_nothing(self) -> None:
+        rows = [row(n) for n in range(1, 5001)]
+        rows[4000] = row(4001, parent=1)
+        thread = Conversation("d", 1)
+
+        turn = plan(rows, None, thread, start_after=1)
+
+        assert ([4001], 2 * (SCAN_LIMIT - 1) + 1, True) == (
+            sequences(turn.messages),
+            turn.next_state.watermark,
+            turn.next_state.paged,
+        )
+
     @pytest.mark.parametrize("start_after", [21, 1000])
     def test_start_after_beyond_the_last_sequence_is_refused(self, start_after: int) -> None:
         with pytest.raises(ValidationError, match="beyond the last sequence"):
@@ -381,6 +395,19 @@ class TestTranscript:
         messages = fold.finish()[0]
         assert [("short", "user"), ("c", "user")] == [(m.content, m.role) for m in messages]
         assert (["person:alice"], COMPACTOR) == (messages[0].metadata["covers"], messages[0].author)
+
+    def test_a_later_compaction_replaces_the_earlier_summary_and_a_stale_one_changes_nothing(
+        self,
+    ) -> None:
+        fold = MessageFold(BOT)
+        first = Event(COMPACTOR, Compaction(1, "first"), sequence=3)
+        second = Event(COMPACTOR, Compaction(3, "second"), sequence=5)
+        stale = Event(COMPACTOR, Compaction(2, "stale"), sequence=6)
+
+        fold.add_all([self.text(1, "a"), self.text(2, "b"), first, self.text(4, "c")])
+        fold.add_all([second, stale])
+
+        assert ["second", "c"] == [m.content for m in fold.finish()[0]]
 
     def test_a_thread_compaction_leaves_the_transcript_as_it_is(self) -> None:
         fold = MessageFold(BOT)
