@@ -30,6 +30,7 @@ from sharedesk.actors._handles import AppendOptions, PostOptions, SessionHandle,
 from sharedesk.actors._messages import GetTranscript, Plan, Prime, View
 from sharedesk.actors._options import HubOptions, HubStats
 from sharedesk.actors.supervisor import ActorSupervisor, Listener
+from sharedesk.projection.compaction import compaction_event, compaction_of
 from sharedesk.projection.messages import Budget, Budgets
 from sharedesk.projection.turns import TurnPlan
 from sharedesk.protocol._lazy import load_lazy
@@ -292,26 +293,68 @@ class Hub:
         return Projection(messages=list(view.messages), partial=view.partial)
 
     def turn(
-        self, session_id: str, viewer: SessionAuthor, conversation: Conversation | None = None
+        self,
+        session_id: str,
+        viewer: SessionAuthor,
+        conversation: Conversation | None = None,
+        *,
+        start_after: int | None = None,
     ) -> Turn:
         """Plan ``viewer``'s next :class:`Turn` in a conversation (see :attr:`Turn.messages`).
 
-        Nothing moves until ``Turn.commit``. Raises ``ValidationError`` (a malformed
-        argument), ``PageError`` or ``LogReadError`` (the store's log misbehaved).
+        ``start_after=N`` starts a viewer without sharing state after sequence ``N``: its
+        turns then bring the rows above ``N`` in pages of at most ``SESSION_WINDOW``
+        messages, oldest first, each once (``SharingState.paged``). Nothing moves until
+        ``Turn.commit``. Raises ``ValidationError`` (a malformed argument; ``start_after``
+        negative, beyond the last sequence, or given to a viewer with sharing state),
+        ``PageError`` or ``LogReadError`` (the store's log misbehaved).
 
         Cost: one round trip to the sharing actor, one state read and a walk of its
         in-memory tail down to the watermark (at most ``SCAN_LIMIT`` rows); no writes.
         """
         conversation = self._conversation(session_id, conversation)
         viewer = check_author(viewer, "viewer")
+        check_optional_int("start_after", start_after)
         plan: TurnPlan = self._supervisor.call(
             ActorKey(kind="sharing", session_id=session_id),
-            Plan(viewer=viewer, conversation=conversation),
+            Plan(viewer=viewer, conversation=conversation, start_after=start_after),
         )
         turn = Turn(self, session_id, viewer, plan)
         if self._telemetry is not None:
             turn.span = self._telemetry.turn(session_id, viewer, plan, self._store.read)
         return turn
+
+    def compact(
+        self,
+        session_id: str,
+        summary: str,
+        *,
+        through: int,
+        author: SessionAuthor,
+        conversation: Conversation | None = None,
+    ) -> Event:
+        """Append a ``Compaction``: ``summary`` by ``author`` stands for the rows up to ``through``.
+
+        From then on every view, turn and transcript of ``conversation`` (``None``: the
+        channel) serves one summary row in their place (``projection/compaction.py``);
+        ``read`` still returns them. Returns the stored event.
+
+        Raises ``ValidationError``, nothing written: a malformed argument, an unknown
+        desk, a blank summary, ``through`` beyond the last sequence or at or below the
+        conversation's previous compaction.
+
+        Cost: a read of the rows from ``through`` down to the previous compaction (to name
+        ``covers``) and one append.
+        """
+        conversation = self._conversation(session_id, conversation)
+        author = check_author(author, "author")
+        store = self._store
+        previous = compaction_of(store.session_state(session_id).compactions, conversation)
+        last = store.last_sequence(session_id)
+        event = compaction_event(
+            store.log(session_id), conversation, summary, through, author, last, previous
+        )
+        return self.append(session_id, [event])[0]
 
     def transcript(
         self,

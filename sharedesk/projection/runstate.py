@@ -6,7 +6,8 @@ carrying a provider session id, a run's first input row (the run opens), its
 (``STATE_DELTA_KEY``) or a clear (``STATE_CLEAR_KEY``): integrations keep key/value
 state beside a desk this way, stored in the same transaction as the event. Stores fold
 every event they append and keep the result beside the session, so
-``SessionManager.get_session`` is one lookup however long the desk.
+``SessionManager.get_session`` is one lookup however long the desk. A ``Compaction``
+moves ``compactions`` (:func:`~sharedesk.projection.compaction.fold_compactions`).
 """
 
 from __future__ import annotations
@@ -15,7 +16,15 @@ from typing import Final
 
 import msgspec
 
-from sharedesk.protocol.events import Event, RunFinished, RunStarted, SessionStarted, Text
+from sharedesk.projection.compaction import fold_compactions
+from sharedesk.protocol.events import (
+    Compaction,
+    Event,
+    RunFinished,
+    RunStarted,
+    SessionStarted,
+    Text,
+)
 from sharedesk.protocol.sessions import (
     SESSION_STARTED_ID,
     STATE_CLEAR_KEY,
@@ -32,7 +41,7 @@ def moves_session_state(event: Event) -> bool:
     metadata = event.metadata
     if metadata and (STATE_DELTA_KEY in metadata or STATE_CLEAR_KEY in metadata):
         return True
-    return _moves_run_state(event)
+    return isinstance(event.body, Compaction) or _moves_run_state(event)
 
 
 def _moves_run_state(event: Event) -> bool:
@@ -57,7 +66,11 @@ def fold_session_state(state: SessionState, event: Event) -> SessionState:
     """
     if not moves_session_state(event):
         return state
-    if _moves_run_state(event):
+    if isinstance(event.body, Compaction):
+        state = msgspec.structs.replace(
+            state, compactions=fold_compactions(state.compactions, event)
+        )
+    elif _moves_run_state(event):
         state = _fold_run_state(state, event)
     metadata = event.metadata
     clear = metadata.get(STATE_CLEAR_KEY) is True

@@ -6,6 +6,8 @@ from typing import Any, Final
 
 import msgspec
 
+from sharedesk.protocol.events import Event
+
 #: Id of the one ``SessionStarted`` event of a session (idempotent start).
 SESSION_STARTED_ID: Final = "sharedesk.session_started"
 
@@ -31,12 +33,15 @@ class SessionState(msgspec.Struct, frozen=True):
             (``metadata[STATE_DELTA_KEY]``, each key replaced by its new value;
             ``metadata[STATE_CLEAR_KEY] is True`` empties it first). An event and its
             delta are stored in one transaction.
+        compactions: The newest ``Compaction`` event of each compacted conversation
+            (the one with the highest ``through``), oldest first.
     """
 
     metadata: dict[str, Any] = {}
     provider_sessions: dict[str, dict[str, Any]] = {}
     open_runs: tuple[str, ...] = ()
     values: dict[str, Any] = {}
+    compactions: tuple[Event, ...] = ()
 
 
 #: The state of a session with no events.
