@@ -184,52 +184,56 @@ def _version(conn: Any, schema: str, quoted: str) -> int:
     return int(row.fetchone()[0])
 
 
-class Queries:
-    """The store's statements, with its schema's quoted name ``s`` filled in.
+#: The group transaction's statements, prepared on each connection that writes (``{s}``:
+#: the quoted schema); their parameters are the arrays ``_pg_txn`` builds, in order.
+_PREPARE: Final = """
+PREPARE sharedesk_create (bytea[]) AS
+  INSERT INTO {s}.streams (session_id) SELECT sid FROM unnest($1) AS sid
+  WHERE NOT EXISTS (SELECT FROM {s}.streams WHERE session_id = sid) ON CONFLICT DO NOTHING;
+PREPARE sharedesk_lock (bytea[]) AS
+  SELECT session_id, last_seq, state FROM {s}.streams
+  WHERE session_id = ANY($1) ORDER BY session_id FOR UPDATE;
+PREPARE sharedesk_known (bytea[], bytea[]) AS
+  SELECT e.session_id, e.seq, e.record FROM unnest($1, $2) AS k(sid, id_key)
+  JOIN {s}.events e ON e.session_id = k.sid AND e.id_key = k.id_key;
+PREPARE sharedesk_parents (bytea[], bigint[]) AS
+  SELECT e.session_id, e.seq, e.kind, e.parent, r.reply IS NOT NULL
+  FROM unnest($1, $2) AS p(sid, seq) JOIN {s}.events e ON e.session_id = p.sid AND e.seq = p.seq
+  LEFT JOIN {s}.replies r ON r.session_id = e.session_id AND r.root = e.seq;
+PREPARE sharedesk_sharing (bytea[], bytea[]) AS
+  SELECT h.session_id, h.key, h.state FROM unnest($1, $2) AS k(sid, key)
+  JOIN {s}.sharing h ON h.session_id = k.sid AND h.key = k.key;
+PREPARE sharedesk_put (bytea[], bigint[], bytea[], text[], bigint[], bytea[], bytea[],
+    bytea[], bigint[], bigint[], bytea[], bytea[], bytea[],
+    bytea[], bigint[], bigint[], bytea[], timestamptz[], text, text[]) AS
+  WITH ev AS (INSERT INTO {s}.events (session_id, seq, id_key, kind, parent, run_key, record)
+    SELECT * FROM unnest($1, $2, $3, $4, $5, $6, $7)),
+  rep AS (INSERT INTO {s}.replies (session_id, root, reply)
+    SELECT * FROM unnest($8, $9, $10) ON CONFLICT DO NOTHING),
+  shr AS (INSERT INTO {s}.sharing (session_id, key, state) SELECT * FROM unnest($11, $12, $13)
+    ON CONFLICT (session_id, key) DO UPDATE SET state = excluded.state),
+  upd AS (UPDATE {s}.streams st SET last_seq = u.last, text_count = st.text_count + u.texts,
+    last_activity = u.at, state = coalesce(u.state, st.state)
+    FROM unnest($14, $15, $16, $17, $18) AS u(sid, last, texts, state, at)
+    WHERE st.session_id = u.sid)
+  SELECT count(pg_notify($19, p)) FROM unnest($20) AS p
+"""
+#: The group's two messages (bound on the client): ``BEGIN`` and the facts; the write
+#: and ``COMMIT``.
+FACTS: Final = (
+    "BEGIN; EXECUTE sharedesk_create(%s); EXECUTE sharedesk_lock(%s); "
+    "EXECUTE sharedesk_known(%s, %s); EXECUTE sharedesk_parents(%s, %s); "
+    "EXECUTE sharedesk_sharing(%s, %s)"
+)
+PUT_COMMIT: Final = f"EXECUTE sharedesk_put({', '.join(['%s'] * 20)}); COMMIT"
 
-    Arrays go in binary (``%b``): psycopg then skips the text escaping of every bytea.
-    """
+
+class Queries:
+    """The store's statements, with its schema's quoted name ``s`` filled in."""
 
     def __init__(self, s: str) -> None:
-        stream = f"SELECT session_id, last_seq, state FROM {s}.streams"
-        self.lock = f"{stream} WHERE session_id = ANY(%b) ORDER BY session_id FOR UPDATE"
+        self.prepare = _PREPARE.format(s=s)
         self.stream = f"SELECT last_seq, text_count, state FROM {s}.streams WHERE session_id = %s"
-        self.create = (
-            f"INSERT INTO {s}.streams (session_id) SELECT * FROM unnest(%b::bytea[]) "
-            "ON CONFLICT DO NOTHING"
-        )
-        self.known = (
-            f"SELECT e.session_id, e.seq, e.record FROM unnest(%b::bytea[], %b::bytea[]) "
-            f"AS k(sid, id_key) JOIN {s}.events e ON e.session_id = k.sid AND e.id_key = k.id_key"
-        )
-        self.parents = (
-            f"SELECT e.session_id, e.seq, e.kind, e.parent, r.reply IS NOT NULL "
-            f"FROM unnest(%b::bytea[], %b::bigint[]) AS p(sid, seq) "
-            f"JOIN {s}.events e ON e.session_id = p.sid AND e.seq = p.seq "
-            f"LEFT JOIN {s}.replies r ON r.session_id = e.session_id AND r.root = e.seq"
-        )
-        self.sharing = (
-            f"SELECT h.session_id, h.key, h.state FROM unnest(%b::bytea[], %b::bytea[]) "
-            f"AS k(sid, key) JOIN {s}.sharing h ON h.session_id = k.sid AND h.key = k.key"
-        )
-        self.put = (
-            f"WITH ev AS (INSERT INTO {s}.events "
-            "(session_id, seq, id_key, kind, parent, run_key, record) "
-            "SELECT * FROM unnest(%b::bytea[], %b::bigint[], %b::bytea[], %b::text[], "
-            "%b::bigint[], %b::bytea[], %b::bytea[])), "
-            f"rep AS (INSERT INTO {s}.replies (session_id, root, reply) "
-            "SELECT * FROM unnest(%b::bytea[], %b::bigint[], %b::bigint[]) "
-            "ON CONFLICT DO NOTHING), "
-            f"shr AS (INSERT INTO {s}.sharing (session_id, key, state) "
-            "SELECT * FROM unnest(%b::bytea[], %b::bytea[], %b::bytea[]) "
-            "ON CONFLICT (session_id, key) DO UPDATE SET state = excluded.state), "
-            f"upd AS (UPDATE {s}.streams st SET last_seq = u.last, "
-            "text_count = st.text_count + u.texts, last_activity = u.at, "
-            "state = coalesce(u.state, st.state) FROM unnest(%b::bytea[], %b::bigint[], "
-            "%b::bigint[], %b::bytea[], %b::timestamptz[]) AS u(sid, last, texts, state, at) "
-            "WHERE st.session_id = u.sid) "
-            "SELECT count(pg_notify(%b, p)) FROM unnest(%b::text[]) AS p"
-        )
         self.probe_event = f"SELECT record FROM {s}.events WHERE session_id = %s AND id_key = %s"
         self.get_sharing = f"SELECT state FROM {s}.sharing WHERE session_id = %s AND key = %s"
         events = f"SELECT seq, record FROM {s}.events WHERE session_id = %s"
