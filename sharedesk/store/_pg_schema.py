@@ -1,32 +1,13 @@
 """The PostgreSQL schema of a ``PostgresStore`` and the migrations that build it.
 
 Every table lives in one PostgreSQL schema (``sharedesk`` unless the store is opened with
-``schema=...``), so several applications can share a database. Identifiers that callers
-choose (session ids, event ids, viewers, run ids) may hold any character, NUL included,
-which PostgreSQL ``text`` cannot: they are stored as UTF-8 ``bytea``, and the ones with no
-length limit are hashed as ``LmdbStore`` hashes them (see ``protocol/records``).
-
-==============  ===========================================================================
-table           rows
-==============  ===========================================================================
-schema_version  one per migration applied: ``version``, ``description``, ``applied_at``
-streams         one per session written: ``last_seq``, ``text_count``, ``last_activity``,
-                ``state`` (the folded session state, msgpack); the row each write locks
-events          ``(session_id, seq)``: ``id_key`` (unique per session), ``kind`` (the body's
-                class), ``parent``, ``run_key``, ``record`` (the event, msgpack, as LMDB
-                stores it); partial indexes serve the ``Text`` log and the run index
-replies         ``(session_id, root)``: the root's first non-blank reply (the earliest
-                recorded wins)
-sharing         ``(session_id, key)``: a sharing state (msgpack); ``key`` hashes the viewer
-                and the conversation
-==============  ===========================================================================
-
-Migrations. :func:`migrate` runs at every open, in one transaction holding
-``pg_advisory_xact_lock`` on a key derived from the schema name, so concurrent openers
-apply each migration once and the others wait and find it done. A database whose
-``schema_version`` holds a version above :data:`SCHEMA_VERSION` was written by newer
-code: the open is refused with :class:`~sharedesk.protocol.errors.SchemaTooNewError`,
-and nothing is changed.
+``schema=...``). Identifiers callers choose may hold any character, NUL included, which
+``text`` cannot: they are stored as UTF-8 ``bytea``, the unbounded ones hashed as
+``LmdbStore`` hashes them (``protocol/records``). ``streams`` holds one row per session
+(its last sequence, text count, last activity and folded state: the row each write
+locks); ``events`` the records as LMDB stores them, keyed ``(session_id, seq)`` and
+unique by ``id_key``; ``replies`` each root's first non-blank reply; ``sharing`` the
+sharing states. :func:`migrate` applies the missing migrations under an advisory lock.
 """
 
 from __future__ import annotations
@@ -100,12 +81,7 @@ _SYSTEM_SCHEMAS: Final = frozenset({"information_schema"})
 
 
 def check_schema_name(schema: Any) -> str:
-    """Return ``schema`` if it can name the store's PostgreSQL schema.
-
-    Raises:
-        ValidationError: Not a ``str`` matching ``[a-z_][a-z0-9_]{0,39}``, or a system
-            schema's name (``information_schema``, ``pg_*``).
-    """
+    """Return ``schema`` if it can name the store's schema, else raise ``ValidationError``."""
     if not isinstance(schema, str) or _SCHEMA_NAME.fullmatch(schema) is None:
         raise ValidationError(
             f"schema must be a lower-case SQL identifier of at most 40 characters "
@@ -132,16 +108,13 @@ def advisory_key(schema: str) -> int:
 def migrate(conn: Any, schema: str, where: str) -> int:
     """Create or upgrade the store's tables in ``schema``; return the schema version.
 
-    ``conn`` is a psycopg connection outside a transaction. A current schema is found
-    by a read and left alone; otherwise one transaction holding the schema's advisory
-    lock reads the version again and applies the missing migrations, and commits.
+    A current schema is found by two reads and left alone; otherwise one transaction
+    holding the schema's advisory lock (concurrent openers wait, then find it done)
+    applies the missing migrations.
 
     Raises:
         SchemaTooNewError: The database holds a newer version; nothing was changed.
         psycopg.Error: The server failed (the caller wraps it).
-
-    Cost: two reads when the schema is current (no lock); otherwise the advisory lock
-    and each missing migration's statements.
     """
     quoted = f'"{schema}"'
     with conn.transaction():  # the common case: current already, no lock, no DDL

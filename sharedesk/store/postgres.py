@@ -106,34 +106,27 @@ def _hide_password(text: str) -> str:
     return _PASSWORD.sub(lambda m: f"{m[1] or m[3]}***{m[2] or ''}", text)
 
 
-def _as_given(dsn: str) -> str:
-    """Return ``dsn`` as a caller gave it, its password replaced by ``***``, quoted."""
-    hidden = _hide_password(dsn)
-    return repr(hidden if len(hidden) <= 200 else hidden[:200] + "...")
-
-
 def _check_dsn(dsn: Any) -> str:
     """Return ``dsn`` if it is a ``postgresql://`` (or ``postgres://``) URL libpq parses.
 
     Raises:
-        ValidationError: Not a ``str``, not such a URL, a NUL, or unparsable; the
-            message quotes what was given, without its password.
+        ValidationError: Not such a URL; the message quotes it without its password.
     """
     if not isinstance(dsn, str):
         raise ValidationError(f"dsn must be a str, got {type(dsn).__name__}")
+    hidden = _hide_password(dsn)
+    given = repr(hidden if len(hidden) <= 200 else hidden[:200] + "...")
     if _URL.match(dsn) is None:
         raise ValidationError(
-            f"dsn must be a URL starting with postgresql:// or postgres://, got {_as_given(dsn)}"
+            f"dsn must be a URL starting with postgresql:// or postgres://, got {given}"
         )
     if "\0" in dsn:
-        raise ValidationError(f"dsn holds a NUL character: {_as_given(dsn)}")
+        raise ValidationError(f"dsn holds a NUL character: {given}")
     try:
         conninfo_to_dict(dsn)
     except psycopg.ProgrammingError as exc:
         reason = _hide_password(str(exc).strip())
-        raise ValidationError(
-            f"dsn {_as_given(dsn)} is not a valid connection URL: {reason}"
-        ) from None
+        raise ValidationError(f"dsn {given} is not a valid connection URL: {reason}") from None
     return dsn
 
 
@@ -169,10 +162,8 @@ class _Attempt:
 class PostgresStore(StoreBase):
     """An event store in a PostgreSQL database, shared by any number of processes.
 
-    Implements the store port, sharing states, the run index and ``follow`` (see the
-    module header for how writes are sequenced, notified and retried). Safe to share
-    between threads. An append returns once its group's transaction has committed
-    (durable as the server's ``synchronous_commit`` makes it).
+    The store port and ``follow`` (see the module header); thread-safe. An append returns
+    once its group has committed (durable as the server's ``synchronous_commit`` makes it).
 
     Args:
         dsn: A libpq connection URL, ``postgresql://user:password@host:port/dbname``
@@ -182,16 +173,14 @@ class PostgresStore(StoreBase):
             Stores on different schemas of one database are independent.
         min_connections: Connections opened with the store.
         max_connections: Most connections open at once (more callers wait for one).
-        connect_timeout: Most seconds a call waits for a connection (a free one, or a
-            new one from the server).
+        connect_timeout: Most seconds a call waits for a connection (free or new).
         retry_timeout: Most seconds an operation whose connection was lost is retried
-            (see the module header for which are); 0 never retries.
-        call_timeout: Most seconds one use of a connection may take; a use still
-            waiting then has its connection cut off, and is retried or fails like any
-            lost connection (see ``_pg_watchdog``). 0: no limit.
+            (see the module header); 0 never retries.
+        call_timeout: Most seconds one use of a connection may take before it is cut
+            off and treated as lost; 0: no limit.
         connect: Makes a new psycopg connection (default: ``psycopg.connect(dsn,
-            connect_timeout=...)``); the store sets it to autocommit. The seam through
-            which a test injects connection faults.
+            connect_timeout=...)``), which the store sets to autocommit: the seam for
+            connection faults.
 
     Raises:
         ValidationError: An unknown or bad option, or a ``dsn`` that is not a
@@ -200,9 +189,8 @@ class PostgresStore(StoreBase):
         StoreUnreachable: The server refused the connection, or could not be reached.
         StoreIOError: The server refused the schema.
 
-    Cost: opens ``min_connections`` connections on the caller's thread, then one
-    connection checks the schema (two reads when current; otherwise the migrations,
-    under an advisory lock); starts the group writer thread.
+    Cost: opens ``min_connections`` connections on the caller's thread, checks the schema
+    (two reads when current) and starts the group writer thread.
     """
 
     def __init__(
@@ -454,17 +442,14 @@ class PostgresStore(StoreBase):
     def follow(self, on_append: AppendCallback) -> Callable[[], None]:
         """Follow every process's commits (:class:`~sharedesk.protocol.ports.FollowingStore`).
 
-        Calls come from the store's listener thread (:mod:`sharedesk.store._pg_listen`);
-        what ``on_append`` raises is logged.
+        The first follower opens the listener's connection and thread
+        (:mod:`sharedesk.store._pg_listen`), which stop with the last; what ``on_append``
+        raises is logged.
 
         Raises:
             ValidationError: ``on_append`` is not callable.
             StoreClosedError: The store is closed.
             StoreIOError: The listener's connection could not be opened.
-
-        Cost: the first follower opens one dedicated connection and starts the
-        listener thread, which stops with the last follower; nothing per commit beyond
-        the notice.
         """
         if not callable(on_append):
             raise ValidationError(f"on_append must be callable, got {type(on_append).__name__}")
