@@ -161,8 +161,7 @@ def _version(conn: Any, schema: str, quoted: str) -> int:
 #: the quoted schema); their parameters are the arrays ``_pg_txn`` builds, in order.
 _PREPARE: Final = """
 PREPARE sharedesk_create (bytea[]) AS
-  INSERT INTO {s}.streams (session_id) SELECT sid FROM unnest($1) AS sid
-  WHERE NOT EXISTS (SELECT FROM {s}.streams WHERE session_id = sid) ON CONFLICT DO NOTHING;
+  INSERT INTO {s}.streams (session_id) SELECT * FROM unnest($1) ON CONFLICT DO NOTHING;
 PREPARE sharedesk_lock (bytea[]) AS
   SELECT session_id, last_seq, state FROM {s}.streams
   WHERE session_id = ANY($1) ORDER BY session_id FOR UPDATE;
@@ -191,13 +190,12 @@ PREPARE sharedesk_put (bytea[], bigint[], bytea[], text[], bigint[], bytea[], by
     WHERE st.session_id = u.sid)
   SELECT count(pg_notify($19, p)) FROM unnest($20) AS p
 """
-#: The group's two messages (bound on the client): ``BEGIN`` and the facts; the write
-#: and ``COMMIT``.
+#: A group's reads, after ``BEGIN`` (and, for sessions with no row yet, their creation).
 FACTS: Final = (
-    "BEGIN; EXECUTE sharedesk_create(%s); EXECUTE sharedesk_lock(%s); "
-    "EXECUTE sharedesk_known(%s, %s); EXECUTE sharedesk_parents(%s, %s); "
-    "EXECUTE sharedesk_sharing(%s, %s)"
+    "EXECUTE sharedesk_lock(%s); EXECUTE sharedesk_known(%s, %s); "
+    "EXECUTE sharedesk_parents(%s, %s); EXECUTE sharedesk_sharing(%s, %s)"
 )
+#: A group's write and ``COMMIT``.
 PUT_COMMIT: Final = f"EXECUTE sharedesk_put({', '.join(['%s'] * 20)}); COMMIT"
 
 

@@ -1,13 +1,13 @@
 """A group's write transaction on PostgreSQL: two round trips, the facts and the write.
 
-``facts`` sends ``BEGIN``, the creation of missing ``streams`` rows, their lock (in
-session-id order) and the reads the plans need as one simple-protocol message: each
-statement runs on a fresh snapshot (read committed), so every read sees what the lock
-waited for. ``put`` only builds the write statement; ``commit`` sends it with ``COMMIT``
-(one message again). The statements are prepared on the connection
-(:data:`~sharedesk.store._pg_schema.PREPARE`); a message passes their arguments as
-array literals, which hold only hex, numbers, class names and timestamps (nothing to
-escape), so building one costs a ``hex()`` per value.
+``facts`` sends ``BEGIN``, the lock of the sessions' ``streams`` rows (in session-id
+order) and the reads the plans need as one simple-protocol message: each statement runs
+on a fresh snapshot (read committed), so every read sees what the lock waited for. A
+group holding sessions with no row yet creates them and sends the reads again. ``put``
+only builds the write statement; ``commit`` sends it with ``COMMIT``, one message again.
+The statements are prepared on the connection (``Queries.prepare``); a message passes
+their arguments as array literals of hex, numbers, class names and timestamps (nothing
+to escape), so building one costs a ``hex()`` per value.
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ class GroupTxn:
         self.guarded_session = ""
 
     def facts(self, wants: Mapping[str, Wants]) -> dict[str, Facts]:
-        """Begin, lock the sessions' rows (made if missing), read the facts: one round trip."""
+        """Begin, lock the sessions' rows, read the facts: one round trip (two for new rows)."""
         ids: tuple[list[bytes], list[bytes]] = ([], [])
         parents: tuple[list[bytes], list[int]] = ([], [])
         shares: tuple[list[bytes], list[bytes]] = ([], [])
@@ -88,11 +88,14 @@ class GroupTxn:
                 share_of[(sid, key)] = (viewer, conversation)
         sids = _bytea(sorted(utf8(session_id) for session_id in wants))
         arrays = (_bytea(ids[0]), _bytea(ids[1]), _bytea(parents[0]), _array(parents[1]))
-        message = FACTS % (sids, sids, *arrays, _bytea(shares[0]), _bytea(shares[1]))
-        cursor = self._conn.execute(message, prepare=False)
+        reads = FACTS % (sids, *arrays, _bytea(shares[0]), _bytea(shares[1]))
+        cursor = self._conn.execute(f"BEGIN; {reads}", prepare=False)
         cursor.nextset()  # past BEGIN
-        cursor.nextset()  # past the INSERT of missing rows
         streams = {bytes(sid): (last, raw) for sid, last, raw in cursor.fetchall()}
+        if len(streams) < len(wants):  # new sessions: make their rows, read again
+            cursor = self._conn.execute(f"EXECUTE sharedesk_create({sids}); {reads}")
+            cursor.nextset()  # past the INSERT
+            streams = {bytes(sid): (last, raw) for sid, last, raw in cursor.fetchall()}
         facts: dict[str, Facts] = {}
         for session_id, want in wants.items():
             last, raw = streams[utf8(session_id)]
@@ -141,8 +144,8 @@ class GroupTxn:
                 for column, value in zip(events, row, strict=True):
                     column.append(value)
             for root, reply in plan.first_replies.items():
-                for column, value in zip(replies, (sid, root, reply), strict=True):
-                    column.append(value)
+                for column, item in zip(replies, (sid, root, reply), strict=True):
+                    column.append(item)
             if plan.new:
                 stream = streams.setdefault(sid, [0, 0, None, None])
                 stream[0], stream[3] = plan.new[-1].sequence, plan.new[-1].timestamp
