@@ -12,21 +12,14 @@ fsyncs and its CPU, and none reads another's tables.
   second writer of the same version), no order across streams. Its
   ``PostgresApplicationRecorder`` adds a total order over all streams
   (``notification_id``), paid for with a table lock (``LOCK TABLE ... IN EXCLUSIVE
-  MODE``) that serializes every writer, which ``PostgresStore`` does not promise; it is
-  measured too, as context, without a target. The caller gives each event its version:
-  an eventsourcing application knows it from the aggregate it holds, so here a counter
-  per session in the bench process hands out the next one (no read of the database).
-  The recorder has no index on event ids (idempotency is ours alone).
+  MODE``) that serializes every writer, which ``PostgresStore`` does not promise: it is
+  context, without a target. A counter per session in the bench process gives each
+  event its version, as an application knows it from the aggregate it holds. The
+  recorder has no index on event ids (idempotency is ours alone).
 - :class:`RawPsycopgAppends`: psycopg 3 with a ``psycopg_pool.ConnectionPool`` and
-  none of our code: per append, one statement in autocommit (so one transaction, one
-  round trip) that takes the session's next sequence from its stream row and inserts
-  the event row::
-
-      WITH s AS (UPDATE streams SET last_seq = last_seq + 1, text_count = text_count + 1,
-                 last_activity = now() WHERE session_id = %s RETURNING last_seq)
-      INSERT INTO events (session_id, seq, id_key, kind, parent, run_key, record)
-      SELECT %s, s.last_seq, %s, 'Text', NULL, NULL, %s FROM s
-
+  none of our code: per append, one statement in autocommit (:data:`RAW_APPEND`: one
+  transaction, one round trip) that takes the session's next sequence from its stream
+  row and inserts the event row.
   The sequence rule is ``PostgresStore``'s: the session's last sequence plus one, read
   and raised under the stream row's lock in the transaction that inserts the event, so
   sequences are from 1, gap-free (a rolled back append releases its number) and unique

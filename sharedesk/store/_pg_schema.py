@@ -203,7 +203,8 @@ class Queries:
     """The store's statements, with its schema's quoted name ``s`` filled in."""
 
     def __init__(self, s: str) -> None:
-        self.prepare = _PREPARE.format(s=s)
+        # In a transaction: a failure leaves the connection in it, and the pool closes it.
+        self.prepare = f"BEGIN; {_PREPARE.format(s=s)}; COMMIT"
         self.stream = f"SELECT last_seq, text_count, state FROM {s}.streams WHERE session_id = %s"
         self.probe_event = f"SELECT record FROM {s}.events WHERE session_id = %s AND id_key = %s"
         self.get_sharing = f"SELECT state FROM {s}.sharing WHERE session_id = %s AND key = %s"
