@@ -17,8 +17,9 @@ applies them:
    closes it as it is (lifecycle events do not). A merged message keeps the first
    event's ``event_id``/``sequence``/``run_id``, merges in each later event's metadata,
    and names the last event merged (``last_event_id``, ``last_sequence`` when stored).
-4. **Tool pairing.** A ``ToolResult`` answers the earliest unanswered earlier
-   ``ToolCall`` with its ``tool_call_id``; a result that answers no call gives no message.
+4. **Tool pairing.** A ``ToolResult`` answers the latest unanswered earlier ``ToolCall``
+   with its ``tool_call_id`` (so no older event can change a pair, and a tail read can
+   stop); a result that answers no call gives no message.
 5. **Truncation** keeps the longest suffix of the messages that fits every budget and
    splits no call from its result: the cut moves from the oldest message the budgets
    allow toward newer ones until no pair straddles it. ``max_messages`` counts messages;
@@ -146,7 +147,7 @@ def truncate(
     """
     count = len(messages)
     start = budget.oldest_kept(messages)
-    # A result pairs with its call (earliest unanswered first), or with position -1 when
+    # A result pairs with its call (latest unanswered first), or with position -1 when
     # that call was cut earlier (or is missing), so no cut at or before it can keep it.
     calls: list[tuple[str, int]] = [(call_id, -1) for call_id in cut_calls]
     waiting: dict[str, deque[int]] = {}
@@ -163,7 +164,7 @@ def truncate(
             queue = waiting.get(message.tool_call_id or "")
             call_position = -1
             if queue:
-                call = queue.popleft()
+                call = queue.pop()
                 answered.add(call)
                 call_position = calls[call][1]
             straddled[call_position + 1] += 1

@@ -11,7 +11,7 @@ from unittest import mock
 
 import msgspec
 import pytest
-from hypothesis import assume, given
+from hypothesis import assume, example, given
 from hypothesis import strategies as st
 
 from sharedesk.projection.transcript import TranscriptBuilder
@@ -748,6 +748,14 @@ class TestTruncation:
 
         assert ["a"] == contents(build(events, max_messages=3))
 
+    def test_a_result_answers_the_latest_unanswered_call_of_its_id(self) -> None:
+        """A reused id: the older call stays unanswered, so the pair is the newest two."""
+        events = stamped(call("c1"), text(ALICE, "meanwhile"), call("c1"), result("c1", ""))
+
+        assert [("assistant", "c1"), ("tool", "c1")] == [
+            (m.role, m.tool_call_id) for m in build(events, max_chars=2).messages
+        ]
+
 
 # -- reading from a store --------------------------------------------------------------
 
@@ -1051,7 +1059,7 @@ viewers = st.sampled_from([None, *AUTHORS])
 
 
 def pairs(messages: Sequence[TranscriptMessage]) -> list[tuple[int, int]]:
-    """Pair each result with the earliest unanswered call of its id (reference pairing)."""
+    """Pair each result with the latest unanswered call of its id (reference pairing)."""
     waiting: dict[str, list[int]] = {}
     found: list[tuple[int, int]] = []
     for position, message in enumerate(messages):
@@ -1060,7 +1068,7 @@ def pairs(messages: Sequence[TranscriptMessage]) -> list[tuple[int, int]]:
         elif message.role == "tool":
             queue = waiting.get(message.tool_call_id or "", [])
             assert queue, "a result without its call"
-            found.append((queue.pop(0), position))
+            found.append((queue.pop(), position))
     return found
 
 
@@ -1313,6 +1321,9 @@ class TestFromStoreReadsTheTail:
         assert ["b"] == contents(transcript)
 
     @given(unstamped_events, optional_budget, optional_budget, st.integers(1, 4))
+    @example(  # a reused id: pairing with an older call would need the whole session read
+        [call("c3"), text(ALICE, "ok"), call("c3"), result("c3", "")], None, 2, 1
+    )
     def test_a_tail_read_keeps_the_messages_a_full_fold_keeps(
         self,
         events: list[Event],
