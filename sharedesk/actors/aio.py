@@ -25,9 +25,10 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import concurrent.futures
 import functools
 import os
-from collections.abc import AsyncIterator, Callable, Coroutine, Generator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Generator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Concatenate, Final, ParamSpec, TypeVar
 
@@ -47,6 +48,7 @@ __all__ = ["AsyncHub", "AsyncTurn"]
 _log = logger()
 
 T = TypeVar("T")
+A = TypeVar("A")
 P = ParamSpec("P")
 
 #: Reader threads of one AsyncHub (reads, views, turn plans, transcripts).
@@ -60,10 +62,10 @@ WORKER_PREFIX: Final = "sharedesk-aio"
 class _Bridge:
     """One event loop's side of the threads: hand-offs and completions, in chunks.
 
-    A concurrent future's done callback (any thread) queues it and hops into the loop
-    only when no drain is scheduled; a drain resolves at most :data:`CHUNK` and
-    reschedules itself while any remain, since each resolved future resumes its task in
-    the next iteration. :meth:`admit` lets at most :data:`CHUNK` writes be handed off per
+    A thread's future completes an :class:`_Answer` (its done callback) by queueing it;
+    the first one queued hops into the loop, and a drain resolves at most :data:`CHUNK`,
+    rescheduling itself while any remain (each resolved answer resumes its task in the
+    next iteration). :meth:`admit` lets at most :data:`CHUNK` writes be handed off per
     window (about one iteration); later ones wait, in order, for a later window.
     """
 
@@ -71,9 +73,7 @@ class _Bridge:
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
-        self._queue: collections.deque[tuple[Future[Any], asyncio.Future[Any]]] = (
-            collections.deque()
-        )
+        self._queue: collections.deque[_Answer[Any]] = collections.deque()
         self._scheduled = False
         self._admitted = 0
         self._window = False
@@ -105,22 +105,22 @@ class _Bridge:
         else:
             self._window = False
 
-    def watch(self, job: Future[T], done: asyncio.Future[T] | None = None) -> asyncio.Future[T]:
-        """Complete ``done`` (a new loop future by default) with ``job``'s outcome, in the loop.
+    def watch(self, job: Future[T], done: _Answer[T] | None = None) -> _Answer[T]:
+        """Return ``done`` (a new answer by default), completed in the loop as ``job`` is.
 
-        Loop thread only; returns ``done``.
+        Loop thread only.
         """
         if done is None:
-            done = self._loop.create_future()
+            done = _Answer(self)
         if job.done():  # an in-memory write: no hop (hand-offs are chunked already)
-            _resolve(job, done)
+            done.resolve(job)
         else:
-            job.add_done_callback(lambda finished: self._completed(finished, done))
+            job.add_done_callback(done)
         return done
 
-    def _completed(self, job: Future[Any], done: asyncio.Future[Any]) -> None:
-        # Any thread: queue it; hop into the loop unless a drain is due.
-        self._queue.append((job, done))
+    def completed(self, done: _Answer[Any]) -> None:
+        """Queue ``done``, whose job finished; hop into the loop unless a drain is due."""
+        self._queue.append(done)
         if self._scheduled:  # the drain will see it (it re-checks after clearing this)
             return
         self._scheduled = True
@@ -133,38 +133,60 @@ class _Bridge:
         queue = self._queue
         for _ in range(CHUNK):
             try:
-                job, done = queue.popleft()
+                done = queue.popleft()
             except IndexError:
                 break
-            if not done.done():  # else cancelled: its task no longer waits
-                _resolve(job, done)
+            done.resolve(done.job)
         if not queue:
             self._scheduled = False
-            if not queue:  # nothing was queued meanwhile: _completed schedules the next
+            if not queue:  # nothing was queued meanwhile: completed() schedules the next
                 return
             self._scheduled = True
         self._loop.call_soon(self._drain)
 
 
-class _Settling(asyncio.Future[T]):
-    """The loop future of a write handed off: it refuses ``cancel()``.
+class _Answer(asyncio.Future[T]):
+    """The loop future of a thread's job; it is the job's done callback (no closure)."""
+
+    __slots__ = ("_bridge", "job")
+
+    def __init__(self, bridge: _Bridge) -> None:
+        super().__init__(loop=bridge._loop)
+        self._bridge = bridge
+        self.job: Future[T] | None = None
+
+    def __call__(self, job: Future[T]) -> None:
+        """Queue this answer on its bridge: the job's done callback (any thread)."""
+        self.job = job
+        self._bridge.completed(self)
+
+    def resolve(self, job: Future[T] | None) -> None:
+        """Complete this future with the finished ``job``'s outcome (loop thread)."""
+        assert job is not None
+        if self.done():  # cancelled: its task no longer waits
+            return
+        try:
+            error = job.exception()
+        except concurrent.futures.CancelledError:
+            asyncio.Future.cancel(self)
+            return
+        if error is not None:
+            self.set_exception(error)
+        else:
+            self.set_result(job.result())
+
+
+class _Settling(_Answer[T]):
+    """The answer of a write handed off: it refuses ``cancel()``.
 
     A task cancelled while awaiting it is told once the write has settled (asyncio raises
     ``CancelledError`` in it then), so a cancelled write is always wholly done or not.
     """
 
+    __slots__ = ()
+
     def cancel(self, msg: Any | None = None) -> bool:
         return False
-
-
-def _resolve(job: Future[T], done: asyncio.Future[T]) -> None:
-    """Complete the loop future ``done`` with the finished ``job``'s outcome (loop thread)."""
-    if job.cancelled():
-        done.cancel()
-    elif (error := job.exception()) is not None:
-        done.set_exception(error)
-    else:
-        done.set_result(job.result())
 
 
 class _Watch:
@@ -237,7 +259,7 @@ class AsyncTurn(TurnFields):
         """As :meth:`Turn.commit`, through the store's writer; cancelled: see the module."""
         hub = self._hub
         turn = self.turn
-        stored = await hub._write(lambda: hub.hub.submit_commit(turn, reply))
+        stored = await hub._write(lambda _: hub.hub.submit_commit(turn, reply), None)
         return hub.hub.committed(turn, stored)
 
 
@@ -281,10 +303,8 @@ class AsyncHub:
         self, session_id: str, events: Sequence[Event], *, expected_version: int | None = None
     ) -> list[Event]:
         """As :meth:`Hub.append`, through the store's writer; cancelled: see the module."""
-        hub = self._hub
-        return await self._write(
-            lambda: hub.submit(check_write(session_id, events, expected_version=expected_version))
-        )
+        write = check_write(session_id, events, expected_version=expected_version)
+        return await self._write(self._hub.submit, write)
 
     async def post(
         self,
@@ -451,17 +471,29 @@ class AsyncHub:
         """Run a read on a reader thread; a cancelled one's answer is dropped."""
         return await self._bridge().watch(self._offload(self._readers, fn, *args, **kwargs))
 
-    async def _write(self, submit: Callable[[], Future[list[Event]]]) -> list[Event]:
-        """Hand a write off in its chunk and await its future; cancelled, settle first."""
+    def _write(self, submit: Callable[[A], Future[list[Event]]], arg: A) -> Awaitable[list[Event]]:
+        """Hand ``submit(arg)`` off in its chunk; return what to await for its outcome.
+
+        Handed off, a write cannot be recalled: its answer refuses to be cancelled, so a
+        cancelled task waits for the outcome and then raises ``CancelledError``.
+        """
         self._live()
         bridge = self._bridge()
         waiting = bridge.admit()
-        if waiting is not None:
-            await waiting  # cancelled here: nothing was handed off
-            self._live()
-        # Handed off, it cannot be recalled: the future refuses to be cancelled, so a
-        # cancelled task waits for the outcome and then raises CancelledError.
-        return await bridge.watch(submit(), _Settling(loop=asyncio.get_running_loop()))
+        if waiting is None:
+            return bridge.watch(submit(arg), _Settling(bridge))
+        return self._write_later(waiting, bridge, submit, arg)
+
+    async def _write_later(
+        self,
+        waiting: asyncio.Future[None],
+        bridge: _Bridge,
+        submit: Callable[[A], Future[list[Event]]],
+        arg: A,
+    ) -> list[Event]:
+        await waiting  # cancelled here: nothing was handed off
+        self._live()
+        return await bridge.watch(submit(arg), _Settling(bridge))
 
 
 class _Opening:

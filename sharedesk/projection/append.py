@@ -24,7 +24,6 @@ A write that breaks a rule raises and writes nothing; the others of its group go
 
 from __future__ import annotations
 
-from collections.abc import Callable, Container, Mapping
 from datetime import datetime
 from typing import NamedTuple
 
@@ -40,18 +39,16 @@ from sharedesk.protocol.errors import (
     ValidationError,
 )
 from sharedesk.protocol.events import Event, Text
-from sharedesk.protocol.sessions import EMPTY_SESSION_STATE, SessionState
+from sharedesk.protocol.sessions import SessionState
 from sharedesk.protocol.validation import check_parents
 from sharedesk.protocol.views import Conversation, SharingState
 from sharedesk.protocol.writes import Write
 
 __all__ = [
-    "AppendPlan",
     "Facts",
     "StoredRow",
     "Wants",
     "WritePlan",
-    "plan_append",
     "plan_write",
     "wants_of",
 ]
@@ -72,7 +69,7 @@ class StoredRow(NamedTuple):
     parent: int | None
 
 
-class Wants(msgspec.Struct):
+class Wants(msgspec.Struct, gc=False):
     """What the writes of one group need to know of one session (see :class:`Facts`).
 
     Built up by :func:`wants_of`, one write after another.
@@ -90,7 +87,7 @@ class Wants(msgspec.Struct):
     state: bool = False
 
 
-class Facts(msgspec.Struct):
+class Facts(msgspec.Struct, gc=False):
     """What a store holds of one session, as far as one group's writes need it.
 
     Read by the backend inside the write transaction, for one :class:`Wants`, in fresh
@@ -115,26 +112,7 @@ class Facts(msgspec.Struct):
     sharing: dict[SharingKey, SharingState | None]
 
 
-class AppendPlan(NamedTuple):
-    """What one checked batch writes, decided by :func:`plan_append`.
-
-    Attributes:
-        result: One stored event per input, in input order (a known id's stored event).
-        new: The events to store, in sequence order (sequence and timestamp set).
-        first_replies: Root sequence -> its first non-blank reply, for the roots this
-            batch answers first (roots already answered are left out).
-        texts: How many of ``new`` are ``Text`` rows.
-        state: The session state with ``new`` folded in, or ``None`` when none moved it.
-    """
-
-    result: list[Event]
-    new: list[Event]
-    first_replies: dict[int, int]
-    texts: int
-    state: SessionState | None
-
-
-class WritePlan(msgspec.Struct, frozen=True):
+class WritePlan(msgspec.Struct, frozen=True, gc=False):
     """What one :class:`~sharedesk.protocol.writes.Write` stores, decided by :func:`plan_write`.
 
     Attributes:
@@ -192,10 +170,6 @@ def plan_write(write: Write, facts: Facts, now: datetime) -> WritePlan:
             never changed.
         now: The timestamp of the new events.
 
-    Returns:
-        The plan; the store writes ``plan.new``, the first replies, the state and the
-        sharing state, or nothing when they are empty.
-
     Raises:
         ConcurrencyError: ``expected_version`` is not ``facts.last``.
         AlreadyStored: ``unless_stored`` names a stored event.
@@ -208,26 +182,55 @@ def plan_write(write: Write, facts: Facts, now: datetime) -> WritePlan:
     last = facts.last
     if write.expected_version is not None and write.expected_version != last:
         raise ConcurrencyError(write.expected_version, last)
-    if write.unless_stored is not None and write.unless_stored in facts.known:
+    known = facts.known
+    if write.unless_stored is not None and write.unless_stored in known:
         raise AlreadyStored(write.session_id, write.unless_stored)
     share = write.share
     if share is not None:
         stored = facts.sharing.get((share.viewer, share.state.conversation))
         if stored != share.expected_state:
             raise SharingStateConflict(_watermark(share.expected_state), _watermark(stored))
-    result, new, first_replies, texts, state = plan_append(
-        write.events,
-        last,
-        facts.known,
-        now,
-        stored_row=facts.rows.get,
-        answered=facts.answered,
-        state=lambda: facts.state,
-    )
+    # Rule 4: a known id (or one repeated in the batch) is answered with its stored event.
+    fresh: dict[str, Event] = {}
+    result: list[Event] = []
+    next_sequence = last + 1
+    replace = msgspec.structs.replace
+    for event in write.events:
+        stored_event = known.get(event.id) or fresh.get(event.id)
+        if stored_event is None:
+            stored_event = fresh[event.id] = replace(event, sequence=next_sequence, timestamp=now)
+            next_sequence += 1
+        result.append(stored_event)
+    new = list(fresh.values())
+    check_parents(new, last + 1)
+    first_replies: dict[int, int] = {}
+    texts = 0
+    state: SessionState | None = None
+    for index, row in enumerate(new):
+        parent = row.parent
+        if parent is not None:  # rule 5
+            if parent > last:
+                named = new[parent - last - 1]
+                _check_row(index, parent, StoredRow(type(named.body).__name__, named.parent))
+            else:
+                _check_row(index, parent, facts.rows.get(parent))
+        body = row.body
+        if isinstance(body, Text):
+            texts += 1
+            if (  # rule 6
+                parent is not None
+                and parent not in first_replies
+                and parent not in facts.answered
+                and not is_blank(body.content)
+            ):
+                assert row.sequence is not None
+                first_replies[parent] = row.sequence
+        if moves_session_state(row):  # rule 7
+            state = fold_session_state(facts.state if state is None else state, row)
     sharing: SharingState | None = None
     if share is not None:
         sharing = share.state
-        if share.reply_present and result:
+        if share.reply_present and result:  # rule 8
             reply = result[0].sequence
             assert reply is not None
             sharing = note_present(sharing, reply)
@@ -250,69 +253,3 @@ def _check_row(index: int, parent: int, row: StoredRow | None) -> None:
         raise not_a_root_error(index, parent, f"a {row.kind} event")
     if row.parent is not None:
         raise not_a_root_error(index, parent, f"a reply to row {row.parent}")
-
-
-def plan_append(
-    batch: list[Event],
-    last: int,
-    known: Mapping[str, Event],
-    now: datetime,
-    *,
-    stored_row: Callable[[int], StoredRow | None],
-    answered: Container[int],
-    state: Callable[[], SessionState] = lambda: EMPTY_SESSION_STATE,
-) -> AppendPlan:
-    """Decide what appending a checked ``batch`` after sequence ``last`` writes (rules 4-7).
-
-    Args:
-        batch: Checked, unstamped events.
-        last: The session's last sequence.
-        known: Stored events by id (at least those of the batch's ids that are stored).
-        now: The timestamp of the new events.
-        stored_row: Looks up a stored row named as a parent (``None``: missing).
-        answered: The roots that have a first non-blank reply already.
-        state: Returns the session state; called only when an event moves it.
-
-    Raises:
-        ValidationError: A parent at or above its event's sequence, or one that is not
-            a root ``Text`` row; nothing may be written.
-
-    Cost: O(len(batch)), one ``stored_row`` call per parent below ``last + 1``.
-    """
-    fresh: dict[str, Event] = {}
-    result: list[Event] = []
-    next_sequence = last + 1
-    replace = msgspec.structs.replace
-    for event in batch:
-        stored = known.get(event.id) or fresh.get(event.id)
-        if stored is None:
-            stored = fresh[event.id] = replace(event, sequence=next_sequence, timestamp=now)
-            next_sequence += 1
-        result.append(stored)
-    new = list(fresh.values())
-    check_parents(new, last + 1)
-    first_replies: dict[int, int] = {}
-    texts = 0
-    folded: SessionState | None = None
-    for index, stored in enumerate(new):
-        assert stored.sequence is not None
-        parent = stored.parent
-        if parent is not None:
-            if parent > last:
-                row = new[parent - last - 1]
-                _check_row(index, parent, StoredRow(type(row.body).__name__, row.parent))
-            else:
-                _check_row(index, parent, stored_row(parent))
-        body = stored.body
-        if isinstance(body, Text):
-            texts += 1
-            if (
-                parent is not None
-                and parent not in first_replies
-                and parent not in answered
-                and not is_blank(body.content)
-            ):
-                first_replies[parent] = stored.sequence
-        if moves_session_state(stored):
-            folded = fold_session_state(state() if folded is None else folded, stored)
-    return AppendPlan(result, new, first_replies, texts, folded)

@@ -55,7 +55,7 @@ from sharedesk.protocol.records import (
     run_index_key,
     sharing_key,
 )
-from sharedesk.protocol.sessions import SessionState
+from sharedesk.protocol.sessions import EMPTY_SESSION_STATE, SessionState
 from sharedesk.protocol.validation import check_optional_int, check_path
 from sharedesk.protocol.views import Conversation, LogMessage, SessionPage, SharingState
 from sharedesk.store._lmdb_env import (
@@ -466,13 +466,14 @@ class _WriteTxn:
     they name and its parents; per group, one ``putmulti`` per sub-database.
     """
 
-    __slots__ = ("_counts", "_dbs", "_txn")
+    __slots__ = ("_counts", "_dbs", "_prefixes", "_txn")
 
     def __init__(self, txn: Any, dbs: Mapping[bytes, Any]) -> None:
         self._txn = txn
         self._dbs = dbs
         #: (last sequence, Text rows) per session prefix, as this transaction left them.
         self._counts: dict[bytes, tuple[int, int]] = {}
+        self._prefixes: dict[str, bytes] = {}  # the key prefix of each session read
 
     def _get_many(self, db: bytes, keys: Sequence[bytes]) -> list[tuple[bytes, bytes]]:
         """Return (key, value) of the ``keys`` that ``db`` holds, in their order."""
@@ -501,10 +502,11 @@ class _WriteTxn:
 
     def facts(self, wants: Mapping[str, Wants]) -> dict[str, Facts]:
         """Read what each session's writes need (see :class:`~sharedesk.store.base.WriteTxn`)."""
-        txn, dbs = self._txn, self._dbs
+        txn, dbs, prefixes = self._txn, self._dbs, self._prefixes
         found: dict[str, Facts] = {}
+        for session_id in wants:
+            prefixes[session_id] = session_prefix(session_id)
         # The meta records and the id index entries of the whole group: one lookup each.
-        prefixes = {session_id: session_prefix(session_id) for session_id in wants}
         metas = dict(self._get_many(b"meta", sorted(prefixes.values())))
         id_keys = {
             event_id_key(prefixes[session_id], event_id): (session_id, event_id)
@@ -520,28 +522,34 @@ class _WriteTxn:
             raw_meta = metas.get(prefix)
             counts = (0, 0) if raw_meta is None else META.unpack(raw_meta)[:2]
             self._counts[prefix] = counts
-            stored_at = stored_ids.get(session_id, {})
-            events = self._events(session_id, prefix, [*stored_at.values()], indexed=True)
+            known: dict[str, Event] = {}
+            stored_at = stored_ids.get(session_id)
+            if stored_at:
+                events = self._events(session_id, prefix, [*stored_at.values()], indexed=True)
+                known = {event_id: events[sequence] for event_id, sequence in stored_at.items()}
             rows: dict[int, StoredRow] = {}
             answered: set[int] = set()
-            parents = sorted(want.parents)
-            for key, entry in self._get_many(b"replies", [prefix + SEQ.pack(p) for p in parents]):
-                parent = SEQ.unpack(key[-SEQ.size :])[0]
-                rows[parent] = StoredRow("Text", None)  # only a root Text row has an entry
-                if entry:
-                    answered.add(parent)
-            others = [parent for parent in parents if parent not in rows]
-            for parent, event in self._events(session_id, prefix, others, indexed=False).items():
-                rows[parent] = StoredRow(type(event.body).__name__, event.parent)
-            raw_state = txn.get(prefix, db=dbs[b"runs"]) if want.state else None
-            state = decode_session_state(session_id, raw_state)
+            if want.parents:
+                parents = sorted(want.parents)
+                keys = [prefix + SEQ.pack(p) for p in parents]
+                for key, entry in self._get_many(b"replies", keys):
+                    parent = SEQ.unpack(key[-SEQ.size :])[0]
+                    rows[parent] = StoredRow("Text", None)  # only a root Text row has one
+                    if entry:
+                        answered.add(parent)
+                others = [parent for parent in parents if parent not in rows]
+                found_rows = self._events(session_id, prefix, others, indexed=False)
+                for parent, event in found_rows.items():
+                    rows[parent] = StoredRow(type(event.body).__name__, event.parent)
+            state = EMPTY_SESSION_STATE
+            if want.state:
+                state = decode_session_state(session_id, txn.get(prefix, db=dbs[b"runs"]))
             sharing: dict[tuple[str, Conversation], SharingState | None] = {}
             for viewer, conversation in want.sharing:
                 raw = txn.get(sharing_key(prefix, viewer, conversation), db=dbs[b"sharing"])
                 sharing[(viewer, conversation)] = (
                     None if raw is None else decode_state(session_id, raw)
                 )
-            known = {event_id: events[sequence] for event_id, sequence in stored_at.items()}
             found[session_id] = Facts(counts[0], known, rows, answered, state, sharing)
         return found
 
@@ -553,7 +561,7 @@ class _WriteTxn:
         touched: dict[bytes, int] = {}  # prefix -> microseconds of its newest events
         for plan in plans:
             write = plan.write
-            prefix = session_prefix(write.session_id)
+            prefix = self._prefixes[write.session_id]
             run_id, run_base = None, b""
             for event in plan.new:
                 assert event.sequence is not None
@@ -569,9 +577,8 @@ class _WriteTxn:
                     if event.run_id != run_id:  # a batch is usually one run's: hash it once
                         run_id, run_base = event.run_id, run_index_key(prefix, event.run_id)
                     runs.append((run_base + seq, b""))
-            replies.extend(
-                (prefix + SEQ.pack(r), SEQ.pack(s)) for r, s in plan.first_replies.items()
-            )
+            for root, reply in plan.first_replies.items():
+                replies.append((prefix + SEQ.pack(root), SEQ.pack(reply)))
             if plan.state is not None:
                 runs.append((prefix, ENCODER.encode(plan.state)))
             share = write.share
