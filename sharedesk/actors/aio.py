@@ -113,7 +113,8 @@ class _Bridge:
         if done is None:
             done = _Answer(self)
         if job.done():  # an in-memory write: no hop (hand-offs are chunked already)
-            done.resolve(job)
+            done.take(job)
+            done.resolve()
         else:
             job.add_done_callback(done)
         return done
@@ -136,7 +137,7 @@ class _Bridge:
                 done = queue.popleft()
             except IndexError:
                 break
-            done.resolve(done.job)
+            done.resolve()
         if not queue:
             self._scheduled = False
             if not queue:  # nothing was queued meanwhile: completed() schedules the next
@@ -148,32 +149,40 @@ class _Bridge:
 class _Answer(asyncio.Future[T]):
     """The loop future of a thread's job; it is the job's done callback (no closure)."""
 
-    __slots__ = ("_bridge", "job")
+    __slots__ = ("_bridge", "_error", "_result")
 
     def __init__(self, bridge: _Bridge) -> None:
         super().__init__(loop=bridge._loop)
         self._bridge = bridge
-        self.job: Future[T] | None = None
+        self._result: T | None = None
+        self._error: BaseException | None = None
 
     def __call__(self, job: Future[T]) -> None:
-        """Queue this answer on its bridge: the job's done callback (any thread)."""
-        self.job = job
+        """Take the finished ``job``'s outcome and queue this answer (any thread)."""
+        self.take(job)
         self._bridge.completed(self)
 
-    def resolve(self, job: Future[T] | None) -> None:
-        """Complete this future with the finished ``job``'s outcome (loop thread)."""
-        assert job is not None
+    def take(self, job: Future[T]) -> None:
+        """Record the finished ``job``'s outcome, to :meth:`resolve` with in the loop."""
+        try:
+            self._error = job.exception(0)
+        except concurrent.futures.CancelledError as cancelled:
+            self._error = cancelled
+        else:
+            if self._error is None:
+                self._result = job.result(0)
+
+    def resolve(self) -> None:
+        """Complete this future with the outcome taken (loop thread)."""
         if self.done():  # cancelled: its task no longer waits
             return
-        try:
-            error = job.exception()
-        except concurrent.futures.CancelledError:
+        error = self._error
+        if isinstance(error, concurrent.futures.CancelledError):
             asyncio.Future.cancel(self)
-            return
-        if error is not None:
+        elif error is not None:
             self.set_exception(error)
         else:
-            self.set_result(job.result())
+            self.set_result(self._result)  # type: ignore[arg-type]
 
 
 class _Settling(_Answer[T]):

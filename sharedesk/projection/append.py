@@ -24,6 +24,7 @@ A write that breaks a rule raises and writes nothing; the others of its group go
 
 from __future__ import annotations
 
+from collections.abc import Set as AbstractSet
 from datetime import datetime
 from typing import NamedTuple
 
@@ -82,8 +83,8 @@ class Wants(msgspec.Struct, gc=False):
     """
 
     ids: set[str] = msgspec.field(default_factory=set)
-    parents: set[int] = msgspec.field(default_factory=set)
-    sharing: set[SharingKey] = msgspec.field(default_factory=set)
+    parents: AbstractSet[int] = frozenset()  # seldom any: a set only once one is added
+    sharing: AbstractSet[SharingKey] = frozenset()
     state: bool = False
 
 
@@ -142,17 +143,17 @@ def wants_of(write: Write, wants: Wants | None = None) -> Wants:
     """
     if wants is None:
         wants = Wants()
-    ids, parents = wants.ids, wants.parents
+    ids = wants.ids
     for event in write.events:
         ids.add(event.id)
         if event.parent is not None:
-            parents.add(event.parent)
+            wants.parents = wants.parents | {event.parent}
         if not wants.state and moves_session_state(event):
             wants.state = True
     if write.unless_stored is not None:
         ids.add(write.unless_stored)
     if write.share is not None:
-        wants.sharing.add((write.share.viewer, write.share.state.conversation))
+        wants.sharing = wants.sharing | {(write.share.viewer, write.share.state.conversation)}
     return wants
 
 

@@ -1,20 +1,17 @@
 """The writer of the stores with a writer thread: one queue, one thread, futures.
 
-:class:`GroupWriter` owns a queue of ``(write, future)`` pairs and one thread. Callers
-:meth:`~GroupWriter.put` a checked write with its future and wait on
-``future.result()`` (or add a done callback); the thread takes every write waiting,
-hands the group to its store (``StoreBase._run_group``: one transaction, planned by
-:func:`plan_group`) and the store completes each future once. There is no other path:
-a sync caller and an event loop wait on the same kind of future.
+:class:`GroupWriter` queues checked writes and returns their futures; its thread takes
+every write waiting, hands the group to its store (``StoreBase._commit_group``: one
+transaction, planned by :func:`plan_group`) and completes each future once. Sync callers
+and event loops wait on the same futures.
 
 Gathering: the callers answered by the last commit usually come straight back, so once
 a write is waiting the thread waits for as many writes as the last group held, but no
-longer than the last commit took (waiting longer than a commit costs more than
-committing twice) nor than ``group_wait``. One caller alone never waits (its last group
-held one write).
+longer than the last commit took nor than ``group_wait``. One caller alone never waits.
 
-:func:`plan_group` is what a group's transaction runs, in every store (the write path
-of :mod:`sharedesk.store.base`).
+The futures of one writer share its condition (:class:`_WriteFuture`): a write then
+costs no condition of its own, and a group is completed under one hold of it, so each
+waiting thread wakes once per group.
 """
 
 from __future__ import annotations
@@ -36,27 +33,58 @@ __all__ = ["GroupWriter", "WriteTxn", "plan_group"]
 
 _log = logger()
 
+#: One write's outcome: its stored events (one per input event), or the error.
+Outcome = list[Event] | BaseException
+#: What a :class:`GroupWriter` hands its store: commits the writes, one outcome each.
+RunGroup = Callable[[list[Write]], list[Outcome]]
 
-#: What a :class:`GroupWriter` hands its store: a group of writes and their futures,
-#: each future already set running; the store commits them and completes every future.
-RunGroup = Callable[[list[tuple[Write, "Future[list[Event]]"]]], None]
+
+class _WriteFuture(Future[list[Event]]):
+    """A write's future, waiting on its writer's condition instead of one of its own.
+
+    A wake-up may be another future's, so a wait re-checks until this one is done.
+    """
+
+    def __init__(self, condition: threading.Condition) -> None:
+        # Future.__init__, less the condition it would make (the attributes are its own).
+        self._condition = condition
+        self._state = "PENDING"
+        self._result = None
+        self._exception = None
+        self._waiters = []
+        self._done_callbacks: list[Callable[[Future[list[Event]]], object]] = []
+
+    def _settle(self, timeout: float | None) -> None:
+        if timeout is not None and timeout <= 0:
+            return  # no wait: Future's own checks suffice
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._condition:
+            while not self.done():
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    return
+                self._condition.wait(remaining)
+
+    def result(self, timeout: float | None = None) -> list[Event]:
+        self._settle(timeout)
+        return super().result(0)
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        self._settle(timeout)
+        return super().exception(0)
 
 
 class GroupWriter:
     """The one group-committing writer: one queue, one thread, futures completed once.
 
-    Any number of threads :meth:`put` a write with its future; the writer thread takes
-    every write waiting (gathering as the module header says) and hands the group to
-    ``run_group``, which commits it and completes each future. A future cancelled
-    before the writer takes its write is dropped, and its write never runs.
+    A future cancelled before the writer takes its write is dropped, and its write
+    never runs.
 
     Args:
-        run_group: Commits a group and completes its futures; must not raise.
+        run_group: Commits a group; one outcome per write; must not raise.
         group_wait: Most seconds to gather once a write is waiting (0: commit at once).
         name: The writer thread's name.
         closed_error: Makes the error a write gets once the writer is closed.
-
-    Cost: starts one daemon thread.
     """
 
     def __init__(
@@ -71,6 +99,7 @@ class GroupWriter:
         self._group_wait = group_wait
         self._closed_error = closed_error
         self._cond = threading.Condition(threading.Lock())
+        self._settled = threading.Condition()  # the futures' (reentrant: see _WriteFuture)
         self._queue: list[tuple[Write, Future[list[Event]]]] = []
         self._target = 1
         self._last_commit = 0.0
@@ -78,11 +107,9 @@ class GroupWriter:
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
-    def put(self, write: Write, future: Future[list[Event]]) -> None:
-        """Queue ``write``; the writer completes ``future`` (at once when closed).
-
-        Cost: one queue append under the writer's lock; never blocks on a commit.
-        """
+    def submit(self, write: Write) -> Future[list[Event]]:
+        """Queue ``write``; return its future (failed at once when closed). Never blocks."""
+        future = _WriteFuture(self._settled)
         with self._cond:
             if not self._closed:
                 queue = self._queue
@@ -91,23 +118,24 @@ class GroupWriter:
                 # write, or the group it gathers is complete.
                 if len(queue) == 1 or len(queue) >= self._target:
                     self._cond.notify()
-                return
-        if future.set_running_or_notify_cancel():
-            future.set_exception(self._closed_error())
+                return future
+        future.set_running_or_notify_cancel()
+        future.set_exception(self._closed_error())
+        return future
 
     def close(self) -> None:
         """Fail the queued writes, let the group being written complete, end the thread.
 
-        Idempotent. Cost: waits for the group in progress, if any; joins the thread
-        (unless called from it, by an ``on_commit`` callback).
+        Idempotent; joins the thread unless called from it (by an ``on_commit`` callback).
         """
         with self._cond:
             pending, self._queue = self._queue, []
             self._closed = True
             self._cond.notify_all()
-        for _, future in pending:
-            if future.set_running_or_notify_cancel():
-                future.set_exception(self._closed_error())
+        with self._settled:
+            for _, future in pending:
+                if future.set_running_or_notify_cancel():
+                    future.set_exception(self._closed_error())
         if self._thread is not threading.current_thread():
             self._thread.join()
 
@@ -129,15 +157,19 @@ class GroupWriter:
                     return
                 self._target = len(group)
             started = time.monotonic()
-            items = [item for item in group if item[1].set_running_or_notify_cancel()]
+            with self._settled:
+                items = [item for item in group if item[1].set_running_or_notify_cancel()]
             try:
-                if items:
-                    self._run_group(items)
+                outcomes = self._run_group([write for write, _ in items]) if items else []
             except BaseException as exc:  # never leave a caller hanging
                 _log.exception("store.writer_failed")
-                for _, future in items:
-                    if not future.done():
-                        future.set_exception(exc)
+                outcomes = [exc] * len(items)
+            with self._settled:
+                for (_, future), outcome in zip(items, outcomes, strict=True):
+                    if isinstance(outcome, BaseException):
+                        future.set_exception(outcome)
+                    else:
+                        future.set_result(outcome)
             self._last_commit = time.monotonic() - started
 
 

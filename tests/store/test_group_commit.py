@@ -1,7 +1,7 @@
 """The group writer, driven through its ``run_group`` seam, and the planning of a group.
 
 The fake ``run_group`` records each group it is handed, may hold one (as if its commit
-were syncing) or fail it, and completes every future with the write's session id. A
+were syncing) or fail it, and answers every write with no events. A
 group is planned against a MemoryStore's data through a ``WriteTxn`` that records what
 it is asked.
 """
@@ -52,16 +52,15 @@ class FakeGroups:
         self.hold = hold
         self.fail: BaseException | None = None
 
-    def __call__(self, items: list[Item]) -> None:
-        self.groups.append([write.session_id for write, _ in items])
+    def __call__(self, writes: list[Write]) -> list[list[Event] | BaseException]:
+        self.groups.append([write.session_id for write in writes])
         self.entered.set()
         if self.hold and len(self.groups) == 1:
             assert self.release.wait(10)
         if self.fail is not None:
             error, self.fail = self.fail, None
             raise error
-        for _, future in items:
-            future.set_result([])
+        return [[] for _ in writes]
 
 
 def closed() -> StoreClosedError:
@@ -84,9 +83,7 @@ def writer(fake: FakeGroups) -> Iterator[GroupWriter]:
 
 
 def put(writer: GroupWriter, session_id: str) -> Future[list[Event]]:
-    future: Future[list[Event]] = Future()
-    writer.put(check_write(session_id, []), future)
-    return future
+    return writer.submit(check_write(session_id, []))
 
 
 class TestGroupWriter:
