@@ -202,7 +202,7 @@ def plan_write(write: Write, facts: Facts, now: datetime) -> WritePlan:
             stored_event = fresh[event.id] = replace(event, sequence=next_sequence, timestamp=now)
             next_sequence += 1
         result.append(stored_event)
-    new = list(fresh.values())
+    new = result if len(fresh) == len(result) else list(fresh.values())
     check_parents(new, last + 1)
     first_replies: dict[int, int] = {}
     texts = 0

@@ -45,8 +45,9 @@ class _WriteFuture(Future[list[Event]]):
     A wake-up may be another future's, so a wait re-checks until this one is done.
     """
 
-    def __init__(self, condition: threading.Condition) -> None:
+    def __init__(self, condition: threading.Condition, write: Write) -> None:
         # Future.__init__, less the condition it would make (the attributes are its own).
+        self.write = write
         self._condition = condition
         self._state = "PENDING"
         self._result = None
@@ -100,7 +101,7 @@ class GroupWriter:
         self._closed_error = closed_error
         self._cond = threading.Condition(threading.Lock())
         self._settled = threading.Condition()  # the futures' (reentrant: see _WriteFuture)
-        self._queue: list[tuple[Write, Future[list[Event]]]] = []
+        self._queue: list[_WriteFuture] = []
         self._target = 1
         self._last_commit = 0.0
         self._closed = False
@@ -109,11 +110,11 @@ class GroupWriter:
 
     def submit(self, write: Write) -> Future[list[Event]]:
         """Queue ``write``; return its future (failed at once when closed). Never blocks."""
-        future = _WriteFuture(self._settled)
+        future = _WriteFuture(self._settled, write)
         with self._cond:
             if not self._closed:
                 queue = self._queue
-                queue.append((write, future))
+                queue.append(future)
                 # Wake the writer only when it has something to decide: the first
                 # write, or the group it gathers is complete.
                 if len(queue) == 1 or len(queue) >= self._target:
@@ -133,7 +134,7 @@ class GroupWriter:
             self._closed = True
             self._cond.notify_all()
         with self._settled:
-            for _, future in pending:
+            for future in pending:
                 if future.set_running_or_notify_cancel():
                     future.set_exception(self._closed_error())
         if self._thread is not threading.current_thread():
@@ -158,14 +159,14 @@ class GroupWriter:
                 self._target = len(group)
             started = time.monotonic()
             with self._settled:
-                items = [item for item in group if item[1].set_running_or_notify_cancel()]
+                items = [future for future in group if future.set_running_or_notify_cancel()]
             try:
-                outcomes = self._run_group([write for write, _ in items]) if items else []
+                outcomes = self._run_group([future.write for future in items]) if items else []
             except BaseException as exc:  # never leave a caller hanging
                 _log.exception("store.writer_failed")
                 outcomes = [exc] * len(items)
             with self._settled:
-                for (_, future), outcome in zip(items, outcomes, strict=True):
+                for future, outcome in zip(items, outcomes, strict=True):
                     if isinstance(outcome, BaseException):
                         future.set_exception(outcome)
                     else:

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Final, Literal, TypeVar
 
 import lmdb
@@ -59,7 +59,6 @@ from sharedesk.protocol.sessions import EMPTY_SESSION_STATE, SessionState
 from sharedesk.protocol.validation import check_optional_int, check_path
 from sharedesk.protocol.views import Conversation, LogMessage, SessionPage, SharingState
 from sharedesk.store._lmdb_env import (
-    DATABASES,
     READER_CHECK_COMMITS,
     REGISTRY,
     OpenEnvironment,
@@ -466,13 +465,14 @@ class _WriteTxn:
     they name and its parents; per group, one ``putmulti`` per sub-database.
     """
 
-    __slots__ = ("_counts", "_dbs", "_prefixes", "_txn")
+    __slots__ = ("_dbs", "_last", "_prefixes", "_texts", "_txn")
 
     def __init__(self, txn: Any, dbs: Mapping[bytes, Any]) -> None:
         self._txn = txn
         self._dbs = dbs
-        #: (last sequence, Text rows) per session prefix, as this transaction left them.
-        self._counts: dict[bytes, tuple[int, int]] = {}
+        #: The last sequence and the Text rows of each session, as this transaction left them.
+        self._last: dict[bytes, int] = {}
+        self._texts: dict[bytes, int] = {}
         self._prefixes: dict[str, bytes] = {}  # the key prefix of each session read
 
     def _get_many(self, db: bytes, keys: Sequence[bytes]) -> list[tuple[bytes, bytes]]:
@@ -508,20 +508,20 @@ class _WriteTxn:
             prefixes[session_id] = session_prefix(session_id)
         # The meta records and the id index entries of the whole group: one lookup each.
         metas = dict(self._get_many(b"meta", sorted(prefixes.values())))
-        id_keys = {
-            event_id_key(prefixes[session_id], event_id): (session_id, event_id)
+        id_keys = {  # the key of each id wanted -> the id (the key starts with its session)
+            event_id_key(prefixes[session_id], event_id): event_id
             for session_id, want in wants.items()
             for event_id in want.ids
         }
         stored_ids: dict[str, dict[str, int]] = {}
         for key, raw in self._get_many(b"ids", sorted(id_keys)):
-            session_id, event_id = id_keys[key]
-            stored_ids.setdefault(session_id, {})[event_id] = SEQ.unpack(raw)[0]
+            stored_ids.setdefault(session_of(key), {})[id_keys[key]] = SEQ.unpack(raw)[0]
         for session_id, want in wants.items():
             prefix = prefixes[session_id]
             raw_meta = metas.get(prefix)
-            counts = (0, 0) if raw_meta is None else META.unpack(raw_meta)[:2]
-            self._counts[prefix] = counts
+            last, texts, _micros = (0, 0, 0) if raw_meta is None else META.unpack(raw_meta)
+            self._last[prefix] = last
+            self._texts[prefix] = texts
             known: dict[str, Event] = {}
             stored_at = stored_ids.get(session_id)
             if stored_at:
@@ -550,54 +550,90 @@ class _WriteTxn:
                 sharing[(viewer, conversation)] = (
                     None if raw is None else decode_state(session_id, raw)
                 )
-            found[session_id] = Facts(counts[0], known, rows, answered, state, sharing)
+            found[session_id] = Facts(last, known, rows, answered, state, sharing)
         return found
 
     def put(self, plans: Sequence[WritePlan]) -> None:
-        """Write ``plans`` in order, then each session's meta record once."""
-        puts: dict[bytes, list[tuple[bytes, bytes]]] = {name: [] for name in DATABASES}
-        events, ids, texts = puts[b"events"], puts[b"ids"], puts[b"texts"]
-        replies, runs = puts[b"replies"], puts[b"runs"]
+        """Write ``plans`` in order, then each session's meta record once.
+
+        The records are generated as ``putmulti`` takes them, one sub-database after
+        another, so that a group never holds them all at once.
+        """
         touched: dict[bytes, int] = {}  # prefix -> microseconds of its newest events
         for plan in plans:
-            write = plan.write
-            prefix = self._prefixes[write.session_id]
-            run_id, run_base = None, b""
-            for event in plan.new:
-                assert event.sequence is not None
-                seq = SEQ.pack(event.sequence)
-                key = prefix + seq
-                events.append((key, ENCODER.encode(event)))
-                ids.append((event_id_key(prefix, event.id), seq))
-                if isinstance(event.body, Text):
-                    texts.append((key, b""))
-                    if event.parent is None:
-                        replies.append((key, b""))  # a root, with no reply yet
-                if event.run_id is not None:
-                    if event.run_id != run_id:  # a batch is usually one run's: hash it once
-                        run_id, run_base = event.run_id, run_index_key(prefix, event.run_id)
-                    runs.append((run_base + seq, b""))
-            for root, reply in plan.first_replies.items():
-                replies.append((prefix + SEQ.pack(root), SEQ.pack(reply)))
-            if plan.state is not None:
-                runs.append((prefix, ENCODER.encode(plan.state)))
-            share = write.share
-            if share is not None and plan.sharing is not None:
-                key = sharing_key(prefix, share.viewer, plan.sharing.conversation)
-                puts[b"sharing"].append((key, ENCODER.encode(plan.sharing)))
             if plan.new:
-                _last, texts_before = self._counts[prefix]
+                prefix = self._prefixes[plan.write.session_id]
                 newest = plan.new[-1]
                 assert newest.sequence is not None and newest.timestamp is not None
-                self._counts[prefix] = (newest.sequence, texts_before + plan.texts)
+                self._last[prefix] = newest.sequence
+                self._texts[prefix] += plan.texts
                 touched[prefix] = (newest.timestamp - EPOCH) // MICROSECOND
-        for prefix, micros in touched.items():
-            last, text_rows = self._counts[prefix]
-            puts[b"meta"].append((prefix, META.pack(last, text_rows, micros)))
-        for name, items in puts.items():
-            if not items:
-                continue
-            cursor = self._txn.cursor(db=self._dbs[name])
-            _consumed, added = cursor.putmulti(items, overwrite=name != b"events")
-            if added != len(items):  # an event key taken: the meta record lags the events
-                raise CorruptRecordError(session_of(items[0][0]), 0, "an event key was taken")
+        events = sum(len(plan.new) for plan in plans)
+        if self._put(b"events", self._event_rows(plans), overwrite=False) != events:
+            # an event key was taken: the meta record lags the events
+            raise CorruptRecordError(plans[0].write.session_id, 0, "an event key was taken")
+        self._put(b"ids", self._id_rows(plans))
+        self._put(b"texts", self._text_rows(plans))
+        self._put(b"replies", self._reply_rows(plans))
+        self._put(b"runs", self._run_rows(plans))
+        self._put(b"sharing", self._sharing_rows(plans))
+        last, texts = self._last, self._texts
+        meta = ((p, META.pack(last[p], texts[p], micros)) for p, micros in touched.items())
+        self._put(b"meta", meta)
+
+    def _put(self, name: bytes, rows: Iterator[tuple[bytes, bytes]], overwrite: bool = True) -> int:
+        """Put ``rows`` in sub-database ``name``; return how many were added."""
+        cursor = self._txn.cursor(db=self._dbs[name])
+        added: int = cursor.putmulti(rows, overwrite=overwrite)[1]
+        return added
+
+    def _new(self, plans: Sequence[WritePlan]) -> Iterator[tuple[bytes, bytes, Event]]:
+        """Yield (prefix, packed sequence, event) of every new event of ``plans``."""
+        prefixes = self._prefixes
+        for plan in plans:
+            prefix = prefixes[plan.write.session_id]
+            for event in plan.new:
+                assert event.sequence is not None
+                yield prefix, SEQ.pack(event.sequence), event
+
+    def _event_rows(self, plans: Sequence[WritePlan]) -> Iterator[tuple[bytes, bytes]]:
+        for prefix, seq, event in self._new(plans):
+            yield prefix + seq, ENCODER.encode(event)
+
+    def _id_rows(self, plans: Sequence[WritePlan]) -> Iterator[tuple[bytes, bytes]]:
+        for prefix, seq, event in self._new(plans):
+            yield event_id_key(prefix, event.id), seq
+
+    def _text_rows(self, plans: Sequence[WritePlan]) -> Iterator[tuple[bytes, bytes]]:
+        for prefix, seq, event in self._new(plans):
+            if isinstance(event.body, Text):
+                yield prefix + seq, b""
+
+    def _reply_rows(self, plans: Sequence[WritePlan]) -> Iterator[tuple[bytes, bytes]]:
+        for prefix, seq, event in self._new(plans):
+            if event.parent is None and isinstance(event.body, Text):
+                yield prefix + seq, b""  # a root, with no reply yet
+        for plan in plans:
+            prefix = self._prefixes[plan.write.session_id]
+            for root, reply in plan.first_replies.items():
+                yield prefix + SEQ.pack(root), SEQ.pack(reply)
+
+    def _run_rows(self, plans: Sequence[WritePlan]) -> Iterator[tuple[bytes, bytes]]:
+        run: tuple[bytes, str] | None = None
+        run_base = b""
+        for prefix, seq, event in self._new(plans):
+            if event.run_id is not None:
+                if run != (prefix, event.run_id):  # a batch is usually one run's: hash once
+                    run, run_base = (prefix, event.run_id), run_index_key(prefix, event.run_id)
+                yield run_base + seq, b""
+        for plan in plans:
+            if plan.state is not None:
+                yield self._prefixes[plan.write.session_id], ENCODER.encode(plan.state)
+
+    def _sharing_rows(self, plans: Sequence[WritePlan]) -> Iterator[tuple[bytes, bytes]]:
+        for plan in plans:
+            share, sharing = plan.write.share, plan.sharing
+            if share is not None and sharing is not None:
+                prefix = self._prefixes[plan.write.session_id]
+                key = sharing_key(prefix, share.viewer, sharing.conversation)
+                yield key, ENCODER.encode(sharing)
