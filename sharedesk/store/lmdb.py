@@ -569,71 +569,43 @@ class _WriteTxn:
                 self._texts[prefix] += plan.texts
                 touched[prefix] = (newest.timestamp - EPOCH) // MICROSECOND
         events = sum(len(plan.new) for plan in plans)
-        if self._put(b"events", self._event_rows(plans), overwrite=False) != events:
-            # an event key was taken: the meta record lags the events
-            raise CorruptRecordError(plans[0].write.session_id, 0, "an event key was taken")
-        self._put(b"ids", self._id_rows(plans))
-        self._put(b"texts", self._text_rows(plans))
-        self._put(b"replies", self._reply_rows(plans))
-        self._put(b"runs", self._run_rows(plans))
-        self._put(b"sharing", self._sharing_rows(plans))
-        last, texts = self._last, self._texts
-        meta = ((p, META.pack(last[p], texts[p], micros)) for p, micros in touched.items())
-        self._put(b"meta", meta)
+        for name in (b"events", b"ids", b"texts", b"replies", b"runs", b"sharing", b"meta"):
+            cursor = self._txn.cursor(db=self._dbs[name])
+            rows = self._meta_rows(touched) if name == b"meta" else self._rows(name, plans)
+            added = cursor.putmulti(rows, overwrite=name != b"events")[1]
+            if name == b"events" and added != events:  # the meta record lags the events
+                raise CorruptRecordError(plans[0].write.session_id, 0, "an event key was taken")
 
-    def _put(self, name: bytes, rows: Iterator[tuple[bytes, bytes]], overwrite: bool = True) -> int:
-        """Put ``rows`` in sub-database ``name``; return how many were added."""
-        cursor = self._txn.cursor(db=self._dbs[name])
-        added: int = cursor.putmulti(rows, overwrite=overwrite)[1]
-        return added
+    def _meta_rows(self, touched: dict[bytes, int]) -> Iterator[tuple[bytes, bytes]]:
+        for prefix, micros in touched.items():
+            yield prefix, META.pack(self._last[prefix], self._texts[prefix], micros)
 
-    def _new(self, plans: Sequence[WritePlan]) -> Iterator[tuple[bytes, bytes, Event]]:
-        """Yield (prefix, packed sequence, event) of every new event of ``plans``."""
-        prefixes = self._prefixes
-        for plan in plans:
-            prefix = prefixes[plan.write.session_id]
-            for event in plan.new:
-                assert event.sequence is not None
-                yield prefix, SEQ.pack(event.sequence), event
-
-    def _event_rows(self, plans: Sequence[WritePlan]) -> Iterator[tuple[bytes, bytes]]:
-        for prefix, seq, event in self._new(plans):
-            yield prefix + seq, ENCODER.encode(event)
-
-    def _id_rows(self, plans: Sequence[WritePlan]) -> Iterator[tuple[bytes, bytes]]:
-        for prefix, seq, event in self._new(plans):
-            yield event_id_key(prefix, event.id), seq
-
-    def _text_rows(self, plans: Sequence[WritePlan]) -> Iterator[tuple[bytes, bytes]]:
-        for prefix, seq, event in self._new(plans):
-            if isinstance(event.body, Text):
-                yield prefix + seq, b""
-
-    def _reply_rows(self, plans: Sequence[WritePlan]) -> Iterator[tuple[bytes, bytes]]:
-        for prefix, seq, event in self._new(plans):
-            if event.parent is None and isinstance(event.body, Text):
-                yield prefix + seq, b""  # a root, with no reply yet
-        for plan in plans:
-            prefix = self._prefixes[plan.write.session_id]
-            for root, reply in plan.first_replies.items():
-                yield prefix + SEQ.pack(root), SEQ.pack(reply)
-
-    def _run_rows(self, plans: Sequence[WritePlan]) -> Iterator[tuple[bytes, bytes]]:
+    def _rows(self, name: bytes, plans: Sequence[WritePlan]) -> Iterator[tuple[bytes, bytes]]:
+        """Yield the records of sub-database ``name`` that ``plans`` store, in order."""
         run: tuple[bytes, str] | None = None
         run_base = b""
-        for prefix, seq, event in self._new(plans):
-            if event.run_id is not None:
-                if run != (prefix, event.run_id):  # a batch is usually one run's: hash once
-                    run, run_base = (prefix, event.run_id), run_index_key(prefix, event.run_id)
-                yield run_base + seq, b""
         for plan in plans:
-            if plan.state is not None:
-                yield self._prefixes[plan.write.session_id], ENCODER.encode(plan.state)
-
-    def _sharing_rows(self, plans: Sequence[WritePlan]) -> Iterator[tuple[bytes, bytes]]:
-        for plan in plans:
-            share, sharing = plan.write.share, plan.sharing
-            if share is not None and sharing is not None:
-                prefix = self._prefixes[plan.write.session_id]
-                key = sharing_key(prefix, share.viewer, sharing.conversation)
-                yield key, ENCODER.encode(sharing)
+            prefix = self._prefixes[plan.write.session_id]
+            for event in plan.new if name != b"sharing" else ():
+                assert event.sequence is not None
+                seq = SEQ.pack(event.sequence)
+                if name == b"events":
+                    yield prefix + seq, ENCODER.encode(event)
+                elif name == b"ids":
+                    yield event_id_key(prefix, event.id), seq
+                elif name == b"runs":
+                    if event.run_id is not None:
+                        if run != (prefix, event.run_id):  # a batch is usually one run's
+                            run = (prefix, event.run_id)
+                            run_base = run_index_key(prefix, event.run_id)
+                        yield run_base + seq, b""
+                elif isinstance(event.body, Text) and (name == b"texts" or event.parent is None):
+                    yield prefix + seq, b""  # texts; replies: a root, with no reply yet
+            if name == b"replies":
+                for root, reply in plan.first_replies.items():
+                    yield prefix + SEQ.pack(root), SEQ.pack(reply)
+            elif name == b"runs" and plan.state is not None:
+                yield prefix, ENCODER.encode(plan.state)
+            elif name == b"sharing" and plan.write.share is not None and plan.sharing:
+                key = sharing_key(prefix, plan.write.share.viewer, plan.sharing.conversation)
+                yield key, ENCODER.encode(plan.sharing)
