@@ -1,24 +1,19 @@
 """AsyncHub: the Hub for asyncio code, over the same actors and store, never blocking the loop.
 
-Every coroutine leaves the event loop free while it waits; outcomes come back through
-one bridge per loop (:class:`_Bridge`, aiosqlite's pattern: ``add_done_callback`` and
-at most one pending ``call_soon_threadsafe`` hop), resolved at most :data:`CHUNK` per
-iteration; writes are handed off at most :data:`CHUNK` per iteration too.
-
 Writes (``append``, ``post``, ``AsyncTurn.commit``) take the Hub's one write path: the
-Hub checks the write and hands it to the store's writer, and the loop awaits the
-store's future; no thread waits for a write. Reads (``read``, ``last_sequence``,
-``view``, ``turn``, ``transcript``, ``wait_turn``'s plans) run on the reader threads
-(``sharedesk-aio_N``). So a read never waits behind writes the store holds up.
+loop hands the checked write to the store's writer and awaits its future through one
+bridge per loop (:class:`_Bridge`: ``add_done_callback``, at most one pending
+``call_soon_threadsafe`` hop); at most :data:`CHUNK` writes are handed off, and
+:data:`CHUNK` outcomes resolved, per iteration. Reads run on the reader threads
+(``sharedesk-aio_N``), so a read never waits behind writes.
 
-Cancellation (``append``, ``post``, ``AsyncTurn.commit``): cancelled before the write
-was handed off (waiting for its chunk), nothing is written; cancelled after, the
-coroutine waits for the write's outcome, ignoring further cancellation, then raises
-``CancelledError``. Retrying with the same event ids is idempotent either way.
+Cancellation (writes): cancelled before the write was handed off (waiting for its
+chunk), nothing is written; cancelled after, the coroutine waits for the write's
+outcome, ignoring further cancellation, then raises ``CancelledError``. Retrying with
+the same event ids is idempotent either way.
 
 ``wait_turn`` sleeps on a :meth:`Hub.listen` listener, woken by every commit through
-this Hub and, on a following store (PostgreSQL), by other processes' commits; it never
-polls. Other processes' appends on one LMDB path are seen by the next plan.
+this Hub and, on a following store (PostgreSQL), by other processes' commits.
 """
 
 from __future__ import annotations
@@ -35,7 +30,6 @@ from typing import Any, Concatenate, Final, ParamSpec, TypeVar
 from sharedesk.actors._handles import TurnFields, post_event
 from sharedesk.actors._messages import Push
 from sharedesk.actors.hub import Hub, Turn
-from sharedesk.protocol._log import logger
 from sharedesk.protocol.authors import SessionAuthor
 from sharedesk.protocol.errors import HubClosed, ValidationError
 from sharedesk.protocol.events import Event
@@ -44,8 +38,6 @@ from sharedesk.protocol.views import Conversation
 from sharedesk.runs.aio import on_thread, settle
 
 __all__ = ["AsyncHub", "AsyncTurn"]
-
-_log = logger()
 
 T = TypeVar("T")
 A = TypeVar("A")
@@ -62,11 +54,10 @@ WORKER_PREFIX: Final = "sharedesk-aio"
 class _Bridge:
     """One event loop's side of the threads: hand-offs and completions, in chunks.
 
-    A thread's future completes an :class:`_Answer` (its done callback) by queueing it;
-    the first one queued hops into the loop, and a drain resolves at most :data:`CHUNK`,
-    rescheduling itself while any remain (each resolved answer resumes its task in the
-    next iteration). :meth:`admit` lets at most :data:`CHUNK` writes be handed off per
-    window (about one iteration); later ones wait, in order, for a later window.
+    A finished job queues its :class:`_Answer`; the first one queued hops into the loop,
+    and a drain resolves at most :data:`CHUNK`, rescheduling itself while any remain.
+    :meth:`admit` hands off at most :data:`CHUNK` writes per window (about one
+    iteration); later ones wait, in order, for a later window.
     """
 
     __slots__ = ("_admitted", "_gated", "_loop", "_queue", "_scheduled", "_window")
@@ -106,10 +97,7 @@ class _Bridge:
             self._window = False
 
     def watch(self, job: Future[T], done: _Answer[T] | None = None) -> _Answer[T]:
-        """Return ``done`` (a new answer by default), completed in the loop as ``job`` is.
-
-        Loop thread only.
-        """
+        """Return ``done`` (default: a new answer), completed in the loop as ``job`` is."""
         if done is None:
             done = _Answer(self)
         if job.done():  # an in-memory write: no hop (hand-offs are chunked already)
@@ -163,7 +151,7 @@ class _Answer(asyncio.Future[T]):
         self._bridge.completed(self)
 
     def take(self, job: Future[T]) -> None:
-        """Record the finished ``job``'s outcome, to :meth:`resolve` with in the loop."""
+        """Record the finished ``job``'s outcome (any thread)."""
         try:
             self._error = job.exception(0)
         except concurrent.futures.CancelledError as cancelled:
@@ -186,11 +174,7 @@ class _Answer(asyncio.Future[T]):
 
 
 class _Settling(_Answer[T]):
-    """The answer of a write handed off: it refuses ``cancel()``.
-
-    A task cancelled while awaiting it is told once the write has settled (asyncio raises
-    ``CancelledError`` in it then), so a cancelled write is always wholly done or not.
-    """
+    """The answer of a write handed off: it refuses ``cancel()`` (see the module)."""
 
     __slots__ = ()
 
@@ -201,11 +185,11 @@ class _Settling(_Answer[T]):
 class _Watch:
     """A listener of one session's committed events that wakes one waiting task."""
 
-    __slots__ = ("_event", "_loop", "_pending")
+    __slots__ = ("_loop", "_pending", "event")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
-        self._event = asyncio.Event()
+        self.event = asyncio.Event()  #: set on a wake-up (loop thread)
         self._pending = False
 
     def deliver(self, message: Push) -> None:
@@ -220,19 +204,7 @@ class _Watch:
 
     def _fire(self) -> None:
         self._pending = False
-        self._event.set()
-
-    def wake(self) -> None:
-        """Wake the waiting task (loop thread)."""
-        self._event.set()
-
-    def clear(self) -> None:
-        """Forget earlier wake-ups (loop thread)."""
-        self._event.clear()
-
-    async def wait(self) -> None:
-        """Wait for the next wake-up."""
-        await self._event.wait()
+        self.event.set()
 
 
 def _on_reader(
@@ -276,10 +248,8 @@ class AsyncHub:
     """The Hub for asyncio: coroutines over the same actors and store as :attr:`hub`.
 
     Open it with ``hub = await AsyncHub.open(path)`` or ``async with AsyncHub.open(path)
-    as hub:``. Each coroutine takes the arguments of the :class:`Hub` method of the same
-    name and means what it means there (documented once, on ``Hub``); this class only
-    says how it reaches the loop. Safe to use from several event loops and alongside the
-    sync :attr:`hub` from any thread.
+    as hub:``. Each coroutine means what the :class:`Hub` method of its name means. Safe
+    to use from several event loops and alongside the sync :attr:`hub` from any thread.
     """
 
     def __init__(self, hub: Hub) -> None:
@@ -352,12 +322,9 @@ class AsyncHub:
         """Return ``viewer``'s next turn as soon as it has at least one message.
 
         Plans the turn; while it is empty, sleeps until the next commit to the session
-        (this Hub's, or on a following store any process's) and plans again. Never polls.
-
-        Raises:
-            TimeoutError: No message for the viewer within ``timeout`` seconds.
-            ValidationError: A malformed argument.
-            HubClosed: The hub closed while waiting.
+        (this Hub's, or on a following store any process's) and plans again. Raises
+        ``TimeoutError`` (no message within ``timeout`` seconds), ``ValidationError``,
+        ``HubClosed`` (closed while waiting).
         """
         if timeout is not None and (
             isinstance(timeout, bool)
@@ -374,7 +341,7 @@ class AsyncHub:
         self._watches.add(watch)
         try:
             while True:
-                watch.clear()
+                watch.event.clear()
                 turn = await self.turn(session_id, viewer, conversation)
                 if turn.messages:
                     return turn
@@ -384,7 +351,7 @@ class AsyncHub:
                     raise TimeoutError(f"no turn for the viewer within {timeout} s")
                 try:
                     async with asyncio.timeout(remaining):
-                        await watch.wait()
+                        await watch.event.wait()
                 except TimeoutError:
                     raise TimeoutError(f"no turn for the viewer within {timeout} s") from None
         finally:
@@ -409,16 +376,15 @@ class AsyncHub:
     # -- lifecycle ---------------------------------------------------------------------
 
     async def close(self) -> None:
-        """Close the Hub underneath, then the reader threads. Idempotent.
+        """Close the Hub (on a thread of its own), then the readers. Idempotent.
 
-        Waiters in :meth:`wait_turn` get ``HubClosed``; :meth:`turns` ends. ``Hub.close()``
-        runs on a thread of its own; the loop is free meanwhile.
+        Waiters in :meth:`wait_turn` get ``HubClosed``; :meth:`turns` ends.
         """
         if self._closed:
             return
         self._closed = True
         for watch in list(self._watches):
-            watch.wake()
+            watch.event.set()
 
         def shut() -> None:
             try:
@@ -448,7 +414,7 @@ class AsyncHub:
         """Add ``watch`` as a listener (on a following Hub on a reader: it reads the store)."""
         if not self._hub.following:
             return self._hub.listen(session_id, watch)
-        job = self._offload(self._readers, self._hub.listen, session_id, watch)
+        job = self._offload(self._hub.listen, session_id, watch)
         try:
             return await self._bridge().watch(job)
         except asyncio.CancelledError:
@@ -467,25 +433,19 @@ class AsyncHub:
             bridge = self._bridges[loop] = _Bridge(loop)
         return bridge
 
-    def _offload(
-        self, pool: ThreadPoolExecutor, fn: Callable[..., T], *args: Any, **kwargs: Any
-    ) -> Future[T]:
+    def _offload(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> Future[T]:
         self._live()
         try:
-            return pool.submit(fn, *args, **kwargs)
+            return self._readers.submit(fn, *args, **kwargs)
         except RuntimeError:  # the pool shut down: the hub closed meanwhile
             raise HubClosed(self._path) from None
 
     async def _call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Run a read on a reader thread; a cancelled one's answer is dropped."""
-        return await self._bridge().watch(self._offload(self._readers, fn, *args, **kwargs))
+        return await self._bridge().watch(self._offload(fn, *args, **kwargs))
 
     def _write(self, submit: Callable[[A], Future[list[Event]]], arg: A) -> Awaitable[list[Event]]:
-        """Hand ``submit(arg)`` off in its chunk; return what to await for its outcome.
-
-        Handed off, a write cannot be recalled: its answer refuses to be cancelled, so a
-        cancelled task waits for the outcome and then raises ``CancelledError``.
-        """
+        """Hand ``submit(arg)`` off in its chunk; return its outcome's awaitable."""
         self._live()
         bridge = self._bridge()
         waiting = bridge.admit()

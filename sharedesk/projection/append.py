@@ -1,10 +1,8 @@
 """The append rules: what one checked write stores, decided from what the store holds.
 
-This module is the only home of the rules a write obeys (h11's ``_state.py`` habit: the
-rules in one file, with no I/O). A store's writer reads the :class:`Facts` of each
-session its group touches inside one write transaction, asks :func:`plan_write` for each
-write in turn, and writes the :class:`WritePlan` it gets; no backend re-implements any
-rule. The rules, in the order they are checked:
+The only home of these rules (no I/O): a store's writer reads the :class:`Facts` of each
+session its group touches, asks :func:`plan_write` for each write in turn, and writes
+the :class:`WritePlan` it gets. The rules, in the order they are checked:
 
 1. ``expected_version`` must equal the session's last sequence (``ConcurrencyError``);
 2. ``unless_stored`` must name no stored event (``AlreadyStored``);
@@ -71,9 +69,7 @@ class StoredRow(NamedTuple):
 
 
 class Wants(msgspec.Struct, gc=False):
-    """What the writes of one group need to know of one session (see :class:`Facts`).
-
-    Built up by :func:`wants_of`, one write after another.
+    """What the writes of one group need to know of one session (built by :func:`wants_of`).
 
     Attributes:
         ids: The ids of the writes' events and their ``unless_stored`` ids.
@@ -91,9 +87,8 @@ class Wants(msgspec.Struct, gc=False):
 class Facts(msgspec.Struct, gc=False):
     """What a store holds of one session, as far as one group's writes need it.
 
-    Read by the backend inside the write transaction, for one :class:`Wants`, in fresh
-    containers: the writer adds each planned write's effect to them, so that the next
-    write of the group is planned on top of it (:func:`plan_write` never changes them).
+    Read for one :class:`Wants`, in fresh containers: the writer adds each planned
+    write's effect to them, for the next write of the group (``plan_write`` never does).
 
     Attributes:
         last: The session's last sequence (0 for none).
@@ -137,10 +132,7 @@ class WritePlan(msgspec.Struct, frozen=True, gc=False):
 
 
 def wants_of(write: Write, wants: Wants | None = None) -> Wants:
-    """Add what planning ``write`` needs to ``wants`` (a new one for ``None``); return it.
-
-    Cost: O(len(write.events)).
-    """
+    """Add what planning ``write`` needs to ``wants`` (a new one for ``None``); return it."""
     if wants is None:
         wants = Wants()
     ids = wants.ids
@@ -165,20 +157,8 @@ def _watermark(state: SharingState | None) -> int:
 def plan_write(write: Write, facts: Facts, now: datetime) -> WritePlan:
     """Decide what ``write`` stores, given the ``facts`` of its session (rules 1-8 above).
 
-    Args:
-        write: A checked write.
-        facts: Its session's facts, read for (at least) :func:`wants_of` ``(write)``;
-            never changed.
-        now: The timestamp of the new events.
-
-    Raises:
-        ConcurrencyError: ``expected_version`` is not ``facts.last``.
-        AlreadyStored: ``unless_stored`` names a stored event.
-        SharingStateConflict: The stored sharing state is not ``expected_state``.
-        ValidationError: A parent that is not an earlier root ``Text`` row.
-        PresentSetOverflow: Noting the reply overflows the present set.
-
-    Cost: O(len(write.events)); no reads, no writes.
+    ``facts`` were read for (at least) :func:`wants_of` ``(write)`` and are not changed;
+    ``now`` stamps the new events. Raises the error of the rule broken (see above).
     """
     last = facts.last
     if write.expected_version is not None and write.expected_version != last:
@@ -238,19 +218,17 @@ def plan_write(write: Write, facts: Facts, now: datetime) -> WritePlan:
     return WritePlan(write, result, new, first_replies, texts, state, sharing)
 
 
-def not_a_root_error(index: int, parent: int, why: str) -> ValidationError:
-    """Return the error for ``events[index]``, whose ``parent`` row is not a root ``Text``."""
-    return ValidationError(
-        f"events[{index}].parent={parent} must name a root Text row (a thread is one "
-        f"level deep), but row {parent} is {why}"
-    )
-
-
 def _check_row(index: int, parent: int, row: StoredRow | None) -> None:
     """Check that ``row``, named as ``events[index].parent``, is a root ``Text`` row."""
     if row is None:
-        raise not_a_root_error(index, parent, "missing")
-    if row.kind != "Text":
-        raise not_a_root_error(index, parent, f"a {row.kind} event")
-    if row.parent is not None:
-        raise not_a_root_error(index, parent, f"a reply to row {row.parent}")
+        why = "missing"
+    elif row.kind != "Text":
+        why = f"a {row.kind} event"
+    elif row.parent is not None:
+        why = f"a reply to row {row.parent}"
+    else:
+        return
+    raise ValidationError(
+        f"events[{index}].parent={parent} must name a root Text row (a thread is one "
+        f"level deep), but row {parent} is {why}"
+    )

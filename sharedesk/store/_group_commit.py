@@ -1,17 +1,11 @@
 """The writer of the stores with a writer thread: one queue, one thread, futures.
 
-:class:`GroupWriter` queues checked writes and returns their futures; its thread takes
-every write waiting, hands the group to its store (``StoreBase._commit_group``: one
-transaction, planned by :func:`plan_group`) and completes each future once. Sync callers
-and event loops wait on the same futures.
-
-Gathering: the callers answered by the last commit usually come straight back, so once
-a write is waiting the thread waits for as many writes as the last group held, but no
-longer than the last commit took nor than ``group_wait``. One caller alone never waits.
-
-The futures of one writer share its condition (:class:`_WriteFuture`): a write then
-costs no condition of its own, and a group is completed under one hold of it, so each
-waiting thread wakes once per group.
+:class:`GroupWriter` queues checked writes and returns their futures; its thread hands
+every write waiting to its store (``StoreBase._commit_group``, planned by
+:func:`plan_group`) and completes each future once. Once a write waits, the thread
+gathers as many as the last group held, but no longer than the last commit took nor
+``group_wait``. The futures share the writer's condition (:class:`_WriteFuture`) and
+a group is completed under one hold of it: each waiting thread wakes once per group.
 """
 
 from __future__ import annotations
@@ -40,10 +34,7 @@ RunGroup = Callable[[list[Write]], list[Outcome]]
 
 
 class _WriteFuture(Future[list[Event]]):
-    """A write's future, waiting on its writer's condition instead of one of its own.
-
-    A wake-up may be another future's, so a wait re-checks until this one is done.
-    """
+    """A write's future on its writer's condition (a wake-up may be another future's)."""
 
     def __init__(self, condition: threading.Condition, write: Write) -> None:
         # Future.__init__, less the condition it would make (the attributes are its own).
@@ -76,10 +67,7 @@ class _WriteFuture(Future[list[Event]]):
 
 
 class GroupWriter:
-    """The one group-committing writer: one queue, one thread, futures completed once.
-
-    A future cancelled before the writer takes its write is dropped, and its write
-    never runs.
+    """The one group-committing writer (a write whose future is cancelled never runs).
 
     Args:
         run_group: Commits a group; one outcome per write; must not raise.
@@ -125,10 +113,7 @@ class GroupWriter:
         return future
 
     def close(self) -> None:
-        """Fail the queued writes, let the group being written complete, end the thread.
-
-        Idempotent; joins the thread unless called from it (by an ``on_commit`` callback).
-        """
+        """Fail the queued writes, let the group being written complete, end the thread."""
         with self._cond:
             pending, self._queue = self._queue, []
             self._closed = True
@@ -175,7 +160,7 @@ class GroupWriter:
 
 
 class WriteTxn(Protocol):
-    """A backend's open write transaction, as the writer uses it (see the module header)."""
+    """A backend's open write transaction, as the writer uses it."""
 
     def facts(self, wants: Mapping[str, Wants]) -> dict[str, Facts]:
         """Return the facts of each session in ``wants``, read in this transaction."""
@@ -206,16 +191,10 @@ def _absorb(facts: Facts, plan: WritePlan) -> None:
 def plan_group(
     txn: WriteTxn, writes: list[Write], now: datetime
 ) -> list[WritePlan | SharedeskError]:
-    """Plan and put a group of writes in the open transaction ``txn``; one outcome each.
+    """Plan and put ``writes`` in ``txn``; return each one's plan, or the error it raised.
 
-    Reads the facts of every session the group touches at once, plans each write on top
-    of the ones before (:func:`~sharedesk.projection.append.plan_write`), then puts the
-    plans that passed and write something, in one ``txn.put``.
-
-    Returns:
-        Per write, its plan or the error its plan raised (it writes nothing).
-
-    Cost: one ``txn.facts`` and at most one ``txn.put``; O(events of the group).
+    One ``txn.facts`` for the whole group, each write planned on top of the ones before,
+    then one ``txn.put`` of the plans that passed and write something.
     """
     wants: dict[str, Wants] = {}
     later: dict[str, int] = {}  # per session, how many of its writes are still to plan

@@ -1,26 +1,17 @@
 """LmdbStore: the durable store, one LMDB environment (a directory) shared by processes.
 
-The store port is :class:`~sharedesk.store.base.StoreBase`'s; this module supplies only
-LMDB's I/O: one write transaction per group (``_transact``), the facts a group's writes
-are planned from and the puts of their plans (:class:`_WriteTxn`), and the reads. The
-keys and sub-databases are :mod:`sharedesk.store._lmdb_layout`'s; the environment, its
-map and its reader slots are :mod:`sharedesk.store._lmdb_env`'s.
+This module supplies only LMDB's I/O under :class:`~sharedesk.store.base.StoreBase`: one
+write transaction per group (``_transact``: LMDB's write lock, which other processes may
+hold, and one fsync when durable), the facts and puts of a group (:class:`_WriteTxn`),
+and the reads. Keys are :mod:`sharedesk.store._lmdb_layout`'s; the environment, its map
+and its reader slots :mod:`sharedesk.store._lmdb_env`'s.
 
-Writes. The base's writer thread hands a group to ``_transact``, which opens one write
-transaction (waiting for LMDB's write lock, which other processes may hold), lets the
-base plan and put every write in it, and commits once (one fsync when durable). The
-planner runs before any put, so a write that fails its checks puts nothing. If the
-transaction fails, nothing of the group is written: ``MapFullError`` doubles the map
-(up to ``max_map_size``) and runs the group again; at the ceiling, or on a full disk
-(``ENOSPC``), it raises ``StoreFullError``, which the base answers by retrying the
-group one write per transaction, so only the writes that do not fit get it.
-
-Reads run in the caller's thread, in a read-only transaction, and walk a cursor from the
-requested end, so ``read(newest_first=True, limit=n)`` and ``log().read_before`` cost
-what the page costs, not the history. A read or write that finds the map grown by
-another process adopts it and runs again; a read that finds the reader table full
-reclaims the slots of dead processes and runs once more, and the writer reclaims them
-every ``READER_CHECK_COMMITS`` commits too (a dead reader's slot stops page reuse).
+A failed transaction writes nothing of its group: ``MapFullError`` doubles the map (up
+to ``max_map_size``) and runs the group again; at the ceiling, or on a full disk, it
+raises ``StoreFullError``. Reads run in the caller's thread and walk a cursor from the
+requested end, so a page costs what the page costs, not the history. A map grown by
+another process is adopted and the call run again; a full reader table is cleared of
+dead processes' slots (by the writer too, every ``READER_CHECK_COMMITS`` commits).
 """
 
 from __future__ import annotations
@@ -110,16 +101,13 @@ class _MapFull(Exception):
 class LmdbStore(StoreBase):
     """A durable event store in an LMDB environment (a directory), with group commit.
 
-    Safe to share between threads; stores opened on the same path in one process share
-    one environment, and other processes may open the same path at the same time (LMDB's
-    own lock serialises their writes).
+    Safe to share between threads; stores on one path in one process share one
+    environment, and other processes may open it too (LMDB's lock serialises writes).
 
-    Durability: with ``"durable"`` (the default), ``append`` returns only once its
-    transaction is on disk (fsync'd). With ``"relaxed"``, commits are not fsync'd: each
-    is still atomic, and a crash of the process (even SIGKILL) loses nothing that was
-    acknowledged, because the pages are already in the OS; but an OS crash or power loss
-    may lose the newest commits, and LMDB's documentation warns that it may then also
-    damage the file. Use ``"relaxed"`` for tests, demos and data you can rebuild.
+    Durability: ``"durable"`` (the default) acknowledges a write once it is fsync'd.
+    ``"relaxed"`` commits are atomic but not fsync'd: a process crash (even SIGKILL)
+    loses nothing acknowledged, but an OS crash or power loss may lose the newest commits
+    and, LMDB warns, damage the file. Use it for tests, demos and rebuildable data.
 
     Args:
         path: The directory of the environment (created if missing).
@@ -149,10 +137,9 @@ class LmdbStore(StoreBase):
         CorruptRecordError: The data file is damaged (``session_id`` is ``""``).
         StoreIOError: LMDB could not open the environment.
 
-    Cost: opens (or shares) the environment and starts one writer thread; walks the
-    branch pages (about 0.25 ms per MB of small events); with ``verify``, reads the whole
-    file instead (2.5 to 10 ms per MB). The open of an existing file takes no write
-    lock, so it never waits for another process's writer; only a new file waits for it.
+    Cost: opens (or shares) the environment, starts one writer thread, walks the branch
+    pages (about 0.25 ms per MB; ``verify``: 2.5 to 10 ms per MB). Opening an existing
+    file never waits for another process's writer.
     """
 
     def __init__(
@@ -206,13 +193,7 @@ class LmdbStore(StoreBase):
         return self._durability
 
     def map_size(self) -> int:
-        """Return the environment's current map size in bytes.
-
-        Raises:
-            StoreClosedError: The store is closed.
-
-        Cost: O(1).
-        """
+        """Return the environment's current map size in bytes (``StoreClosedError``)."""
         return self._in_read(lambda _txn, _dbs: self._shared.map_size())
 
     def __repr__(self) -> str:
@@ -242,12 +223,7 @@ class LmdbStore(StoreBase):
                 raise StoreIOError(self.path, "append") from exc
 
     def _transact_once(self, work: Callable[[WriteTxn], T]) -> T:
-        """Run ``work`` in one write transaction and commit it (nothing written if it fails).
-
-        Raises:
-            _MapFull: The map or the disk is full; the transaction was aborted.
-            lmdb.Error: LMDB failed; the transaction was aborted.
-        """
+        """Run ``work`` in one write transaction and commit (``_MapFull``, ``lmdb.Error``)."""
         shared = self._shared
         lock = shared.lock
         lock.acquire_shared()
@@ -281,20 +257,14 @@ class LmdbStore(StoreBase):
         return result
 
     def _disk_is_full(self) -> bool:
-        """Whether the store's filesystem has less than :data:`DISK_FULL_BELOW` bytes free.
-
-        LMDB reports a page write cut short by a full disk as ``EIO``, not ``ENOSPC``.
-        """
+        """Whether under :data:`DISK_FULL_BELOW` bytes are free (LMDB says ``EIO`` then)."""
         with contextlib.suppress(OSError):
             stat = os.statvfs(self.path)
             return stat.f_bavail * stat.f_frsize < DISK_FULL_BELOW
         return False
 
     def _grow(self, *, paused: bool) -> bool:
-        """Double the map (up to ``max_map_size``); return whether it grew.
-
-        ``paused``: the writer paused transactions when it aborted; the pause ends here.
-        """
+        """Double the map (up to ``max_map_size``); return whether it grew; end ``paused``."""
         shared = self._shared
         current = shared.map_size()
         target = current * 2
@@ -310,12 +280,7 @@ class LmdbStore(StoreBase):
     # -- reads -------------------------------------------------------------------------
 
     def _in_read(self, body: Callable[[Any, Mapping[bytes, Any]], T]) -> T:
-        """Run ``body(txn, dbs)`` in a read-only transaction (see ``SharedEnvironment.run``).
-
-        Raises:
-            StoreClosedError: The store is closed.
-            StoreIOError: LMDB failed; the cause is chained.
-        """
+        """Run ``body(txn, dbs)`` in a read-only transaction (see ``SharedEnvironment.run``)."""
         shared = self._shared
 
         def attempt() -> T:
@@ -445,11 +410,7 @@ def _record_at(
     sequence: int,
     decoder: msgspec.msgpack.Decoder[_Record],
 ) -> _Record:
-    """Return the record an index names at ``sequence``.
-
-    Raises:
-        CorruptRecordError: It is missing or does not decode.
-    """
+    """Return the record an index names at ``sequence`` (``CorruptRecordError``)."""
     raw = txn.get(prefix + SEQ.pack(sequence), db=dbs[b"events"])
     if raw is None:
         raise CorruptRecordError(session_id, sequence, "indexed but missing")
@@ -457,12 +418,11 @@ def _record_at(
 
 
 class _WriteTxn:
-    """One write transaction as the base's writer uses it: facts in, plans out.
+    """One write transaction as the writer uses it: facts in, plans out.
 
-    py-lmdb releases the GIL around every call into LMDB, and each release lets a waiting
-    thread take the interpreter from the writer, so the calls are per group, not per
-    event: per session, one meta get and one ``getmulti`` each for its ids, the records
-    they name and its parents; per group, one ``putmulti`` per sub-database.
+    py-lmdb releases the GIL around every call into LMDB (a waiting thread may then take
+    it), so the calls are per group, not per event: ``getmulti`` and ``putmulti``, fed by
+    generators, so that a group never holds all its records at once.
     """
 
     __slots__ = ("_dbs", "_last", "_prefixes", "_texts", "_txn")
@@ -485,11 +445,7 @@ class _WriteTxn:
     def _events(
         self, session_id: str, prefix: bytes, sequences: Sequence[int], *, indexed: bool
     ) -> dict[int, Event]:
-        """Return the stored events at ``sequences`` (``indexed``: each must be there).
-
-        Raises:
-            CorruptRecordError: A record does not decode, or (``indexed``) is missing.
-        """
+        """Return the stored events at ``sequences`` (``indexed``: each must be there)."""
         keys = [prefix + SEQ.pack(sequence) for sequence in sequences]
         events: dict[int, Event] = {}
         for key, raw in self._get_many(b"events", keys):
@@ -545,20 +501,14 @@ class _WriteTxn:
             if want.state:
                 state = decode_session_state(session_id, txn.get(prefix, db=dbs[b"runs"]))
             sharing: dict[tuple[str, Conversation], SharingState | None] = {}
-            for viewer, conversation in want.sharing:
-                raw = txn.get(sharing_key(prefix, viewer, conversation), db=dbs[b"sharing"])
-                sharing[(viewer, conversation)] = (
-                    None if raw is None else decode_state(session_id, raw)
-                )
+            for wanted in want.sharing:
+                raw = txn.get(sharing_key(prefix, *wanted), db=dbs[b"sharing"])
+                sharing[wanted] = None if raw is None else decode_state(session_id, raw)
             found[session_id] = Facts(last, known, rows, answered, state, sharing)
         return found
 
     def put(self, plans: Sequence[WritePlan]) -> None:
-        """Write ``plans`` in order, then each session's meta record once.
-
-        The records are generated as ``putmulti`` takes them, one sub-database after
-        another, so that a group never holds them all at once.
-        """
+        """Write ``plans`` in order, then each session's meta record once."""
         touched: dict[bytes, int] = {}  # prefix -> microseconds of its newest events
         for plan in plans:
             if plan.new:
