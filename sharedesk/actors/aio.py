@@ -223,10 +223,7 @@ def _on_reader(
 
 
 class AsyncTurn(TurnFields):
-    """An asyncio view of a :class:`~sharedesk.actors.hub.Turn`: commit it with ``await``.
-
-    Its attributes and ``commit`` mean what they mean on ``Turn``.
-    """
+    """An asyncio view of a :class:`~sharedesk.actors.hub.Turn`: ``await`` its commit."""
 
     __slots__ = ("_hub", "turn")
 
@@ -361,10 +358,9 @@ class AsyncHub:
     async def turns(
         self, session_id: str, viewer: SessionAuthor, conversation: Conversation | None = None
     ) -> AsyncIterator[AsyncTurn]:
-        """Yield ``viewer``'s turns, each as soon as it has a message (:meth:`wait_turn`).
+        """Yield ``viewer``'s turns as :meth:`wait_turn` returns them, until the hub closes.
 
-        Commit each before asking for the next (an uncommitted turn is offered again at
-        once). The iteration ends when the hub closes.
+        Commit each before asking for the next (an uncommitted one is offered again).
         """
         while not self._closed:
             try:

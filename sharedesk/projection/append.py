@@ -57,12 +57,7 @@ SharingKey = tuple[str, Conversation]
 
 
 class StoredRow(NamedTuple):
-    """What the append rules need of a stored row named as a ``parent``.
-
-    Attributes:
-        kind: The body's class name (``"Text"``, ``"TextDelta"``, ...).
-        parent: The row's own ``parent``.
-    """
+    """What the rules need of a stored row named as a ``parent``: body class name, parent."""
 
     kind: str
     parent: int | None
@@ -71,11 +66,8 @@ class StoredRow(NamedTuple):
 class Wants(msgspec.Struct, gc=False):
     """What the writes of one group need to know of one session (built by :func:`wants_of`).
 
-    Attributes:
-        ids: The ids of the writes' events and their ``unless_stored`` ids.
-        parents: The sequences the writes' events name as ``parent``.
-        sharing: The sharing states the writes compare and swap.
-        state: Whether an event moves the session state (else it need not be read).
+    The ids of the writes' events and ``unless_stored``, the ``parent`` sequences, the
+    sharing keys compared and swapped, and whether an event moves the session state.
     """
 
     ids: set[str] = msgspec.field(default_factory=set)
@@ -111,15 +103,10 @@ class Facts(msgspec.Struct, gc=False):
 class WritePlan(msgspec.Struct, frozen=True, gc=False):
     """What one :class:`~sharedesk.protocol.writes.Write` stores, decided by :func:`plan_write`.
 
-    Attributes:
-        write: The write.
-        result: One stored event per input event, in input order.
-        new: The events to store, in sequence order (sequence and timestamp set).
-        first_replies: Root sequence -> its first non-blank reply (new entries only).
-        texts: How many of ``new`` are ``Text`` rows.
-        state: The folded session state to store, or ``None`` when none moved it.
-        sharing: The sharing state to store under (``write.share.viewer``, its
-            conversation), or ``None`` for a plain append.
+    ``result`` has one stored event per input event, in input order; ``new`` the events
+    to store, in sequence order; ``first_replies`` root -> its first non-blank reply (new
+    entries only); ``texts`` how many of ``new`` are ``Text`` rows; ``state`` the folded
+    session state and ``sharing`` the sharing state to store, ``None`` for none.
     """
 
     write: Write

@@ -69,11 +69,9 @@ class _WriteFuture(Future[list[Event]]):
 class GroupWriter:
     """The one group-committing writer (a write whose future is cancelled never runs).
 
-    Args:
-        run_group: Commits a group; one outcome per write; must not raise.
-        group_wait: Most seconds to gather once a write is waiting (0: commit at once).
-        name: The writer thread's name.
-        closed_error: Makes the error a write gets once the writer is closed.
+    ``run_group`` commits a group, one outcome per write, and must not raise;
+    ``group_wait`` is the most seconds to gather; ``name`` the thread's name;
+    ``closed_error`` makes the error of a write queued once the writer is closed.
     """
 
     def __init__(

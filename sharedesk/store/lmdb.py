@@ -420,9 +420,8 @@ def _record_at(
 class _WriteTxn:
     """One write transaction as the writer uses it: facts in, plans out.
 
-    py-lmdb releases the GIL around every call into LMDB (a waiting thread may then take
-    it), so the calls are per group, not per event: ``getmulti`` and ``putmulti``, fed by
-    generators, so that a group never holds all its records at once.
+    py-lmdb releases the GIL in every call, so the calls are per group (``getmulti``, and
+    ``putmulti`` fed by a generator: a group never holds all its records at once).
     """
 
     __slots__ = ("_dbs", "_last", "_prefixes", "_texts", "_txn")
