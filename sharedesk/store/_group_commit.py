@@ -4,8 +4,8 @@
 every write waiting to its store (``StoreBase._commit_group``, planned by
 :func:`plan_group`) and completes each future once. Once a write waits, the thread
 gathers as many as the last group held, but no longer than the last commit took nor
-``group_wait``. The futures share the writer's condition (:class:`_WriteFuture`) and
-a group is completed under one hold of it: each waiting thread wakes once per group.
+``group_wait``. The futures share the writer's lock (:class:`_WriteFuture`), and a
+group is completed under one hold of it.
 """
 
 from __future__ import annotations
@@ -34,9 +34,13 @@ RunGroup = Callable[[list[Write]], list[Outcome]]
 
 
 class _WriteFuture(Future[list[Event]]):
-    """A write's future on its writer's condition (a wake-up may be another future's)."""
+    """A write's future under its writer's lock: no condition of its own until waited on.
 
-    def __init__(self, condition: threading.Condition, write: Write) -> None:
+    A thread that waits makes one on the same lock, and only its future's completion
+    wakes it.
+    """
+
+    def __init__(self, condition: threading.Condition, lock: threading.RLock, write: Write):
         # Future.__init__, less the condition it would make (the attributes are its own).
         self.write = write
         self._condition = condition
@@ -45,17 +49,16 @@ class _WriteFuture(Future[list[Event]]):
         self._exception = None
         self._waiters = []
         self._done_callbacks: list[Callable[[Future[list[Event]]], object]] = []
+        self._lock = lock
+        self._waiting: threading.Condition | None = None
 
     def _settle(self, timeout: float | None) -> None:
         if timeout is not None and timeout <= 0:
             return  # no wait: Future's own checks suffice
-        deadline = None if timeout is None else time.monotonic() + timeout
-        with self._condition:
-            while not self.done():
-                remaining = None if deadline is None else deadline - time.monotonic()
-                if remaining is not None and remaining <= 0:
-                    return
-                self._condition.wait(remaining)
+        with self._lock:
+            if self._waiting is None:
+                self._waiting = threading.Condition(self._lock)
+            self._waiting.wait_for(self.done, timeout)
 
     def result(self, timeout: float | None = None) -> list[Event]:
         self._settle(timeout)
@@ -64,6 +67,12 @@ class _WriteFuture(Future[list[Event]]):
     def exception(self, timeout: float | None = None) -> BaseException | None:
         self._settle(timeout)
         return super().exception(0)
+
+    def _invoke_callbacks(self) -> None:  # Future calls it once done, whatever ended it
+        with self._lock:
+            if self._waiting is not None:
+                self._waiting.notify_all()
+        super()._invoke_callbacks()  # type: ignore[misc]
 
 
 class GroupWriter:
@@ -86,7 +95,8 @@ class GroupWriter:
         self._group_wait = group_wait
         self._closed_error = closed_error
         self._cond = threading.Condition(threading.Lock())
-        self._settled = threading.Condition()  # the futures' (reentrant: see _WriteFuture)
+        self._futures_lock = threading.RLock()  # guards every future's state
+        self._settled = threading.Condition(self._futures_lock)
         self._queue: list[_WriteFuture] = []
         self._target = 1
         self._last_commit = 0.0
@@ -96,7 +106,7 @@ class GroupWriter:
 
     def submit(self, write: Write) -> Future[list[Event]]:
         """Queue ``write``; return its future (failed at once when closed). Never blocks."""
-        future = _WriteFuture(self._settled, write)
+        future = _WriteFuture(self._settled, self._futures_lock, write)
         with self._cond:
             if not self._closed:
                 queue = self._queue

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator, Mapping, Sequence
-from concurrent.futures import Future
+from concurrent.futures import CancelledError, Future
 from datetime import UTC, datetime
 from typing import Any
 
@@ -145,6 +145,38 @@ class TestGroupWriter:
 
         assert ["b"] not in fake.groups
         assert "b" not in [name for group in fake.groups for name in group]
+
+    def test_a_thread_waiting_on_a_queued_write_wakes_when_it_is_cancelled(
+        self, writer: GroupWriter, fake: FakeGroups
+    ) -> None:
+        put(writer, "a")
+        assert fake.entered.wait(10)
+        queued = put(writer, "b")
+        woken: list[str] = []
+
+        def wait() -> None:
+            with pytest.raises(CancelledError):
+                queued.result(timeout=10)
+            woken.append("cancelled")
+
+        waiting = threading.Thread(target=wait)
+        waiting.start()
+
+        assert queued.cancel()
+        waiting.join(10)
+
+        assert ["cancelled"] == woken
+        fake.release.set()
+
+    def test_a_wait_on_a_write_still_queued_times_out(
+        self, writer: GroupWriter, fake: FakeGroups
+    ) -> None:
+        put(writer, "a")
+        assert fake.entered.wait(10)
+
+        with pytest.raises(TimeoutError):
+            put(writer, "b").result(timeout=0.01)
+        fake.release.set()
 
     def test_a_raising_group_fails_its_futures_and_the_writer_goes_on(
         self, writer: GroupWriter, fake: FakeGroups
