@@ -55,7 +55,8 @@ class _Bridge:
     """One event loop's side of the threads: hand-offs and completions, in chunks.
 
     A finished job queues its :class:`_Answer`; the first one queued hops into the loop,
-    and a drain resolves at most :data:`CHUNK`, rescheduling itself while any remain.
+    and a drain resolves at most :data:`CHUNK`, rescheduling itself until a pass finds
+    none.
     :meth:`admit` hands off at most :data:`CHUNK` writes per window (about one
     iteration); later ones wait, in order, for a later window.
     """
@@ -120,13 +121,11 @@ class _Bridge:
 
     def _drain(self) -> None:
         queue = self._queue
-        for _ in range(CHUNK):
-            try:
-                done = queue.popleft()
-            except IndexError:
-                break
-            done.resolve()
-        if not queue:
+        resolved = 0
+        while queue and resolved < CHUNK:
+            queue.popleft().resolve()
+            resolved += 1
+        if not resolved:  # one idle pass first: the rest of a group lands meanwhile
             self._scheduled = False
             if not queue:  # nothing was queued meanwhile: completed() schedules the next
                 return
