@@ -5,9 +5,8 @@ Durable LMDB, ``--sessions`` desks (default 1,000), one event per call. In each 
 
 - ``async sharedesk AsyncHub c=N``: ``N`` coroutines (default 1,000) on one event loop,
   coroutine ``c``'s ``j``-th append going to desk ``(c + j * N) % desks``; a 1 ms
-  heartbeat task on the same loop records how late each of its wake-ups came (the
-  loop's stalls: longest and p99 are reported), and the same heartbeat alone on an
-  idle loop, just before, shows what the machine's other load adds by itself;
+  heartbeat on the same loop records its stalls (and alone on an idle loop, just
+  before, what the machine's other load adds);
 - ``async lmdb-raw 16/txn``: raw py-lmdb, 16 events per fsync'd transaction, one id
   entry each (:func:`bench.baselines.raw_lmdb_appends`, the bench's baseline);
 - ``async sharedesk store t=16``: the threaded ``LmdbStore`` from 16 threads;
@@ -91,14 +90,9 @@ class _GcPauses:
 class _Heartbeat:
     """A task that sleeps ``BEAT`` in a loop and records how late each wake-up came.
 
-    ``late[i]`` is the wall-clock time between two wake-ups less ``BEAT``: the stall the
-    loop's tasks felt, whatever caused it. ``busy[i]`` is the CPU time the loop's own
-    thread used in the same interval (``time.thread_time``) and ``process[i]`` that of
-    every thread of the process (``time.process_time``): they tell a stall the loop
-    spent running (its tasks, the collector) from one it spent waiting for the GIL
-    while another thread of the process ran (the store's writer, a collector pass
-    there), and from one the whole process spent off the CPUs (the machine's other
-    load).
+    Per interval: ``late`` (wall time less ``BEAT``), ``busy`` (the loop thread's CPU)
+    and ``process`` (every thread's CPU), which tell a loop running from one waiting for
+    the GIL and from a process off the CPUs.
     """
 
     def __init__(self) -> None:

@@ -1,40 +1,35 @@
 """AsyncHub: the Hub for asyncio code, over the same actors and store, never blocking the loop.
 
-Every coroutine leaves the event loop free while it waits; outcomes come back through
-one bridge per loop (:class:`_Bridge`, aiosqlite's pattern: ``add_done_callback`` and
-at most one pending ``call_soon_threadsafe`` hop), resolved at most :data:`CHUNK` per
-iteration; writes are handed off at most :data:`CHUNK` per iteration too.
-
 Writes (``append``, ``post``, ``AsyncTurn.commit``) take the Hub's one write path: the
-Hub checks the write and hands it to the store's writer, and the loop awaits the
-store's future; no thread waits for a write. Reads (``read``, ``last_sequence``,
-``view``, ``turn``, ``transcript``, ``wait_turn``'s plans) run on the reader threads
-(``sharedesk-aio_N``). So a read never waits behind writes the store holds up.
+loop hands the checked write to the store's writer and awaits its future through one
+bridge per loop (:class:`_Bridge`: ``add_done_callback``, at most one pending
+``call_soon_threadsafe`` hop); at most :data:`CHUNK` writes are handed off, and
+:data:`CHUNK` outcomes resolved, per iteration. Reads run on the reader threads
+(``sharedesk-aio_N``), so a read never waits behind writes.
 
-Cancellation (``append``, ``post``, ``AsyncTurn.commit``): cancelled before the write
-was handed off (waiting for its chunk), nothing is written; cancelled after, the
-coroutine waits for the write's outcome, ignoring further cancellation, then raises
-``CancelledError``. Retrying with the same event ids is idempotent either way.
+Cancellation (writes): cancelled before the write was handed off (waiting for its
+chunk), nothing is written; cancelled after, the coroutine waits for the write's
+outcome, ignoring further cancellation, then raises ``CancelledError``. Retrying with
+the same event ids is idempotent either way.
 
 ``wait_turn`` sleeps on a :meth:`Hub.listen` listener, woken by every commit through
-this Hub and, on a following store (PostgreSQL), by other processes' commits; it never
-polls. Other processes' appends on one LMDB path are seen by the next plan.
+this Hub and, on a following store (PostgreSQL), by other processes' commits.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import concurrent.futures
 import functools
 import os
-from collections.abc import AsyncIterator, Callable, Coroutine, Generator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Generator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Concatenate, Final, ParamSpec, TypeVar
 
 from sharedesk.actors._handles import TurnFields, post_event
 from sharedesk.actors._messages import Push
 from sharedesk.actors.hub import Hub, Turn
-from sharedesk.protocol._log import logger
 from sharedesk.protocol.authors import SessionAuthor
 from sharedesk.protocol.errors import HubClosed, ValidationError
 from sharedesk.protocol.events import Event
@@ -44,9 +39,8 @@ from sharedesk.runs.aio import on_thread, settle
 
 __all__ = ["AsyncHub", "AsyncTurn"]
 
-_log = logger()
-
 T = TypeVar("T")
+A = TypeVar("A")
 P = ParamSpec("P")
 
 #: Reader threads of one AsyncHub (reads, views, turn plans, transcripts).
@@ -60,20 +54,18 @@ WORKER_PREFIX: Final = "sharedesk-aio"
 class _Bridge:
     """One event loop's side of the threads: hand-offs and completions, in chunks.
 
-    A concurrent future's done callback (any thread) queues it and hops into the loop
-    only when no drain is scheduled; a drain resolves at most :data:`CHUNK` and
-    reschedules itself while any remain, since each resolved future resumes its task in
-    the next iteration. :meth:`admit` lets at most :data:`CHUNK` writes be handed off per
-    window (about one iteration); later ones wait, in order, for a later window.
+    A finished job queues its :class:`_Answer`; the first one queued hops into the loop,
+    and a drain resolves at most :data:`CHUNK`, rescheduling itself until a pass finds
+    none.
+    :meth:`admit` hands off at most :data:`CHUNK` writes per window (about one
+    iteration); later ones wait, in order, for a later window.
     """
 
     __slots__ = ("_admitted", "_gated", "_loop", "_queue", "_scheduled", "_window")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
-        self._queue: collections.deque[tuple[Future[Any], asyncio.Future[Any]]] = (
-            collections.deque()
-        )
+        self._queue: collections.deque[_Answer[Any]] = collections.deque()
         self._scheduled = False
         self._admitted = 0
         self._window = False
@@ -105,22 +97,20 @@ class _Bridge:
         else:
             self._window = False
 
-    def watch(self, job: Future[T], done: asyncio.Future[T] | None = None) -> asyncio.Future[T]:
-        """Complete ``done`` (a new loop future by default) with ``job``'s outcome, in the loop.
-
-        Loop thread only; returns ``done``.
-        """
+    def watch(self, job: Future[T], done: _Answer[T] | None = None) -> _Answer[T]:
+        """Return ``done`` (default: a new answer), completed in the loop as ``job`` is."""
         if done is None:
-            done = self._loop.create_future()
+            done = _Answer(self)
         if job.done():  # an in-memory write: no hop (hand-offs are chunked already)
-            _resolve(job, done)
+            done.take(job)
+            done.resolve()
         else:
-            job.add_done_callback(lambda finished: self._completed(finished, done))
+            job.add_done_callback(done)
         return done
 
-    def _completed(self, job: Future[Any], done: asyncio.Future[Any]) -> None:
-        # Any thread: queue it; hop into the loop unless a drain is due.
-        self._queue.append((job, done))
+    def completed(self, done: _Answer[Any]) -> None:
+        """Queue ``done``, whose job finished; hop into the loop unless a drain is due."""
+        self._queue.append(done)
         if self._scheduled:  # the drain will see it (it re-checks after clearing this)
             return
         self._scheduled = True
@@ -131,50 +121,74 @@ class _Bridge:
 
     def _drain(self) -> None:
         queue = self._queue
-        for _ in range(CHUNK):
-            try:
-                job, done = queue.popleft()
-            except IndexError:
-                break
-            if not done.done():  # else cancelled: its task no longer waits
-                _resolve(job, done)
-        if not queue:
+        resolved = 0
+        while queue and resolved < CHUNK:
+            queue.popleft().resolve()
+            resolved += 1
+        if not resolved:  # one idle pass first: the rest of a group lands meanwhile
             self._scheduled = False
-            if not queue:  # nothing was queued meanwhile: _completed schedules the next
+            if not queue:  # nothing was queued meanwhile: completed() schedules the next
                 return
             self._scheduled = True
         self._loop.call_soon(self._drain)
 
 
-class _Settling(asyncio.Future[T]):
-    """The loop future of a write handed off: it refuses ``cancel()``.
+class _Answer(asyncio.Future[T]):
+    """The loop future of a thread's job; it is the job's done callback (no closure)."""
 
-    A task cancelled while awaiting it is told once the write has settled (asyncio raises
-    ``CancelledError`` in it then), so a cancelled write is always wholly done or not.
-    """
+    __slots__ = ("_bridge", "_error", "_result")
+
+    def __init__(self, bridge: _Bridge) -> None:
+        super().__init__(loop=bridge._loop)
+        self._bridge = bridge
+        self._result: T | None = None
+        self._error: BaseException | None = None
+
+    def __call__(self, job: Future[T]) -> None:
+        """Take the finished ``job``'s outcome and queue this answer (any thread)."""
+        self.take(job)
+        self._bridge.completed(self)
+
+    def take(self, job: Future[T]) -> None:
+        """Record the finished ``job``'s outcome (any thread)."""
+        try:
+            self._error = job.exception(0)
+        except concurrent.futures.CancelledError as cancelled:
+            self._error = cancelled
+        else:
+            if self._error is None:
+                self._result = job.result(0)
+
+    def resolve(self) -> None:
+        """Complete this future with the outcome taken (loop thread)."""
+        if self.done():  # cancelled: its task no longer waits
+            return
+        error = self._error
+        if isinstance(error, concurrent.futures.CancelledError):
+            asyncio.Future.cancel(self)
+        elif error is not None:
+            self.set_exception(error)
+        else:
+            self.set_result(self._result)  # type: ignore[arg-type]
+
+
+class _Settling(_Answer[T]):
+    """The answer of a write handed off: it refuses ``cancel()`` (see the module)."""
+
+    __slots__ = ()
 
     def cancel(self, msg: Any | None = None) -> bool:
         return False
 
 
-def _resolve(job: Future[T], done: asyncio.Future[T]) -> None:
-    """Complete the loop future ``done`` with the finished ``job``'s outcome (loop thread)."""
-    if job.cancelled():
-        done.cancel()
-    elif (error := job.exception()) is not None:
-        done.set_exception(error)
-    else:
-        done.set_result(job.result())
-
-
 class _Watch:
     """A listener of one session's committed events that wakes one waiting task."""
 
-    __slots__ = ("_event", "_loop", "_pending")
+    __slots__ = ("_loop", "_pending", "event")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
-        self._event = asyncio.Event()
+        self.event = asyncio.Event()  #: set on a wake-up (loop thread)
         self._pending = False
 
     def deliver(self, message: Push) -> None:
@@ -189,19 +203,7 @@ class _Watch:
 
     def _fire(self) -> None:
         self._pending = False
-        self._event.set()
-
-    def wake(self) -> None:
-        """Wake the waiting task (loop thread)."""
-        self._event.set()
-
-    def clear(self) -> None:
-        """Forget earlier wake-ups (loop thread)."""
-        self._event.clear()
-
-    async def wait(self) -> None:
-        """Wait for the next wake-up."""
-        await self._event.wait()
+        self.event.set()
 
 
 def _on_reader(
@@ -220,10 +222,7 @@ def _on_reader(
 
 
 class AsyncTurn(TurnFields):
-    """An asyncio view of a :class:`~sharedesk.actors.hub.Turn`: commit it with ``await``.
-
-    Its attributes and ``commit`` mean what they mean on ``Turn``.
-    """
+    """An asyncio view of a :class:`~sharedesk.actors.hub.Turn`: ``await`` its commit."""
 
     __slots__ = ("_hub", "turn")
 
@@ -237,7 +236,7 @@ class AsyncTurn(TurnFields):
         """As :meth:`Turn.commit`, through the store's writer; cancelled: see the module."""
         hub = self._hub
         turn = self.turn
-        stored = await hub._write(lambda: hub.hub.submit_commit(turn, reply))
+        stored = await hub._write(lambda _: hub.hub.submit_commit(turn, reply), None)
         return hub.hub.committed(turn, stored)
 
 
@@ -245,10 +244,8 @@ class AsyncHub:
     """The Hub for asyncio: coroutines over the same actors and store as :attr:`hub`.
 
     Open it with ``hub = await AsyncHub.open(path)`` or ``async with AsyncHub.open(path)
-    as hub:``. Each coroutine takes the arguments of the :class:`Hub` method of the same
-    name and means what it means there (documented once, on ``Hub``); this class only
-    says how it reaches the loop. Safe to use from several event loops and alongside the
-    sync :attr:`hub` from any thread.
+    as hub:``. Each coroutine means what the :class:`Hub` method of its name means. Safe
+    to use from several event loops and alongside the sync :attr:`hub` from any thread.
     """
 
     def __init__(self, hub: Hub) -> None:
@@ -281,10 +278,8 @@ class AsyncHub:
         self, session_id: str, events: Sequence[Event], *, expected_version: int | None = None
     ) -> list[Event]:
         """As :meth:`Hub.append`, through the store's writer; cancelled: see the module."""
-        hub = self._hub
-        return await self._write(
-            lambda: hub.submit(check_write(session_id, events, expected_version=expected_version))
-        )
+        write = check_write(session_id, events, expected_version=expected_version)
+        return await self._write(self._hub.submit, write)
 
     async def post(
         self,
@@ -331,12 +326,9 @@ class AsyncHub:
         """Return ``viewer``'s next turn as soon as it has at least one message.
 
         Plans the turn; while it is empty, sleeps until the next commit to the session
-        (this Hub's, or on a following store any process's) and plans again. Never polls.
-
-        Raises:
-            TimeoutError: No message for the viewer within ``timeout`` seconds.
-            ValidationError: A malformed argument.
-            HubClosed: The hub closed while waiting.
+        (this Hub's, or on a following store any process's) and plans again. Raises
+        ``TimeoutError`` (no message within ``timeout`` seconds), ``ValidationError``,
+        ``HubClosed`` (closed while waiting).
         """
         if timeout is not None and (
             isinstance(timeout, bool)
@@ -353,7 +345,7 @@ class AsyncHub:
         self._watches.add(watch)
         try:
             while True:
-                watch.clear()
+                watch.event.clear()
                 turn = await self.turn(session_id, viewer, conversation)
                 if turn.messages:
                     return turn
@@ -363,7 +355,7 @@ class AsyncHub:
                     raise TimeoutError(f"no turn for the viewer within {timeout} s")
                 try:
                     async with asyncio.timeout(remaining):
-                        await watch.wait()
+                        await watch.event.wait()
                 except TimeoutError:
                     raise TimeoutError(f"no turn for the viewer within {timeout} s") from None
         finally:
@@ -373,10 +365,9 @@ class AsyncHub:
     async def turns(
         self, session_id: str, viewer: SessionAuthor, conversation: Conversation | None = None
     ) -> AsyncIterator[AsyncTurn]:
-        """Yield ``viewer``'s turns, each as soon as it has a message (:meth:`wait_turn`).
+        """Yield ``viewer``'s turns as :meth:`wait_turn` returns them, until the hub closes.
 
-        Commit each before asking for the next (an uncommitted turn is offered again at
-        once). The iteration ends when the hub closes.
+        Commit each before asking for the next (an uncommitted one is offered again).
         """
         while not self._closed:
             try:
@@ -388,16 +379,15 @@ class AsyncHub:
     # -- lifecycle ---------------------------------------------------------------------
 
     async def close(self) -> None:
-        """Close the Hub underneath, then the reader threads. Idempotent.
+        """Close the Hub (on a thread of its own), then the readers. Idempotent.
 
-        Waiters in :meth:`wait_turn` get ``HubClosed``; :meth:`turns` ends. ``Hub.close()``
-        runs on a thread of its own; the loop is free meanwhile.
+        Waiters in :meth:`wait_turn` get ``HubClosed``; :meth:`turns` ends.
         """
         if self._closed:
             return
         self._closed = True
         for watch in list(self._watches):
-            watch.wake()
+            watch.event.set()
 
         def shut() -> None:
             try:
@@ -427,7 +417,7 @@ class AsyncHub:
         """Add ``watch`` as a listener (on a following Hub on a reader: it reads the store)."""
         if not self._hub.following:
             return self._hub.listen(session_id, watch)
-        job = self._offload(self._readers, self._hub.listen, session_id, watch)
+        job = self._offload(self._hub.listen, session_id, watch)
         try:
             return await self._bridge().watch(job)
         except asyncio.CancelledError:
@@ -446,30 +436,36 @@ class AsyncHub:
             bridge = self._bridges[loop] = _Bridge(loop)
         return bridge
 
-    def _offload(
-        self, pool: ThreadPoolExecutor, fn: Callable[..., T], *args: Any, **kwargs: Any
-    ) -> Future[T]:
+    def _offload(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> Future[T]:
         self._live()
         try:
-            return pool.submit(fn, *args, **kwargs)
+            return self._readers.submit(fn, *args, **kwargs)
         except RuntimeError:  # the pool shut down: the hub closed meanwhile
             raise HubClosed(self._path) from None
 
     async def _call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Run a read on a reader thread; a cancelled one's answer is dropped."""
-        return await self._bridge().watch(self._offload(self._readers, fn, *args, **kwargs))
+        return await self._bridge().watch(self._offload(fn, *args, **kwargs))
 
-    async def _write(self, submit: Callable[[], Future[list[Event]]]) -> list[Event]:
-        """Hand a write off in its chunk and await its future; cancelled, settle first."""
+    def _write(self, submit: Callable[[A], Future[list[Event]]], arg: A) -> Awaitable[list[Event]]:
+        """Hand ``submit(arg)`` off in its chunk; return its outcome's awaitable."""
         self._live()
         bridge = self._bridge()
         waiting = bridge.admit()
-        if waiting is not None:
-            await waiting  # cancelled here: nothing was handed off
-            self._live()
-        # Handed off, it cannot be recalled: the future refuses to be cancelled, so a
-        # cancelled task waits for the outcome and then raises CancelledError.
-        return await bridge.watch(submit(), _Settling(loop=asyncio.get_running_loop()))
+        if waiting is None:
+            return bridge.watch(submit(arg), _Settling(bridge))
+        return self._write_later(waiting, bridge, submit, arg)
+
+    async def _write_later(
+        self,
+        waiting: asyncio.Future[None],
+        bridge: _Bridge,
+        submit: Callable[[A], Future[list[Event]]],
+        arg: A,
+    ) -> list[Event]:
+        await waiting  # cancelled here: nothing was handed off
+        self._live()
+        return await bridge.watch(submit(arg), _Settling(bridge))
 
 
 class _Opening:

@@ -1,10 +1,8 @@
 """The append rules: what one checked write stores, decided from what the store holds.
 
-This module is the only home of the rules a write obeys (h11's ``_state.py`` habit: the
-rules in one file, with no I/O). A store's writer reads the :class:`Facts` of each
-session its group touches inside one write transaction, asks :func:`plan_write` for each
-write in turn, and writes the :class:`WritePlan` it gets; no backend re-implements any
-rule. The rules, in the order they are checked:
+The only home of these rules (no I/O): a store's writer reads the :class:`Facts` of each
+session its group touches, asks :func:`plan_write` for each write in turn, and writes
+the :class:`WritePlan` it gets. The rules, in the order they are checked:
 
 1. ``expected_version`` must equal the session's last sequence (``ConcurrencyError``);
 2. ``unless_stored`` must name no stored event (``AlreadyStored``);
@@ -24,7 +22,7 @@ A write that breaks a rule raises and writes nothing; the others of its group go
 
 from __future__ import annotations
 
-from collections.abc import Callable, Container, Mapping
+from collections.abc import Set as AbstractSet
 from datetime import datetime
 from typing import NamedTuple
 
@@ -40,18 +38,16 @@ from sharedesk.protocol.errors import (
     ValidationError,
 )
 from sharedesk.protocol.events import Event, Text
-from sharedesk.protocol.sessions import EMPTY_SESSION_STATE, SessionState
+from sharedesk.protocol.sessions import SessionState
 from sharedesk.protocol.validation import check_parents
 from sharedesk.protocol.views import Conversation, SharingState
 from sharedesk.protocol.writes import Write
 
 __all__ = [
-    "AppendPlan",
     "Facts",
     "StoredRow",
     "Wants",
     "WritePlan",
-    "plan_append",
     "plan_write",
     "wants_of",
 ]
@@ -61,41 +57,30 @@ SharingKey = tuple[str, Conversation]
 
 
 class StoredRow(NamedTuple):
-    """What the append rules need of a stored row named as a ``parent``.
-
-    Attributes:
-        kind: The body's class name (``"Text"``, ``"TextDelta"``, ...).
-        parent: The row's own ``parent``.
-    """
+    """What the rules need of a stored row named as a ``parent``: body class name, parent."""
 
     kind: str
     parent: int | None
 
 
-class Wants(msgspec.Struct):
-    """What the writes of one group need to know of one session (see :class:`Facts`).
+class Wants(msgspec.Struct, gc=False):
+    """What the writes of one group need to know of one session (built by :func:`wants_of`).
 
-    Built up by :func:`wants_of`, one write after another.
-
-    Attributes:
-        ids: The ids of the writes' events and their ``unless_stored`` ids.
-        parents: The sequences the writes' events name as ``parent``.
-        sharing: The sharing states the writes compare and swap.
-        state: Whether an event moves the session state (else it need not be read).
+    The ids of the writes' events and ``unless_stored``, the ``parent`` sequences, the
+    sharing keys compared and swapped, and whether an event moves the session state.
     """
 
     ids: set[str] = msgspec.field(default_factory=set)
-    parents: set[int] = msgspec.field(default_factory=set)
-    sharing: set[SharingKey] = msgspec.field(default_factory=set)
+    parents: AbstractSet[int] = frozenset()  # seldom any: a set only once one is added
+    sharing: AbstractSet[SharingKey] = frozenset()
     state: bool = False
 
 
-class Facts(msgspec.Struct):
+class Facts(msgspec.Struct, gc=False):
     """What a store holds of one session, as far as one group's writes need it.
 
-    Read by the backend inside the write transaction, for one :class:`Wants`, in fresh
-    containers: the writer adds each planned write's effect to them, so that the next
-    write of the group is planned on top of it (:func:`plan_write` never changes them).
+    Read for one :class:`Wants`, in fresh containers: the writer adds each planned
+    write's effect to them, for the next write of the group (``plan_write`` never does).
 
     Attributes:
         last: The session's last sequence (0 for none).
@@ -115,37 +100,13 @@ class Facts(msgspec.Struct):
     sharing: dict[SharingKey, SharingState | None]
 
 
-class AppendPlan(NamedTuple):
-    """What one checked batch writes, decided by :func:`plan_append`.
-
-    Attributes:
-        result: One stored event per input, in input order (a known id's stored event).
-        new: The events to store, in sequence order (sequence and timestamp set).
-        first_replies: Root sequence -> its first non-blank reply, for the roots this
-            batch answers first (roots already answered are left out).
-        texts: How many of ``new`` are ``Text`` rows.
-        state: The session state with ``new`` folded in, or ``None`` when none moved it.
-    """
-
-    result: list[Event]
-    new: list[Event]
-    first_replies: dict[int, int]
-    texts: int
-    state: SessionState | None
-
-
-class WritePlan(msgspec.Struct, frozen=True):
+class WritePlan(msgspec.Struct, frozen=True, gc=False):
     """What one :class:`~sharedesk.protocol.writes.Write` stores, decided by :func:`plan_write`.
 
-    Attributes:
-        write: The write.
-        result: One stored event per input event, in input order.
-        new: The events to store, in sequence order (sequence and timestamp set).
-        first_replies: Root sequence -> its first non-blank reply (new entries only).
-        texts: How many of ``new`` are ``Text`` rows.
-        state: The folded session state to store, or ``None`` when none moved it.
-        sharing: The sharing state to store under (``write.share.viewer``, its
-            conversation), or ``None`` for a plain append.
+    ``result`` has one stored event per input event, in input order; ``new`` the events
+    to store, in sequence order; ``first_replies`` root -> its first non-blank reply (new
+    entries only); ``texts`` how many of ``new`` are ``Text`` rows; ``state`` the folded
+    session state and ``sharing`` the sharing state to store, ``None`` for none.
     """
 
     write: Write
@@ -158,23 +119,20 @@ class WritePlan(msgspec.Struct, frozen=True):
 
 
 def wants_of(write: Write, wants: Wants | None = None) -> Wants:
-    """Add what planning ``write`` needs to ``wants`` (a new one for ``None``); return it.
-
-    Cost: O(len(write.events)).
-    """
+    """Add what planning ``write`` needs to ``wants`` (a new one for ``None``); return it."""
     if wants is None:
         wants = Wants()
-    ids, parents = wants.ids, wants.parents
+    ids = wants.ids
     for event in write.events:
         ids.add(event.id)
         if event.parent is not None:
-            parents.add(event.parent)
+            wants.parents = wants.parents | {event.parent}
         if not wants.state and moves_session_state(event):
             wants.state = True
     if write.unless_stored is not None:
         ids.add(write.unless_stored)
     if write.share is not None:
-        wants.sharing.add((write.share.viewer, write.share.state.conversation))
+        wants.sharing = wants.sharing | {(write.share.viewer, write.share.state.conversation)}
     return wants
 
 
@@ -186,133 +144,78 @@ def _watermark(state: SharingState | None) -> int:
 def plan_write(write: Write, facts: Facts, now: datetime) -> WritePlan:
     """Decide what ``write`` stores, given the ``facts`` of its session (rules 1-8 above).
 
-    Args:
-        write: A checked write.
-        facts: Its session's facts, read for (at least) :func:`wants_of` ``(write)``;
-            never changed.
-        now: The timestamp of the new events.
-
-    Returns:
-        The plan; the store writes ``plan.new``, the first replies, the state and the
-        sharing state, or nothing when they are empty.
-
-    Raises:
-        ConcurrencyError: ``expected_version`` is not ``facts.last``.
-        AlreadyStored: ``unless_stored`` names a stored event.
-        SharingStateConflict: The stored sharing state is not ``expected_state``.
-        ValidationError: A parent that is not an earlier root ``Text`` row.
-        PresentSetOverflow: Noting the reply overflows the present set.
-
-    Cost: O(len(write.events)); no reads, no writes.
+    ``facts`` were read for (at least) :func:`wants_of` ``(write)`` and are not changed;
+    ``now`` stamps the new events. Raises the error of the rule broken (see above).
     """
     last = facts.last
     if write.expected_version is not None and write.expected_version != last:
         raise ConcurrencyError(write.expected_version, last)
-    if write.unless_stored is not None and write.unless_stored in facts.known:
+    known = facts.known
+    if write.unless_stored is not None and write.unless_stored in known:
         raise AlreadyStored(write.session_id, write.unless_stored)
     share = write.share
     if share is not None:
         stored = facts.sharing.get((share.viewer, share.state.conversation))
         if stored != share.expected_state:
             raise SharingStateConflict(_watermark(share.expected_state), _watermark(stored))
-    result, new, first_replies, texts, state = plan_append(
-        write.events,
-        last,
-        facts.known,
-        now,
-        stored_row=facts.rows.get,
-        answered=facts.answered,
-        state=lambda: facts.state,
-    )
+    # Rule 4: a known id (or one repeated in the batch) is answered with its stored event.
+    fresh: dict[str, Event] = {}
+    result: list[Event] = []
+    next_sequence = last + 1
+    replace = msgspec.structs.replace
+    for event in write.events:
+        stored_event = known.get(event.id) or fresh.get(event.id)
+        if stored_event is None:
+            stored_event = fresh[event.id] = replace(event, sequence=next_sequence, timestamp=now)
+            next_sequence += 1
+        result.append(stored_event)
+    new = result if len(fresh) == len(result) else list(fresh.values())
+    check_parents(new, last + 1)
+    first_replies: dict[int, int] = {}
+    texts = 0
+    state: SessionState | None = None
+    for index, row in enumerate(new):
+        parent = row.parent
+        if parent is not None:  # rule 5
+            if parent > last:
+                named = new[parent - last - 1]
+                _check_row(index, parent, StoredRow(type(named.body).__name__, named.parent))
+            else:
+                _check_row(index, parent, facts.rows.get(parent))
+        body = row.body
+        if isinstance(body, Text):
+            texts += 1
+            if (  # rule 6
+                parent is not None
+                and parent not in first_replies
+                and parent not in facts.answered
+                and not is_blank(body.content)
+            ):
+                assert row.sequence is not None
+                first_replies[parent] = row.sequence
+        if moves_session_state(row):  # rule 7
+            state = fold_session_state(facts.state if state is None else state, row)
     sharing: SharingState | None = None
     if share is not None:
         sharing = share.state
-        if share.reply_present and result:
+        if share.reply_present and result:  # rule 8
             reply = result[0].sequence
             assert reply is not None
             sharing = note_present(sharing, reply)
     return WritePlan(write, result, new, first_replies, texts, state, sharing)
 
 
-def not_a_root_error(index: int, parent: int, why: str) -> ValidationError:
-    """Return the error for ``events[index]``, whose ``parent`` row is not a root ``Text``."""
-    return ValidationError(
-        f"events[{index}].parent={parent} must name a root Text row (a thread is one "
-        f"level deep), but row {parent} is {why}"
-    )
-
-
 def _check_row(index: int, parent: int, row: StoredRow | None) -> None:
     """Check that ``row``, named as ``events[index].parent``, is a root ``Text`` row."""
     if row is None:
-        raise not_a_root_error(index, parent, "missing")
-    if row.kind != "Text":
-        raise not_a_root_error(index, parent, f"a {row.kind} event")
-    if row.parent is not None:
-        raise not_a_root_error(index, parent, f"a reply to row {row.parent}")
-
-
-def plan_append(
-    batch: list[Event],
-    last: int,
-    known: Mapping[str, Event],
-    now: datetime,
-    *,
-    stored_row: Callable[[int], StoredRow | None],
-    answered: Container[int],
-    state: Callable[[], SessionState] = lambda: EMPTY_SESSION_STATE,
-) -> AppendPlan:
-    """Decide what appending a checked ``batch`` after sequence ``last`` writes (rules 4-7).
-
-    Args:
-        batch: Checked, unstamped events.
-        last: The session's last sequence.
-        known: Stored events by id (at least those of the batch's ids that are stored).
-        now: The timestamp of the new events.
-        stored_row: Looks up a stored row named as a parent (``None``: missing).
-        answered: The roots that have a first non-blank reply already.
-        state: Returns the session state; called only when an event moves it.
-
-    Raises:
-        ValidationError: A parent at or above its event's sequence, or one that is not
-            a root ``Text`` row; nothing may be written.
-
-    Cost: O(len(batch)), one ``stored_row`` call per parent below ``last + 1``.
-    """
-    fresh: dict[str, Event] = {}
-    result: list[Event] = []
-    next_sequence = last + 1
-    replace = msgspec.structs.replace
-    for event in batch:
-        stored = known.get(event.id) or fresh.get(event.id)
-        if stored is None:
-            stored = fresh[event.id] = replace(event, sequence=next_sequence, timestamp=now)
-            next_sequence += 1
-        result.append(stored)
-    new = list(fresh.values())
-    check_parents(new, last + 1)
-    first_replies: dict[int, int] = {}
-    texts = 0
-    folded: SessionState | None = None
-    for index, stored in enumerate(new):
-        assert stored.sequence is not None
-        parent = stored.parent
-        if parent is not None:
-            if parent > last:
-                row = new[parent - last - 1]
-                _check_row(index, parent, StoredRow(type(row.body).__name__, row.parent))
-            else:
-                _check_row(index, parent, stored_row(parent))
-        body = stored.body
-        if isinstance(body, Text):
-            texts += 1
-            if (
-                parent is not None
-                and parent not in first_replies
-                and parent not in answered
-                and not is_blank(body.content)
-            ):
-                first_replies[parent] = stored.sequence
-        if moves_session_state(stored):
-            folded = fold_session_state(state() if folded is None else folded, stored)
-    return AppendPlan(result, new, first_replies, texts, folded)
+        why = "missing"
+    elif row.kind != "Text":
+        why = f"a {row.kind} event"
+    elif row.parent is not None:
+        why = f"a reply to row {row.parent}"
+    else:
+        return
+    raise ValidationError(
+        f"events[{index}].parent={parent} must name a root Text row (a thread is one "
+        f"level deep), but row {parent} is {why}"
+    )

@@ -1,20 +1,12 @@
 """The async executor: ``SessionManager.aexecute_run`` and ``arun_once``, never blocking.
 
-The arguments, events written, results and errors are those of the sync executor
-(:mod:`sharedesk.runs.execute`), and so is the bookkeeping: the run is claimed, watched
-(time-out, ``cancel_run``) and finished by :meth:`~sharedesk.runs.execute.Execution.drive`
-on a thread of its own, over the sync store (the given one, or an ``AsyncHub``'s
-``.hub``). Only the adapter differs:
-
-- one whose ``aexecute`` (preferred) or ``execute`` is a coroutine function runs as a
-  task on the caller's loop, with an ``emit`` that is a coroutine function too (``await
-  emit(event)``: the sync emit, on a worker thread);
-- a synchronous one runs on the executor's worker thread, as in a sync run.
-
-When the run ends first by its time-out or by ``cancel_run``, a coroutine adapter is
-cancelled (a sync one is abandoned). When the task awaiting ``aexecute_run`` is
-cancelled, the run is cancelled as by ``cancel_run`` (unless it finished first), the
-adapter is stopped, and ``CancelledError`` is raised once the bookkeeping is done.
+Arguments, events, results, errors and bookkeeping are the sync executor's
+(:meth:`~sharedesk.runs.execute.Execution.drive`, on a thread of its own, over the sync
+store). A coroutine adapter (``aexecute`` preferred, or a coroutine ``execute``) runs as
+a task on the caller's loop with a coroutine ``emit``; a sync one runs on the worker
+thread. A run ended by its time-out or ``cancel_run`` cancels a coroutine adapter. A
+cancelled ``aexecute_run`` cancels the run (unless it finished first), stops the
+adapter, and raises ``CancelledError`` once the bookkeeping is done.
 """
 
 from __future__ import annotations
@@ -39,11 +31,7 @@ THREAD_PREFIX: Final = "sharedesk-arun"
 
 
 def sync_store(store: Any) -> Any:
-    """Return the synchronous store of ``store``: itself, or an ``AsyncHub``'s ``.hub``.
-
-    Raises:
-        ValidationError: An async store that carries no synchronous one as ``.hub``.
-    """
+    """Return ``store`` itself, or an ``AsyncHub``'s ``.hub`` (else ``ValidationError``)."""
     if not inspect.iscoroutinefunction(getattr(store, "append", None)):
         return store
     underneath = getattr(store, "hub", None)
@@ -63,12 +51,7 @@ def coroutine_execute(adapter: Any) -> Callable[..., Coroutine[Any, Any, Any]] |
 
 
 async def aexecute_run(store: Any, adapter: Any, run_id: str, options: RunOptions) -> RunResult:
-    """Execute a pending run with checked ``options`` (see the module docstring).
-
-    Raises:
-        CancelledError: The awaiting task was cancelled; the run was cancelled (or had
-            finished) and its bookkeeping is done.
-    """
+    """Execute a pending run with checked ``options`` (see the module docstring)."""
     loop = asyncio.get_running_loop()
     store = sync_store(store)
     coroutine = coroutine_execute(adapter)
@@ -123,11 +106,7 @@ async def aexecute_run(store: Any, adapter: Any, run_id: str, options: RunOption
 
 
 def on_thread(fn: Callable[[], T], name: str) -> tuple[Future[T], threading.Thread]:
-    """Run ``fn`` on a daemon thread named ``name``; return the future of its result.
-
-    The one bridge from a coroutine to a thread of its own (also ``AsyncHub``'s): the
-    future is running from the start, so it cannot be recalled.
-    """
+    """Run ``fn`` on a daemon thread named ``name``; return its (unrecallable) future."""
     job: Future[T] = Future()
     job.set_running_or_notify_cancel()
 
@@ -143,11 +122,7 @@ def on_thread(fn: Callable[[], T], name: str) -> tuple[Future[T], threading.Thre
 
 
 async def settle(future: asyncio.Future[Any]) -> None:
-    """Wait until ``future`` is done, through any number of cancellations of ours.
-
-    Its outcome is retrieved (never logged as unretrieved): the caller raises
-    ``CancelledError`` instead.
-    """
+    """Wait until ``future`` is done, through any cancellations; retrieve its outcome."""
     while not future.done():
         try:
             await asyncio.wait((future,))

@@ -1,20 +1,11 @@
 """The writer of the stores with a writer thread: one queue, one thread, futures.
 
-:class:`GroupWriter` owns a queue of ``(write, future)`` pairs and one thread. Callers
-:meth:`~GroupWriter.put` a checked write with its future and wait on
-``future.result()`` (or add a done callback); the thread takes every write waiting,
-hands the group to its store (``StoreBase._run_group``: one transaction, planned by
-:func:`plan_group`) and the store completes each future once. There is no other path:
-a sync caller and an event loop wait on the same kind of future.
-
-Gathering: the callers answered by the last commit usually come straight back, so once
-a write is waiting the thread waits for as many writes as the last group held, but no
-longer than the last commit took (waiting longer than a commit costs more than
-committing twice) nor than ``group_wait``. One caller alone never waits (its last group
-held one write).
-
-:func:`plan_group` is what a group's transaction runs, in every store (the write path
-of :mod:`sharedesk.store.base`).
+:class:`GroupWriter` queues checked writes and returns their futures; its thread hands
+every write waiting to its store (``StoreBase._commit_group``, planned by
+:func:`plan_group`) and completes each future once. Once a write waits, the thread
+gathers as many as the last group held, but no longer than the last commit took nor
+``group_wait``. Futures are plain ``concurrent.futures.Future``s, used through their
+public API.
 """
 
 from __future__ import annotations
@@ -36,27 +27,18 @@ __all__ = ["GroupWriter", "WriteTxn", "plan_group"]
 
 _log = logger()
 
-
-#: What a :class:`GroupWriter` hands its store: a group of writes and their futures,
-#: each future already set running; the store commits them and completes every future.
-RunGroup = Callable[[list[tuple[Write, "Future[list[Event]]"]]], None]
+#: One write's outcome: its stored events (one per input event), or the error.
+Outcome = list[Event] | BaseException
+#: What a :class:`GroupWriter` hands its store: commits the writes, one outcome each.
+RunGroup = Callable[[list[Write]], list[Outcome]]
 
 
 class GroupWriter:
-    """The one group-committing writer: one queue, one thread, futures completed once.
+    """The one group-committing writer (a write whose future is cancelled never runs).
 
-    Any number of threads :meth:`put` a write with its future; the writer thread takes
-    every write waiting (gathering as the module header says) and hands the group to
-    ``run_group``, which commits it and completes each future. A future cancelled
-    before the writer takes its write is dropped, and its write never runs.
-
-    Args:
-        run_group: Commits a group and completes its futures; must not raise.
-        group_wait: Most seconds to gather once a write is waiting (0: commit at once).
-        name: The writer thread's name.
-        closed_error: Makes the error a write gets once the writer is closed.
-
-    Cost: starts one daemon thread.
+    ``run_group`` commits a group, one outcome per write, and must not raise;
+    ``group_wait`` is the most seconds to gather; ``name`` the thread's name;
+    ``closed_error`` makes the error of a write queued once the writer is closed.
     """
 
     def __init__(
@@ -78,11 +60,9 @@ class GroupWriter:
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
-    def put(self, write: Write, future: Future[list[Event]]) -> None:
-        """Queue ``write``; the writer completes ``future`` (at once when closed).
-
-        Cost: one queue append under the writer's lock; never blocks on a commit.
-        """
+    def submit(self, write: Write) -> Future[list[Event]]:
+        """Queue ``write``; return its future (failed at once when closed). Never blocks."""
+        future: Future[list[Event]] = Future()
         with self._cond:
             if not self._closed:
                 queue = self._queue
@@ -91,16 +71,13 @@ class GroupWriter:
                 # write, or the group it gathers is complete.
                 if len(queue) == 1 or len(queue) >= self._target:
                     self._cond.notify()
-                return
-        if future.set_running_or_notify_cancel():
-            future.set_exception(self._closed_error())
+                return future
+        future.set_running_or_notify_cancel()
+        future.set_exception(self._closed_error())
+        return future
 
     def close(self) -> None:
-        """Fail the queued writes, let the group being written complete, end the thread.
-
-        Idempotent. Cost: waits for the group in progress, if any; joins the thread
-        (unless called from it, by an ``on_commit`` callback).
-        """
+        """Fail the queued writes, let the group being written complete, end the thread."""
         with self._cond:
             pending, self._queue = self._queue, []
             self._closed = True
@@ -131,18 +108,20 @@ class GroupWriter:
             started = time.monotonic()
             items = [item for item in group if item[1].set_running_or_notify_cancel()]
             try:
-                if items:
-                    self._run_group(items)
+                outcomes = self._run_group([write for write, _ in items]) if items else []
             except BaseException as exc:  # never leave a caller hanging
                 _log.exception("store.writer_failed")
-                for _, future in items:
-                    if not future.done():
-                        future.set_exception(exc)
+                outcomes = [exc] * len(items)
+            for (_, future), outcome in zip(items, outcomes, strict=True):
+                if isinstance(outcome, BaseException):
+                    future.set_exception(outcome)
+                else:
+                    future.set_result(outcome)
             self._last_commit = time.monotonic() - started
 
 
 class WriteTxn(Protocol):
-    """A backend's open write transaction, as the writer uses it (see the module header)."""
+    """A backend's open write transaction, as the writer uses it."""
 
     def facts(self, wants: Mapping[str, Wants]) -> dict[str, Facts]:
         """Return the facts of each session in ``wants``, read in this transaction."""
@@ -173,19 +152,11 @@ def _absorb(facts: Facts, plan: WritePlan) -> None:
 def plan_group(
     txn: WriteTxn, writes: list[Write], now: datetime
 ) -> list[list[WritePlan] | SharedeskError]:
-    """Plan and put a group of writes in the open transaction ``txn``; one outcome each.
+    """Plan and put ``writes`` in ``txn``; return each one's plans, or the error one raised.
 
-    Reads the facts of every session the group touches at once, plans each write on top
-    of the ones before (:func:`~sharedesk.projection.append.plan_write`), then puts the
-    plans that passed and write something, in one ``txn.put``. A write with ``linked``
-    writes passes only when every one of them does (they are of distinct sessions, so
-    none is planned on top of another).
-
-    Returns:
-        Per write, its plans (its own first, then its linked writes') or the error a
-        plan raised (then it writes nothing).
-
-    Cost: one ``txn.facts`` and at most one ``txn.put``; O(events of the group).
+    One ``txn.facts`` for the whole group, each write planned on top of the ones before,
+    then one ``txn.put`` of the plans that passed and write something. A write's plans
+    are its own, then its ``linked`` writes' (of distinct sessions): all pass or none.
     """
     wants: dict[str, Wants] = {}
     later: dict[str, int] = {}  # per session, how many of its writes are still to plan

@@ -45,15 +45,12 @@ from sharedesk.protocol.validation import (
 )
 from sharedesk.protocol.views import Conversation, SessionPage, SharingState
 from sharedesk.protocol.writes import Share, Write
-from sharedesk.store._group_commit import GroupWriter, WriteTxn, plan_group
+from sharedesk.store._group_commit import GroupWriter, Outcome, WriteTxn, plan_group
 
 __all__ = ["StoreBase", "WriteTxn"]
 
 _log = logger()
 T = TypeVar("T")
-
-#: One write's outcome: its stored events (one per input event), or the error.
-Outcome = list[Event] | BaseException
 
 
 class StoreBase(ABC):
@@ -92,7 +89,10 @@ class StoreBase(ABC):
         self._writer: GroupWriter | None = None
         if writer is not None:
             self._writer = GroupWriter(
-                self._run_group, group_wait=group_wait, name=writer, closed_error=self._closed_error
+                self._commit_group,
+                group_wait=group_wait,
+                name=writer,
+                closed_error=self._closed_error,
             )
 
     # -- writes ------------------------------------------------------------------------
@@ -108,10 +108,9 @@ class StoreBase(ABC):
         Cost: without a writer thread (``MemoryStore``), the whole write, done on return;
         otherwise one queue append, never blocking on the writer.
         """
-        future: Future[list[Event]] = Future()
         if self._writer is not None:
-            self._writer.put(write, future)
-            return future
+            return self._writer.submit(write)
+        future: Future[list[Event]] = Future()
         future.set_running_or_notify_cancel()
         _complete(future, self._commit_here(write))
         return future
@@ -233,12 +232,6 @@ class StoreBase(ABC):
 
     def _closed_error(self) -> StoreClosedError:
         return StoreClosedError(self._path)
-
-    def _run_group(self, items: list[tuple[Write, Future[list[Event]]]]) -> None:
-        """Commit a group taken by the writer thread and complete its futures. Never raises."""
-        outcomes = self._commit_group([write for write, _ in items])
-        for (_, future), outcome in zip(items, outcomes, strict=True):
-            _complete(future, outcome)
 
     def _commit_group(self, writes: list[Write]) -> list[Outcome]:
         """Plan and put ``writes`` in one transaction, run the callbacks; one outcome each."""

@@ -1,33 +1,24 @@
 """LmdbStore: the durable store, one LMDB environment (a directory) shared by processes.
 
-The store port is :class:`~sharedesk.store.base.StoreBase`'s; this module supplies only
-LMDB's I/O: one write transaction per group (``_transact``), the facts a group's writes
-are planned from and the puts of their plans (:class:`_WriteTxn`), and the reads. The
-keys and sub-databases are :mod:`sharedesk.store._lmdb_layout`'s; the environment, its
-map and its reader slots are :mod:`sharedesk.store._lmdb_env`'s.
+This module supplies only LMDB's I/O under :class:`~sharedesk.store.base.StoreBase`: one
+write transaction per group (``_transact``: LMDB's write lock, which other processes may
+hold, and one fsync when durable), the facts and puts of a group (:class:`_WriteTxn`),
+and the reads. Keys are :mod:`sharedesk.store._lmdb_layout`'s; the environment, its map
+and its reader slots :mod:`sharedesk.store._lmdb_env`'s.
 
-Writes. The base's writer thread hands a group to ``_transact``, which opens one write
-transaction (waiting for LMDB's write lock, which other processes may hold), lets the
-base plan and put every write in it, and commits once (one fsync when durable). The
-planner runs before any put, so a write that fails its checks puts nothing. If the
-transaction fails, nothing of the group is written: ``MapFullError`` doubles the map
-(up to ``max_map_size``) and runs the group again; at the ceiling, or on a full disk
-(``ENOSPC``), it raises ``StoreFullError``, which the base answers by retrying the
-group one write per transaction, so only the writes that do not fit get it.
-
-Reads run in the caller's thread, in a read-only transaction, and walk a cursor from the
-requested end, so ``read(newest_first=True, limit=n)`` and ``log().read_before`` cost
-what the page costs, not the history. A read or write that finds the map grown by
-another process adopts it and runs again; a read that finds the reader table full
-reclaims the slots of dead processes and runs once more, and the writer reclaims them
-every ``READER_CHECK_COMMITS`` commits too (a dead reader's slot stops page reuse).
+A failed transaction writes nothing of its group: ``MapFullError`` doubles the map (up
+to ``max_map_size``) and runs the group again; at the ceiling, or on a full disk, it
+raises ``StoreFullError``. Reads run in the caller's thread and walk a cursor from the
+requested end, so a page costs what the page costs, not the history. A map grown by
+another process is adopted and the call run again; a full reader table is cleared of
+dead processes' slots (by the writer too, every ``READER_CHECK_COMMITS`` commits).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Final, Literal, TypeVar
 
 import lmdb
@@ -55,11 +46,10 @@ from sharedesk.protocol.records import (
     run_index_key,
     sharing_key,
 )
-from sharedesk.protocol.sessions import SessionState
+from sharedesk.protocol.sessions import EMPTY_SESSION_STATE, SessionState
 from sharedesk.protocol.validation import check_optional_int, check_path
 from sharedesk.protocol.views import Conversation, LogMessage, SessionPage, SharingState
 from sharedesk.store._lmdb_env import (
-    DATABASES,
     READER_CHECK_COMMITS,
     REGISTRY,
     OpenEnvironment,
@@ -111,16 +101,13 @@ class _MapFull(Exception):
 class LmdbStore(StoreBase):
     """A durable event store in an LMDB environment (a directory), with group commit.
 
-    Safe to share between threads; stores opened on the same path in one process share
-    one environment, and other processes may open the same path at the same time (LMDB's
-    own lock serialises their writes).
+    Safe to share between threads; stores on one path in one process share one
+    environment, and other processes may open it too (LMDB's lock serialises writes).
 
-    Durability: with ``"durable"`` (the default), ``append`` returns only once its
-    transaction is on disk (fsync'd). With ``"relaxed"``, commits are not fsync'd: each
-    is still atomic, and a crash of the process (even SIGKILL) loses nothing that was
-    acknowledged, because the pages are already in the OS; but an OS crash or power loss
-    may lose the newest commits, and LMDB's documentation warns that it may then also
-    damage the file. Use ``"relaxed"`` for tests, demos and data you can rebuild.
+    Durability: ``"durable"`` (the default) acknowledges a write once it is fsync'd.
+    ``"relaxed"`` commits are atomic but not fsync'd: a process crash (even SIGKILL)
+    loses nothing acknowledged, but an OS crash or power loss may lose the newest commits
+    and, LMDB warns, damage the file. Use it for tests, demos and rebuildable data.
 
     Args:
         path: The directory of the environment (created if missing).
@@ -150,10 +137,9 @@ class LmdbStore(StoreBase):
         CorruptRecordError: The data file is damaged (``session_id`` is ``""``).
         StoreIOError: LMDB could not open the environment.
 
-    Cost: opens (or shares) the environment and starts one writer thread; walks the
-    branch pages (about 0.25 ms per MB of small events); with ``verify``, reads the whole
-    file instead (2.5 to 10 ms per MB). The open of an existing file takes no write
-    lock, so it never waits for another process's writer; only a new file waits for it.
+    Cost: opens (or shares) the environment, starts one writer thread, walks the branch
+    pages (about 0.25 ms per MB; ``verify``: 2.5 to 10 ms per MB). Opening an existing
+    file never waits for another process's writer.
     """
 
     def __init__(
@@ -207,13 +193,7 @@ class LmdbStore(StoreBase):
         return self._durability
 
     def map_size(self) -> int:
-        """Return the environment's current map size in bytes.
-
-        Raises:
-            StoreClosedError: The store is closed.
-
-        Cost: O(1).
-        """
+        """Return the environment's current map size in bytes (``StoreClosedError``)."""
         return self._in_read(lambda _txn, _dbs: self._shared.map_size())
 
     def __repr__(self) -> str:
@@ -243,12 +223,7 @@ class LmdbStore(StoreBase):
                 raise StoreIOError(self.path, "append") from exc
 
     def _transact_once(self, work: Callable[[WriteTxn], T]) -> T:
-        """Run ``work`` in one write transaction and commit it (nothing written if it fails).
-
-        Raises:
-            _MapFull: The map or the disk is full; the transaction was aborted.
-            lmdb.Error: LMDB failed; the transaction was aborted.
-        """
+        """Run ``work`` in one write transaction and commit (``_MapFull``, ``lmdb.Error``)."""
         shared = self._shared
         lock = shared.lock
         lock.acquire_shared()
@@ -282,20 +257,14 @@ class LmdbStore(StoreBase):
         return result
 
     def _disk_is_full(self) -> bool:
-        """Whether the store's filesystem has less than :data:`DISK_FULL_BELOW` bytes free.
-
-        LMDB reports a page write cut short by a full disk as ``EIO``, not ``ENOSPC``.
-        """
+        """Whether under :data:`DISK_FULL_BELOW` bytes are free (LMDB says ``EIO`` then)."""
         with contextlib.suppress(OSError):
             stat = os.statvfs(self.path)
             return stat.f_bavail * stat.f_frsize < DISK_FULL_BELOW
         return False
 
     def _grow(self, *, paused: bool) -> bool:
-        """Double the map (up to ``max_map_size``); return whether it grew.
-
-        ``paused``: the writer paused transactions when it aborted; the pause ends here.
-        """
+        """Double the map (up to ``max_map_size``); return whether it grew; end ``paused``."""
         shared = self._shared
         current = shared.map_size()
         target = current * 2
@@ -311,12 +280,7 @@ class LmdbStore(StoreBase):
     # -- reads -------------------------------------------------------------------------
 
     def _in_read(self, body: Callable[[Any, Mapping[bytes, Any]], T]) -> T:
-        """Run ``body(txn, dbs)`` in a read-only transaction (see ``SharedEnvironment.run``).
-
-        Raises:
-            StoreClosedError: The store is closed.
-            StoreIOError: LMDB failed; the cause is chained.
-        """
+        """Run ``body(txn, dbs)`` in a read-only transaction (see ``SharedEnvironment.run``)."""
         shared = self._shared
 
         def attempt() -> T:
@@ -446,11 +410,7 @@ def _record_at(
     sequence: int,
     decoder: msgspec.msgpack.Decoder[_Record],
 ) -> _Record:
-    """Return the record an index names at ``sequence``.
-
-    Raises:
-        CorruptRecordError: It is missing or does not decode.
-    """
+    """Return the record an index names at ``sequence`` (``CorruptRecordError``)."""
     raw = txn.get(prefix + SEQ.pack(sequence), db=dbs[b"events"])
     if raw is None:
         raise CorruptRecordError(session_id, sequence, "indexed but missing")
@@ -458,21 +418,21 @@ def _record_at(
 
 
 class _WriteTxn:
-    """One write transaction as the base's writer uses it: facts in, plans out.
+    """One write transaction as the writer uses it: facts in, plans out.
 
-    py-lmdb releases the GIL around every call into LMDB, and each release lets a waiting
-    thread take the interpreter from the writer, so the calls are per group, not per
-    event: per session, one meta get and one ``getmulti`` each for its ids, the records
-    they name and its parents; per group, one ``putmulti`` per sub-database.
+    py-lmdb releases the GIL in every call, so the calls are per group (``getmulti``, and
+    ``putmulti`` fed by a generator: a group never holds all its records at once).
     """
 
-    __slots__ = ("_counts", "_dbs", "_txn")
+    __slots__ = ("_dbs", "_last", "_prefixes", "_texts", "_txn")
 
     def __init__(self, txn: Any, dbs: Mapping[bytes, Any]) -> None:
         self._txn = txn
         self._dbs = dbs
-        #: (last sequence, Text rows) per session prefix, as this transaction left them.
-        self._counts: dict[bytes, tuple[int, int]] = {}
+        #: The last sequence and the Text rows of each session, as this transaction left them.
+        self._last: dict[bytes, int] = {}
+        self._texts: dict[bytes, int] = {}
+        self._prefixes: dict[str, bytes] = {}  # the key prefix of each session read
 
     def _get_many(self, db: bytes, keys: Sequence[bytes]) -> list[tuple[bytes, bytes]]:
         """Return (key, value) of the ``keys`` that ``db`` holds, in their order."""
@@ -484,11 +444,7 @@ class _WriteTxn:
     def _events(
         self, session_id: str, prefix: bytes, sequences: Sequence[int], *, indexed: bool
     ) -> dict[int, Event]:
-        """Return the stored events at ``sequences`` (``indexed``: each must be there).
-
-        Raises:
-            CorruptRecordError: A record does not decode, or (``indexed``) is missing.
-        """
+        """Return the stored events at ``sequences`` (``indexed``: each must be there)."""
         keys = [prefix + SEQ.pack(sequence) for sequence in sequences]
         events: dict[int, Event] = {}
         for key, raw in self._get_many(b"events", keys):
@@ -501,96 +457,104 @@ class _WriteTxn:
 
     def facts(self, wants: Mapping[str, Wants]) -> dict[str, Facts]:
         """Read what each session's writes need (see :class:`~sharedesk.store.base.WriteTxn`)."""
-        txn, dbs = self._txn, self._dbs
+        txn, dbs, prefixes = self._txn, self._dbs, self._prefixes
         found: dict[str, Facts] = {}
+        for session_id in wants:
+            prefixes[session_id] = session_prefix(session_id)
         # The meta records and the id index entries of the whole group: one lookup each.
-        prefixes = {session_id: session_prefix(session_id) for session_id in wants}
         metas = dict(self._get_many(b"meta", sorted(prefixes.values())))
-        id_keys = {
-            event_id_key(prefixes[session_id], event_id): (session_id, event_id)
+        id_keys = {  # the key of each id wanted -> the id (the key starts with its session)
+            event_id_key(prefixes[session_id], event_id): event_id
             for session_id, want in wants.items()
             for event_id in want.ids
         }
         stored_ids: dict[str, dict[str, int]] = {}
         for key, raw in self._get_many(b"ids", sorted(id_keys)):
-            session_id, event_id = id_keys[key]
-            stored_ids.setdefault(session_id, {})[event_id] = SEQ.unpack(raw)[0]
+            stored_ids.setdefault(session_of(key), {})[id_keys[key]] = SEQ.unpack(raw)[0]
         for session_id, want in wants.items():
             prefix = prefixes[session_id]
             raw_meta = metas.get(prefix)
-            counts = (0, 0) if raw_meta is None else META.unpack(raw_meta)[:2]
-            self._counts[prefix] = counts
-            stored_at = stored_ids.get(session_id, {})
-            events = self._events(session_id, prefix, [*stored_at.values()], indexed=True)
+            last, texts, _micros = (0, 0, 0) if raw_meta is None else META.unpack(raw_meta)
+            self._last[prefix] = last
+            self._texts[prefix] = texts
+            known: dict[str, Event] = {}
+            stored_at = stored_ids.get(session_id)
+            if stored_at:
+                events = self._events(session_id, prefix, [*stored_at.values()], indexed=True)
+                known = {event_id: events[sequence] for event_id, sequence in stored_at.items()}
             rows: dict[int, StoredRow] = {}
             answered: set[int] = set()
-            parents = sorted(want.parents)
-            for key, entry in self._get_many(b"replies", [prefix + SEQ.pack(p) for p in parents]):
-                parent = SEQ.unpack(key[-SEQ.size :])[0]
-                rows[parent] = StoredRow("Text", None)  # only a root Text row has an entry
-                if entry:
-                    answered.add(parent)
-            others = [parent for parent in parents if parent not in rows]
-            for parent, event in self._events(session_id, prefix, others, indexed=False).items():
-                rows[parent] = StoredRow(type(event.body).__name__, event.parent)
-            raw_state = txn.get(prefix, db=dbs[b"runs"]) if want.state else None
-            state = decode_session_state(session_id, raw_state)
+            if want.parents:
+                parents = sorted(want.parents)
+                keys = [prefix + SEQ.pack(p) for p in parents]
+                for key, entry in self._get_many(b"replies", keys):
+                    parent = SEQ.unpack(key[-SEQ.size :])[0]
+                    rows[parent] = StoredRow("Text", None)  # only a root Text row has one
+                    if entry:
+                        answered.add(parent)
+                others = [parent for parent in parents if parent not in rows]
+                found_rows = self._events(session_id, prefix, others, indexed=False)
+                for parent, event in found_rows.items():
+                    rows[parent] = StoredRow(type(event.body).__name__, event.parent)
+            state = EMPTY_SESSION_STATE
+            if want.state:
+                state = decode_session_state(session_id, txn.get(prefix, db=dbs[b"runs"]))
             sharing: dict[tuple[str, Conversation], SharingState | None] = {}
-            for viewer, conversation in want.sharing:
-                raw = txn.get(sharing_key(prefix, viewer, conversation), db=dbs[b"sharing"])
-                sharing[(viewer, conversation)] = (
-                    None if raw is None else decode_state(session_id, raw)
-                )
-            known = {event_id: events[sequence] for event_id, sequence in stored_at.items()}
-            found[session_id] = Facts(counts[0], known, rows, answered, state, sharing)
+            for wanted in want.sharing:
+                raw = txn.get(sharing_key(prefix, *wanted), db=dbs[b"sharing"])
+                sharing[wanted] = None if raw is None else decode_state(session_id, raw)
+            found[session_id] = Facts(last, known, rows, answered, state, sharing)
         return found
 
     def put(self, plans: Sequence[WritePlan]) -> None:
         """Write ``plans`` in order, then each session's meta record once."""
-        puts: dict[bytes, list[tuple[bytes, bytes]]] = {name: [] for name in DATABASES}
-        events, ids, texts = puts[b"events"], puts[b"ids"], puts[b"texts"]
-        replies, runs = puts[b"replies"], puts[b"runs"]
         touched: dict[bytes, int] = {}  # prefix -> microseconds of its newest events
         for plan in plans:
-            write = plan.write
-            prefix = session_prefix(write.session_id)
-            run_id, run_base = None, b""
-            for event in plan.new:
-                assert event.sequence is not None
-                seq = SEQ.pack(event.sequence)
-                key = prefix + seq
-                events.append((key, ENCODER.encode(event)))
-                ids.append((event_id_key(prefix, event.id), seq))
-                if isinstance(event.body, Text):
-                    texts.append((key, b""))
-                    if event.parent is None:
-                        replies.append((key, b""))  # a root, with no reply yet
-                if event.run_id is not None:
-                    if event.run_id != run_id:  # a batch is usually one run's: hash it once
-                        run_id, run_base = event.run_id, run_index_key(prefix, event.run_id)
-                    runs.append((run_base + seq, b""))
-            replies.extend(
-                (prefix + SEQ.pack(r), SEQ.pack(s)) for r, s in plan.first_replies.items()
-            )
-            if plan.state is not None:
-                runs.append((prefix, ENCODER.encode(plan.state)))
-            share = write.share
-            if share is not None and plan.sharing is not None:
-                key = sharing_key(prefix, share.viewer, plan.sharing.conversation)
-                puts[b"sharing"].append((key, ENCODER.encode(plan.sharing)))
             if plan.new:
-                _last, texts_before = self._counts[prefix]
+                prefix = self._prefixes[plan.write.session_id]
                 newest = plan.new[-1]
                 assert newest.sequence is not None and newest.timestamp is not None
-                self._counts[prefix] = (newest.sequence, texts_before + plan.texts)
+                self._last[prefix] = newest.sequence
+                self._texts[prefix] += plan.texts
                 touched[prefix] = (newest.timestamp - EPOCH) // MICROSECOND
-        for prefix, micros in touched.items():
-            last, text_rows = self._counts[prefix]
-            puts[b"meta"].append((prefix, META.pack(last, text_rows, micros)))
-        for name, items in puts.items():
-            if not items:
-                continue
+        events = sum(len(plan.new) for plan in plans)
+        for name in (b"events", b"ids", b"texts", b"replies", b"runs", b"sharing", b"meta"):
             cursor = self._txn.cursor(db=self._dbs[name])
-            _consumed, added = cursor.putmulti(items, overwrite=name != b"events")
-            if added != len(items):  # an event key taken: the meta record lags the events
-                raise CorruptRecordError(session_of(items[0][0]), 0, "an event key was taken")
+            rows = self._meta_rows(touched) if name == b"meta" else self._rows(name, plans)
+            added = cursor.putmulti(rows, overwrite=name != b"events")[1]
+            if name == b"events" and added != events:  # the meta record lags the events
+                raise CorruptRecordError(plans[0].write.session_id, 0, "an event key was taken")
+
+    def _meta_rows(self, touched: dict[bytes, int]) -> Iterator[tuple[bytes, bytes]]:
+        for prefix, micros in touched.items():
+            yield prefix, META.pack(self._last[prefix], self._texts[prefix], micros)
+
+    def _rows(self, name: bytes, plans: Sequence[WritePlan]) -> Iterator[tuple[bytes, bytes]]:
+        """Yield the records of sub-database ``name`` that ``plans`` store, in order."""
+        run: tuple[bytes, str] | None = None
+        run_base = b""
+        for plan in plans:
+            prefix = self._prefixes[plan.write.session_id]
+            for event in plan.new if name != b"sharing" else ():
+                assert event.sequence is not None
+                seq = SEQ.pack(event.sequence)
+                if name == b"events":
+                    yield prefix + seq, ENCODER.encode(event)
+                elif name == b"ids":
+                    yield event_id_key(prefix, event.id), seq
+                elif name == b"runs":
+                    if event.run_id is not None:
+                        if run != (prefix, event.run_id):  # a batch is usually one run's
+                            run = (prefix, event.run_id)
+                            run_base = run_index_key(prefix, event.run_id)
+                        yield run_base + seq, b""
+                elif isinstance(event.body, Text) and (name == b"texts" or event.parent is None):
+                    yield prefix + seq, b""  # texts; replies: a root, with no reply yet
+            if name == b"replies":
+                for root, reply in plan.first_replies.items():
+                    yield prefix + SEQ.pack(root), SEQ.pack(reply)
+            elif name == b"runs" and plan.state is not None:
+                yield prefix, ENCODER.encode(plan.state)
+            elif name == b"sharing" and plan.write.share is not None and plan.sharing:
+                key = sharing_key(prefix, plan.write.share.viewer, plan.sharing.conversation)
+                yield key, ENCODER.encode(plan.sharing)

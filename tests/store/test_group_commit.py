@@ -1,7 +1,7 @@
 """The group writer, driven through its ``run_group`` seam, and the planning of a group.
 
 The fake ``run_group`` records each group it is handed, may hold one (as if its commit
-were syncing) or fail it, and completes every future with the write's session id. A
+were syncing) or fail it, and answers every write with no events. A
 group is planned against a MemoryStore's data through a ``WriteTxn`` that records what
 it is asked.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator, Mapping, Sequence
-from concurrent.futures import Future
+from concurrent.futures import CancelledError, Future
 from datetime import UTC, datetime
 from typing import Any
 
@@ -52,16 +52,15 @@ class FakeGroups:
         self.hold = hold
         self.fail: BaseException | None = None
 
-    def __call__(self, items: list[Item]) -> None:
-        self.groups.append([write.session_id for write, _ in items])
+    def __call__(self, writes: list[Write]) -> list[list[Event] | BaseException]:
+        self.groups.append([write.session_id for write in writes])
         self.entered.set()
         if self.hold and len(self.groups) == 1:
             assert self.release.wait(10)
         if self.fail is not None:
             error, self.fail = self.fail, None
             raise error
-        for _, future in items:
-            future.set_result([])
+        return [[] for _ in writes]
 
 
 def closed() -> StoreClosedError:
@@ -84,9 +83,7 @@ def writer(fake: FakeGroups) -> Iterator[GroupWriter]:
 
 
 def put(writer: GroupWriter, session_id: str) -> Future[list[Event]]:
-    future: Future[list[Event]] = Future()
-    writer.put(check_write(session_id, []), future)
-    return future
+    return writer.submit(check_write(session_id, []))
 
 
 class TestGroupWriter:
@@ -148,6 +145,38 @@ class TestGroupWriter:
 
         assert ["b"] not in fake.groups
         assert "b" not in [name for group in fake.groups for name in group]
+
+    def test_a_thread_waiting_on_a_queued_write_wakes_when_it_is_cancelled(
+        self, writer: GroupWriter, fake: FakeGroups
+    ) -> None:
+        put(writer, "a")
+        assert fake.entered.wait(10)
+        queued = put(writer, "b")
+        woken: list[str] = []
+
+        def wait() -> None:
+            with pytest.raises(CancelledError):
+                queued.result(timeout=10)
+            woken.append("cancelled")
+
+        waiting = threading.Thread(target=wait)
+        waiting.start()
+
+        assert queued.cancel()
+        waiting.join(10)
+
+        assert ["cancelled"] == woken
+        fake.release.set()
+
+    def test_a_wait_on_a_write_still_queued_times_out(
+        self, writer: GroupWriter, fake: FakeGroups
+    ) -> None:
+        put(writer, "a")
+        assert fake.entered.wait(10)
+
+        with pytest.raises(TimeoutError):
+            put(writer, "b").result(timeout=0.01)
+        fake.release.set()
 
     def test_a_raising_group_fails_its_futures_and_the_writer_goes_on(
         self, writer: GroupWriter, fake: FakeGroups
