@@ -93,8 +93,6 @@ class ActorSupervisor:
         """Return the name of this Hub's next actor thread of ``kind``."""
         return f"{THREAD_PREFIX}{kind}-{next(self._thread_numbers)}"
 
-    # -- requests ----------------------------------------------------------------------
-
     def call(
         self, key: ActorKey, message: Request[T], fast: Callable[[Slot], T | None] | None = None
     ) -> T:
@@ -168,8 +166,6 @@ class ActorSupervisor:
                 session_id, self._options.max_restarts, self._options.restart_period
             )
 
-    # -- what the actors call ------------------------------------------------------------
-
     def has_subscribers(self, session_id: str) -> bool:
         """Whether ``session_id`` has a sharing actor or listeners. Cost: O(1), no lock."""
         return _sharing(session_id) in self._slots or session_id in self._listeners
@@ -212,8 +208,6 @@ class ActorSupervisor:
         for victim in victims:
             _stop(victim)
 
-    # -- listeners ---------------------------------------------------------------------
-
     def add_listener(self, session_id: str, listener: Listener) -> Callable[[], None]:
         """Push ``session_id``'s commits to ``listener``; return its remover (``HubClosed``)."""
         token = object()
@@ -235,8 +229,6 @@ class ActorSupervisor:
                 self._listeners[session_id] = listeners
             else:
                 del self._listeners[session_id]
-
-    # -- introspection and lifecycle ---------------------------------------------------
 
     def stats(self) -> HubStats:
         """As :meth:`Hub.stats`."""
@@ -280,8 +272,6 @@ class ActorSupervisor:
         if self._reaper is not None:
             self._reaper.join(timeout)
         _join(slots, deadline)
-
-    # -- internals ---------------------------------------------------------------------
 
     def _forget_locked(self, slot: Slot) -> bool:
         # Remove the slot (if it is still the current one); return whether it was.

@@ -117,10 +117,7 @@ class SessionManager:
         author: SessionAuthor = OPERATOR,
         **options: Unpack[ExecuteOptions],
     ) -> RunResult:
-        """:meth:`run_once` for asyncio code (see :meth:`aexecute_run`).
-
-        Cost: as :meth:`run_once`; the start steps run on a worker thread.
-        """
+        """:meth:`run_once` for asyncio code (see :meth:`aexecute_run`), started off the loop."""
         checked = rules.check_options(adapter, sync=False, **options)
         sync = aio.sync_store(store)
         run_id = await asyncio.to_thread(_start_once, sync, session_id, input, author)

@@ -90,9 +90,6 @@ class RunQueue:
             store: The store (or Hub) the runs live in.
             max_concurrent_runs: Most runs of one session executing at once (>= 1).
             max_queued_runs: Most runs of one session waiting for a slot (>= 0).
-
-        Raises:
-            ValidationError: A limit that is not an int in range.
         """
         for name, value, minimum in (
             ("max_concurrent_runs", max_concurrent_runs, 1),
@@ -115,14 +112,9 @@ class RunQueue:
         """Start a run of ``session_id`` now; execute it when its lane has a slot.
 
         ``input`` and ``options`` are those of ``SessionManager.run_once``; the future
-        resolves to the :class:`RunResult`, or raises what ``execute_run`` raised.
-
-        Raises:
-            QueueFull: ``max_queued_runs`` runs of the session already wait and every
-                slot is busy; nothing was written.
-            QueueClosed: The queue was closed; nothing was written (if it closed while
-                the input was being stored, the run is recorded as cancelled).
-            ValidationError: As ``SessionManager.run_once``; nothing was written.
+        resolves to the :class:`RunResult`, or raises what ``execute_run`` raised. Raises
+        ``QueueFull`` (every slot busy and ``max_queued_runs`` waiting) or ``QueueClosed``
+        with nothing written (a close while the input was stored cancels the run).
 
         Cost: one append (the input), under the session's submit lock (submits of one
         session take turns); does not block on the run.
@@ -182,10 +174,7 @@ class RunQueue:
             )
 
     def drain(self, timeout: float | None = None) -> bool:
-        """Wait up to ``timeout`` seconds (``None``: no bound) until no run waits or runs.
-
-        Returns ``True`` when the queue is empty, ``False`` when ``timeout`` passed first.
-        """
+        """Wait up to ``timeout`` s (``None``: no bound) until no run waits or runs; say if so."""
         with self._cond:
             return self._cond.wait_for(lambda: not self._lanes, timeout)
 
@@ -194,7 +183,6 @@ class RunQueue:
 
         Runs still running after ``timeout`` seconds are cancelled (their futures raise
         ``RunCancelled``; their adapters are abandoned); every driver thread is joined.
-
         Cost: one append per run cancelled; blocks up to ``timeout`` s (+ <= 100 ms).
         """
         with self._cond:

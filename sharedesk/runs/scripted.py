@@ -38,10 +38,6 @@ class ScriptedAdapter:
         """Create the adapter with its ``replies``, one per run, in order.
 
         ``author`` defaults to ``Agent(id=name, label=name)``.
-
-        Raises:
-            ValidationError: ``replies`` is not a sequence of ``str``, ``name`` is empty,
-                or ``author`` is not a ``SessionAuthor``.
         """
         if isinstance(replies, str) or not all(isinstance(r, str) for r in replies):
             raise ValidationError("replies must be a sequence of str")
@@ -67,10 +63,7 @@ class ScriptedAdapter:
     ) -> AdapterResult:
         """Record the call, emit the next reply as a ``Text`` and return it as the output.
 
-        Raises:
-            ValidationError: No reply is left.
-
-        Cost: one or two emits.
+        Raises ``ValidationError`` when no reply is left. Cost: one or two emits.
         """
         transcript = session.context.get("transcript")
         with self._lock:

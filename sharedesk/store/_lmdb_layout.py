@@ -106,8 +106,6 @@ def walk(
         yield sequence, value
 
 
-# -- the data file, as the open checks it ------------------------------------------
-
 #: The data file in an environment directory.
 DATA_FILE: Final = "data.mdb"
 

@@ -95,8 +95,6 @@ class StoreBase(ABC):
                 self._run_group, group_wait=group_wait, name=writer, closed_error=self._closed_error
             )
 
-    # -- writes ------------------------------------------------------------------------
-
     def submit(self, write: Write) -> Future[list[Event]]:
         """Queue ``write`` (built by ``check_write``, not checked again); the one write path.
 
@@ -229,8 +227,6 @@ class StoreBase(ABC):
 
         return remove
 
-    # -- the writer's side ---------------------------------------------------------------
-
     def _closed_error(self) -> StoreClosedError:
         return StoreClosedError(self._path)
 
@@ -270,8 +266,6 @@ class StoreBase(ABC):
             result = plan.result
             outcomes.append([private_copy(e) for e in result] if self.keeps_events else result)
         return outcomes
-
-    # -- reads -------------------------------------------------------------------------
 
     def _live(self) -> None:
         if self._closed:
@@ -399,8 +393,6 @@ class StoreBase(ABC):
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
-
-    # -- backend hooks (see the module header) -----------------------------------------
 
     @abstractmethod
     def _transact(self, work: Callable[[WriteTxn], T]) -> T: ...

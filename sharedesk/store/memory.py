@@ -116,8 +116,6 @@ class MemoryStore(StoreBase):
                     plan.sharing
                 )
 
-    # -- reads ---------------------------------------------------------------------------
-
     def _read(
         self, session_id: str, after: int, before: int | None, limit: int | None, newest_first: bool
     ) -> list[Event]:
