@@ -38,11 +38,7 @@ from sharedesk.protocol.views import (
 def initialized_state(conversation: Conversation, watermark: int) -> SharingState:
     """Return the state of a participant shown everything up to ``watermark`` (0: nothing).
 
-    Raises:
-        ValidationError: ``conversation`` is not a ``Conversation`` or ``watermark`` is
-            not an int of at least 0.
-
-    Cost: O(1); no reads, no writes.
+    Raises ``ValidationError`` for a malformed argument. Cost: O(1); no reads, no writes.
     """
     check_conversation(conversation, "conversation")
     check_int("watermark", watermark, minimum=0)
@@ -54,13 +50,9 @@ def note_present(state: SharingState, sequence: int) -> SharingState:
 
     The next delta does not offer that row back. ``state`` is never changed, and is
     returned itself when ``sequence`` is at or below the watermark or already present.
-
-    Raises:
-        ValidationError: ``state`` is not a ``SharingState`` or ``sequence`` not an int.
-        PresentSetTooLarge: ``state`` already holds more than ``PRESENT_SET_LIMIT``.
-        PresentSetOverflow: ``sequence`` would be one more than ``PRESENT_SET_LIMIT``.
-
-    Cost: O(PRESENT_SET_LIMIT) to copy the set; no reads, no writes.
+    Raises ``ValidationError`` for a malformed argument, ``PresentSetTooLarge`` when
+    ``state`` holds more than ``PRESENT_SET_LIMIT``, ``PresentSetOverflow`` when
+    ``sequence`` would be one more. Cost: O(PRESENT_SET_LIMIT) to copy the set; no reads, no writes.
     """
     _check_state(state)
     check_int("sequence", sequence)
@@ -84,13 +76,9 @@ def prepare_delta(
     entries at or below ``before`` dropped. ``before`` is exclusive and becomes the new
     watermark: the row at ``before`` is claimed as shown without being delivered.
 
-    Raises:
-        ValidationError: A malformed ``state``, ``query``, ``log`` or page.
-        PresentSetTooLarge: ``state`` holds more than ``PRESENT_SET_LIMIT`` sequences.
-        WatermarkRegression: ``query.before < state.watermark``.
-        PageError: As ``project_session`` (and ``LogReadError`` when the log raised).
-
-    Cost: the walk of :func:`rows_above_watermark` (none when a check above answers).
+    Raises ``WatermarkRegression`` when ``query.before < state.watermark``,
+    ``PresentSetTooLarge`` as :func:`note_present`, and as ``project_session``. Cost: the
+    walk of :func:`rows_above_watermark` (none when a check above answers).
     """
     _check_state(state)
     requested, bound, before = _check_sharing_query(query)

@@ -89,14 +89,9 @@ def start_session(
 ) -> Session:
     """Start a session (a fresh uuid4 hex id when ``None``) by appending ``SessionStarted``.
 
-    Starting it again with equal metadata is a no-op; the metadata key
-    ``"provider_sessions"`` is reserved.
-
-    Raises:
-        ValidationError: A bad session id or metadata, or the session was already
-            started with other metadata; nothing was written.
-
-    Cost: one append of one event, then one lookup of the session's state.
+    Starting it again with equal metadata is a no-op; with other metadata, or metadata
+    holding the reserved key ``"provider_sessions"``, it is ``ValidationError``. Cost: one
+    append of one event, then one lookup of the session's state.
     """
     session_id = uuid.uuid4().hex if session_id is None else check_session_id(session_id)
     if not isinstance(metadata, Mapping):
@@ -125,12 +120,7 @@ def start_run(
 
     ``input`` is a prompt string, or a list of ``{"role", "content"}`` dicts: role
     ``"user"`` is stored as a ``Text`` by ``author``, role ``"system"`` as a ``Text`` by
-    ``System(kind="prompt", label="system")``.
-
-    Raises:
-        ValidationError: A bad session id, input or author; nothing was written.
-
-    Cost: one append of ``len(input)`` events.
+    ``System(kind="prompt", label="system")``. Cost: one append of ``len(input)`` events.
     """
     check_session_id(session_id)
     run_id = rules.new_run_id(session_id)
@@ -160,14 +150,9 @@ def cancel_run(store: EventStore, session_or_run_id: str, run_id: str | None = N
     """Cancel a pending or running run: ``cancel_run(store, [session_id,] run_id)``.
 
     Appends its ``RunFinished(status="cancelled")``; a thread executing the run sees it
-    within 100 ms and raises ``RunCancelled``. Safe from any thread or process.
-
-    Raises:
-        RunNotFound: No such run (or ``session_id`` is not the run's session).
-        RunStateError: The run had already finished (``action="cancel"``, with the
-            status it finished with); nothing was written.
-
-    Cost: a read of the run's own events, then one append.
+    within 100 ms and raises ``RunCancelled``. Safe from any thread or process. Raises
+    ``RunNotFound`` (also when ``session_id`` is not the run's), or ``RunStateError`` with
+    the status a finished run finished with. Cost: a read of the run's events, one append.
     """
     if run_id is None:
         run_id = session_or_run_id
