@@ -61,6 +61,7 @@ class ActorSupervisor:
     """Starts, routes, passivates and restarts the actors of one Hub (thread-safe).
 
     Slots are created and removed under one lock; a request to a running actor takes none.
+    The store's threads call :meth:`committed` and :meth:`notice`, which never raise.
     """
 
     def __init__(self, store: HubStore, options: HubOptions, path: str | None) -> None:
@@ -96,11 +97,7 @@ class ActorSupervisor:
     def call(
         self, key: ActorKey, message: Request[T], fast: Callable[[Slot], T | None] | None = None
     ) -> T:
-        """Ask the actor named ``key`` (started if needed); ``fast`` may answer from its slot.
-
-        Raises what the handler raised, or ``HubClosed``, ``SessionFailed``,
-        ``ActorTimeout``, ``ActorCrashed`` (see ``Hub``).
-        """
+        """Ask the actor named ``key`` (started if needed); ``fast`` may answer from its slot."""
         for _attempt in range(_RESEND_ATTEMPTS):
             slot = self._acquire(key)
             try:
@@ -116,18 +113,12 @@ class ActorSupervisor:
         raise ActorCrashed(key.kind, key.session_id, "stopped before handling the request")
 
     def committed(self, session_id: str, events: list[Event]) -> None:
-        """Tell a commit to the session's publisher, if it has subscribers (``on_commit``).
-
-        O(1) without subscribers, else one told message; never waits, never raises.
-        """
+        """Tell a commit to the session's publisher, if it has subscribers; never waits."""
         if events and self.has_subscribers(session_id):
             self._tell(session_id, Committed(events=tuple(events)))
 
     def notice(self, session_id: str | None, last: int) -> None:
-        """Tell a following store's commit notice as ``CatchUp`` (``None``: every session).
-
-        O(1) without subscribers, else one told message; never raises (a failure is logged).
-        """
+        """Tell a following store's commit notice as ``CatchUp`` (``None``: every session)."""
         try:
             if session_id is None:
                 with self._lock:

@@ -260,10 +260,7 @@ class RunNotFound(RunError):
 
 
 class RunStateError(RunError):
-    """Raised when a run's ``status`` refuses an ``action``; nothing was written.
-
-    ``action`` is ``"cancel"`` (a finished run), ``"execute"`` (twice) or ``"emit"``.
-    """
+    """Raised when a run's ``status`` refuses an ``action`` (cancel, execute or emit); no write."""
 
     status: str
     action: str
@@ -351,10 +348,7 @@ class StoreClosedError(StoreError):
 
 
 class HubClosed(StoreClosedError):
-    """Raised when a Hub, or a handle, view or turn taken from it, is used after ``close()``.
-
-    Also raised to callers still waiting on an actor when the Hub closes.
-    """
+    """Raised when a Hub (or a handle or turn of it) is used, or waited on, after ``close()``."""
 
     _noun = "hub"
 
@@ -469,10 +463,7 @@ class SchemaTooNewError(StoreError):
 
 
 class StoreFormatError(StoreError):
-    """Raised at open when a store's file holds a format this code does not know (``found``).
-
-    The file is left as it was.
-    """
+    """Raised at open when a store's file holds a format this code does not know (``found``)."""
 
     path: str
     found: str
