@@ -58,14 +58,10 @@ class SessionManager:
 
         Raises:
             ValidationError: Not an adapter (or one whose ``execute`` is a coroutine
-                function), or a bad continuation, continuation_opts or timeout; nothing
-                was written and the run stays pending.
-            RunNotFound: No such run.
-            RunStateError: The run is not pending (already executed or cancelled).
-            RunTimeout: The adapter overran ``adapter_opts["timeout"]``; recorded as
-                ``"timeout"``; the adapter thread is abandoned.
-            RunFailed: The adapter raised (chained as ``__cause__``); recorded as ``"failed"``.
-            RunCancelled: ``cancel_run`` cancelled it while it ran.
+                function), or bad options; nothing was written, the run stays pending.
+            RunNotFound, RunStateError: No such run, or it is not pending.
+            RunTimeout, RunFailed, RunCancelled: The run ended so (as recorded); a
+                timed-out adapter's thread is abandoned.
 
         Cost: a read of the run's own events, one session lookup, for a replay the newest
         events its budget needs; one append each for ``RunStarted``, each emitted event

@@ -1,12 +1,8 @@
 """StoreBase: the one store base; backends supply only their own I/O.
 
 The public methods of every store are written, validated and documented here, once;
-``MemoryStore``, ``LmdbStore`` and ``PostgresStore`` implement the hooks at the end.
-
-One write path, ``submit``. The writer (the thread of :mod:`sharedesk.store._group_commit`,
-or with ``writer=None`` the caller's thread under the store's lock) runs each group of
-writes as one ``_transact`` of :func:`~sharedesk.store._group_commit.plan_group`; a group
-that fails with ``StoreFullError`` is retried one write per transaction.
+``MemoryStore``, ``LmdbStore`` and ``PostgresStore`` implement the hooks at the end. The
+one write path, ``submit``, is described in ``docs/architecture.md`` ("One write").
 
 Hooks, called with checked arguments on an open store: ``_transact(work)`` runs
 ``work(txn)`` in one write transaction and commits (perhaps again, in a fresh one, after
@@ -64,9 +60,10 @@ class StoreBase(ABC):
 
     Every public method checks its arguments first: a malformed one raises
     ``ValidationError``, and nothing is read or written. Once the store is closed, reads
-    and writes raise ``StoreClosedError`` (``submit``: through its future). A read never
-    writes; it raises ``CorruptRecordError`` for a damaged record and ``StoreIOError``
-    (the cause chained) when the backend fails.
+    and writes raise ``StoreClosedError`` (``submit``: through its future; a write waiting
+    as it closes too). Any method raises ``StoreIOError`` (the cause chained) when the
+    backend fails; a read never writes, and raises ``CorruptRecordError`` for a damaged
+    record.
 
     Args:
         path: Where the store lives, named in its errors (``None``: in memory).
@@ -153,8 +150,6 @@ class StoreBase(ABC):
             ConcurrencyError: ``expected_version`` differs from the last sequence.
             AlreadyStored: The event ``unless_stored`` names is stored.
             StoreFullError: The store may not grow to hold the events.
-            StoreClosedError: The store is closed (also when it closes while waiting).
-            StoreIOError: The backend failed; the cause is chained.
 
         Cost: a msgpack round trip per event, then blocks until the writer commits the
         group this write joins: one write transaction (durable backends: one sync shared
@@ -212,11 +207,8 @@ class StoreBase(ABC):
         ``new_events`` are private copies, in sequence order. A raising callback is logged
         (``store.callback_failed``); the others still run. A callback may read the store
         and submit writes, but must not wait for one (the writer would wait for itself).
-
-        Returns:
-            The function that removes the callback (idempotent).
-
-        Cost: O(1); each commit then costs one call per callback.
+        Returns the function that removes the callback (idempotent). Cost: O(1); each
+        commit then costs one call per callback.
         """
         with self._lock:
             self._callbacks = (*self._callbacks, callback)
