@@ -294,10 +294,7 @@ class StoreBase(ABC):
         return self._read(session_id, low, before, limit, newest_first)
 
     def last_sequence(self, session_id: str) -> int:
-        """Return the session's last sequence (0 for a session with no events).
-
-        Cost: one key read.
-        """
+        """Return the session's last sequence (0: no events). Cost: one key read."""
         return self._last_sequence(self._open(session_id))
 
     def log(self, session_id: str) -> StoreLog:
@@ -325,10 +322,7 @@ class StoreBase(ABC):
         return self._session_state(self._open(session_id))
 
     def run_events(self, session_id: str, run_id: str) -> list[Event]:
-        """Return the events carrying ``run_id``, oldest first.
-
-        Cost: one walk of the run index and one read per event of the run.
-        """
+        """Return the events carrying ``run_id``, oldest first. Cost: a run-index walk."""
         check_session_id(session_id)
         check_optional_str("run_id", run_id)
         self._live()
@@ -358,10 +352,7 @@ class StoreBase(ABC):
         return self._session_info(self._open(session_id))
 
     def session_infos(self) -> list[SessionInfo]:
-        """Return the :class:`SessionInfo` of every session holding events, sorted by id.
-
-        Cost: one walk of the sessions.
-        """
+        """Return every session's :class:`SessionInfo`, sorted by id. Cost: a walk of them."""
         self._live()
         return self._session_infos()
 
