@@ -38,9 +38,8 @@ from sharedesk.protocol.errors import (
     ValidationError,
 )
 from sharedesk.protocol.ports import SessionLog
-from sharedesk.protocol.validation import check_conversation, check_int
+from sharedesk.protocol.validation import check_conversation, check_int, check_optional_int
 from sharedesk.protocol.views import (
-    Conversation,
     LogMessage,
     Projection,
     SessionMessage,
@@ -72,7 +71,11 @@ def project_session(log: SessionLog, query: SessionQuery) -> Projection:
     stopping once no further row can change the answer; CPU O(n log n) in the n rows
     read; no writes, never blocks except inside ``log.read_before``.
     """
-    conversation, before, window = _check_query(query)
+    if not isinstance(query, SessionQuery):
+        raise ValidationError(f"query must be a SessionQuery, got {type(query).__name__}")
+    conversation = check_conversation(query.conversation, "query.conversation")
+    before = check_optional_int("query.before", query.before)
+    window = check_int("query.window", query.window, minimum=0)
     check_log(log)
     if window == 0:
         return Projection(messages=[], partial=False)
@@ -313,13 +316,3 @@ def check_log(log: object) -> None:
         raise ValidationError(
             f"log must be a SessionLog with a read_before method, got {type(log).__name__}"
         )
-
-
-def _check_query(query: object) -> tuple[Conversation, int | None, int]:
-    """Return the conversation, bound and window of a well-typed ``SessionQuery``."""
-    if not isinstance(query, SessionQuery):
-        raise ValidationError(f"query must be a SessionQuery, got {type(query).__name__}")
-    conversation = check_conversation(query.conversation, "query.conversation")
-    before = None if query.before is None else check_int("query.before", query.before)
-    window = check_int("query.window", query.window, minimum=0)
-    return conversation, before, window

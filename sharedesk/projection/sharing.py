@@ -81,7 +81,11 @@ def prepare_delta(
     walk of :func:`rows_above_watermark` (none when a check above answers).
     """
     _check_state(state)
-    requested, bound, before = _check_sharing_query(query)
+    if not isinstance(query, SharingQuery):
+        raise ValidationError(f"query must be a SharingQuery, got {type(query).__name__}")
+    requested = check_conversation(query.requested, "query.requested")
+    bound = check_conversation(query.bound, "query.bound")
+    before = check_int("query.before", query.before, minimum=0)
     check_log(log)
     conversation = state.conversation
     if requested != conversation or bound != conversation:
@@ -185,13 +189,3 @@ def _check_state(state: object) -> None:
         )
     if len(present) > PRESENT_SET_LIMIT:
         raise PresentSetTooLarge(PRESENT_SET_LIMIT, len(present))
-
-
-def _check_sharing_query(query: object) -> tuple[Conversation, Conversation, int]:
-    """Return the requested and bound conversations and the bound of a ``SharingQuery``."""
-    if not isinstance(query, SharingQuery):
-        raise ValidationError(f"query must be a SharingQuery, got {type(query).__name__}")
-    requested = check_conversation(query.requested, "query.requested")
-    bound = check_conversation(query.bound, "query.bound")
-    before = check_int("query.before", query.before, minimum=0)
-    return requested, bound, before
