@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 from typing import Any, Self, Unpack
 
 from sharedesk.protocol._log import logger
-from sharedesk.protocol.errors import QueueClosed, QueueFull, ValidationError
+from sharedesk.protocol.errors import QueueClosed, QueueFull
 from sharedesk.protocol.ports import EventStore
-from sharedesk.protocol.validation import check_session_id
+from sharedesk.protocol.validation import check_int, check_session_id
 from sharedesk.runs import execute
 from sharedesk.runs.rules import ExecuteOptions, RunOptions, check_options
 from sharedesk.runs.types import Adapter, Run, RunQueueStatus, RunResult
@@ -91,12 +91,8 @@ class RunQueue:
             max_concurrent_runs: Most runs of one session executing at once (>= 1).
             max_queued_runs: Most runs of one session waiting for a slot (>= 0).
         """
-        for name, value, minimum in (
-            ("max_concurrent_runs", max_concurrent_runs, 1),
-            ("max_queued_runs", max_queued_runs, 0),
-        ):
-            if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-                raise ValidationError(f"{name} must be an int >= {minimum}, got {value!r}")
+        check_int("max_concurrent_runs", max_concurrent_runs, minimum=1)
+        check_int("max_queued_runs", max_queued_runs)
         self._store = store
         self._max_concurrent = max_concurrent_runs
         self._max_queued = max_queued_runs
