@@ -54,12 +54,9 @@ class ActorKey(msgspec.Struct, frozen=True):
 
 
 class ViewSnapshot(msgspec.Struct, frozen=True):
-    """The newest view a projector computed, published for the Hub's lock-free reads.
+    """A projector's newest ``projection`` for ``window``, of every event up to ``through``.
 
-    Attributes:
-        window: The window it was computed for.
-        through: The session's last sequence it reflects (every event up to it).
-        projection: The view.
+    Published in the slot for the Hub's lock-free reads.
     """
 
     window: int

@@ -6,9 +6,8 @@
 * ``emit`` buffers a ``TextDelta`` and returns it unstamped; chunks are appended with the
   run's next other event, or once ``STREAM_FLUSH_S`` old or ``STREAM_FLUSH_CHUNKS`` many.
 * Cancellation crosses threads through the store: the executing thread polls the
-  session's state (5 ms, doubling to 100 ms) for the run's ``RunFinished``.
-* The adapter runs on a daemon worker thread, so a timeout or a cancel returns promptly;
-  an adapter still running then is abandoned, and each event it emits is refused.
+  session's state (5 ms, doubling to 100 ms) for the run's ``RunFinished``. An adapter
+  still running after a timeout or a cancel is abandoned; each event it emits is refused.
 """
 
 from __future__ import annotations

@@ -7,8 +7,6 @@
   ``<hex>.started``, ``<hex>.finished``): the store keeps the first ``<hex>.finished``
   and returns it to any later writer, so a cancel racing a timeout or a completion has
   exactly one winner, and every loser learns who won (the ``writer`` token).
-* :func:`check_options` refuses what a run cannot be served with before anything is
-  written, so a refused run leaves no input row behind.
 """
 
 from __future__ import annotations

@@ -179,16 +179,11 @@ class _Meta(NamedTuple):
 
 def _committed_meta(head: bytes, size: int) -> _Meta | str:
     """Parse both meta pages from the file's first bytes; return the committed one, or why not."""
-    header = next(
-        (
-            size_
-            for size_ in _LAYOUTS
-            if len(head) >= size_ + _META_PAGE.size
-            and _META_PAGE.unpack_from(head, size_)[0] == _MAGIC
-        ),
-        None,
-    )
-    if header is None:
+    for header in _LAYOUTS:
+        fits = len(head) >= header + _META_PAGE.size
+        if fits and _META_PAGE.unpack_from(head, header)[0] == _MAGIC:
+            break
+    else:
         return f"no LMDB meta page at the start ({size} bytes)"
     version = _LAYOUTS[header]
     page_size = _META_PAGE.unpack_from(head, header)[4]
