@@ -74,7 +74,7 @@ class Slot:
 
     key: ActorKey
     last_used: float  # time.monotonic() at the end of the last request
-    ref: pykka.ActorRef[HubActor] | None = None  # None until started
+    ref: pykka.ActorRef[HubActor] = field(init=False)  # set as it starts, before it is kept
     thread: threading.Thread | None = None  # set by the actor as it starts; joined at close
     pins: list[None] = field(default_factory=list)  # one per request in flight: kept running
     touched: bool = False  # used since CLOCK last passed it over (its reference bit)

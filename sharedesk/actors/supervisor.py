@@ -103,7 +103,6 @@ class ActorSupervisor:
             try:
                 if fast is not None and (hit := fast(slot)) is not None:
                     return hit
-                assert slot.ref is not None
                 answer: T = self._wait(slot.ref.ask(message, block=False), slot)
                 return answer
             except pykka.ActorDeadError:
@@ -140,7 +139,6 @@ class ActorSupervisor:
             except (HubClosed, SessionFailed):
                 return
             try:
-                assert slot.ref is not None
                 slot.ref.tell(message)
                 return
             except pykka.ActorDeadError:
@@ -165,7 +163,7 @@ class ActorSupervisor:
         """Push committed events to the sharing actor and listeners (one raising is dropped)."""
         push = Push(events=events)
         sharing = self._slots.get(_sharing(session_id))
-        if sharing is not None and sharing.ref is not None:
+        if sharing is not None:
             with contextlib.suppress(pykka.ActorDeadError):  # a fresh one rebuilds
                 sharing.ref.tell(push)
         for token, listener in list(self._listeners.get(session_id, {}).items()):
@@ -346,8 +344,7 @@ class ActorSupervisor:
             except pykka.Timeout:
                 if self.closed:
                     raise HubClosed(self._path) from None
-                ref = slot.ref
-                if ref is not None and not ref.is_alive():
+                if not slot.ref.is_alive():
                     # Stopped: pykka answers what is left in the inbox as it ends. No
                     # answer by then means the request came after: never handled.
                     try:
@@ -389,9 +386,6 @@ def _sharing(session_id: str) -> ActorKey:
 
 
 def _stop(slot: Slot) -> pykka.Future[bool] | None:
-    # Ask the actor to stop after what is queued.
-    if slot.ref is None:
-        return None
     try:
         return slot.ref.stop(block=False)
     except pykka.ActorDeadError:  # stopped already
@@ -399,14 +393,10 @@ def _stop(slot: Slot) -> pykka.Future[bool] | None:
 
 
 def _running(slot: Slot) -> bool:
-    thread = slot.thread
-    return (slot.ref is not None and slot.ref.is_alive()) or (
-        thread is not None and thread.is_alive()
-    )
+    return slot.ref.is_alive() or (slot.thread is not None and slot.thread.is_alive())
 
 
 def _join(slots: list[Slot], deadline: float) -> None:
-    # Stop the actors of slots and wait for their threads to end, until deadline.
     stopping = [(slot, _stop(slot)) for slot in slots]
     current = threading.current_thread()
     for slot, future in stopping:

@@ -325,13 +325,9 @@ class MessageFold:
 
     def _continued_by(self, event: Event) -> _Stream | None:
         stream = self.stream
-        if (
-            stream is not None
-            and same_participant(stream.author, event.author)
-            and stream.run_id == event.run_id
-        ):
-            return stream
-        return None
+        if stream is None or stream.run_id != event.run_id:
+            return None
+        return stream if same_participant(stream.author, event.author) else None
 
     def _close(self) -> None:
         if self.stream is not None:

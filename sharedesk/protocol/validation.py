@@ -233,11 +233,7 @@ def check_event_sequence(events: Any) -> Sequence[Event]:
     """Return ``events`` if it is a batch: a sequence, not a lone event or text (not its items)."""
     if type(events) is list:
         return events
-    if (
-        isinstance(events, Event)
-        or not isinstance(events, Sequence)
-        or isinstance(events, str | bytes)
-    ):
+    if isinstance(events, Event | str | bytes) or not isinstance(events, Sequence):
         raise ValidationError(f"events must be a sequence of Event, got {type(events).__name__}")
     return cast(Sequence[Event], events)
 
