@@ -153,15 +153,13 @@ class Turn(TurnFields):
         """Append the reply and advance the viewer's sharing state in one durable step.
 
         The watermark moves to the session's last sequence when the turn was planned;
-        the reply is noted as present, so it is never offered back to the viewer.
+        the reply is noted as present, so it is never offered back to the viewer. Returns
+        the stored reply, or ``None``.
 
         Args:
             reply: ``None`` (just advance), a ``str`` posted by the viewer in the turn's
                 conversation (in a thread: a reply to its root), or an ``Event`` written
                 by the viewer.
-
-        Returns:
-            The stored reply, or ``None``.
 
         Raises:
             SharingStateConflict: Another turn of the same viewer and conversation changed

@@ -1,12 +1,8 @@
 """The supervisor of a Hub's pykka actors: slots, routing, CLOCK passivation, restarts.
 
-Routing: a request pins its actor (``Slot.pins``, an atomic list append, no lock) so it
-is not passivated under it; one its actor never handled (pykka answered
-``ActorDeadError``, or the actor stopped first) is resent to a fresh one. Supervision:
-see :mod:`sharedesk.actors._base`. Passivation: past ``max_active`` actors, an idle one
-chosen by CLOCK stops; with ``idle_timeout`` a reaper stops the unused ones; a session
-actor with listeners is kept. Every wait is bounded by ``ask_timeout`` and taken in
-slices of ``_POLL`` seconds (``HubClosed`` as soon as the supervisor closes).
+The policy is ``docs/architecture.md``'s ("The actors"), supervision is described in
+:mod:`sharedesk.actors._base`. A request its actor never handled (pykka answered
+``ActorDeadError``, or the actor stopped first) is resent to a fresh one.
 """
 
 from __future__ import annotations

@@ -119,14 +119,13 @@ class Projection(msgspec.Struct, frozen=True):
 class SharingState(msgspec.Struct, frozen=True):
     """What one participant has been shown of one conversation.
 
+    Built or decoded with more than ``PRESENT_SET_LIMIT`` present sequences, it raises
+    ``PresentSetTooLarge``.
+
     Attributes:
         conversation: The conversation the state tracks.
         watermark: Highest sequence up to which everything was shown.
         present_above_watermark: Later rows the participant already has (its own replies).
-
-    Raises:
-        PresentSetTooLarge: When built or decoded with more than ``PRESENT_SET_LIMIT``
-            present sequences.
     """
 
     conversation: Conversation

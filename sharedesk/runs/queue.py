@@ -134,12 +134,8 @@ class RunQueue:
                     lane.reserved -= 1
                     self._forget_if_idle(session_id)
                 raise
-            job = _Job(
-                run=run,
-                adapter=adapter,
-                options=checked,
-                future=RunFuture(run.id, session_id, lambda: self._stop(job)),
-            )
+            future = RunFuture(run.id, session_id, lambda: self._stop(job))
+            job = _Job(run, adapter, checked, future)
             with self._cond:
                 lane.reserved -= 1
                 closed = self._closed

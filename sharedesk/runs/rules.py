@@ -231,9 +231,8 @@ def check_options(
     viewer = (
         Agent(id=name, label=name) if author is None else check_author(author, "adapter.author")
     )
-    if continuation is not False and (
-        not isinstance(continuation, str) or continuation not in CONTINUATION_MODES
-    ):
+    known = isinstance(continuation, str) and continuation in CONTINUATION_MODES
+    if continuation is not False and not known:
         raise ValidationError(
             f"continuation must be False, 'auto', 'replay' or 'native', got {continuation!r}"
         )
