@@ -2,10 +2,9 @@
 
 How the walk works (read this before changing this file or ``sharing.py``):
 
-* ``_LogWalk`` is the ONE place that reads a host log; both folds iterate it. Reads start
-  at ``MIN_PAGE`` rows and double up to ``PAGE_SIZE``, never past ``SCAN_LIMIT`` in all.
-  Each page is validated whole, in the contract's order, before any of its rows is handed
-  out, and the next page is read only when a row beyond the current one is asked for.
+* ``_LogWalk`` is the ONE place that reads a host log; both folds iterate it. Each page
+  is validated whole, in the contract's order, before any of its rows is handed out,
+  and the next page is read only when a row beyond the current one is asked for.
 * Row order costs one comparison per row: every earlier row of the walk lies at or above
   the cursor or above the previous row, so a row strictly below both cannot repeat one.
   Only a row that fails it is searched for among the rows seen, to name the broken rule.

@@ -251,11 +251,7 @@ def _read(
         if limit is not None and not budget.bounded and exclude_run_id is None:
             want = limit - len(kept)  # the newest ``limit`` events: one read
         rows = store.read(session_id, before=before, limit=want, newest_first=True)
-        if not rows:
-            break
-        for event in rows:
-            if exclude_run_id is None or event.run_id != exclude_run_id:
-                kept.append(event)
+        kept.extend(e for e in rows if exclude_run_id is None or e.run_id != exclude_run_id)
         if limit is not None and len(kept) >= limit:
             del kept[limit:]
             break
