@@ -97,15 +97,8 @@ def plan_turn(
     if messages is None:
         window = SessionQuery(conversation=conversation, before=last + 1, window=SESSION_WINDOW)
         messages = project_session(log, window).messages
-    return TurnPlan(
-        conversation=conversation,
-        messages=messages,
-        reason=reason,
-        expected_state=state,
-        next_state=SharingState(
-            conversation=conversation, watermark=last, present_above_watermark=carried
-        ),
-    )
+    next_state = SharingState(conversation, last, carried)
+    return TurnPlan(conversation, messages, reason, expected_state=state, next_state=next_state)
 
 
 class CachedView(msgspec.Struct, frozen=True):

@@ -365,13 +365,7 @@ class Execution:
                 if output is None:
                     texts = [e.body.content for e in self.emitted if isinstance(e.body, Text)]
                     output = texts[-1] if texts else None
-                return RunResult(
-                    output=output,
-                    token_usage=usage,
-                    events=list(self.emitted),
-                    session_id=self.session_id,
-                    run_id=self.run_id,
-                )
+                return RunResult(output, usage, list(self.emitted), self.session_id, self.run_id)
         finished = self.finished
         assert finished is not None
         log.info("run.finished_elsewhere", status=finished.status)

@@ -28,12 +28,8 @@ sub-databases and the format record (see ``_lmdb_env``). The records and the id,
 and sharing keys are :mod:`sharedesk.protocol.records`'s.
 
 LMDB trusts its file, so the open checks it first with plain file I/O, never through the
-map: a file shorter than its committed meta page says would raise SIGBUS at the first
-read of a missing page (:func:`check_data_file`), and a cursor that steps from a branch
-onto a page that is not a leaf trips LMDB's assertion, SIGABRT (:func:`tree_problem`);
-both are ``CorruptRecordError`` instead. What the branch walk does not read (the nodes
-inside a leaf, overflow pages) LMDB still trusts. An empty ``data.mdb`` is a new
-environment (LMDB creates the file empty and writes its metas).
+map (:func:`check_data_file`, :func:`tree_problem`): damage LMDB would meet as SIGBUS or
+SIGABRT is ``CorruptRecordError`` instead. An empty ``data.mdb`` is a new environment.
 """
 
 from __future__ import annotations
@@ -212,7 +208,7 @@ def _committed_meta(head: bytes, size: int) -> _Meta | str:
 
 
 def check_data_file(path: str, *, full: bool = False) -> None:
-    """Refuse a data file that LMDB could not read without a signal.
+    """Refuse a data file that LMDB could not read without a signal (SIGBUS: a missing page).
 
     A file shorter than its committed meta page says is refused unless py-lmdb's offline
     verifier finds every page in use within it (LMDB may leave free pages unwritten);
@@ -301,9 +297,11 @@ def _walk_tree(
 def tree_problem(path: str) -> str | None:
     """Say what is wrong with the pages LMDB steps through without checking them, or None.
 
-    Every branch page of the committed trees is read, and the header of every page it
-    points at checked (its number, branch or leaf, bounds); leaves are not read, except
-    the main database's. Cost: about 0.3 ms per MB of small events.
+    A cursor stepping from a branch onto a page that is not a leaf trips LMDB's assertion
+    (SIGABRT). Every branch page of the committed trees is read, and the header of every
+    page it points at checked (its number, branch or leaf, bounds); leaves are not read,
+    except the main database's; nodes inside a leaf and overflow pages LMDB still trusts.
+    Cost: about 0.3 ms per MB of small events.
     """
     with _data_file(path) as opened:
         if opened is None:
