@@ -133,13 +133,9 @@ def start_run(
 
 def finish(store: Any, run_id: str, body: RunFinished) -> tuple[Event, bool]:
     """Append the run's ``RunFinished``; return it as stored and whether ours won."""
-    writer = uuid.uuid4().hex
+    writer, event_id = uuid.uuid4().hex, rules.finished_id(run_id)
     event = Event(
-        rules.LIFECYCLE_AUTHOR,
-        body,
-        id=rules.finished_id(run_id),
-        run_id=run_id,
-        metadata={"writer": writer},
+        rules.LIFECYCLE_AUTHOR, body, id=event_id, run_id=run_id, metadata={"writer": writer}
     )
     stored = run_index(store).append(rules.parse_run_id(run_id)[1], [event])[0]
     return stored, stored.metadata.get("writer") == writer

@@ -97,14 +97,9 @@ def input_events(run_id: str, input: Any, author: Any) -> list[Event]:
         if not isinstance(content, str):
             raise ValidationError(f"{where}.content must be a str, got {type(content).__name__}")
         writer = SYSTEM_PROMPT_AUTHOR if role == "system" else asker
+        row_id = input_id(run_id, index)
         events.append(
-            Event(
-                writer,
-                Text(content),
-                id=input_id(run_id, index),
-                run_id=run_id,
-                metadata={"role": role},
-            )
+            Event(writer, Text(content), id=row_id, run_id=run_id, metadata={"role": role})
         )
     return events
 
@@ -263,13 +258,8 @@ def check_options(
         raise ValidationError(
             f"adapter_opts['timeout'] must be a positive number of seconds, got {timeout!r}"
         )
-    return RunOptions(
-        viewer=viewer,
-        continuation=continuation,
-        budget=budget,
-        timeout=None if timeout is None else float(timeout),
-        opts={} if opts is NO_OPTS else opts,
-    )
+    seconds = None if timeout is None else float(timeout)
+    return RunOptions(viewer, continuation, budget, seconds, {} if opts is NO_OPTS else opts)
 
 
 def plan_claim(
