@@ -98,14 +98,9 @@ def prepare_delta(
     walked = rows_above_watermark(log, before, watermark)
     if isinstance(walked, Reinitialize):
         return walked
-    return Delta(
-        messages=delta_messages(walked, state, conversation),
-        next_state=SharingState(
-            conversation,
-            before,
-            frozenset(seq for seq in state.present_above_watermark if seq > before),
-        ),
-    )
+    carried = frozenset(seq for seq in state.present_above_watermark if seq > before)
+    next_state = SharingState(conversation, before, carried)
+    return Delta(messages=delta_messages(walked, state, conversation), next_state=next_state)
 
 
 def delta_messages(

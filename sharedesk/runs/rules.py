@@ -278,15 +278,8 @@ def plan_claim(
     model = getattr(adapter, "model", None)
     if not isinstance(model, str):
         model = stored.get("model") if mode == "native" else None
-    claim = Event(
-        LIFECYCLE_AUTHOR,
-        RunStarted(
-            provider=adapter.name,
-            model=model,
-            provider_session_id=continued if mode == "native" else None,
-        ),
-        id=started_id(run.id),
-        run_id=run.id,
-        metadata={"writer": uuid.uuid4().hex},
-    )
+    provider_session = continued if mode == "native" else None
+    body = RunStarted(provider=adapter.name, model=model, provider_session_id=provider_session)
+    token = {"writer": uuid.uuid4().hex}
+    claim = Event(LIFECYCLE_AUTHOR, body, id=started_id(run.id), run_id=run.id, metadata=token)
     return claim, mode
