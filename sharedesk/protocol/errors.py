@@ -108,16 +108,9 @@ class SharedeskError(Exception):
             if not name.startswith("_") and "ClassVar" not in str(annotation)
         )
         cls._figures = tuple(names)
-        cls.__signature__ = inspect.Signature(
-            [
-                inspect.Parameter(
-                    name,
-                    inspect.Parameter.POSITIONAL_OR_KEYWORD,
-                    default=getattr(cls, name, inspect.Parameter.empty),
-                )
-                for name in names
-            ]
-        )
+        kind, empty = inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.empty
+        parameters = [inspect.Parameter(n, kind, default=getattr(cls, n, empty)) for n in names]
+        cls.__signature__ = inspect.Signature(parameters)
 
     def __reduce__(self) -> str | tuple[Any, ...]:
         if not self._figures:

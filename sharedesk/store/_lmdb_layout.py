@@ -71,13 +71,8 @@ def session_of(key: bytes) -> str:
 
 def decode_info(session_id: str, raw: bytes) -> SessionInfo:
     """Return the :class:`SessionInfo` a meta record holds."""
-    last, texts, micros = META.unpack(raw)
-    return SessionInfo(
-        session_id=session_id,
-        last_sequence=last,
-        text_count=texts,
-        last_activity=EPOCH + micros * MICROSECOND,
-    )
+    last_sequence, text_count, micros = META.unpack(raw)
+    return SessionInfo(session_id, last_sequence, text_count, EPOCH + micros * MICROSECOND)
 
 
 def walk(
