@@ -174,18 +174,11 @@ def _finish(
     messages, open_text, open_run = fold.finish()
     kept, still_cut = truncate(messages, cut_calls, budget)
     sequences = [event.sequence for event in events if event.sequence is not None]
-    return Transcript(
-        session_id=session_id,
-        messages=kept,
-        last_sequence=max(sequences, default=last_sequence),
-        last_timestamp=latest([last_timestamp, *(event.timestamp for event in events)]),
-        _fold=TranscriptFold(
-            viewer=None if fold.viewer is None else author_key(fold.viewer),
-            open_text=open_text,
-            open_run_id=open_run,
-            cut_pending_calls=tuple(still_cut),
-        ),
-    )
+    last = max(sequences, default=last_sequence)
+    newest = latest([last_timestamp, *(event.timestamp for event in events)])
+    viewer = None if fold.viewer is None else author_key(fold.viewer)
+    stopped = TranscriptFold(viewer, open_text, open_run, tuple(still_cut))
+    return Transcript(session_id, kept, last, newest, _fold=stopped)
 
 
 def _resume(transcript: Transcript, viewer: SessionAuthor | None) -> tuple[MessageFold, list[str]]:
