@@ -16,6 +16,7 @@ always write ``msgspec.ValidationError`` in full: ours has the same name.
 from __future__ import annotations
 
 import inspect
+import string
 from typing import Any, ClassVar, dataclass_transform
 
 __all__ = [
@@ -62,17 +63,6 @@ __all__ = [
 ]
 
 
-class _Figures(dict[str, Any]):
-    """What a template is formatted with: the error's attributes and properties."""
-
-    def __init__(self, error: SharedeskError) -> None:
-        super().__init__()
-        self.error = error
-
-    def __missing__(self, name: str) -> Any:
-        return getattr(self.error, name)
-
-
 @dataclass_transform()
 class SharedeskError(Exception):
     """Base class of every error raised by sharedesk."""
@@ -95,7 +85,8 @@ class SharedeskError(Exception):
         bound.apply_defaults()
         for name, value in bound.arguments.items():
             setattr(self, name, value)
-        super().__init__(self.template.format_map(_Figures(self)))
+        named = {name for _, name, _, _ in string.Formatter().parse(self.template) if name}
+        super().__init__(self.template.format(**{name: getattr(self, name) for name in named}))
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
