@@ -361,9 +361,8 @@ ANA = Person(id="ana", label="Ana")
 TRIAGE = Agent(id="triage", label="Triage")
 RESEARCHER = Agent(id="researcher", label="Researcher")
 
-#: One round after the operator's opening and Ana's ticket (a thread root): who acts,
-#: where, and what they write (``{t}``: the ticket). Ana posts; the agents each take a
-#: turn (``hub.turn``) and commit their reply.
+#: One round after the operator's opening and Ana's ticket (a thread root): who acts, in
+#: the thread or not, and what they write (``{t}``: the ticket).
 _ROUND: Final = (
     (TRIAGE, False, "On it: ticket #{t} goes to Researcher. Details in the thread."),
     (RESEARCHER, True, "Ticket #{t}: the EU gateway times out; a retry with backoff fixes it."),

@@ -466,8 +466,7 @@ def _check_options(store_class: type, first: str, options: dict[str, Any]) -> No
         for p in params
         if p.name != first and p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)
     )
-    unknown = sorted(name for name in options if name not in named)
-    if unknown:
+    if unknown := sorted(name for name in options if name not in named):
         raise ValidationError(
             f"unknown options {unknown}: Hub options are {sorted(HUB_OPTION_NAMES)}, "
             f"store options {named}"

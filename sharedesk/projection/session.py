@@ -176,10 +176,7 @@ def _oldest_first(kept: list[int], found: dict[int, LogMessage]) -> list[LogMess
 
 
 class _LogWalk:
-    """A validated walk over a host log, newest first, bounded by ``SCAN_LIMIT`` rows.
-
-    Iterate it once; then ``ended`` says whether the log ran out (see ``limited``).
-    """
+    """A validated walk over a host log, newest first, bounded by ``SCAN_LIMIT`` rows."""
 
     __slots__ = ("_before", "_log", "ended", "scanned")
 

@@ -76,10 +76,7 @@ class _Lane:
 
 
 class RunQueue:
-    """Executes submitted runs per session, FIFO, at most ``max_concurrent_runs`` at once.
-
-    Thread-safe; a context manager (``close()`` on exit).
-    """
+    """Executes each session's runs FIFO, at most ``max_concurrent_runs`` at once; thread-safe."""
 
     def __init__(
         self, store: EventStore, *, max_concurrent_runs: int = 1, max_queued_runs: int = 100
