@@ -307,10 +307,9 @@ def run_inspect(console: Output, location: str, session_id: str | None, *, as_js
             for i in store.session_infos()
         ]
     if as_json:
+        keys = ("session", "events", "messages", "last_activity")
         for row in rows:
-            console.json(
-                dict(zip(("session", "events", "messages", "last_activity"), row, strict=True))
-            )
+            console.json(dict(zip(keys, row, strict=True)))
         return
     console.line(f"sessions in {shown(location)}")
     cells = [(sid, f"{n:,}", f"{texts:,}", f"{at:%Y-%m-%d %H:%M:%S}") for sid, n, texts, at in rows]
