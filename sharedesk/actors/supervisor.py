@@ -334,9 +334,8 @@ class ActorSupervisor:
         timeout = self._options.ask_timeout
         deadline = time.monotonic() + timeout
         while True:
-            remaining = deadline - time.monotonic()
             try:
-                return future.get(timeout=max(0.0, min(remaining, _POLL)))
+                return future.get(timeout=max(0.0, min(deadline - time.monotonic(), _POLL)))
             except pykka.Timeout:
                 if self.closed:
                     raise HubClosed(self._path) from None
@@ -348,8 +347,7 @@ class ActorSupervisor:
                     except pykka.Timeout:
                         raise pykka.ActorDeadError(f"{slot.key.kind} actor stopped") from None
                 if time.monotonic() >= deadline:
-                    key = slot.key
-                    raise ActorTimeout(key.kind, key.session_id, timeout) from None
+                    raise ActorTimeout(slot.key.kind, slot.key.session_id, timeout) from None
 
     def _reap(self) -> None:
         idle = self._options.idle_timeout
@@ -396,10 +394,9 @@ def _join(slots: list[Slot], deadline: float) -> None:
     stopping = [(slot, _stop(slot)) for slot in slots]
     current = threading.current_thread()
     for slot, future in stopping:
-        remaining = max(0.0, deadline - time.monotonic())
         if future is not None:
             try:
-                future.get(timeout=remaining)
+                future.get(timeout=max(0.0, deadline - time.monotonic()))
             except pykka.Timeout:
                 _log.warning(
                     "actor.stop_timeout", actor=slot.key.kind, session_id=slot.key.session_id

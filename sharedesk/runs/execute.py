@@ -318,8 +318,7 @@ class Execution:
             finally:
                 self.done.set()
 
-        name = f"sharedesk-run-{self.run_id[:8]}"
-        worker = threading.Thread(target=work, name=name, daemon=True)
+        worker = threading.Thread(target=work, name=f"sharedesk-run-{self.run_id[:8]}", daemon=True)
         worker.start()
         try:
             return self._wait(timeout)

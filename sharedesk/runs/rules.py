@@ -281,5 +281,4 @@ def plan_claim(
     provider_session = continued if mode == "native" else None
     body = RunStarted(provider=adapter.name, model=model, provider_session_id=provider_session)
     token = {"writer": uuid.uuid4().hex}
-    claim = Event(LIFECYCLE_AUTHOR, body, id=started_id(run.id), run_id=run.id, metadata=token)
-    return claim, mode
+    return Event(LIFECYCLE_AUTHOR, body, id=started_id(run.id), run_id=run.id, metadata=token), mode

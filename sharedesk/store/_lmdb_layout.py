@@ -65,8 +65,7 @@ def session_prefix(session_id: str) -> bytes:
 
 def session_of(key: bytes) -> str:
     """Return the session id a key (of any database) starts with."""
-    length = int.from_bytes(key[:2], "big")
-    return key[2 : 2 + length].decode("utf-8")
+    return key[2 : 2 + int.from_bytes(key[:2], "big")].decode("utf-8")
 
 
 def decode_info(session_id: str, raw: bytes) -> SessionInfo:
