@@ -262,10 +262,7 @@ def _checked_page(
 
 
 def _raise_order_error(
-    rows: Sequence[LogMessage],
-    index: int,
-    before: int | None,
-    seen: list[Sequence[LogMessage]],
+    rows: Sequence[LogMessage], index: int, before: int | None, seen: list[Sequence[LogMessage]]
 ) -> None:
     """Raise the first order rule that ``rows[index]`` breaks (it breaks at least one)."""
     seq = rows[index].sequence
