@@ -460,12 +460,9 @@ def _open_store(
 
 
 def _check_options(store_class: type, first: str, options: dict[str, Any]) -> None:
+    kinds = (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
     params = inspect.signature(store_class).parameters.values()
-    named = sorted(
-        p.name
-        for p in params
-        if p.name != first and p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)
-    )
+    named = sorted(p.name for p in params if p.name != first and p.kind in kinds)
     if unknown := sorted(name for name in options if name not in named):
         raise ValidationError(
             f"unknown options {unknown}: Hub options are {sorted(HUB_OPTION_NAMES)}, "

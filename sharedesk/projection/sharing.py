@@ -124,13 +124,10 @@ def delta_messages(
     candidates: set[int] = set()
     for row in rows:
         seq = row.sequence
-        if (
-            row.desk != desk
-            or is_blank(row.content)
-            or seq in present
-            or (viewer is not None and same_participant(row.author, viewer))
-        ):
+        if row.desk != desk or is_blank(row.content) or seq in present:
             continue
+        if viewer is not None and same_participant(row.author, viewer):
+            continue  # the viewer's own row
         if root is not None:
             if seq == root or row.parent == root:
                 picked.append(row)

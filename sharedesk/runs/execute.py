@@ -257,10 +257,8 @@ class Execution:
             if not self.chunks:
                 self.chunks_since = now
             self.chunks.append(event)
-            if (
-                len(self.chunks) >= rules.STREAM_FLUSH_CHUNKS
-                or now - self.chunks_since >= rules.STREAM_FLUSH_S
-            ):
+            full = len(self.chunks) >= rules.STREAM_FLUSH_CHUNKS
+            if full or now - self.chunks_since >= rules.STREAM_FLUSH_S:
                 self._store([])
             return event
 
