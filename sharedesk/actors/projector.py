@@ -96,8 +96,7 @@ class ProjectorActor(HubActor):
         session_id = self.key.session_id
         key = (ask.limit, *sorted((k, v) for k, v in ask.budgets.items() if v is not None))
         cached = self.transcripts.get(key)
-        last = store.last_sequence(session_id)
-        if cached is not None and (cached.last_sequence or 0) == last:
+        if cached is not None and (cached.last_sequence or 0) == store.last_sequence(session_id):
             return cached
         if cached is not None and key == (None,):
             transcript = TranscriptBuilder.update_from_store(store, cached, viewer=ask.viewer)

@@ -359,8 +359,7 @@ def _timestamp_key(value: datetime) -> datetime:
 
 def _order_key(item: tuple[int, Event]) -> tuple[Any, ...]:
     position, event = item
-    sequence = event.sequence
-    timestamp = event.timestamp
+    sequence, timestamp = event.sequence, event.timestamp
     return (
         sequence is None,
         0 if sequence is None else sequence,

@@ -220,8 +220,7 @@ def _checked_page(
     """Validate what ``read_before(before, limit)`` returned; return its rows and cursor."""
     if not isinstance(page, SessionPage):
         raise ValidationError(f"session log returned {type(page).__name__}; expected a SessionPage")
-    rows = page.messages
-    next_before = page.next_before
+    rows, next_before = page.messages, page.next_before
     if not isinstance(rows, list | tuple):
         raise ValidationError(
             f"SessionPage.messages is a {type(rows).__name__}; expected a list of LogMessage"

@@ -59,9 +59,11 @@ class SessionManager:
         Raises:
             ValidationError: Not an adapter (or one whose ``execute`` is a coroutine
                 function), or bad options; nothing was written, the run stays pending.
-            RunNotFound, RunStateError: No such run, or it is not pending.
-            RunTimeout, RunFailed, RunCancelled: The run ended so (as recorded); a
-                timed-out adapter's thread is abandoned.
+            RunNotFound: No such run.
+            RunStateError: The run is not pending (already executed or cancelled).
+            RunTimeout: It overran ``adapter_opts["timeout"]``; its adapter is abandoned.
+            RunFailed: The adapter raised (the ``__cause__``).
+            RunCancelled: ``cancel_run`` cancelled it while it ran.
 
         Cost: a read of the run's own events, one session lookup, for a replay the newest
         events its budget needs; one append each for ``RunStarted``, each emitted event
