@@ -115,12 +115,10 @@ class Budget:
 
     def oldest_kept(self, messages: Sequence[TranscriptMessage]) -> int:
         """Return the index of the oldest message the budgets allow (0 when all fit)."""
-        count = len(messages)
-        start = count
+        start = len(messages)
+        floor = 0 if self.messages is None else max(0, start - self.messages)
         chars = 0
-        while start > 0:
-            if self.messages is not None and count - start + 1 > self.messages:
-                break
+        while start > floor:
             if self.chars is not None:
                 chars += message_chars(messages[start - 1])
                 if chars > self.chars:
@@ -165,8 +163,7 @@ def truncate(
             straddled[call_position + 1] += 1
             straddled[position + 1] -= 1
     # Move the cut toward newer messages until no pair straddles it.
-    depth = 0
-    cut = count
+    depth, cut = 0, count
     for position in range(count + 1):
         depth += straddled[position]
         if position >= start and depth == 0:
