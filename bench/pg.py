@@ -12,21 +12,14 @@ fsyncs and its CPU, and none reads another's tables.
   second writer of the same version), no order across streams. Its
   ``PostgresApplicationRecorder`` adds a total order over all streams
   (``notification_id``), paid for with a table lock (``LOCK TABLE ... IN EXCLUSIVE
-  MODE``) that serializes every writer, which ``PostgresStore`` does not promise; it is
-  measured too, as context, without a target. The caller gives each event its version:
-  an eventsourcing application knows it from the aggregate it holds, so here a counter
-  per session in the bench process hands out the next one (no read of the database).
-  The recorder has no index on event ids (idempotency is ours alone).
+  MODE``) that serializes every writer, which ``PostgresStore`` does not promise: it is
+  context, without a target. A counter per session in the bench process gives each
+  event its version, as an application knows it from the aggregate it holds. The
+  recorder has no index on event ids (idempotency is ours alone).
 - :class:`RawPsycopgAppends`: psycopg 3 with a ``psycopg_pool.ConnectionPool`` and
-  none of our code: per append, one statement in autocommit (so one transaction, one
-  round trip) that takes the session's next sequence from its stream row and inserts
-  the event row::
-
-      WITH s AS (UPDATE streams SET last_seq = last_seq + 1, text_count = text_count + 1,
-                 last_activity = now() WHERE session_id = %s RETURNING last_seq)
-      INSERT INTO events (session_id, seq, id_key, kind, parent, run_key, record)
-      SELECT %s, s.last_seq, %s, 'Text', NULL, NULL, %s FROM s
-
+  none of our code: per append, one statement in autocommit (:data:`RAW_APPEND`: one
+  transaction, one round trip) that takes the session's next sequence from its stream
+  row and inserts the event row.
   The sequence rule is ``PostgresStore``'s: the session's last sequence plus one, read
   and raised under the stream row's lock in the transaction that inserts the event, so
   sequences are from 1, gap-free (a rolled back append releases its number) and unique
@@ -35,15 +28,11 @@ fsyncs and its CPU, and none reads another's tables.
   indexes: ``(session_id, seq)``, the idempotency index ``(session_id, id_key)`` and the
   partial index of ``Text`` rows), without the folded session state ``PostgresStore``
   keeps in the stream row, its ``NOTIFY`` to other processes, or any validation.
-  Two more modes of it are context for the reader, not baselines: the same statement
-  calling ``pg_notify`` too (:data:`RAW_APPEND_NOTIFY`: the protocol of a
-  ``PostgresStore`` append, one statement that writes and notifies), and the same
-  statement followed by the ``pg_notify`` in a statement of its own, after the commit.
-  Between them they show what a ``NOTIFY`` inside the write costs: PostgreSQL
+  A second mode, context rather than a baseline, calls ``pg_notify`` in the same
+  statement (:data:`RAW_APPEND_NOTIFY`, as a ``PostgresStore`` group does): PostgreSQL
   serialises the commits of transactions that ``NOTIFY`` (``PreCommit_Notify`` in its
-  ``async.c`` takes a cluster-wide lock held until the commit ends, WAL flush included,
-  so those commits share no fsync), while a transaction that only notifies writes no
-  WAL and holds it briefly.
+  ``async.c`` holds a cluster-wide lock until the commit ends, WAL flush included, so
+  those commits share no fsync).
 
 Both write the same events as the sharedesk run (:func:`bench.baselines.event_row`,
 msgpack-encoded), spread over the same sessions from the same threads.
@@ -108,9 +97,6 @@ RAW_APPEND_NOTIFY = (
     " SELECT %s, s.last_seq, %s, 'Text', NULL, NULL, %s FROM s RETURNING seq)"
     " SELECT pg_notify('bench_appended', i.seq || ':' || %s) FROM i"
 )
-
-#: :data:`RAW_APPEND` returning the sequence, for a ``pg_notify`` sent after the commit.
-RAW_APPEND_RETURNING = RAW_APPEND + " RETURNING seq"
 
 
 def database_dsn(server_dsn: str, dbname: str) -> str:
@@ -230,10 +216,7 @@ class RawPsycopgAppends(_SpreadAppends):
         dsn: The baseline's own (empty) database.
         sessions: The sessions written; each gets its stream row now.
         pool_size: Connections in the pool (one per writer thread).
-        statements: ``"one"``: :data:`RAW_APPEND`; ``"notify"``:
-            :data:`RAW_APPEND_NOTIFY`, one statement that also notifies; ``"notify-after"``:
-            :data:`RAW_APPEND` and then, once it has committed, ``pg_notify`` in a
-            statement of its own (two round trips).
+        statements: ``"one"``: :data:`RAW_APPEND`; ``"notify"``: :data:`RAW_APPEND_NOTIFY`.
     """
 
     def __init__(
@@ -242,7 +225,7 @@ class RawPsycopgAppends(_SpreadAppends):
         sessions: Sequence[str],
         *,
         pool_size: int,
-        statements: Literal["one", "notify", "notify-after"] = "one",
+        statements: Literal["one", "notify"] = "one",
     ) -> None:
         self._sessions = list(sessions)
         self._statements = statements
@@ -277,12 +260,6 @@ class RawPsycopgAppends(_SpreadAppends):
             if self._statements == "notify":
                 params: tuple[Any, ...] = (key, key, id_key, record, key.hex())
                 cur = conn.execute(RAW_APPEND_NOTIFY, params, prepare=True)
-            elif self._statements == "notify-after":
-                cur = conn.execute(RAW_APPEND_RETURNING, (key, key, id_key, record), prepare=True)
-                seq = cur.fetchone()
-                if seq is not None:
-                    notice = f"{seq[0]}:{key.hex()}"
-                    conn.execute("SELECT pg_notify('bench_appended', %s)", (notice,), prepare=True)
             else:
                 cur = conn.execute(RAW_APPEND, (key, key, id_key, record), prepare=True)
             if cur.rowcount != 1:

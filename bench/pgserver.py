@@ -21,12 +21,12 @@ import shutil
 import socket
 import subprocess
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 from typing import Final, Self
 
-__all__ = ["PostgresUnavailable", "ThrowawayPostgres", "find_bindir", "throwaway_postgres"]
+__all__ = ["PostgresUnavailable", "ThrowawayPostgres", "find_bindir"]
 
 #: Seconds ``pg_ctl`` waits for the server to start or stop.
 _PG_CTL_TIMEOUT: Final = 60
@@ -262,10 +262,3 @@ class ThrowawayPostgres:
         tb: TracebackType | None,
     ) -> None:
         self.stop()
-
-
-@contextlib.contextmanager
-def throwaway_postgres(*, fsync: bool = True) -> Iterator[ThrowawayPostgres]:
-    """Start a :class:`ThrowawayPostgres`, yield it, stop it."""
-    with ThrowawayPostgres(fsync=fsync) as server:
-        yield server

@@ -156,6 +156,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--window", type=int, default=SESSION_WINDOW, metavar="N", help="most messages shown"
     )
     view.add_argument("--json", action="store_true", help="print messages as JSON lines")
+    serve = sub.add_parser("serve", help="serve a store's desks as a web page and JSON API")
+    serve.add_argument("store", metavar="STORE", help=store)
+    serve.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, default=8765, help="port (default 8765)")
+    serve.add_argument("--tokens", metavar="FILE", help="TOKEN KIND:ID[:LABEL] a line")
     return parser
 
 
@@ -173,6 +178,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             run_demo(console, args.path)
         elif args.command == "inspect":
             run_inspect(console, args.store, args.session, as_json=args.json)
+        elif args.command == "serve":
+            from sharedesk.servers.web import serve  # the web extra loads on use
+
+            serve(args.store, host=args.host, port=args.port, tokens=args.tokens)
         else:
             who, thread, window = parse_viewer(args.viewer), args.thread, args.window
             run_view(console, args.store, args.session, who, thread, window, as_json=args.json)

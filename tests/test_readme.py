@@ -99,6 +99,18 @@ def restored_logging() -> Iterator[None]:
         root.setLevel(root_level)
 
 
+@pytest.fixture
+def restored_tracing() -> Iterator[None]:
+    """A page may set OpenTelemetry's tracer provider; unset it afterwards (docs/web.md)."""
+    yield
+    if importlib.util.find_spec("opentelemetry") is not None:
+        from opentelemetry import trace
+        from opentelemetry.util._once import Once
+
+        trace._TRACER_PROVIDER_SET_ONCE = Once()  # as opentelemetry's own test helpers do
+        trace._TRACER_PROVIDER = None
+
+
 def run_page(page: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> None:
     """Run every Python block of ``page`` in order, in the current directory."""
     namespace: dict[str, object] = {}
@@ -134,7 +146,7 @@ class TestDocs:
         assert set() == {name for name in pages if f"({name})" not in index}
 
     @pytest.mark.parametrize("page", PAGES, ids=page_id)
-    @pytest.mark.usefixtures("offline", "restored_logging")
+    @pytest.mark.usefixtures("offline", "restored_logging", "restored_tracing")
     def test_every_python_block_of_a_page_runs_in_order(
         self,
         page: Path,

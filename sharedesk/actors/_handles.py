@@ -141,13 +141,15 @@ class Turn(TurnFields):
     before committing) is offered again in full by the next ``hub.turn``.
     """
 
-    __slots__ = ("_hub", "committed")
+    __slots__ = ("_hub", "committed", "span")
 
     def __init__(self, hub: Hub, session_id: str, viewer: SessionAuthor, plan: TurnPlan) -> None:
         super().__init__(session_id, viewer, plan)
         self._hub = hub
         #: Whether :meth:`commit` succeeded (a second one raises ``TurnAlreadyCommitted``).
         self.committed = False
+        #: The turn's ``invoke_agent`` span (``sharedesk.telemetry``), or ``None``.
+        self.span: Any = None
 
     def commit(self, reply: str | Event | None = None) -> Event | None:
         """Append the reply and advance the viewer's sharing state in one durable step.

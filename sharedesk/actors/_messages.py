@@ -68,7 +68,8 @@ class GetTranscript(Request[Transcript], frozen=True):
 
 
 class Plan(Request[TurnPlan], frozen=True):
-    """Ask the sharing actor to plan ``viewer``'s turn in ``conversation``."""
+    """Ask the sharing actor to plan a turn of ``viewer`` in ``conversation`` (see Hub.turn)."""
 
     viewer: SessionAuthor
     conversation: Conversation
+    start_after: int | None = None

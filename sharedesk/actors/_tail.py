@@ -10,10 +10,11 @@ import bisect
 from collections.abc import Sequence
 from typing import Final
 
+from sharedesk.projection.compaction import compaction_of
 from sharedesk.protocol.constants import PAGE_SIZE, SCAN_LIMIT
-from sharedesk.protocol.events import Event, Text
-from sharedesk.protocol.ports import EventStore, SessionLog
-from sharedesk.protocol.views import LogMessage, SessionPage, to_log_message
+from sharedesk.protocol.events import Compaction, Event, Text
+from sharedesk.protocol.ports import RunIndexStore, SessionLog
+from sharedesk.protocol.views import Conversation, LogMessage, SessionPage, to_log_message
 
 #: Most rows a tail keeps.
 MIRROR_LIMIT: Final = SCAN_LIMIT + PAGE_SIZE
@@ -23,10 +24,19 @@ class Tail:
     """The newest ``Text`` rows of one session, kept by one actor (not thread-safe).
 
     Holds every ``Text`` row from ``covered_from`` up to ``through``, at most
-    ``MIRROR_LIMIT``. A gap in the events applied drops it (rebuilt on the next request).
+    ``MIRROR_LIMIT``. A gap in the events applied drops it (rebuilt on the next request),
+    and so does a ``Compaction``: a rebuilt tail reads the desk's compactions with its state.
     """
 
-    __slots__ = ("_store_log", "covered_from", "rows", "sequences", "session_id", "through")
+    __slots__ = (
+        "_store_log",
+        "compactions",
+        "covered_from",
+        "rows",
+        "sequences",
+        "session_id",
+        "through",
+    )
 
     def __init__(self, session_id: str) -> None:
         self.session_id = session_id
@@ -36,6 +46,8 @@ class Tail:
         self.covered_from = 0  # complete from here up (1: the whole log)
         #: Last sequence applied (every event kind); ``None``: not built.
         self.through: int | None = None
+        #: The desk's compactions up to ``through`` (``SessionState.compactions``).
+        self.compactions: tuple[Event, ...] = ()
 
     def reset(self) -> None:
         """Drop everything; the next :meth:`catch_up_rows` rebuilds."""
@@ -55,7 +67,7 @@ class Tail:
             assert sequence is not None
             if sequence <= self.through:
                 continue
-            if sequence != self.through + 1:
+            if sequence != self.through + 1 or isinstance(event.body, Compaction):
                 self.reset()
                 return None
             self.through = sequence
@@ -71,7 +83,7 @@ class Tail:
             self.covered_from = self.sequences[0]
         return added
 
-    def catch_up_rows(self, store: EventStore) -> tuple[int, list[LogMessage] | None]:
+    def catch_up_rows(self, store: RunIndexStore) -> tuple[int, list[LogMessage] | None]:
         """Bring the tail up to the store; return that last sequence and the rows gained.
 
         The rows are ``None`` when the tail was rebuilt (every row may have changed). Cost:
@@ -90,9 +102,15 @@ class Tail:
         # Not built, too far behind, or the store holds less than the tail: rebuild.
         self.reset()
         self.through, self.covered_from = last, last + 1
+        compactions = store.session_state(self.session_id).compactions
+        self.compactions = tuple(c for c in compactions if (c.sequence or 0) <= last)
         return last, None
 
-    def log(self, store: EventStore) -> SessionLog:
+    def compaction(self, conversation: Conversation) -> Event | None:
+        """Return the newest compaction of ``conversation`` the tail knows, or ``None``."""
+        return compaction_of(self.compactions, conversation)
+
+    def log(self, store: RunIndexStore) -> SessionLog:
         """Return the tail as a log, reading the store's below its rows (built first)."""
         assert self.through is not None
         if self._store_log is None:

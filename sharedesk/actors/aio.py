@@ -300,16 +300,24 @@ class AsyncHub:
 
     # -- reads -------------------------------------------------------------------------
 
+    compact = _on_reader(Hub.compact)
     read = _on_reader(Hub.read)
     last_sequence = _on_reader(Hub.last_sequence)
     view = _on_reader(Hub.view)
     transcript = _on_reader(Hub.transcript)
 
     async def turn(
-        self, session_id: str, viewer: SessionAuthor, conversation: Conversation | None = None
+        self,
+        session_id: str,
+        viewer: SessionAuthor,
+        conversation: Conversation | None = None,
+        *,
+        start_after: int | None = None,
     ) -> AsyncTurn:
         """As :meth:`Hub.turn`, on a reader thread; commit with ``await turn.commit(...)``."""
-        turn: Turn = await self._call(self._hub.turn, session_id, viewer, conversation)
+        turn: Turn = await self._call(
+            self._hub.turn, session_id, viewer, conversation, start_after=start_after
+        )
         return AsyncTurn(self, turn)
 
     async def wait_turn(

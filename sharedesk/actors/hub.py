@@ -25,6 +25,7 @@ from sharedesk.actors._handles import AppendOptions, PostOptions, SessionHandle,
 from sharedesk.actors._messages import GetTranscript, Plan, Prime, View
 from sharedesk.actors._options import HubOptions, HubStats
 from sharedesk.actors.supervisor import ActorSupervisor, Listener
+from sharedesk.projection.compaction import compaction_event, compaction_of
 from sharedesk.projection.messages import Budget, Budgets
 from sharedesk.projection.turns import TurnPlan
 from sharedesk.protocol._lazy import load_lazy
@@ -48,6 +49,7 @@ from sharedesk.protocol.validation import (
 from sharedesk.protocol.views import Conversation, Projection
 from sharedesk.protocol.writes import Share, Write
 from sharedesk.store.memory import MemoryStore
+from sharedesk.telemetry import hub_telemetry
 
 __all__ = [
     "HUB_OPTION_NAMES",
@@ -118,6 +120,7 @@ class Hub:
         self._lock = threading.Lock()  # guards the run queue and the closing flag
         self._closing = False
         self._runs: RunQueue | None = None
+        self._telemetry = hub_telemetry()  # None without opentelemetry-api
         self._supervisor = ActorSupervisor(store, self._options, path)
         self._stop_commits = store.on_commit(self._supervisor.committed)
         self._unfollow: Callable[[], None] | None = None
@@ -212,7 +215,17 @@ class Hub:
         Raises ``HubClosed`` or ``SessionFailed`` before anything is queued.
         """
         self._supervisor.check(write.session_id)
-        return self._store.submit(write)
+        tel = self._telemetry
+        write, span = (write, None) if tel is None else tel.append(write)
+        if tel is None or span is None:  # no span kept, or a commit (its turn's span)
+            return self._store.submit(write)
+        try:
+            future = self._store.submit(write)
+        except BaseException as exc:
+            tel.failed(span, exc)
+            raise
+        tel.appended(span, future)
+        return future
 
     read = _from_store(EventStore.read)
     last_sequence = _from_store(EventStore.last_sequence)
@@ -256,22 +269,68 @@ class Hub:
         return Projection(messages=list(view.messages), partial=view.partial)
 
     def turn(
-        self, session_id: str, viewer: SessionAuthor, conversation: Conversation | None = None
+        self,
+        session_id: str,
+        viewer: SessionAuthor,
+        conversation: Conversation | None = None,
+        *,
+        start_after: int | None = None,
     ) -> Turn:
         """Plan ``viewer``'s next :class:`Turn` in a conversation (see :attr:`Turn.messages`).
 
-        Nothing moves until ``Turn.commit``. Raises ``PageError`` or ``LogReadError`` (the
-        store's log misbehaved). Cost: one round trip to the sharing actor, one state read
-        and a walk of its in-memory tail down to the watermark (at most ``SCAN_LIMIT``
-        rows); no writes.
+        ``start_after=N`` starts a viewer without sharing state after sequence ``N``: its
+        turns then bring the rows above ``N`` in pages of at most ``SESSION_WINDOW``
+        messages, oldest first, each once (``SharingState.paged``). Nothing moves until
+        ``Turn.commit``. Raises ``ValidationError`` (``start_after`` negative, beyond the
+        last sequence, or given to a viewer with sharing state), ``PageError`` or
+        ``LogReadError`` (the store's log misbehaved).
+
+        Cost: one round trip to the sharing actor, one state read and a walk of its
+        in-memory tail down to the watermark (at most ``SCAN_LIMIT`` rows); no writes.
         """
         conversation = self._conversation(session_id, conversation)
         viewer = check_author(viewer, "viewer")
+        check_optional_int("start_after", start_after)
         plan: TurnPlan = self._supervisor.call(
             ActorKey(kind="sharing", session_id=session_id),
-            Plan(viewer=viewer, conversation=conversation),
+            Plan(viewer=viewer, conversation=conversation, start_after=start_after),
         )
-        return Turn(self, session_id, viewer, plan)
+        turn = Turn(self, session_id, viewer, plan)
+        if self._telemetry is not None:
+            turn.span = self._telemetry.turn(session_id, viewer, plan, self._store.read)
+        return turn
+
+    def compact(
+        self,
+        session_id: str,
+        summary: str,
+        *,
+        through: int,
+        author: SessionAuthor,
+        conversation: Conversation | None = None,
+    ) -> Event:
+        """Append a ``Compaction``: ``summary`` by ``author`` stands for the rows up to ``through``.
+
+        From then on every view, turn and transcript of ``conversation`` (``None``: the
+        channel) serves one summary row in their place (``projection/compaction.py``);
+        ``read`` still returns them. Returns the stored event.
+
+        Raises ``ValidationError``, nothing written: a malformed argument, an unknown
+        desk, a blank summary, ``through`` beyond the last sequence or at or below the
+        conversation's previous compaction.
+
+        Cost: a read of the rows from ``through`` down to the previous compaction (to name
+        ``covers``) and one append.
+        """
+        conversation = self._conversation(session_id, conversation)
+        author = check_author(author, "author")
+        store = self._store
+        previous = compaction_of(store.session_state(session_id).compactions, conversation)
+        last = store.last_sequence(session_id)
+        event = compaction_event(
+            store.log(session_id), conversation, summary, through, author, last, previous
+        )
+        return self.append(session_id, [event])[0]
 
     def transcript(
         self,
@@ -308,6 +367,9 @@ class Hub:
                 -1 if expected is None else expected.watermark, plan.next_state.watermark
             )
         event = reply_event(turn, reply)
+        tel, span = self._telemetry, turn.span
+        if tel is not None and span is not None and event is not None:
+            event = tel.stamp(event, span)  # readers' turns link to this one
         share = Share(
             viewer=author_key(turn.viewer),
             state=plan.next_state,
@@ -321,6 +383,8 @@ class Hub:
         def mark(done: Future[list[Event]]) -> None:
             if not done.cancelled() and done.exception() is None:
                 turn.committed = True  # a cancelled caller's turn too
+            elif tel is not None and span is not None and not done.cancelled():
+                tel.failed(span, done.exception() or HubClosed(self._path))
 
         future.add_done_callback(mark)
         return future
@@ -337,6 +401,8 @@ class Hub:
             reply_sequence=stored[0].sequence if stored else None,
             delivered=len(plan.messages),
         )
+        if self._telemetry is not None and turn.span is not None:
+            self._telemetry.committed(turn.span, plan, stored[0] if stored else None)
         return stored[0] if stored else None
 
     def _run_queue(self) -> RunQueue:
@@ -359,7 +425,10 @@ class Hub:
         ``options``: ``continuation``, ``continuation_opts``, ``adapter_opts``. Returns the
         future of its ``RunResult``. Raises ``HubClosed``, ``QueueFull``.
         """
-        return self._run_queue().submit(session_id, adapter, input, **options)
+        future: Future[Any] = self._run_queue().submit(session_id, adapter, input, **options)
+        if self._telemetry is not None:
+            self._telemetry.run(session_id, adapter, future)
+        return future
 
     def drain(self, timeout: float | None = None) -> bool:
         """Wait until no run is queued or running; return whether that happened in time."""

@@ -13,6 +13,7 @@ from sharedesk.actors._base import HubActor, ViewSnapshot
 from sharedesk.actors._messages import GetTranscript, View
 from sharedesk.actors._tail import Tail
 from sharedesk.projection import TranscriptBuilder, project_session
+from sharedesk.projection.compaction import CompactedLog
 from sharedesk.projection.turns import CachedView, fold_views
 from sharedesk.protocol.ports import SessionLog
 from sharedesk.protocol.transcripts import Transcript
@@ -82,7 +83,11 @@ class ProjectorActor(HubActor):
         cached = self.views.get(window)
         if cached is None:
             query = SessionQuery(conversation=self.conversation, window=window)
-            counting = _CountingLog(self.tail.log(store))
+            log = self.tail.log(store)
+            compaction = self.tail.compaction(self.conversation)
+            if compaction is not None:
+                log = CompactedLog(log, compaction, self.conversation.desk)
+            counting = _CountingLog(log)
             cached = CachedView(project_session(counting, query), counting.rows_read)
             if len(self.views) >= _CACHED_WINDOWS:
                 self.views = {}

@@ -46,19 +46,31 @@ class SharingActor(HubActor):
                 except Exception:
                     self.tail.reset()  # rebuilt from the log by the next plan
                 return None
-            case Plan(viewer=viewer, conversation=conversation):
-                return self._plan(viewer, conversation)
+            case Plan(viewer=viewer, conversation=conversation, start_after=start_after):
+                return self._plan(viewer, conversation, start_after)
         return super().handle(message)
 
     def first_replies(self, roots: Collection[int]) -> dict[int, int]:
         """Return the store's first replies of ``roots``: the planner's ``ReplyIndex``."""
         return self.hub.store.first_replies(self.key.session_id, roots)
 
-    def _plan(self, viewer: SessionAuthor, conversation: Conversation) -> TurnPlan:
+    def _plan(
+        self, viewer: SessionAuthor, conversation: Conversation, start_after: int | None
+    ) -> TurnPlan:
         store = self.hub.store
         state = store.get_sharing_state(self.key.session_id, author_key(viewer), conversation)
-        last, _ = self.tail.catch_up_rows(store)
-        plan = plan_turn(self.tail.log(store), state, conversation, viewer, last, self)
+        tail = self.tail
+        last, _ = tail.catch_up_rows(store)
+        plan = plan_turn(
+            tail.log(store),
+            state,
+            conversation,
+            viewer,
+            last,
+            self,
+            compaction=tail.compaction(conversation),
+            start_after=start_after,
+        )
         _log.debug(
             "turn.planned",
             reason=plan.reason,

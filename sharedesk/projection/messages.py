@@ -24,6 +24,9 @@ applies them:
    allow toward newer ones until no pair straddles it. ``max_messages`` counts messages;
    ``max_chars`` and ``max_tokens_approx`` (``CHARS_PER_TOKEN`` characters a token) are
    character budgets, counted by :func:`message_chars`, and the lower wins.
+6. **Compaction.** A channel ``Compaction`` replaces the messages of the events at or
+   below its ``through`` by one summary message of its author (``covers`` and
+   ``through`` in its metadata); the builder folds no event at or below the newest one.
 """
 
 from __future__ import annotations
@@ -32,10 +35,11 @@ from collections import Counter, deque
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Final, TypedDict
 
-from sharedesk.protocol.authors import Agent, SessionAuthor, System, same_participant
+from sharedesk.projection.compaction import compacted_messages
+from sharedesk.protocol.authors import Agent, SessionAuthor, System, author_key, same_participant
 from sharedesk.protocol.codec import encode_json
 from sharedesk.protocol.errors import ValidationError
-from sharedesk.protocol.events import Event, Text, TextDelta, ToolCall, ToolResult
+from sharedesk.protocol.events import Compaction, Event, Text, TextDelta, ToolCall, ToolResult
 from sharedesk.protocol.transcripts import TranscriptMessage
 from sharedesk.protocol.validation import check_optional_int
 
@@ -296,6 +300,8 @@ class MessageFold:
                         author=event.author,
                     )
                 )
+            case Compaction(thread_root=None):
+                self._compact(event, event.body)
             case _:  # RunStarted, RunFinished and body kinds added later give no message
                 return
 
@@ -305,6 +311,21 @@ class MessageFold:
             return self.messages, None, None
         open_text = self.stream.message()
         return [*self.messages, open_text], open_text, self.stream.run_id
+
+    def _compact(self, event: Event, body: Compaction) -> None:
+        """Replace the messages at or below ``body.through`` by its summary (``compaction.py``)."""
+        if event.sequence is not None and body.through >= event.sequence:
+            return  # appended by hand, reaching itself: changes nothing
+        stream = self.stream
+        if stream is not None and stream.first.get("sequence", body.through + 1) <= body.through:
+            self.stream = None
+        metadata = _event_metadata(event)
+        metadata["covers"] = [author_key(author) for author in body.covers]
+        metadata["through"] = body.through
+        role = role_of(event.author, self.viewer)
+        summary = TranscriptMessage(role, body.summary, metadata=metadata, author=event.author)
+        rest = MessageFold(self.viewer, compacted_messages(self.messages, summary, body.through))
+        self.messages, self.unanswered = rest.messages, rest.unanswered
 
     def _answer(self, call_id: str) -> bool:
         if not self.unanswered[call_id]:

@@ -294,7 +294,7 @@ def _check_row(row: object, index: int) -> None:
 
 def as_messages(rows: Iterable[LogMessage]) -> list[SessionMessage]:
     """Return ``rows`` as the messages of a view (content exactly as stored)."""
-    return [SessionMessage(r.sequence, r.author, r.content, r.parent) for r in rows]
+    return [SessionMessage(r.sequence, r.author, r.content, r.parent, r.covers) for r in rows]
 
 
 def is_blank(content: str) -> bool:

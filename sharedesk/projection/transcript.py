@@ -9,6 +9,10 @@ suffix: the budgets cut at least one message of them and every tool result read 
 its call. Only the oldest message read can differ from a fold of the whole session (its
 stream may begin further back), and it is cut.
 
+**Compaction.** Nothing at or below the ``through`` of the channel's newest compaction
+is read: its summary stands for it (rule 6 of ``messages``). A tail walk that read a
+compaction goes on down to its ``through`` and stops there.
+
 **Continuing.** ``update_from_store`` resumes from the transcript's private
 :class:`~sharedesk.protocol.transcripts.TranscriptFold`. With budgets it truncates the
 kept messages plus the new ones: a fresh build differs only when an open stream that
@@ -21,6 +25,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Final, Unpack
 
+from sharedesk.projection.compaction import (
+    compacted_through,
+    compaction_of,
+    events_after_compaction,
+)
 from sharedesk.projection.messages import (
     Budget,
     Budgets,
@@ -32,7 +41,7 @@ from sharedesk.projection.messages import (
 )
 from sharedesk.protocol.authors import SessionAuthor, author_key
 from sharedesk.protocol.errors import ValidationError
-from sharedesk.protocol.events import Event
+from sharedesk.protocol.events import Compaction, Event
 from sharedesk.protocol.ports import EventStore
 from sharedesk.protocol.transcripts import Transcript, TranscriptFold, TranscriptMessage
 from sharedesk.protocol.validation import (
@@ -40,6 +49,7 @@ from sharedesk.protocol.validation import (
     check_optional_int,
     check_session_id,
 )
+from sharedesk.protocol.views import Conversation
 
 if TYPE_CHECKING:
     from datetime import datetime
@@ -157,7 +167,7 @@ def _build(
     session_id: str, events: Sequence[Event], viewer: SessionAuthor | None, budget: Budget
 ) -> Transcript:
     fold = MessageFold(viewer)
-    fold.add_all(events)
+    fold.add_all(events_after_compaction(events))
     return _finish(session_id, fold, (), budget, events, None, None)
 
 
@@ -231,20 +241,28 @@ def _read(
     exclude_run_id: str | None,
 ) -> list[Event]:
     """Read the newest events (at most ``limit``; fewer once the budget is met), oldest first."""
-    if limit is None and not budget.bounded:  # the whole session: one read
-        events = store.read(session_id)
+    if limit is None and not budget.bounded:  # the whole session (after a compaction): one read
+        events = store.read(session_id, after=_compacted_through(store, session_id) or None)
         if exclude_run_id is None:
             return events
         return [e for e in events if e.run_id != exclude_run_id]
     kept: list[Event] = []  # newest first
     before: int | None = None
     page = FIRST_PAGE
-    while limit is None or len(kept) < limit:
+    floor = 0  # the through of a channel compaction read: nothing below it is needed
+    while (limit is None or len(kept) < limit) and (before is None or before > floor + 1):
         want = page if limit is None else min(page, limit - len(kept))
         if limit is not None and not budget.bounded and exclude_run_id is None:
             want = limit - len(kept)  # the newest ``limit`` events: one read
         rows = store.read(session_id, before=before, limit=want, newest_first=True)
-        kept.extend(e for e in rows if exclude_run_id is None or e.run_id != exclude_run_id)
+        if not rows:
+            break
+        for event in rows:
+            if exclude_run_id is None or event.run_id != exclude_run_id:
+                kept.append(event)
+            body = event.body
+            if isinstance(body, Compaction) and body.thread_root is None:
+                floor = max(floor, body.through)
         if limit is not None and len(kept) >= limit:
             del kept[limit:]
             break
@@ -253,7 +271,7 @@ def _read(
         before = rows[-1].sequence
         if before is None or before <= 1:
             break
-        if budget.bounded:
+        if budget.bounded and not floor:
             fold = MessageFold(viewer)
             fold.add_all(kept[::-1])
             if not fold.orphans and budget.oldest_kept(fold.finish()[0]) > 0:
@@ -261,3 +279,12 @@ def _read(
         page = min(page * 2, MAX_PAGE)
     kept.reverse()
     return kept
+
+
+def _compacted_through(store: EventStore, session_id: str) -> int:
+    """Return the ``through`` of the channel's newest compaction, when the store keeps state."""
+    session_state = getattr(store, "session_state", None)
+    if session_state is None:
+        return 0
+    compactions = session_state(session_id).compactions
+    return compacted_through(compaction_of(compactions, Conversation(session_id)))

@@ -22,11 +22,13 @@ from typing import Final
 
 import msgspec
 
+from sharedesk.projection.compaction import CompactedLog, compacted_through
 from sharedesk.projection.session import as_messages, is_blank, project_session
 from sharedesk.projection.sharing import delta_messages, rows_above_watermark
 from sharedesk.protocol.authors import SessionAuthor
 from sharedesk.protocol.constants import PAGE_SIZE, SCAN_LIMIT, SESSION_WINDOW
-from sharedesk.protocol.errors import WatermarkRegression
+from sharedesk.protocol.errors import ValidationError, WatermarkRegression
+from sharedesk.protocol.events import Event
 from sharedesk.protocol.ports import ReplyIndex, SessionLog
 from sharedesk.protocol.views import (
     Conversation,
@@ -66,38 +68,78 @@ def plan_turn(
     viewer: SessionAuthor,
     last: int,
     replies: ReplyIndex,
+    *,
+    compaction: Event | None = None,
+    start_after: int | None = None,
 ) -> TurnPlan:
     """Plan a turn of ``viewer`` from its stored ``state`` (or ``None``); see the module header.
 
     ``log`` is the session's whole history and ``last`` its last sequence, read before
-    the walk. Raises ``PageError``, ``LogReadError``, or ``WatermarkRegression`` when
-    ``last`` lies below the stored watermark.
+    the walk; ``compaction`` the conversation's newest (the folds read through it, and a
+    state whose watermark lies below its ``through`` gets a full window, reason
+    ``"compacted"``). ``start_after`` (only without a state) starts a late joiner: a
+    paged state, whose delta covers at most ``SCAN_LIMIT - 1`` rows above the watermark
+    and is cut to its oldest ``SESSION_WINDOW`` messages, the watermark moving to the
+    last one kept (spans that offer nothing are walked past in the same turn); the page
+    that reaches ``last`` ends the paging.
+
+    Raises:
+        ValidationError: ``start_after`` given with a state, or above ``last``.
+        WatermarkRegression: ``last`` lies below the stored watermark.
+        PageError: As ``project_session`` (and ``LogReadError`` when the log raised).
 
     Cost: one walk from ``last`` down to the watermark (none when ``last`` is the
-    watermark) or to a full window, at most ``SCAN_LIMIT`` rows each; one
+    watermark) or to a full window, at most ``SCAN_LIMIT`` rows each (a paged state:
+    one such walk per span until one offers a message); one
     ``replies.first_replies`` call for a channel delta with replies in it; no writes.
     """
+    if compaction is not None:
+        log = replies = CompactedLog(log, compaction, conversation.desk, replies)
+    basis = state
+    if start_after is not None:
+        if state is not None:
+            raise ValidationError(
+                f"start_after={start_after} given, but the viewer's turns already stand at "
+                f"watermark {state.watermark}"
+            )
+        if start_after > last:
+            raise ValidationError(f"start_after={start_after} lies beyond the last sequence {last}")
+        basis = SharingState(conversation, start_after, paged=True)
     messages: list[SessionMessage] | None = None
     reason: str | None = "initial"
+    watermark, paged = last, False
     carried: frozenset[int] = frozenset()
-    if state is not None:
-        carried = frozenset(seq for seq in state.present_above_watermark if seq > last)
-        if last < state.watermark:
-            raise WatermarkRegression(last, state.watermark)
-        walked = (
-            []  # nothing was appended since: no read
-            if last == state.watermark
-            else rows_above_watermark(log, last + 1, state.watermark, log_ends_at_watermark=True)
-        )
-        if isinstance(walked, list):
-            messages = delta_messages(walked, state, conversation, viewer, replies)
-            reason = None
+    if basis is not None:
+        if last < basis.watermark:
+            raise WatermarkRegression(last, basis.watermark)
+        if basis.watermark < compacted_through(compaction):
+            reason = "compacted"
         else:
-            reason = walked.reason.value
+            # A paged state walks at most SCAN_LIMIT - 1 rows up at a time, so each walk
+            # reaches its bottom; it walks on past spans that offer nothing.
+            top = low = basis.watermark
+            while messages is None or (not messages and top < last):
+                low, top = top, min(last, top + SCAN_LIMIT - 1) if basis.paged else last
+                walked = (
+                    []  # nothing was appended since: no read
+                    if top == low
+                    else rows_above_watermark(log, top + 1, low, log_ends_at_watermark=True)
+                )
+                if not isinstance(walked, list):
+                    reason = walked.reason.value
+                    break
+                messages = delta_messages(walked, basis, conversation, viewer, replies)
+            if messages is not None:
+                watermark = top
+                if basis.paged and len(messages) > SESSION_WINDOW:
+                    messages = messages[:SESSION_WINDOW]
+                    watermark = messages[-1].sequence
+                reason, paged = None, basis.paged and watermark < last
+        carried = frozenset(s for s in basis.present_above_watermark if s > watermark)
     if messages is None:
         window = SessionQuery(conversation=conversation, before=last + 1, window=SESSION_WINDOW)
         messages = project_session(log, window).messages
-    next_state = SharingState(conversation, last, carried)
+    next_state = SharingState(conversation, watermark, carried, paged)
     return TurnPlan(conversation, messages, reason, expected_state=state, next_state=next_state)
 
 

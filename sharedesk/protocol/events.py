@@ -11,6 +11,7 @@ import msgspec
 from sharedesk.protocol.authors import SessionAuthor
 
 __all__ = [
+    "Compaction",
     "Event",
     "EventBody",
     "Item",
@@ -138,6 +139,26 @@ class Retracted(_Body, frozen=True, tag="retracted"):
     through: int | None = None
 
 
+class Compaction(_Body, frozen=True, tag="compaction"):
+    """The rows of one conversation at or below ``through`` are served as one ``summary``.
+
+    Views, turns and transcripts of that conversation show, in their place, one summary
+    row authored by the compaction's author (``projection/compaction.py``); the rows stay
+    readable with ``read``. Written by ``Hub.compact``.
+
+    Attributes:
+        through: The highest sequence the summary replaces.
+        summary: The summary's text.
+        covers: The authors of the rows it replaces (of earlier compactions' too).
+        thread_root: The thread compacted, or ``None`` for the channel.
+    """
+
+    through: int
+    summary: str
+    covers: tuple[SessionAuthor, ...] = ()
+    thread_root: int | None = None
+
+
 #: Any event body, tagged on ``"type"``.
 EventBody = (
     Text
@@ -149,6 +170,7 @@ EventBody = (
     | SessionStarted
     | Item
     | Retracted
+    | Compaction
 )
 
 

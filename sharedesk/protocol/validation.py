@@ -245,12 +245,14 @@ def check_write(
     expected_version: Any = None,
     unless_stored: Any = None,
     share: Any = None,
+    linked: Any = (),
 ) -> Write:
     """Check a write and return it as a :class:`~sharedesk.protocol.writes.Write`.
 
     The one validation of a write, called once by the boundary that first receives it.
-    Checks run in argument order; the write holds private copies of the events. Cost: as
-    :func:`check_events`, plus O(len(present set)) for a share.
+    Checks run in argument order (``linked``: checked writes, each of another session, no
+    two of one, none with a share or links of its own); the write holds private copies of
+    the events. Cost: as :func:`check_events`, plus O(len(present set)) for a share.
     """
     check_session_id(session_id)
     batch = check_events(events)
@@ -258,7 +260,30 @@ def check_write(
     guard = check_optional_str("unless_stored", unless_stored)
     if share is not None:
         check_share(share)
-    return Write(session_id, batch, expected_version, guard, share)
+    return Write(
+        session_id, batch, expected_version, guard, share, check_linked(session_id, linked)
+    )
+
+
+def check_linked(session_id: str, linked: Any) -> tuple[Write, ...]:
+    """Return ``linked`` as a tuple of writes that may join a write to ``session_id``.
+
+    Cost: O(len(linked)).
+    """
+    if not isinstance(linked, tuple | list):
+        raise ValidationError(f"linked must be a tuple of Writes, got {type(linked).__name__}")
+    seen = {session_id}
+    for index, write in enumerate(linked):
+        if not isinstance(write, Write):
+            raise ValidationError(f"linked[{index}] must be a Write, got {type(write).__name__}")
+        if write.share is not None or write.linked:
+            raise ValidationError(f"linked[{index}] must have no share and no linked writes")
+        if write.session_id in seen:
+            raise ValidationError(
+                f"linked[{index}] writes to session {write.session_id!r} twice in one write"
+            )
+        seen.add(write.session_id)
+    return tuple(linked)
 
 
 def check_share(share: Any) -> Share:

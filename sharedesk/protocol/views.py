@@ -47,6 +47,7 @@ class LogMessage(msgspec.Struct, frozen=True):
         content: The text as stored.
         desk: The desk the row belongs to (rows of other desks never qualify).
         parent: Sequence of the thread root this row replies to, or ``None``.
+        covers: For a compaction's summary row, the authors it summarises; else ``()``.
     """
 
     sequence: int
@@ -54,6 +55,7 @@ class LogMessage(msgspec.Struct, frozen=True):
     content: str
     desk: str
     parent: int | None = None
+    covers: tuple[SessionAuthor, ...] = ()
 
 
 def to_log_message(session_id: str, event: Event) -> LogMessage:
@@ -96,12 +98,15 @@ class SessionMessage(msgspec.Struct, frozen=True):
         author: Who wrote it.
         content: The text, exactly as stored.
         parent: The thread root it replies to, or ``None`` for a root.
+        covers: For a compaction's summary, the authors of the rows it replaces (its
+            ``sequence`` is the compaction's ``through``); ``()`` for an ordinary row.
     """
 
     sequence: int
     author: SessionAuthor
     content: str
     parent: int | None = None
+    covers: tuple[SessionAuthor, ...] = ()
 
 
 class Projection(msgspec.Struct, frozen=True):
@@ -126,11 +131,15 @@ class SharingState(msgspec.Struct, frozen=True):
         conversation: The conversation the state tracks.
         watermark: Highest sequence up to which everything was shown.
         present_above_watermark: Later rows the participant already has (its own replies).
+        paged: Whether its deltas come in pages of at most ``SESSION_WINDOW`` messages,
+            oldest first: a late joiner (``Hub.turn(..., start_after=N)``) catching up.
+            Cleared by the page that reaches the last sequence.
     """
 
     conversation: Conversation
     watermark: int
     present_above_watermark: frozenset[int] = frozenset()
+    paged: bool = False
 
     def __post_init__(self) -> None:
         if len(self.present_above_watermark) > PRESENT_SET_LIMIT:

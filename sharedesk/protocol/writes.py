@@ -40,6 +40,9 @@ class Write(msgspec.Struct, frozen=True):
         expected_version: Write only if the session's last sequence equals it.
         unless_stored: Write only if the session holds no event with this id.
         share: The sharing state stored in the same transaction, or ``None``.
+        linked: Writes to other sessions stored in the same transaction: the store
+            commits this write and all of them, or none (the first error of any is
+            this write's error). Each is a plain write (no share, none linked).
     """
 
     session_id: str
@@ -47,3 +50,4 @@ class Write(msgspec.Struct, frozen=True):
     expected_version: int | None = None
     unless_stored: str | None = None
     share: Share | None = None
+    linked: tuple[Write, ...] = ()

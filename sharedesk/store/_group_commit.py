@@ -172,41 +172,47 @@ def _absorb(facts: Facts, plan: WritePlan) -> None:
 
 def plan_group(
     txn: WriteTxn, writes: list[Write], now: datetime
-) -> list[WritePlan | SharedeskError]:
+) -> list[list[WritePlan] | SharedeskError]:
     """Plan and put a group of writes in the open transaction ``txn``; one outcome each.
 
     Reads the facts of every session the group touches at once, plans each write on top
     of the ones before (:func:`~sharedesk.projection.append.plan_write`), then puts the
-    plans that passed and write something, in one ``txn.put``.
+    plans that passed and write something, in one ``txn.put``. A write with ``linked``
+    writes passes only when every one of them does (they are of distinct sessions, so
+    none is planned on top of another).
 
     Returns:
-        Per write, its plan or the error its plan raised (it writes nothing).
+        Per write, its plans (its own first, then its linked writes') or the error a
+        plan raised (then it writes nothing).
 
     Cost: one ``txn.facts`` and at most one ``txn.put``; O(events of the group).
     """
     wants: dict[str, Wants] = {}
     later: dict[str, int] = {}  # per session, how many of its writes are still to plan
     for write in writes:
-        session_id = write.session_id
-        wants[session_id] = wants_of(write, wants.get(session_id))
-        later[session_id] = later.get(session_id, 0) + 1
+        for member in (write, *write.linked):
+            session_id = member.session_id
+            wants[session_id] = wants_of(member, wants.get(session_id))
+            later[session_id] = later.get(session_id, 0) + 1
     facts = txn.facts(wants)
-    planned: list[WritePlan | SharedeskError] = []
+    planned: list[list[WritePlan] | SharedeskError] = []
     plans: list[WritePlan] = []
     for write in writes:
-        session_id = write.session_id
-        session_facts = facts[session_id]
-        later[session_id] -= 1
+        members = (write, *write.linked)
+        for member in members:
+            later[member.session_id] -= 1
         try:
-            plan = plan_write(write, session_facts, now)
+            outcome = [plan_write(m, facts[m.session_id], now) for m in members]
         except SharedeskError as exc:
             planned.append(exc)
             continue
-        if later[session_id]:  # a later write of the group plans on top of this one
-            _absorb(session_facts, plan)
-        planned.append(plan)
-        if plan.new or plan.sharing is not None:
-            plans.append(plan)
+        for plan in outcome:
+            session_id = plan.write.session_id
+            if later[session_id]:  # a later write of the group plans on top of this one
+                _absorb(facts[session_id], plan)
+            if plan.new or plan.sharing is not None:
+                plans.append(plan)
+        planned.append(outcome)
     if plans:
         txn.put(plans)
     return planned

@@ -1,10 +1,8 @@
 r"""The listener of ``PostgresStore.follow``: one connection ``LISTEN``\ing, one thread.
 
-:class:`Listener` keeps one dedicated autocommit connection that ``LISTEN``\s on the
-store's channel, read by a daemon thread (``sharedesk-pg-listener:<dsn>``) that waits at
-most ``LISTEN_POLL`` seconds at a time and calls every follower with each session's
-newest committed sequence. When the connection is lost, the thread reconnects with
-backoff and tells every follower ``(None, 0)``: notices may have been missed.
+The thread (``sharedesk-pg-listener:<dsn>``) calls every follower with each session's
+newest committed sequence; when its connection is lost it reconnects with backoff and
+tells every follower ``(None, 0)``: notices may have been missed.
 """
 
 from __future__ import annotations
@@ -35,9 +33,8 @@ _RECONNECT_MAX: Final = 2.0
 class Listener:
     """The thread that listens on the store's channel and calls its followers.
 
-    A notice no newer than one already told for its session is dropped. The connection
-    also listens on a channel of this listener's own (``sharedesk_wake_<uuid>``), which
-    :meth:`stop` notifies so that the thread ends at once instead of at its next poll.
+    A notice no newer than one already told for its session is dropped. :meth:`stop`
+    notifies a channel of the listener's own, so the thread ends before its next poll.
     """
 
     def __init__(
@@ -76,11 +73,7 @@ class Listener:
         return conn
 
     def start(self) -> None:
-        """Open the connection and start the thread.
-
-        Raises:
-            StoreIOError: The connection could not be opened.
-        """
+        """Open the connection (else ``StoreIOError``) and start the thread."""
         try:
             self._conn = self._connect()
         except psycopg.Error as exc:
@@ -88,10 +81,9 @@ class Listener:
         self._thread.start()
 
     def stop(self) -> None:
-        """Stop the thread and close its connection (joins unless called from it).
+        """Stop the thread (waking it by a ``pg_notify``) and close its connection.
 
-        Cost: one ``pg_notify`` (``wake``) to wake the thread (when the server cannot
-        take it, the thread ends at its next poll, ``LISTEN_POLL``).
+        Joins the thread unless called from it.
         """
         self._stopping.set()
         if self._thread.is_alive() and self._thread is not threading.current_thread():

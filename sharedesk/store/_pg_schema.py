@@ -1,32 +1,13 @@
 """The PostgreSQL schema of a ``PostgresStore`` and the migrations that build it.
 
 Every table lives in one PostgreSQL schema (``sharedesk`` unless the store is opened with
-``schema=...``), so several applications can share a database. Identifiers that callers
-choose (session ids, event ids, viewers, run ids) may hold any character, NUL included,
-which PostgreSQL ``text`` cannot: they are stored as UTF-8 ``bytea``, and the ones with no
-length limit are hashed as ``LmdbStore`` hashes them (see ``protocol/records``).
-
-==============  ===========================================================================
-table           rows
-==============  ===========================================================================
-schema_version  one per migration applied: ``version``, ``description``, ``applied_at``
-streams         one per session written: ``last_seq``, ``text_count``, ``last_activity``,
-                ``state`` (the folded session state, msgpack); the row each write locks
-events          ``(session_id, seq)``: ``id_key`` (unique per session), ``kind`` (the body's
-                class), ``parent``, ``run_key``, ``record`` (the event, msgpack, as LMDB
-                stores it); partial indexes serve the ``Text`` log and the run index
-replies         ``(session_id, root)``: the root's first non-blank reply (the earliest
-                recorded wins)
-sharing         ``(session_id, key)``: a sharing state (msgpack); ``key`` hashes the viewer
-                and the conversation
-==============  ===========================================================================
-
-Migrations. :func:`migrate` runs at every open, in one transaction holding
-``pg_advisory_xact_lock`` on a key derived from the schema name, so concurrent openers
-apply each migration once and the others wait and find it done. A database whose
-``schema_version`` holds a version above :data:`SCHEMA_VERSION` was written by newer
-code: the open is refused with :class:`~sharedesk.protocol.errors.SchemaTooNewError`,
-and nothing is changed.
+``schema=...``). Identifiers callers choose may hold any character, NUL included, which
+``text`` cannot: they are stored as UTF-8 ``bytea``, the unbounded ones hashed as
+``LmdbStore`` hashes them (``protocol/records``). ``streams`` holds one row per session
+(its last sequence, text count, last activity and folded state: the row each write
+locks); ``events`` the records as LMDB stores them, keyed ``(session_id, seq)`` and
+unique by ``id_key``; ``replies`` each root's first non-blank reply; ``sharing`` the
+sharing states. :func:`migrate` applies the missing migrations under an advisory lock.
 """
 
 from __future__ import annotations
@@ -100,12 +81,7 @@ _SYSTEM_SCHEMAS: Final = frozenset({"information_schema"})
 
 
 def check_schema_name(schema: Any) -> str:
-    """Return ``schema`` if it can name the store's PostgreSQL schema.
-
-    Raises:
-        ValidationError: Not a ``str`` matching ``[a-z_][a-z0-9_]{0,39}``, or a system
-            schema's name (``information_schema``, ``pg_*``).
-    """
+    """Return ``schema`` if it can name the store's schema, else raise ``ValidationError``."""
     if not isinstance(schema, str) or _SCHEMA_NAME.fullmatch(schema) is None:
         raise ValidationError(
             f"schema must be a lower-case SQL identifier of at most 40 characters "
@@ -132,16 +108,13 @@ def advisory_key(schema: str) -> int:
 def migrate(conn: Any, schema: str, where: str) -> int:
     """Create or upgrade the store's tables in ``schema``; return the schema version.
 
-    ``conn`` is a psycopg connection outside a transaction. A current schema is found
-    by a read and left alone; otherwise one transaction holding the schema's advisory
-    lock reads the version again and applies the missing migrations, and commits.
+    A current schema is found by two reads and left alone; otherwise one transaction
+    holding the schema's advisory lock (concurrent openers wait, then find it done)
+    applies the missing migrations.
 
     Raises:
         SchemaTooNewError: The database holds a newer version; nothing was changed.
         psycopg.Error: The server failed (the caller wraps it).
-
-    Cost: two reads when the schema is current (no lock); otherwise the advisory lock
-    and each missing migration's statements.
     """
     quoted = f'"{schema}"'
     with conn.transaction():  # the common case: current already, no lock, no DDL
@@ -184,52 +157,55 @@ def _version(conn: Any, schema: str, quoted: str) -> int:
     return int(row.fetchone()[0])
 
 
-class Queries:
-    """The store's statements, with its schema's quoted name ``s`` filled in.
+#: The group transaction's statements, prepared on each connection that writes (``{s}``:
+#: the quoted schema); their parameters are the arrays ``_pg_txn`` builds, in order.
+_PREPARE: Final = """
+PREPARE sharedesk_create (bytea[]) AS
+  INSERT INTO {s}.streams (session_id) SELECT * FROM unnest($1) ON CONFLICT DO NOTHING;
+PREPARE sharedesk_lock (bytea[]) AS
+  SELECT session_id, last_seq, state FROM {s}.streams
+  WHERE session_id = ANY($1) ORDER BY session_id FOR UPDATE;
+PREPARE sharedesk_known (bytea[], bytea[]) AS
+  SELECT e.session_id, e.seq, e.record FROM unnest($1, $2) AS k(sid, id_key)
+  JOIN {s}.events e ON e.session_id = k.sid AND e.id_key = k.id_key;
+PREPARE sharedesk_parents (bytea[], bigint[]) AS
+  SELECT e.session_id, e.seq, e.kind, e.parent, r.reply IS NOT NULL
+  FROM unnest($1, $2) AS p(sid, seq) JOIN {s}.events e ON e.session_id = p.sid AND e.seq = p.seq
+  LEFT JOIN {s}.replies r ON r.session_id = e.session_id AND r.root = e.seq;
+PREPARE sharedesk_sharing (bytea[], bytea[]) AS
+  SELECT h.session_id, h.key, h.state FROM unnest($1, $2) AS k(sid, key)
+  JOIN {s}.sharing h ON h.session_id = k.sid AND h.key = k.key;
+PREPARE sharedesk_put (bytea[], bigint[], bytea[], text[], bigint[], bytea[], bytea[],
+    bytea[], bigint[], bigint[], bytea[], bytea[], bytea[],
+    bytea[], bigint[], bigint[], bytea[], timestamptz[], text, text[]) AS
+  WITH ev AS (INSERT INTO {s}.events (session_id, seq, id_key, kind, parent, run_key, record)
+    SELECT * FROM unnest($1, $2, $3, $4, $5, $6, $7)),
+  rep AS (INSERT INTO {s}.replies (session_id, root, reply)
+    SELECT * FROM unnest($8, $9, $10) ON CONFLICT DO NOTHING),
+  shr AS (INSERT INTO {s}.sharing (session_id, key, state) SELECT * FROM unnest($11, $12, $13)
+    ON CONFLICT (session_id, key) DO UPDATE SET state = excluded.state),
+  upd AS (UPDATE {s}.streams st SET last_seq = u.last, text_count = st.text_count + u.texts,
+    last_activity = u.at, state = coalesce(u.state, st.state)
+    FROM unnest($14, $15, $16, $17, $18) AS u(sid, last, texts, state, at)
+    WHERE st.session_id = u.sid)
+  SELECT count(pg_notify($19, p)) FROM unnest($20) AS p
+"""
+#: A group's reads, after ``BEGIN`` (and, for sessions with no row yet, their creation).
+FACTS: Final = (
+    "EXECUTE sharedesk_lock(%s); EXECUTE sharedesk_known(%s, %s); "
+    "EXECUTE sharedesk_parents(%s, %s); EXECUTE sharedesk_sharing(%s, %s)"
+)
+#: A group's write and ``COMMIT``.
+PUT_COMMIT: Final = f"EXECUTE sharedesk_put({', '.join(['%s'] * 20)}); COMMIT"
 
-    Arrays go in binary (``%b``): psycopg then skips the text escaping of every bytea.
-    """
+
+class Queries:
+    """The store's statements, with its schema's quoted name ``s`` filled in."""
 
     def __init__(self, s: str) -> None:
-        stream = f"SELECT session_id, last_seq, state FROM {s}.streams"
-        self.lock = f"{stream} WHERE session_id = ANY(%b) ORDER BY session_id FOR UPDATE"
+        # In a transaction: a failure leaves the connection in it, and the pool closes it.
+        self.prepare = f"BEGIN; {_PREPARE.format(s=s)}; COMMIT"
         self.stream = f"SELECT last_seq, text_count, state FROM {s}.streams WHERE session_id = %s"
-        self.create = (
-            f"INSERT INTO {s}.streams (session_id) SELECT * FROM unnest(%b::bytea[]) "
-            "ON CONFLICT DO NOTHING"
-        )
-        self.known = (
-            f"SELECT e.session_id, e.seq, e.record FROM unnest(%b::bytea[], %b::bytea[]) "
-            f"AS k(sid, id_key) JOIN {s}.events e ON e.session_id = k.sid AND e.id_key = k.id_key"
-        )
-        self.parents = (
-            f"SELECT e.session_id, e.seq, e.kind, e.parent, r.reply IS NOT NULL "
-            f"FROM unnest(%b::bytea[], %b::bigint[]) AS p(sid, seq) "
-            f"JOIN {s}.events e ON e.session_id = p.sid AND e.seq = p.seq "
-            f"LEFT JOIN {s}.replies r ON r.session_id = e.session_id AND r.root = e.seq"
-        )
-        self.sharing = (
-            f"SELECT h.session_id, h.key, h.state FROM unnest(%b::bytea[], %b::bytea[]) "
-            f"AS k(sid, key) JOIN {s}.sharing h ON h.session_id = k.sid AND h.key = k.key"
-        )
-        self.put = (
-            f"WITH ev AS (INSERT INTO {s}.events "
-            "(session_id, seq, id_key, kind, parent, run_key, record) "
-            "SELECT * FROM unnest(%b::bytea[], %b::bigint[], %b::bytea[], %b::text[], "
-            "%b::bigint[], %b::bytea[], %b::bytea[])), "
-            f"rep AS (INSERT INTO {s}.replies (session_id, root, reply) "
-            "SELECT * FROM unnest(%b::bytea[], %b::bigint[], %b::bigint[]) "
-            "ON CONFLICT DO NOTHING), "
-            f"shr AS (INSERT INTO {s}.sharing (session_id, key, state) "
-            "SELECT * FROM unnest(%b::bytea[], %b::bytea[], %b::bytea[]) "
-            "ON CONFLICT (session_id, key) DO UPDATE SET state = excluded.state), "
-            f"upd AS (UPDATE {s}.streams st SET last_seq = u.last, "
-            "text_count = st.text_count + u.texts, last_activity = u.at, "
-            "state = coalesce(u.state, st.state) FROM unnest(%b::bytea[], %b::bigint[], "
-            "%b::bigint[], %b::bytea[], %b::timestamptz[]) AS u(sid, last, texts, state, at) "
-            "WHERE st.session_id = u.sid) "
-            "SELECT count(pg_notify(%b, p)) FROM unnest(%b::text[]) AS p"
-        )
         self.probe_event = f"SELECT record FROM {s}.events WHERE session_id = %s AND id_key = %s"
         self.get_sharing = f"SELECT state FROM {s}.sharing WHERE session_id = %s AND key = %s"
         events = f"SELECT seq, record FROM {s}.events WHERE session_id = %s"

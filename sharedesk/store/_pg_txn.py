@@ -1,23 +1,26 @@
-"""A group's write transaction on PostgreSQL: the facts it reads and the one statement it writes.
+"""A group's write transaction on PostgreSQL: two round trips, the facts and the write.
 
-:class:`GroupTxn` is what ``PostgresStore._transact`` hands the base's writer (see
-:mod:`sharedesk.store.postgres` for the transaction around it). ``facts`` locks the
-group's ``streams`` rows in session-id order and reads what the append rules need;
-``put`` writes every plan of the group with one statement, the group's notice included.
+``facts`` sends ``BEGIN``, the lock of the sessions' ``streams`` rows (in session-id
+order) and the reads the plans need as one simple-protocol message: each statement runs
+on a fresh snapshot (read committed), so every read sees what the lock waited for. A
+group holding sessions with no row yet creates them and sends the reads again. ``put``
+only builds the write statement; ``commit`` sends it with ``COMMIT``, one message again.
+The statements are prepared on the connection (``Queries.prepare``); a message passes
+their arguments as array literals of hex, numbers, class names and timestamps (nothing
+to escape), so building one costs a ``hex()`` per value.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final, NamedTuple
 
 import psycopg
 
 from sharedesk.projection.append import Facts, StoredRow, Wants, WritePlan
 from sharedesk.protocol import records
-from sharedesk.protocol.events import Event
 from sharedesk.protocol.views import Conversation, SharingState
-from sharedesk.store._pg_schema import Queries
+from sharedesk.store._pg_schema import FACTS, PUT_COMMIT, Queries
 
 __all__ = ["GroupTxn", "Probe", "utf8"]
 
@@ -30,6 +33,18 @@ def utf8(value: str) -> bytes:
     return value.encode("utf-8")
 
 
+def _bytea(values: Iterable[bytes | None]) -> str:
+    r"""Return a ``bytea[]`` literal: ``E'{"\\\\x<hex>",NULL}'`` (E-string, then array escapes)."""
+    items = ",".join("NULL" if v is None else f'"\\\\\\\\x{v.hex()}"' for v in values)
+    return f"E'{{{items}}}'"
+
+
+def _array(values: Iterable[object]) -> str:
+    """Return an array literal of numbers, class names, timestamps or payloads (no escapes)."""
+    items = ",".join("NULL" if v is None else f'"{v}"' for v in values)
+    return f"'{{{items}}}'"
+
+
 class Probe(NamedTuple):
     """A row one write stores, by which a later read tells whether it committed."""
 
@@ -40,31 +55,20 @@ class Probe(NamedTuple):
 
 
 class GroupTxn:
-    """One group's write transaction on ``conn``: the base's ``WriteTxn`` on PostgreSQL.
-
-    Args:
-        conn: A connection inside the group's transaction.
-        sql: The store's statements.
-        channel: The channel the group's notice goes to.
-    """
+    """One group's write transaction on ``conn`` (autocommit, outside a transaction)."""
 
     def __init__(self, conn: psycopg.Connection[Any], sql: Queries, channel: str) -> None:
         self._conn = conn
         self._sql = sql
         self._channel = channel
+        self._write = ""
         #: A row a guarded write of the group stores (``None``: plain appends only).
         self.probe: Probe | None = None
         #: The session of that write.
         self.guarded_session = ""
 
     def facts(self, wants: Mapping[str, Wants]) -> dict[str, Facts]:
-        """Lock the sessions' rows (in id order), then read what the plans need.
-
-        A session with no row yet gets one, and the reads run again once every row
-        is locked. A read whose list is empty (no parent, no sharing state) is not sent.
-        """
-        conn, sql = self._conn, self._sql
-        sids = sorted(utf8(session_id) for session_id in wants)
+        """Begin, lock the sessions' rows, read the facts: one round trip (two for new rows)."""
         ids: tuple[list[bytes], list[bytes]] = ([], [])
         parents: tuple[list[bytes], list[int]] = ([], [])
         shares: tuple[list[bytes], list[bytes]] = ([], [])
@@ -82,46 +86,43 @@ class GroupTxn:
                 shares[0].append(sid)
                 shares[1].append(key)
                 share_of[(sid, key)] = (viewer, conversation)
-
-        def read() -> list[Any]:
-            """Send the reads a group needs (none for empty lists), in this order."""
-            return [
-                conn.execute(sql.lock, [sids]),
-                *(conn.execute(query, keys) if keys[0] else () for query, keys in wanted),
-            ]
-
-        wanted = ((sql.known, ids), (sql.parents, parents), (sql.sharing, shares))
-
-        cursors = read()
-        streams = {bytes(row[0]): row for row in cursors[0]}
-        if len(streams) < len(sids):
-            conn.execute(sql.create, [[sid for sid in sids if sid not in streams]])
-            cursors = read()
-            streams = {bytes(row[0]): row for row in cursors[0]}
+        sids = _bytea(sorted(utf8(session_id) for session_id in wants))
+        arrays = (_bytea(ids[0]), _bytea(ids[1]), _bytea(parents[0]), _array(parents[1]))
+        reads = FACTS % (sids, *arrays, _bytea(shares[0]), _bytea(shares[1]))
+        cursor = self._conn.execute(f"BEGIN; {reads}", prepare=False)
+        cursor.nextset()  # past BEGIN
+        streams = {bytes(sid): (last, raw) for sid, last, raw in cursor.fetchall()}
+        if len(streams) < len(wants):  # new sessions: make their rows, read again
+            cursor = self._conn.execute(f"EXECUTE sharedesk_create({sids}); {reads}")
+            cursor.nextset()  # past the INSERT
+            streams = {bytes(sid): (last, raw) for sid, last, raw in cursor.fetchall()}
         facts: dict[str, Facts] = {}
         for session_id, want in wants.items():
-            _, last, raw = streams[utf8(session_id)]
+            last, raw = streams[utf8(session_id)]
             state = records.decode_session_state(session_id, raw if want.state else None)
             sharing: dict[tuple[str, Conversation], SharingState | None]
             sharing = dict.fromkeys(want.sharing)
             facts[session_id] = Facts(last, {}, {}, set(), state, sharing)
-        for sid, seq, record in cursors[1]:
+        cursor.nextset()
+        for sid, seq, record in cursor.fetchall():
             session_id = bytes(sid).decode("utf-8")
             event = records.decode_record(records.EVENT_DECODER, session_id, seq, record)
             facts[session_id].known[event.id] = event
-        for sid, seq, kind, parent, answered in cursors[2]:
+        cursor.nextset()
+        for sid, seq, kind, parent, answered in cursor.fetchall():
             session_facts = facts[bytes(sid).decode("utf-8")]
             session_facts.rows[seq] = StoredRow(kind, parent)
             if answered:
                 session_facts.answered.add(seq)
-        for sid, key, raw in cursors[3]:
+        cursor.nextset()
+        for sid, key, raw in cursor.fetchall():
             session_id = bytes(sid).decode("utf-8")
             state_key = share_of[(bytes(sid), bytes(key))]
             facts[session_id].sharing[state_key] = records.decode_state(session_id, raw)
         return facts
 
     def put(self, plans: Sequence[WritePlan]) -> None:
-        """Write ``plans`` with one statement: events, replies, sharing, streams, notice."""
+        """Build the statement writing ``plans`` and the notice; :meth:`commit` sends it."""
         events: list[list[Any]] = [[], [], [], [], [], [], []]
         replies: list[list[Any]] = [[], [], []]
         shares: dict[tuple[bytes, bytes], bytes] = {}
@@ -130,11 +131,21 @@ class GroupTxn:
             write = plan.write
             sid = utf8(write.session_id)
             for event in plan.new:
-                for column, value in zip(events, _row(sid, event), strict=True):
+                run_key = None if event.run_id is None else records.run_index_key(b"", event.run_id)
+                row = (
+                    sid,
+                    event.sequence,
+                    records.event_id_key(b"", event.id),
+                    type(event.body).__name__,
+                    event.parent,
+                    run_key,
+                    records.ENCODER.encode(event),
+                )
+                for column, value in zip(events, row, strict=True):
                     column.append(value)
             for root, reply in plan.first_replies.items():
-                for column, value in zip(replies, (sid, root, reply), strict=True):
-                    column.append(value)
+                for column, item in zip(replies, (sid, root, reply), strict=True):
+                    column.append(item)
             if plan.new:
                 stream = streams.setdefault(sid, [0, 0, None, None])
                 stream[0], stream[3] = plan.new[-1].sequence, plan.new[-1].timestamp
@@ -157,18 +168,18 @@ class GroupTxn:
             else:
                 payloads.append(notice)
         columns = [list(c) for c in zip(*streams.values(), strict=True)] or [[], [], [], []]
-        params: list[Any] = [
-            *events,
-            *replies,
-            [sid for sid, _ in shares],
-            [key for _, key in shares],
-            list(shares.values()),
-            list(streams),
-            *columns,
-            self._channel,
-            payloads,
-        ]
-        self._conn.execute(self._sql.put, params)
+        e, r, c = events, replies, columns
+        self._write = PUT_COMMIT % (
+            *(_bytea(e[0]), _array(e[1]), _bytea(e[2]), _array(e[3]), _array(e[4])),
+            *(_bytea(e[5]), _bytea(e[6]), _bytea(r[0]), _array(r[1]), _array(r[2])),
+            *(_bytea(sid for sid, _ in shares), _bytea(key for _, key in shares)),
+            *(_bytea(shares.values()), _bytea(streams), _array(c[0]), _array(c[1])),
+            *(_bytea(c[2]), _array(c[3]), f"'{self._channel}'", _array(payloads)),
+        )
+
+    def commit(self) -> None:
+        """Send the write built by :meth:`put` (if any) and ``COMMIT``: one round trip."""
+        self._conn.execute(self._write or "COMMIT", prepare=False)
 
     def _probe_of(self, sid: bytes, plan: WritePlan) -> Probe:
         if plan.new:
@@ -178,16 +189,3 @@ class GroupTxn:
         assert plan.sharing is not None and plan.write.share is not None
         key = records.sharing_key(b"", plan.write.share.viewer, plan.sharing.conversation)
         return Probe(self._sql.get_sharing, sid, key, records.ENCODER.encode(plan.sharing))
-
-
-def _row(sid: bytes, event: Event) -> tuple[Any, ...]:
-    """Return the ``events`` columns of ``event``, a planned new event (its sequence set)."""
-    return (
-        sid,
-        event.sequence,
-        records.event_id_key(b"", event.id),
-        type(event.body).__name__,
-        event.parent,
-        None if event.run_id is None else records.run_index_key(b"", event.run_id),
-        records.ENCODER.encode(event),
-    )

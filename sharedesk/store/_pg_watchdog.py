@@ -1,17 +1,12 @@
 """The connections of a ``PostgresStore``: its pool, and a deadline on every use.
 
-:class:`Pool` lends connections made on the caller's thread by the store's ``connect``
-factory. :class:`Watchdog` bounds each use: psycopg has no per-call timeout, so a server
-that stops answering but keeps its connections (a stopped process, a network dropping
-packets) would hold a call, and ``close()``, for good. Each use is *watched*; one daemon
-thread (``sharedesk-pg-watchdog:<dsn>``) shuts down the socket of any use still running
-``timeout`` seconds after it began (``shutdown(SHUT_RDWR)`` on a duplicate of its
-descriptor: the waiting thread wakes at once, libpq reports the connection lost, and the
-store's retry rules decide). A cut connection is closed when its use ends, so nobody
-else receives it, and nothing closes a connection inside a watched block, so the
-descriptor shut down is never one the system handed to somebody else. A use costs one
-lock and one dictionary entry and wakes nobody: the thread sleeps until the oldest
-use's deadline, and after one ``timeout`` with nothing watched, until the next use.
+psycopg has no per-call timeout, so a server that stops answering but keeps its
+connections would hold a call, and ``close()``, for good. :class:`Watchdog`'s thread
+(``sharedesk-pg-watchdog:<dsn>``) shuts down the socket of any use still running
+``timeout`` seconds after it began (on a duplicate of its descriptor: the waiting thread
+wakes, libpq reports the connection lost, the store's retry rules decide). A cut
+connection is closed when its use ends, never inside it, so the descriptor shut down is
+never one the system handed to somebody else.
 """
 
 from __future__ import annotations
@@ -36,10 +31,7 @@ _log = logger()
 
 
 class Watchdog:
-    """Shuts down the connection of any watched use running past its deadline.
-
-    Thread-safe. ``timeout`` 0 watches nothing (and starts no thread).
-    """
+    """Cuts the connection of any use running past its deadline; ``timeout`` 0: none."""
 
     def __init__(self, timeout: float, path: str) -> None:
         self._timeout = timeout
@@ -54,14 +46,9 @@ class Watchdog:
 
     @contextlib.contextmanager
     def watch(self, conn: Any) -> Iterator[None]:
-        """Watch one use of ``conn`` (a psycopg connection) while the block runs.
+        """Watch one use of ``conn``: past ``timeout``, cut it; closed when the block ends.
 
-        When the block is still running ``timeout`` seconds after it began, ``conn``'s
-        socket is shut down (the block then sees a lost connection); ``conn`` is then
-        closed when the block ends, so that it is never used again.
-
-        Cost: one lock and one dictionary entry; starts the watchdog thread the first
-        time.
+        Cost: one lock and one dictionary entry (the first use starts the thread).
         """
         if self._timeout <= 0:
             yield
@@ -89,12 +76,9 @@ class Watchdog:
                 conn.close()
 
     def stop(self) -> None:
-        """Cut every use still watched, stop the thread (idempotent).
+        """Cut every use still watched (a closed store's calls end at once), stop the thread.
 
-        The store stops its watchdog last in ``close()``: a call still waiting on the
-        server then has its connection cut at once (it ends as a lost connection, which
-        a closed store reports as ``StoreClosedError``) instead of waiting with nobody
-        left to cut it. Later uses are not watched.
+        Idempotent; later uses are not watched.
         """
         with self._cond:
             self._stopping = True
@@ -110,10 +94,8 @@ class Watchdog:
     def _run(self) -> None:
         """Sleep until the oldest use's deadline and cut what is due.
 
-        With nothing watched, the thread naps one ``timeout`` (a use that begins
-        meanwhile is due no sooner than the nap ends, so it needs no wake-up), then, if
-        still nothing is watched, sleeps until a use wakes it: back-to-back calls from
-        one thread never wake it, and an idle store costs nothing.
+        With nothing watched it naps one ``timeout`` (a use begun meanwhile is due no
+        sooner), then sleeps until a use wakes it: an idle store costs nothing.
         """
         cond = self._cond
         napped = False
@@ -176,13 +158,9 @@ class ConnectFailed(Exception):
 class Pool:
     """The store's connections: made on the caller's thread, kept while idle, at most ``size``.
 
-    A call takes an idle connection (or makes one with ``connect``, so a refused or
-    unauthenticated connection fails on the caller's thread, at once, with libpq's
-    reason), uses it under the watchdog, and gives it back: a connection that is broken,
-    closed or left inside a transaction is closed instead. An idle connection whose
-    socket is readable is dead (the server closes idle connections it terminates, and
-    says so first), so it is closed and the next one taken: a write is never sent on a
-    connection the server had already dropped. Nothing is logged and no thread is run.
+    A connection broken, closed or left inside a transaction is closed when given back.
+    An idle one whose socket is readable is dead (the server says so before it closes
+    it), so it is closed and the next one taken: no write goes to a dropped connection.
     """
 
     def __init__(self, connect: Connect, size: int, watchdog: Watchdog) -> None:
@@ -195,7 +173,7 @@ class Pool:
 
     @contextlib.contextmanager
     def connection(self, timeout: float) -> Iterator[Any]:
-        """Lend a live connection for one use, cut off after the watchdog's timeout.
+        """Lend a live connection for one use, watched.
 
         Raises:
             PoolExhausted: Every connection stayed busy for ``timeout`` seconds.
@@ -241,11 +219,7 @@ class Pool:
         conn.close()
 
     def fill(self, count: int) -> None:
-        """Make connections until ``count`` are idle.
-
-        Raises:
-            ConnectFailed: A connection could not be made.
-        """
+        """Make connections until ``count`` are idle (``ConnectFailed`` if one cannot be)."""
         made = [self._new() for _ in range(count - len(self._idle))]
         with self._lock:
             self._idle += made

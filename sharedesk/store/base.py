@@ -244,18 +244,20 @@ class StoreBase(ABC):
             return [exc] * len(writes)
         callbacks = self._callbacks
         outcomes: list[Outcome] = []
-        for plan in planned:
-            if isinstance(plan, BaseException):
-                outcomes.append(plan)
+        for members in planned:
+            if isinstance(members, BaseException):
+                outcomes.append(members)
                 continue
-            if plan.new and callbacks:
-                session_id, told = plan.write.session_id, [private_copy(e) for e in plan.new]
-                for callback in callbacks:
-                    try:
-                        callback(session_id, told)
-                    except Exception:
-                        _log.exception("store.callback_failed", session_id=session_id)
-            result = plan.result
+            for plan in members:
+                if plan.new and callbacks:
+                    session_id = plan.write.session_id
+                    told = [private_copy(e) for e in plan.new]
+                    for callback in callbacks:
+                        try:
+                            callback(session_id, told)
+                        except Exception:
+                            _log.exception("store.callback_failed", session_id=session_id)
+            result = members[0].result
             outcomes.append([private_copy(e) for e in result] if self.keeps_events else result)
         return outcomes
 

@@ -1,43 +1,33 @@
 r"""PostgresStore: the event store on PostgreSQL, for several processes on one database.
 
-The store port is :class:`~sharedesk.store.base.StoreBase`'s (public methods, validation
-and their documentation live there); this module supplies PostgreSQL's I/O on the tables
-of :mod:`sharedesk.store._pg_schema`, and ``follow``: several processes (several Hubs)
-may share one database, and each learns what the others commit by ``LISTEN``/``NOTIFY``
-(:mod:`sharedesk.store._pg_listen`).
+The store port is :class:`~sharedesk.store.base.StoreBase`'s; this module supplies its
+I/O on the tables of :mod:`sharedesk.store._pg_schema`, and ``follow`` (``LISTEN``/
+``NOTIFY``, :mod:`sharedesk.store._pg_listen`), so that several processes (several Hubs)
+can share one database.
 
-One write path. Every write (plain, guarded by ``expected_version`` or
-``unless_stored``, or a commit's sharing state) goes to the base's group writer (thread
-``sharedesk-pg-writer:<dsn>``), and each group is one transaction
-(:class:`~sharedesk.store._pg_txn.GroupTxn`): lock the group's ``streams`` rows in
-session-id order (``FOR UPDATE``; so two processes' groups cannot deadlock, and a
-session's writers in every process are serialised: sequences stay gap-free and unique),
-read what the append rules need, let the base plan each write, write every plan with
-one statement that also sends the group's one ``NOTIFY``, commit. A group of one is a
-group; the notice, sent inside the transaction, is delivered exactly at commit, in
-commit order, and never lost. Its payload lists ``<last_seq>:<hex of the session id's
-UTF-8>`` per session written (hex: a payload cannot hold NUL), space-separated, on the
-channel ``<schema>_appended``. A group costs ``BEGIN``, the lock, one read per kind of
-fact it needs, the write and ``COMMIT``, each a plain round trip: psycopg's pipeline
-mode, tried to save round trips, halved the throughput (its per-statement polling).
+One write path. Every write goes to the base's group writer (thread
+``sharedesk-pg-writer:<dsn>``), and each group is one transaction of two round trips
+(:mod:`sharedesk.store._pg_txn`): ``BEGIN``, the lock of the group's ``streams`` rows in
+session-id order (so two processes' groups cannot deadlock and a session's writers in
+every process are serialised) and the reads the plans need; then one statement writing
+every plan and sending the group's one ``NOTIFY``, with ``COMMIT``. The notice, sent
+inside the transaction, is delivered at commit, in commit order, and never lost. Its
+payload lists ``<last_seq>:<hex of the session id's UTF-8>`` per session written (a
+payload cannot hold NUL), space-separated, on the channel ``<schema>_appended``.
 
 Connections and retries. Connections come from the store's
-:class:`~sharedesk.store._pg_watchdog.Pool`, made on the caller's thread by the
-``connect`` factory: a refused or unauthenticated connection fails the open at once
-with :class:`~sharedesk.protocol.errors.StoreUnreachable`, naming libpq's reason. An
-operation whose connection (or server) went away is retried on a fresh connection for up
-to ``retry_timeout`` seconds when that is safe: reads, and any group whose ``COMMIT``
-was not sent, always; a group cut off during its ``COMMIT`` when it wrote plain appends
-only (their ids make the rerun return what a committed first attempt stored). A group
-holding a guarded write is *settled* instead: once the server process that ran it is
-gone, a read of one row that write stores tells whether it committed; when that cannot
-be told within ``retry_timeout``, the group raises
-:class:`~sharedesk.protocol.errors.CommitOutcomeUnknown` (retrying with the same ids is
-safe). Deadlocks and serialisation failures run again; any other driver error is a
-``StoreIOError`` (the cause chained). Each use of a connection is watched
-(:mod:`sharedesk.store._pg_watchdog`): one still running ``call_timeout`` seconds after it
-began is cut off and treated as a lost connection, so no call waits on a silent server
-for good.
+:class:`~sharedesk.store._pg_watchdog.Pool`, made on the caller's thread by ``connect``:
+a refused connection fails the open at once with ``StoreUnreachable``. An operation
+whose connection (or server) went away is retried on a fresh one for up to
+``retry_timeout`` seconds when that is safe: reads, and groups whose ``COMMIT`` was not
+sent, always; a group cut off during its ``COMMIT`` when it holds plain appends only
+(their ids make the rerun return what a committed first attempt stored). A group holding
+a guarded write is *settled* instead: once its server process is gone, a read of one
+row that write stores tells whether it committed; when that cannot be told within
+``retry_timeout``, ``CommitOutcomeUnknown``. Deadlocks and serialisation failures run
+again; any other driver error is a ``StoreIOError``. A use of a connection still running
+``call_timeout`` seconds after it began is cut off (:mod:`sharedesk.store._pg_watchdog`)
+and treated as a lost connection.
 """
 
 from __future__ import annotations
@@ -49,7 +39,8 @@ import random
 import re
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+import weakref
+from collections.abc import Callable, Sequence
 from datetime import UTC
 from typing import Any, Final, TypeVar, cast
 
@@ -115,34 +106,27 @@ def _hide_password(text: str) -> str:
     return _PASSWORD.sub(lambda m: f"{m[1] or m[3]}***{m[2] or ''}", text)
 
 
-def _as_given(dsn: str) -> str:
-    """Return ``dsn`` as a caller gave it, its password replaced by ``***``, quoted."""
-    hidden = _hide_password(dsn)
-    return repr(hidden if len(hidden) <= 200 else hidden[:200] + "...")
-
-
 def _check_dsn(dsn: Any) -> str:
     """Return ``dsn`` if it is a ``postgresql://`` (or ``postgres://``) URL libpq parses.
 
     Raises:
-        ValidationError: Not a ``str``, not such a URL, a NUL, or unparsable; the
-            message quotes what was given, without its password.
+        ValidationError: Not such a URL; the message quotes it without its password.
     """
     if not isinstance(dsn, str):
         raise ValidationError(f"dsn must be a str, got {type(dsn).__name__}")
+    hidden = _hide_password(dsn)
+    given = repr(hidden if len(hidden) <= 200 else hidden[:200] + "...")
     if _URL.match(dsn) is None:
         raise ValidationError(
-            f"dsn must be a URL starting with postgresql:// or postgres://, got {_as_given(dsn)}"
+            f"dsn must be a URL starting with postgresql:// or postgres://, got {given}"
         )
     if "\0" in dsn:
-        raise ValidationError(f"dsn holds a NUL character: {_as_given(dsn)}")
+        raise ValidationError(f"dsn holds a NUL character: {given}")
     try:
         conninfo_to_dict(dsn)
     except psycopg.ProgrammingError as exc:
         reason = _hide_password(str(exc).strip())
-        raise ValidationError(
-            f"dsn {_as_given(dsn)} is not a valid connection URL: {reason}"
-        ) from None
+        raise ValidationError(f"dsn {given} is not a valid connection URL: {reason}") from None
     return dsn
 
 
@@ -165,32 +149,21 @@ def _default_connect(dsn: str, connect_timeout: float) -> Connect:
 
 
 class _Attempt:
-    """How far one transaction got: whether its ``COMMIT`` was sent (its outcome then unknown).
+    """How far a group's transaction got, to settle a connection lost while committing."""
 
-    Once committing, it also keeps the server process that runs it, whether it may run
-    again (``rerun``: it wrote plain appends alone), a probe of a guarded write and the
-    transaction's result, so that a broken connection's outcome can be settled by a read
-    (see ``PostgresStore._settle``).
-    """
-
-    __slots__ = ("backend_pid", "committing", "probe", "rerun", "result", "session_id")
-
-    def __init__(self) -> None:
-        self.committing = False
-        self.rerun = True
-        self.backend_pid = 0
-        self.probe: Probe | None = None
-        self.result: Any = None
-        self.session_id = ""
+    committing = False  # the COMMIT was sent: the outcome is unknown if the reply is lost
+    rerun = True  # plain appends only: running it again is safe
+    backend_pid = 0  # the server process running it
+    probe: Probe | None = None  # a row its guarded write stores
+    result: Any = None
+    session_id = ""
 
 
 class PostgresStore(StoreBase):
     """An event store in a PostgreSQL database, shared by any number of processes.
 
-    Implements the store port, sharing states, the run index and ``follow`` (see the
-    module header for how writes are sequenced, notified and retried). Safe to share
-    between threads. An append returns once its group's transaction has committed
-    (durable as the server's ``synchronous_commit`` makes it).
+    The store port and ``follow`` (see the module header); thread-safe. An append returns
+    once its group has committed (durable as the server's ``synchronous_commit`` makes it).
 
     Args:
         dsn: A libpq connection URL, ``postgresql://user:password@host:port/dbname``
@@ -200,16 +173,14 @@ class PostgresStore(StoreBase):
             Stores on different schemas of one database are independent.
         min_connections: Connections opened with the store.
         max_connections: Most connections open at once (more callers wait for one).
-        connect_timeout: Most seconds a call waits for a connection (a free one, or a
-            new one from the server).
+        connect_timeout: Most seconds a call waits for a connection (free or new).
         retry_timeout: Most seconds an operation whose connection was lost is retried
-            (see the module header for which are); 0 never retries.
-        call_timeout: Most seconds one use of a connection may take; a use still
-            waiting then has its connection cut off, and is retried or fails like any
-            lost connection (see ``_pg_watchdog``). 0: no limit.
+            (see the module header); 0 never retries.
+        call_timeout: Most seconds one use of a connection may take before it is cut
+            off and treated as lost; 0: no limit.
         connect: Makes a new psycopg connection (default: ``psycopg.connect(dsn,
-            connect_timeout=...)``); the store sets it to autocommit. The seam through
-            which a test injects connection faults.
+            connect_timeout=...)``), which the store sets to autocommit: the seam for
+            connection faults.
 
     Raises:
         ValidationError: An unknown or bad option, or a ``dsn`` that is not a
@@ -218,9 +189,8 @@ class PostgresStore(StoreBase):
         StoreUnreachable: The server refused the connection, or could not be reached.
         StoreIOError: The server refused the schema.
 
-    Cost: opens ``min_connections`` connections on the caller's thread, then one
-    connection checks the schema (two reads when current; otherwise the migrations,
-    under an advisory lock); starts the group writer thread.
+    Cost: opens ``min_connections`` connections on the caller's thread, checks the schema
+    (two reads when current) and starts the group writer thread.
     """
 
     def __init__(
@@ -259,6 +229,7 @@ class PostgresStore(StoreBase):
         self._watchdog = Watchdog(call_timeout, path)
         self._channel = notify_channel(self._schema)
         self._sql = Queries(f'"{self._schema}"')
+        self._prepared: weakref.WeakSet[psycopg.Connection[Any]] = weakref.WeakSet()
         self._follow_lock = threading.Lock()
         self._followers: dict[int, AppendCallback] = {}
         self._next_follower = 0
@@ -297,36 +268,16 @@ class PostgresStore(StoreBase):
 
     # -- connections ---------------------------------------------------------------------
 
-    @contextlib.contextmanager
-    def _borrow(self, timeout: float | None = None) -> Iterator[psycopg.Connection[Any]]:
-        """Borrow a connection for one use, cut off after ``call_timeout``.
-
-        Raises:
-            PoolExhausted: No connection came free within ``timeout`` (default
-                ``connect_timeout``).
-            ConnectFailed: A new connection could not be made.
-        """
-        with self._pool.connection(self._connect_timeout if timeout is None else timeout) as conn:
-            yield conn
-
     def _run(
         self,
         operation: str,
         work: Callable[[psycopg.Connection[Any]], T],
         attempt: _Attempt | None = None,
     ) -> T:
-        """Run ``work(conn)`` on a borrowed connection, retrying lost connections if safe.
+        """Run ``work(conn)`` on a pool connection, retrying lost connections when safe.
 
-        ``attempt`` (for writes) tells whether the ``COMMIT`` was sent when the
-        connection broke, and whether the transaction may then run again.
-
-        Raises:
-            SharedeskError: What ``work`` raised (its transaction rolled back).
-            CommitOutcomeUnknown: The connection broke during the ``COMMIT`` of a
-                guarded write whose outcome could not be told.
-            StoreUnreachable: No connection could be made (at once for ``"open"``).
-            StoreIOError: The server failed, or stayed unreachable past the budget.
-            StoreClosedError: The store is closed.
+        ``attempt`` (a write's) tells whether the ``COMMIT`` was sent when the connection
+        broke, and whether the transaction may then run again (see the module header).
         """
         deadline = time.monotonic() + self._retry_timeout
         delay = 0.0
@@ -335,7 +286,7 @@ class PostgresStore(StoreBase):
             if attempt is not None:
                 attempt.committing = False
             try:
-                with self._borrow() as conn:
+                with self._pool.connection(self._connect_timeout) as conn:
                     return work(conn)
             except SharedeskError:
                 raise
@@ -369,21 +320,16 @@ class PostgresStore(StoreBase):
             delay = min(max(delay * 2, 0.01), 0.5)
 
     def _settle(self, attempt: _Attempt, deadline: float) -> bool | None:
-        """Tell whether a transaction whose connection broke while committing was stored.
+        """Whether a transaction whose connection broke while committing was stored.
 
-        Waits (until ``deadline``) for the server process that ran it to be gone, so
-        that its transaction is over, then reads its probe row on another connection:
-        the row as the write would have stored it means it committed.
-
-        Returns:
-            ``True`` when it committed, ``False`` when it did not (it may run again),
-            ``None`` when that cannot be told in time.
+        Waits (until ``deadline``) for its server process to be gone, then reads its
+        probe row; ``None`` when that cannot be told in time.
         """
         probe = attempt.probe
         assert probe is not None
         while True:
             try:
-                with self._borrow() as conn:
+                with self._pool.connection(self._connect_timeout) as conn:
                     while conn.execute(_BACKEND_ALIVE, [attempt.backend_pid]).fetchone():
                         if time.monotonic() >= deadline or self._closed:
                             return None
@@ -402,15 +348,19 @@ class PostgresStore(StoreBase):
         attempt = _Attempt()
 
         def run(conn: psycopg.Connection[Any]) -> T:
+            # A failure leaves conn inside the transaction: the pool closes it.
+            if conn not in self._prepared:
+                conn.execute(self._sql.prepare)
+                self._prepared.add(conn)
             txn = GroupTxn(conn, self._sql, self._channel)
-            with conn.transaction():
-                result = work(txn)
-                attempt.rerun = txn.probe is None
-                attempt.probe = txn.probe
-                attempt.session_id = txn.guarded_session
-                attempt.backend_pid = conn.info.backend_pid
-                attempt.result = result
-                attempt.committing = True  # leaving the block sends COMMIT
+            result = work(txn)
+            attempt.rerun = txn.probe is None
+            attempt.probe = txn.probe
+            attempt.session_id = txn.guarded_session
+            attempt.backend_pid = conn.info.backend_pid
+            attempt.result = result
+            attempt.committing = True
+            txn.commit()
             return result
 
         return self._run("append", run, attempt)
@@ -492,17 +442,14 @@ class PostgresStore(StoreBase):
     def follow(self, on_append: AppendCallback) -> Callable[[], None]:
         """Follow every process's commits (:class:`~sharedesk.protocol.ports.FollowingStore`).
 
-        Calls come from the store's listener thread (:mod:`sharedesk.store._pg_listen`);
-        what ``on_append`` raises is logged.
+        The first follower opens the listener's connection and thread
+        (:mod:`sharedesk.store._pg_listen`), which stop with the last; what ``on_append``
+        raises is logged.
 
         Raises:
             ValidationError: ``on_append`` is not callable.
             StoreClosedError: The store is closed.
             StoreIOError: The listener's connection could not be opened.
-
-        Cost: the first follower opens one dedicated connection and starts the
-        listener thread, which stops with the last follower; nothing per commit beyond
-        the notice.
         """
         if not callable(on_append):
             raise ValidationError(f"on_append must be callable, got {type(on_append).__name__}")
@@ -541,7 +488,7 @@ class PostgresStore(StoreBase):
         """Send an empty notice on ``channel`` (a listener's own), if the server takes it."""
         with (
             contextlib.suppress(psycopg.Error, PoolExhausted, ConnectFailed),
-            self._borrow(timeout=LISTEN_POLL) as conn,
+            self._pool.connection(LISTEN_POLL) as conn,
         ):
             conn.execute("SELECT pg_notify(%s, '')", [channel])
 

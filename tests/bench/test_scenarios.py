@@ -426,11 +426,37 @@ class TestImports:
         assert target.value is not None and target.value > 0
 
 
+class TestWeb:
+    def test_web_measures_posts_with_and_without_pages_and_telemetry_on_and_off(
+        self, tmp_path: Path
+    ) -> None:
+        report = run_bench(tmp_path, "web")
+
+        assert {
+            "web post, no page open, agents in their own process",
+            "web post, 3 pages open, agents in their own process",
+            "web post, no page open, agents in the server",
+            "web post, 3 pages open, agents in the server",
+            "turn+commit, telemetry off, lmdb",
+            "turn+commit, telemetry on, lmdb",
+            "turn+commit, telemetry off, memory",
+            "turn+commit, telemetry on, memory",
+        } == labels(report)
+        assert {
+            "web-post-rate-with-pages",
+            "web-post-rate-with-pages-same-process",
+            "web-telemetry-turn-cost",
+            "web-telemetry-turn-cost-in-memory",
+        } == {t.name for t in report.targets}
+        delivered = [v for k, v in report.figures.items() if k.startswith("web rows delivered")]
+        assert ["30/30", "30/30"] == delivered
+
+
 class TestAll:
     def test_all_runs_every_scenario_into_one_report(self, tmp_path: Path) -> None:
         report = run_bench(tmp_path, "all")
 
-        assert {"append", "async", "desk", "read", "scale", "long", "crash", "imports"} == {
+        assert {"append", "async", "desk", "read", "scale", "long", "crash", "imports", "web"} == {
             m.scenario for m in report.measurements
         }
         assert "all" == report.scenario
@@ -451,7 +477,18 @@ class TestCommandLine:
     def test_every_scenario_and_all_are_subcommands(self) -> None:
         parser = build_parser()
 
-        for name in ("append", "async", "desk", "read", "scale", "long", "crash", "imports", "all"):
+        for name in (
+            "append",
+            "async",
+            "desk",
+            "read",
+            "scale",
+            "long",
+            "crash",
+            "imports",
+            "web",
+            "all",
+        ):
             assert name == parser.parse_args([name]).scenario
 
     def test_help_runs_from_the_checkout(self) -> None:

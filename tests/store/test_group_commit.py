@@ -216,7 +216,7 @@ class TestPlanGroup:
 
         planned = plan_group(txn, writes, NOW)
 
-        assert [[1], [2]] == [[e.sequence for e in p.result] for p in planned]  # type: ignore[union-attr]
+        assert [[1], [2]] == [[e.sequence for e in p[0].result] for p in planned]  # type: ignore[index]
         assert {1: 2} == txn.store.first_replies("s", [1])
 
     def test_a_write_failing_its_plan_writes_nothing_and_the_others_go_on(
@@ -240,7 +240,7 @@ class TestPlanGroup:
 
         planned = plan_group(txn, writes, NOW)
 
-        assert [1, 1] == [p.result[0].sequence for p in planned]  # type: ignore[union-attr]
+        assert [1, 1] == [p[0].result[0].sequence for p in planned]  # type: ignore[index]
         assert [["s"]] == txn.puts
 
     def test_a_commit_compares_with_the_state_an_earlier_commit_of_the_group_stored(
@@ -257,3 +257,21 @@ class TestPlanGroup:
 
         assert isinstance(planned[1], SharingStateConflict)
         assert first == txn.store.get_sharing_state("s", "v", Conversation("s"))
+
+    def test_a_write_and_its_linked_writes_are_put_together(self, txn: RecordingTxn) -> None:
+        linked = (check_write("u", [msg()]), check_write("a", [msg()]))
+        writes = [check_write("s", [msg()], linked=linked)]
+
+        planned = plan_group(txn, writes, NOW)
+
+        assert ["s", "u", "a"] == [p.write.session_id for p in planned[0]]  # type: ignore[union-attr]
+        assert [1, 1, 1] == [txn.store.last_sequence(s) for s in ("s", "u", "a")]
+
+    def test_a_linked_write_failing_its_plan_fails_the_whole_write(self, txn: RecordingTxn) -> None:
+        linked = (check_write("u", [msg()]), check_write("a", [msg()], expected_version=5))
+        writes = [check_write("s", [msg()], linked=linked), check_write("u", [msg()])]
+
+        planned = plan_group(txn, writes, NOW)
+
+        assert isinstance(planned[0], ConcurrencyError)
+        assert [0, 1, 0] == [txn.store.last_sequence(s) for s in ("s", "u", "a")]

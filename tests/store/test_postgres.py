@@ -807,11 +807,6 @@ def sequences(outcomes: list[list[Event] | BaseException]) -> list[list[int | No
     return [[e.sequence for e in cast(list[Event], outcome)] for outcome in outcomes]
 
 
-def transactions_of_events(dsn: str) -> int:
-    """How many transactions wrote the stored events (distinct ``xmin``)."""
-    return len(rows(dsn, "SELECT DISTINCT xmin::text FROM sharedesk.events"))
-
-
 def transactions_of(dsn: str, *session_ids: str) -> int:
     """How many transactions wrote the stored events of ``session_ids`` (distinct ``xmin``)."""
     found = rows(
@@ -1008,6 +1003,24 @@ class TestGroupCommit:
 
         assert [5] * 8 == [pg.last_sequence(s) for s in sessions]
         assert transactions_of(dsn, *sessions) < 40
+
+    def test_a_group_is_two_round_trips_its_facts_then_its_write_and_commit(self, dsn: str) -> None:
+        """``BEGIN``, lock and reads go as one message; the write goes with ``COMMIT``."""
+        sent: list[str] = []
+
+        class Counted(psycopg.Connection[Any]):
+            def execute(self, query: Any, *args: Any, **kwargs: Any) -> Any:
+                sent.append(str(query))
+                return super().execute(query, *args, **kwargs)
+
+        with PostgresStore(dsn, max_connections=1, connect=lambda: Counted.connect(dsn)) as store:
+            store.append("s", [text()])
+            sent.clear()
+            store.append("s", [text(parent=1), text()], expected_version=1)
+            state = SharingState(Conversation("s"), 0)
+            store.append_and_share("s", [text()], viewer="v", state=state, expected_state=None)
+
+        assert ["BEGIN", "EXECUTE", "BEGIN", "EXECUTE"] == [q.split()[0].rstrip(";") for q in sent]
 
     def test_close_ends_the_group_writer(self, dsn: str) -> None:
         store = PostgresStore(dsn)

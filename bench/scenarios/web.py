@@ -1,0 +1,341 @@
+"""``web``: open pages following a desk while agents post, and telemetry's cost on turns.
+
+Part 1, side by side in one run: one Hub on LMDB (durable) served by
+``sharedesk.servers.web`` (uvicorn on 127.0.0.1, in this process), first with no page
+open, then with ``--pages`` pages following the desk's event stream (server-sent events,
+from a child process: ``bench.web_child``), each on a fresh store. The agents post from
+a process of their own (as they do next to ``sharedesk serve``: the target, with pages
+at least 0.8x without), then from threads of the server's own process (reported as
+context: there the page traffic and the posts share one interpreter lock). Reported:
+the post rates and the post-to-page latency over every row on every page (median,
+p99). On LMDB, rows of another process reach the server's feeds by its once-a-second
+check of the store (``recheck``), which their latency shows.
+
+Part 2: ``hub.turn`` + ``turn.commit`` with ``opentelemetry-api`` installed but no
+tracer provider ("off"), then with an SDK provider recording every span into a batch
+processor whose exporter drops them ("on"), in alternating rounds: on a durable LMDB Hub
+(the target: on at most 1.1x off) and on an in-memory Hub (context: no fsync, so the
+spans' own cost shows in full).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import socket
+import subprocess
+import sys
+import threading
+import time
+from typing import Any
+
+from bench.harness import BenchRun, open_hub
+from bench.options import pick
+from bench.report import measurement, percentile, ratio_target
+
+NAME = "web"
+HELP = "pages following a desk while agents post; telemetry on vs off per turn"
+
+DESK = "desk"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--pages", type=int, help="pages following the desk (default 200)")
+    parser.add_argument("--agents", type=int, help="agents posting (default 4)")
+    parser.add_argument("--rows", type=int, help="rows each agent posts (default 100)")
+    parser.add_argument(
+        "--turns", type=int, help="turns timed per telemetry setting (default 2000)"
+    )
+
+
+#: The agents of an ``elsewhere`` run: their own process and Hub on the served store.
+AGENTS = """\
+import sys, threading, time
+from sharedesk import Agent, Hub
+
+path, n_agents, rows = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+with Hub.open(path) as hub:
+    hub.session("desk").last_sequence()
+
+    def agent(index):
+        author = Agent(id=f"agent{index}", label=f"Agent {index}")
+        session = hub.session("desk")
+        for i in range(rows):
+            session.post(author, f"t={time.perf_counter_ns()} row {i}")
+
+    workers = [threading.Thread(target=agent, args=(k,)) for k in range(n_agents)]
+    start = time.perf_counter()
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    print(time.perf_counter() - start, flush=True)
+"""
+
+
+def _post_agents_here(hub: Any, n_agents: int, rows: int) -> float:
+    """Post from ``n_agents`` threads of this process; return the seconds it took."""
+    from sharedesk import Agent
+
+    def agent(index: int) -> None:
+        author = Agent(id=f"agent{index}", label=f"Agent {index}")
+        session = hub.session(DESK)
+        for i in range(rows):
+            session.post(author, f"t={time.perf_counter_ns()} row {i}")
+
+    workers = [threading.Thread(target=agent, args=(k,)) for k in range(n_agents)]
+    start = time.perf_counter()
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    return time.perf_counter() - start
+
+
+def _post_rate(
+    run_: BenchRun, n_agents: int, rows: int, pages: int, *, elsewhere: bool
+) -> tuple[float, float, list[int]]:
+    """Serve a fresh store, open ``pages`` pages, post; return (rows/s, seconds, latencies).
+
+    ``elsewhere``: the agents post from a process of their own (as next to
+    ``sharedesk serve``), else from threads of the server's process, through its Hub.
+    """
+    from sharedesk import Agent
+    from sharedesk.servers.web import create_app
+
+    path = run_.fresh_dir("web") / "store"
+    hub = open_hub(path, "durable")
+    server = _Server(create_app(hub))
+    child = None
+    try:
+        hub.session(DESK).post(Agent(id="setup", label="setup"), "the desk opens")
+        total = n_agents * rows
+        if pages:
+            url = f"{server.url}/api/desks/{DESK}/events"
+            child = subprocess.Popen(
+                [sys.executable, "-m", "bench.web_child", url, str(pages), str(total)],
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+            assert child.stdout is not None
+            if child.stdout.readline().strip() != "ready":
+                raise RuntimeError("the pages did not open")
+        if elsewhere:
+            done = subprocess.run(
+                [sys.executable, "-c", AGENTS, str(path), str(n_agents), str(rows)],
+                capture_output=True,
+                text=True,
+                timeout=600,
+                check=True,
+            )
+            seconds = float(done.stdout.strip().splitlines()[-1])
+        else:
+            seconds = _post_agents_here(hub, n_agents, rows)
+        latencies: list[int] = []
+        if child is not None:
+            out, _ = child.communicate(timeout=600)
+            latencies = json.loads(out.strip().splitlines()[-1])
+            if child.returncode != 0:
+                raise RuntimeError(f"bench.web_child exited with {child.returncode}")
+        return total / seconds, seconds, latencies
+    finally:
+        if child is not None and child.poll() is None:
+            child.kill()
+            child.wait()
+        server.stop()
+        hub.close()
+
+
+class _Server:
+    """uvicorn serving ``app`` on a thread, on a port of 127.0.0.1 the OS picked."""
+
+    def __init__(self, app: Any) -> None:
+        import uvicorn
+
+        self._socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._socket.bind(("127.0.0.1", 0))
+        self._socket.listen(1024)  # connections wait in the backlog until uvicorn accepts
+        self.url = f"http://127.0.0.1:{self._socket.getsockname()[1]}"
+        config = uvicorn.Config(
+            app, log_level="warning", lifespan="off", timeout_graceful_shutdown=1
+        )
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(
+            target=self._server.run, kwargs={"sockets": [self._socket]}, daemon=True
+        )
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._server.should_exit = True
+        self._thread.join(10)
+        self._socket.close()
+
+
+def _turns(n_turns: int, path: Any) -> list[int]:
+    """Time ``n_turns`` turn-and-commit pairs on a fresh Hub (ns each).
+
+    ``path``: an LMDB directory (durable), or ``None`` for an in-memory Hub.
+    """
+    from sharedesk import Agent, Person
+
+    ana, bot = Person(id="ana", label="Ana"), Agent(id="bot", label="Bot")
+    samples: list[int] = []
+    with open_hub(path, "durable") as hub:
+        session = hub.session(DESK)
+        for i in range(n_turns + 20):
+            session.post(ana, f"row {i}")
+            t0 = time.perf_counter_ns()
+            hub.turn(DESK, bot).commit(f"reply {i}")
+            if i >= 20:  # the first turns warm the actors
+                samples.append(time.perf_counter_ns() - t0)
+    return samples
+
+
+def _telemetry_cost(run_: BenchRun, n_turns: int, rounds: int, store: str) -> None:
+    """Time turn+commit with telemetry off and on, in alternating rounds, on ``store``."""
+    off: list[int] = []
+    on: list[int] = []
+    for _ in range(rounds):  # alternating, so that the machine's drift hits both alike
+        path = None if store == "memory" else run_.fresh_dir("web-otel") / "store"
+        off += _turns(n_turns // rounds, path)
+        provider = _with_provider()
+        try:
+            path = None if store == "memory" else run_.fresh_dir("web-otel") / "store"
+            on += _turns(n_turns // rounds, path)
+        finally:
+            provider.shutdown()
+            _unset_provider()
+    medians = {}
+    where = "in-memory Hub" if store == "memory" else "LMDB Hub (durable)"
+    for setting, samples in (("off", off), ("on", on)):
+        label = f"turn+commit, telemetry {setting}, {store}"
+        run_.measurements.append(
+            measurement(
+                scenario=NAME,
+                system="sharedesk",
+                operation="turn+commit",
+                label=label,
+                ops=len(samples),
+                seconds=sum(samples) / 1e9,
+                latencies_ns=samples,
+                params={"turns": n_turns, "rounds": rounds, "store": store},
+                note=f"{where}; off: opentelemetry-api without a provider",
+            )
+        )
+        medians[setting] = run_.median(label)
+    run_.targets.append(
+        ratio_target(
+            name="web-telemetry-turn-cost" + ("" if store == "lmdb" else "-in-memory"),
+            claim=f"turn+commit median with telemetry recording, {where}",
+            numerator=medians["on"],
+            denominator=medians["off"],
+            baseline="turn+commit with no tracer provider",
+            bound=1.1 if store == "lmdb" else None,
+            at_least=False,
+            what="µs",
+        )
+    )
+
+
+def _with_provider() -> Any:
+    """Set a recording SDK tracer provider whose batch exporter drops every span."""
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import (
+        BatchSpanProcessor,
+        SpanExporter,
+        SpanExportResult,
+    )
+
+    class Dropping(SpanExporter):
+        def export(self, spans: Any) -> SpanExportResult:
+            return SpanExportResult.SUCCESS
+
+    provider = TracerProvider()
+    provider.add_span_processor(BatchSpanProcessor(Dropping()))
+    trace.set_tracer_provider(provider)
+    return provider
+
+
+def _unset_provider() -> None:
+    """Unset the global tracer provider, as opentelemetry's own test helpers do.
+
+    OpenTelemetry sets it once per process; scenarios run after this one (and the
+    bench's tests, which run scenarios in-process) must not record spans.
+    """
+    from opentelemetry import trace
+    from opentelemetry.util._once import Once
+
+    trace._TRACER_PROVIDER_SET_ONCE = Once()
+    trace._TRACER_PROVIDER = None
+
+
+def run(run_: BenchRun, args: argparse.Namespace) -> None:
+    q = run_.quick
+    n_pages: int = pick(args.pages, 200, 3, q)
+    n_agents: int = pick(args.agents, 4, 2, q)
+    rows: int = pick(args.rows, 100, 5, q)
+    n_turns: int = pick(args.turns, 2000, 20, q)
+    params = {"pages": n_pages, "agents": n_agents, "rows": rows}
+    try:
+        import starlette  # noqa: F401
+        import uvicorn  # noqa: F401
+    except ImportError:
+        run_.note("web scenario skipped: the web extra (starlette, uvicorn) is not installed")
+        return
+
+    for elsewhere, where in (
+        (True, "agents in their own process"),
+        (False, "agents in the server"),
+    ):
+        bare_rate, bare_s, _ = _post_rate(run_, n_agents, rows, 0, elsewhere=elsewhere)
+        paged_rate, paged_s, latencies = _post_rate(
+            run_, n_agents, rows, n_pages, elsewhere=elsewhere
+        )
+        for label, seconds, samples in (
+            (f"web post, no page open, {where}", bare_s, []),
+            (f"web post, {n_pages} pages open, {where}", paged_s, latencies),
+        ):
+            run_.measurements.append(
+                measurement(
+                    scenario=NAME,
+                    system="sharedesk",
+                    operation="post",
+                    label=label,
+                    ops=n_agents * rows,
+                    seconds=seconds,
+                    latencies_ns=samples,
+                    params={**params, "agents_elsewhere": elsewhere},
+                    note="session.post on LMDB (durable); latencies: post to page, every page",
+                )
+            )
+        run_.targets.append(
+            ratio_target(
+                name="web-post-rate-with-pages" + ("" if elsewhere else "-same-process"),
+                claim=f"post rate with {n_pages} pages following the desk, {where}",
+                numerator=paged_rate,
+                denominator=bare_rate,
+                baseline="the same posts with no page open",
+                bound=0.8 if elsewhere else None,
+                at_least=True,
+                what="rows/s",
+            )
+        )
+        ordered = sorted(latencies)
+        expected = n_pages * n_agents * rows
+        run_.figures[f"web post-to-page latency median/p99 (ms), {where}"] = (
+            f"{percentile(ordered, 0.5) / 1e6:.2f}/{percentile(ordered, 0.99) / 1e6:.2f}"
+            if ordered
+            else "-"
+        )
+        run_.figures[f"web rows delivered to pages / expected, {where} (must be equal)"] = (
+            f"{len(ordered)}/{expected}"
+        )
+
+    try:
+        import opentelemetry.sdk.trace  # noqa: F401
+    except ImportError:
+        run_.note("web telemetry part skipped: opentelemetry-sdk is not installed")
+        return
+    for store in ("lmdb", "memory"):
+        _telemetry_cost(run_, n_turns, 1 if q else 5, store)

@@ -1,0 +1,468 @@
+"""DeskSessionService: Google ADK's session service, on desks (layout in ``_rows``)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from typing import Any, Final, Literal, TypeVar
+
+from google.adk.errors import StaleSessionError
+from google.adk.errors.already_exists_error import AlreadyExistsError
+from google.adk.errors.session_not_found_error import SessionNotFoundError
+from google.adk.events.event import Event as AdkEvent
+from google.adk.sessions.base_session_service import (
+    BaseSessionService,
+    GetSessionConfig,
+    ListSessionsResponse,
+)
+from google.adk.sessions.session import Session
+
+from sharedesk.actors.aio import AsyncHub
+from sharedesk.integrations.google_adk import _rows as rows
+from sharedesk.protocol.authors import SessionAuthor, System
+from sharedesk.protocol.errors import ConcurrencyError, ValidationError
+from sharedesk.protocol.events import Event
+from sharedesk.protocol.sessions import STATE_CLEAR_KEY, STATE_DELTA_KEY, SessionState
+from sharedesk.protocol.validation import check_write
+from sharedesk.protocol.writes import Write
+
+__all__ = ["DeskListSessionsResponse", "DeskSessionService"]
+
+T = TypeVar("T")
+
+#: ADK's own words for a stale session (its database service's message).
+STALE_MESSAGE: Final = (
+    "The session has been modified in storage since it was loaded. "
+    "Please reload the session before appending more events."
+)
+
+#: The author of the service's bookkeeping rows.
+SERVICE: Final = System(kind="adk", label="ADK session service")
+
+
+class DeskListSessionsResponse(ListSessionsResponse):
+    """A page of :meth:`DeskSessionService.list_sessions`.
+
+    Attributes:
+        next_page_token: Pass it as ``page_token`` for the next page; ``None`` on the last.
+    """
+
+    next_page_token: str | None = None
+
+
+def _values(state: SessionState) -> dict[str, Any]:
+    return state.values
+
+
+def _delta(**changes: Any) -> dict[str, Any]:
+    return {STATE_DELTA_KEY: changes}
+
+
+class DeskSessionService(BaseSessionService):
+    """A ``google.adk.sessions.BaseSessionService`` whose sessions are desks of ``hub``.
+
+    Each ADK session is the desk :meth:`desk_id` names; each appended ADK event is one
+    row on it (its ADK id as the row id), stored in one transaction with its state
+    delta, the ``user:`` and ``app:`` parts of it included (those live on the user's
+    and the app's desks, written by the same transaction). Rows that other participants
+    write on the desk come back from :meth:`get_session` as ADK events of theirs.
+
+    Args:
+        hub: The hub whose store holds the desks.
+        stale: What :meth:`append_event` does with a session object older than its desk:
+            ``"raise"`` ADK's ``StaleSessionError`` (nothing written), or ``"merge"``:
+            fold the missed rows into the object, then append.
+        authors: Desk authors of ADK agent names (default ``Agent(name, name)``).
+
+    Raises:
+        ValidationError: ``stale`` is neither ``"raise"`` nor ``"merge"``.
+    """
+
+    def __init__(
+        self,
+        hub: AsyncHub,
+        *,
+        stale: Literal["raise", "merge"] | str = "raise",
+        authors: Mapping[str, SessionAuthor] | None = None,
+    ) -> None:
+        if stale not in ("raise", "merge"):
+            raise ValidationError(f"stale must be 'raise' or 'merge', got {stale!r}")
+        self._hub = hub
+        self._merge = stale == "merge"
+        self._authors: dict[str, SessionAuthor] = dict(authors or {})
+
+    # -- names -------------------------------------------------------------------------
+
+    def desk_id(self, app_name: str, user_id: str, session_id: str) -> str:
+        """Return the desk id of the ADK session ``(app_name, user_id, session_id)``.
+
+        The id is the one ``create_session`` and ``get_session`` use (the session id
+        stripped of surrounding whitespace, as ADK does). Cost: O(length).
+        """
+        return rows.desk_of(app_name, user_id, session_id.strip())
+
+    # -- I/O helpers -----------------------------------------------------------------------
+
+    async def _read(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Run blocking store reads ``fn(hub, ...)`` on a worker thread."""
+        return await asyncio.to_thread(fn, self._hub.hub, *args, **kwargs)
+
+    async def _submit(self, write: Write) -> list[Event]:
+        """Hand one checked write to the store's writer and await it."""
+        return await asyncio.wrap_future(self._hub.hub.submit(write))
+
+    # -- BaseSessionService ------------------------------------------------------------------
+
+    async def create_session(
+        self,
+        *,
+        app_name: str,
+        user_id: str,
+        state: dict[str, Any] | None = None,
+        session_id: str | None = None,
+    ) -> Session:
+        """Create the session (as ADK says); ``AlreadyExistsError`` when it exists.
+
+        Cost: one write spanning the session's, user's and app's desks; three key reads.
+        """
+        session_id = (session_id or "").strip() or uuid.uuid4().hex
+        desk = self.desk_id(app_name, user_id, session_id)
+        user_desk, app_desk = rows.desk_of(app_name, user_id), rows.desk_of(app_name)
+        app_delta, user_delta, session_delta = rows.split_delta(
+            {k: v for k, v in (state or {}).items() if not k.startswith("temp:")}
+        )
+        now = time.time()
+        while True:
+            last, values = await self._read(_last_and_values, desk)
+            if values.get(rows.LIVE) is True:
+                raise AlreadyExistsError(f"Session with id {session_id} already exists.")
+            base = last + 1
+            session_row = rows.marker(
+                "created",
+                SERVICE,
+                f"adk.created.{base}",
+                {
+                    STATE_CLEAR_KEY: True,
+                    STATE_DELTA_KEY: {
+                        **session_delta,
+                        rows.LIVE: True,
+                        rows.BASE: base,
+                        rows.UPDATED: now,
+                    },
+                },
+            )
+            linked = _linked(
+                f"{desk}@created.{base}",
+                (
+                    rows.index_of("sessions", app_name, user_id),
+                    {rows.SESSION_INDEX + session_id: now},
+                ),
+                (rows.index_of("users", app_name), {rows.USER_INDEX + user_id: True}),
+                (user_desk, user_delta),
+                (app_desk, app_delta),
+            )
+            write = check_write(desk, [session_row], expected_version=last, linked=linked)
+            try:
+                await self._submit(write)
+            except ConcurrencyError:
+                continue
+            break
+        app_values, user_values, values = await self._read(_all_values, app_desk, user_desk, desk)
+        session = Session(
+            id=session_id,
+            app_name=app_name,
+            user_id=user_id,
+            state=_merged(app_values, user_values, values),
+            last_update_time=now,
+        )
+        session._storage_update_marker = str(base)
+        return session
+
+    async def get_session(
+        self,
+        *,
+        app_name: str,
+        user_id: str,
+        session_id: str,
+        config: GetSessionConfig | None = None,
+    ) -> Session | None:
+        """Return the session with its state and events (as ADK says), or ``None``.
+
+        Cost: three key reads, and at most ``config.num_recent_events`` rows when set
+        (else the session's rows); never the desk's history before the session began.
+        """
+        session_id = session_id.strip()
+        desk = self.desk_id(app_name, user_id, session_id)
+        limit = None if config is None else config.num_recent_events
+        found = await self._read(
+            _load, desk, rows.desk_of(app_name, user_id), rows.desk_of(app_name), limit
+        )
+        if found is None:
+            return None
+        last, app_values, user_values, values, stored = found
+        events = [e for e in map(rows.adk_event_of, stored) if e is not None]
+        after = None if config is None else config.after_timestamp
+        if after is not None:
+            events = [e for e in events if e.timestamp >= after]
+        updated = values.get(rows.UPDATED)
+        session = Session(
+            id=session_id,
+            app_name=app_name,
+            user_id=user_id,
+            state=_merged(app_values, user_values, values),
+            events=events,
+            last_update_time=float(updated) if isinstance(updated, int | float) else 0.0,
+        )
+        session._storage_update_marker = str(last)
+        return session
+
+    async def list_sessions(
+        self,
+        *,
+        app_name: str,
+        user_id: str | None = None,
+        page_size: int | None = None,
+        page_token: str | None = None,
+    ) -> DeskListSessionsResponse:
+        """List the sessions of a user (all users: ``None``), least recently updated first.
+
+        Listed sessions carry their merged state and no events. With ``page_size``, at
+        most that many come back, and ``next_page_token`` names the next page.
+
+        Cost: the app's user index (``user_id=None``) and the user's session index, one
+        key read per session listed; no events.
+        """
+        start = int(page_token) if page_token else 0
+        if page_size is not None and page_size < 1:
+            raise ValidationError(f"page_size must be positive, got {page_size}")
+        listed, more = await self._read(_listing, app_name, user_id, start, page_size)
+        token = str(start + len(listed)) if more else None
+        return DeskListSessionsResponse(sessions=listed, next_page_token=token)
+
+    async def delete_session(self, *, app_name: str, user_id: str, session_id: str) -> None:
+        """Delete the session (its rows stay on the desk, no longer part of a session).
+
+        Cost: one write spanning the session's and the user's desks.
+        """
+        session_id = session_id.strip()
+        desk = self.desk_id(app_name, user_id, session_id)
+        while True:
+            last, values = await self._read(_last_and_values, desk)
+            if values.get(rows.LIVE) is not True:
+                return
+            gone = rows.marker(
+                "deleted", SERVICE, f"adk.deleted.{last + 1}", {STATE_CLEAR_KEY: True}
+            )
+            linked = _linked(
+                f"{desk}@deleted.{last + 1}",
+                (
+                    rows.index_of("sessions", app_name, user_id),
+                    {rows.SESSION_INDEX + session_id: None},
+                ),
+            )
+            try:
+                await self._submit(check_write(desk, [gone], expected_version=last, linked=linked))
+            except ConcurrencyError:
+                continue
+            return
+
+    async def get_user_state(self, *, app_name: str, user_id: str) -> dict[str, Any]:
+        """Return the user's state, keys without ``user:`` (as ADK says). Cost: one key read."""
+        values = await self._read(_values_of, rows.desk_of(app_name, user_id))
+        return rows.scoped(values)
+
+    async def append_event(self, session: Session, event: AdkEvent) -> AdkEvent:
+        """Append ``event`` to ``session`` and its desk, with its state delta, atomically.
+
+        Partial events are not stored; ``temp:`` keys are applied to the object only.
+        A retried event (same id) is not stored again.
+
+        Raises:
+            StaleSessionError: ``stale="raise"`` and the desk moved past the session
+                object; nothing was written.
+            SessionNotFoundError: The session does not exist (or was deleted).
+
+        Cost: one write spanning the session's desk and, for ``user:``/``app:`` keys
+        and the session index, the user's and app's desks; on a stale object one read
+        of the rows it missed.
+        """
+        if event.partial:
+            return event
+        self._apply_temp_state(session, event)
+        event = self._trim_temp_delta_state(event)
+        desk = self.desk_id(session.app_name, session.user_id, session.id)
+        data = rows.dump_event(event)
+        app_delta, user_delta, session_delta = rows.split_delta(
+            (data.get("actions") or {}).get("state_delta") or {}
+        )
+        author = rows.author_of(event.author, session.user_id, self._authors)
+        row = rows.row_of(
+            event, data, author, _delta(**session_delta, **{rows.UPDATED: event.timestamp})
+        )
+        linked = _linked(
+            f"{desk}@{event.id}",
+            (
+                rows.index_of("sessions", session.app_name, session.user_id),
+                {rows.SESSION_INDEX + session.id: event.timestamp},
+            ),
+            (rows.desk_of(session.app_name, session.user_id), user_delta),
+            (rows.desk_of(session.app_name), app_delta),
+        )
+        marker = session._storage_update_marker
+        expected = int(marker) if marker is not None and marker.isdigit() else None
+        while True:
+            if expected is None:
+                last, values = await self._read(_last_and_values, desk)
+                if values.get(rows.LIVE) is not True:
+                    raise SessionNotFoundError(f"Session {session.id} not found.")
+                expected = last
+            write = check_write(desk, [row], expected_version=expected, linked=linked)
+            try:
+                stored = (await self._submit(write))[0]
+            except ConcurrencyError:
+                expected = await self._catch_up(session, desk, expected, event.id)
+                if expected < 0:
+                    return event  # the event was stored by an earlier attempt
+                continue
+            break
+        assert stored.sequence is not None
+        if stored.sequence > expected:  # newly stored (not a retry that had landed)
+            session._storage_update_marker = str(stored.sequence)
+            self._commit_event_to_session(session, event)
+        session.last_update_time = event.timestamp
+        return event
+
+    async def _catch_up(self, session: Session, desk: str, expected: int, event_id: str) -> int:
+        """Handle a desk that moved past ``expected``; return the new expected version.
+
+        Returns ``-1`` when ``event_id`` is among the rows missed (stored already).
+        """
+        found = await self._read(_missed, desk, expected)
+        last, values, missed = found
+        if values.get(rows.LIVE) is not True:
+            raise SessionNotFoundError(f"Session {session.id} not found.")
+        base = values.get(rows.BASE)
+        if any(r.id == event_id for r in missed) and isinstance(base, int) and base <= expected:
+            session._storage_update_marker = str(last)
+            return -1
+        if not self._merge or not isinstance(base, int) or base > expected:
+            raise StaleSessionError(STALE_MESSAGE)
+        for stored in missed:
+            adk_event = rows.adk_event_of(stored)
+            if adk_event is None:
+                continue
+            self._commit_event_to_session(session, adk_event)
+        app_values, user_values, session_values = await self._read(
+            _all_values,
+            rows.desk_of(session.app_name),
+            rows.desk_of(session.app_name, session.user_id),
+            desk,
+        )
+        session.state.update(_merged(app_values, user_values, session_values))
+        session._storage_update_marker = str(last)
+        return last
+
+
+def _linked(event_id: str, *changes: tuple[str, dict[str, Any]]) -> tuple[Write, ...]:
+    """Return the linked writes of state ``changes`` (desk, delta); empty deltas write nothing.
+
+    Each is one bookkeeping row with id ``event_id``, so a retried write stores none twice.
+    """
+    return tuple(
+        check_write(desk, [rows.marker("state", SERVICE, event_id, _delta(**change))])
+        for desk, change in changes
+        if change
+    )
+
+
+# -- reads run on a worker thread (each takes the sync Hub first) ------------------------
+
+
+def _values_of(hub: Any, desk: str) -> dict[str, Any]:
+    return _values(hub.session_state(desk))
+
+
+def _last_and_values(hub: Any, desk: str) -> tuple[int, dict[str, Any]]:
+    last: int = hub.last_sequence(desk)
+    return last, _values_of(hub, desk)
+
+
+def _all_values(hub: Any, *desks: str) -> tuple[dict[str, Any], ...]:
+    return tuple(_values_of(hub, desk) for desk in desks)
+
+
+def _merged(
+    app: Mapping[str, Any], user: Mapping[str, Any], session: Mapping[str, Any]
+) -> dict[str, Any]:
+    return {
+        **rows.scoped(app, rows.APP_PREFIX),
+        **rows.scoped(user, rows.USER_PREFIX),
+        **rows.scoped(session),
+    }
+
+
+def _load(
+    hub: Any, desk: str, user_desk: str, app_desk: str, limit: int | None
+) -> tuple[int, dict[str, Any], dict[str, Any], dict[str, Any], list[Event]] | None:
+    """Read what ``get_session`` answers: marker, the three states, the newest rows."""
+    last: int = hub.last_sequence(desk)
+    values = _values_of(hub, desk)
+    base = values.get(rows.BASE)
+    if values.get(rows.LIVE) is not True or not isinstance(base, int):
+        return None
+    stored: list[Event] = []
+    if limit is None:
+        stored = hub.read(desk, after=base, before=last + 1)
+    elif limit > 0:
+        stored = hub.read(desk, after=base, before=last + 1, limit=limit, newest_first=True)
+        stored.reverse()
+    return last, _values_of(hub, app_desk), _values_of(hub, user_desk), values, stored
+
+
+def _missed(hub: Any, desk: str, expected: int) -> tuple[int, dict[str, Any], list[Event]]:
+    last: int = hub.last_sequence(desk)
+    values = _values_of(hub, desk)
+    missed: list[Event] = hub.read(desk, after=expected, before=last + 1)
+    return last, values, missed
+
+
+def _listing(
+    hub: Any, app_name: str, user_id: str | None, start: int, page_size: int | None
+) -> tuple[list[Session], bool]:
+    """Read one page of sessions from the indexes, least recently updated first."""
+    if user_id is None:
+        known = _values_of(hub, rows.index_of("users", app_name))
+        users = sorted(k[len(rows.USER_INDEX) :] for k in known if k.startswith(rows.USER_INDEX))
+    else:
+        users = [user_id]
+    entries: list[tuple[float, str, str]] = []
+    for user in users:
+        for key, updated in _values_of(hub, rows.index_of("sessions", app_name, user)).items():
+            if key.startswith(rows.SESSION_INDEX) and isinstance(updated, int | float):
+                entries.append((float(updated), key[len(rows.SESSION_INDEX) :], user))
+    entries.sort()
+    stop = len(entries) if page_size is None else start + page_size
+    page = entries[start:stop]
+    app_state = rows.scoped(_values_of(hub, rows.desk_of(app_name)), rows.APP_PREFIX)
+    shared: dict[str, dict[str, Any]] = {}
+    user_desks: dict[str, str] = {}
+    listed: list[Session] = []
+    for updated, session_id, user in page:
+        if user not in shared:
+            user_desks[user] = rows.desk_of(app_name, user)
+            user_values = _values_of(hub, user_desks[user])
+            shared[user] = {**app_state, **rows.scoped(user_values, rows.USER_PREFIX)}
+        desk = rows.desk_under(user_desks[user], app_name, user, session_id)
+        values = _values_of(hub, desk)
+        listed.append(
+            Session(
+                id=session_id,
+                app_name=app_name,
+                user_id=user,
+                state={**shared[user], **rows.scoped(values)},
+                last_update_time=updated,
+            )
+        )
+    return listed, stop < len(entries)

@@ -1,0 +1,232 @@
+"""The live feeds of the web server: a desk's stored rows after a sequence, then new ones.
+
+Exactly once, in order: a feed keeps ``sent``, the sequence of the last row it sent, and
+sends only the row ``sent + 1`` next. Rows pushed by the Hub that continue ``sent`` are
+sent from memory; anything else (a gap, an empty push from a following store, an inbox
+that overflowed, the start) is read from the store after ``sent``, a page at a time.
+A feed joins its desk's broadcast, which listens, before its first read, so a row
+committed while the feed starts is either read or pushed, and never lost; one both read
+and pushed is skipped the second time because its sequence is at or below ``sent``.
+
+One broadcast per desk with open feeds (:class:`Feeds`): one :meth:`Hub.listen`, at
+most one hand-over to the event loop per ``FLUSH_INTERVAL``, and each pushed row
+encoded once for every page.
+Everything here but :meth:`_Broadcast.deliver` runs on the event loop's thread.
+
+Other processes: a following Hub (PostgreSQL; LMDB once its store follows) pushes their
+commits too. On a Hub that does not follow, each broadcast also compares the store's
+last sequence with the newest row it handed out every ``recheck`` seconds (one O(1)
+read per desk with open pages, whatever their number) and hands out what another
+process wrote, read once for all its feeds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+from collections import deque
+from collections.abc import AsyncIterator, Callable
+from typing import Final
+
+from starlette.concurrency import run_in_threadpool
+
+from sharedesk.actors import Hub
+from sharedesk.actors._messages import Push
+from sharedesk.protocol._log import logger
+from sharedesk.protocol.constants import PAGE_SIZE
+from sharedesk.protocol.errors import SharedeskError
+from sharedesk.protocol.events import Event
+
+__all__ = ["FLUSH_INTERVAL", "INBOX_LIMIT", "KEEPALIVE", "Feeds"]
+
+_log = logger()
+
+#: Most pushed rows a feed holds for a slow client before it drops them and re-reads.
+INBOX_LIMIT: Final = 4096
+#: What a feed sends after ``keepalive`` seconds without a row (an SSE comment).
+KEEPALIVE: Final = b": alive\n\n"
+
+#: Shortest time between two hand-overs of one desk's pushes to its feeds (seconds).
+FLUSH_INTERVAL: Final = 0.02
+
+#: Turns a stored event into its bytes on the stream (one SSE event).
+Encode = Callable[[Event], bytes]
+
+
+class _Inbox:
+    """The rows pushed to one feed, waiting for it."""
+
+    def __init__(self) -> None:
+        self.rows: deque[tuple[int, bytes]] = deque()
+        self.reread = False
+        self.ready = asyncio.Event()
+
+    def take(self, rows: list[tuple[int, bytes]]) -> None:
+        if not rows or len(self.rows) + len(rows) > INBOX_LIMIT:
+            self.rows.clear()
+            self.reread = True
+        else:
+            self.rows.extend(rows)
+        self.ready.set()
+
+
+class _Broadcast:
+    """One desk's listener, fanning pushed rows out to the inboxes of its feeds.
+
+    Pushes are handed to the loop at most once per :data:`FLUSH_INTERVAL`: the first
+    push after a quiet spell goes out at once, and those that follow within the
+    interval go out together at its end. Under a stream of commits, every open page
+    then costs the loop one wake-up per interval instead of one per commit.
+    """
+
+    listening: asyncio.Future[Callable[[], None]]
+    """The ``Hub.listen`` call under way or done; its result removes the listener."""
+
+    def __init__(self, encode: Encode) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._encode = encode
+        self._lock = threading.Lock()  # guards the two fields below (actor vs loop)
+        self._pending: list[Event | None] = []  # None: an empty push (re-read)
+        self._scheduled = False
+        self._last_flush = 0.0
+        self.inboxes: set[_Inbox] = set()
+        #: The newest sequence handed out (or stored when the broadcast began).
+        self.newest = 0
+        #: The task checking the store for other processes' rows, on a Hub that does not follow.
+        self.checking: asyncio.Task[None] | None = None
+
+    def deliver(self, message: Push) -> None:
+        """Take one push (on the session actor's thread); never blocks."""
+        with self._lock:
+            if message.events:
+                self._pending.extend(message.events)
+            else:
+                self._pending.append(None)
+            if self._scheduled:
+                return
+            self._scheduled = True
+        with contextlib.suppress(RuntimeError):  # the loop closed: the server is gone
+            self._loop.call_soon_threadsafe(self._schedule)
+
+    def _schedule(self) -> None:
+        wait = self._last_flush + FLUSH_INTERVAL - self._loop.time()
+        if wait <= 0:
+            self._flush()
+        else:
+            self._loop.call_later(wait, self._flush)
+
+    def _flush(self) -> None:
+        with self._lock:
+            events, self._pending, self._scheduled = self._pending, [], False
+        self._last_flush = self._loop.time()
+        self.fan(events)
+
+    def fan(self, events: list[Event | None]) -> None:
+        """Hand ``events`` to every feed (on the loop); ``None`` among them: re-read."""
+        rows = [(event.sequence or 0, self._encode(event)) for event in events if event]
+        if len(rows) < len(events):
+            rows = []  # an empty push among them: every feed re-reads
+        elif rows:
+            self.newest = max(self.newest, rows[-1][0])
+        for inbox in self.inboxes:
+            inbox.take(rows)
+
+
+class Feeds:
+    """The live feeds of one web app, a broadcast per desk (use on the event loop only)."""
+
+    def __init__(self, hub: Hub, encode: Encode, *, recheck: float, keepalive: float) -> None:
+        self._hub, self._encode = hub, encode
+        self._recheck, self._keepalive = recheck, keepalive
+        self._desks: dict[str, _Broadcast] = {}
+
+    async def _join(self, desk: str, inbox: _Inbox) -> _Broadcast:
+        broadcast = self._desks.get(desk)
+        if broadcast is None:
+            broadcast = _Broadcast(self._encode)
+            broadcast.listening = asyncio.ensure_future(
+                run_in_threadpool(self._hub.listen, desk, broadcast)
+            )
+            self._desks[desk] = broadcast
+        broadcast.inboxes.add(inbox)
+        try:
+            await asyncio.shield(broadcast.listening)
+            if not self._hub.following and broadcast.checking is None:
+                broadcast.checking = asyncio.create_task(self._check(desk, broadcast))
+        except BaseException:
+            self._leave(desk, broadcast, inbox)
+            raise
+        return broadcast
+
+    async def _check(self, desk: str, broadcast: _Broadcast) -> None:
+        """Hand out the rows other processes wrote, every ``recheck`` seconds."""
+        hub = self._hub
+        broadcast.newest = max(broadcast.newest, await run_in_threadpool(hub.last_sequence, desk))
+        while True:
+            await asyncio.sleep(self._recheck)
+            try:
+                if await run_in_threadpool(hub.last_sequence, desk) <= broadcast.newest:
+                    continue
+                after = broadcast.newest
+                page = await run_in_threadpool(hub.read, desk, after=after, limit=PAGE_SIZE)
+            except SharedeskError:  # a store that failed once may answer next time
+                _log.warning("web.check_failed", session_id=desk, exc_info=True)
+                continue
+            broadcast.fan(list(page))
+
+    def _leave(self, desk: str, broadcast: _Broadcast, inbox: _Inbox) -> None:
+        broadcast.inboxes.discard(inbox)
+        if broadcast.inboxes or self._desks.get(desk) is not broadcast:
+            return
+        del self._desks[desk]
+        if broadcast.checking is not None:
+            broadcast.checking.cancel()
+
+        def stop(listening: asyncio.Future[Callable[[], None]]) -> None:
+            if not listening.cancelled() and listening.exception() is None:
+                listening.result()()  # the listener's remover: quick, under a lock
+
+        broadcast.listening.add_done_callback(stop)  # called at once when done already
+
+    async def follow(self, desk: str, after: int) -> AsyncIterator[bytes]:
+        """Yield the rows of ``desk`` above ``after`` in sequence order, then each new one.
+
+        Each chunk holds one or more encoded rows; :data:`KEEPALIVE` comes after
+        ``keepalive`` seconds without a row. Runs until the consumer stops iterating.
+
+        Cost: one store read per page of backlog; then nothing per pushed row beyond the
+        push (a re-read after a gap).
+        """
+        hub, inbox = self._hub, _Inbox()
+        broadcast = await self._join(desk, inbox)
+        try:
+            sent, reread = after, True
+            while True:
+                while reread:
+                    page = await run_in_threadpool(hub.read, desk, after=sent, limit=PAGE_SIZE)
+                    if page:
+                        sent = page[-1].sequence or sent
+                        yield b"".join(self._encode(event) for event in page)
+                    reread = len(page) == PAGE_SIZE
+                chunk: list[bytes] = []
+                while inbox.rows:
+                    sequence, data = inbox.rows.popleft()
+                    if sequence == sent + 1:
+                        sent = sequence
+                        chunk.append(data)
+                    elif sequence > sent + 1:  # a gap: the store has what came between
+                        inbox.rows.clear()
+                        reread = True
+                if chunk:
+                    yield b"".join(chunk)
+                if reread or inbox.reread:
+                    inbox.reread, reread = False, True
+                    continue
+                inbox.ready.clear()
+                try:
+                    await asyncio.wait_for(inbox.ready.wait(), timeout=self._keepalive)
+                except TimeoutError:
+                    yield KEEPALIVE
+        finally:
+            self._leave(desk, broadcast, inbox)

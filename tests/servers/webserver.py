@@ -1,0 +1,113 @@
+"""Helpers of the web server's tests: a uvicorn server on 127.0.0.1, SSE parsing, Chromium.
+
+The web tests need the ``web`` extra, ``playwright`` and Debian's ``chromium``; outside CI
+a missing piece skips them with the reason, and with ``CI=true`` it fails them (as the
+PostgreSQL tests do, tests/conftest.py).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+
+
+def in_ci() -> bool:
+    return os.environ.get("CI", "").strip().lower() in {"true", "1", "yes"}
+
+
+def unavailable(reason: str) -> None:
+    """Skip the test for ``reason``; under CI=true, fail it instead."""
+    if in_ci():
+        pytest.fail(f"CI=true and {reason}", pytrace=False)
+    pytest.skip(reason)
+
+
+def require_web() -> None:
+    """Skip (fail under CI) unless the ``web`` extra is installed."""
+    try:
+        import starlette  # noqa: F401
+        import uvicorn  # noqa: F401
+    except ImportError as exc:
+        unavailable(f"the web extra is not installed ({exc})")
+
+
+class RunningServer:
+    """An ASGI app served by uvicorn on a thread, on a port of 127.0.0.1 the OS picked.
+
+    The socket listens before uvicorn starts, so a client may connect at once: its
+    connection waits in the backlog until uvicorn accepts it.
+    """
+
+    def __init__(self, app: Any) -> None:
+        import uvicorn
+
+        self._socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._socket.bind(("127.0.0.1", 0))
+        self._socket.listen(128)
+        self.port: int = self._socket.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        config = uvicorn.Config(
+            app, log_level="warning", lifespan="off", timeout_graceful_shutdown=1
+        )
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(
+            target=self._server.run, kwargs={"sockets": [self._socket]}, daemon=True
+        )
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop uvicorn and wait for its thread (at most 10 s)."""
+        self._server.should_exit = True
+        self._thread.join(10)
+        self._socket.close()
+        assert not self._thread.is_alive(), "uvicorn did not stop"
+
+
+@dataclass(frozen=True)
+class SseEvent:
+    """One server-sent event as a client sees it."""
+
+    id: str | None
+    event: str | None
+    data: str
+
+
+def sse_events(lines: Iterator[str]) -> Iterator[SseEvent]:
+    """Parse server-sent events from a stream's lines (comments and retry skipped)."""
+    fields: dict[str, str] = {}
+    for line in lines:
+        if line == "":
+            if "data" in fields:
+                yield SseEvent(fields.get("id"), fields.get("event"), fields["data"])
+            fields = {}
+        elif not line.startswith(":"):
+            name, _, value = line.partition(":")
+            fields[name] = value.removeprefix(" ")
+
+
+def launch_chromium(playwright: Any) -> Any:
+    """Launch Debian's chromium through playwright (skip, or fail under CI, if absent)."""
+    if not os.path.exists(CHROMIUM):
+        unavailable(f"{CHROMIUM} is not installed (apt-get install chromium)")
+    try:
+        return playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+    except Exception as exc:
+        unavailable(f"chromium does not start: {exc}")
+        raise
