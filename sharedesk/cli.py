@@ -1,13 +1,9 @@
 r"""The ``sharedesk`` command: ``demo``, ``inspect`` and ``view`` (``sharedesk --help``).
 
-A store is an LMDB directory or a PostgreSQL DSN. ``inspect`` and ``view`` never create a
-store nor write (on LMDB they are one more reader, safe beside a running Hub). Bad input
-and every :class:`~sharedesk.SharedeskError` end with one line on stderr and exit status
-2, never a traceback. This module is the one place that configures logging.
-
-All output goes through :func:`safe_text`: controls, bidirectional formatting and line
-separators are shown as visible escapes (``\x1b``, ``\u202e``), so a stored string can
-never drive the terminal. Colour comes from rich (the ``cli`` extra) on a terminal.
+A store is an LMDB directory or a PostgreSQL DSN; ``inspect`` and ``view`` never create
+or write one. Bad input and every :class:`~sharedesk.SharedeskError` end with one line on
+stderr and exit status 2. All output goes through :func:`safe_text`, so a stored string
+can never drive the terminal. This module is the one place that configures logging.
 """
 
 from __future__ import annotations
@@ -209,15 +205,8 @@ def _one_line(exc: BaseException) -> str:
     return text
 
 
-# -- shared helpers ----------------------------------------------------------------------
-
-
 def parse_viewer(text: str) -> SessionAuthor:
-    """Parse ``--as``: ``operator``, ``person:ID`` or ``agent:ID`` (the label is the ID).
-
-    Raises:
-        ValidationError: Any other form, or an empty ID.
-    """
+    """Parse ``--as``: ``operator``, ``person:ID`` or ``agent:ID`` (the label is the ID)."""
     if text == "operator":
         return Operator()
     kind, sep, ident = text.partition(":")
@@ -283,12 +272,8 @@ def _check_postgres_store(dsn: str) -> None:
 def open_existing_store(location: str) -> Iterator[LmdbStore | PostgresStore]:
     """Open the store at ``location`` (an LMDB directory or a DSN), which must exist.
 
-    Raises:
-        ValidationError: ``location`` is not an existing store, or a bad DSN.
-        StoreIOError: The store could not be opened.
-        ImportError: A DSN, and psycopg (the ``postgres`` extra) is not installed.
-
-    Cost: LMDB verifies the whole file once (``verify=True``); no writes.
+    Raises ``ValidationError`` when it is not an existing store. Cost: LMDB verifies the
+    whole file once (``verify=True``); no writes.
     """
     store: LmdbStore | PostgresStore
     if is_postgres_dsn(location):
@@ -315,9 +300,6 @@ def _require_session(store: LmdbStore | PostgresStore, location: str, session_id
     return last
 
 
-# -- inspect and view --------------------------------------------------------------------
-
-
 def run_inspect(console: Output, location: str, session_id: str | None, *, as_json: bool) -> None:
     """List the sessions, or print one's events up to its last sequence as JSON lines."""
     with open_existing_store(location) as store:
@@ -334,10 +316,9 @@ def run_inspect(console: Output, location: str, session_id: str | None, *, as_js
             for i in store.session_infos()
         ]
     if as_json:
+        keys = ("session", "events", "messages", "last_activity")
         for row in rows:
-            console.json(
-                dict(zip(("session", "events", "messages", "last_activity"), row, strict=True))
-            )
+            console.json(dict(zip(keys, row, strict=True)))
         return
     console.line(f"sessions in {shown(location)}")
     cells = [(sid, f"{n:,}", f"{texts:,}", f"{at:%Y-%m-%d %H:%M:%S}") for sid, n, texts, at in rows]
@@ -383,16 +364,13 @@ def run_view(
         render_message(console, message, viewer)
 
 
-# -- demo --------------------------------------------------------------------------------
-
 OPERATOR = Operator()
 ANA = Person(id="ana", label="Ana")
 TRIAGE = Agent(id="triage", label="Triage")
 RESEARCHER = Agent(id="researcher", label="Researcher")
 
-#: One round after the operator's opening and Ana's ticket (a thread root): who acts,
-#: where, and what they write (``{t}``: the ticket). Ana posts; the agents each take a
-#: turn (``hub.turn``) and commit their reply.
+#: One round after the operator's opening and Ana's ticket (a thread root): who acts, in
+#: the thread or not, and what they write (``{t}``: the ticket).
 _ROUND: Final = (
     (TRIAGE, False, "On it: ticket #{t} goes to Researcher. Details in the thread."),
     (RESEARCHER, True, "Ticket #{t}: the EU gateway times out; a retry with backoff fixes it."),

@@ -1,16 +1,12 @@
 """The actor base: a :class:`pykka.ThreadingActor` with the Hub's supervision and log context.
 
-Each actor has a daemon thread of its own (``sharedesk-<kind>-<n>``, numbered per Hub)
-and is reached only through pykka's public API (``ActorRef.ask(block=False)``, ``tell``,
-``stop``). Supervision, in one place (the supervisor holds the policy, the actor reports):
-
-- A handler raising a :class:`~sharedesk.SharedeskError` hands it to its caller; the
-  actor keeps running (such an error leaves its state as it was).
-- A handler raising anything else is a fault: the actor logs ``actor.crashed``, marks
-  itself failed, tells the supervisor (which forgets it, counts the restart against the
-  session's restart intensity and stops it) and hands :class:`~sharedesk.ActorCrashed`
-  (cause chained) to the caller. Requests that reach it before its stop get
-  ``ActorDeadError`` and are resent to a fresh actor, which recovers from the store.
+Supervision, in one place (the supervisor holds the policy, the actor reports): a handler
+raising a :class:`~sharedesk.SharedeskError` hands it to its caller and the actor keeps
+running (such an error leaves its state as it was). Anything else is a fault: the actor
+logs ``actor.crashed``, marks itself failed, tells the supervisor (which forgets it,
+counts the restart and stops it) and hands :class:`~sharedesk.ActorCrashed` (cause
+chained) to the caller. Requests that reach it before its stop get ``ActorDeadError``
+and are resent to a fresh actor, which recovers from the store.
 """
 
 from __future__ import annotations
@@ -58,12 +54,9 @@ class ActorKey(msgspec.Struct, frozen=True):
 
 
 class ViewSnapshot(msgspec.Struct, frozen=True):
-    """The newest view a projector computed, published for the Hub's lock-free reads.
+    """A projector's newest ``projection`` for ``window``, of every event up to ``through``.
 
-    Attributes:
-        window: The window it was computed for.
-        through: The session's last sequence it reflects (every event up to it).
-        projection: The view.
+    Published in the slot for the Hub's lock-free reads.
     """
 
     window: int
@@ -81,7 +74,7 @@ class Slot:
 
     key: ActorKey
     last_used: float  # time.monotonic() at the end of the last request
-    ref: pykka.ActorRef[HubActor] | None = None  # None until started
+    ref: pykka.ActorRef[HubActor] = field(init=False)  # set as it starts, before it is kept
     thread: threading.Thread | None = None  # set by the actor as it starts; joined at close
     pins: list[None] = field(default_factory=list)  # one per request in flight: kept running
     touched: bool = False  # used since CLOCK last passed it over (its reference bit)

@@ -43,11 +43,7 @@ def post_event(
 
 
 def reply_event(turn: Turn, reply: str | Event | None) -> Event | None:
-    """Return a turn's reply as the checked event to store (``None``: no reply).
-
-    Raises:
-        ValidationError: A malformed reply, or an ``Event`` by someone else.
-    """
+    """Return a turn's reply as the checked event to store (``None``: no reply)."""
     if reply is None:
         return None
     if isinstance(reply, str):
@@ -159,26 +155,20 @@ class Turn(TurnFields):
         """Append the reply and advance the viewer's sharing state in one durable step.
 
         The watermark moves to the session's last sequence when the turn was planned;
-        the reply is noted as present, so it is never offered back to the viewer.
+        the reply is noted as present, so it is never offered back to the viewer. Returns
+        the stored reply, or ``None``.
 
         Args:
             reply: ``None`` (just advance), a ``str`` posted by the viewer in the turn's
                 conversation (in a thread: a reply to its root), or an ``Event`` written
                 by the viewer.
 
-        Returns:
-            The stored reply, or ``None``.
-
         Raises:
-            SharingStateConflict: Another turn of the same viewer and conversation moved
-                the stored state since this one was planned; nothing was written. Rows
-                appended meanwhile never make a commit fail (the next turn offers them).
-                Take a new turn. The compare-and-swap is on the state's value, so a
-                turn whose rival left the state as it was commits.
-            TurnAlreadyCommitted: This turn was committed already (a
-                ``SharingStateConflict``); nothing was written.
+            SharingStateConflict: Another turn of the same viewer and conversation changed
+                the stored state's value since this one was planned; nothing was written:
+                take a new turn. Rows appended meanwhile never make a commit fail.
+            TurnAlreadyCommitted: This turn was committed already; nothing was written.
             ValidationError: A malformed reply, or an ``Event`` by someone else.
-            HubClosed, SessionFailed, ActorTimeout, ActorCrashed: See :class:`Hub`.
 
         Cost: one store transaction holding reply and state (LMDB: one fsync), on the
         caller's thread.

@@ -1,11 +1,7 @@
 """The tail of a session kept in memory: its newest ``Text`` rows, current from the store.
 
-A :class:`Tail` holds every ``Text`` row of a session from ``covered_from`` up to
-``through`` (the last sequence applied), at most ``MIRROR_LIMIT``. As a ``SessionLog``
-it serves pages from memory and reads the store's log only below them, so the folds run
-unchanged over it, with no store read on the common path. A gap in the events applied
-drops it (rebuilt on the next request); :meth:`Tail.catch_up_rows` reads what it lacks.
-A ``Compaction`` drops it too: a rebuilt tail reads the desk's compactions with its state.
+As a ``SessionLog`` it serves pages from memory and reads the store's log only below
+them, so the folds run unchanged over it, with no store read on the common path.
 """
 
 from __future__ import annotations
@@ -25,7 +21,12 @@ MIRROR_LIMIT: Final = SCAN_LIMIT + PAGE_SIZE
 
 
 class Tail:
-    """The newest ``Text`` rows of one session, kept by one actor (not thread-safe)."""
+    """The newest ``Text`` rows of one session, kept by one actor (not thread-safe).
+
+    Holds every ``Text`` row from ``covered_from`` up to ``through``, at most
+    ``MIRROR_LIMIT``. A gap in the events applied drops it (rebuilt on the next request),
+    and so does a ``Compaction``: a rebuilt tail reads the desk's compactions with its state.
+    """
 
     __slots__ = (
         "_store_log",
@@ -85,9 +86,8 @@ class Tail:
     def catch_up_rows(self, store: RunIndexStore) -> tuple[int, list[LogMessage] | None]:
         """Bring the tail up to the store; return that last sequence and the rows gained.
 
-        The rows are ``None`` when the tail was rebuilt (every row may have changed).
-
-        Cost: one ``last_sequence``; when behind, one read of the missing events (at most
+        The rows are ``None`` when the tail was rebuilt (every row may have changed). Cost:
+        one ``last_sequence``; when behind, one read of the missing events (at most
         ``SCAN_LIMIT``; further behind, the tail is rebuilt lazily by the walks).
         """
         last = store.last_sequence(self.session_id)

@@ -1,13 +1,8 @@
-"""The Hub: the public face of a desk's actors (``Hub``; ``SessionHandle`` and ``Turn``).
+"""The Hub: the public face of a desk's actors (see ``docs/architecture.md``, "The actors").
 
-The actors and who runs what are described in ``docs/architecture.md`` ("The actors").
-The Hub checks every input on the caller's thread (``ValidationError``, nothing sent),
-hands writes to the store's writer (``submit``) and reads straight from the store. A
-``FollowingStore`` (PostgreSQL) is followed from ``__init__`` to ``close()``.
-
-Every wait of a caller is taken in quarter-second slices, so Ctrl-C reaches it. A Hub
-left open at exit is closed by an :mod:`atexit` hook (holding it weakly) that waits at
-most ``_EXIT_GRACE`` seconds in all, the store's ``close`` on a thread of its own.
+Inputs are checked on the caller's thread, writes go to the store's writer (``submit``),
+reads straight to the store. A Hub left open at exit is closed by an :mod:`atexit` hook
+that holds it weakly and waits at most ``_EXIT_GRACE`` seconds.
 """
 
 from __future__ import annotations
@@ -77,8 +72,7 @@ _log = logger()
 T = TypeVar("T")
 P = ParamSpec("P")
 
-#: Longest wait, in all, when the exit hook closes a Hub left open, in seconds: a stuck
-#: actor or store writer must not hold the exiting process.
+#: Longest wait when the exit hook closes a Hub left open, in seconds.
 _EXIT_GRACE: Final = 1.0
 
 #: The option names ``Hub.open`` keeps for the Hub; the others go to the store.
@@ -107,7 +101,8 @@ class Hub:
     block closes it. This is where the desk API is documented once; ``AsyncHub``'s
     coroutines take the same arguments and mean the same.
 
-    Every method that reaches an actor may also raise:
+    Every method checks its arguments on the caller's thread (``ValidationError``, nothing
+    sent); one that reaches an actor may also raise:
 
     - ``HubClosed``: the Hub is closed (or closed while the caller waited);
     - ``SessionFailed``: the session exceeded its restart intensity;
@@ -118,11 +113,7 @@ class Hub:
     def __init__(
         self, store: HubStore, options: HubOptions | None = None, *, path: str | None = None
     ) -> None:
-        """Run actors over ``store``, which the Hub now owns; ``path`` names it in errors.
-
-        Raises:
-            StoreClosedError: A following store that is closed already.
-        """
+        """Run actors over ``store``, which the Hub now owns; ``path`` names it in errors."""
         self._store = store
         self._options = options if options is not None else HubOptions()
         self._path = path
@@ -169,8 +160,6 @@ class Hub:
             store.close()
             raise
 
-    # -- what the Hub runs on ---------------------------------------------------------
-
     @property
     def store(self) -> HubStore:
         """The store the Hub owns (read it freely; write through the Hub)."""
@@ -196,10 +185,8 @@ class Hub:
 
         Until the returned (idempotent) remover is called, it is told what the sharing
         actor is told, on the session actor's thread; on a following Hub, other processes'
-        commits too. Raises ``ValidationError`` (a malformed id) or ``HubClosed``.
-
-        Cost: O(listeners) under a lock; on a following Hub also one store read and one
-        round trip to the session actor (so call it off an event loop; ``AsyncHub`` does).
+        commits too. Cost: O(listeners) under a lock; on a following Hub also one store
+        read and one round trip to the session actor.
         """
         check_session_id(session_id)
         if not self.following:
@@ -216,23 +203,16 @@ class Hub:
             raise
         return remove
 
-    # -- the store port ----------------------------------------------------------------
-
     def append(
         self, session_id: str, events: Sequence[Event], **options: Unpack[AppendOptions]
     ) -> list[Event]:
-        """As ``StoreBase.append`` (its keywords: :class:`AppendOptions`), through :meth:`submit`.
-
-        Cost: the store's write; a told message to the session's publisher when it has
-        subscribers.
-        """
+        """As ``StoreBase.append`` (keywords: :class:`AppendOptions`), through :meth:`submit`."""
         return self.submit(check_write(session_id, events, **options)).result()
 
     def submit(self, write: Write) -> Future[list[Event]]:
         """Hand a checked write to the store's writer: the Hub's one write path.
 
-        :meth:`append` and :meth:`Turn.commit` wait on it, ``AsyncHub`` resolves it in its
-        loop. Raises ``HubClosed`` or ``SessionFailed`` before anything is queued.
+        Raises ``HubClosed`` or ``SessionFailed`` before anything is queued.
         """
         self._supervisor.check(write.session_id)
         tel = self._telemetry
@@ -253,8 +233,6 @@ class Hub:
     run_events = _from_store(RunIndexStore.run_events)
     session_state = _from_store(RunIndexStore.session_state)
 
-    # -- the desk API ------------------------------------------------------------------
-
     def session(self, session_id: str) -> SessionHandle:
         """Return a handle to ``session_id``; starts nothing (``ValidationError``)."""
         check_session_id(session_id)
@@ -271,11 +249,9 @@ class Hub:
     ) -> Projection:
         """Return ``viewer``'s view, as :func:`project_session` gives it, from its projector.
 
-        ``conversation=None`` is the channel. Raises ``ValidationError``: a malformed
-        argument, or a conversation of another desk.
-
-        Cost: O(1) when nothing was appended since the last view of this window; else one
-        round trip and a walk of the projector's in-memory rows (at most ``SCAN_LIMIT``).
+        ``conversation=None`` is the channel (as for every method taking one). Cost: O(1)
+        when nothing was appended since the last view of this window; else one round trip
+        and a walk of the projector's in-memory rows (at most ``SCAN_LIMIT``).
         """
         conversation = self._conversation(session_id, conversation)
         check_int("window", window)
@@ -305,9 +281,9 @@ class Hub:
         ``start_after=N`` starts a viewer without sharing state after sequence ``N``: its
         turns then bring the rows above ``N`` in pages of at most ``SESSION_WINDOW``
         messages, oldest first, each once (``SharingState.paged``). Nothing moves until
-        ``Turn.commit``. Raises ``ValidationError`` (a malformed argument; ``start_after``
-        negative, beyond the last sequence, or given to a viewer with sharing state),
-        ``PageError`` or ``LogReadError`` (the store's log misbehaved).
+        ``Turn.commit``. Raises ``ValidationError`` (``start_after`` negative, beyond the
+        last sequence, or given to a viewer with sharing state), ``PageError`` or
+        ``LogReadError`` (the store's log misbehaved).
 
         Cost: one round trip to the sharing actor, one state read and a walk of its
         in-memory tail down to the watermark (at most ``SCAN_LIMIT`` rows); no writes.
@@ -365,8 +341,6 @@ class Hub:
         **budgets: Unpack[Budgets],
     ) -> Transcript:
         """Return ``viewer``'s transcript, as ``TranscriptBuilder.from_store``, from its projector.
-
-        Raises ``ValidationError``: a malformed argument.
 
         Cost: O(1) store work when nothing was appended since the same call; else a read of
         what was appended since (with a budget: of the newest events the answer needs).
@@ -431,8 +405,6 @@ class Hub:
             self._telemetry.committed(turn.span, plan, stored[0] if stored else None)
         return stored[0] if stored else None
 
-    # -- runs --------------------------------------------------------------------------
-
     def _run_queue(self) -> RunQueue:
         with self._lock:
             if self._closing:
@@ -467,8 +439,6 @@ class Hub:
         """Return the run queue's status of ``session_id`` (``ValidationError``)."""
         return self._run_queue().status(check_session_id(session_id))
 
-    # -- introspection and lifecycle ---------------------------------------------------
-
     def stats(self) -> HubStats:
         """Return how many actors run, by kind, and which sessions failed. Cost: O(actors)."""
         return self._supervisor.stats()
@@ -485,9 +455,8 @@ class Hub:
         """Stop the run queue and every actor, then close the store. Idempotent.
 
         Requests already queued in an actor are served first; a caller still waiting on
-        one that does not answer gets ``HubClosed``. No thread of the Hub is left.
-
-        Cost: blocks until the actors stop (at most ``ask_timeout``) and the store closes.
+        one that does not answer gets ``HubClosed``. No thread of the Hub is left. Cost:
+        blocks until the actors stop (at most ``ask_timeout``) and the store closes.
         """
         self._close(self._options.ask_timeout, at_exit=False)
 
@@ -519,8 +488,6 @@ class Hub:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
-
-    # -- internals ---------------------------------------------------------------------
 
     def _live(self) -> None:
         if self._closing or self._supervisor.closed:
@@ -562,14 +529,10 @@ def _open_store(
 
 
 def _check_options(store_class: type, first: str, options: dict[str, Any]) -> None:
+    kinds = (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
     params = inspect.signature(store_class).parameters.values()
-    named = sorted(
-        p.name
-        for p in params
-        if p.name != first and p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)
-    )
-    unknown = sorted(name for name in options if name not in named)
-    if unknown:
+    named = sorted(p.name for p in params if p.name != first and p.kind in kinds)
+    if unknown := sorted(name for name in options if name not in named):
         raise ValidationError(
             f"unknown options {unknown}: Hub options are {sorted(HUB_OPTION_NAMES)}, "
             f"store options {named}"
@@ -581,7 +544,6 @@ def _projector(session_id: str, viewer: SessionAuthor, conversation: Conversatio
 
 
 def _close_at_exit(ref: weakref.ref[Hub]) -> None:
-    """Close the Hub ``ref`` holds if it is still there (its exit hook)."""
     hub = ref()
     if hub is None:
         return

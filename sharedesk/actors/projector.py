@@ -1,11 +1,8 @@
 """ProjectorActor: one viewer's view of one conversation, kept current from the tail.
 
-A view is :func:`project_session` over the session's :class:`~sharedesk.actors._tail.Tail`.
-Nothing is pushed to a projector: asked for a view, it catches up from the tail and
-folds the rows gained into each cached view (:func:`~sharedesk.projection.turns.fold_views`),
-else walks again. Each view is published in the slot with the sequence it reflects, for
-the Hub's fast path. Transcripts are cached per budget: the unbudgeted one is extended
-(``update_from_store``), a budgeted one read again (``from_store``) when the session moved.
+Asked for a view, it catches its :class:`~sharedesk.actors._tail.Tail` up from the store
+and folds the rows gained into each cached view, else walks again; each view is
+published in the slot for the Hub's fast path. Transcripts are cached per budget.
 """
 
 from __future__ import annotations
@@ -104,8 +101,7 @@ class ProjectorActor(HubActor):
         session_id = self.key.session_id
         key = (ask.limit, *sorted((k, v) for k, v in ask.budgets.items() if v is not None))
         cached = self.transcripts.get(key)
-        last = store.last_sequence(session_id)
-        if cached is not None and (cached.last_sequence or 0) == last:
+        if cached is not None and (cached.last_sequence or 0) == store.last_sequence(session_id):
             return cached
         if cached is not None and key == (None,):
             transcript = TranscriptBuilder.update_from_store(store, cached, viewer=ask.viewer)

@@ -1,12 +1,8 @@
 """The supervisor of a Hub's pykka actors: slots, routing, CLOCK passivation, restarts.
 
-Routing: a request pins its actor (``Slot.pins``, an atomic list append, no lock) so it
-is not passivated under it; one its actor never handled (pykka answered
-``ActorDeadError``, or the actor stopped first) is resent to a fresh one. Supervision:
-see :mod:`sharedesk.actors._base`. Passivation: past ``max_active`` actors, an idle one
-chosen by CLOCK stops; with ``idle_timeout`` a reaper stops the unused ones; a session
-actor with listeners is kept. Every wait is bounded by ``ask_timeout`` and taken in
-slices of ``_POLL`` seconds (``HubClosed`` as soon as the supervisor closes).
+The policy is ``docs/architecture.md``'s ("The actors"), supervision is described in
+:mod:`sharedesk.actors._base`. A request its actor never handled (pykka answered
+``ActorDeadError``, or the actor stopped first) is resent to a fresh one.
 """
 
 from __future__ import annotations
@@ -61,6 +57,7 @@ class ActorSupervisor:
     """Starts, routes, passivates and restarts the actors of one Hub (thread-safe).
 
     Slots are created and removed under one lock; a request to a running actor takes none.
+    The store's threads call :meth:`committed` and :meth:`notice`, which never raise.
     """
 
     def __init__(self, store: HubStore, options: HubOptions, path: str | None) -> None:
@@ -93,22 +90,15 @@ class ActorSupervisor:
         """Return the name of this Hub's next actor thread of ``kind``."""
         return f"{THREAD_PREFIX}{kind}-{next(self._thread_numbers)}"
 
-    # -- requests ----------------------------------------------------------------------
-
     def call(
         self, key: ActorKey, message: Request[T], fast: Callable[[Slot], T | None] | None = None
     ) -> T:
-        """Ask the actor named ``key`` (started if needed); ``fast`` may answer from its slot.
-
-        Raises what the handler raised, or ``HubClosed``, ``SessionFailed``,
-        ``ActorTimeout``, ``ActorCrashed`` (see ``Hub``).
-        """
+        """Ask the actor named ``key`` (started if needed); ``fast`` may answer from its slot."""
         for _attempt in range(_RESEND_ATTEMPTS):
             slot = self._acquire(key)
             try:
                 if fast is not None and (hit := fast(slot)) is not None:
                     return hit
-                assert slot.ref is not None
                 answer: T = self._wait(slot.ref.ask(message, block=False), slot)
                 return answer
             except pykka.ActorDeadError:
@@ -118,18 +108,12 @@ class ActorSupervisor:
         raise ActorCrashed(key.kind, key.session_id, "stopped before handling the request")
 
     def committed(self, session_id: str, events: list[Event]) -> None:
-        """Tell a commit to the session's publisher, if it has subscribers (``on_commit``).
-
-        O(1) without subscribers, else one told message; never waits, never raises.
-        """
+        """Tell a commit to the session's publisher, if it has subscribers; never waits."""
         if events and self.has_subscribers(session_id):
             self._tell(session_id, Committed(events=tuple(events)))
 
     def notice(self, session_id: str | None, last: int) -> None:
-        """Tell a following store's commit notice as ``CatchUp`` (``None``: every session).
-
-        O(1) without subscribers, else one told message; never raises (a failure is logged).
-        """
+        """Tell a following store's commit notice as ``CatchUp`` (``None``: every session)."""
         try:
             if session_id is None:
                 with self._lock:
@@ -151,7 +135,6 @@ class ActorSupervisor:
             except (HubClosed, SessionFailed):
                 return
             try:
-                assert slot.ref is not None
                 slot.ref.tell(message)
                 return
             except pykka.ActorDeadError:
@@ -168,8 +151,6 @@ class ActorSupervisor:
                 session_id, self._options.max_restarts, self._options.restart_period
             )
 
-    # -- what the actors call ------------------------------------------------------------
-
     def has_subscribers(self, session_id: str) -> bool:
         """Whether ``session_id`` has a sharing actor or listeners. Cost: O(1), no lock."""
         return _sharing(session_id) in self._slots or session_id in self._listeners
@@ -178,7 +159,7 @@ class ActorSupervisor:
         """Push committed events to the sharing actor and listeners (one raising is dropped)."""
         push = Push(events=events)
         sharing = self._slots.get(_sharing(session_id))
-        if sharing is not None and sharing.ref is not None:
+        if sharing is not None:
             with contextlib.suppress(pykka.ActorDeadError):  # a fresh one rebuilds
                 sharing.ref.tell(push)
         for token, listener in list(self._listeners.get(session_id, {}).items()):
@@ -212,8 +193,6 @@ class ActorSupervisor:
         for victim in victims:
             _stop(victim)
 
-    # -- listeners ---------------------------------------------------------------------
-
     def add_listener(self, session_id: str, listener: Listener) -> Callable[[], None]:
         """Push ``session_id``'s commits to ``listener``; return its remover (``HubClosed``)."""
         token = object()
@@ -235,8 +214,6 @@ class ActorSupervisor:
                 self._listeners[session_id] = listeners
             else:
                 del self._listeners[session_id]
-
-    # -- introspection and lifecycle ---------------------------------------------------
 
     def stats(self) -> HubStats:
         """As :meth:`Hub.stats`."""
@@ -280,8 +257,6 @@ class ActorSupervisor:
         if self._reaper is not None:
             self._reaper.join(timeout)
         _join(slots, deadline)
-
-    # -- internals ---------------------------------------------------------------------
 
     def _forget_locked(self, slot: Slot) -> bool:
         # Remove the slot (if it is still the current one); return whether it was.
@@ -359,14 +334,12 @@ class ActorSupervisor:
         timeout = self._options.ask_timeout
         deadline = time.monotonic() + timeout
         while True:
-            remaining = deadline - time.monotonic()
             try:
-                return future.get(timeout=max(0.0, min(remaining, _POLL)))
+                return future.get(timeout=max(0.0, min(deadline - time.monotonic(), _POLL)))
             except pykka.Timeout:
                 if self.closed:
                     raise HubClosed(self._path) from None
-                ref = slot.ref
-                if ref is not None and not ref.is_alive():
+                if not slot.ref.is_alive():
                     # Stopped: pykka answers what is left in the inbox as it ends. No
                     # answer by then means the request came after: never handled.
                     try:
@@ -374,8 +347,7 @@ class ActorSupervisor:
                     except pykka.Timeout:
                         raise pykka.ActorDeadError(f"{slot.key.kind} actor stopped") from None
                 if time.monotonic() >= deadline:
-                    key = slot.key
-                    raise ActorTimeout(key.kind, key.session_id, timeout) from None
+                    raise ActorTimeout(slot.key.kind, slot.key.session_id, timeout) from None
 
     def _reap(self) -> None:
         idle = self._options.idle_timeout
@@ -408,9 +380,6 @@ def _sharing(session_id: str) -> ActorKey:
 
 
 def _stop(slot: Slot) -> pykka.Future[bool] | None:
-    # Ask the actor to stop after what is queued.
-    if slot.ref is None:
-        return None
     try:
         return slot.ref.stop(block=False)
     except pykka.ActorDeadError:  # stopped already
@@ -418,21 +387,16 @@ def _stop(slot: Slot) -> pykka.Future[bool] | None:
 
 
 def _running(slot: Slot) -> bool:
-    thread = slot.thread
-    return (slot.ref is not None and slot.ref.is_alive()) or (
-        thread is not None and thread.is_alive()
-    )
+    return slot.ref.is_alive() or (slot.thread is not None and slot.thread.is_alive())
 
 
 def _join(slots: list[Slot], deadline: float) -> None:
-    # Stop the actors of slots and wait for their threads to end, until deadline.
     stopping = [(slot, _stop(slot)) for slot in slots]
     current = threading.current_thread()
     for slot, future in stopping:
-        remaining = max(0.0, deadline - time.monotonic())
         if future is not None:
             try:
-                future.get(timeout=remaining)
+                future.get(timeout=max(0.0, deadline - time.monotonic()))
             except pykka.Timeout:
                 _log.warning(
                     "actor.stop_timeout", actor=slot.key.kind, session_id=slot.key.session_id

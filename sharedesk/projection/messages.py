@@ -120,12 +120,10 @@ class Budget:
 
     def oldest_kept(self, messages: Sequence[TranscriptMessage]) -> int:
         """Return the index of the oldest message the budgets allow (0 when all fit)."""
-        count = len(messages)
-        start = count
+        start = len(messages)
+        floor = 0 if self.messages is None else max(0, start - self.messages)
         chars = 0
-        while start > 0:
-            if self.messages is not None and count - start + 1 > self.messages:
-                break
+        while start > floor:
             if self.chars is not None:
                 chars += message_chars(messages[start - 1])
                 if chars > self.chars:
@@ -170,8 +168,7 @@ def truncate(
             straddled[call_position + 1] += 1
             straddled[position + 1] -= 1
     # Move the cut toward newer messages until no pair straddles it.
-    depth = 0
-    cut = count
+    depth, cut = 0, count
     for position in range(count + 1):
         depth += straddled[position]
         if position >= start and depth == 0:
@@ -347,13 +344,9 @@ class MessageFold:
 
     def _continued_by(self, event: Event) -> _Stream | None:
         stream = self.stream
-        if (
-            stream is not None
-            and same_participant(stream.author, event.author)
-            and stream.run_id == event.run_id
-        ):
-            return stream
-        return None
+        if stream is None or stream.run_id != event.run_id:
+            return None
+        return stream if same_participant(stream.author, event.author) else None
 
     def _close(self) -> None:
         if self.stream is not None:
@@ -385,8 +378,7 @@ def _timestamp_key(value: datetime) -> datetime:
 
 def _order_key(item: tuple[int, Event]) -> tuple[Any, ...]:
     position, event = item
-    sequence = event.sequence
-    timestamp = event.timestamp
+    sequence, timestamp = event.sequence, event.timestamp
     return (
         sequence is None,
         0 if sequence is None else sequence,

@@ -97,15 +97,12 @@ def _fold_run_state(state: SessionState, event: Event) -> SessionState:
         return msgspec.structs.replace(state, provider_sessions=sessions)
     run_id = event.run_id
     assert run_id is not None
+    open_runs = state.open_runs
     if isinstance(body, RunFinished):
-        if run_id not in state.open_runs:
-            return state
-        return msgspec.structs.replace(
-            state, open_runs=tuple(r for r in state.open_runs if r != run_id)
-        )
-    if run_id in state.open_runs:
-        return state
-    return msgspec.structs.replace(state, open_runs=(*state.open_runs, run_id))
+        kept = tuple(r for r in open_runs if r != run_id)
+    else:  # a run's first input row: it opens
+        kept = open_runs if run_id in open_runs else (*open_runs, run_id)
+    return state if kept == open_runs else msgspec.structs.replace(state, open_runs=kept)
 
 
 def fold_session_events(state: SessionState, events: list[Event]) -> SessionState:

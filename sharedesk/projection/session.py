@@ -2,10 +2,9 @@
 
 How the walk works (read this before changing this file or ``sharing.py``):
 
-* ``_LogWalk`` is the ONE place that reads a host log; both folds iterate it. Reads start
-  at ``MIN_PAGE`` rows and double up to ``PAGE_SIZE``, never past ``SCAN_LIMIT`` in all.
-  Each page is validated whole, in the contract's order, before any of its rows is handed
-  out, and the next page is read only when a row beyond the current one is asked for.
+* ``_LogWalk`` is the ONE place that reads a host log; both folds iterate it. Each page
+  is validated whole, in the contract's order, before any of its rows is handed out,
+  and the next page is read only when a row beyond the current one is asked for.
 * Row order costs one comparison per row: every earlier row of the walk lies at or above
   the cursor or above the previous row, so a row strictly below both cannot repeat one.
   Only a row that fails it is searched for among the rows seen, to name the broken rule.
@@ -38,9 +37,8 @@ from sharedesk.protocol.errors import (
     ValidationError,
 )
 from sharedesk.protocol.ports import SessionLog
-from sharedesk.protocol.validation import check_conversation, check_int
+from sharedesk.protocol.validation import check_conversation, check_int, check_optional_int
 from sharedesk.protocol.views import (
-    Conversation,
     LogMessage,
     Projection,
     SessionMessage,
@@ -72,7 +70,11 @@ def project_session(log: SessionLog, query: SessionQuery) -> Projection:
     stopping once no further row can change the answer; CPU O(n log n) in the n rows
     read; no writes, never blocks except inside ``log.read_before``.
     """
-    conversation, before, window = _check_query(query)
+    if not isinstance(query, SessionQuery):
+        raise ValidationError(f"query must be a SessionQuery, got {type(query).__name__}")
+    conversation = check_conversation(query.conversation, "query.conversation")
+    before = check_optional_int("query.before", query.before)
+    window = check_int("query.window", query.window, minimum=0)
     check_log(log)
     if window == 0:
         return Projection(messages=[], partial=False)
@@ -174,10 +176,7 @@ def _oldest_first(kept: list[int], found: dict[int, LogMessage]) -> list[LogMess
 
 
 class _LogWalk:
-    """A validated walk over a host log, newest first, bounded by ``SCAN_LIMIT`` rows.
-
-    Iterate it once; then ``ended`` says whether the log ran out (see ``limited``).
-    """
+    """A validated walk over a host log, newest first, bounded by ``SCAN_LIMIT`` rows."""
 
     __slots__ = ("_before", "_log", "ended", "scanned")
 
@@ -221,8 +220,7 @@ def _checked_page(
     """Validate what ``read_before(before, limit)`` returned; return its rows and cursor."""
     if not isinstance(page, SessionPage):
         raise ValidationError(f"session log returned {type(page).__name__}; expected a SessionPage")
-    rows = page.messages
-    next_before = page.next_before
+    rows, next_before = page.messages, page.next_before
     if not isinstance(rows, list | tuple):
         raise ValidationError(
             f"SessionPage.messages is a {type(rows).__name__}; expected a list of LogMessage"
@@ -263,10 +261,7 @@ def _checked_page(
 
 
 def _raise_order_error(
-    rows: Sequence[LogMessage],
-    index: int,
-    before: int | None,
-    seen: list[Sequence[LogMessage]],
+    rows: Sequence[LogMessage], index: int, before: int | None, seen: list[Sequence[LogMessage]]
 ) -> None:
     """Raise the first order rule that ``rows[index]`` breaks (it breaks at least one)."""
     seq = rows[index].sequence
@@ -313,13 +308,3 @@ def check_log(log: object) -> None:
         raise ValidationError(
             f"log must be a SessionLog with a read_before method, got {type(log).__name__}"
         )
-
-
-def _check_query(query: object) -> tuple[Conversation, int | None, int]:
-    """Return the conversation, bound and window of a well-typed ``SessionQuery``."""
-    if not isinstance(query, SessionQuery):
-        raise ValidationError(f"query must be a SessionQuery, got {type(query).__name__}")
-    conversation = check_conversation(query.conversation, "query.conversation")
-    before = None if query.before is None else check_int("query.before", query.before)
-    window = check_int("query.window", query.window, minimum=0)
-    return conversation, before, window

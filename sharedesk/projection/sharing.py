@@ -38,11 +38,7 @@ from sharedesk.protocol.views import (
 def initialized_state(conversation: Conversation, watermark: int) -> SharingState:
     """Return the state of a participant shown everything up to ``watermark`` (0: nothing).
 
-    Raises:
-        ValidationError: ``conversation`` is not a ``Conversation`` or ``watermark`` is
-            not an int of at least 0.
-
-    Cost: O(1); no reads, no writes.
+    Raises ``ValidationError`` for a malformed argument. Cost: O(1); no reads, no writes.
     """
     check_conversation(conversation, "conversation")
     check_int("watermark", watermark, minimum=0)
@@ -54,13 +50,9 @@ def note_present(state: SharingState, sequence: int) -> SharingState:
 
     The next delta does not offer that row back. ``state`` is never changed, and is
     returned itself when ``sequence`` is at or below the watermark or already present.
-
-    Raises:
-        ValidationError: ``state`` is not a ``SharingState`` or ``sequence`` not an int.
-        PresentSetTooLarge: ``state`` already holds more than ``PRESENT_SET_LIMIT``.
-        PresentSetOverflow: ``sequence`` would be one more than ``PRESENT_SET_LIMIT``.
-
-    Cost: O(PRESENT_SET_LIMIT) to copy the set; no reads, no writes.
+    Raises ``ValidationError`` for a malformed argument, ``PresentSetTooLarge`` when
+    ``state`` holds more than ``PRESENT_SET_LIMIT``, ``PresentSetOverflow`` when
+    ``sequence`` would be one more. Cost: O(PRESENT_SET_LIMIT) to copy the set; no reads, no writes.
     """
     _check_state(state)
     check_int("sequence", sequence)
@@ -84,16 +76,16 @@ def prepare_delta(
     entries at or below ``before`` dropped. ``before`` is exclusive and becomes the new
     watermark: the row at ``before`` is claimed as shown without being delivered.
 
-    Raises:
-        ValidationError: A malformed ``state``, ``query``, ``log`` or page.
-        PresentSetTooLarge: ``state`` holds more than ``PRESENT_SET_LIMIT`` sequences.
-        WatermarkRegression: ``query.before < state.watermark``.
-        PageError: As ``project_session`` (and ``LogReadError`` when the log raised).
-
-    Cost: the walk of :func:`rows_above_watermark` (none when a check above answers).
+    Raises ``WatermarkRegression`` when ``query.before < state.watermark``,
+    ``PresentSetTooLarge`` as :func:`note_present`, and as ``project_session``. Cost: the
+    walk of :func:`rows_above_watermark` (none when a check above answers).
     """
     _check_state(state)
-    requested, bound, before = _check_sharing_query(query)
+    if not isinstance(query, SharingQuery):
+        raise ValidationError(f"query must be a SharingQuery, got {type(query).__name__}")
+    requested = check_conversation(query.requested, "query.requested")
+    bound = check_conversation(query.bound, "query.bound")
+    before = check_int("query.before", query.before, minimum=0)
     check_log(log)
     conversation = state.conversation
     if requested != conversation or bound != conversation:
@@ -106,14 +98,9 @@ def prepare_delta(
     walked = rows_above_watermark(log, before, watermark)
     if isinstance(walked, Reinitialize):
         return walked
-    return Delta(
-        messages=delta_messages(walked, state, conversation),
-        next_state=SharingState(
-            conversation,
-            before,
-            frozenset(seq for seq in state.present_above_watermark if seq > before),
-        ),
-    )
+    carried = frozenset(seq for seq in state.present_above_watermark if seq > before)
+    next_state = SharingState(conversation, before, carried)
+    return Delta(messages=delta_messages(walked, state, conversation), next_state=next_state)
 
 
 def delta_messages(
@@ -137,13 +124,10 @@ def delta_messages(
     candidates: set[int] = set()
     for row in rows:
         seq = row.sequence
-        if (
-            row.desk != desk
-            or is_blank(row.content)
-            or seq in present
-            or (viewer is not None and same_participant(row.author, viewer))
-        ):
+        if row.desk != desk or is_blank(row.content) or seq in present:
             continue
+        if viewer is not None and same_participant(row.author, viewer):
+            continue  # the viewer's own row
         if root is not None:
             if seq == root or row.parent == root:
                 picked.append(row)
@@ -197,13 +181,3 @@ def _check_state(state: object) -> None:
         )
     if len(present) > PRESENT_SET_LIMIT:
         raise PresentSetTooLarge(PRESENT_SET_LIMIT, len(present))
-
-
-def _check_sharing_query(query: object) -> tuple[Conversation, Conversation, int]:
-    """Return the requested and bound conversations and the bound of a ``SharingQuery``."""
-    if not isinstance(query, SharingQuery):
-        raise ValidationError(f"query must be a SharingQuery, got {type(query).__name__}")
-    requested = check_conversation(query.requested, "query.requested")
-    bound = check_conversation(query.bound, "query.bound")
-    before = check_int("query.before", query.before, minimum=0)
-    return requested, bound, before

@@ -84,13 +84,8 @@ class TranscriptBuilder:
 
         ``session_id`` is required (events carry none). ``last_sequence`` and
         ``last_timestamp`` are the highest and latest among all ``events``, whatever the
-        truncation cut.
-
-        Raises:
-            ValidationError: ``session_id`` missing; ``events`` not events; a tool input
-                or output that cannot be encoded as JSON while a character budget is set.
-
-        Cost: O(n log n) for n events; no I/O.
+        truncation cut. With a character budget, a tool input or output that cannot be
+        encoded as JSON is ``ValidationError``. Cost: O(n log n) for n events; no I/O.
         """
         if session_id is None:
             raise ValidationError("session_id is required: events carry no session id")
@@ -111,15 +106,11 @@ class TranscriptBuilder:
     ) -> Transcript:
         """Read a session's newest events from ``store`` and fold them (as :meth:`from_events`).
 
-        ``limit`` reads only the newest ``limit`` events; ``exclude_run_id`` leaves out
-        that run's events (not counted toward ``limit``): a run's replay of its session.
-
-        Raises:
-            ValidationError: As in :meth:`from_events`.
-            StoreError: Whatever the store's ``read`` raises.
-
-        Cost: with a budget or ``limit``, reads newest first (pages of 256 events,
-        doubling) until they are met, else one read of the whole session; no writes.
+        ``limit`` reads only the newest ``limit`` events; ``exclude_run_id`` leaves out that
+        run's events (not counted toward ``limit``): a run's replay of its session. Raises
+        as :meth:`from_events` and the store's ``read``. Cost: with a budget or ``limit``,
+        reads newest first (pages of 256 events, doubling) until they are met, else one read
+        of the whole session; no writes.
         """
         checked_id = check_session_id(session_id)
         checked_limit = check_optional_int("limit", limit)
@@ -142,16 +133,11 @@ class TranscriptBuilder:
     ) -> Transcript:
         """Extend ``transcript`` (never changed) with the events after its ``last_sequence``.
 
-        An open streamed message continues across the boundary, and the budgets apply to
-        the kept messages plus the new ones. ``transcript`` must come from this builder
-        for the same ``viewer`` (or be built by hand, without fold state).
-
-        Raises:
-            ValidationError: ``transcript`` is not a Transcript, was built for another
-                viewer, or its fold state is malformed.
-            StoreError: Whatever the store's ``read`` raises.
-
-        Cost: one ``store.read`` of the events after ``last_sequence``; no writes.
+        An open streamed message continues across the boundary, and the budgets apply to the
+        kept messages plus the new ones. ``transcript`` must come from this builder for the
+        same ``viewer`` (or be built by hand, without fold state), else it is
+        ``ValidationError``; the store's ``read`` may raise too. Cost: one ``store.read`` of
+        the events after ``last_sequence``; no writes.
         """
         if not isinstance(transcript, Transcript):
             raise ValidationError(
@@ -198,18 +184,11 @@ def _finish(
     messages, open_text, open_run = fold.finish()
     kept, still_cut = truncate(messages, cut_calls, budget)
     sequences = [event.sequence for event in events if event.sequence is not None]
-    return Transcript(
-        session_id=session_id,
-        messages=kept,
-        last_sequence=max(sequences, default=last_sequence),
-        last_timestamp=latest([last_timestamp, *(event.timestamp for event in events)]),
-        _fold=TranscriptFold(
-            viewer=None if fold.viewer is None else author_key(fold.viewer),
-            open_text=open_text,
-            open_run_id=open_run,
-            cut_pending_calls=tuple(still_cut),
-        ),
-    )
+    last = max(sequences, default=last_sequence)
+    newest = latest([last_timestamp, *(event.timestamp for event in events)])
+    viewer = None if fold.viewer is None else author_key(fold.viewer)
+    stopped = TranscriptFold(viewer, open_text, open_run, tuple(still_cut))
+    return Transcript(session_id, kept, last, newest, _fold=stopped)
 
 
 def _resume(transcript: Transcript, viewer: SessionAuthor | None) -> tuple[MessageFold, list[str]]:

@@ -10,12 +10,9 @@ is offered by exactly one turn until a reinitialize: a view's threshold only ris
 a row above the watermark qualifies for the view exactly when it qualifies for the delta
 of its interval.
 
-``fold_view`` folds a pushed row into a cached view when that is provably what a fresh
-walk would give, else returns ``None``: a blank row changes nothing; in a thread ``R``,
-row R and each non-blank reply to R are appended (the oldest dropped past the window)
-and other rows change nothing; in the channel a non-blank root is appended likewise and
-a reply needs a walk. Only while the view is not ``partial`` and the rows a fresh walk
-needs stay a page below ``SCAN_LIMIT``, so the scan limit could not have cut that walk.
+``fold_view`` folds a pushed row into a cached view only when that is provably what a
+fresh walk would give: the view is not ``partial`` and the rows a fresh walk needs stay
+a page below ``SCAN_LIMIT``, so the scan limit could not have cut that walk.
 """
 
 from __future__ import annotations
@@ -142,13 +139,8 @@ def plan_turn(
     if messages is None:
         window = SessionQuery(conversation=conversation, before=last + 1, window=SESSION_WINDOW)
         messages = project_session(log, window).messages
-    return TurnPlan(
-        conversation=conversation,
-        messages=messages,
-        reason=reason,
-        expected_state=state,
-        next_state=SharingState(conversation, watermark, carried, paged),
-    )
+    next_state = SharingState(conversation, watermark, carried, paged)
+    return TurnPlan(conversation, messages, reason, expected_state=state, next_state=next_state)
 
 
 class CachedView(msgspec.Struct, frozen=True):

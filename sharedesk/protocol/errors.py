@@ -16,6 +16,7 @@ always write ``msgspec.ValidationError`` in full: ours has the same name.
 from __future__ import annotations
 
 import inspect
+import string
 from typing import Any, ClassVar, dataclass_transform
 
 __all__ = [
@@ -62,17 +63,6 @@ __all__ = [
 ]
 
 
-class _Figures(dict[str, Any]):
-    """What a template is formatted with: the error's attributes and properties."""
-
-    def __init__(self, error: SharedeskError) -> None:
-        super().__init__()
-        self.error = error
-
-    def __missing__(self, name: str) -> Any:
-        return getattr(self.error, name)
-
-
 @dataclass_transform()
 class SharedeskError(Exception):
     """Base class of every error raised by sharedesk."""
@@ -95,7 +85,8 @@ class SharedeskError(Exception):
         bound.apply_defaults()
         for name, value in bound.arguments.items():
             setattr(self, name, value)
-        super().__init__(self.template.format_map(_Figures(self)))
+        named = {name for _, name, _, _ in string.Formatter().parse(self.template) if name}
+        super().__init__(self.template.format(**{name: getattr(self, name) for name in named}))
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -108,16 +99,9 @@ class SharedeskError(Exception):
             if not name.startswith("_") and "ClassVar" not in str(annotation)
         )
         cls._figures = tuple(names)
-        cls.__signature__ = inspect.Signature(
-            [
-                inspect.Parameter(
-                    name,
-                    inspect.Parameter.POSITIONAL_OR_KEYWORD,
-                    default=getattr(cls, name, inspect.Parameter.empty),
-                )
-                for name in names
-            ]
-        )
+        kind, empty = inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.empty
+        parameters = [inspect.Parameter(n, kind, default=getattr(cls, n, empty)) for n in names]
+        cls.__signature__ = inspect.Signature(parameters)
 
     def __reduce__(self) -> str | tuple[Any, ...]:
         if not self._figures:
@@ -260,10 +244,7 @@ class RunNotFound(RunError):
 
 
 class RunStateError(RunError):
-    """Raised when a run's ``status`` refuses an ``action``; nothing was written.
-
-    ``action`` is ``"cancel"`` (a finished run), ``"execute"`` (twice) or ``"emit"``.
-    """
+    """Raised when a run's ``status`` refuses an ``action`` (cancel, execute or emit); no write."""
 
     status: str
     action: str
@@ -351,10 +332,7 @@ class StoreClosedError(StoreError):
 
 
 class HubClosed(StoreClosedError):
-    """Raised when a Hub, or a handle, view or turn taken from it, is used after ``close()``.
-
-    Also raised to callers still waiting on an actor when the Hub closes.
-    """
+    """Raised when a Hub (or a handle or turn of it) is used, or waited on, after ``close()``."""
 
     _noun = "hub"
 
@@ -469,10 +447,7 @@ class SchemaTooNewError(StoreError):
 
 
 class StoreFormatError(StoreError):
-    """Raised at open when a store's file holds a format this code does not know (``found``).
-
-    The file is left as it was.
-    """
+    """Raised at open when a store's file holds a format this code does not know (``found``)."""
 
     path: str
     found: str

@@ -104,10 +104,7 @@ class RunFinished(_Body, frozen=True, tag="run_finished"):
 
 
 class SessionStarted(_Body, frozen=True, tag="session_started"):
-    """A session was started (``SessionManager.start_session``) with ``metadata``.
-
-    It gives no log row and no transcript message.
-    """
+    """A session was started with ``metadata``; it gives no log row, no transcript message."""
 
     metadata: dict[str, Any] = {}
 

@@ -3,20 +3,8 @@
 Stores, the Hub and the folds check their input with these functions, so bad input fails
 the same way everywhere: as ``ValidationError`` naming the value (``name``) and where it
 is, with nothing written and no actor involved (bad input never marks a desk failed).
-
-- **int**: an ``int`` that is not a ``bool``, with ``minimum <= n < MAX_INT`` (2**63,
-  what every backend can store).
-- **text**: a ``str`` without lone surrogates (it encodes to UTF-8), every string of an
-  event included.
-- **nesting**: containers nested at most ``MAX_DEPTH`` (64) deep inside any event field.
-- **authors**: a ``Person``/``Agent`` id and a ``System`` kind are not empty.
-- **session ids**: non-empty text of at most ``MAX_SESSION_ID_BYTES`` (256) UTF-8 bytes.
-
 Every ``check_*`` returns what it checked and raises for the first problem it finds; it
-does no I/O and costs O(1) unless its docstring says otherwise. ``check_events`` returns
-private copies, each event decoded from its own encoding (a ``set`` or ``tuple`` becomes
-a ``list``): stores keep and return that copy, so ``append`` returns what ``read`` returns
-later and no object of the caller's is kept.
+does no I/O and costs O(1) unless its docstring says otherwise.
 """
 
 from __future__ import annotations
@@ -131,18 +119,12 @@ def check_depth(name: str, value: Any) -> None:
             raise ValidationError(f"{_spell(where)} nests deeper than {MAX_DEPTH} levels")
         if isinstance(item, msgspec.Struct):
             item = {field: getattr(item, field) for field in item.__struct_fields__}
-        if isinstance(item, dict):
-            stack.extend(
-                (inner, depth + 1, (where, key))
-                for key, inner in item.items()
-                if isinstance(inner, _CONTAINERS)
-            )
-        else:
-            stack.extend(
-                (inner, depth + 1, (where, i))
-                for i, inner in enumerate(item)
-                if isinstance(inner, _CONTAINERS)
-            )
+        pairs = item.items() if isinstance(item, dict) else enumerate(item)
+        stack.extend(
+            (inner, depth + 1, (where, key))
+            for key, inner in pairs
+            if isinstance(inner, _CONTAINERS)
+        )
 
 
 def _check_nesting(where: str, event: Event) -> None:
@@ -223,9 +205,7 @@ def check_sharing_state(state: Any, name: str = "state") -> SharingState:
 
 def check_optional_int(name: str, value: Any, *, minimum: int = 0) -> int | None:
     """Return ``value`` if it is ``None`` or passes :func:`check_int`."""
-    if value is None:
-        return None
-    return check_int(name, value, minimum=minimum)
+    return None if value is None else check_int(name, value, minimum=minimum)
 
 
 def check_optional_str(name: str, value: Any) -> str | None:
@@ -253,11 +233,7 @@ def check_event_sequence(events: Any) -> Sequence[Event]:
     """Return ``events`` if it is a batch: a sequence, not a lone event or text (not its items)."""
     if type(events) is list:
         return events
-    if (
-        isinstance(events, Event)
-        or not isinstance(events, Sequence)
-        or isinstance(events, str | bytes)
-    ):
+    if isinstance(events, Event | str | bytes) or not isinstance(events, Sequence):
         raise ValidationError(f"events must be a sequence of Event, got {type(events).__name__}")
     return cast(Sequence[Event], events)
 
@@ -364,9 +340,11 @@ def check_events(events: Any) -> list[Event]:
     """Check a batch given to ``append`` and return private copies of its events, as a list.
 
     Each is an :class:`Event` with its declared types, ``sequence`` and ``timestamp``
-    unset, a non-empty ``id``, a valid author, a ``parent`` >= 1 when set, valid text and
-    nesting, and a known ``RunFinished.status``. Cost: one msgpack round trip per event,
-    plus a walk over the containers of its ``metadata`` and body.
+    unset, a non-empty ``id``, a valid author, a ``parent`` >= 1 when set, text without
+    lone surrogates, containers nested at most ``MAX_DEPTH`` deep, and a known
+    ``RunFinished.status``. Each copy is decoded from the event's own encoding (a ``set``
+    or ``tuple`` becomes a ``list``), so a store keeps no object of the caller's. Cost:
+    one msgpack round trip per event, plus a walk over its ``metadata`` and body.
     """
     checked: list[Event] = []
     for index, event in enumerate(check_event_sequence(events)):

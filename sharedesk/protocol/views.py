@@ -124,6 +124,9 @@ class Projection(msgspec.Struct, frozen=True):
 class SharingState(msgspec.Struct, frozen=True):
     """What one participant has been shown of one conversation.
 
+    Built or decoded with more than ``PRESENT_SET_LIMIT`` present sequences, it raises
+    ``PresentSetTooLarge``.
+
     Attributes:
         conversation: The conversation the state tracks.
         watermark: Highest sequence up to which everything was shown.
@@ -131,10 +134,6 @@ class SharingState(msgspec.Struct, frozen=True):
         paged: Whether its deltas come in pages of at most ``SESSION_WINDOW`` messages,
             oldest first: a late joiner (``Hub.turn(..., start_after=N)``) catching up.
             Cleared by the page that reaches the last sequence.
-
-    Raises:
-        PresentSetTooLarge: When built or decoded with more than ``PRESENT_SET_LIMIT``
-            present sequences.
     """
 
     conversation: Conversation

@@ -6,9 +6,8 @@
 * ``emit`` buffers a ``TextDelta`` and returns it unstamped; chunks are appended with the
   run's next other event, or once ``STREAM_FLUSH_S`` old or ``STREAM_FLUSH_CHUNKS`` many.
 * Cancellation crosses threads through the store: the executing thread polls the
-  session's state (5 ms, doubling to 100 ms) for the run's ``RunFinished``.
-* The adapter runs on a daemon worker thread, so a timeout or a cancel returns promptly;
-  an adapter still running then is abandoned, and each event it emits is refused.
+  session's state (5 ms, doubling to 100 ms) for the run's ``RunFinished``. An adapter
+  still running after a timeout or a cancel is abandoned; each event it emits is refused.
 """
 
 from __future__ import annotations
@@ -89,14 +88,9 @@ def start_session(
 ) -> Session:
     """Start a session (a fresh uuid4 hex id when ``None``) by appending ``SessionStarted``.
 
-    Starting it again with equal metadata is a no-op; the metadata key
-    ``"provider_sessions"`` is reserved.
-
-    Raises:
-        ValidationError: A bad session id or metadata, or the session was already
-            started with other metadata; nothing was written.
-
-    Cost: one append of one event, then one lookup of the session's state.
+    Starting it again with equal metadata is a no-op; with other metadata, or metadata
+    holding the reserved key ``"provider_sessions"``, it is ``ValidationError``. Cost: one
+    append of one event, then one lookup of the session's state.
     """
     session_id = uuid.uuid4().hex if session_id is None else check_session_id(session_id)
     if not isinstance(metadata, Mapping):
@@ -125,12 +119,7 @@ def start_run(
 
     ``input`` is a prompt string, or a list of ``{"role", "content"}`` dicts: role
     ``"user"`` is stored as a ``Text`` by ``author``, role ``"system"`` as a ``Text`` by
-    ``System(kind="prompt", label="system")``.
-
-    Raises:
-        ValidationError: A bad session id, input or author; nothing was written.
-
-    Cost: one append of ``len(input)`` events.
+    ``System(kind="prompt", label="system")``. Cost: one append of ``len(input)`` events.
     """
     check_session_id(session_id)
     run_id = rules.new_run_id(session_id)
@@ -144,13 +133,9 @@ def start_run(
 
 def finish(store: Any, run_id: str, body: RunFinished) -> tuple[Event, bool]:
     """Append the run's ``RunFinished``; return it as stored and whether ours won."""
-    writer = uuid.uuid4().hex
+    writer, event_id = uuid.uuid4().hex, rules.finished_id(run_id)
     event = Event(
-        rules.LIFECYCLE_AUTHOR,
-        body,
-        id=rules.finished_id(run_id),
-        run_id=run_id,
-        metadata={"writer": writer},
+        rules.LIFECYCLE_AUTHOR, body, id=event_id, run_id=run_id, metadata={"writer": writer}
     )
     stored = run_index(store).append(rules.parse_run_id(run_id)[1], [event])[0]
     return stored, stored.metadata.get("writer") == writer
@@ -160,14 +145,9 @@ def cancel_run(store: EventStore, session_or_run_id: str, run_id: str | None = N
     """Cancel a pending or running run: ``cancel_run(store, [session_id,] run_id)``.
 
     Appends its ``RunFinished(status="cancelled")``; a thread executing the run sees it
-    within 100 ms and raises ``RunCancelled``. Safe from any thread or process.
-
-    Raises:
-        RunNotFound: No such run (or ``session_id`` is not the run's session).
-        RunStateError: The run had already finished (``action="cancel"``, with the
-            status it finished with); nothing was written.
-
-    Cost: a read of the run's own events, then one append.
+    within 100 ms and raises ``RunCancelled``. Safe from any thread or process. Raises
+    ``RunNotFound`` (also when ``session_id`` is not the run's), or ``RunStateError`` with
+    the status a finished run finished with. Cost: a read of the run's events, one append.
     """
     if run_id is None:
         run_id = session_or_run_id
@@ -277,10 +257,8 @@ class Execution:
             if not self.chunks:
                 self.chunks_since = now
             self.chunks.append(event)
-            if (
-                len(self.chunks) >= rules.STREAM_FLUSH_CHUNKS
-                or now - self.chunks_since >= rules.STREAM_FLUSH_S
-            ):
+            full = len(self.chunks) >= rules.STREAM_FLUSH_CHUNKS
+            if full or now - self.chunks_since >= rules.STREAM_FLUSH_S:
                 self._store([])
             return event
 
@@ -338,8 +316,7 @@ class Execution:
             finally:
                 self.done.set()
 
-        name = f"sharedesk-run-{self.run_id[:8]}"
-        worker = threading.Thread(target=work, name=name, daemon=True)
+        worker = threading.Thread(target=work, name=f"sharedesk-run-{self.run_id[:8]}", daemon=True)
         worker.start()
         try:
             return self._wait(timeout)
@@ -381,13 +358,7 @@ class Execution:
                 if output is None:
                     texts = [e.body.content for e in self.emitted if isinstance(e.body, Text)]
                     output = texts[-1] if texts else None
-                return RunResult(
-                    output=output,
-                    token_usage=usage,
-                    events=list(self.emitted),
-                    session_id=self.session_id,
-                    run_id=self.run_id,
-                )
+                return RunResult(output, usage, list(self.emitted), self.session_id, self.run_id)
         finished = self.finished
         assert finished is not None
         log.info("run.finished_elsewhere", status=finished.status)

@@ -58,13 +58,11 @@ class SessionManager:
 
         Raises:
             ValidationError: Not an adapter (or one whose ``execute`` is a coroutine
-                function), or a bad continuation, continuation_opts or timeout; nothing
-                was written and the run stays pending.
+                function), or bad options; nothing was written, the run stays pending.
             RunNotFound: No such run.
             RunStateError: The run is not pending (already executed or cancelled).
-            RunTimeout: The adapter overran ``adapter_opts["timeout"]``; recorded as
-                ``"timeout"``; the adapter thread is abandoned.
-            RunFailed: The adapter raised (chained as ``__cause__``); recorded as ``"failed"``.
+            RunTimeout: It overran ``adapter_opts["timeout"]``; its adapter is abandoned.
+            RunFailed: The adapter raised (the ``__cause__``).
             RunCancelled: ``cancel_run`` cancelled it while it ran.
 
         Cost: a read of the run's own events, one session lookup, for a replay the newest
@@ -117,10 +115,7 @@ class SessionManager:
         author: SessionAuthor = OPERATOR,
         **options: Unpack[ExecuteOptions],
     ) -> RunResult:
-        """:meth:`run_once` for asyncio code (see :meth:`aexecute_run`).
-
-        Cost: as :meth:`run_once`; the start steps run on a worker thread.
-        """
+        """:meth:`run_once` for asyncio code (see :meth:`aexecute_run`), started off the loop."""
         checked = rules.check_options(adapter, sync=False, **options)
         sync = aio.sync_store(store)
         run_id = await asyncio.to_thread(_start_once, sync, session_id, input, author)

@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 from typing import Any, Self, Unpack
 
 from sharedesk.protocol._log import logger
-from sharedesk.protocol.errors import QueueClosed, QueueFull, ValidationError
+from sharedesk.protocol.errors import QueueClosed, QueueFull
 from sharedesk.protocol.ports import EventStore
-from sharedesk.protocol.validation import check_session_id
+from sharedesk.protocol.validation import check_int, check_session_id
 from sharedesk.runs import execute
 from sharedesk.runs.rules import ExecuteOptions, RunOptions, check_options
 from sharedesk.runs.types import Adapter, Run, RunQueueStatus, RunResult
@@ -76,10 +76,7 @@ class _Lane:
 
 
 class RunQueue:
-    """Executes submitted runs per session, FIFO, at most ``max_concurrent_runs`` at once.
-
-    Thread-safe; a context manager (``close()`` on exit).
-    """
+    """Executes each session's runs FIFO, at most ``max_concurrent_runs`` at once; thread-safe."""
 
     def __init__(
         self, store: EventStore, *, max_concurrent_runs: int = 1, max_queued_runs: int = 100
@@ -90,16 +87,9 @@ class RunQueue:
             store: The store (or Hub) the runs live in.
             max_concurrent_runs: Most runs of one session executing at once (>= 1).
             max_queued_runs: Most runs of one session waiting for a slot (>= 0).
-
-        Raises:
-            ValidationError: A limit that is not an int in range.
         """
-        for name, value, minimum in (
-            ("max_concurrent_runs", max_concurrent_runs, 1),
-            ("max_queued_runs", max_queued_runs, 0),
-        ):
-            if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-                raise ValidationError(f"{name} must be an int >= {minimum}, got {value!r}")
+        check_int("max_concurrent_runs", max_concurrent_runs, minimum=1)
+        check_int("max_queued_runs", max_queued_runs)
         self._store = store
         self._max_concurrent = max_concurrent_runs
         self._max_queued = max_queued_runs
@@ -115,14 +105,9 @@ class RunQueue:
         """Start a run of ``session_id`` now; execute it when its lane has a slot.
 
         ``input`` and ``options`` are those of ``SessionManager.run_once``; the future
-        resolves to the :class:`RunResult`, or raises what ``execute_run`` raised.
-
-        Raises:
-            QueueFull: ``max_queued_runs`` runs of the session already wait and every
-                slot is busy; nothing was written.
-            QueueClosed: The queue was closed; nothing was written (if it closed while
-                the input was being stored, the run is recorded as cancelled).
-            ValidationError: As ``SessionManager.run_once``; nothing was written.
+        resolves to the :class:`RunResult`, or raises what ``execute_run`` raised. Raises
+        ``QueueFull`` (every slot busy and ``max_queued_runs`` waiting) or ``QueueClosed``
+        with nothing written (a close while the input was stored cancels the run).
 
         Cost: one append (the input), under the session's submit lock (submits of one
         session take turns); does not block on the run.
@@ -146,12 +131,8 @@ class RunQueue:
                     lane.reserved -= 1
                     self._forget_if_idle(session_id)
                 raise
-            job = _Job(
-                run=run,
-                adapter=adapter,
-                options=checked,
-                future=RunFuture(run.id, session_id, lambda: self._stop(job)),
-            )
+            future = RunFuture(run.id, session_id, lambda: self._stop(job))
+            job = _Job(run, adapter, checked, future)
             with self._cond:
                 lane.reserved -= 1
                 closed = self._closed
@@ -182,10 +163,7 @@ class RunQueue:
             )
 
     def drain(self, timeout: float | None = None) -> bool:
-        """Wait up to ``timeout`` seconds (``None``: no bound) until no run waits or runs.
-
-        Returns ``True`` when the queue is empty, ``False`` when ``timeout`` passed first.
-        """
+        """Wait up to ``timeout`` s (``None``: no bound) until no run waits or runs; say if so."""
         with self._cond:
             return self._cond.wait_for(lambda: not self._lanes, timeout)
 
@@ -194,7 +172,6 @@ class RunQueue:
 
         Runs still running after ``timeout`` seconds are cancelled (their futures raise
         ``RunCancelled``; their adapters are abandoned); every driver thread is joined.
-
         Cost: one append per run cancelled; blocks up to ``timeout`` s (+ <= 100 ms).
         """
         with self._cond:

@@ -7,8 +7,6 @@
   ``<hex>.started``, ``<hex>.finished``): the store keeps the first ``<hex>.finished``
   and returns it to any later writer, so a cancel racing a timeout or a completion has
   exactly one winner, and every loser learns who won (the ``writer`` token).
-* :func:`check_options` refuses what a run cannot be served with before anything is
-  written, so a refused run leaves no input row behind.
 """
 
 from __future__ import annotations
@@ -99,14 +97,9 @@ def input_events(run_id: str, input: Any, author: Any) -> list[Event]:
         if not isinstance(content, str):
             raise ValidationError(f"{where}.content must be a str, got {type(content).__name__}")
         writer = SYSTEM_PROMPT_AUTHOR if role == "system" else asker
+        row_id = input_id(run_id, index)
         events.append(
-            Event(
-                writer,
-                Text(content),
-                id=input_id(run_id, index),
-                run_id=run_id,
-                metadata={"role": role},
-            )
+            Event(writer, Text(content), id=row_id, run_id=run_id, metadata={"role": role})
         )
     return events
 
@@ -233,9 +226,8 @@ def check_options(
     viewer = (
         Agent(id=name, label=name) if author is None else check_author(author, "adapter.author")
     )
-    if continuation is not False and (
-        not isinstance(continuation, str) or continuation not in CONTINUATION_MODES
-    ):
+    known = isinstance(continuation, str) and continuation in CONTINUATION_MODES
+    if continuation is not False and not known:
         raise ValidationError(
             f"continuation must be False, 'auto', 'replay' or 'native', got {continuation!r}"
         )
@@ -266,13 +258,8 @@ def check_options(
         raise ValidationError(
             f"adapter_opts['timeout'] must be a positive number of seconds, got {timeout!r}"
         )
-    return RunOptions(
-        viewer=viewer,
-        continuation=continuation,
-        budget=budget,
-        timeout=None if timeout is None else float(timeout),
-        opts={} if opts is NO_OPTS else opts,
-    )
+    seconds = None if timeout is None else float(timeout)
+    return RunOptions(viewer, continuation, budget, seconds, {} if opts is NO_OPTS else opts)
 
 
 def plan_claim(
@@ -291,15 +278,7 @@ def plan_claim(
     model = getattr(adapter, "model", None)
     if not isinstance(model, str):
         model = stored.get("model") if mode == "native" else None
-    claim = Event(
-        LIFECYCLE_AUTHOR,
-        RunStarted(
-            provider=adapter.name,
-            model=model,
-            provider_session_id=continued if mode == "native" else None,
-        ),
-        id=started_id(run.id),
-        run_id=run.id,
-        metadata={"writer": uuid.uuid4().hex},
-    )
-    return claim, mode
+    provider_session = continued if mode == "native" else None
+    body = RunStarted(provider=adapter.name, model=model, provider_session_id=provider_session)
+    token = {"writer": uuid.uuid4().hex}
+    return Event(LIFECYCLE_AUTHOR, body, id=started_id(run.id), run_id=run.id, metadata=token), mode

@@ -23,7 +23,7 @@ class ScriptedAdapter:
 
     Attributes:
         name: The provider name (``RunStarted.provider``).
-        author: The participant its replies are written by.
+        author: The participant its replies are written by (default ``Agent`` ``name``).
         native_continuation: Whether it continues its own provider sessions.
     """
 
@@ -35,14 +35,7 @@ class ScriptedAdapter:
         native_continuation: bool = False,
         author: SessionAuthor | None = None,
     ) -> None:
-        """Create the adapter with its ``replies``, one per run, in order.
-
-        ``author`` defaults to ``Agent(id=name, label=name)``.
-
-        Raises:
-            ValidationError: ``replies`` is not a sequence of ``str``, ``name`` is empty,
-                or ``author`` is not a ``SessionAuthor``.
-        """
+        """Create the adapter with its ``replies``, one per run, in order."""
         if isinstance(replies, str) or not all(isinstance(r, str) for r in replies):
             raise ValidationError("replies must be a sequence of str")
         if not isinstance(name, str) or not name:
@@ -67,10 +60,7 @@ class ScriptedAdapter:
     ) -> AdapterResult:
         """Record the call, emit the next reply as a ``Text`` and return it as the output.
 
-        Raises:
-            ValidationError: No reply is left.
-
-        Cost: one or two emits.
+        Raises ``ValidationError`` when no reply is left. Cost: one or two emits.
         """
         transcript = session.context.get("transcript")
         with self._lock:

@@ -47,7 +47,6 @@ class Run(msgspec.Struct, frozen=True):
 
     Attributes:
         id: The run id (``"<32 hex>@<session_id>"``).
-        session_id: The session the run belongs to.
         status: ``"pending"`` (input stored), ``"running"`` (``RunStarted`` stored), or
             the status of its ``RunFinished``.
         input: The input messages as ``{"role", "content"}`` dicts.
@@ -79,8 +78,6 @@ class RunResult(msgspec.Struct, frozen=True):
         token_usage: Token counts reported by the adapter.
         events: The events this execution stored: ``RunStarted``, what the adapter
             emitted, ``RunFinished``.
-        session_id: The session.
-        run_id: The run.
     """
 
     output: Any
@@ -120,7 +117,6 @@ class RunQueueStatus(msgspec.Struct, frozen=True):
     """A snapshot of one session's run queue.
 
     Attributes:
-        session_id: The session.
         running: Runs of the session executing now.
         queued: Runs of the session waiting for a free slot.
         max_concurrent_runs: The queue's per-session concurrency limit.

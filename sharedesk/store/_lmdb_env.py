@@ -1,10 +1,8 @@
 """One LMDB environment per path per process, shared by every LmdbStore on that path.
 
 py-lmdb refuses to open one environment twice in a process, so stores on one (real) path
-share a reference-counted :class:`SharedEnvironment`, closed with its last store. This
-registry is sharedesk's one piece of process-wide mutable state, because the environment
-itself is process-wide.
-
+share a reference-counted :class:`SharedEnvironment`, closed with its last store: the one
+piece of process-wide mutable state, because the environment itself is process-wide.
 Resizing the map remaps the file, so every transaction holds the :class:`ResizeLock`
 shared, and a resize (or adopting a map another process grew) holds it exclusively.
 
@@ -181,10 +179,7 @@ class SharedEnvironment:
 
     @contextlib.contextmanager
     def read(self) -> Iterator[tuple[Any, dict[bytes, Any]]]:
-        """Yield a read-only transaction and its sub-database handles (see the module header).
-
-        The caller holds :attr:`lock` shared.
-        """
+        """Yield a read-only transaction and its sub-database handles (caller holds ``lock``)."""
         lock = self._handles_lock if self.published is None else contextlib.nullcontext()
         with lock, self.env.begin(buffers=False) as txn:
             yield txn, self.published or _OwnHandles(self.env, txn)
@@ -265,10 +260,7 @@ class SharedEnvironment:
         return size
 
     def check_pages(self, *, full: bool) -> None:
-        """Refuse a damaged file: walk its branch pages, or (``full``) every page.
-
-        Each walk runs in a read transaction, which keeps its pages from being reused.
-        """
+        """Refuse a damaged file: walk its branch pages, or (``full``) every page, in a read txn."""
 
         def attempt() -> str | None:
             with self.env.begin():  # pins the snapshot the walk reads
@@ -361,5 +353,5 @@ class _Registry:
         _log.debug("store.env_closed", path=shared.path)
 
 
-#: The process-wide registry (see the module comment for why it exists).
+#: The process-wide registry (see the module header).
 REGISTRY: Final = _Registry()

@@ -28,12 +28,8 @@ sub-databases and the format record (see ``_lmdb_env``). The records and the id,
 and sharing keys are :mod:`sharedesk.protocol.records`'s.
 
 LMDB trusts its file, so the open checks it first with plain file I/O, never through the
-map: a file shorter than its committed meta page says would raise SIGBUS at the first
-read of a missing page (:func:`check_data_file`), and a cursor that steps from a branch
-onto a page that is not a leaf trips LMDB's assertion, SIGABRT (:func:`tree_problem`);
-both are ``CorruptRecordError`` instead. What the branch walk does not read (the nodes
-inside a leaf, overflow pages) LMDB still trusts. An empty ``data.mdb`` is a new
-environment (LMDB creates the file empty and writes its metas).
+map (:func:`check_data_file`, :func:`tree_problem`): damage LMDB would meet as SIGBUS or
+SIGABRT is ``CorruptRecordError`` instead. An empty ``data.mdb`` is a new environment.
 """
 
 from __future__ import annotations
@@ -69,19 +65,13 @@ def session_prefix(session_id: str) -> bytes:
 
 def session_of(key: bytes) -> str:
     """Return the session id a key (of any database) starts with."""
-    length = int.from_bytes(key[:2], "big")
-    return key[2 : 2 + length].decode("utf-8")
+    return key[2 : 2 + int.from_bytes(key[:2], "big")].decode("utf-8")
 
 
 def decode_info(session_id: str, raw: bytes) -> SessionInfo:
     """Return the :class:`SessionInfo` a meta record holds."""
-    last, texts, micros = META.unpack(raw)
-    return SessionInfo(
-        session_id=session_id,
-        last_sequence=last,
-        text_count=texts,
-        last_activity=EPOCH + micros * MICROSECOND,
-    )
+    last_sequence, text_count, micros = META.unpack(raw)
+    return SessionInfo(session_id, last_sequence, text_count, EPOCH + micros * MICROSECOND)
 
 
 def walk(
@@ -105,8 +95,6 @@ def walk(
             return
         yield sequence, value
 
-
-# -- the data file, as the open checks it ------------------------------------------
 
 #: The data file in an environment directory.
 DATA_FILE: Final = "data.mdb"
@@ -181,16 +169,11 @@ class _Meta(NamedTuple):
 
 def _committed_meta(head: bytes, size: int) -> _Meta | str:
     """Parse both meta pages from the file's first bytes; return the committed one, or why not."""
-    header = next(
-        (
-            size_
-            for size_ in _LAYOUTS
-            if len(head) >= size_ + _META_PAGE.size
-            and _META_PAGE.unpack_from(head, size_)[0] == _MAGIC
-        ),
-        None,
-    )
-    if header is None:
+    for header in _LAYOUTS:
+        fits = len(head) >= header + _META_PAGE.size
+        if fits and _META_PAGE.unpack_from(head, header)[0] == _MAGIC:
+            break
+    else:
         return f"no LMDB meta page at the start ({size} bytes)"
     version = _LAYOUTS[header]
     page_size = _META_PAGE.unpack_from(head, header)[4]
@@ -219,7 +202,7 @@ def _committed_meta(head: bytes, size: int) -> _Meta | str:
 
 
 def check_data_file(path: str, *, full: bool = False) -> None:
-    """Refuse a data file that LMDB could not read without a signal.
+    """Refuse a data file that LMDB could not read without a signal (SIGBUS: a missing page).
 
     A file shorter than its committed meta page says is refused unless py-lmdb's offline
     verifier finds every page in use within it (LMDB may leave free pages unwritten);
@@ -308,9 +291,11 @@ def _walk_tree(
 def tree_problem(path: str) -> str | None:
     """Say what is wrong with the pages LMDB steps through without checking them, or None.
 
-    Every branch page of the committed trees is read, and the header of every page it
-    points at checked (its number, branch or leaf, bounds); leaves are not read, except
-    the main database's. Cost: about 0.3 ms per MB of small events.
+    A cursor stepping from a branch onto a page that is not a leaf trips LMDB's assertion
+    (SIGABRT). Every branch page of the committed trees is read, and the header of every
+    page it points at checked (its number, branch or leaf, bounds); leaves are not read,
+    except the main database's; nodes inside a leaf and overflow pages LMDB still trusts.
+    Cost: about 0.3 ms per MB of small events.
     """
     with _data_file(path) as opened:
         if opened is None:

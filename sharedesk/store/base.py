@@ -1,12 +1,8 @@
 """StoreBase: the one store base; backends supply only their own I/O.
 
 The public methods of every store are written, validated and documented here, once;
-``MemoryStore``, ``LmdbStore`` and ``PostgresStore`` implement the hooks at the end.
-
-One write path, ``submit``. The writer (the thread of :mod:`sharedesk.store._group_commit`,
-or with ``writer=None`` the caller's thread under the store's lock) runs each group of
-writes as one ``_transact`` of :func:`~sharedesk.store._group_commit.plan_group`; a group
-that fails with ``StoreFullError`` is retried one write per transaction.
+``MemoryStore``, ``LmdbStore`` and ``PostgresStore`` implement the hooks at the end. The
+one write path, ``submit``, is described in ``docs/architecture.md`` ("One write").
 
 Hooks, called with checked arguments on an open store: ``_transact(work)`` runs
 ``work(txn)`` in one write transaction and commits (perhaps again, in a fresh one, after
@@ -61,9 +57,10 @@ class StoreBase(ABC):
 
     Every public method checks its arguments first: a malformed one raises
     ``ValidationError``, and nothing is read or written. Once the store is closed, reads
-    and writes raise ``StoreClosedError`` (``submit``: through its future). A read never
-    writes; it raises ``CorruptRecordError`` for a damaged record and ``StoreIOError``
-    (the cause chained) when the backend fails.
+    and writes raise ``StoreClosedError`` (``submit``: through its future; a write waiting
+    as it closes too). Any method raises ``StoreIOError`` (the cause chained) when the
+    backend fails; a read never writes, and raises ``CorruptRecordError`` for a damaged
+    record.
 
     Args:
         path: Where the store lives, named in its errors (``None``: in memory).
@@ -94,8 +91,6 @@ class StoreBase(ABC):
                 name=writer,
                 closed_error=self._closed_error,
             )
-
-    # -- writes ------------------------------------------------------------------------
 
     def submit(self, write: Write) -> Future[list[Event]]:
         """Queue ``write`` (built by ``check_write``, not checked again); the one write path.
@@ -154,8 +149,6 @@ class StoreBase(ABC):
             ConcurrencyError: ``expected_version`` differs from the last sequence.
             AlreadyStored: The event ``unless_stored`` names is stored.
             StoreFullError: The store may not grow to hold the events.
-            StoreClosedError: The store is closed (also when it closes while waiting).
-            StoreIOError: The backend failed; the cause is chained.
 
         Cost: a msgpack round trip per event, then blocks until the writer commits the
         group this write joins: one write transaction (durable backends: one sync shared
@@ -213,11 +206,8 @@ class StoreBase(ABC):
         ``new_events`` are private copies, in sequence order. A raising callback is logged
         (``store.callback_failed``); the others still run. A callback may read the store
         and submit writes, but must not wait for one (the writer would wait for itself).
-
-        Returns:
-            The function that removes the callback (idempotent).
-
-        Cost: O(1); each commit then costs one call per callback.
+        Returns the function that removes the callback (idempotent). Cost: O(1); each
+        commit then costs one call per callback.
         """
         with self._lock:
             self._callbacks = (*self._callbacks, callback)
@@ -227,8 +217,6 @@ class StoreBase(ABC):
                 self._callbacks = tuple(c for c in self._callbacks if c is not callback)
 
         return remove
-
-    # -- the writer's side ---------------------------------------------------------------
 
     def _closed_error(self) -> StoreClosedError:
         return StoreClosedError(self._path)
@@ -266,8 +254,6 @@ class StoreBase(ABC):
             outcomes.append([private_copy(e) for e in result] if self.keeps_events else result)
         return outcomes
 
-    # -- reads -------------------------------------------------------------------------
-
     def _live(self) -> None:
         if self._closed:
             raise self._closed_error()
@@ -303,10 +289,7 @@ class StoreBase(ABC):
         return self._read(session_id, low, before, limit, newest_first)
 
     def last_sequence(self, session_id: str) -> int:
-        """Return the session's last sequence (0 for a session with no events).
-
-        Cost: one key read.
-        """
+        """Return the session's last sequence (0: no events). Cost: one key read."""
         return self._last_sequence(self._open(session_id))
 
     def log(self, session_id: str) -> StoreLog:
@@ -334,10 +317,7 @@ class StoreBase(ABC):
         return self._session_state(self._open(session_id))
 
     def run_events(self, session_id: str, run_id: str) -> list[Event]:
-        """Return the events carrying ``run_id``, oldest first.
-
-        Cost: one walk of the run index and one read per event of the run.
-        """
+        """Return the events carrying ``run_id``, oldest first. Cost: a run-index walk."""
         check_session_id(session_id)
         check_optional_str("run_id", run_id)
         self._live()
@@ -367,10 +347,7 @@ class StoreBase(ABC):
         return self._session_info(self._open(session_id))
 
     def session_infos(self) -> list[SessionInfo]:
-        """Return the :class:`SessionInfo` of every session holding events, sorted by id.
-
-        Cost: one walk of the sessions.
-        """
+        """Return every session's :class:`SessionInfo`, sorted by id. Cost: a walk of them."""
         self._live()
         return self._session_infos()
 
@@ -394,8 +371,6 @@ class StoreBase(ABC):
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
-
-    # -- backend hooks (see the module header) -----------------------------------------
 
     @abstractmethod
     def _transact(self, work: Callable[[WriteTxn], T]) -> T: ...

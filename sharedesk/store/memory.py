@@ -39,12 +39,7 @@ def _info(session_id: str, stream: _Stream) -> SessionInfo:
     """Return what ``stream`` (holding at least one event) says about ``session_id``."""
     newest = stream.events[-1]
     assert newest.sequence is not None and newest.timestamp is not None
-    return SessionInfo(
-        session_id=session_id,
-        last_sequence=newest.sequence,
-        text_count=len(stream.text_sequences),
-        last_activity=newest.timestamp,
-    )
+    return SessionInfo(session_id, newest.sequence, len(stream.text_sequences), newest.timestamp)
 
 
 class MemoryStore(StoreBase):
@@ -115,8 +110,6 @@ class MemoryStore(StoreBase):
                 self._states[(session_id, write.share.viewer, plan.sharing.conversation)] = (
                     plan.sharing
                 )
-
-    # -- reads ---------------------------------------------------------------------------
 
     def _read(
         self, session_id: str, after: int, before: int | None, limit: int | None, newest_first: bool
