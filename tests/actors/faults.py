@@ -71,7 +71,7 @@ class FaultyStore:
         return self.inner.run_events(session_id, run_id)
 
     def session_state(self, session_id: str) -> SessionState:
-        self._enter("read")
+        self._enter("session_state")
         return self.inner.session_state(session_id)
 
     def read(self, session_id: str, **bounds: Any) -> list[Event]:
