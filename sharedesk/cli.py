@@ -180,6 +180,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--window", type=int, default=SESSION_WINDOW, metavar="N", help="most messages shown"
     )
     view.add_argument("--json", action="store_true", help="print messages as JSON lines")
+    mcp = sub.add_parser("mcp", help="serve desks over MCP (stdio, or --http with --tokens)")
+    mcp.add_argument("store", metavar="STORE", help=store)
+    mcp.add_argument("--as", dest="participant", metavar="KIND:ID[:LABEL]", help="over stdio")
+    mcp.add_argument("--http", metavar="HOST:PORT", help="serve streamable HTTP at /mcp")
+    mcp.add_argument("--tokens", metavar="FILE", help="lines TOKEN KIND:ID[:LABEL] (--http)")
     return parser
 
 
@@ -195,6 +200,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         console = Output()
         if args.command == "demo":
             run_demo(console, args.path)
+        elif args.command == "mcp":
+            from sharedesk.servers.mcp import run_mcp
+
+            run_mcp(args.store, args.participant, args.http, args.tokens)
         elif args.command == "inspect":
             run_inspect(console, args.store, args.session, as_json=args.json)
         else:
