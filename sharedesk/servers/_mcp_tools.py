@@ -8,6 +8,9 @@ written), and the JSON of authors and messages.
 
 from __future__ import annotations
 
+import json
+import re
+import secrets
 import urllib.parse
 from collections.abc import Mapping
 from typing import Any, Final
@@ -23,6 +26,7 @@ from sharedesk.protocol import (
 )
 
 __all__ = [
+    "LONE_SURROGATE",
     "MAX_CONTENT_BYTES",
     "MAX_WAIT_S",
     "TOOLS",
@@ -31,6 +35,7 @@ __all__ = [
     "check_args",
     "desk_of_uri",
     "desk_uri",
+    "mark_lone_surrogates",
     "message_json",
     "parse_participant",
     "participant_key",
@@ -42,6 +47,10 @@ MAX_CONTENT_BYTES: Final = 256 * 1024
 MAX_WAIT_S: Final = 600.0
 #: The scheme of the desk resources: ``desk://{desk}`` (the desk id percent-encoded).
 SCHEME: Final = "desk://"
+
+
+#: What :func:`mark_lone_surrogates` puts in place of a string holding lone surrogates.
+LONE_SURROGATE: Final = f"\ue000sharedesk-lone-surrogate-{secrets.token_hex(8)}\ue000"
 
 
 class ToolError(Exception):
@@ -304,10 +313,46 @@ def _check(name: str, value: Any) -> Any:
 def _text(name: str, value: Any, *, limit: int) -> str:
     if not isinstance(value, str):
         raise ToolError(f"{name} must be a string, got {type(value).__name__}")
+    if LONE_SURROGATE in value:
+        raise ToolError(f"{name} holds a lone surrogate (not UTF-8 encodable)")
     try:
         size = len(value.encode("utf-8"))
     except UnicodeEncodeError:
         raise ToolError(f"{name} holds a lone surrogate (not UTF-8 encodable)") from None
     if size > limit:
         raise ToolError(f"{name} is {size} UTF-8 bytes; at most {limit} are taken")
+    return value
+
+
+_SURROGATE_ESCAPE: Final = re.compile(r"\\u[dD][89a-fA-F]")
+
+
+def mark_lone_surrogates(line: str) -> str:
+    """Return a JSON-RPC line with every string holding lone surrogates replaced.
+
+    The SDK's JSON parser refuses a message whose strings escape lone surrogates and
+    drops it unanswered; replaced by :data:`LONE_SURROGATE`, the call reaches the tool,
+    whose checks refuse it with a tool error. Cost: a regex scan; a parse and a dump
+    only for a line with a surrogate escape.
+    """
+    if not _SURROGATE_ESCAPE.search(line):
+        return line
+    try:
+        message = json.loads(line)
+    except ValueError:
+        return line
+    return json.dumps(_marked(message), ensure_ascii=False) + "\n"
+
+
+def _marked(value: Any) -> Any:
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return LONE_SURROGATE
+        return value
+    if isinstance(value, list):
+        return [_marked(item) for item in value]
+    if isinstance(value, dict):
+        return {_marked(key): _marked(item) for key, item in value.items()}
     return value

@@ -21,12 +21,15 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import io
 import json
 import secrets
+import sys
 import weakref
 from collections.abc import Callable
 from typing import Any, Final, Protocol, runtime_checkable
 
+import anyio
 import mcp_types as types
 from mcp.server import Server, ServerRequestContext
 from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ResourceUpdated
@@ -43,6 +46,7 @@ from sharedesk.servers._mcp_tools import (
     check_args,
     desk_of_uri,
     desk_uri,
+    mark_lone_surrogates,
     message_json,
     participant_key,
 )
@@ -405,11 +409,28 @@ async def serve_stdio(store: str, participant: SessionAuthor) -> None:
     async with AsyncHub.open(store) as hub:
         desks = DeskServer(hub, lambda ctx: participant)
         try:
-            async with stdio_server() as (read, write):
+            async with stdio_server(stdin=_Lines()) as (read, write):  # type: ignore[arg-type]
                 server = desks.server
                 await server.run(read, write, server.create_initialization_options())
         finally:
             desks.close()
+
+
+class _Lines:
+    """Standard input as the SDK's stdio transport reads it, lone surrogates marked."""
+
+    def __init__(self) -> None:
+        text = io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="replace")
+        self._file = anyio.wrap_file(text)
+
+    def __aiter__(self) -> _Lines:
+        return self
+
+    async def __anext__(self) -> str:
+        line = await self._file.readline()
+        if not line:
+            raise StopAsyncIteration
+        return mark_lone_surrogates(line)
 
 
 async def serve_http(store: str, host: str, port: int, tokens: dict[str, Any]) -> None:
