@@ -82,7 +82,7 @@ def check(rows: list[tuple[int, str]], received: dict[str, list[int]]) -> dict[s
     return figures
 
 
-EXACTLY_ONCE = {
+EXACTLY_ONCE: dict[str, dict[str, list[int]]] = {
     me: {"missing": [], "twice": [], "own_or_unknown": []} for me in ("ada", "bob", "cy")
 }
 
