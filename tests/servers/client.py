@@ -16,6 +16,8 @@ from typing import Any
 import anyio
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
 
 from tests.store.conftest import ROOT, child_env
 
@@ -62,6 +64,20 @@ def server_parameters(store: str, who: str, pid_file: Path | None = None) -> Std
     args = ["-c", code, "mcp", store, "--as", who]
     env = child_env() | ({} if pid_file is None else {"SHAREDESK_TEST_PID_FILE": str(pid_file)})
     return StdioServerParameters(command=sys.executable, args=args, env=env, cwd=ROOT)
+
+
+@contextlib.asynccontextmanager
+async def http_desk(url: str, token: str) -> AsyncIterator[Desk]:
+    """Yield an initialized session with the server at ``url``, as ``token``'s participant."""
+    headers = {"Authorization": f"Bearer {token}"}
+    async with (
+        create_mcp_http_client(headers=headers) as http,
+        streamable_http_client(url, http_client=http) as (read, write),
+        ClientSession(read, write) as session,
+    ):
+        with anyio.fail_after(CALL_TIMEOUT):
+            await session.initialize()
+        yield Desk(session)
 
 
 @contextlib.asynccontextmanager
