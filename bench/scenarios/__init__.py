@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from bench.scenarios import aio, append, crash, desk, imports, long, read, scale
+from bench.scenarios import aio, append, crash, desk, imports, long, mcp, read, scale
 
 #: Every scenario module, in the order ``all`` runs them: ``scale`` before ``read``, whose
 #: million-row desk would otherwise leave its memory in the RSS that ``scale`` reports
 #: (``long`` measures its RSS first, for the same reason).
-SCENARIOS = (append, aio, desk, scale, long, read, crash, imports)
+SCENARIOS = (append, aio, desk, scale, long, read, crash, imports, mcp)

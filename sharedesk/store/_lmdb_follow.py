@@ -2,10 +2,11 @@
 
 Every commit to an LMDB environment, by any process, moves its last transaction id,
 which ``env.info()`` reads from the shared meta page without a transaction or a row. The
-thread (``sharedesk-lmdb-follower:<path>``) reads it every ``FOLLOW_POLL`` seconds; only
-when it moved does it walk the ``meta`` sub-database (each session's last sequence, 24
-bytes a session) and tell the followers ``(session_id, last_sequence)`` for every session
-whose last sequence grew since the previous walk. The rows themselves are read by whoever
+thread (``sharedesk-lmdb-follower:<path>``) reads it every 5 to 40 ms (5 right after a
+commit, see ``FOLLOW_POLL``); only when it moved does it walk the ``meta`` sub-database
+(each session's last sequence, 24 bytes a session) and tell the followers
+``(session_id, last_sequence)`` for every session whose last sequence grew since the
+previous walk. The rows themselves are read by whoever
 follows (the Hub's session actors read only what they lack).
 
 Idle, a poll costs one ``env.info()`` (microseconds); a walk costs O(sessions), and the
@@ -26,12 +27,24 @@ from sharedesk.protocol.ports import AppendCallback
 from sharedesk.store._lmdb_env import SharedEnvironment
 from sharedesk.store._lmdb_layout import META, session_of
 
-__all__ = ["FOLLOW_POLL", "WALK_BACKOFF", "Following", "FollowsCommits"]
+__all__ = [
+    "FOLLOW_POLL",
+    "FOLLOW_POLL_IDLE",
+    "FOLLOW_SLOWDOWN",
+    "WALK_BACKOFF",
+    "Following",
+    "FollowsCommits",
+]
 
 _log = logger()
 
-#: Seconds between two reads of the last transaction id (half of it: the median wake).
-FOLLOW_POLL: Final = 0.02
+#: Seconds between two reads of the last transaction id right after a commit was seen;
+#: each read that finds nothing new waits ``FOLLOW_SLOWDOWN`` times longer, up to
+#: ``FOLLOW_POLL_IDLE``. So a busy desk is followed within milliseconds and an idle one
+#: costs about 25 reads a second (half the poll: the median wake).
+FOLLOW_POLL: Final = 0.005
+FOLLOW_POLL_IDLE: Final = 0.04
+FOLLOW_SLOWDOWN: Final = 1.25
 #: After a walk of the sessions, the thread waits at least this many times its duration.
 WALK_BACKOFF: Final = 9.0
 
@@ -156,7 +169,7 @@ class _Watcher:
         self._thread.start()
 
     def stop(self) -> None:
-        """Stop the thread (joins unless called from it). Cost: at most ``FOLLOW_POLL``."""
+        """Stop the thread (joins unless called from it). Cost: at most ``FOLLOW_POLL_IDLE``."""
         self._stopping.set()
         if self._thread.is_alive() and self._thread is not threading.current_thread():
             self._thread.join()
@@ -165,7 +178,7 @@ class _Watcher:
         pause = FOLLOW_POLL
         failing = False
         while not self._stopping.wait(pause):
-            pause = FOLLOW_POLL
+            pause = min(pause * FOLLOW_SLOWDOWN, FOLLOW_POLL_IDLE)
             try:
                 txnid = self._txnid()
                 if txnid <= self._seen_txnid:
@@ -216,6 +229,6 @@ class FollowsCommits:
             StoreIOError: The first reading of the environment failed.
 
         Cost: the first follower starts the follower thread, which stops with the last;
-        idle, one read of LMDB's last transaction id every ``FOLLOW_POLL`` seconds.
+        idle, one read of LMDB's last transaction id every ``FOLLOW_POLL_IDLE`` seconds.
         """
         return self._following.add(on_append)
