@@ -17,8 +17,8 @@ coroutine waits for the write's outcome, ignoring further cancellation, then rai
 ``CancelledError``. Retrying with the same event ids is idempotent either way.
 
 ``wait_turn`` sleeps on a :meth:`Hub.listen` listener, woken by every commit through
-this Hub and, on a following store (PostgreSQL), by other processes' commits; it never
-polls. Other processes' appends on one LMDB path are seen by the next plan.
+this Hub and, on a following store (LMDB, PostgreSQL), by other processes' commits; it
+never polls the rows.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ participants take turns, and a ``SessionActor`` per session with subscribers, th
 publisher of its committed events. The Hub checks every input on the caller's thread
 (``ValidationError``, nothing sent). Writes go to the store's writer (``submit``); the
 store's ``on_commit`` hands each commit to the session's publisher. Reads go straight
-to the store. A ``FollowingStore`` (PostgreSQL) is followed from ``__init__`` to
+to the store. A ``FollowingStore`` (LMDB, PostgreSQL) is followed from ``__init__`` to
 ``close()``, so commits of other processes are published as this Hub's own are.
 
 Lifecycle: every thread of ours is a daemon; every wait of a caller is taken in slices

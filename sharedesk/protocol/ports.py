@@ -215,9 +215,9 @@ AppendCallback = Callable[[str | None, int], None]
 class FollowingStore(Protocol):
     """A store several processes share that tells each of them what the others commit.
 
-    ``PostgresStore`` implements it (``LISTEN``/``NOTIFY``): a Hub over it pushes the
-    events another process appended to its own subscribers (sharing actors, ``wait_turn``
-    listeners), so nothing polls.
+    ``PostgresStore`` (``LISTEN``/``NOTIFY``) and ``LmdbStore`` (its last transaction id)
+    implement it: a Hub over one pushes the events another process appended to its own
+    subscribers (sharing actors, ``wait_turn`` listeners), so nothing polls the rows.
     """
 
     def follow(self, on_append: AppendCallback) -> Callable[[], None]:
