@@ -12,7 +12,7 @@ turn taken is kept here, under a random ``turn_id``, for the participant and MCP
 session that took it, until it is committed; nothing of it is stored before, so a
 server or client killed between ``turn`` and ``commit`` leaves the rows to be offered
 again. Resources ``desk://{desk}`` hold the participant's view; a client subscribed to
-one (``resources/subscribe``, or ``subscriptions/listen`` on the 2026 protocol) is sent a
+one (``resources/subscribe``, or ``subscriptions/listen`` on the newest protocol) is sent a
 resource-updated notification when the desk changes, whichever process wrote: the Hub
 follows its store (LMDB or PostgreSQL) across processes.
 """
@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import io
 import json
 import secrets
@@ -109,7 +110,7 @@ class DeskServer:
             on_read_resource=self._read_resource,
             on_subscribe_resource=self._subscribe,
             on_unsubscribe_resource=self._unsubscribe,
-            on_subscriptions_listen=self._listen,
+            on_subscriptions_listen=self._listen_for,
         )
 
     def close(self) -> None:
@@ -310,6 +311,15 @@ class DeskServer:
         desk = self._desk(str(params.uri))
         self._subscribers.get(desk, weakref.WeakSet()).discard(_connection(ctx))
         return types.EmptyResult()
+
+    async def _listen_for(
+        self, ctx: ServerRequestContext[Any], params: types.SubscriptionsListenRequestParams
+    ) -> types.SubscriptionsListenResult:
+        """Serve a ``subscriptions/listen`` stream (2026 protocol), following its desks."""
+        for uri in params.notifications.resource_subscriptions or ():
+            with contextlib.suppress(ToolError):
+                await self._follow(desk_of_uri(str(uri)))
+        return await self._listen(ctx, params)
 
     @staticmethod
     def _desk(uri: str) -> str:

@@ -137,3 +137,18 @@ class TestBearerTokens:
         error, view = asyncio.run(main())
 
         assert ("another participant's" in error, ["question"]) == (True, view)
+
+    def test_a_turn_belongs_to_the_mcp_session_that_took_it(self, server: tuple[str, Path]) -> None:
+        url, _ = server
+
+        async def main() -> tuple[str, dict[str, Any]]:
+            async with http_desk(url, "ada-token") as ada, http_desk(url, "pat-token") as pat:
+                await ada.call("post", desk="desk", content="question")
+                async with http_desk(url, "pat-token") as other_session:
+                    turn = await pat.call("turn", desk="desk")
+                    error = await other_session.error("commit", turn_id=turn["turn_id"])
+                return error, await pat.call("commit", turn_id=turn["turn_id"], reply="mine")
+
+        error, committed = asyncio.run(main())
+
+        assert ("another MCP session" in error, {"sequence": 2}) == (True, committed)

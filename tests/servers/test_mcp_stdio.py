@@ -15,10 +15,13 @@ from typing import Any
 import anyio
 import mcp_types as types
 import pytest
+from mcp import Client
 from mcp.shared.exceptions import MCPError
+from mcp.shared.subscriptions import ResourceUpdated
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from sharedesk.store import LmdbStore
-from tests.servers.client import CALL_TIMEOUT, Desk, stdio_desk
+from tests.servers.client import CALL_TIMEOUT, Desk, server_parameters, stdio_desk
 
 pytestmark = pytest.mark.slow
 
@@ -210,6 +213,31 @@ class TestNotifications:
         uri, text = run(main)
 
         assert ("desk://desk", '"content": "news"' in text) == (uri, True)
+
+    def test_a_client_on_the_newest_protocol_listening_is_told_of_another_processes_post(
+        self, tmp_path: Path
+    ) -> None:
+        async def main() -> tuple[str, list[str], str]:
+            async with Client(server_parameters(str(tmp_path), PAT)) as pat:
+                async with pat.listen(resource_subscriptions=["desk://desk"]) as subscription:
+                    async with stdio_desk(str(tmp_path), ADA) as ada:
+                        await ada.call("post", desk="desk", content="news")
+                    with anyio.fail_after(CALL_TIMEOUT):
+                        event = await anext(aiter(subscription))
+                assert isinstance(event, ResourceUpdated)
+                return (
+                    pat.protocol_version,
+                    list(subscription.honored.resource_subscriptions or ()),
+                    event.uri,
+                )
+
+        version, honored, uri = run(main)
+
+        assert (True, ["desk://desk"], "desk://desk") == (
+            version in MODERN_PROTOCOL_VERSIONS,
+            honored,
+            uri,
+        )
 
 
 del Desk
