@@ -9,7 +9,8 @@ server process of its own; all servers share one LMDB path (durable). Measured:
 - **N agents on one desk** (2, 8, 32): each agent loops ``turn(wait_s)`` then
   ``commit`` with a reply until it took its turns; turns per second over all agents.
 - **cross-process wake**: a child process appends to the store (LMDB, and PostgreSQL
-  when its binaries are installed) one event at a time; a Hub here listening to the desk
+  when its binaries are installed) one event at a time, 20 ms apart (on LMDB also 0.5 s
+  apart: a quiet desk, its follower at its idle poll); a Hub here listening to the desk
   records when each is pushed to it. Latency: push time minus the time the child's
   ``append`` returned (``CLOCK_MONOTONIC``, shared by the processes of one host).
 - **idle cost of following**: a child Hub on LMDB listening to a desk nobody writes:
@@ -147,6 +148,8 @@ def run(run_: BenchRun, args: argparse.Namespace) -> None:
     }
 
     _wake(run_, "lmdb", str(run_.fresh_dir("mcp-wake") / "store"), wakes)
+    quiet = max(2, wakes // 4)
+    _wake(run_, "lmdb", str(run_.fresh_dir("mcp-wake-quiet") / "store"), quiet, pause=0.5)
     with _postgres(run_, args.dsn) as dsn:
         if dsn is not None:
             _wake(run_, "postgres", dsn, wakes)
@@ -238,8 +241,15 @@ async def _agents(store: str, count: int, turns: int) -> tuple[int, float]:
 # -- following ---------------------------------------------------------------------
 
 
-def _wake(run_: BenchRun, backend: str, store: str, wakes: int) -> None:
+def _wake(run_: BenchRun, backend: str, store: str, wakes: int, *, pause: float = 0.02) -> None:
+    """Measure ``wakes`` pushes of another process's appends, ``pause`` s apart.
+
+    A pause of 0.02 s keeps LMDB's follower at its fastest poll (a busy desk); 0.5 s lets
+    it slow to its idle poll first (a quiet desk).
+    """
     from sharedesk import Hub
+
+    what = backend if pause < 0.1 else f"{backend} quiet"
 
     arrived: dict[str, int] = {}
     changed = threading.Condition()
@@ -255,7 +265,7 @@ def _wake(run_: BenchRun, backend: str, store: str, wakes: int) -> None:
     with Hub.open(store) as hub:
         hub.listen("wake", Arrivals())
         child = subprocess.run(
-            [sys.executable, "-c", APPENDER, store, str(wakes), "0.02"],
+            [sys.executable, "-c", APPENDER, store, str(wakes), str(pause)],
             capture_output=True,
             text=True,
             check=True,
@@ -270,21 +280,21 @@ def _wake(run_: BenchRun, backend: str, store: str, wakes: int) -> None:
     run_.measurements.append(
         measurement(
             scenario=NAME,
-            system=f"sharedesk {backend}",
+            system=f"sharedesk {what}",
             operation="cross-process wake",
-            label=f"wake {backend}",
+            label=f"wake {what}",
             ops=len(latencies),
             seconds=sum(latencies) / 1e9 or 1e-9,
             latencies_ns=latencies,
-            params={"backend": backend, "wakes": wakes},
+            params={"backend": backend, "wakes": wakes, "pause_s": pause},
             note="another process's append returned -> this Hub's listener pushed",
         )
     )
     if latencies:
         run_.targets.append(
             Target(
-                name=f"wake-{backend}-median",
-                claim=f"cross-process wake on {backend}, median",
+                name=f"wake-{what.replace(' ', '-')}-median",
+                claim=f"cross-process wake on {what}, median",
                 value=percentile(latencies, 0.5) / 1e6,
                 bound=50.0,
                 at_least=False,
@@ -323,7 +333,7 @@ def _idle(run_: BenchRun, store: str, seconds: float) -> None:
         timeout=600,
     )
     share = float(child.stdout.strip())
-    run_.figures["mcp idle LMDB Hub CPU share (follower polling)"] = share
+    run_.figures["mcp idle LMDB Hub CPU, % of one core"] = share * 100
     run_.targets.append(
         Target(
             name="lmdb-follow-idle-cpu",
