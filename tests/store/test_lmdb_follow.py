@@ -10,11 +10,13 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
+import lmdb
 import pytest
 
 from sharedesk.protocol import Event, Person, StoreClosedError, Text, ValidationError
 from sharedesk.store import LmdbStore
 from tests.store.conftest import ChildFactory, run_child
+from tests.store.test_lmdb import ScriptedEnvironment
 
 BOB = Person(id="bob", label="Bob")
 #: Longest wait for a notice, in seconds (a bound on a wait, not a timing).
@@ -106,6 +108,19 @@ class TestFollowingAnotherProcess:
             told = notices.wait_for(lambda newest: "desk" in newest)
 
         assert {"desk": 1} == told
+
+
+class TestFollowerFaults:
+    def test_a_failed_reading_is_told_as_a_gap_then_the_commit_it_hid(self, tmp_path: Path) -> None:
+        scripted = ScriptedEnvironment()
+        notices = Notices()
+        with LmdbStore(tmp_path, environment=scripted.open) as store:
+            store.follow(notices)
+            scripted.read_errors.append(lmdb.Error("the follower's walk fails once"))
+            store.append("desk", [Event(BOB, Text("hidden by the failure"))])
+            notices.wait_for(lambda newest: "desk" in newest)
+
+        assert [(None, 0), ("desk", 1)] == notices.calls
 
 
 class TestFollowerLifetime:
