@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, Concatenate, Final, ParamSpec, Self, Type
 import msgspec
 
 from sharedesk.actors._base import ActorKey, HubStore, Slot
-from sharedesk.actors._handles import SessionHandle, Turn, reply_event
+from sharedesk.actors._handles import SessionHandle, Turn, interruptible, reply_event
 from sharedesk.actors._messages import GetTranscript, Plan, Prime, TurnPlan, View
 from sharedesk.actors._open import open_store
 from sharedesk.actors._options import HubOptions, HubStats
@@ -242,7 +242,7 @@ class Hub:
         write = check_write(
             session_id, events, expected_version=expected_version, unless_stored=unless_stored
         )
-        return self.submit(write).result()
+        return interruptible(self.submit(write))
 
     def submit(self, write: Write) -> Future[list[Event]]:
         """Hand a checked write to the store's writer (as :meth:`WritingStore.submit`).

@@ -16,6 +16,7 @@ walking a large environment under constant writes takes at most about a tenth of
 
 from __future__ import annotations
 
+import signal
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -175,7 +176,8 @@ class _Watcher:
             self._thread.join()
 
     def _run(self) -> None:
-        pause = FOLLOW_POLL
+        _keep_signals_for_the_main_thread()
+        pause = FOLLOW_POLL_IDLE  # nothing seen yet: start slow
         failing = False
         while not self._stopping.wait(pause):
             pause = min(pause * FOLLOW_SLOWDOWN, FOLLOW_POLL_IDLE)
@@ -210,6 +212,17 @@ class _Watcher:
                 follower(session_id, last)
             except Exception:
                 _log.exception("store.lmdb_follower_failed")
+
+
+def _keep_signals_for_the_main_thread() -> None:
+    """Block Ctrl-C and SIGTERM in this thread, so the kernel hands them to another.
+
+    A signal the kernel delivers to this thread (it wakes often) would leave the main
+    thread asleep in a blocking wait, never interrupted; blocked here, it goes to a
+    thread that lets Python raise ``KeyboardInterrupt`` where the caller waits.
+    """
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
 
 
 class FollowsCommits:
