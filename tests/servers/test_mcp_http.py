@@ -17,6 +17,10 @@ from typing import Any
 
 import httpx
 import pytest
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from sharedesk.store import LmdbStore
 from tests.servers.client import CLI, http_desk
@@ -137,6 +141,27 @@ class TestBearerTokens:
         error, view = asyncio.run(main())
 
         assert ("another participant's" in error, ["question"]) == (True, view)
+
+    def test_a_client_on_the_newest_protocol_takes_and_commits_a_turn(
+        self, server: tuple[str, Path]
+    ) -> None:
+        url, _ = server
+
+        async def main() -> tuple[bool, list[str], dict[str, Any]]:
+            http = create_mcp_http_client(headers={"Authorization": "Bearer pat-token"})
+            async with http, Client(streamable_http_client(url, http_client=http)) as pat:
+                async with http_desk(url, "ada-token") as ada:
+                    await ada.call("post", desk="desk", content="hello")
+                turn = (await pat.call_tool("turn", {"desk": "desk"})).structured_content
+                arguments = {"turn_id": turn["turn_id"], "reply": "hi"}
+                committed = (await pat.call_tool("commit", arguments)).structured_content
+                return (
+                    pat.protocol_version in MODERN_PROTOCOL_VERSIONS,
+                    [m["content"] for m in turn["messages"]],
+                    committed,
+                )
+
+        assert (True, ["hello"], {"sequence": 2}) == asyncio.run(main())
 
     def test_a_turn_belongs_to_the_mcp_session_that_took_it(self, server: tuple[str, Path]) -> None:
         url, _ = server
