@@ -161,6 +161,11 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     serve.add_argument("--port", type=int, default=8765, help="port (default 8765)")
     serve.add_argument("--tokens", metavar="FILE", help="TOKEN KIND:ID[:LABEL] a line")
+    mcp = sub.add_parser("mcp", help="serve desks over MCP (stdio, or --http with --tokens)")
+    mcp.add_argument("store", metavar="STORE", help=store)
+    mcp.add_argument("--as", dest="participant", metavar="KIND:ID[:LABEL]", help="over stdio")
+    mcp.add_argument("--http", metavar="HOST:PORT", help="serve streamable HTTP at /mcp")
+    mcp.add_argument("--tokens", metavar="FILE", help="lines TOKEN KIND:ID[:LABEL] (--http)")
     return parser
 
 
@@ -176,6 +181,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         console = Output()
         if args.command == "demo":
             run_demo(console, args.path)
+        elif args.command == "mcp":
+            from sharedesk.servers.mcp import run_mcp
+
+            run_mcp(args.store, args.participant, args.http, args.tokens)
         elif args.command == "inspect":
             run_inspect(console, args.store, args.session, as_json=args.json)
         elif args.command == "serve":

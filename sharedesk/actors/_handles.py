@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, TypedDict, Unpack
+from concurrent.futures import Future
+from typing import TYPE_CHECKING, Any, Final, TypedDict, TypeVar, Unpack
 
 from sharedesk.projection.turns import TurnPlan
 from sharedesk.protocol.authors import SessionAuthor, author_key
@@ -173,4 +174,25 @@ class Turn(TurnFields):
         Cost: one store transaction holding reply and state (LMDB: one fsync), on the
         caller's thread.
         """
-        return self._hub.committed(self, self._hub.submit_commit(self, reply).result())
+        return self._hub.committed(self, interruptible(self._hub.submit_commit(self, reply)))
+
+
+T = TypeVar("T")
+#: Most seconds a caller waiting on a write sleeps before it looks for a pending signal.
+_WAKE: Final = 0.25
+
+
+def interruptible(future: Future[T]) -> T:
+    """Return ``future.result()``, waking every ``_WAKE`` s so that Ctrl-C is never missed.
+
+    A signal that reaches the process just before a thread blocks in an untimed wait
+    (or while another thread takes it) leaves that wait asleep; a timed wait returns to
+    Python, which raises the pending ``KeyboardInterrupt``.
+    """
+    while True:
+        try:
+            return future.result(timeout=_WAKE)
+        except TimeoutError:
+            if future.done():
+                raise  # the write itself timed out
+            continue

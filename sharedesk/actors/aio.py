@@ -13,7 +13,8 @@ outcome, ignoring further cancellation, then raises ``CancelledError``. Retrying
 the same event ids is idempotent either way.
 
 ``wait_turn`` sleeps on a :meth:`Hub.listen` listener, woken by every commit through
-this Hub and, on a following store (PostgreSQL), by other processes' commits.
+this Hub and, on a following store (LMDB, PostgreSQL), by other processes' commits; it
+never polls the rows.
 """
 
 from __future__ import annotations

@@ -1,8 +1,11 @@
 """The Hub: the public face of a desk's actors (see ``docs/architecture.md``, "The actors").
 
 Inputs are checked on the caller's thread, writes go to the store's writer (``submit``),
-reads straight to the store. A Hub left open at exit is closed by an :mod:`atexit` hook
-that holds it weakly and waits at most ``_EXIT_GRACE`` seconds.
+reads straight to the store. A ``FollowingStore`` (LMDB, PostgreSQL) is followed from
+``__init__`` to ``close()``, so other processes' commits are published as this Hub's own.
+A caller's wait is taken in quarter-second slices, so Ctrl-C reaches a caller blocked in
+the Hub. A Hub left open at exit is closed by an :mod:`atexit` hook that holds it weakly
+and waits at most ``_EXIT_GRACE`` seconds.
 """
 
 from __future__ import annotations
@@ -21,7 +24,14 @@ from typing import TYPE_CHECKING, Any, Concatenate, Final, ParamSpec, Self, Type
 import msgspec
 
 from sharedesk.actors._base import ActorKey, HubStore, Slot
-from sharedesk.actors._handles import AppendOptions, PostOptions, SessionHandle, Turn, reply_event
+from sharedesk.actors._handles import (
+    AppendOptions,
+    PostOptions,
+    SessionHandle,
+    Turn,
+    interruptible,
+    reply_event,
+)
 from sharedesk.actors._messages import GetTranscript, Plan, Prime, View
 from sharedesk.actors._options import HubOptions, HubStats
 from sharedesk.actors.supervisor import ActorSupervisor, Listener
@@ -207,7 +217,7 @@ class Hub:
         self, session_id: str, events: Sequence[Event], **options: Unpack[AppendOptions]
     ) -> list[Event]:
         """As ``StoreBase.append`` (keywords: :class:`AppendOptions`), through :meth:`submit`."""
-        return self.submit(check_write(session_id, events, **options)).result()
+        return interruptible(self.submit(check_write(session_id, events, **options)))
 
     def submit(self, write: Write) -> Future[list[Event]]:
         """Hand a checked write to the store's writer: the Hub's one write path.

@@ -184,8 +184,9 @@ AppendCallback = Callable[[str | None, int], None]
 class FollowingStore(Protocol):
     """A store several processes share that tells each of them what the others commit.
 
-    ``PostgresStore`` implements it (``LISTEN``/``NOTIFY``): a Hub over it pushes what
-    other processes append to its own subscribers, so nothing polls.
+    ``PostgresStore`` (``LISTEN``/``NOTIFY``) and ``LmdbStore`` (its last transaction id)
+    implement it: a Hub over one pushes what other processes append to its own
+    subscribers, so nothing polls the rows.
     """
 
     def follow(self, on_append: AppendCallback) -> Callable[[], None]:

@@ -55,6 +55,7 @@ from sharedesk.store._lmdb_env import (
     OpenEnvironment,
     SharedEnvironment,
 )
+from sharedesk.store._lmdb_follow import Following, FollowsCommits
 from sharedesk.store._lmdb_layout import (
     EPOCH,
     MAX_SEQ,
@@ -98,7 +99,7 @@ class _MapFull(Exception):
         self.disk = disk
 
 
-class LmdbStore(StoreBase):
+class LmdbStore(FollowsCommits, StoreBase):
     """A durable event store in an LMDB environment (a directory), with group commit.
 
     Safe to share between threads; stores on one path in one process share one
@@ -180,6 +181,7 @@ class LmdbStore(StoreBase):
         )
         self._commits = 0
         real = self._shared.path
+        self._following = Following(self._shared, self._in_read, real)
         super().__init__(real, writer=f"sharedesk-lmdb-writer:{real}", group_wait=group_wait)
 
     @property
@@ -399,6 +401,7 @@ class LmdbStore(StoreBase):
         return sorted(self._in_read(body), key=lambda info: info.session_id)
 
     def _close(self) -> None:
+        self._following.close()
         REGISTRY.release(self._shared)
 
 

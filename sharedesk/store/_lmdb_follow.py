@@ -1,0 +1,247 @@
+"""The follower of ``LmdbStore.follow``: one thread watching LMDB's last transaction id.
+
+Every commit to an LMDB environment, by any process, moves its last transaction id,
+which ``env.info()`` reads from the shared meta page without a transaction or a row. The
+thread (``sharedesk-lmdb-follower:<path>``) reads it every 5 to 40 ms (5 right after a
+commit, see ``FOLLOW_POLL``); only when it moved does it walk the ``meta`` sub-database
+(each session's last sequence, 24 bytes a session) and tell the followers
+``(session_id, last_sequence)`` for every session whose last sequence grew since the
+previous walk. The rows themselves are read by whoever
+follows (the Hub's session actors read only what they lack).
+
+Idle, a poll costs one ``env.info()`` (microseconds); a walk costs O(sessions), and the
+thread waits at least ``WALK_BACKOFF`` times a walk's duration before the next one, so
+walking a large environment under constant writes takes at most about a tenth of a core.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import Any, Final
+
+from sharedesk.protocol._log import logger
+from sharedesk.protocol.errors import SharedeskError, StoreClosedError, ValidationError
+from sharedesk.protocol.ports import AppendCallback
+from sharedesk.store._lmdb_env import SharedEnvironment
+from sharedesk.store._lmdb_layout import META, session_of
+
+__all__ = [
+    "FOLLOW_POLL",
+    "FOLLOW_POLL_IDLE",
+    "FOLLOW_SLOWDOWN",
+    "WALK_BACKOFF",
+    "Following",
+    "FollowsCommits",
+]
+
+_log = logger()
+
+#: Seconds between two reads of the last transaction id right after a commit was seen;
+#: each read that finds nothing new waits ``FOLLOW_SLOWDOWN`` times longer, up to
+#: ``FOLLOW_POLL_IDLE``. So a busy desk is followed within milliseconds and an idle one
+#: costs about 25 reads a second (half the poll: the median wake).
+FOLLOW_POLL: Final = 0.005
+FOLLOW_POLL_IDLE: Final = 0.04
+FOLLOW_SLOWDOWN: Final = 1.25
+#: After a walk of the sessions, the thread waits at least this many times its duration.
+WALK_BACKOFF: Final = 9.0
+
+#: Runs ``body(txn, dbs)`` in a read-only transaction of the store (``LmdbStore._in_read``).
+InRead = Callable[[Callable[[Any, Mapping[bytes, Any]], Any]], Any]
+
+
+class Following:
+    """The followers of one ``LmdbStore`` and the thread that tells them (started on demand).
+
+    The thread runs while at least one follower is registered, and :meth:`close` stops it
+    (joining it) for good.
+    """
+
+    def __init__(self, shared: SharedEnvironment, in_read: InRead, path: str) -> None:
+        self._shared = shared
+        self._in_read = in_read
+        self._path = path
+        self._lock = threading.Lock()
+        self._followers: dict[int, AppendCallback] = {}
+        self._next = 0
+        self._closed = False
+        self._thread: _Watcher | None = None
+
+    def add(self, on_append: AppendCallback) -> Callable[[], None]:
+        """Register ``on_append``; return the function that removes it (idempotent).
+
+        Raises:
+            ValidationError: ``on_append`` is not callable.
+            StoreClosedError: The store is closed.
+            StoreIOError: The first walk of the sessions failed.
+        """
+        if not callable(on_append):
+            raise ValidationError(f"on_append must be callable, got {type(on_append).__name__}")
+        with self._lock:
+            if self._closed:
+                raise StoreClosedError(self._path)
+            token = self._next
+            self._next += 1
+            self._followers[token] = on_append
+            if self._thread is None:
+                watcher = _Watcher(self._txnid, self._lasts, self._now, self._path)
+                try:
+                    watcher.start()
+                except BaseException:
+                    del self._followers[token]
+                    raise
+                self._thread = watcher
+
+        def stop() -> None:
+            with self._lock:
+                if self._followers.pop(token, None) is None or self._followers:
+                    return
+                watcher, self._thread = self._thread, None
+            if watcher is not None:
+                watcher.stop()
+
+        return stop
+
+    def close(self) -> None:
+        """Stop the thread and drop every follower (idempotent; joins the thread)."""
+        with self._lock:
+            self._closed = True
+            self._followers.clear()
+            watcher, self._thread = self._thread, None
+        if watcher is not None:
+            watcher.stop()
+
+    def _now(self) -> list[AppendCallback]:
+        with self._lock:
+            return list(self._followers.values())
+
+    def _txnid(self) -> int:
+        shared = self._shared
+
+        def attempt() -> int:
+            if shared.closed:
+                raise StoreClosedError(self._path)
+            txnid: int = shared.env.info()["last_txnid"]
+            return txnid
+
+        txnid: int = shared.run("follow", attempt, damage=False)
+        return txnid
+
+    def _lasts(self) -> tuple[int, dict[str, int]]:
+        def body(txn: Any, dbs: Mapping[bytes, Any]) -> tuple[int, dict[str, int]]:
+            cursor = txn.cursor(db=dbs[b"meta"])
+            lasts = {session_of(key): META.unpack(raw)[0] for key, raw in cursor.iternext()}
+            return txn.id(), lasts
+
+        walked: tuple[int, dict[str, int]] = self._in_read(body)
+        return walked
+
+
+class _Watcher:
+    """The thread: poll the transaction id, walk the sessions when it moved, tell."""
+
+    def __init__(
+        self,
+        txnid: Callable[[], int],
+        lasts: Callable[[], tuple[int, dict[str, int]]],
+        followers: Callable[[], list[AppendCallback]],
+        path: str,
+    ) -> None:
+        self._txnid = txnid
+        self._lasts = lasts
+        self._followers = followers
+        self._stopping = threading.Event()
+        self._seen_txnid = -1
+        self._known: dict[str, int] = {}
+        self._thread = threading.Thread(
+            target=self._run, name=f"sharedesk-lmdb-follower:{path}", daemon=True
+        )
+
+    def start(self) -> None:
+        """Take the first reading (what exists now is not news), then start the thread.
+
+        Raises:
+            StoreError: The environment could not be read.
+        """
+        self._seen_txnid, self._known = self._lasts()
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop the thread (joins unless called from it). Cost: at most ``FOLLOW_POLL_IDLE``."""
+        self._stopping.set()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join()
+
+    def _run(self) -> None:
+        _keep_signals_for_the_main_thread()
+        pause = FOLLOW_POLL_IDLE  # nothing seen yet: start slow
+        failing = False
+        while not self._stopping.wait(pause):
+            pause = min(pause * FOLLOW_SLOWDOWN, FOLLOW_POLL_IDLE)
+            try:
+                txnid = self._txnid()
+                if txnid <= self._seen_txnid:
+                    continue
+                started = time.monotonic()
+                # The walk's own snapshot id, not ``txnid``: LMDB writes the meta page
+                # (what ``env.info`` reads) before new read transactions see the commit.
+                walked, lasts = self._lasts()
+            except StoreClosedError:
+                return
+            except SharedeskError as exc:
+                if not failing:
+                    _log.warning("store.lmdb_follow_failed", error=repr(exc))
+                failing = True
+                continue
+            if failing:  # what failed to be read may have hidden commits: re-check all
+                failing = False
+                self._tell(None, 0)
+            pause = max(FOLLOW_POLL, WALK_BACKOFF * (time.monotonic() - started))
+            self._seen_txnid = walked
+            known, self._known = self._known, lasts
+            for session_id, last in lasts.items():
+                if last > known.get(session_id, 0):
+                    self._tell(session_id, last)
+
+    def _tell(self, session_id: str | None, last: int) -> None:
+        for follower in self._followers():
+            try:
+                follower(session_id, last)
+            except Exception:
+                _log.exception("store.lmdb_follower_failed")
+
+
+def _keep_signals_for_the_main_thread() -> None:
+    """Block Ctrl-C and SIGTERM in this thread, so the kernel hands them to another.
+
+    A signal the kernel delivers to this thread (it wakes often) would leave the main
+    thread asleep in a blocking wait, never interrupted; blocked here, it goes to a
+    thread that lets Python raise ``KeyboardInterrupt`` where the caller waits.
+    """
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+
+
+class FollowsCommits:
+    """``LmdbStore``'s ``follow``: the :class:`~sharedesk.protocol.ports.FollowingStore` port."""
+
+    _following: Following
+
+    def follow(self, on_append: AppendCallback) -> Callable[[], None]:
+        """Follow every process's commits (:class:`~sharedesk.protocol.ports.FollowingStore`).
+
+        Calls come from the store's follower thread (:mod:`sharedesk.store._lmdb_follow`);
+        what ``on_append`` raises is logged.
+
+        Raises:
+            ValidationError: ``on_append`` is not callable.
+            StoreClosedError: The store is closed.
+            StoreIOError: The first reading of the environment failed.
+
+        Cost: the first follower starts the follower thread, which stops with the last;
+        idle, one read of LMDB's last transaction id every ``FOLLOW_POLL_IDLE`` seconds.
+        """
+        return self._following.add(on_append)
