@@ -8,4 +8,4 @@ from bench.scenarios import aio, append, crash, desk, imports, long, mcp, read, 
 #: Every scenario module, in the order ``all`` runs them: ``scale`` before ``read``, whose
 #: million-row desk would otherwise leave its memory in the RSS that ``scale`` reports
 #: (``long`` measures its RSS first, for the same reason).
-SCENARIOS = (append, aio, desk, scale, long, mcp, read, crash, imports, adk, web, mcp)
+SCENARIOS = (append, aio, desk, scale, long, read, crash, imports, adk, web, mcp)
