@@ -8,8 +8,8 @@ a process of their own (as they do next to ``sharedesk serve``: the target, with
 at least 0.8x without), then from threads of the server's own process (reported as
 context: there the page traffic and the posts share one interpreter lock). Reported:
 the post rates and the post-to-page latency over every row on every page (median,
-p99). On LMDB, rows of another process reach the server's feeds by its once-a-second
-check of the store (``recheck``), which their latency shows.
+p99). Rows of another process reach the server's feeds through the LMDB store's
+follower, as the Hub's own commits do.
 
 Part 2: ``hub.turn`` + ``turn.commit`` with ``opentelemetry-api`` installed but no
 tracer provider ("off"), then with an SDK provider recording every span into a batch

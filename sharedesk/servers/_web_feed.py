@@ -13,11 +13,8 @@ most one hand-over to the event loop per ``FLUSH_INTERVAL``, and each pushed row
 encoded once for every page.
 Everything here but :meth:`_Broadcast.deliver` runs on the event loop's thread.
 
-Other processes: a following Hub (PostgreSQL; LMDB once its store follows) pushes their
-commits too. On a Hub that does not follow, each broadcast also compares the store's
-last sequence with the newest row it handed out every ``recheck`` seconds (one O(1)
-read per desk with open pages, whatever their number) and hands out what another
-process wrote, read once for all its feeds.
+Other processes: a following Hub (LMDB, PostgreSQL) pushes their commits as its own, so
+nothing here polls the store.
 """
 
 from __future__ import annotations
@@ -33,14 +30,11 @@ from starlette.concurrency import run_in_threadpool
 
 from sharedesk.actors import Hub
 from sharedesk.actors._messages import Push
-from sharedesk.protocol._log import logger
 from sharedesk.protocol.constants import PAGE_SIZE
-from sharedesk.protocol.errors import SharedeskError
 from sharedesk.protocol.events import Event
 
 __all__ = ["FLUSH_INTERVAL", "INBOX_LIMIT", "KEEPALIVE", "Feeds"]
 
-_log = logger()
 
 #: Most pushed rows a feed holds for a slow client before it drops them and re-reads.
 INBOX_LIMIT: Final = 4096
@@ -93,8 +87,6 @@ class _Broadcast:
         self.inboxes: set[_Inbox] = set()
         #: The newest sequence handed out (or stored when the broadcast began).
         self.newest = 0
-        #: The task checking the store for other processes' rows, on a Hub that does not follow.
-        self.checking: asyncio.Task[None] | None = None
 
     def deliver(self, message: Push) -> None:
         """Take one push (on the session actor's thread); never blocks."""
@@ -136,9 +128,9 @@ class _Broadcast:
 class Feeds:
     """The live feeds of one web app, a broadcast per desk (use on the event loop only)."""
 
-    def __init__(self, hub: Hub, encode: Encode, *, recheck: float, keepalive: float) -> None:
+    def __init__(self, hub: Hub, encode: Encode, *, keepalive: float) -> None:
         self._hub, self._encode = hub, encode
-        self._recheck, self._keepalive = recheck, keepalive
+        self._keepalive = keepalive
         self._desks: dict[str, _Broadcast] = {}
 
     async def _join(self, desk: str, inbox: _Inbox) -> _Broadcast:
@@ -152,36 +144,16 @@ class Feeds:
         broadcast.inboxes.add(inbox)
         try:
             await asyncio.shield(broadcast.listening)
-            if not self._hub.following and broadcast.checking is None:
-                broadcast.checking = asyncio.create_task(self._check(desk, broadcast))
         except BaseException:
             self._leave(desk, broadcast, inbox)
             raise
         return broadcast
-
-    async def _check(self, desk: str, broadcast: _Broadcast) -> None:
-        """Hand out the rows other processes wrote, every ``recheck`` seconds."""
-        hub = self._hub
-        broadcast.newest = max(broadcast.newest, await run_in_threadpool(hub.last_sequence, desk))
-        while True:
-            await asyncio.sleep(self._recheck)
-            try:
-                if await run_in_threadpool(hub.last_sequence, desk) <= broadcast.newest:
-                    continue
-                after = broadcast.newest
-                page = await run_in_threadpool(hub.read, desk, after=after, limit=PAGE_SIZE)
-            except SharedeskError:  # a store that failed once may answer next time
-                _log.warning("web.check_failed", session_id=desk, exc_info=True)
-                continue
-            broadcast.fan(list(page))
 
     def _leave(self, desk: str, broadcast: _Broadcast, inbox: _Inbox) -> None:
         broadcast.inboxes.discard(inbox)
         if broadcast.inboxes or self._desks.get(desk) is not broadcast:
             return
         del self._desks[desk]
-        if broadcast.checking is not None:
-            broadcast.checking.cancel()
 
         def stop(listening: asyncio.Future[Callable[[], None]]) -> None:
             if not listening.cancelled() and listening.exception() is None:

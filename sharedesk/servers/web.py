@@ -122,9 +122,9 @@ def _int_arg(request: Request, name: str, default: int | None) -> int | None:
 class _Api:
     """The routes' handlers over one Hub (blocking Hub calls run on Starlette's threads)."""
 
-    def __init__(self, hub: Hub, tokens: Tokens | None, recheck: float, keepalive: float):
+    def __init__(self, hub: Hub, tokens: Tokens | None, keepalive: float):
         self.hub, self.tokens = hub, tokens
-        self.feeds = Feeds(hub, sse_row, recheck=recheck, keepalive=keepalive)
+        self.feeds = Feeds(hub, sse_row, keepalive=keepalive)
 
     async def page(self, request: Request) -> Response:
         name, media = _STATIC[request.url.path]
@@ -323,22 +323,17 @@ def _handled(handler: Callable[[Request], Awaitable[Response]]) -> Callable[...,
     return route
 
 
-def create_app(
-    hub: Hub, tokens: Tokens | None = None, *, recheck: float = 0.1, keepalive: float = 15.0
-) -> ASGIApp:
+def create_app(hub: Hub, tokens: Tokens | None = None, *, keepalive: float = 15.0) -> ASGIApp:
     """Return the ASGI app serving ``hub``'s desks (the routes of the module docstring).
 
     Args:
         hub: The Hub to serve; the caller keeps it and closes it after the app stops.
         tokens: The known tokens; ``None`` serves read-only, to anyone who can connect.
-        recheck: On a Hub that does not follow its store, how often (seconds) the feeds
-            of a desk check the store for rows another process wrote (one O(1) read for
-            all of them).
         keepalive: Seconds without a row after which a feed sends a comment.
 
     Cost: O(1); nothing is read until a request comes.
     """
-    api = _Api(hub, tokens, recheck, keepalive)
+    api = _Api(hub, tokens, keepalive)
     routes = [
         *(Route(path, _handled(api.page)) for path in _STATIC),
         Route("/login", _handled(api.login)),

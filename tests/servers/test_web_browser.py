@@ -61,7 +61,7 @@ def hub(tmp_path: Path) -> Iterator[Hub]:
 
 @pytest.fixture
 def server(hub: Hub) -> Iterator[RunningServer]:
-    running = RunningServer(create_app(hub, TOKENS, recheck=0.05))
+    running = RunningServer(create_app(hub, TOKENS))
     try:
         yield running
     finally:

@@ -31,7 +31,7 @@ def hub(tmp_path: Path) -> Iterator[Hub]:
 
 @pytest.fixture
 def server(hub: Hub) -> Iterator[RunningServer]:
-    running = RunningServer(create_app(hub, recheck=0.05, keepalive=0.2))
+    running = RunningServer(create_app(hub, keepalive=0.2))
     try:
         yield running
     finally:
@@ -169,7 +169,7 @@ class TestOnPostgres:
         with Hub.open(postgres_dsn) as served, Hub.open(postgres_dsn) as writer:
             assert served.following
             writer.session("d").post(ANA, "first")
-            running = RunningServer(create_app(served, recheck=3600, keepalive=3600))
+            running = RunningServer(create_app(served, keepalive=3600))
             try:
                 url = f"{running.url}/api/desks/d/events?after=0"
                 with httpx.stream("GET", url, timeout=TIMEOUT) as response:
