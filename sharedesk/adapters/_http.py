@@ -207,6 +207,7 @@ class HttpAdapter(abc.ABC):
         model: str,
         api_key: str | None = None,
         *,
+        system: str | None = None,
         name: str | None = None,
         author: SessionAuthor | None = None,
         tools: Sequence[FunctionTool] = (),
@@ -219,6 +220,9 @@ class HttpAdapter(abc.ABC):
             base_url: The API root, e.g. ``"https://api.openai.com/v1"``.
             model: The model sent with each request and recorded in ``RunStarted``.
             api_key: The provider's key, sent as its API asks.
+            system: The adapter's system prompt, sent with every request as the API
+                asks (Chat: a leading ``"system"`` message; Responses: ``instructions``;
+                Anthropic: ``system``, before the transcript's and the input's own).
             name: The provider name (``RunStarted.provider``, ``provider_sessions`` key,
                 and the default author's id and label); default ``DEFAULT_NAME``.
             author: Author of the emitted events (default ``Agent(id=name, label=name)``).
@@ -229,7 +233,8 @@ class HttpAdapter(abc.ABC):
                 fails with ``ProviderError`` (``status_code=None``).
 
         Raises:
-            ValidationError: An empty ``base_url``, ``model`` or ``name``, a deadline
+            ValidationError: An empty ``base_url``, ``model`` or ``name``, a ``system``
+                that is not a str or ``None``, a deadline
                 that is not a positive number, bad tools (or any, to an adapter that runs
                 none), or a bad author.
         """
@@ -239,6 +244,9 @@ class HttpAdapter(abc.ABC):
                 raise ValidationError(f"{field} must be a non-empty str")
         if _seconds(deadline) is None:
             raise ValidationError(f"deadline must be a positive number of seconds: {deadline!r}")
+        if system is not None and not isinstance(system, str):
+            raise ValidationError(f"system must be a str or None, got {type(system).__name__}")
+        self.system = system
         self.base_url = base_url.rstrip("/")
         self.model = model
         self.tools = check_tools(tools)

@@ -45,27 +45,14 @@ class AnthropicMessagesAdapter(HttpAdapter):
     """An adapter for Anthropic's Messages API.
 
     Takes the arguments of :class:`~sharedesk.adapters.HttpAdapter` (``name`` defaults to
-    ``"anthropic"``; the key is sent as ``x-api-key``) plus ``system`` (the system prompt,
-    before any the transcript or input carries), and its ``adapter_opts``, with
+    ``"anthropic"``; the key is sent as ``x-api-key``; ``system`` comes before any system
+    prompt the transcript or input carries), and its ``adapter_opts``, with
     ``"max_tokens"`` (default :data:`DEFAULT_MAX_TOKENS`); passes ``temperature``,
     ``top_p``, ``top_k``, ``stop_sequences`` and ``metadata`` through.
     """
 
     PASSTHROUGH_OPTS = ("temperature", "top_p", "top_k", "stop_sequences", "metadata")
     DEFAULT_NAME = "anthropic"
-
-    def __init__(
-        self,
-        base_url: str,
-        model: str,
-        api_key: str | None = None,
-        *,
-        system: str | None = None,
-        **options: Any,
-    ) -> None:
-        """Create the adapter (see :meth:`HttpAdapter.__init__`)."""
-        super().__init__(base_url, model, api_key, **options)
-        self.system = system
 
     def auth_headers(self) -> dict[str, str]:
         """Return the API version header and ``x-api-key``."""

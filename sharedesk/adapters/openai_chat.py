@@ -28,7 +28,8 @@ class OpenAIChatAdapter(HttpAdapter):
     """An adapter for an OpenAI-compatible ``/chat/completions`` endpoint.
 
     Takes the arguments of :class:`~sharedesk.adapters.HttpAdapter` but ``tools``
-    (``name`` defaults to ``"openai"``) and its ``adapter_opts``; passes ``temperature``,
+    (``name`` defaults to ``"openai"``; ``system`` is a leading ``"system"`` message) and
+    its ``adapter_opts``; passes ``temperature``,
     ``max_tokens``, ``top_p``, ``stop`` and ``seed`` through.
     """
 
@@ -39,7 +40,9 @@ class OpenAIChatAdapter(HttpAdapter):
     def request_body(self, run: Run, session: Session, opts: Mapping[str, Any]) -> dict[str, Any]:
         """Return the JSON body sent for ``run``. Cost: O(transcript); no I/O."""
         transcript = session.context.get("transcript")
-        messages = to_openai_messages(transcript) if transcript is not None else []
+        messages = [] if self.system is None else [{"role": "system", "content": self.system}]
+        if transcript is not None:
+            messages.extend(to_openai_messages(transcript))
         messages.extend({"role": m["role"], "content": m["content"]} for m in run.input)
         body = self.body(opts, messages=messages)
         if body.get("stream"):

@@ -47,27 +47,14 @@ class OpenAIResponsesAdapter(HttpAdapter):
     """An adapter for OpenAI's Responses API, with native continuation.
 
     Takes the arguments of :class:`~sharedesk.adapters.HttpAdapter` (``name`` defaults to
-    ``"openai-responses"``) plus ``instructions`` (sent with every request), and its
-    ``adapter_opts``; passes ``temperature``, ``max_output_tokens``, ``top_p``, ``store``
+    ``"openai-responses"``; ``system`` is sent as ``instructions`` with every request),
+    and its ``adapter_opts``; passes ``temperature``, ``max_output_tokens``, ``top_p``, ``store``
     and ``metadata`` through.
     """
 
     PASSTHROUGH_OPTS = ("temperature", "max_output_tokens", "top_p", "store", "metadata")
     DEFAULT_NAME = "openai-responses"
     native_continuation = True
-
-    def __init__(
-        self,
-        base_url: str,
-        model: str,
-        api_key: str | None = None,
-        *,
-        instructions: str | None = None,
-        **options: Any,
-    ) -> None:
-        """Create the adapter (see :meth:`HttpAdapter.__init__`)."""
-        super().__init__(base_url, model, api_key, **options)
-        self.instructions = instructions
 
     def first_input(self, run: Run, session: Session) -> tuple[list[dict[str, Any]], str | None]:
         """Return the first request's input items and ``previous_response_id``.
@@ -92,8 +79,8 @@ class OpenAIResponsesAdapter(HttpAdapter):
         fields: dict[str, Any] = {"input": items}
         if previous is not None:
             fields["previous_response_id"] = previous
-        if self.instructions is not None:
-            fields["instructions"] = self.instructions
+        if self.system is not None:
+            fields["instructions"] = self.system
         if self.tools:
             fields["tools"] = [
                 {"type": "function", "name": t.name, "description": t.description,

@@ -190,6 +190,26 @@ class TestPlain:
             {"role": "user", "content": "second"},
         ] == state.requests[1][2]["messages"]
 
+    def test_the_system_prompt_is_the_first_message_before_the_replay(
+        self, store: EventStore, provider: tuple[str, FakeProvider]
+    ) -> None:
+        base_url, state = provider
+        adapter = OpenAIChatAdapter(base_url, "gpt-test", system="Be brief.")
+        SessionManager.run_once(store, adapter, "first", session_id="s1")
+
+        SessionManager.run_once(store, adapter, "second", session_id="s1", continuation="replay")
+
+        assert [
+            {"role": "system", "content": "Be brief."},
+            {"role": "user", "content": "first"},
+            {"role": "assistant", "content": "Hi!"},
+            {"role": "user", "content": "second"},
+        ] == state.requests[1][2]["messages"]
+
+    def test_a_system_prompt_that_is_not_a_str_is_refused(self) -> None:
+        with pytest.raises(ValidationError, match="system must be a str"):
+            OpenAIChatAdapter("http://127.0.0.1:1/v1", "gpt-test", system=3)  # type: ignore[arg-type]
+
     def test_sampling_options_are_passed_through_to_the_request(
         self, store: EventStore, provider: tuple[str, FakeProvider]
     ) -> None:

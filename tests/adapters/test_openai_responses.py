@@ -128,10 +128,12 @@ class TestPlain:
 
         assert "mocked" == execute(adapter, desk, "hi").output
 
-    def test_instructions_are_sent_with_the_request(self, server: FakeServer, desk: Desk) -> None:
+    def test_the_system_prompt_is_sent_as_instructions(
+        self, server: FakeServer, desk: Desk
+    ) -> None:
         server.replies.append(Reply(json_body=response("resp_1", message("Hi!"))))
 
-        execute(OpenAIResponsesAdapter(server.url, "m", instructions="Be brief."), desk, "hi")
+        execute(OpenAIResponsesAdapter(server.url, "m", system="Be brief."), desk, "hi")
 
         assert "Be brief." == server.bodies()[0]["instructions"]
 
