@@ -26,9 +26,9 @@ import functools
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Generator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, Concatenate, Final, ParamSpec, TypeVar
+from typing import Any, Concatenate, Final, ParamSpec, TypeVar, Unpack
 
-from sharedesk.actors._handles import TurnFields, post_event
+from sharedesk.actors._handles import AppendOptions, PostOptions, TurnFields, post_event
 from sharedesk.actors._messages import Push
 from sharedesk.actors.hub import Hub, Turn
 from sharedesk.protocol.authors import SessionAuthor
@@ -276,23 +276,17 @@ class AsyncHub:
     # -- writes ------------------------------------------------------------------------
 
     async def append(
-        self, session_id: str, events: Sequence[Event], *, expected_version: int | None = None
+        self, session_id: str, events: Sequence[Event], **options: Unpack[AppendOptions]
     ) -> list[Event]:
         """As :meth:`Hub.append`, through the store's writer; cancelled: see the module."""
-        write = check_write(session_id, events, expected_version=expected_version)
+        write = check_write(session_id, events, **options)
         return await self._write(self._hub.submit, write)
 
     async def post(
-        self,
-        session_id: str,
-        author: SessionAuthor,
-        content: str,
-        *,
-        parent: int | None = None,
-        id: str | None = None,
+        self, session_id: str, author: SessionAuthor, content: str, **options: Unpack[PostOptions]
     ) -> Event:
         """As :meth:`SessionHandle.post` of ``session_id``; cancelled, as :meth:`append`."""
-        return (await self.append(session_id, [post_event(author, content, parent, id)]))[0]
+        return (await self.append(session_id, [post_event(author, content, **options)]))[0]
 
     # -- reads -------------------------------------------------------------------------
 
