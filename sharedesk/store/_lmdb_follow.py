@@ -16,26 +16,18 @@ walking a large environment under constant writes takes at most about a tenth of
 
 from __future__ import annotations
 
-import signal
 import threading
 import time
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 from sharedesk.protocol._log import logger
-from sharedesk.protocol.errors import SharedeskError, StoreClosedError, ValidationError
-from sharedesk.protocol.ports import AppendCallback
+from sharedesk.protocol.errors import SharedeskError, StoreClosedError
+from sharedesk.store._follow import Followers, Watcher, keep_signals_for_the_main_thread
 from sharedesk.store._lmdb_env import SharedEnvironment
 from sharedesk.store._lmdb_layout import META, session_of
 
-__all__ = [
-    "FOLLOW_POLL",
-    "FOLLOW_POLL_IDLE",
-    "FOLLOW_SLOWDOWN",
-    "WALK_BACKOFF",
-    "Following",
-    "FollowsCommits",
-]
+__all__ = ["FOLLOW_POLL", "FOLLOW_POLL_IDLE", "FOLLOW_SLOWDOWN", "WALK_BACKOFF", "lmdb_watcher"]
 
 _log = logger()
 
@@ -53,91 +45,31 @@ WALK_BACKOFF: Final = 9.0
 InRead = Callable[[Callable[[Any, Mapping[bytes, Any]], Any]], Any]
 
 
-class Following:
-    """The followers of one ``LmdbStore`` and the thread that tells them (started on demand).
+def lmdb_watcher(
+    shared: SharedEnvironment, in_read: InRead, path: str
+) -> Callable[[Followers], Watcher]:
+    """Return the maker of an ``LmdbStore``'s watcher for its :class:`Followers`."""
 
-    The thread runs while at least one follower is registered, and :meth:`close` stops it
-    (joining it) for good.
-    """
-
-    def __init__(self, shared: SharedEnvironment, in_read: InRead, path: str) -> None:
-        self._shared = shared
-        self._in_read = in_read
-        self._path = path
-        self._lock = threading.Lock()
-        self._followers: dict[int, AppendCallback] = {}
-        self._next = 0
-        self._closed = False
-        self._thread: _Watcher | None = None
-
-    def add(self, on_append: AppendCallback) -> Callable[[], None]:
-        """Register ``on_append``; return the function that removes it (idempotent).
-
-        Raises:
-            ValidationError: ``on_append`` is not callable.
-            StoreClosedError: The store is closed.
-            StoreIOError: The first walk of the sessions failed.
-        """
-        if not callable(on_append):
-            raise ValidationError(f"on_append must be callable, got {type(on_append).__name__}")
-        with self._lock:
-            if self._closed:
-                raise StoreClosedError(self._path)
-            token = self._next
-            self._next += 1
-            self._followers[token] = on_append
-            if self._thread is None:
-                watcher = _Watcher(self._txnid, self._lasts, self._now, self._path)
-                try:
-                    watcher.start()
-                except BaseException:
-                    del self._followers[token]
-                    raise
-                self._thread = watcher
-
-        def stop() -> None:
-            with self._lock:
-                if self._followers.pop(token, None) is None or self._followers:
-                    return
-                watcher, self._thread = self._thread, None
-            if watcher is not None:
-                watcher.stop()
-
-        return stop
-
-    def close(self) -> None:
-        """Stop the thread and drop every follower (idempotent; joins the thread)."""
-        with self._lock:
-            self._closed = True
-            self._followers.clear()
-            watcher, self._thread = self._thread, None
-        if watcher is not None:
-            watcher.stop()
-
-    def _now(self) -> list[AppendCallback]:
-        with self._lock:
-            return list(self._followers.values())
-
-    def _txnid(self) -> int:
-        shared = self._shared
-
+    def txnid() -> int:
         def attempt() -> int:
             if shared.closed:
-                raise StoreClosedError(self._path)
-            txnid: int = shared.env.info()["last_txnid"]
-            return txnid
+                raise StoreClosedError(path)
+            last: int = shared.env.info()["last_txnid"]
+            return last
 
-        txnid: int = shared.run("follow", attempt, damage=False)
-        return txnid
+        last: int = shared.run("follow", attempt, damage=False)
+        return last
 
-    def _lasts(self) -> tuple[int, dict[str, int]]:
+    def lasts() -> tuple[int, dict[str, int]]:
         def body(txn: Any, dbs: Mapping[bytes, Any]) -> tuple[int, dict[str, int]]:
             cursor = txn.cursor(db=dbs[b"meta"])
-            lasts = {session_of(key): META.unpack(raw)[0] for key, raw in cursor.iternext()}
-            return txn.id(), lasts
+            found = {session_of(key): META.unpack(raw)[0] for key, raw in cursor.iternext()}
+            return txn.id(), found
 
-        walked: tuple[int, dict[str, int]] = self._in_read(body)
+        walked: tuple[int, dict[str, int]] = in_read(body)
         return walked
+
+    return lambda followers: _Watcher(txnid, lasts, followers.tell, path)
 
 
 class _Watcher:
@@ -147,12 +79,12 @@ class _Watcher:
         self,
         txnid: Callable[[], int],
         lasts: Callable[[], tuple[int, dict[str, int]]],
-        followers: Callable[[], list[AppendCallback]],
+        tell: Callable[[str | None, int], None],
         path: str,
     ) -> None:
         self._txnid = txnid
         self._lasts = lasts
-        self._followers = followers
+        self._tell = tell
         self._stopping = threading.Event()
         self._seen_txnid = -1
         self._known: dict[str, int] = {}
@@ -176,7 +108,7 @@ class _Watcher:
             self._thread.join()
 
     def _run(self) -> None:
-        _keep_signals_for_the_main_thread()
+        keep_signals_for_the_main_thread()
         pause = FOLLOW_POLL_IDLE  # nothing seen yet: start slow
         failing = False
         while not self._stopping.wait(pause):
@@ -205,43 +137,3 @@ class _Watcher:
             for session_id, last in lasts.items():
                 if last > known.get(session_id, 0):
                     self._tell(session_id, last)
-
-    def _tell(self, session_id: str | None, last: int) -> None:
-        for follower in self._followers():
-            try:
-                follower(session_id, last)
-            except Exception:
-                _log.exception("store.lmdb_follower_failed")
-
-
-def _keep_signals_for_the_main_thread() -> None:
-    """Block Ctrl-C and SIGTERM in this thread, so the kernel hands them to another.
-
-    A signal the kernel delivers to this thread (it wakes often) would leave the main
-    thread asleep in a blocking wait, never interrupted; blocked here, it goes to a
-    thread that lets Python raise ``KeyboardInterrupt`` where the caller waits.
-    """
-    if hasattr(signal, "pthread_sigmask"):
-        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
-
-
-class FollowsCommits:
-    """``LmdbStore``'s ``follow``: the :class:`~sharedesk.protocol.ports.FollowingStore` port."""
-
-    _following: Following
-
-    def follow(self, on_append: AppendCallback) -> Callable[[], None]:
-        """Follow every process's commits (:class:`~sharedesk.protocol.ports.FollowingStore`).
-
-        Calls come from the store's follower thread (:mod:`sharedesk.store._lmdb_follow`);
-        what ``on_append`` raises is logged.
-
-        Raises:
-            ValidationError: ``on_append`` is not callable.
-            StoreClosedError: The store is closed.
-            StoreIOError: The first reading of the environment failed.
-
-        Cost: the first follower starts the follower thread, which stops with the last;
-        idle, one read of LMDB's last transaction id every ``FOLLOW_POLL_IDLE`` seconds.
-        """
-        return self._following.add(on_append)

@@ -16,7 +16,7 @@ import psycopg
 
 from sharedesk.protocol._log import logger
 from sharedesk.protocol.errors import StoreIOError
-from sharedesk.protocol.ports import AppendCallback
+from sharedesk.store._follow import keep_signals_for_the_main_thread
 from sharedesk.store._pg_watchdog import Connect, Watchdog
 
 __all__ = ["LISTEN_POLL", "Listener", "parse_payload"]
@@ -42,14 +42,14 @@ class Listener:
         connect: Connect,
         watchdog: Watchdog,
         channel: str,
-        followers: Callable[[], list[AppendCallback]],
+        tell: Callable[[str | None, int], None],
         wake: Callable[[str], None],
         path: str,
     ) -> None:
         self._connect_to = connect
         self._watchdog = watchdog
         self._channel = channel
-        self._followers = followers
+        self._tell = tell
         self._send_wake = wake
         self._path = path
         self._wake = f"sharedesk_wake_{uuid.uuid4().hex}"  # 47 bytes: under NAMEDATALEN
@@ -91,6 +91,7 @@ class Listener:
             self._thread.join()
 
     def _run(self) -> None:
+        keep_signals_for_the_main_thread()
         delay = _RECONNECT_FIRST
         try:
             while not self._stopping.is_set():
@@ -131,13 +132,6 @@ class Listener:
                     self._tell(session_id, last)
             if self._stopping.is_set():
                 return
-
-    def _tell(self, session_id: str | None, last: int) -> None:
-        for follower in self._followers():
-            try:
-                follower(session_id, last)
-            except Exception:
-                _log.exception("store.pg_follower_failed")
 
 
 def parse_payload(payload: str) -> list[tuple[str, int]]:

@@ -33,7 +33,7 @@ from sharedesk.protocol.errors import (
     ValidationError,
 )
 from sharedesk.protocol.events import Event, Text
-from sharedesk.protocol.ports import SessionInfo
+from sharedesk.protocol.ports import AppendCallback, SessionInfo
 from sharedesk.protocol.records import (
     ENCODER,
     EVENT_DECODER,
@@ -49,13 +49,14 @@ from sharedesk.protocol.records import (
 from sharedesk.protocol.sessions import EMPTY_SESSION_STATE, SessionState
 from sharedesk.protocol.validation import check_optional_int, check_path
 from sharedesk.protocol.views import Conversation, LogMessage, SessionPage, SharingState
+from sharedesk.store._follow import Followers
 from sharedesk.store._lmdb_env import (
     READER_CHECK_COMMITS,
     REGISTRY,
     OpenEnvironment,
     SharedEnvironment,
 )
-from sharedesk.store._lmdb_follow import Following, FollowsCommits
+from sharedesk.store._lmdb_follow import lmdb_watcher
 from sharedesk.store._lmdb_layout import (
     EPOCH,
     MAX_SEQ,
@@ -99,7 +100,7 @@ class _MapFull(Exception):
         self.disk = disk
 
 
-class LmdbStore(FollowsCommits, StoreBase):
+class LmdbStore(StoreBase):
     """A durable event store in an LMDB environment (a directory), with group commit.
 
     Safe to share between threads; stores on one path in one process share one
@@ -181,7 +182,7 @@ class LmdbStore(FollowsCommits, StoreBase):
         )
         self._commits = 0
         real = self._shared.path
-        self._following = Following(self._shared, self._in_read, real)
+        self._followers = Followers(lmdb_watcher(self._shared, self._in_read, real), real)
         super().__init__(real, writer=f"sharedesk-lmdb-writer:{real}", group_wait=group_wait)
 
     @property
@@ -400,8 +401,17 @@ class LmdbStore(FollowsCommits, StoreBase):
 
         return sorted(self._in_read(body), key=lambda info: info.session_id)
 
+    def follow(self, on_append: AppendCallback) -> Callable[[], None]:
+        """As :meth:`~sharedesk.protocol.ports.FollowingStore.follow`.
+
+        The first follower starts the store's follower thread, which stops with the last;
+        idle, it reads LMDB's last transaction id every ``FOLLOW_POLL_IDLE`` seconds, and
+        walks the sessions' last sequences only when it moved (``_lmdb_follow``).
+        """
+        return self._followers.add(on_append)
+
     def _close(self) -> None:
-        self._following.close()
+        self._followers.close()
         REGISTRY.release(self._shared)
 
 

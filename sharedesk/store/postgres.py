@@ -37,7 +37,6 @@ import functools
 import math
 import random
 import re
-import threading
 import time
 import weakref
 from collections.abc import Callable, Sequence
@@ -70,6 +69,7 @@ from sharedesk.protocol.records import (
 from sharedesk.protocol.sessions import SessionState
 from sharedesk.protocol.validation import check_int
 from sharedesk.protocol.views import Conversation, LogMessage, SessionPage, SharingState
+from sharedesk.store._follow import Followers
 from sharedesk.store._pg_listen import LISTEN_POLL, Listener
 from sharedesk.store._pg_schema import Queries, check_schema_name, migrate, notify_channel
 from sharedesk.store._pg_txn import GroupTxn, Probe, utf8
@@ -230,14 +230,16 @@ class PostgresStore(StoreBase):
         self._channel = notify_channel(self._schema)
         self._sql = Queries(f'"{self._schema}"')
         self._prepared: weakref.WeakSet[psycopg.Connection[Any]] = weakref.WeakSet()
-        self._follow_lock = threading.Lock()
-        self._followers: dict[int, AppendCallback] = {}
-        self._next_follower = 0
-        self._listener: Listener | None = None
         self._connect = _default_connect(dsn, connect_timeout) if connect is None else connect
         self._pool = Pool(self._connect, max_connections, self._watchdog)
         self._path: str = path
         self._closed = False
+        self._followers = Followers(
+            lambda followers: Listener(
+                self._connect, self._watchdog, self._channel, followers.tell, self._wake, path
+            ),
+            path,
+        )
         try:
             self._run("open", lambda conn: migrate(conn, self._schema, path))
             self._run("open", lambda conn: self._pool.fill(min_connections - 1))
@@ -440,49 +442,13 @@ class PostgresStore(StoreBase):
     # -- following -----------------------------------------------------------------------
 
     def follow(self, on_append: AppendCallback) -> Callable[[], None]:
-        """Follow every process's commits (:class:`~sharedesk.protocol.ports.FollowingStore`).
+        """As :meth:`~sharedesk.protocol.ports.FollowingStore.follow`.
 
         The first follower opens the listener's connection and thread
-        (:mod:`sharedesk.store._pg_listen`), which stop with the last; what ``on_append``
-        raises is logged.
-
-        Raises:
-            ValidationError: ``on_append`` is not callable.
-            StoreClosedError: The store is closed.
-            StoreIOError: The listener's connection could not be opened.
+        (:mod:`sharedesk.store._pg_listen`), which stop with the last.
         """
-        if not callable(on_append):
-            raise ValidationError(f"on_append must be callable, got {type(on_append).__name__}")
-        with self._follow_lock:
-            self._live()
-            token = self._next_follower
-            self._next_follower += 1
-            self._followers[token] = on_append
-            if self._listener is None:
-                listener = Listener(
-                    self._connect,
-                    self._watchdog,
-                    self._channel,
-                    self._followers_now,
-                    self._wake,
-                    self._path,
-                )
-                try:
-                    listener.start()
-                except BaseException:
-                    del self._followers[token]
-                    raise
-                self._listener = listener
-
-        def stop() -> None:
-            with self._follow_lock:
-                if self._followers.pop(token, None) is None or self._followers:
-                    return
-                listener, self._listener = self._listener, None
-            if listener is not None:
-                listener.stop()
-
-        return stop
+        self._live()
+        return self._followers.add(on_append)
 
     def _wake(self, channel: str) -> None:
         """Send an empty notice on ``channel`` (a listener's own), if the server takes it."""
@@ -492,16 +458,8 @@ class PostgresStore(StoreBase):
         ):
             conn.execute("SELECT pg_notify(%s, '')", [channel])
 
-    def _followers_now(self) -> list[AppendCallback]:
-        with self._follow_lock:
-            return list(self._followers.values())
-
     def _close(self) -> None:
-        with self._follow_lock:
-            listener, self._listener = self._listener, None
-            self._followers.clear()
-        if listener is not None:
-            listener.stop()
+        self._followers.close()
         self._pool.close()
         self._watchdog.stop()
 
