@@ -18,7 +18,7 @@ import json
 import re
 from typing import Any, Final
 
-from sharedesk.protocol.authors import Agent, Person, SessionAuthor, System
+from sharedesk.protocol.authors import Agent, Operator, Person, SessionAuthor, author_label
 from sharedesk.protocol.transcripts import Transcript, TranscriptMessage
 
 _NAME_FORBIDDEN: Final = re.compile(r"[^a-zA-Z0-9_-]")
@@ -43,11 +43,7 @@ def openai_name(author: SessionAuthor | None) -> str | None:
 
 
 def _peer_label(author: SessionAuthor | None) -> str | None:
-    if isinstance(author, Person | Agent):
-        return author.label or author.id
-    if isinstance(author, System):
-        return author.label or author.kind
-    return None
+    return None if author is None or isinstance(author, Operator) else author_label(author)
 
 
 def _is_call(message: TranscriptMessage) -> bool:
@@ -243,7 +239,7 @@ def to_responses_input(transcript: Transcript) -> list[dict[str, Any]]:
         if not _is_call(first):
             text = first.content or ""
             if first.role == "user" and isinstance(first.author, Person | Agent):
-                text = f"[{first.author.label or first.author.id}] {text}"
+                text = f"[{author_label(first.author)}] {text}"
             items.append({"role": first.role, "content": text})
             continue
         calls = [m for m in group if _is_call(m)]

@@ -79,6 +79,7 @@ from sharedesk.protocol import (
     Text,
     ValidationError,
     author_key,
+    author_label,
     same_participant,
 )
 from sharedesk.protocol.events import new_event_id
@@ -341,29 +342,23 @@ class DeskHistoryProvider(HistoryProvider):
             return None  # another participant's tool call, result or other item
         if same_participant(event.author, self.agent):
             return Message(
-                "assistant", [body.content], author_name=_label(self.agent), message_id=event.id
+                "assistant",
+                [body.content],
+                author_name=author_label(self.agent),
+                message_id=event.id,
             )
         if isinstance(event.author, System):
             return None
         return Message(
-            "user", [body.content], author_name=_label(event.author), message_id=event.id
+            "user", [body.content], author_name=author_label(event.author), message_id=event.id
         )
-
-
-def _label(author: SessionAuthor) -> str:
-    """Return the name a reader is shown for ``author`` (its label, else its id or kind)."""
-    if isinstance(author, Person | Agent):
-        return author.label or author.id
-    if isinstance(author, System):
-        return author.label or author.kind
-    return "operator"
 
 
 def _names(author: SessionAuthor, name: str) -> bool:
     """Whether ``name`` is ``author``'s label or id."""
     if isinstance(author, Person | Agent):
         return name in (author.label, author.id)
-    return name == _label(author)
+    return name == author_label(author)
 
 
 def _is_text(message: Message) -> bool:

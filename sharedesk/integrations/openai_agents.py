@@ -78,13 +78,13 @@ from sharedesk.protocol import (
     Event,
     Item,
     Operator,
-    Person,
     Retracted,
     SessionAuthor,
     System,
     Text,
     ValidationError,
     author_key,
+    author_label,
     same_participant,
 )
 from sharedesk.protocol.ports import AsyncEventStore
@@ -145,19 +145,11 @@ def message_text(item: Mapping[str, Any]) -> str | None:
     return "".join(texts)
 
 
-def _label(author: SessionAuthor) -> str:
-    if isinstance(author, Person | Agent):
-        return author.label or author.id
-    if isinstance(author, System):
-        return author.label or author.kind
-    return "operator"
-
-
 def _named(author: SessionAuthor, text: str) -> dict[str, Any] | None:
     """Return a peer's message as a ``"user"`` message naming its author (``None``: blank)."""
     if not text.strip():
         return None
-    return {"role": "user", "content": f"[{_label(author)}] {text}"}
+    return {"role": "user", "content": f"[{author_label(author)}] {text}"}
 
 
 class DeskSession:

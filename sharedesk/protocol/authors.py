@@ -11,6 +11,7 @@ __all__ = [
     "SessionAuthor",
     "System",
     "author_key",
+    "author_label",
     "same_participant",
 ]
 
@@ -79,3 +80,16 @@ def author_key(author: SessionAuthor) -> str:
 def same_participant(a: SessionAuthor, b: SessionAuthor) -> bool:
     """Return whether ``a`` and ``b`` name the same participant (labels are ignored)."""
     return author_key(a) == author_key(b)
+
+
+def author_label(author: SessionAuthor) -> str:
+    """Return the name readers are shown for ``author``.
+
+    Its label, else its id (a ``System``: its kind); ``"operator"`` for the operator.
+    Cost: O(1).
+    """
+    if isinstance(author, Person | Agent):
+        return author.label or author.id
+    if isinstance(author, System):
+        return author.label or author.kind
+    return "operator"

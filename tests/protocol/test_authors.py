@@ -1,4 +1,12 @@
-from sharedesk.protocol import Agent, Operator, Person, System, author_key, same_participant
+from sharedesk.protocol import (
+    Agent,
+    Operator,
+    Person,
+    System,
+    author_key,
+    author_label,
+    same_participant,
+)
 
 
 class TestAuthorKey:
@@ -17,3 +25,18 @@ class TestAuthorKey:
 
     def test_authors_are_frozen_and_hashable(self) -> None:
         assert len({Agent("a", "A"), Agent("a", "A"), Operator()}) == 2
+
+
+class TestAuthorLabel:
+    def test_a_participant_is_shown_by_its_label(self) -> None:
+        assert ["Ada", "Pat", "Audit"] == [
+            author_label(a) for a in (Agent("a", "Ada"), Person("p", "Pat"), System("x", "Audit"))
+        ]
+
+    def test_without_a_label_a_participant_is_shown_by_its_id_and_a_system_by_its_kind(
+        self,
+    ) -> None:
+        assert ["a", "p", "prompt", "operator"] == [
+            author_label(a)
+            for a in (Agent("a", ""), Person("p", ""), System("prompt", ""), Operator())
+        ]
