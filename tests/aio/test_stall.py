@@ -13,7 +13,7 @@ import asyncio
 import collections
 from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import Future
-from typing import Any, TypeVar
+from typing import Any, TypeVar, Unpack
 
 import pytest
 
@@ -38,9 +38,9 @@ class _Blocking(AsyncHub):
         return fn(*args, **kwargs)
 
     async def append(
-        self, session_id: str, events: Sequence[Event], *, expected_version: int | None = None
+        self, session_id: str, events: Sequence[Event], **options: Unpack[AppendOptions]
     ) -> list[Event]:
-        return self.hub.append(session_id, events, expected_version=expected_version)
+        return self.hub.append(session_id, events, **options)
 
 
 SCENARIOS: dict[str, Scenario] = {
