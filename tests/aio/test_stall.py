@@ -18,6 +18,7 @@ from typing import Any, TypeVar, Unpack
 import pytest
 
 from sharedesk import Agent, AsyncHub, Event, Hub, HubOptions, MemoryStore, Person, Text
+from sharedesk.actors._handles import AppendOptions
 from sharedesk.actors.aio import CHUNK
 from sharedesk.protocol.writes import Write
 from tests.aio.conftest import our_threads
