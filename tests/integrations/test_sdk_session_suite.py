@@ -7,7 +7,7 @@ downloaded from the package index once and cached (``.venv/sharedesk-sdk-suite``
 
 1. as they are (the baseline), recording which tests construct a real ``SQLiteSession``
    (the *reachable* tests) and which pass; the baseline's report is cached with the
-   download, keyed by the SDK version and the plugin's source;
+   download, keyed by the SDK version, the plugin's source and the installed packages;
 2. with ``SQLiteSession`` replaced by ``DeskSession`` on a fresh in-memory async hub,
    running only the reachable tests that passed in the baseline (never cached).
 
@@ -232,9 +232,18 @@ def run_sdk_tests(
 
 
 def baseline(root: Path, cache: Path) -> dict[str, dict[str, Any]]:
-    """The baseline report, cached by SDK version and plugin source."""
+    """The baseline report, cached by SDK version, plugin source and installed packages.
+
+    The packages count because the SDK's tests skip themselves when an optional one is
+    missing (``aiosqlite``, ``cryptography``): a venv that gains one has more reachable tests.
+    """
     plugin = (PLUGIN_DIR / "sharedesk_sdk_plugin.py").read_bytes()
-    key = hashlib.sha256(SDK_VERSION.encode() + plugin).hexdigest()[:16]
+    installed = sorted(
+        f"{d.metadata['Name']}=={d.version}" for d in importlib.metadata.distributions()
+    )
+    key = hashlib.sha256(SDK_VERSION.encode() + plugin + "\n".join(installed).encode()).hexdigest()[
+        :16
+    ]
     report = cache / f"baseline-{key}.json"
     if report.exists():
         cached: dict[str, dict[str, Any]] = json.loads(report.read_text())
