@@ -1,6 +1,5 @@
 """Suite-wide settings. Subject-specific fixtures live in each folder's conftest."""
 
-import os
 import uuid
 from collections.abc import Iterator
 
@@ -8,6 +7,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 from bench.pgserver import PostgresUnavailable, ThrowawayPostgres
+from tests.ci import unavailable
 
 # Property tests: no per-example deadline (CI machines are noisy and have 2 cores),
 # and a bounded number of examples so `make test` stays well inside the CI budget.
@@ -26,18 +26,12 @@ settings.load_profile("sharedesk")
 # are skipped with the reason (shown in pytest's summary, -ra).
 
 
-def _in_ci() -> bool:
-    return os.environ.get("CI", "").strip().lower() in {"true", "1", "yes"}
-
-
 def start_postgres(*, fsync: bool) -> ThrowawayPostgres:
     """Start a throwaway server; fail the test under CI=true if none starts, else skip it."""
     try:
         return ThrowawayPostgres(fsync=fsync).start()
     except PostgresUnavailable as error:
-        if _in_ci():
-            pytest.fail(f"CI=true and {error}", pytrace=False)
-        pytest.skip(str(error))
+        unavailable(str(error))
 
 
 @pytest.fixture(scope="session")

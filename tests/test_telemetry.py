@@ -8,7 +8,6 @@ test runs with a recording provider.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -18,14 +17,13 @@ import pytest
 
 from sharedesk import AdapterResult, Agent, Event, Hub, Person, SharingStateConflict, Text
 from sharedesk.telemetry import TRACEPARENT
+from tests.ci import unavailable
 
 try:
     from opentelemetry import trace
     from opentelemetry.sdk import trace as sdk_trace
 except ImportError as exc:  # the otel extra and the dev extra's SDK; CI=true never skips
-    if os.environ.get("CI", "").strip().lower() in {"true", "1", "yes"}:
-        pytest.fail(f"CI=true and OpenTelemetry is not installed ({exc})", pytrace=False)
-    pytest.skip(f"OpenTelemetry is not installed ({exc})", allow_module_level=True)
+    unavailable(f"OpenTelemetry is not installed ({exc})", module=True)
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import (
     InMemorySpanExporter,

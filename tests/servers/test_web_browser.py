@@ -18,7 +18,8 @@ from typing import Any
 import pytest
 
 from sharedesk import Agent, Event, Hub, Person, ScriptedAdapter, SessionManager, Text
-from tests.servers.webserver import RunningServer, launch_chromium, require_web, unavailable
+from tests.ci import unavailable
+from tests.servers.webserver import RunningServer, launch_chromium, require_web
 
 require_web()
 try:

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import pytest
+from tests.ci import unavailable
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
@@ -25,17 +25,6 @@ CHROMIUM_ARGS = [
     "--disable-sync",
     "--no-first-run",
 ]
-
-
-def in_ci() -> bool:
-    return os.environ.get("CI", "").strip().lower() in {"true", "1", "yes"}
-
-
-def unavailable(reason: str) -> None:
-    """Skip the test for ``reason``; under CI=true, fail it instead."""
-    if in_ci():
-        pytest.fail(f"CI=true and {reason}", pytrace=False)
-    pytest.skip(reason)
 
 
 def require_web() -> None:
