@@ -1,9 +1,9 @@
-"""Hubs in two processes on one LMDB path follow each other, as on PostgreSQL.
+"""Hubs in two processes on one store follow each other, on LMDB and on PostgreSQL.
 
 What one process posts shows in the other's warm view, is pushed to its ``hub.listen``
 listeners and wakes its ``AsyncHub.wait_turn``, both ways: the store's follower watches
-LMDB's last transaction id (``sharedesk.store._lmdb_follow``). The other process is a real
-child; waits are bounded, never timed.
+LMDB's last transaction id, or PostgreSQL's ``LISTEN`` channel. The other process is a
+real child; waits are bounded, never timed.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ spawn = store_fixtures.spawn
 #: Longest wait for the other process, in seconds (a bound on a wait, not a timing).
 PATIENCE = 30.0
 
-# The other process: a Hub on the same path that takes Bob's first turn, posts, then
+# The other process: a Hub on the same store that takes Bob's first turn, posts, then
 # waits for Bob's next turn (the parent's reply), and prints what it saw as JSON.
 CHILD = """
 import asyncio, json, sys
@@ -40,8 +40,8 @@ from sharedesk.protocol import Person
 
 BOB = Person(id="bob", label="Bob")
 
-async def main(path):
-    async with AsyncHub.open(path, ask_timeout=30.0) as hub:
+async def main(store):
+    async with AsyncHub.open(store, ask_timeout=30.0) as hub:
         await (await hub.turn("desk", BOB)).commit()
         await hub.post("desk", BOB, "from the child")
         turn = await hub.wait_turn("desk", BOB, timeout=30.0)
@@ -71,23 +71,40 @@ def _no_thread_left() -> Iterator[None]:
     assert [] == our_threads()
 
 
+@pytest.fixture(params=["lmdb", "postgres"])
+def shared(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """Where two processes' Hubs meet: an LMDB path, or a PostgreSQL database."""
+    if request.param == "lmdb":
+        return str(tmp_path)
+    dsn: str = request.getfixturevalue("postgres_dsn")
+    return dsn
+
+
 class TestTwoHubsOnOneLmdbPath:
     def test_a_hub_on_lmdb_follows_its_store(self, tmp_path: Path) -> None:
         with Hub.open(tmp_path) as hub:
             assert True is hub.following
 
-    def test_each_hub_follows_what_the_other_posts(
-        self, tmp_path: Path, spawn: ChildFactory
-    ) -> None:
-        path = str(tmp_path)
+    def test_a_hub_closed_leaves_no_follower_thread(self, tmp_path: Path) -> None:
+        import threading
 
+        hub = Hub.open(tmp_path)
+        hub.listen("desk", Recorder())
+
+        hub.close()
+
+        assert [] == [t.name for t in threading.enumerate() if "lmdb-follower" in t.name]
+
+
+class TestTwoHubsOnOneStore:
+    def test_each_hub_follows_what_the_other_posts(self, shared: str, spawn: ChildFactory) -> None:
         async def parent() -> tuple[list[str], list[str], dict[str, list[str]]]:
-            async with AsyncHub.open(path, ask_timeout=PATIENCE) as hub:
+            async with AsyncHub.open(shared, ask_timeout=PATIENCE) as hub:
                 await (await hub.turn("desk", ALICE)).commit()
                 await hub.view("desk", ALICE)  # warm: its projector holds the tail
                 waiting = asyncio.create_task(hub.wait_turn("desk", ALICE, timeout=PATIENCE))
                 child = asyncio.create_task(
-                    asyncio.to_thread(run_child, spawn, CHILD, path, timeout=PATIENCE * 2)
+                    asyncio.to_thread(run_child, spawn, CHILD, shared, timeout=PATIENCE * 2)
                 )
                 turn = await waiting  # woken by the child's post, well before the timeout
                 view = await hub.view("desk", ALICE)
@@ -108,13 +125,13 @@ class TestTwoHubsOnOneLmdbPath:
         ) == (turn, view, child)
 
     def test_a_listener_is_pushed_the_other_processes_events_in_order_once(
-        self, tmp_path: Path, spawn: ChildFactory
+        self, shared: str, spawn: ChildFactory
     ) -> None:
         recorder = Recorder()
-        with Hub.open(tmp_path, ask_timeout=PATIENCE) as hub:
+        with Hub.open(shared, ask_timeout=PATIENCE) as hub:
             hub.listen("desk", recorder)
             hub.session("desk").post(ALICE, "mine first")
-            run_child(spawn, POST_FIVE, str(tmp_path), timeout=PATIENCE)
+            run_child(spawn, POST_FIVE, shared, timeout=PATIENCE)
             pushed_before = recorder.wait_through(6)
             hub.append("desk", [said("mine last", ALICE)])
             pushed = recorder.wait_through(7)
@@ -125,27 +142,17 @@ class TestTwoHubsOnOneLmdbPath:
         )
 
     def test_a_warm_view_shows_the_other_processes_posts(
-        self, tmp_path: Path, spawn: ChildFactory
+        self, shared: str, spawn: ChildFactory
     ) -> None:
         recorder = Recorder()
-        with Hub.open(tmp_path, ask_timeout=PATIENCE) as hub:
+        with Hub.open(shared, ask_timeout=PATIENCE) as hub:
             hub.view("desk", ALICE)  # warm
             hub.listen("desk", recorder)
-            run_child(spawn, POST_FIVE, str(tmp_path), timeout=PATIENCE)
+            run_child(spawn, POST_FIVE, shared, timeout=PATIENCE)
             recorder.wait_through(5)
             view = hub.view("desk", ALICE)
 
         assert [f"theirs {n}" for n in range(5)] == [m.content for m in view.messages]
-
-    def test_a_hub_closed_leaves_no_follower_thread(self, tmp_path: Path) -> None:
-        import threading
-
-        hub = Hub.open(tmp_path)
-        hub.listen("desk", Recorder())
-
-        hub.close()
-
-        assert [] == [t.name for t in threading.enumerate() if "lmdb-follower" in t.name]
 
 
 del BOB

@@ -10,8 +10,6 @@ the other's warm view and wakes its ``wait_turn``, both ways, pushed by
 
 from __future__ import annotations
 
-import asyncio
-import json
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,24 +17,15 @@ from pathlib import Path
 import pytest
 
 from bench.pgserver import ThrowawayPostgres
-from sharedesk import AsyncHub
 from sharedesk.actors import Hub
 from sharedesk.protocol import HubClosed, Person, SharingStateConflict, ValidationError
 from sharedesk.protocol.ports import EventStore
 from sharedesk.store.postgres import PostgresStore
 from tests.actors.conftest import our_threads
 from tests.actors.following import BOB, Recorder, said
-from tests.store import conftest as store_fixtures
-from tests.store.conftest import ChildFactory, run_child
 from tests.store.contract import EventsContract, RunIndexContract
 
 ALICE = Person(id="alice", label="Alice")
-
-#: Child processes, killed and reaped at teardown (the fixture of tests/store).
-spawn = store_fixtures.spawn
-
-#: Longest wait for the other process, in seconds (a bound on a wait, not a timing).
-PATIENCE = 30.0
 
 
 @pytest.fixture(autouse=True)
@@ -152,88 +141,7 @@ class TestTurnsOnPostgres:
         )
 
 
-# The other process: a Hub on the same database that takes Bob's first turn, posts, then
-# waits for Bob's next turn (the parent's reply), and prints what it saw as JSON.
-CHILD = """
-import asyncio, json, sys
-from sharedesk import AsyncHub
-from sharedesk.protocol import Person
-
-BOB = Person(id="bob", label="Bob")
-
-async def main(dsn):
-    async with AsyncHub.open(dsn, ask_timeout=30.0) as hub:
-        await (await hub.turn("desk", BOB)).commit()
-        await hub.post("desk", BOB, "from the child")
-        turn = await hub.wait_turn("desk", BOB, timeout=30.0)
-        view = await hub.view("desk", BOB)
-        print(json.dumps({
-            "turn": [m.content for m in turn.messages],
-            "view": [m.content for m in view.messages],
-        }))
-
-asyncio.run(main(sys.argv[1]))
-"""
-
-
 class TestTwoHubsInTwoProcesses:
-    def test_each_hub_follows_what_the_other_posts(
-        self, postgres_dsn: str, spawn: ChildFactory
-    ) -> None:
-        async def parent() -> tuple[list[str], list[str], dict[str, list[str]]]:
-            async with AsyncHub.open(postgres_dsn, ask_timeout=PATIENCE) as hub:
-                await (await hub.turn("desk", ALICE)).commit()
-                await hub.view("desk", ALICE)  # warm: its projector holds the tail
-                waiting = asyncio.create_task(hub.wait_turn("desk", ALICE, timeout=PATIENCE))
-                child = asyncio.create_task(
-                    asyncio.to_thread(run_child, spawn, CHILD, postgres_dsn, timeout=PATIENCE * 2)
-                )
-                turn = await waiting  # woken by the child's post, well before the timeout
-                view = await hub.view("desk", ALICE)
-                await turn.commit("from the parent")
-                seen: dict[str, list[str]] = json.loads(await child)
-                return (
-                    [m.content for m in turn.messages],
-                    [m.content for m in view.messages],
-                    seen,
-                )
-
-        turn, view, child = asyncio.run(parent())
-
-        assert (
-            ["from the child"],
-            ["from the child"],
-            {"turn": ["from the parent"], "view": ["from the child", "from the parent"]},
-        ) == (turn, view, child)
-
-    def test_a_listener_is_pushed_the_other_processes_events_in_order_once(
-        self, postgres_dsn: str, spawn: ChildFactory
-    ) -> None:
-        recorder = Recorder()
-        with Hub.open(postgres_dsn, ask_timeout=PATIENCE) as hub:
-            hub.listen("desk", recorder)
-            hub.session("desk").post(ALICE, "mine first")
-            run_child(
-                spawn,
-                "import sys\n"
-                "from sharedesk import Hub\n"
-                "from sharedesk.protocol import Event, Person, Text\n"
-                "bob = Person(id='bob', label='Bob')\n"
-                "with Hub.open(sys.argv[1]) as hub:\n"
-                "    for n in range(5):\n"
-                "        hub.append('desk', [Event(bob, Text(f'theirs {n}'))])\n",
-                postgres_dsn,
-                timeout=PATIENCE,
-            )
-            pushed_before = recorder.wait_through(6)
-            hub.append("desk", [said("mine last", ALICE)])
-            pushed = recorder.wait_through(7)
-
-        assert ([1, 2, 3, 4, 5, 6], [1, 2, 3, 4, 5, 6, 7]) == (
-            [s for push in pushed_before for s in push],
-            [s for push in pushed for s in push],
-        )
-
     def test_a_lost_listening_connection_loses_no_push(self, postgres_dsn: str) -> None:
         import psycopg
 
