@@ -105,7 +105,7 @@ def _post_rate(
 
     path = run_.fresh_dir("web") / "store"
     hub = open_hub(path, "durable")
-    server = _Server(create_app(hub))
+    server = RunningServer(create_app(hub))
     child = None
     try:
         hub.session(DESK).post(Agent(id="setup", label="setup"), "the desk opens")
@@ -146,16 +146,23 @@ def _post_rate(
         hub.close()
 
 
-class _Server:
-    """uvicorn serving ``app`` on a thread, on a port of 127.0.0.1 the OS picked."""
+class RunningServer:
+    """An ASGI app served by uvicorn on a thread, on a port of 127.0.0.1 the OS picked.
+
+    The socket listens before uvicorn starts, so a client may connect at once: its
+    connection waits in the backlog until uvicorn accepts it. The tests serve their apps
+    with it too (``tests/servers/webserver.py``).
+    """
 
     def __init__(self, app: Any) -> None:
         import uvicorn
 
         self._socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self._socket.bind(("127.0.0.1", 0))
-        self._socket.listen(1024)  # connections wait in the backlog until uvicorn accepts
-        self.url = f"http://127.0.0.1:{self._socket.getsockname()[1]}"
+        self._socket.listen(1024)
+        self.port: int = self._socket.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
         config = uvicorn.Config(
             app, log_level="warning", lifespan="off", timeout_graceful_shutdown=1
         )
@@ -166,9 +173,11 @@ class _Server:
         self._thread.start()
 
     def stop(self) -> None:
+        """Stop uvicorn and wait for its thread (at most 10 s)."""
         self._server.should_exit = True
         self._thread.join(10)
         self._socket.close()
+        assert not self._thread.is_alive(), "uvicorn did not stop"
 
 
 def _turns(n_turns: int, path: Any) -> list[int]:

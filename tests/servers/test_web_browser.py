@@ -17,9 +17,10 @@ from typing import Any
 
 import pytest
 
+from bench.scenarios.web import RunningServer
 from sharedesk import Agent, Event, Hub, Person, ScriptedAdapter, SessionManager, Text
 from tests.ci import unavailable
-from tests.servers.webserver import RunningServer, launch_chromium, require_web
+from tests.servers.webserver import launch_chromium, require_web
 
 require_web()
 try:

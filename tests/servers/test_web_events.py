@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from bench.scenarios.web import RunningServer
 from sharedesk import Event, Hub, Person, Text
-from tests.servers.webserver import RunningServer, SseEvent, require_web, sse_events
+from tests.servers.webserver import SseEvent, require_web, sse_events
 
 require_web()
 

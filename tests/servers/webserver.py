@@ -8,8 +8,6 @@ PostgreSQL tests do, tests/conftest.py).
 from __future__ import annotations
 
 import os
-import socket
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -34,39 +32,6 @@ def require_web() -> None:
         import uvicorn  # noqa: F401
     except ImportError as exc:
         unavailable(f"the web extra is not installed ({exc})")
-
-
-class RunningServer:
-    """An ASGI app served by uvicorn on a thread, on a port of 127.0.0.1 the OS picked.
-
-    The socket listens before uvicorn starts, so a client may connect at once: its
-    connection waits in the backlog until uvicorn accepts it.
-    """
-
-    def __init__(self, app: Any) -> None:
-        import uvicorn
-
-        self._socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self._socket.bind(("127.0.0.1", 0))
-        self._socket.listen(128)
-        self.port: int = self._socket.getsockname()[1]
-        self.url = f"http://127.0.0.1:{self.port}"
-        config = uvicorn.Config(
-            app, log_level="warning", lifespan="off", timeout_graceful_shutdown=1
-        )
-        self._server = uvicorn.Server(config)
-        self._thread = threading.Thread(
-            target=self._server.run, kwargs={"sockets": [self._socket]}, daemon=True
-        )
-        self._thread.start()
-
-    def stop(self) -> None:
-        """Stop uvicorn and wait for its thread (at most 10 s)."""
-        self._server.should_exit = True
-        self._thread.join(10)
-        self._socket.close()
-        assert not self._thread.is_alive(), "uvicorn did not stop"
 
 
 @dataclass(frozen=True)
