@@ -15,14 +15,9 @@ from collections.abc import Sequence
 from sharedesk.projection.session import _LogWalk, as_messages, check_log, is_blank
 from sharedesk.protocol.authors import SessionAuthor, same_participant
 from sharedesk.protocol.constants import PRESENT_SET_LIMIT
-from sharedesk.protocol.errors import (
-    PresentSetOverflow,
-    PresentSetTooLarge,
-    ValidationError,
-    WatermarkRegression,
-)
+from sharedesk.protocol.errors import PresentSetOverflow, ValidationError, WatermarkRegression
 from sharedesk.protocol.ports import ReplyIndex, SessionLog
-from sharedesk.protocol.validation import check_conversation, check_int
+from sharedesk.protocol.validation import check_conversation, check_int, check_sharing_state
 from sharedesk.protocol.views import (
     Conversation,
     Delta,
@@ -54,7 +49,7 @@ def note_present(state: SharingState, sequence: int) -> SharingState:
     ``state`` holds more than ``PRESENT_SET_LIMIT``, ``PresentSetOverflow`` when
     ``sequence`` would be one more. Cost: O(PRESENT_SET_LIMIT) to copy the set; no reads, no writes.
     """
-    _check_state(state)
+    check_sharing_state(state)
     check_int("sequence", sequence)
     present = state.present_above_watermark
     if sequence <= state.watermark or sequence in present:
@@ -80,7 +75,7 @@ def prepare_delta(
     ``PresentSetTooLarge`` as :func:`note_present`, and as ``project_session``. Cost: the
     walk of :func:`rows_above_watermark` (none when a check above answers).
     """
-    _check_state(state)
+    check_sharing_state(state)
     if not isinstance(query, SharingQuery):
         raise ValidationError(f"query must be a SharingQuery, got {type(query).__name__}")
     requested = check_conversation(query.requested, "query.requested")
@@ -166,18 +161,3 @@ def rows_above_watermark(
             return Reinitialize(reason=ReinitializeReason.WATERMARK_UNAVAILABLE)
     rows.reverse()
     return rows
-
-
-def _check_state(state: object) -> None:
-    """Raise unless ``state`` is a well-formed ``SharingState``."""
-    if not isinstance(state, SharingState):
-        raise ValidationError(f"state must be a SharingState, got {type(state).__name__}")
-    check_conversation(state.conversation, "state.conversation")
-    check_int("state.watermark", state.watermark, minimum=0)
-    present = state.present_above_watermark
-    if not isinstance(present, frozenset):
-        raise ValidationError(
-            f"state.present_above_watermark must be a frozenset, got {type(present).__name__}"
-        )
-    if len(present) > PRESENT_SET_LIMIT:
-        raise PresentSetTooLarge(PRESENT_SET_LIMIT, len(present))

@@ -17,7 +17,8 @@ from typing import Any, Final, TypeGuard, cast
 import msgspec
 
 from sharedesk.protocol.authors import Agent, Operator, Person, SessionAuthor, System
-from sharedesk.protocol.errors import ValidationError
+from sharedesk.protocol.constants import PRESENT_SET_LIMIT
+from sharedesk.protocol.errors import PresentSetTooLarge, ValidationError
 from sharedesk.protocol.events import RUN_STATUSES, Event, RunFinished
 from sharedesk.protocol.records import ENCODER, EVENT_DECODER
 from sharedesk.protocol.views import Conversation, SharingState
@@ -193,12 +194,22 @@ def check_conversation(conversation: object, name: str = "conversation") -> Conv
 
 
 def check_sharing_state(state: Any, name: str = "state") -> SharingState:
-    """Return ``state`` if it is a :class:`SharingState` with valid fields. Cost: O(present set)."""
+    """Return ``state`` if it is a :class:`SharingState` with valid fields. Cost: O(present set).
+
+    A present set of more than ``PRESENT_SET_LIMIT`` sequences raises ``PresentSetTooLarge``.
+    """
     if not isinstance(state, SharingState):
         raise ValidationError(f"{name} must be a SharingState, got {type(state).__name__}")
     check_conversation(state.conversation, f"{name}.conversation")
     check_int(f"{name}.watermark", state.watermark)
-    for sequence in state.present_above_watermark:
+    present = state.present_above_watermark
+    if not isinstance(present, frozenset):
+        raise ValidationError(
+            f"{name}.present_above_watermark must be a frozenset, got {type(present).__name__}"
+        )
+    if len(present) > PRESENT_SET_LIMIT:
+        raise PresentSetTooLarge(PRESENT_SET_LIMIT, len(present))
+    for sequence in present:
         check_int(f"{name}.present_above_watermark item", sequence)
     return state
 

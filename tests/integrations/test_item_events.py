@@ -12,9 +12,10 @@ import pytest
 from sharedesk.actors.hub import Hub
 from sharedesk.projection.transcript import TranscriptBuilder
 from sharedesk.protocol.authors import Agent, Person
-from sharedesk.protocol.codec import decode_json_as, encode_json, encode_msgpack
+from sharedesk.protocol.codec import encode_json
 from sharedesk.protocol.events import Event, Item, Retracted, Text
 from sharedesk.protocol.ports import EventStore
+from sharedesk.protocol.records import ENCODER
 from sharedesk.store.lmdb import LmdbStore
 from sharedesk.store.memory import MemoryStore
 
@@ -61,8 +62,8 @@ class TestStorage:
         event = Event(ADA, body, id="x")
 
         assert (event, event) == (
-            msgspec.msgpack.decode(encode_msgpack(event), type=Event),
-            decode_json_as(encode_json(event), Event),
+            msgspec.msgpack.decode(ENCODER.encode(event), type=Event),
+            msgspec.json.decode(encode_json(event), type=Event),
         )
 
 

@@ -33,7 +33,7 @@ from sharedesk.protocol import (
     TranscriptMessage,
     ValidationError,
 )
-from sharedesk.protocol.codec import decode_json_as, encode_json
+from sharedesk.protocol.codec import encode_json
 from sharedesk.store.memory import MemoryStore
 
 OPERATOR = Operator()
@@ -955,7 +955,7 @@ class TestUpdateFromStore:
     ) -> None:
         store.append(SESSION, [delta(BOT, "Hel", run_id="r")])
         transcript = TranscriptBuilder.from_store(store, SESSION)
-        decoded = decode_json_as(encode_json(transcript), Transcript)
+        decoded = msgspec.json.decode(encode_json(transcript), type=Transcript)
         store.append(SESSION, [delta(BOT, "lo", run_id="r")])
 
         assert ["Hello"] == contents(TranscriptBuilder.update_from_store(store, decoded))

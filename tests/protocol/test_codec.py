@@ -17,14 +17,9 @@ from sharedesk.protocol import (
     TextDelta,
     ToolCall,
     ToolResult,
-    ValidationError,
 )
-from sharedesk.protocol.codec import (
-    decode_json_as,
-    encode_json,
-    encode_msgpack,
-)
-from sharedesk.protocol.records import decode_state
+from sharedesk.protocol.codec import encode_json
+from sharedesk.protocol.records import ENCODER, decode_state
 
 
 def decode_event(data: bytes) -> Event:
@@ -48,31 +43,19 @@ class TestEventCodec:
     def test_every_body_kind_round_trips_through_msgpack(self, body: object) -> None:
         event = Event(Agent("a", "A"), body, sequence=3, timestamp=datetime(2026, 1, 1, tzinfo=UTC))  # type: ignore[arg-type]
 
-        assert event == decode_event(encode_msgpack(event))
+        assert event == decode_event(ENCODER.encode(event))
 
     @pytest.mark.parametrize("author", AUTHORS, ids=lambda a: type(a).__name__)
     def test_every_author_kind_round_trips_through_json(self, author: object) -> None:
         event = Event(author, Text("hi"), parent=1, run_id="r", metadata={"k": [1]})  # type: ignore[arg-type]
 
-        assert event == decode_json_as(encode_json(event), Event)
+        assert event == msgspec.json.decode(encode_json(event), type=Event)
 
     def test_authors_are_tagged_on_the_type_field(self) -> None:
         assert b'"type":"person"' in encode_json(Person("p", "P"))
 
-    def test_malformed_bytes_raise_validation_error_with_the_cause_chained(self) -> None:
-        with pytest.raises(ValidationError) as caught:
-            decode_json_as(b"\xc1not json", SharingState)
-
-        assert caught.value.__cause__ is not None
-
-    def test_an_unknown_body_tag_raises_validation_error(self) -> None:
-        raw = b'{"author":{"type":"operator"},"body":{"type":"nope"},"id":"x"}'
-
-        with pytest.raises(ValidationError):
-            decode_json_as(raw, Event)
-
     def test_a_record_missing_later_fields_decodes_with_their_defaults(self) -> None:
-        raw = encode_msgpack(
+        raw = ENCODER.encode(
             {"author": {"type": "operator"}, "body": {"type": "text", "content": "x"}, "id": "i"}
         )
 
@@ -83,12 +66,8 @@ class TestSharingStateCodec:
     def test_a_state_round_trips_through_msgpack_and_json(self) -> None:
         state = SharingState(Conversation("d", 4), 10, frozenset({12, 15}))
 
-        assert state == decode_state("d", encode_msgpack(state))
-        assert state == decode_json_as(encode_json(state), SharingState)
+        assert state == decode_state("d", ENCODER.encode(state))
+        assert state == msgspec.json.decode(encode_json(state), type=SharingState)
 
-    def test_json_as_decodes_any_protocol_type(self) -> None:
-        assert Conversation("d") == decode_json_as('{"desk":"d"}', Conversation)
-
-    def test_json_as_rejects_a_mismatched_document(self) -> None:
-        with pytest.raises(ValidationError):
-            decode_json_as('{"desk":1}', Conversation)
+    def test_json_decodes_any_protocol_type(self) -> None:
+        assert Conversation("d") == msgspec.json.decode('{"desk":"d"}', type=Conversation)

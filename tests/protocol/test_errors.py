@@ -4,7 +4,7 @@ import msgspec
 import pytest
 
 from sharedesk.protocol import errors
-from sharedesk.protocol.codec import encode_msgpack
+from sharedesk.protocol.records import ENCODER
 from sharedesk.protocol.views import SharingState
 
 FIGURED = [
@@ -84,7 +84,7 @@ class TestErrorTree:
 
     def test_present_set_too_large_reaches_the_caller_unchanged_when_decoding(self) -> None:
         """msgspec rewraps ValueError from __post_init__; ours must pass through."""
-        raw = encode_msgpack(
+        raw = ENCODER.encode(
             {
                 "conversation": {"desk": "d"},
                 "watermark": 0,
