@@ -103,10 +103,3 @@ def _fold_run_state(state: SessionState, event: Event) -> SessionState:
     else:  # a run's first input row: it opens
         kept = open_runs if run_id in open_runs else (*open_runs, run_id)
     return state if kept == open_runs else msgspec.structs.replace(state, open_runs=kept)
-
-
-def fold_session_events(state: SessionState, events: list[Event]) -> SessionState:
-    """Apply stored ``events`` (in sequence order) to ``state``. Cost: O(len(events))."""
-    for event in events:
-        state = fold_session_state(state, event)
-    return state

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any, Final, TypeGuard, cast
 
 import msgspec
@@ -102,50 +102,66 @@ def is_postgres_dsn(value: Any) -> TypeGuard[str]:
     return scheme is not None and scheme.group(1).lower() in POSTGRES_SCHEMES
 
 
-#: The containers whose nesting :func:`check_depth` counts (a struct inside a value too).
+#: The containers whose nesting counts toward ``MAX_DEPTH`` (a struct inside a value too).
 _CONTAINERS: Final = (dict, list, tuple, set, frozenset, msgspec.Struct)
 
 
-def check_depth(name: str, value: Any) -> None:
-    """Check that containers in ``value`` (itself the first level) nest at most ``MAX_DEPTH`` deep.
-
-    Walks iteratively, so any depth is refused cleanly. Cost: O(containers and items).
-    """
-    # Each entry: (value, depth, where), ``where`` a chain (parent's where, key) that is
-    # spelled out only for an error.
-    stack: list[tuple[Any, int, Any]] = [(value, 0, name)]
-    while stack:
-        item, depth, where = stack.pop()
-        if depth >= MAX_DEPTH:
-            raise ValidationError(f"{_spell(where)} nests deeper than {MAX_DEPTH} levels")
-        if isinstance(item, msgspec.Struct):
-            item = {field: getattr(item, field) for field in item.__struct_fields__}
-        pairs = item.items() if isinstance(item, dict) else enumerate(item)
-        stack.extend(
-            (inner, depth + 1, (where, key))
-            for key, inner in pairs
-            if isinstance(inner, _CONTAINERS)
-        )
-
-
 def _check_nesting(where: str, event: Event) -> None:
-    if event.metadata:
-        check_depth(f"{where}.metadata", event.metadata)
+    # ``metadata`` and each container field of the body count from their own first level.
     body = event.body
-    for field in body.__struct_fields__:
-        value = getattr(body, field)
-        if value and isinstance(value, _CONTAINERS):
-            check_depth(f"{where}.body.{field}", value)
+    names = body.__struct_fields__
+    for index, value in enumerate([event.metadata, *(getattr(body, name) for name in names)]):
+        if value and isinstance(value, _CONTAINERS) and _too_deep(value):
+            field = f"body.{names[index - 1]}" if index else "metadata"
+            path = _path_of(value, f"{where}.{field}", _too_deep_at)
+            raise ValidationError(f"{path} nests deeper than {MAX_DEPTH} levels")
 
 
-def _spell(where: Any) -> str:
-    # ``events[0].metadata['a'][3]`` from the chain check_depth builds
-    parts: list[str] = []
-    while isinstance(where, tuple):
-        where, key = where
-        parts.append(f"[{key!r}]")
-    parts.append(where)
-    return "".join(reversed(parts))
+def _too_deep(value: Any) -> bool:
+    # Iterative, so any depth is refused cleanly. Cost: O(containers and items).
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if depth >= MAX_DEPTH:
+            return True
+        if isinstance(item, msgspec.Struct):
+            item = [getattr(item, field) for field in item.__struct_fields__]
+        inner = item.values() if isinstance(item, dict) else item
+        stack.extend((each, depth + 1) for each in inner if isinstance(each, _CONTAINERS))
+    return False
+
+
+def _too_deep_at(item: Any, depth: int) -> bool:
+    return depth >= MAX_DEPTH and isinstance(item, _CONTAINERS)
+
+
+def _lone_surrogate(item: Any, depth: int) -> bool:
+    return isinstance(item, str) and _SURROGATE.search(item) is not None
+
+
+def _path_of(value: Any, where: str, bad: Callable[[Any, int], bool], depth: int = 0) -> str | None:
+    # The path of the first str or container in ``value``, depth first, that is ``bad``.
+    if bad(value, depth):
+        return where
+    if depth > MAX_DEPTH:
+        return None
+    if isinstance(value, msgspec.Struct):
+        children = [(getattr(value, name), f"{where}.{name}") for name in value.__struct_fields__]
+    elif isinstance(value, dict):
+        children = [
+            child
+            for key, item in value.items()
+            for child in ((key, f"{where} key {key!r}"), (item, f"{where}[{key!r}]"))
+        ]
+    elif isinstance(value, list | tuple | set | frozenset):
+        children = [(item, f"{where}[{index}]") for index, item in enumerate(value)]
+    else:
+        return None
+    for child, path in children:
+        found = _path_of(child, path, bad, depth + 1)
+        if found is not None:
+            return found
+    return None
 
 
 def check_session_id(session_id: Any) -> str:
@@ -322,31 +338,6 @@ def check_share(share: Any) -> Share:
     return share
 
 
-def _surrogate_path(value: Any, where: str, depth: int = 0) -> str | None:
-    # The path of the first str in ``value`` that does not encode (once an encoding failed).
-    if depth > MAX_DEPTH:
-        return None
-    if isinstance(value, str):
-        return where if _SURROGATE.search(value) else None
-    if isinstance(value, msgspec.Struct):
-        children = [(getattr(value, name), f"{where}.{name}") for name in value.__struct_fields__]
-    elif isinstance(value, dict):
-        children = [
-            child
-            for key, item in value.items()
-            for child in ((key, f"{where} key {key!r}"), (item, f"{where}[{key!r}]"))
-        ]
-    elif isinstance(value, list | tuple | set | frozenset):
-        children = [(item, f"{where}[{index}]") for index, item in enumerate(value)]
-    else:
-        return None
-    for child, path in children:
-        found = _surrogate_path(child, path, depth + 1)
-        if found is not None:
-            return found
-    return None
-
-
 def check_events(events: Any) -> list[Event]:
     """Check a batch given to ``append`` and return private copies of its events, as a list.
 
@@ -374,7 +365,7 @@ def check_events(events: Any) -> list[Event]:
         try:
             copy = EVENT_DECODER.decode(ENCODER.encode(event))
         except UnicodeEncodeError as exc:
-            field = _surrogate_path(event, where) or where
+            field = _path_of(event, where, _lone_surrogate) or where
             raise ValidationError(
                 f"{field} holds a lone surrogate {exc.object[exc.start : exc.end]!r}"
             ) from exc

@@ -18,6 +18,7 @@ test here, so the other backend is covered too.
 
 from __future__ import annotations
 
+import functools
 import threading
 import uuid
 from abc import ABC, abstractmethod
@@ -30,7 +31,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sharedesk.projection.runstate import fold_session_events
+from sharedesk.projection.runstate import fold_session_state
 from sharedesk.protocol import (
     PRESENT_SET_LIMIT,
     Agent,
@@ -1307,8 +1308,8 @@ class RunIndexContract(_Fixture):
             }[kind]
             store.append(session_id, [event])
 
-        assert fold_session_events(
-            EMPTY_SESSION_STATE, store.read(session_id)
+        assert functools.reduce(
+            fold_session_state, store.read(session_id), EMPTY_SESSION_STATE
         ) == store.session_state(session_id)
 
 
