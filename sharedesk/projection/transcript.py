@@ -196,32 +196,14 @@ def _resume(transcript: Transcript, viewer: SessionAuthor | None) -> tuple[Messa
     state = transcript._fold
     if state is None:
         return MessageFold(viewer, transcript.messages), []
-    if not isinstance(state, TranscriptFold):
-        raise ValidationError(f"the transcript's fold state is not a TranscriptFold: {state!r}")
+    if not isinstance(state, TranscriptFold) or not _well_formed(state):
+        raise ValidationError(f"the transcript's fold state is malformed: {state!r}")
     viewer_key = None if viewer is None else author_key(viewer)
     if state.viewer != viewer_key:
         raise ValidationError(
             f"transcript was built for viewer {state.viewer!r}, not {viewer_key!r}"
         )
-    open_text = state.open_text
-    if open_text is not None and (
-        not isinstance(open_text, TranscriptMessage) or open_text.author is None
-    ):
-        raise ValidationError(
-            "the transcript's open_text is not a TranscriptMessage with an author"
-        )
-    run = state.open_run_id
-    if run is not None and not isinstance(run, str):
-        raise ValidationError(
-            f"the transcript's open_run_id must be a str or None, got {type(run).__name__}"
-        )
-    cut_calls = state.cut_pending_calls
-    if not isinstance(cut_calls, list | tuple) or not all(
-        isinstance(item, str) for item in cut_calls
-    ):
-        raise ValidationError(
-            f"the transcript's cut_pending_calls must be a list of str, got {cut_calls!r}"
-        )
+    open_text, run, cut_calls = state.open_text, state.open_run_id, state.cut_pending_calls
     messages = list(transcript.messages)
     if open_text is not None and messages:
         # Truncation keeps a suffix, so the open message, being the newest, is either
@@ -230,6 +212,17 @@ def _resume(transcript: Transcript, viewer: SessionAuthor | None) -> tuple[Messa
             raise ValidationError("the transcript's open_text is not its last message")
         messages.pop()
     return MessageFold(viewer, messages, open_text, run, cut_calls), list(cut_calls)
+
+
+def _well_formed(state: TranscriptFold) -> bool:
+    """Whether the fields of a transcript's fold state have their declared types."""
+    text, run, calls = state.open_text, state.open_run_id, state.cut_pending_calls
+    return (
+        (text is None or (isinstance(text, TranscriptMessage) and text.author is not None))
+        and (run is None or isinstance(run, str))
+        and isinstance(calls, list | tuple)
+        and all(isinstance(call, str) for call in calls)
+    )
 
 
 def _read(
