@@ -6,7 +6,7 @@ serves the rows above ``through`` as they are and then, in place of every row at
 below it, one summary row: sequence ``through``, authored by the compactor, content the
 summary, ``covers`` its authors (a root in the channel; in thread ``R`` the root itself
 when ``through == R``, else a reply to R). So ``project_session``, ``plan_turn`` and
-``fold_view`` run unchanged over it, and everything after ``through`` is walked exactly
+``fold_views`` run unchanged over it, and everything after ``through`` is walked exactly
 as before: compaction can neither drop nor repeat such a row.
 
 A channel reply above ``through`` whose root lies below it has no root left to reach, so

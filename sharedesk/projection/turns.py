@@ -10,7 +10,7 @@ is offered by exactly one turn until a reinitialize: a view's threshold only ris
 a row above the watermark qualifies for the view exactly when it qualifies for the delta
 of its interval.
 
-``fold_view`` folds a pushed row into a cached view only when that is provably what a
+``fold_views`` folds a pushed row into a cached view only when that is provably what a
 fresh walk would give: the view is not ``partial`` and the rows a fresh walk needs stay
 a page below ``SCAN_LIMIT``, so the scan limit could not have cut that walk.
 """
@@ -150,32 +150,27 @@ class CachedView(msgspec.Struct, frozen=True):
     needed: int
 
 
-def fold_view(
-    cached: CachedView, row: LogMessage, conversation: Conversation, window: int
-) -> CachedView | None:
-    """Fold the session's next ``Text`` row into ``cached`` (``None``: walk). Cost: O(window)."""
-    needed = cached.needed + 1
-    if cached.projection.partial or needed > FOLD_LIMIT:
-        return None
-    if window == 0 or is_blank(row.content):
-        return CachedView(cached.projection, needed)
-    root = conversation.thread_root
-    if root is None:
-        if row.parent is not None:
-            return None
-    elif row.parent != root and row.sequence != root:
-        return CachedView(cached.projection, needed)
-    messages = [*cached.projection.messages, *as_messages([row])][-window:]
-    return CachedView(Projection(messages=messages, partial=False), needed)
-
-
 def fold_views(
     cached: CachedView, rows: Sequence[LogMessage], conversation: Conversation, window: int
 ) -> CachedView | None:
-    """Fold ``rows`` (oldest first) into ``cached`` by :func:`fold_view`, or ``None``."""
-    folded: CachedView | None = cached
+    """Fold the session's next ``Text`` rows (oldest first) into ``cached`` (``None``: walk).
+
+    Cost: O(window) a row.
+    """
+    projection, needed = cached.projection, cached.needed
+    messages, root = projection.messages, conversation.thread_root
     for row in rows:
-        if folded is None:
+        needed += 1
+        if projection.partial or needed > FOLD_LIMIT:
             return None
-        folded = fold_view(folded, row, conversation, window)
-    return folded
+        if window == 0 or is_blank(row.content):
+            continue
+        if root is None:
+            if row.parent is not None:
+                return None
+        elif row.parent != root and row.sequence != root:
+            continue
+        messages = [*messages, *as_messages([row])][-window:]
+    if messages is not projection.messages:
+        projection = Projection(messages=messages, partial=False)
+    return CachedView(projection, needed)

@@ -49,27 +49,13 @@ def lmdb_watcher(
     shared: SharedEnvironment, in_read: InRead, path: str
 ) -> Callable[[Followers], Watcher]:
     """Return the maker of an ``LmdbStore``'s watcher for its :class:`Followers`."""
+    return lambda followers: _Watcher(shared, in_read, followers.tell, path)
 
-    def txnid() -> int:
-        def attempt() -> int:
-            if shared.closed:
-                raise StoreClosedError(path)
-            last: int = shared.env.info()["last_txnid"]
-            return last
 
-        last: int = shared.run("follow", attempt, damage=False)
-        return last
-
-    def lasts() -> tuple[int, dict[str, int]]:
-        def body(txn: Any, dbs: Mapping[bytes, Any]) -> tuple[int, dict[str, int]]:
-            cursor = txn.cursor(db=dbs[b"meta"])
-            found = {session_of(key): META.unpack(raw)[0] for key, raw in cursor.iternext()}
-            return txn.id(), found
-
-        walked: tuple[int, dict[str, int]] = in_read(body)
-        return walked
-
-    return lambda followers: _Watcher(txnid, lasts, followers.tell, path)
+def _lasts(txn: Any, dbs: Mapping[bytes, Any]) -> tuple[int, dict[str, int]]:
+    """Return the snapshot's id and each session's last sequence (the ``meta`` walk)."""
+    cursor = txn.cursor(db=dbs[b"meta"])
+    return txn.id(), {session_of(key): META.unpack(raw)[0] for key, raw in cursor.iternext()}
 
 
 class _Watcher:
@@ -77,14 +63,15 @@ class _Watcher:
 
     def __init__(
         self,
-        txnid: Callable[[], int],
-        lasts: Callable[[], tuple[int, dict[str, int]]],
+        shared: SharedEnvironment,
+        in_read: InRead,
         tell: Callable[[str | None, int], None],
         path: str,
     ) -> None:
-        self._txnid = txnid
-        self._lasts = lasts
+        self._shared = shared
+        self._in_read = in_read
         self._tell = tell
+        self._path = path
         self._stopping = threading.Event()
         self._seen_txnid = -1
         self._known: dict[str, int] = {}
@@ -98,7 +85,7 @@ class _Watcher:
         Raises:
             StoreError: The environment could not be read.
         """
-        self._seen_txnid, self._known = self._lasts()
+        self._seen_txnid, self._known = self._in_read(_lasts)
         self._thread.start()
 
     def stop(self) -> None:
@@ -106,6 +93,16 @@ class _Watcher:
         self._stopping.set()
         if self._thread.is_alive() and self._thread is not threading.current_thread():
             self._thread.join()
+
+    def _txnid(self) -> int:
+        def attempt() -> int:
+            if self._shared.closed:
+                raise StoreClosedError(self._path)
+            last: int = self._shared.env.info()["last_txnid"]
+            return last
+
+        last: int = self._shared.run("follow", attempt, damage=False)
+        return last
 
     def _run(self) -> None:
         keep_signals_for_the_main_thread()
@@ -120,7 +117,7 @@ class _Watcher:
                 started = time.monotonic()
                 # The walk's own snapshot id, not ``txnid``: LMDB writes the meta page
                 # (what ``env.info`` reads) before new read transactions see the commit.
-                walked, lasts = self._lasts()
+                walked, lasts = self._in_read(_lasts)
             except StoreClosedError:
                 return
             except SharedeskError as exc:

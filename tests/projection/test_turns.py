@@ -1,4 +1,4 @@
-"""plan_turn and fold_view: what a turn offers, and what a pushed row does to a view."""
+"""plan_turn and fold_views: what a turn offers, and what a pushed row does to a view."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from sharedesk.projection import project_session
 from sharedesk.projection.sharing import rows_above_watermark
-from sharedesk.projection.turns import CachedView, TurnPlan, fold_view, fold_views, plan_turn
+from sharedesk.projection.turns import CachedView, TurnPlan, fold_views, plan_turn
 from sharedesk.protocol import (
     SCAN_LIMIT,
     SESSION_WINDOW,
@@ -281,17 +281,17 @@ class TestFoldView:
     def test_a_blank_row_leaves_the_view_as_it_was(self) -> None:
         view = fresh([row(1)], CHANNEL, 30)
 
-        folded = fold_view(view, blank(2), CHANNEL, 30)
+        folded = fold_views(view, [blank(2)], CHANNEL, 30)
 
         assert folded is not None and view.projection == folded.projection
 
     def test_a_channel_reply_needs_a_walk(self) -> None:
-        assert fold_view(fresh([row(1)], CHANNEL, 30), row(2, parent=1), CHANNEL, 30) is None
+        assert fold_views(fresh([row(1)], CHANNEL, 30), [row(2, parent=1)], CHANNEL, 30) is None
 
     def test_a_new_root_pushes_the_oldest_message_out_of_a_full_window(self) -> None:
         view = fresh([row(1), row(2)], CHANNEL, 2)
 
-        folded = fold_view(view, row(3), CHANNEL, 2)
+        folded = fold_views(view, [row(3)], CHANNEL, 2)
 
         assert folded is not None and [2, 3] == sequences(folded.projection.messages)
 
@@ -311,7 +311,7 @@ class TestFoldView:
         conversation = Conversation("d", thread)
         view = fresh(rows[:split], conversation, window)
         for index in range(split, len(rows)):
-            folded = fold_view(view, rows[index], conversation, window)
+            folded = fold_views(view, [rows[index]], conversation, window)
             expected = fresh(rows[: index + 1], conversation, window)
             if folded is not None:
                 assert expected.projection == folded.projection
