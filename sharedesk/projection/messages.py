@@ -32,7 +32,7 @@ applies them:
 
 from __future__ import annotations
 
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Final, TypedDict
 
@@ -148,15 +148,15 @@ def truncate(
     # A result pairs with its call (latest unanswered first), or with position -1 when
     # that call was cut earlier (or is missing), so no cut at or before it can keep it.
     calls: list[tuple[str, int]] = [(call_id, -1) for call_id in cut_calls]
-    waiting: dict[str, deque[int]] = {}
+    waiting: dict[str, list[int]] = {}  # call id -> its unanswered calls, newest last
     for index, (call_id, _) in enumerate(calls):
-        waiting.setdefault(call_id, deque()).append(index)
+        waiting.setdefault(call_id, []).append(index)
     answered: set[int] = set()
     straddled = [0] * (count + 2)  # difference array of cuts that would split a pair
     for position, message in enumerate(messages):
         if _is_call(message):
             assert message.tool_call_id is not None
-            waiting.setdefault(message.tool_call_id, deque()).append(len(calls))
+            waiting.setdefault(message.tool_call_id, []).append(len(calls))
             calls.append((message.tool_call_id, position))
         elif message.role == "tool":
             queue = waiting.get(message.tool_call_id or "")

@@ -47,6 +47,7 @@ from sharedesk.protocol.transcripts import Transcript, TranscriptFold, Transcrip
 from sharedesk.protocol.validation import (
     check_optional_author,
     check_optional_int,
+    check_optional_str,
     check_session_id,
 )
 from sharedesk.protocol.views import Conversation
@@ -116,10 +117,7 @@ class TranscriptBuilder:
         checked_limit = check_optional_int("limit", limit)
         checked_viewer = check_optional_author(viewer, "viewer")
         budget = Budget(**budgets)
-        if exclude_run_id is not None and not isinstance(exclude_run_id, str):
-            raise ValidationError(
-                f"exclude_run_id must be a str or None, got {type(exclude_run_id).__name__}"
-            )
+        check_optional_str("exclude_run_id", exclude_run_id)
         events = _read(store, checked_id, checked_limit, checked_viewer, budget, exclude_run_id)
         return _build(checked_id, events, checked_viewer, budget)
 
