@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable, Collection, Sequence
-from typing import Any, Final, TypeGuard, cast
+from typing import Any, Final, NoReturn, TypeGuard, cast
 
 import msgspec
 
@@ -108,13 +108,18 @@ _CONTAINERS: Final = (dict, list, tuple, set, frozenset, msgspec.Struct)
 
 def _check_nesting(where: str, event: Event) -> None:
     # ``metadata`` and each container field of the body count from their own first level.
+    if event.metadata and _too_deep(event.metadata):
+        _refuse_depth(event.metadata, f"{where}.metadata")
     body = event.body
-    names = body.__struct_fields__
-    for index, value in enumerate([event.metadata, *(getattr(body, name) for name in names)]):
+    for name in body.__struct_fields__ if isinstance(body, msgspec.Struct) else ():
+        value = getattr(body, name)
         if value and isinstance(value, _CONTAINERS) and _too_deep(value):
-            field = f"body.{names[index - 1]}" if index else "metadata"
-            path = _path_of(value, f"{where}.{field}", _too_deep_at)
-            raise ValidationError(f"{path} nests deeper than {MAX_DEPTH} levels")
+            _refuse_depth(value, f"{where}.body.{name}")
+
+
+def _refuse_depth(value: Any, where: str) -> NoReturn:
+    path = _path_of(value, where, _too_deep_at)
+    raise ValidationError(f"{path} nests deeper than {MAX_DEPTH} levels")
 
 
 def _too_deep(value: Any) -> bool:
@@ -369,7 +374,7 @@ def check_events(events: Any) -> list[Event]:
             raise ValidationError(
                 f"{field} holds a lone surrogate {exc.object[exc.start : exc.end]!r}"
             ) from exc
-        except (msgspec.EncodeError, TypeError, ValueError, OverflowError) as exc:
+        except (msgspec.EncodeError, TypeError, ValueError, OverflowError, RecursionError) as exc:
             raise ValidationError(f"{where} is malformed: {exc}") from exc
         if isinstance(event.body, RunFinished) and event.body.status not in RUN_STATUSES:
             raise ValidationError(

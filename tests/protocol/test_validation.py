@@ -117,6 +117,10 @@ class TestEvents:
         with pytest.raises(ValidationError):
             check_events([Event(Operator(), Text("\ud800"))])
 
+    def test_a_body_that_is_no_body_kind_is_refused(self) -> None:
+        with pytest.raises(ValidationError, match=r"events\[0\]"):
+            check_events([Event(Operator(), 5)])  # type: ignore[arg-type]
+
 
 class TestEventSequence:
     def test_a_tuple_of_events_is_a_batch(self) -> None:
