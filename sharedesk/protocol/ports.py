@@ -103,25 +103,12 @@ class EventStore(Protocol):
 
 @runtime_checkable
 class SharingStateStore(Protocol):
-    """A store that also keeps sharing states, written atomically with a turn's reply."""
+    """A store that also keeps sharing states, each written with a turn's reply (``Share``)."""
 
     def get_sharing_state(
         self, session_id: str, viewer: str, conversation: Conversation
     ) -> SharingState | None:
         """Return the stored sharing state, or ``None``."""
-
-    def append_and_share(
-        self,
-        session_id: str,
-        events: Sequence[Event],
-        *,
-        viewer: str,
-        state: SharingState,
-        expected_state: SharingState | None,
-        expected_version: int | None = None,
-        reply_present: bool = False,
-    ) -> list[Event]:
-        """Append ``events`` and store ``state`` in one step."""
 
     def first_replies(self, session_id: str, roots: Collection[int]) -> dict[int, int]:
         """Return each root's first reply."""

@@ -13,6 +13,11 @@ __all__ = ["Share", "Write"]
 class Share(msgspec.Struct, frozen=True):
     """The sharing state a turn's commit stores with its reply (a compare-and-swap).
 
+    The store checks, in order, ``expected_version``, the stored state, parents and the
+    present set; on any error nothing is written. Besides the append's errors, it raises
+    ``PresentSetOverflow`` (noting the reply overflows the present set) and
+    ``CorruptRecordError`` (the stored state cannot be decoded).
+
     Attributes:
         viewer: The participant's :func:`~sharedesk.protocol.author_key`; the state is
             keyed by (session, viewer, ``state.conversation``).

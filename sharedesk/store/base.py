@@ -40,7 +40,7 @@ from sharedesk.protocol.validation import (
     check_write,
 )
 from sharedesk.protocol.views import Conversation, SessionPage, SharingState
-from sharedesk.protocol.writes import Share, Write
+from sharedesk.protocol.writes import Write
 from sharedesk.store._group_commit import GroupWriter, Outcome, WriteTxn, plan_group
 
 __all__ = ["StoreBase", "WriteTxn"]
@@ -157,45 +157,6 @@ class StoreBase(ABC):
         write = check_write(
             session_id, events, expected_version=expected_version, unless_stored=unless_stored
         )
-        return self._wait(write)
-
-    def append_and_share(
-        self,
-        session_id: str,
-        events: Sequence[Event],
-        *,
-        viewer: str,
-        state: SharingState,
-        expected_state: SharingState | None,
-        expected_version: int | None = None,
-        reply_present: bool = False,
-    ) -> list[Event]:
-        """Append ``events`` and store ``state`` in one atomic step; return as :meth:`append`.
-
-        The state is keyed by (session, viewer, ``state.conversation``). Checks run in this
-        order: input, ``expected_version``, the stored state, parents, the present set; on
-        any error nothing is written. Raises what :meth:`append` raises (but
-        ``AlreadyStored``), and the errors below.
-
-        Args:
-            session_id: The session.
-            events: As for :meth:`append`; may be empty (a turn committed without a reply).
-            viewer: The participant's :func:`~sharedesk.protocol.author_key`.
-            state: The state to store.
-            expected_state: The state the caller read (``None``: no state stored).
-            expected_version: As for :meth:`append`.
-            reply_present: Note the first event's stored sequence (its old one when its
-                id was stored before) as present in ``state``, inside the transaction.
-
-        Raises:
-            SharingStateConflict: The stored state is not ``expected_state``.
-            PresentSetOverflow: Noting the reply overflows the present set.
-            CorruptRecordError: The stored state cannot be decoded.
-
-        Cost: as :meth:`append`, plus one state read and write in the same transaction.
-        """
-        share = Share(viewer, state, expected_state, reply_present)
-        write = check_write(session_id, events, expected_version=expected_version, share=share)
         return self._wait(write)
 
     def on_commit(self, callback: CommitCallback) -> Callable[[], None]:

@@ -60,7 +60,7 @@ class FaultyStore:
         )
 
     def submit(self, write: Write) -> Future[list[Event]]:
-        self._enter("append" if write.share is None else "append_and_share")
+        self._enter("append" if write.share is None else "shared_write")
         return self.inner.submit(write)
 
     def on_commit(self, callback: CommitCallback) -> Callable[[], None]:
@@ -90,28 +90,6 @@ class FaultyStore:
     ) -> SharingState | None:
         self._enter("get_sharing_state")
         return self.inner.get_sharing_state(session_id, viewer, conversation)
-
-    def append_and_share(
-        self,
-        session_id: str,
-        events: Sequence[Event],
-        *,
-        viewer: str,
-        state: SharingState,
-        expected_state: SharingState | None,
-        expected_version: int | None = None,
-        reply_present: bool = False,
-    ) -> list[Event]:
-        self._enter("append_and_share")
-        return self.inner.append_and_share(
-            session_id,
-            events,
-            viewer=viewer,
-            state=state,
-            expected_state=expected_state,
-            expected_version=expected_version,
-            reply_present=reply_present,
-        )
 
     def first_replies(self, session_id: str, roots: Collection[int]) -> dict[int, int]:
         self._enter("first_replies")

@@ -58,6 +58,7 @@ from sharedesk.logconfig import LOGGER_NAME
 from sharedesk.protocol.views import SessionMessage
 from sharedesk.store.postgres import PostgresStore
 from tests.faults.counting import FaultCounter
+from tests.store.contract import append_shared
 
 #: Every test here: no deadline (shared 2-core machine), fixtures reused across examples.
 FAULTS = settings(
@@ -233,7 +234,7 @@ class TestStores:
         before = (contents(store), sharing_state(store, viewer, conversation))
         try:
             state = SharingState(conversation, watermark)
-            store.append_and_share("desk", [], viewer=viewer, state=state, expected_state=None)
+            append_shared(store, "desk", [], viewer=viewer, state=state, expected_state=None)
         except (ValidationError, SharingStateConflict):  # a conflict is a correct answer too
             assert before == (contents(store), sharing_state(store, viewer, conversation))
             return

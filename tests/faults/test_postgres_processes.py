@@ -45,6 +45,7 @@ from tests.conftest import start_postgres
 from tests.faults.pg_writer import PooledWriter, pooled_event, pooled_session
 from tests.faults.test_lmdb_processes import HANG, Report
 from tests.store.conftest import ROOT, child_env
+from tests.store.contract import append_shared
 
 pytestmark = pytest.mark.slow
 
@@ -971,7 +972,7 @@ def waiting_for_a_lock(admin: psycopg.Connection[tuple[int]], dbname: str) -> li
 
 
 #: The writes whose connection dies under them, each as a caller would retry it.
-WRITES = ["append", "append-expected_version", "append_and_share"]
+WRITES = ["append", "append-expected_version", "shared_write"]
 RETRIED = "stored-by-the-store's-retry"
 
 
@@ -985,7 +986,7 @@ class TestConnectionLostMidAppend:
         The statement was sent, so the store cannot know at once whether it committed.
         A plain append is retried (its ids make that exact); a write the retry of which
         would fail its own check if the first attempt committed (``expected_version``,
-        ``append_and_share``) is settled first: its server process is gone, a read
+        a shared write) is settled first: its server process is gone, a read
         shows it was not stored, so it runs again. Either way the caller gets the
         stored events, stored once.
         """
@@ -1009,8 +1010,8 @@ class TestConnectionLostMidAppend:
                     return store.append("pg/0", [event], expected_version=version)
                 expected = store.get_sharing_state("pg/0", VIEWER, conversation)
                 state = SharingState(conversation, cycle)
-                return store.append_and_share(
-                    "pg/0", [event], viewer=VIEWER, state=state, expected_state=expected
+                return append_shared(
+                    store, "pg/0", [event], viewer=VIEWER, state=state, expected_state=expected
                 )
 
             for cycle in range(1, cycles + 1):
@@ -1161,7 +1162,8 @@ class TestReplyLost:
                         )
                     else:
                         call = functools.partial(
-                            store.append_and_share,
+                            append_shared,
+                            store,
                             "pg/0",
                             [event],
                             viewer=VIEWER,

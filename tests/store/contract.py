@@ -4,7 +4,7 @@ The rules are grouped by capability, as eventsourcing groups its recorder test c
 
 - :class:`EventsContract`: the ``EventStore`` port (sequences, idempotent ids,
   ``expected_version``, reads, the ``Text`` log, close, threads);
-- :class:`SharingContract`: the ``SharingStateStore`` port (``append_and_share`` and its
+- :class:`SharingContract`: the ``SharingStateStore`` port (a write's ``Share`` and its
   compare-and-swap);
 - :class:`ListingContract`: ``sessions``, ``session_info`` and ``session_infos``.
 
@@ -65,20 +65,17 @@ from sharedesk.protocol.ports import (
 from sharedesk.protocol.sessions import EMPTY_SESSION_STATE, SESSION_STARTED_ID, SessionState
 from sharedesk.protocol.validation import check_write
 from sharedesk.protocol.views import SessionPage
+from sharedesk.protocol.writes import Share
 
 
-class ContractStore(RunIndexStore, SharingStateStore, Protocol):
-    """What the contract suite needs of a store: the three ports plus the session listing."""
+class ContractStore(RunIndexStore, SharingStateStore, WritingStore, Protocol):
+    """What the contract suite needs of a store: the four ports plus the session listing."""
 
     def sessions(self) -> list[str]: ...
 
     def session_info(self, session_id: str) -> SessionInfo | None: ...
 
     def session_infos(self) -> list[SessionInfo]: ...
-
-
-class WritesStore(ContractStore, WritingStore, Protocol):
-    """What :class:`WritesContract` needs: a contract store with the one write path."""
 
 
 ALICE = Person(id="alice", label="Alice")
@@ -107,6 +104,23 @@ def nested(depth: int) -> dict[str, Any]:
 
 def sequences(events: Sequence[Event]) -> list[int | None]:
     return [event.sequence for event in events]
+
+
+def append_shared(
+    store: WritingStore,
+    session_id: str,
+    events: Sequence[Event],
+    *,
+    viewer: str,
+    state: SharingState,
+    expected_state: SharingState | None,
+    expected_version: int | None = None,
+    reply_present: bool = False,
+) -> list[Event]:
+    """Write ``events`` with a sharing state through the one write path, as the Hub does."""
+    share = Share(viewer, state, expected_state, reply_present)
+    write = check_write(session_id, events, expected_version=expected_version, share=share)
+    return store.submit(write).result()
 
 
 def walk_log(store: ContractStore, session_id: str, limit: int) -> list[SessionPage]:
@@ -798,11 +812,16 @@ class SharingContract(_Fixture):
         "call",
         [
             lambda s: s.get_sharing_state("s", "v", Conversation("s")),
-            lambda s: s.append_and_share(
-                "s", [], viewer="v", state=SharingState(Conversation("s"), 0), expected_state=None
+            lambda s: append_shared(
+                s,
+                "s",
+                [],
+                viewer="v",
+                state=SharingState(Conversation("s"), 0),
+                expected_state=None,
             ),
         ],
-        ids=["get_sharing_state", "append_and_share"],
+        ids=["get_sharing_state", "shared_write"],
     )
     def test_closed_store_refuses_sharing_calls(
         self, store: ContractStore, call: Callable[[ContractStore], object]
@@ -820,7 +839,7 @@ class SharingContract(_Fixture):
         state = SharingState(Conversation("s"), 0)
 
         with pytest.raises(ValidationError):
-            store.append_and_share("s", [text()], viewer=viewer, state=state, expected_state=None)
+            append_shared(store, "s", [text()], viewer=viewer, state=state, expected_state=None)
 
         assert 0 == store.last_sequence("s")
 
@@ -829,34 +848,34 @@ class SharingContract(_Fixture):
     def test_sharing_state_is_none_until_stored(self, store: ContractStore) -> None:
         assert store.get_sharing_state("s", "agent:bot", Conversation("s")) is None
 
-    def test_append_and_share_stores_events_and_state_together(self, store: ContractStore) -> None:
+    def test_a_shared_write_stores_events_and_state_together(self, store: ContractStore) -> None:
         state = SharingState(Conversation("s"), 1, frozenset({2}))
 
-        result = store.append_and_share(
-            "s", [text("reply")], viewer="agent:bot", state=state, expected_state=None
+        result = append_shared(
+            store, "s", [text("reply")], viewer="agent:bot", state=state, expected_state=None
         )
 
         assert [1] == sequences(result)
         assert result == store.read("s")
         assert state == store.get_sharing_state("s", "agent:bot", Conversation("s"))
 
-    def test_append_and_share_with_no_events_stores_only_the_state(
+    def test_a_shared_write_with_no_events_stores_only_the_state(
         self, store: ContractStore
     ) -> None:
         state = SharingState(Conversation("s"), 0)
 
-        assert [] == store.append_and_share(
-            "s", [], viewer="agent:bot", state=state, expected_state=None
+        assert [] == append_shared(
+            store, "s", [], viewer="agent:bot", state=state, expected_state=None
         )
         assert state == store.get_sharing_state("s", "agent:bot", Conversation("s"))
         assert 0 == store.last_sequence("s")
 
-    def test_append_and_share_advances_from_the_stored_state(self, store: ContractStore) -> None:
+    def test_a_shared_write_advances_from_the_stored_state(self, store: ContractStore) -> None:
         first = SharingState(Conversation("s"), 0)
         second = SharingState(Conversation("s"), 3)
-        store.append_and_share("s", [], viewer="v", state=first, expected_state=None)
+        append_shared(store, "s", [], viewer="v", state=first, expected_state=None)
 
-        store.append_and_share("s", [text()], viewer="v", state=second, expected_state=first)
+        append_shared(store, "s", [text()], viewer="v", state=second, expected_state=first)
 
         assert second == store.get_sharing_state("s", "v", Conversation("s"))
 
@@ -864,11 +883,12 @@ class SharingContract(_Fixture):
         self, store: ContractStore
     ) -> None:
         stored = SharingState(Conversation("s"), 4)
-        store.append_and_share("s", [], viewer="v", state=stored, expected_state=None)
+        append_shared(store, "s", [], viewer="v", state=stored, expected_state=None)
         stale = SharingState(Conversation("s"), 2)
 
         with pytest.raises(SharingStateConflict) as caught:
-            store.append_and_share(
+            append_shared(
+                store,
                 "s",
                 [text()],
                 viewer="v",
@@ -884,10 +904,10 @@ class SharingContract(_Fixture):
         self, store: ContractStore
     ) -> None:
         state = SharingState(Conversation("s"), 1)
-        store.append_and_share("s", [], viewer="v", state=state, expected_state=None)
+        append_shared(store, "s", [], viewer="v", state=state, expected_state=None)
 
         with pytest.raises(SharingStateConflict) as caught:
-            store.append_and_share("s", [text()], viewer="v", state=state, expected_state=None)
+            append_shared(store, "s", [text()], viewer="v", state=state, expected_state=None)
 
         assert (-1, 1) == (caught.value.expected, caught.value.actual)
         assert 0 == store.last_sequence("s")
@@ -896,20 +916,26 @@ class SharingContract(_Fixture):
         self, store: ContractStore
     ) -> None:
         stored = SharingState(Conversation("s"), 1, frozenset({3}))
-        store.append_and_share("s", [], viewer="v", state=stored, expected_state=None)
+        append_shared(store, "s", [], viewer="v", state=stored, expected_state=None)
 
         with pytest.raises(SharingStateConflict):
-            store.append_and_share(
-                "s", [], viewer="v", state=stored, expected_state=SharingState(Conversation("s"), 1)
+            append_shared(
+                store,
+                "s",
+                [],
+                viewer="v",
+                state=stored,
+                expected_state=SharingState(Conversation("s"), 1),
             )
 
-    def test_append_and_share_with_stale_expected_version_writes_no_state(
+    def test_a_shared_write_with_stale_expected_version_writes_no_state(
         self, store: ContractStore
     ) -> None:
         store.append("s", [text()])
 
         with pytest.raises(ConcurrencyError) as caught:
-            store.append_and_share(
+            append_shared(
+                store,
                 "s",
                 [text()],
                 viewer="v",
@@ -922,9 +948,10 @@ class SharingContract(_Fixture):
         assert store.get_sharing_state("s", "v", Conversation("s")) is None
         assert 1 == store.last_sequence("s")
 
-    def test_append_and_share_with_bad_events_writes_no_state(self, store: ContractStore) -> None:
+    def test_a_shared_write_with_bad_events_writes_no_state(self, store: ContractStore) -> None:
         with pytest.raises(ValidationError):
-            store.append_and_share(
+            append_shared(
+                store,
                 "s",
                 [text(), text(parent=9)],
                 viewer="v",
@@ -949,11 +976,11 @@ class SharingContract(_Fixture):
         ],
         ids=["empty_viewer", "int_viewer", "dict_state", "expected_of_other_conversation"],
     )
-    def test_append_and_share_with_bad_sharing_arguments_writes_nothing(
+    def test_a_shared_write_with_bad_sharing_arguments_writes_nothing(
         self, store: ContractStore, arguments: dict[str, Any]
     ) -> None:
         with pytest.raises(ValidationError):
-            store.append_and_share("s", [text()], **arguments)
+            append_shared(store, "s", [text()], **arguments)
 
         assert 0 == store.last_sequence("s")
 
@@ -967,9 +994,14 @@ class SharingContract(_Fixture):
             ("a", thread): SharingState(thread, 3),
         }
         for (viewer, _), state in states.items():
-            store.append_and_share("s", [], viewer=viewer, state=state, expected_state=None)
-        store.append_and_share(
-            "t", [], viewer="a", state=SharingState(Conversation("s"), 9), expected_state=None
+            append_shared(store, "s", [], viewer=viewer, state=state, expected_state=None)
+        append_shared(
+            store,
+            "t",
+            [],
+            viewer="a",
+            state=SharingState(Conversation("s"), 9),
+            expected_state=None,
         )
 
         assert states == {
@@ -981,13 +1013,14 @@ class SharingContract(_Fixture):
         self, store: ContractStore
     ) -> None:
         start = SharingState(Conversation("s"), 0)
-        store.append_and_share("s", [], viewer="v", state=start, expected_state=None)
+        append_shared(store, "s", [], viewer="v", state=start, expected_state=None)
         winners: list[int] = []
         lock = threading.Lock()
 
         def work(index: int) -> None:
             try:
-                store.append_and_share(
+                append_shared(
+                    store,
                     "s",
                     [text(str(index))],
                     viewer="v",
@@ -1012,8 +1045,8 @@ class SharingContract(_Fixture):
             state: SharingState | None = None
             for watermark in range(5):
                 new = SharingState(Conversation("s"), watermark)
-                store.append_and_share(
-                    "s", [text()], viewer=f"v{index}", state=new, expected_state=state
+                append_shared(
+                    store, "s", [text()], viewer=f"v{index}", state=new, expected_state=state
                 )
                 state = new
 
@@ -1032,7 +1065,8 @@ class SharingContract(_Fixture):
         store.append("s", [text("root"), text("reply", parent=1)])
 
         with pytest.raises(ValidationError):
-            store.append_and_share(
+            append_shared(
+                store,
                 "s",
                 [text(parent=2)],
                 viewer="v",
@@ -1084,8 +1118,14 @@ class SharingContract(_Fixture):
         store.append("s", [text("before")])
         state = SharingState(Conversation("s"), 1)
 
-        store.append_and_share(
-            "s", [text("reply")], viewer="v", state=state, expected_state=None, reply_present=True
+        append_shared(
+            store,
+            "s",
+            [text("reply")],
+            viewer="v",
+            state=state,
+            expected_state=None,
+            reply_present=True,
         )
 
         assert SharingState(Conversation("s"), 1, frozenset({2})) == store.get_sharing_state(
@@ -1098,7 +1138,8 @@ class SharingContract(_Fixture):
         store.append("s", [text("said before", id="dup"), text("x"), text("y")])
         state = SharingState(Conversation("s"), 1)
 
-        result = store.append_and_share(
+        result = append_shared(
+            store,
             "s",
             [text("said before", id="dup")],
             viewer="v",
@@ -1117,8 +1158,14 @@ class SharingContract(_Fixture):
         planned = SharingState(Conversation("s"), 0)
         store.append("s", [text("someone else"), text("and another")])
 
-        result = store.append_and_share(
-            "s", [text("reply")], viewer="v", state=planned, expected_state=None, reply_present=True
+        result = append_shared(
+            store,
+            "s",
+            [text("reply")],
+            viewer="v",
+            state=planned,
+            expected_state=None,
+            reply_present=True,
         )
 
         assert [3] == sequences(result)
@@ -1132,8 +1179,14 @@ class SharingContract(_Fixture):
         full = SharingState(Conversation("s"), 0, frozenset(range(100, 100 + PRESENT_SET_LIMIT)))
 
         with pytest.raises(PresentSetOverflow):
-            store.append_and_share(
-                "s", [text()], viewer="v", state=full, expected_state=None, reply_present=True
+            append_shared(
+                store,
+                "s",
+                [text()],
+                viewer="v",
+                state=full,
+                expected_state=None,
+                reply_present=True,
             )
 
         assert (0, None) == (
@@ -1316,14 +1369,14 @@ class RunIndexContract(_Fixture):
 class WritesContract(_Fixture):
     """The one write path (``StoreBase.submit``) and the commit callbacks (``on_commit``)."""
 
-    def test_submit_completes_its_future_with_the_stored_events(self, store: WritesStore) -> None:
+    def test_submit_completes_its_future_with_the_stored_events(self, store: ContractStore) -> None:
         future = store.submit(check_write("s", [text("a"), text("b")]))
 
         assert [1, 2] == sequences(future.result(timeout=10))
         assert [1, 2] == sequences(store.read("s"))
 
     def test_submit_completes_a_failing_write_with_its_error_and_writes_nothing(
-        self, store: WritesStore
+        self, store: ContractStore
     ) -> None:
         future = store.submit(check_write("s", [text()], expected_version=3))
 
@@ -1331,7 +1384,7 @@ class WritesContract(_Fixture):
             future.result(timeout=10)
         assert 0 == store.last_sequence("s")
 
-    def test_a_commit_callback_has_run_when_the_append_returns(self, store: WritesStore) -> None:
+    def test_a_commit_callback_has_run_when_the_append_returns(self, store: ContractStore) -> None:
         told: list[tuple[str, list[int | None]]] = []
         store.on_commit(lambda session_id, new: told.append((session_id, sequences(new))))
 
@@ -1339,7 +1392,7 @@ class WritesContract(_Fixture):
 
         assert [("s", [1, 2])] == told
 
-    def test_a_commit_callback_is_told_only_the_new_events(self, store: WritesStore) -> None:
+    def test_a_commit_callback_is_told_only_the_new_events(self, store: ContractStore) -> None:
         store.append("s", [text(id="x")])
         told: list[list[int | None]] = []
         store.on_commit(lambda _session_id, new: told.append(sequences(new)))
@@ -1349,7 +1402,9 @@ class WritesContract(_Fixture):
 
         assert [[2]] == told
 
-    def test_a_commit_callback_is_not_told_of_a_write_that_failed(self, store: WritesStore) -> None:
+    def test_a_commit_callback_is_not_told_of_a_write_that_failed(
+        self, store: ContractStore
+    ) -> None:
         told: list[str] = []
         store.on_commit(lambda session_id, _new: told.append(session_id))
 
@@ -1359,7 +1414,7 @@ class WritesContract(_Fixture):
         assert [] == told
 
     def test_a_raising_commit_callback_is_dropped_and_the_append_succeeds(
-        self, store: WritesStore
+        self, store: ContractStore
     ) -> None:
         told: list[str] = []
 
@@ -1372,7 +1427,7 @@ class WritesContract(_Fixture):
         assert [1] == sequences(store.append("s", [text()]))
         assert ["s"] == told
 
-    def test_a_removed_commit_callback_is_not_called_again(self, store: WritesStore) -> None:
+    def test_a_removed_commit_callback_is_not_called_again(self, store: ContractStore) -> None:
         told: list[str] = []
         remove = store.on_commit(lambda session_id, _new: told.append(session_id))
         store.append("s", [text()])
@@ -1384,7 +1439,7 @@ class WritesContract(_Fixture):
         assert ["s"] == told
 
     def test_commit_callbacks_come_in_commit_order_from_many_threads(
-        self, store: WritesStore
+        self, store: ContractStore
     ) -> None:
         told: list[int | None] = []
         store.on_commit(lambda _session_id, new: told.extend(sequences(new)))
@@ -1397,7 +1452,7 @@ class WritesContract(_Fixture):
         assert list(range(1, 9)) == told
 
     def test_a_write_submitted_after_close_fails_with_store_closed(
-        self, store: WritesStore
+        self, store: ContractStore
     ) -> None:
         write = check_write("s", [text()])
         store.close()

@@ -37,7 +37,7 @@ from sharedesk.store import LmdbStore
 from sharedesk.store._lmdb_env import FORMAT_KEY, FORMAT_VERSION, READER_CHECK_COMMITS
 from sharedesk.store._lmdb_layout import SEQ, session_prefix, tree_problem
 from tests.store.conftest import ChildFactory, run_child
-from tests.store.contract import ContractStore, StoreContract, delta, text
+from tests.store.contract import ContractStore, StoreContract, append_shared, delta, text
 
 ALICE = Person(id="alice", label="Alice")
 
@@ -280,8 +280,8 @@ class TestLmdbStoreReopen:
         state = SharingState(Conversation("s", thread_root=1), 1, frozenset({3}))
         with LmdbStore(store_path) as first:
             first.append("s", [text()])
-            first.append_and_share(
-                "s", [text(), text()], viewer="agent:x", state=state, expected_state=None
+            append_shared(
+                first, "s", [text(), text()], viewer="agent:x", state=state, expected_state=None
             )
             info = first.session_info("s")
 
@@ -953,8 +953,8 @@ class TestLmdbStoreRecords:
     def test_corrupt_sharing_state_raises_corrupt_record_error(self, store_path: Path) -> None:
         conversation = Conversation("s")
         with LmdbStore(store_path) as store:
-            store.append_and_share(
-                "s", [], viewer="v", state=SharingState(conversation, 1), expected_state=None
+            append_shared(
+                store, "s", [], viewer="v", state=SharingState(conversation, 1), expected_state=None
             )
         key = sharing_key(session_prefix("s"), "v", conversation)
         raw_put(store_path, b"sharing", key, b"\x92\x01")
@@ -1009,8 +1009,8 @@ class TestLmdbStoreRecords:
         conversation = Conversation(session_id, thread_root=1)
         state = SharingState(conversation, 1)
 
-        store.append_and_share(
-            session_id, [text()], viewer="v" * 1000, state=state, expected_state=None
+        append_shared(
+            store, session_id, [text()], viewer="v" * 1000, state=state, expected_state=None
         )
 
         assert state == store.get_sharing_state(session_id, "v" * 1000, conversation)

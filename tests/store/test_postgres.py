@@ -56,6 +56,7 @@ from tests.store.contract import (
     BOT,
     ContractStore,
     StoreContract,
+    append_shared,
     run_threads,
     run_threads_indexed,
     text,
@@ -570,8 +571,13 @@ class TestIdentifiers:
             session_id, [Event(ALICE, Text("a\x00b"), id="id\x00", run_id="run\x00")]
         )
         state = SharingState(Conversation(session_id, thread_root=1), 1)
-        pg.append_and_share(
-            session_id, [text("re\x00", parent=1)], viewer=viewer, state=state, expected_state=None
+        append_shared(
+            pg,
+            session_id,
+            [text("re\x00", parent=1)],
+            viewer=viewer,
+            state=state,
+            expected_state=None,
         )
 
         assert [root] == pg.run_events(session_id, "run\x00")
@@ -620,7 +626,8 @@ class TestFollow:
         with PostgresStore(dsn) as a, PostgresStore(dsn) as b:
             a.follow(lambda session_id, last: heard.put((session_id, last)))
             b.append("s", [text()])
-            b.append_and_share(
+            append_shared(
+                b,
                 "s",
                 [text()],
                 viewer="v",
@@ -718,7 +725,7 @@ class TestConnectionLoss:
         interrupt_next_commit(dsn)
         state = SharingState(Conversation("s"), 0)
 
-        pg.append_and_share("s", [text()], viewer="v", state=state, expected_state=None)
+        append_shared(pg, "s", [text()], viewer="v", state=state, expected_state=None)
 
         assert (1, state) == (
             pg.last_sequence("s"),
@@ -729,7 +736,8 @@ class TestConnectionLoss:
         "write",
         [
             lambda store: store.append("s", [text(id="e1")], expected_version=0),
-            lambda store: store.append_and_share(
+            lambda store: append_shared(
+                store,
                 "s",
                 [text(id="e1")],
                 viewer="v",
@@ -737,7 +745,7 @@ class TestConnectionLoss:
                 expected_state=None,
             ),
         ],
-        ids=["append", "append_and_share"],
+        ids=["append", "shared_write"],
     )
     def test_a_write_whose_interrupted_commit_cannot_be_settled_says_its_outcome_is_unknown(
         self,
@@ -1018,7 +1026,7 @@ class TestGroupCommit:
             sent.clear()
             store.append("s", [text(parent=1), text()], expected_version=1)
             state = SharingState(Conversation("s"), 0)
-            store.append_and_share("s", [text()], viewer="v", state=state, expected_state=None)
+            append_shared(store, "s", [text()], viewer="v", state=state, expected_state=None)
 
         assert ["BEGIN", "EXECUTE", "BEGIN", "EXECUTE"] == [q.split()[0].rstrip(";") for q in sent]
 
