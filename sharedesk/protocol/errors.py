@@ -47,7 +47,6 @@ __all__ = [
     "RunNotFound",
     "RunStateError",
     "RunTimeout",
-    "SchemaTooNewError",
     "SessionFailed",
     "SharedeskError",
     "SharingStateConflict",
@@ -430,24 +429,12 @@ class CommitOutcomeUnknown(StoreIOError):
     )
 
 
-class SchemaTooNewError(StoreError):
-    """Raised when a database's store ``schema`` is at a version newer than this code's.
-
-    ``path`` is the DSN without its password. Nothing was changed.
-    """
-
-    path: str
-    schema: str
-    found: int
-    supported: int
-    template = (
-        "the store at {path} (schema {schema!r}) is at version {found}, newer than the "
-        "{supported} this version of sharedesk supports: upgrade sharedesk"
-    )
-
-
 class StoreFormatError(StoreError):
-    """Raised at open when a store's file holds a format this code does not know (``found``)."""
+    """Raised at open when a store holds a format this code does not know (``found``).
+
+    An LMDB file another program wrote, or a database schema newer than this code's.
+    Nothing was changed.
+    """
 
     path: str
     found: str

@@ -16,7 +16,7 @@ import hashlib
 import re
 from typing import Any, Final, NamedTuple
 
-from sharedesk.protocol.errors import SchemaTooNewError, ValidationError
+from sharedesk.protocol.errors import StoreFormatError, ValidationError
 
 
 class Migration(NamedTuple):
@@ -113,7 +113,7 @@ def migrate(conn: Any, schema: str, where: str) -> int:
     applies the missing migrations.
 
     Raises:
-        SchemaTooNewError: The database holds a newer version; nothing was changed.
+        StoreFormatError: The database holds a newer version; nothing was changed.
         psycopg.Error: The server failed (the caller wraps it).
     """
     quoted = f'"{schema}"'
@@ -122,7 +122,7 @@ def migrate(conn: Any, schema: str, where: str) -> int:
     if found == SCHEMA_VERSION:
         return found
     if found > SCHEMA_VERSION:
-        raise SchemaTooNewError(where, schema, found, SCHEMA_VERSION)
+        raise StoreFormatError(where, f"schema {schema!r} at version {found}", SCHEMA_VERSION)
     with conn.transaction():
         conn.execute("SELECT pg_advisory_xact_lock(%s)", [advisory_key(schema)])
         conn.execute(f"CREATE SCHEMA IF NOT EXISTS {quoted}")
@@ -135,7 +135,7 @@ def migrate(conn: Any, schema: str, where: str) -> int:
         )
         found = _version(conn, schema, quoted)
         if found > SCHEMA_VERSION:
-            raise SchemaTooNewError(where, schema, found, SCHEMA_VERSION)
+            raise StoreFormatError(where, f"schema {schema!r} at version {found}", SCHEMA_VERSION)
         for migration in MIGRATIONS:
             if migration.version <= found:
                 continue

@@ -185,7 +185,7 @@ class PostgresStore(StoreBase):
     Raises:
         ValidationError: An unknown or bad option, or a ``dsn`` that is not a
             PostgreSQL URL.
-        SchemaTooNewError: The database was written by a newer sharedesk.
+        StoreFormatError: The database was written by a newer sharedesk.
         StoreUnreachable: The server refused the connection, or could not be reached.
         StoreIOError: The server refused the schema.
 
