@@ -18,12 +18,13 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Final, NoReturn
 
+import msgspec
+
 from sharedesk.actors import Hub, Turn
 from sharedesk.logconfig import configure_logging
 from sharedesk.projection import project_session
 from sharedesk.protocol.authors import Agent, Operator, Person, SessionAuthor, System
 from sharedesk.protocol.authors import same_participant as _same
-from sharedesk.protocol.codec import encode_json
 from sharedesk.protocol.constants import SESSION_WINDOW
 from sharedesk.protocol.errors import SharedeskError, StoreIOError, ValidationError
 from sharedesk.protocol.validation import check_int, check_optional_int, is_postgres_dsn
@@ -106,7 +107,7 @@ class Output:
 
     def json(self, value: Any) -> None:
         """Print ``value`` as one JSON line, unsafe characters escaped. Cost: O(size)."""
-        self._stream.write(safe_text(encode_json(value).decode(), json=True) + "\n")
+        self._stream.write(safe_text(msgspec.json.encode(value).decode(), json=True) + "\n")
 
     def table(
         self, columns: Sequence[str], rows: Sequence[Sequence[str]], right: Collection[int]

@@ -36,9 +36,10 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Final, TypedDict
 
+import msgspec
+
 from sharedesk.projection.compaction import compacted_messages
 from sharedesk.protocol.authors import Agent, SessionAuthor, System, author_key, same_participant
-from sharedesk.protocol.codec import encode_json
 from sharedesk.protocol.errors import ValidationError
 from sharedesk.protocol.events import Compaction, Event, Text, TextDelta, ToolCall, ToolResult
 from sharedesk.protocol.transcripts import TranscriptMessage
@@ -86,7 +87,7 @@ def message_chars(message: TranscriptMessage) -> int:
 
 def _json_chars(value: Any, what: str) -> int:
     try:
-        return len(encode_json(value).decode("utf-8"))
+        return len(msgspec.json.encode(value).decode("utf-8"))
     except (TypeError, ValueError, RecursionError) as exc:
         raise ValidationError(f"{what} cannot be counted: it is not JSON-encodable") from exc
 

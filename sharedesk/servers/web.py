@@ -45,6 +45,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Final
 
+import msgspec
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
@@ -53,7 +54,6 @@ from starlette.routing import Route
 
 from sharedesk.actors import Hub
 from sharedesk.protocol.authors import SessionAuthor, author_key
-from sharedesk.protocol.codec import encode_json
 from sharedesk.protocol.errors import SharedeskError, ValidationError
 from sharedesk.protocol.events import Event, Text, new_event_id
 from sharedesk.protocol.validation import MAX_INT, is_postgres_dsn
@@ -98,7 +98,7 @@ _HEADERS: Final = [
 
 
 def _json(value: Any, status: int = 200) -> Response:
-    return Response(encode_json(value), status_code=status, media_type="application/json")
+    return Response(msgspec.json.encode(value), status_code=status, media_type="application/json")
 
 
 def _error(status: int, message: str) -> Response:
@@ -107,7 +107,8 @@ def _error(status: int, message: str) -> Response:
 
 def sse_row(event: Event) -> bytes:
     """Return one stored row as a server-sent event: its sequence as id, ``row``, JSON."""
-    return b"id: %d\nevent: row\ndata: %s\n\n" % (event.sequence or 0, encode_json(row_json(event)))
+    data = msgspec.json.encode(row_json(event))
+    return b"id: %d\nevent: row\ndata: %s\n\n" % (event.sequence or 0, data)
 
 
 def _int_arg(request: Request, name: str, default: int | None) -> int | None:

@@ -12,7 +12,6 @@ import pytest
 from sharedesk.actors.hub import Hub
 from sharedesk.projection.transcript import TranscriptBuilder
 from sharedesk.protocol.authors import Agent, Person
-from sharedesk.protocol.codec import encode_json
 from sharedesk.protocol.events import Event, Item, Retracted, Text
 from sharedesk.protocol.ports import EventStore
 from sharedesk.protocol.records import ENCODER
@@ -63,7 +62,7 @@ class TestStorage:
 
         assert (event, event) == (
             msgspec.msgpack.decode(ENCODER.encode(event), type=Event),
-            msgspec.json.decode(encode_json(event), type=Event),
+            msgspec.json.decode(msgspec.json.encode(event), type=Event),
         )
 
 

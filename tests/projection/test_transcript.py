@@ -33,7 +33,6 @@ from sharedesk.protocol import (
     TranscriptMessage,
     ValidationError,
 )
-from sharedesk.protocol.codec import encode_json
 from sharedesk.store.memory import MemoryStore
 
 OPERATOR = Operator()
@@ -955,7 +954,7 @@ class TestUpdateFromStore:
     ) -> None:
         store.append(SESSION, [delta(BOT, "Hel", run_id="r")])
         transcript = TranscriptBuilder.from_store(store, SESSION)
-        decoded = msgspec.json.decode(encode_json(transcript), type=Transcript)
+        decoded = msgspec.json.decode(msgspec.json.encode(transcript), type=Transcript)
         store.append(SESSION, [delta(BOT, "lo", run_id="r")])
 
         assert ["Hello"] == contents(TranscriptBuilder.update_from_store(store, decoded))
