@@ -67,6 +67,7 @@ except ModuleNotFoundError as exc:
         "pip install 'sharedesk[agent-framework]'"
     ) from exc
 
+from sharedesk.actors.aio import AsyncHub
 from sharedesk.protocol import (
     PAGE_SIZE,
     Agent,
@@ -83,7 +84,6 @@ from sharedesk.protocol import (
     same_participant,
 )
 from sharedesk.protocol.events import new_event_id
-from sharedesk.protocol.ports import AsyncEventStore
 from sharedesk.protocol.validation import check_author, check_bool, check_session_id, check_text
 
 __all__ = ["MESSAGE_KEY", "PROVIDER_KEY", "SPEAKER_STATE_KEY", "DeskHistoryProvider"]
@@ -120,7 +120,7 @@ class DeskHistoryProvider(HistoryProvider):
 
     def __init__(
         self,
-        hub: AsyncEventStore,
+        hub: AsyncHub,
         agent: SessionAuthor,
         *,
         source_id: str = "sharedesk",
@@ -135,7 +135,7 @@ class DeskHistoryProvider(HistoryProvider):
         """Create the provider; nothing is read or written until the framework calls it.
 
         Args:
-            hub: An ``AsyncHub`` (or any other ``AsyncEventStore``).
+            hub: The ``AsyncHub`` of the desk.
             agent: The participant this provider reads as and speaks for.
             source_id: The framework's provider id (attribution of loaded messages).
             load_messages: Load the desk before each run.

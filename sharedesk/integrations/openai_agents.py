@@ -70,6 +70,7 @@ except ModuleNotFoundError as exc:
         "pip install 'sharedesk[agents]'"
     ) from exc
 
+from sharedesk.actors.aio import AsyncHub
 from sharedesk.protocol import (
     PAGE_SIZE,
     Agent,
@@ -87,7 +88,6 @@ from sharedesk.protocol import (
     author_label,
     same_participant,
 )
-from sharedesk.protocol.ports import AsyncEventStore
 from sharedesk.protocol.validation import (
     check_author,
     check_conversation,
@@ -170,7 +170,7 @@ class DeskSession:
 
     def __init__(
         self,
-        hub: AsyncEventStore,
+        hub: AsyncHub,
         session_id: str,
         agent: SessionAuthor,
         *,
@@ -181,7 +181,7 @@ class DeskSession:
         """Create the session; nothing is read or written until a method is awaited.
 
         Args:
-            hub: An ``AsyncHub`` (or any other ``AsyncEventStore``).
+            hub: The ``AsyncHub`` of the desk.
             session_id: The desk.
             agent: The participant this session speaks for and reads as.
             conversation: The desk's channel (default) or a thread of it.

@@ -126,30 +126,6 @@ class WritingStore(Protocol):
 
 
 @runtime_checkable
-class AsyncEventStore(Protocol):
-    """``EventStore``'s writes and reads as coroutines (``AsyncHub`` implements it)."""
-
-    async def append(
-        self, session_id: str, events: Sequence[Event], *, expected_version: int | None = None
-    ) -> list[Event]:
-        """Append ``events``; return them as stored."""
-
-    async def read(
-        self,
-        session_id: str,
-        *,
-        after: int | None = None,
-        before: int | None = None,
-        limit: int | None = None,
-        newest_first: bool = False,
-    ) -> list[Event]:
-        """Return stored events with ``after < sequence < before``."""
-
-    async def last_sequence(self, session_id: str) -> int:
-        """Return the session's last sequence."""
-
-
-@runtime_checkable
 class RunIndexStore(EventStore, Protocol):
     """A store that keeps each session's state and run index as events are appended.
 

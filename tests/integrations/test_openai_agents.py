@@ -152,7 +152,7 @@ class TestOwnItems:
             async def last_sequence(self, session_id: str) -> int:
                 return await hub.last_sequence(session_id)
 
-        session = DeskSession(Counting(), "desk", TRIAGE)
+        session = DeskSession(Counting(), "desk", TRIAGE)  # type: ignore[arg-type]  # a spy
 
         async def scenario() -> None:
             await session.add_items([USER_MSG, CALL])
@@ -441,7 +441,7 @@ class TestLimit:
                 calls.append("last_sequence")
                 return await hub.last_sequence(session_id)
 
-        session = DeskSession(Recording(), "desk", TRIAGE)
+        session = DeskSession(Recording(), "desk", TRIAGE)  # type: ignore[arg-type]  # a spy
 
         async def scenario() -> None:
             with pytest.raises(ValidationError, match="limit"):
