@@ -234,7 +234,7 @@ class TestStores:
         before = (contents(store), sharing_state(store, viewer, conversation))
         try:
             state = SharingState(conversation, watermark)
-            append_shared(store, "desk", [], viewer=viewer, state=state, expected_state=None)
+            append_shared(store, "desk", [], viewer=viewer, state=state)
         except (ValidationError, SharingStateConflict):  # a conflict is a correct answer too
             assert before == (contents(store), sharing_state(store, viewer, conversation))
             return

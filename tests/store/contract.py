@@ -113,7 +113,7 @@ def append_shared(
     *,
     viewer: str,
     state: SharingState,
-    expected_state: SharingState | None,
+    expected_state: SharingState | None = None,
     expected_version: int | None = None,
     reply_present: bool = False,
 ) -> list[Event]:
@@ -818,7 +818,6 @@ class SharingContract(_Fixture):
                 [],
                 viewer="v",
                 state=SharingState(Conversation("s"), 0),
-                expected_state=None,
             ),
         ],
         ids=["get_sharing_state", "shared_write"],
@@ -839,7 +838,7 @@ class SharingContract(_Fixture):
         state = SharingState(Conversation("s"), 0)
 
         with pytest.raises(ValidationError):
-            append_shared(store, "s", [text()], viewer=viewer, state=state, expected_state=None)
+            append_shared(store, "s", [text()], viewer=viewer, state=state)
 
         assert 0 == store.last_sequence("s")
 
@@ -851,9 +850,7 @@ class SharingContract(_Fixture):
     def test_a_shared_write_stores_events_and_state_together(self, store: ContractStore) -> None:
         state = SharingState(Conversation("s"), 1, frozenset({2}))
 
-        result = append_shared(
-            store, "s", [text("reply")], viewer="agent:bot", state=state, expected_state=None
-        )
+        result = append_shared(store, "s", [text("reply")], viewer="agent:bot", state=state)
 
         assert [1] == sequences(result)
         assert result == store.read("s")
@@ -864,16 +861,14 @@ class SharingContract(_Fixture):
     ) -> None:
         state = SharingState(Conversation("s"), 0)
 
-        assert [] == append_shared(
-            store, "s", [], viewer="agent:bot", state=state, expected_state=None
-        )
+        assert [] == append_shared(store, "s", [], viewer="agent:bot", state=state)
         assert state == store.get_sharing_state("s", "agent:bot", Conversation("s"))
         assert 0 == store.last_sequence("s")
 
     def test_a_shared_write_advances_from_the_stored_state(self, store: ContractStore) -> None:
         first = SharingState(Conversation("s"), 0)
         second = SharingState(Conversation("s"), 3)
-        append_shared(store, "s", [], viewer="v", state=first, expected_state=None)
+        append_shared(store, "s", [], viewer="v", state=first)
 
         append_shared(store, "s", [text()], viewer="v", state=second, expected_state=first)
 
@@ -883,7 +878,7 @@ class SharingContract(_Fixture):
         self, store: ContractStore
     ) -> None:
         stored = SharingState(Conversation("s"), 4)
-        append_shared(store, "s", [], viewer="v", state=stored, expected_state=None)
+        append_shared(store, "s", [], viewer="v", state=stored)
         stale = SharingState(Conversation("s"), 2)
 
         with pytest.raises(SharingStateConflict) as caught:
@@ -904,10 +899,10 @@ class SharingContract(_Fixture):
         self, store: ContractStore
     ) -> None:
         state = SharingState(Conversation("s"), 1)
-        append_shared(store, "s", [], viewer="v", state=state, expected_state=None)
+        append_shared(store, "s", [], viewer="v", state=state)
 
         with pytest.raises(SharingStateConflict) as caught:
-            append_shared(store, "s", [text()], viewer="v", state=state, expected_state=None)
+            append_shared(store, "s", [text()], viewer="v", state=state)
 
         assert (-1, 1) == (caught.value.expected, caught.value.actual)
         assert 0 == store.last_sequence("s")
@@ -916,7 +911,7 @@ class SharingContract(_Fixture):
         self, store: ContractStore
     ) -> None:
         stored = SharingState(Conversation("s"), 1, frozenset({3}))
-        append_shared(store, "s", [], viewer="v", state=stored, expected_state=None)
+        append_shared(store, "s", [], viewer="v", state=stored)
 
         with pytest.raises(SharingStateConflict):
             append_shared(
@@ -940,7 +935,6 @@ class SharingContract(_Fixture):
                 [text()],
                 viewer="v",
                 state=SharingState(Conversation("s"), 1),
-                expected_state=None,
                 expected_version=0,
             )
 
@@ -956,7 +950,6 @@ class SharingContract(_Fixture):
                 [text(), text(parent=9)],
                 viewer="v",
                 state=SharingState(Conversation("s"), 1),
-                expected_state=None,
             )
 
         assert store.get_sharing_state("s", "v", Conversation("s")) is None
@@ -994,14 +987,13 @@ class SharingContract(_Fixture):
             ("a", thread): SharingState(thread, 3),
         }
         for (viewer, _), state in states.items():
-            append_shared(store, "s", [], viewer=viewer, state=state, expected_state=None)
+            append_shared(store, "s", [], viewer=viewer, state=state)
         append_shared(
             store,
             "t",
             [],
             viewer="a",
             state=SharingState(Conversation("s"), 9),
-            expected_state=None,
         )
 
         assert states == {
@@ -1013,7 +1005,7 @@ class SharingContract(_Fixture):
         self, store: ContractStore
     ) -> None:
         start = SharingState(Conversation("s"), 0)
-        append_shared(store, "s", [], viewer="v", state=start, expected_state=None)
+        append_shared(store, "s", [], viewer="v", state=start)
         winners: list[int] = []
         lock = threading.Lock()
 
@@ -1071,7 +1063,6 @@ class SharingContract(_Fixture):
                 [text(parent=2)],
                 viewer="v",
                 state=SharingState(Conversation("s"), 2),
-                expected_state=None,
                 reply_present=True,
             )
 
@@ -1124,7 +1115,6 @@ class SharingContract(_Fixture):
             [text("reply")],
             viewer="v",
             state=state,
-            expected_state=None,
             reply_present=True,
         )
 
@@ -1144,7 +1134,6 @@ class SharingContract(_Fixture):
             [text("said before", id="dup")],
             viewer="v",
             state=state,
-            expected_state=None,
             reply_present=True,
         )
 
@@ -1164,7 +1153,6 @@ class SharingContract(_Fixture):
             [text("reply")],
             viewer="v",
             state=planned,
-            expected_state=None,
             reply_present=True,
         )
 
@@ -1185,7 +1173,6 @@ class SharingContract(_Fixture):
                 [text()],
                 viewer="v",
                 state=full,
-                expected_state=None,
                 reply_present=True,
             )
 

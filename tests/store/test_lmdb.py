@@ -280,9 +280,7 @@ class TestLmdbStoreReopen:
         state = SharingState(Conversation("s", thread_root=1), 1, frozenset({3}))
         with LmdbStore(store_path) as first:
             first.append("s", [text()])
-            append_shared(
-                first, "s", [text(), text()], viewer="agent:x", state=state, expected_state=None
-            )
+            append_shared(first, "s", [text(), text()], viewer="agent:x", state=state)
             info = first.session_info("s")
 
         with LmdbStore(store_path) as second:
@@ -953,9 +951,7 @@ class TestLmdbStoreRecords:
     def test_corrupt_sharing_state_raises_corrupt_record_error(self, store_path: Path) -> None:
         conversation = Conversation("s")
         with LmdbStore(store_path) as store:
-            append_shared(
-                store, "s", [], viewer="v", state=SharingState(conversation, 1), expected_state=None
-            )
+            append_shared(store, "s", [], viewer="v", state=SharingState(conversation, 1))
         key = sharing_key(session_prefix("s"), "v", conversation)
         raw_put(store_path, b"sharing", key, b"\x92\x01")
 
@@ -1009,9 +1005,7 @@ class TestLmdbStoreRecords:
         conversation = Conversation(session_id, thread_root=1)
         state = SharingState(conversation, 1)
 
-        append_shared(
-            store, session_id, [text()], viewer="v" * 1000, state=state, expected_state=None
-        )
+        append_shared(store, session_id, [text()], viewer="v" * 1000, state=state)
 
         assert state == store.get_sharing_state(session_id, "v" * 1000, conversation)
 

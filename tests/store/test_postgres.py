@@ -575,7 +575,6 @@ class TestIdentifiers:
             [text("re\x00", parent=1)],
             viewer=viewer,
             state=state,
-            expected_state=None,
         )
 
         assert [root] == pg.run_events(session_id, "run\x00")
@@ -630,7 +629,6 @@ class TestFollow:
                 [text()],
                 viewer="v",
                 state=SharingState(Conversation("s"), 1),
-                expected_state=None,
             )
 
             told = [heard.get(timeout=10)]
@@ -723,7 +721,7 @@ class TestConnectionLoss:
         interrupt_next_commit(dsn)
         state = SharingState(Conversation("s"), 0)
 
-        append_shared(pg, "s", [text()], viewer="v", state=state, expected_state=None)
+        append_shared(pg, "s", [text()], viewer="v", state=state)
 
         assert (1, state) == (
             pg.last_sequence("s"),
@@ -740,7 +738,6 @@ class TestConnectionLoss:
                 [text(id="e1")],
                 viewer="v",
                 state=SharingState(Conversation("s"), 0),
-                expected_state=None,
             ),
         ],
         ids=["append", "shared_write"],
@@ -1024,7 +1021,7 @@ class TestGroupCommit:
             sent.clear()
             store.append("s", [text(parent=1), text()], expected_version=1)
             state = SharingState(Conversation("s"), 0)
-            append_shared(store, "s", [text()], viewer="v", state=state, expected_state=None)
+            append_shared(store, "s", [text()], viewer="v", state=state)
 
         assert ["BEGIN", "EXECUTE", "BEGIN", "EXECUTE"] == [q.split()[0].rstrip(";") for q in sent]
 
