@@ -304,11 +304,6 @@ class ProviderError(SharedeskError):
     template = "provider {provider!r} failed ({_answer}): {detail}"
 
     @property
-    def status(self) -> int | None:
-        """The HTTP status (the same as ``status_code``), or ``None``."""
-        return self.status_code
-
-    @property
     def _answer(self) -> str:
         wait = "" if self.retry_after is None else f", retry after {self.retry_after} s"
         return ("no response" if self.status_code is None else f"HTTP {self.status_code}") + wait
