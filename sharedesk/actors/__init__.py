@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from sharedesk.actors._base import THREAD_PREFIX, ActorKey
 from sharedesk.actors._messages import Push
-from sharedesk.actors.hub import HUB_OPTION_NAMES, Hub, HubOptions, HubStats, SessionHandle, Turn
+from sharedesk.actors.hub import Hub, HubOptions, HubStats, SessionHandle, Turn
 from sharedesk.actors.projector import ProjectorActor
 from sharedesk.actors.session import SessionActor
 from sharedesk.actors.sharing import SharingActor
@@ -23,7 +23,6 @@ __all__ = [
     "ActorKey",
     "AsyncHub",
     "AsyncTurn",
-    "HUB_OPTION_NAMES",
     "Hub",
     "HubOptions",
     "HubStats",

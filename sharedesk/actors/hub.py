@@ -62,7 +62,6 @@ from sharedesk.store.memory import MemoryStore
 from sharedesk.telemetry import hub_telemetry
 
 __all__ = [
-    "HUB_OPTION_NAMES",
     "AppendOptions",
     "Hub",
     "HubOptions",
@@ -86,7 +85,7 @@ P = ParamSpec("P")
 _EXIT_GRACE: Final = 1.0
 
 #: The option names ``Hub.open`` keeps for the Hub; the others go to the store.
-HUB_OPTION_NAMES: Final = frozenset(HubOptions.__struct_fields__)
+_OPTION_NAMES: Final = frozenset(HubOptions.__struct_fields__)
 
 
 def _from_store(method: Callable[Concatenate[Any, P], T]) -> Callable[Concatenate[Hub, P], T]:
@@ -161,7 +160,7 @@ class Hub:
             StoreError: The store could not be opened.
             ImportError: A DSN, and psycopg (the ``postgres`` extra) is not installed.
         """
-        hub_options = {k: options.pop(k) for k in list(options) if k in HUB_OPTION_NAMES}
+        hub_options = {k: options.pop(k) for k in list(options) if k in _OPTION_NAMES}
         settings = HubOptions(**hub_options)
         store, where = _open_store(path, options)
         try:
@@ -544,7 +543,7 @@ def _check_options(store_class: type, first: str, options: dict[str, Any]) -> No
     named = sorted(p.name for p in params if p.name != first and p.kind in kinds)
     if unknown := sorted(name for name in options if name not in named):
         raise ValidationError(
-            f"unknown options {unknown}: Hub options are {sorted(HUB_OPTION_NAMES)}, "
+            f"unknown options {unknown}: Hub options are {sorted(_OPTION_NAMES)}, "
             f"store options {named}"
         )
 
