@@ -1,20 +1,9 @@
 """Logging: sharedesk logs through the standard library logger ``sharedesk``, silently by default.
 
-Library code never configures logging: it logs through :func:`logger`, a structlog logger
-over ``logging.getLogger("sharedesk")`` with its own processors (structlog's global
-configuration is neither used nor changed). The package gives that logger a
-``NullHandler``, so nothing is printed until the application configures :mod:`logging`
-(its handlers and levels then apply) or calls :func:`configure_logging` for sharedesk's
-own format (``sharedesk.cli`` does). A record's message is the event with its key/values
-(``turn.committed watermark=3``), readable by any formatter, and is also the event
-dictionary, which a :class:`structlog.stdlib.ProcessorFormatter` renders as data.
-
-Levels: ``error`` for an actor's failed handler (``actor.crashed``, ``actor.tell_failed``)
-and a failed session (``session.failed``); ``warning`` for an actor that did not stop in
-time; ``info`` for the hub's lifecycle and committed turns (counts, never content);
-``debug`` for actor start, stop, passivation and projector rebuilds. Each line logged
-while an actor handles a message carries ``session_id``, ``actor``, ``msg`` and, where
-known, ``viewer`` and ``run_id`` (``bound_contextvars``).
+Library code logs through :func:`logger`, a structlog logger over that logger with its own
+processors (structlog's global configuration is neither used nor changed); what is logged
+at each level is ``docs/logging.md``'s. :func:`configure_logging` is for applications (and
+``sharedesk.cli``) that want sharedesk's own format.
 """
 
 from __future__ import annotations

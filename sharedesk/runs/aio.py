@@ -16,15 +16,14 @@ import inspect
 import threading
 from collections.abc import Callable, Coroutine
 from concurrent.futures import Future
-from typing import Any, Final, TypeVar
+from typing import Any, Final
 
 from sharedesk.protocol.errors import RunStateError, ValidationError
 from sharedesk.protocol.events import Event
 from sharedesk.runs import execute
+from sharedesk.runs.execute import on_thread as on_thread  # the async front ends use it too
 from sharedesk.runs.rules import RunOptions
 from sharedesk.runs.types import RunResult
-
-T = TypeVar("T")
 
 #: Prefix of the threads that run an async run's bookkeeping.
 THREAD_PREFIX: Final = "sharedesk-arun"
@@ -103,22 +102,6 @@ async def aexecute_run(store: Any, adapter: Any, run_id: str, options: RunOption
     finally:
         if job.done():
             await asyncio.to_thread(thread.join)
-
-
-def on_thread(fn: Callable[[], T], name: str) -> tuple[Future[T], threading.Thread]:
-    """Run ``fn`` on a daemon thread named ``name``; return its (unrecallable) future."""
-    job: Future[T] = Future()
-    job.set_running_or_notify_cancel()
-
-    def run() -> None:
-        try:
-            job.set_result(fn())
-        except BaseException as exc:
-            job.set_exception(exc)
-
-    thread = threading.Thread(target=run, name=name, daemon=True)
-    thread.start()
-    return job, thread
 
 
 async def settle(future: asyncio.Future[Any]) -> None:
