@@ -1,8 +1,7 @@
 """The supervisor of a Hub's pykka actors: slots, routing, CLOCK passivation, restarts.
 
-The policy is ``docs/architecture.md``'s ("The actors"), supervision is described in
-:mod:`sharedesk.actors._base`. A request its actor never handled (pykka answered
-``ActorDeadError``, or the actor stopped first) is resent to a fresh one.
+Supervision is described in :mod:`sharedesk.actors._base`. A request its actor never
+handled (pykka answered ``ActorDeadError``, or the actor stopped first) is resent.
 """
 
 from __future__ import annotations
