@@ -51,6 +51,8 @@ from sharedesk.protocol.writes import Share, Write
 from sharedesk.store.memory import MemoryStore
 from sharedesk.telemetry import hub_telemetry
 
+__all__ = ["HUB_OPTION_NAMES", "Hub", "SessionHandle", "Turn"]
+
 if TYPE_CHECKING:
     from sharedesk.runs.queue import RunQueue
     from sharedesk.runs.types import RunQueueStatus
