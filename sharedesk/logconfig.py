@@ -28,16 +28,6 @@ class _Handler(logging.StreamHandler):  # type: ignore[type-arg]
 _LEVELS: Final = ("critical", "error", "warning", "info", "debug")
 
 
-def _level_number(level: str | int) -> int:
-    if isinstance(level, bool):
-        raise ValidationError(f"level must be a level name or number, got {level!r}")
-    if isinstance(level, int):
-        return level
-    if isinstance(level, str) and level.lower() in _LEVELS:
-        return logging.getLevelNamesMapping()[level.upper()]
-    raise ValidationError(f"level must be one of {sorted(_LEVELS)} or an int, got {level!r}")
-
-
 def configure_logging(json: bool = False, level: str | int = "info") -> None:
     """Configure structlog and the ``sharedesk`` logger for an application that uses sharedesk.
 
@@ -57,7 +47,10 @@ def configure_logging(json: bool = False, level: str | int = "info") -> None:
 
     Not thread-safe with concurrent logging: configure once, at start-up.
     """
-    number = _level_number(level)
+    known = isinstance(level, str) and level.lower() in _LEVELS
+    if isinstance(level, bool) or not (known or isinstance(level, int)):
+        raise ValidationError(f"level must be one of {sorted(_LEVELS)} or an int, got {level!r}")
+    number = level if isinstance(level, int) else logging.getLevelNamesMapping()[level.upper()]
     renderer: structlog.typing.Processor = (
         structlog.processors.JSONRenderer()
         if json
