@@ -1,12 +1,9 @@
-"""The async executor: ``SessionManager.aexecute_run`` and ``arun_once``, never blocking.
+"""The async executor behind ``SessionManager.aexecute_run`` and ``arun_once`` (their contract).
 
-Arguments, events, results, errors and bookkeeping are the sync executor's
-(:meth:`~sharedesk.runs.execute.Execution.drive`, on a thread of its own, over the sync
-store). A coroutine adapter (``aexecute`` preferred, or a coroutine ``execute``) runs as
-a task on the caller's loop with a coroutine ``emit``; a sync one runs on the worker
-thread. A run ended by its time-out or ``cancel_run`` cancels a coroutine adapter. A
-cancelled ``aexecute_run`` cancels the run (unless it finished first), stops the
-adapter, and raises ``CancelledError`` once the bookkeeping is done.
+The bookkeeping is the sync executor's (:meth:`~sharedesk.runs.execute.Execution.drive`,
+on a thread of its own, over the sync store). A coroutine adapter runs as a task on the
+caller's loop, a sync one on the worker thread; a run ended by its time-out or
+``cancel_run`` cancels a coroutine adapter.
 """
 
 from __future__ import annotations
