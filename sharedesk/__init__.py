@@ -1,13 +1,9 @@
 """sharedesk: shared desks for multi-agent conversations.
 
-Each participant gets its own attributed view of a desk, exactly the delta it has not
-seen, and a transcript rebuilt from persisted events. This module only re-exports the
-public contract; the code lives in the subpackages ``protocol`` (types, errors, codecs,
-ports), ``projection`` (pure folds), ``store`` (backends), ``runs`` and ``actors``.
-
-Importing it imports only core dependencies (pykka, msgspec, structlog): the names of
-:data:`sharedesk.protocol._lazy.ROOT` (``LmdbStore``, ``PostgresStore``, the runs API,
-``AsyncHub``, the adapters) and ``__version__`` resolve on first use.
+This module only re-exports the public contract; the code lives in the subpackages
+``protocol``, ``projection``, ``store``, ``runs`` and ``actors``. Importing it imports only
+core dependencies: the names of :data:`sharedesk.protocol._lazy.ROOT` (``LmdbStore``,
+``PostgresStore``, the runs API, ``AsyncHub``, the adapters) resolve on first use.
 """
 
 import logging

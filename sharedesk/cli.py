@@ -13,8 +13,7 @@ import contextlib
 import os
 import re
 import sys
-from collections.abc import Collection, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Final, NoReturn
 
@@ -278,29 +277,24 @@ def _check_postgres_store(dsn: str) -> None:
         raise ValidationError(f"not a store: {shown(dsn)} holds no schema {PG_SCHEMA!r}")
 
 
-@contextmanager
-def open_existing_store(location: str) -> Iterator[LmdbStore | PostgresStore]:
+def open_existing_store(location: str) -> LmdbStore | PostgresStore:
     """Open the store at ``location`` (an LMDB directory or a DSN), which must exist.
 
     Raises ``ValidationError`` when it is not an existing store. Cost: LMDB verifies the
     whole file once (``verify=True``); no writes.
     """
-    store: LmdbStore | PostgresStore
     if is_postgres_dsn(location):
         from sharedesk import PostgresStore  # the lazy export names the missing extra
 
         _check_postgres_store(location)
-        store = PostgresStore(location)
-    else:
-        path = Path(location)
-        if not path.is_dir():
-            missing = "does not exist" if not path.exists() else "is not a directory"
-            raise ValidationError(f"no such store: {path} {missing}")
-        if not (path / LMDB_DATA_FILE).is_file():
-            raise ValidationError(f"not a store: {path} holds no {LMDB_DATA_FILE}")
-        store = LmdbStore(path, verify=True)
-    with store:
-        yield store
+        return PostgresStore(location)
+    path = Path(location)
+    if not path.is_dir():
+        missing = "does not exist" if not path.exists() else "is not a directory"
+        raise ValidationError(f"no such store: {path} {missing}")
+    if not (path / LMDB_DATA_FILE).is_file():
+        raise ValidationError(f"not a store: {path} holds no {LMDB_DATA_FILE}")
+    return LmdbStore(path, verify=True)
 
 
 def _require_session(store: LmdbStore | PostgresStore, location: str, session_id: str) -> int:

@@ -1,20 +1,9 @@
 """Logging: sharedesk logs through the standard library logger ``sharedesk``, silently by default.
 
-Library code never configures logging: it logs through :func:`logger`, a structlog logger
-over ``logging.getLogger("sharedesk")`` with its own processors (structlog's global
-configuration is neither used nor changed). The package gives that logger a
-``NullHandler``, so nothing is printed until the application configures :mod:`logging`
-(its handlers and levels then apply) or calls :func:`configure_logging` for sharedesk's
-own format (``sharedesk.cli`` does). A record's message is the event with its key/values
-(``turn.committed watermark=3``), readable by any formatter, and is also the event
-dictionary, which a :class:`structlog.stdlib.ProcessorFormatter` renders as data.
-
-Levels: ``error`` for an actor's failed handler (``actor.crashed``, ``actor.tell_failed``)
-and a failed session (``session.failed``); ``warning`` for an actor that did not stop in
-time; ``info`` for the hub's lifecycle and committed turns (counts, never content);
-``debug`` for actor start, stop, passivation and projector rebuilds. Each line logged
-while an actor handles a message carries ``session_id``, ``actor``, ``msg`` and, where
-known, ``viewer`` and ``run_id`` (``bound_contextvars``).
+Library code logs through :func:`logger`, a structlog logger over that logger with its own
+processors (structlog's global configuration is neither used nor changed); what is logged
+at each level is ``docs/logging.md``'s. :func:`configure_logging` is for applications (and
+``sharedesk.cli``) that want sharedesk's own format.
 """
 
 from __future__ import annotations
@@ -39,16 +28,6 @@ class _Handler(logging.StreamHandler):  # type: ignore[type-arg]
 _LEVELS: Final = ("critical", "error", "warning", "info", "debug")
 
 
-def _level_number(level: str | int) -> int:
-    if isinstance(level, bool):
-        raise ValidationError(f"level must be a level name or number, got {level!r}")
-    if isinstance(level, int):
-        return level
-    if isinstance(level, str) and level.lower() in _LEVELS:
-        return logging.getLevelNamesMapping()[level.upper()]
-    raise ValidationError(f"level must be one of {sorted(_LEVELS)} or an int, got {level!r}")
-
-
 def configure_logging(json: bool = False, level: str | int = "info") -> None:
     """Configure structlog and the ``sharedesk`` logger for an application that uses sharedesk.
 
@@ -68,7 +47,10 @@ def configure_logging(json: bool = False, level: str | int = "info") -> None:
 
     Not thread-safe with concurrent logging: configure once, at start-up.
     """
-    number = _level_number(level)
+    known = isinstance(level, str) and level.lower() in _LEVELS
+    if isinstance(level, bool) or not (known or isinstance(level, int)):
+        raise ValidationError(f"level must be one of {sorted(_LEVELS)} or an int, got {level!r}")
+    number = level if isinstance(level, int) else logging.getLevelNamesMapping()[level.upper()]
     renderer: structlog.typing.Processor = (
         structlog.processors.JSONRenderer()
         if json

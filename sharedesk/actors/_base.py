@@ -103,11 +103,12 @@ class HubActor(pykka.ThreadingActor):
         self.failed = False
 
     def on_start(self) -> None:
-        """Name the thread, record it in the slot, bind ``session_id`` and ``actor``."""
+        """Name the thread, record it in the slot, bind ``session_id``, ``actor``, ``viewer``."""
         thread = threading.current_thread()
         thread.name = self.hub.thread_name(self.kind)
         self.slot.thread = thread
-        bind_contextvars(session_id=self.key.session_id, actor=self.kind)
+        viewer = {} if self.key.viewer is None else {"viewer": self.key.viewer}
+        bind_contextvars(session_id=self.key.session_id, actor=self.kind, **viewer)
         _log.debug("actor.started")
 
     def on_stop(self) -> None:

@@ -36,21 +36,17 @@ class HubOptions(msgspec.Struct, frozen=True, kw_only=True):
     max_queued_runs: int = 100
 
     def __post_init__(self) -> None:
-        counts = ("max_active", "max_concurrent_runs", "max_queued_runs")
-        for name in ("ask_timeout", "restart_period", *counts, "idle_timeout"):
+        for name in ("ask_timeout", "restart_period", "idle_timeout"):
             value = getattr(self, name)
-            if value is None and name == "idle_timeout":
-                continue
-            if (
+            if (value is not None or name != "idle_timeout") and (
                 isinstance(value, bool)
                 or not isinstance(value, int | float)
                 or not (value > 0 and math.isfinite(value))  # NaN and infinity too
             ):
                 raise ValidationError(f"{name} must be a positive, finite number, got {value!r}")
-        for name in counts:
-            check_int(name, getattr(self, name))
-        if self.max_active < 3:
-            raise ValidationError(f"max_active must be at least 3, got {self.max_active}")
+        check_int("max_active", self.max_active, minimum=3)
+        check_int("max_concurrent_runs", self.max_concurrent_runs, minimum=1)
+        check_int("max_queued_runs", self.max_queued_runs, minimum=1)
         check_int("max_restarts", self.max_restarts)
 
 

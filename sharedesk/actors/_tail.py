@@ -28,16 +28,6 @@ class Tail:
     and so does a ``Compaction``: a rebuilt tail reads the desk's compactions with its state.
     """
 
-    __slots__ = (
-        "_store_log",
-        "compactions",
-        "covered_from",
-        "rows",
-        "sequences",
-        "session_id",
-        "through",
-    )
-
     def __init__(self, session_id: str) -> None:
         self.session_id = session_id
         self._store_log: SessionLog | None = None

@@ -3,9 +3,6 @@
 Inputs are checked on the caller's thread, writes go to the store's writer (``submit``),
 reads straight to the store. A ``FollowingStore`` (LMDB, PostgreSQL) is followed from
 ``__init__`` to ``close()``, so other processes' commits are published as this Hub's own.
-A caller's wait is taken in quarter-second slices, so Ctrl-C reaches a caller blocked in
-the Hub. A Hub left open at exit is closed by an :mod:`atexit` hook that holds it weakly
-and waits at most ``_EXIT_GRACE`` seconds.
 """
 
 from __future__ import annotations
@@ -24,14 +21,7 @@ from typing import TYPE_CHECKING, Any, Concatenate, Final, ParamSpec, Self, Type
 import msgspec
 
 from sharedesk.actors._base import ActorKey, HubStore, Slot
-from sharedesk.actors._handles import (
-    AppendOptions,
-    PostOptions,
-    SessionHandle,
-    Turn,
-    interruptible,
-    reply_event,
-)
+from sharedesk.actors._handles import AppendOptions, SessionHandle, Turn, interruptible, reply_event
 from sharedesk.actors._messages import GetTranscript, Plan, Prime, View
 from sharedesk.actors._options import HubOptions, HubStats
 from sharedesk.actors.supervisor import ActorSupervisor, Listener
@@ -61,16 +51,7 @@ from sharedesk.protocol.writes import Share, Write
 from sharedesk.store.memory import MemoryStore
 from sharedesk.telemetry import hub_telemetry
 
-__all__ = [
-    "AppendOptions",
-    "Hub",
-    "HubOptions",
-    "HubStats",
-    "Listener",
-    "PostOptions",
-    "SessionHandle",
-    "Turn",
-]
+__all__ = ["Hub", "SessionHandle", "Turn"]
 
 if TYPE_CHECKING:
     from sharedesk.runs.queue import RunQueue

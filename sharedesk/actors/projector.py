@@ -56,10 +56,6 @@ class ProjectorActor(HubActor):
         self.views: dict[int, CachedView] = {}
         self.transcripts: dict[tuple[Any, ...], Transcript] = {}
 
-    def context(self, message: Any) -> dict[str, Any]:
-        """Bind ``viewer``."""
-        return {"viewer": self.key.viewer}
-
     def handle(self, message: Any) -> Any:
         """Serve :class:`View` and :class:`GetTranscript`."""
         match message:

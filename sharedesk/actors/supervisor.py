@@ -1,8 +1,7 @@
 """The supervisor of a Hub's pykka actors: slots, routing, CLOCK passivation, restarts.
 
-The policy is ``docs/architecture.md``'s ("The actors"), supervision is described in
-:mod:`sharedesk.actors._base`. A request its actor never handled (pykka answered
-``ActorDeadError``, or the actor stopped first) is resent to a fresh one.
+Supervision is described in :mod:`sharedesk.actors._base`. A request its actor never
+handled (pykka answered ``ActorDeadError``, or the actor stopped first) is resent.
 """
 
 from __future__ import annotations
@@ -94,13 +93,20 @@ class ActorSupervisor:
         self, key: ActorKey, message: Request[T], fast: Callable[[Slot], T | None] | None = None
     ) -> T:
         """Ask the actor named ``key`` (started if needed); ``fast`` may answer from its slot."""
+
+        def ask(slot: Slot) -> T:
+            if fast is not None and (hit := fast(slot)) is not None:
+                return hit
+            answer: T = self._wait(slot.ref.ask(message, block=False), slot)
+            return answer
+
+        return self._send(key, ask)
+
+    def _send(self, key: ActorKey, send: Callable[[Slot], T], *, wait: bool = True) -> T:
         for _attempt in range(_RESEND_ATTEMPTS):
-            slot = self._acquire(key)
+            slot = self._acquire(key, wait=wait)
             try:
-                if fast is not None and (hit := fast(slot)) is not None:
-                    return hit
-                answer: T = self._wait(slot.ref.ask(message, block=False), slot)
-                return answer
+                return send(slot)
             except pykka.ActorDeadError:
                 continue  # stopped before handling it: resend to a fresh actor
             finally:
@@ -129,18 +135,8 @@ class ActorSupervisor:
 
     def _tell(self, session_id: str, message: Any) -> None:
         key = ActorKey(kind="session", session_id=session_id)
-        for _attempt in range(_RESEND_ATTEMPTS):
-            try:
-                slot = self._acquire(key, wait=False)
-            except (HubClosed, SessionFailed):
-                return
-            try:
-                slot.ref.tell(message)
-                return
-            except pykka.ActorDeadError:
-                continue
-            finally:
-                self._release(slot)
+        with contextlib.suppress(HubClosed, SessionFailed, ActorCrashed):
+            self._send(key, lambda slot: slot.ref.tell(message), wait=False)
 
     def check(self, session_id: str) -> None:
         """Raise ``HubClosed`` or ``SessionFailed`` for a write refused. Cost: O(1), no lock."""

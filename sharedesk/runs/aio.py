@@ -1,12 +1,9 @@
-"""The async executor: ``SessionManager.aexecute_run`` and ``arun_once``, never blocking.
+"""The async executor behind ``SessionManager.aexecute_run`` and ``arun_once`` (their contract).
 
-Arguments, events, results, errors and bookkeeping are the sync executor's
-(:meth:`~sharedesk.runs.execute.Execution.drive`, on a thread of its own, over the sync
-store). A coroutine adapter (``aexecute`` preferred, or a coroutine ``execute``) runs as
-a task on the caller's loop with a coroutine ``emit``; a sync one runs on the worker
-thread. A run ended by its time-out or ``cancel_run`` cancels a coroutine adapter. A
-cancelled ``aexecute_run`` cancels the run (unless it finished first), stops the
-adapter, and raises ``CancelledError`` once the bookkeeping is done.
+The bookkeeping is the sync executor's (:meth:`~sharedesk.runs.execute.Execution.drive`,
+on a thread of its own, over the sync store). A coroutine adapter runs as a task on the
+caller's loop, a sync one on the worker thread; a run ended by its time-out or
+``cancel_run`` cancels a coroutine adapter.
 """
 
 from __future__ import annotations
@@ -16,15 +13,14 @@ import inspect
 import threading
 from collections.abc import Callable, Coroutine
 from concurrent.futures import Future
-from typing import Any, Final, TypeVar
+from typing import Any, Final
 
 from sharedesk.protocol.errors import RunStateError, ValidationError
 from sharedesk.protocol.events import Event
 from sharedesk.runs import execute
+from sharedesk.runs.execute import on_thread as on_thread  # the async front ends use it too
 from sharedesk.runs.rules import RunOptions
 from sharedesk.runs.types import RunResult
-
-T = TypeVar("T")
 
 #: Prefix of the threads that run an async run's bookkeeping.
 THREAD_PREFIX: Final = "sharedesk-arun"
@@ -103,22 +99,6 @@ async def aexecute_run(store: Any, adapter: Any, run_id: str, options: RunOption
     finally:
         if job.done():
             await asyncio.to_thread(thread.join)
-
-
-def on_thread(fn: Callable[[], T], name: str) -> tuple[Future[T], threading.Thread]:
-    """Run ``fn`` on a daemon thread named ``name``; return its (unrecallable) future."""
-    job: Future[T] = Future()
-    job.set_running_or_notify_cancel()
-
-    def run() -> None:
-        try:
-            job.set_result(fn())
-        except BaseException as exc:
-            job.set_exception(exc)
-
-    thread = threading.Thread(target=run, name=name, daemon=True)
-    thread.start()
-    return job, thread
 
 
 async def settle(future: asyncio.Future[Any]) -> None:

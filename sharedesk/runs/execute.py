@@ -18,8 +18,9 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping
+from concurrent.futures import Future, wait
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 import msgspec
 
@@ -50,6 +51,8 @@ from sharedesk.protocol.validation import check_session_id
 from sharedesk.runs import rules
 from sharedesk.runs.rules import NO_OPTS, RunOptions
 from sharedesk.runs.types import AdapterResult, Run, RunResult, Session
+
+T = TypeVar("T")
 
 _FIRST_POLL_S: Final = 0.005
 _MAX_POLL_S: Final = 0.1
@@ -133,7 +136,7 @@ def start_run(
 
 def finish(store: Any, run_id: str, body: RunFinished) -> tuple[Event, bool]:
     """Append the run's ``RunFinished``; return it as stored and whether ours won."""
-    writer, event_id = uuid.uuid4().hex, rules.finished_id(run_id)
+    writer, event_id = uuid.uuid4().hex, rules.lifecycle_id(run_id, "finished")
     event = Event(
         rules.LIFECYCLE_AUTHOR, body, id=event_id, run_id=run_id, metadata={"writer": writer}
     )
@@ -228,10 +231,7 @@ class Execution:
     session_id: str
     emitted: list[Event]
     lock: threading.Lock = field(default_factory=threading.Lock)
-    done: threading.Event = field(default_factory=threading.Event)
     finished: RunFinished | None = None
-    result: AdapterResult | None = None
-    error: BaseException | None = None
     #: Buffered ``TextDelta`` events (run id set), oldest first, and when the first came.
     chunks: list[Event] = field(default_factory=list)
     chunks_since: float = 0.0
@@ -268,7 +268,7 @@ class Execution:
         self.chunks = []
         try:
             stored = self.store.append(
-                self.session_id, batch, unless_stored=rules.finished_id(self.run_id)
+                self.session_id, batch, unless_stored=rules.lifecycle_id(self.run_id, "finished")
             )
         except AlreadyStored:
             self._learn_finished()
@@ -281,7 +281,7 @@ class Execution:
         """Note our run's ``RunFinished`` if another writer stored it (lock held)."""
         if self.run_id in self.store.session_state(self.session_id).open_runs:
             return
-        finished = rules.finished_id(self.run_id)
+        finished = rules.lifecycle_id(self.run_id, "finished")
         for event in reversed(self.store.run_events(self.session_id, self.run_id)):
             if event.id == finished and isinstance(event.body, RunFinished):
                 self.finished = event.body
@@ -302,29 +302,23 @@ class Execution:
     def drive(self, call: Callable[[], Any], provider: str, timeout: float | None) -> RunResult:
         """Run ``call`` (the adapter) on a worker thread; wait; finish the run once."""
 
-        def work() -> None:
-            try:
-                outcome = call()
-                if outcome is not None and not isinstance(outcome, AdapterResult):
-                    raise ValidationError(
-                        f"adapter {provider!r} returned {type(outcome).__name__}, "
-                        "expected AdapterResult or None"
-                    )
-                self.result = outcome
-            except BaseException as exc:
-                self.error = exc
-            finally:
-                self.done.set()
+        def work() -> AdapterResult:
+            outcome = call()
+            if outcome is not None and not isinstance(outcome, AdapterResult):
+                raise ValidationError(
+                    f"adapter {provider!r} returned {type(outcome).__name__}, "
+                    "expected AdapterResult or None"
+                )
+            return outcome or AdapterResult()
 
-        worker = threading.Thread(target=work, name=f"sharedesk-run-{self.run_id[:8]}", daemon=True)
-        worker.start()
+        job, worker = on_thread(work, f"sharedesk-run-{self.run_id[:8]}")
         try:
-            return self._wait(timeout)
+            return self._wait(job, timeout)
         finally:
-            if self.done.is_set():
+            if job.done():
                 worker.join()  # it has returned; only a timed-out or cancelled one is left
 
-    def _wait(self, timeout: float | None) -> RunResult:
+    def _wait(self, job: Future[AdapterResult], timeout: float | None) -> RunResult:
         log = logger().bind(session_id=self.session_id, run_id=self.run_id)
         deadline = math.inf if timeout is None else time.monotonic() + timeout
         interval = _FIRST_POLL_S
@@ -333,24 +327,23 @@ class Execution:
                 self._learn_finished()
             if self.finished is not None:
                 break
-            if self.done.wait(max(0.0, min(interval, deadline - time.monotonic()))):
+            if wait((job,), max(0.0, min(interval, deadline - time.monotonic()))).done:
                 break
             interval = min(interval * 2, _MAX_POLL_S)
-            if time.monotonic() >= deadline and not self.done.is_set():
+            if time.monotonic() >= deadline and not job.done():
                 assert timeout is not None
                 message = f"no result within {timeout} s"
                 if self.finish(RunFinished("timeout", error_code="timeout", error_message=message)):
                     log.info("run.timeout", timeout=timeout)
                     raise RunTimeout(self.run_id, timeout)
                 break
-        if self.finished is None and self.error is not None:
-            exc = self.error
+        if self.finished is None and (exc := job.exception()) is not None:
             code, message = type(exc).__name__, str(exc)
             if self.finish(RunFinished("failed", error_code=code, error_message=message)):
                 log.info("run.failed", error_code=code)
                 raise RunFailed(self.run_id, code, message) from exc
         elif self.finished is None:
-            outcome = self.result or AdapterResult()
+            outcome = job.result()
             usage = dict(outcome.token_usage)
             if self.finish(RunFinished("completed", token_usage=usage)):
                 log.debug("run.finished", status="completed")
@@ -365,3 +358,19 @@ class Execution:
         if finished.status == "cancelled":
             raise RunCancelled(self.run_id)
         raise RunStateError(self.run_id, finished.status, "execute")
+
+
+def on_thread(fn: Callable[[], T], name: str) -> tuple[Future[T], threading.Thread]:
+    """Run ``fn`` on a daemon thread named ``name``; return its (unrecallable) future."""
+    job: Future[T] = Future()
+    job.set_running_or_notify_cancel()
+
+    def run() -> None:
+        try:
+            job.set_result(fn())
+        except BaseException as exc:
+            job.set_exception(exc)
+
+    thread = threading.Thread(target=run, name=name, daemon=True)
+    thread.start()
+    return job, thread

@@ -95,8 +95,7 @@ class RunQueue:
         self._max_queued = max_queued_runs
         self._cond = threading.Condition()
         self._lanes: dict[str, _Lane] = {}
-        self._running: dict[str, _Job] = {}
-        self._threads: set[threading.Thread] = set()
+        self._running: dict[threading.Thread, _Job] = {}  # each driver and its run
         self._closed = False
 
     def submit(
@@ -133,6 +132,7 @@ class RunQueue:
                 raise
             future = RunFuture(run.id, session_id, lambda: self._stop(job))
             job = _Job(run, adapter, checked, future)
+            future.add_done_callback(lambda _: self._on_done(job))
             with self._cond:
                 lane.reserved -= 1
                 closed = self._closed
@@ -142,12 +142,10 @@ class RunQueue:
                 else:
                     self._forget_if_idle(session_id)
         if closed:
-            job.future.cancel()
-            self._on_done(job)
+            future.cancel()
             raise QueueClosed(session_id)
-        job.future.add_done_callback(lambda _: self._on_done(job))
         logger().debug("queue.submitted", session_id=session_id, run_id=run.id)
-        return job.future
+        return future
 
     def status(self, session_id: str) -> RunQueueStatus:
         """Return how many runs of ``session_id`` run and wait now. Cost: O(1); no I/O."""
@@ -186,7 +184,7 @@ class RunQueue:
         with self._cond:
             self._cond.wait_for(lambda: not self._running, timeout)
             running = list(self._running.values())
-            threads = list(self._threads)
+            threads = list(self._running)
         for job in running:
             self._stop(job)
         for thread in threads:
@@ -206,14 +204,13 @@ class RunQueue:
         if lane.waiting and lane.drivers < self._max_concurrent:
             job = lane.waiting.popleft()
             lane.drivers += 1
-            self._running[job.run.id] = job
             thread = threading.Thread(
                 target=self._drive,
                 args=(session_id, lane, job),
                 name=f"sharedesk-queue-{session_id[:16]}",
                 daemon=True,
             )
-            self._threads.add(thread)
+            self._running[thread] = job
             thread.start()
 
     def _forget_if_idle(self, session_id: str) -> None:
@@ -225,6 +222,7 @@ class RunQueue:
 
     def _drive(self, session_id: str, lane: _Lane, job: _Job | None) -> None:
         """Execute ``job``, then the lane's next runs, until the lane is empty."""
+        driver = threading.current_thread()
         while job is not None:
             if job.future.set_running_or_notify_cancel():
                 try:
@@ -235,15 +233,13 @@ class RunQueue:
                     job.future.set_result(result)
             # else: cancelled before it ran; _on_done recorded it.
             with self._cond:
-                del self._running[job.run.id]
                 job = lane.waiting.popleft() if lane.waiting else None
                 if job is not None:
-                    self._running[job.run.id] = job
+                    self._running[driver] = job
                 else:
+                    del self._running[driver]
                     lane.drivers -= 1
-                    self._threads.discard(threading.current_thread())
-                    self._forget_if_idle(session_id)
-                self._cond.notify_all()
+                    self._forget_if_idle(session_id)  # wakes close() and drain()
 
     def _stop(self, job: _Job) -> None:
         """Cancel ``job``: its future while it waits (``_on_done`` records it), else its run."""

@@ -61,19 +61,9 @@ def parse_run_id(run_id: Any) -> tuple[str, str]:
     return hexid, session_id
 
 
-def input_id(run_id: str, index: int) -> str:
-    """Return the id of the run's ``index``-th input row."""
-    return f"{parse_run_id(run_id)[0]}.input.{index}"
-
-
-def started_id(run_id: str) -> str:
-    """Return the id of the run's ``RunStarted`` (its claim)."""
-    return f"{parse_run_id(run_id)[0]}.started"
-
-
-def finished_id(run_id: str) -> str:
-    """Return the id of the run's one ``RunFinished``."""
-    return f"{parse_run_id(run_id)[0]}.finished"
+def lifecycle_id(run_id: str, name: str) -> str:
+    """Return the id of the run's event ``name`` (``input.<i>``, ``started``, ``finished``)."""
+    return f"{parse_run_id(run_id)[0]}.{name}"
 
 
 def input_events(run_id: str, input: Any, author: Any) -> list[Event]:
@@ -97,7 +87,7 @@ def input_events(run_id: str, input: Any, author: Any) -> list[Event]:
         if not isinstance(content, str):
             raise ValidationError(f"{where}.content must be a str, got {type(content).__name__}")
         writer = SYSTEM_PROMPT_AUTHOR if role == "system" else asker
-        row_id = input_id(run_id, index)
+        row_id = lifecycle_id(run_id, f"input.{index}")
         events.append(
             Event(writer, Text(content), id=row_id, run_id=run_id, metadata={"role": role})
         )
@@ -107,7 +97,7 @@ def input_events(run_id: str, input: Any, author: Any) -> list[Event]:
 def fold_run(run_id: str, events: Sequence[Event]) -> Run | None:
     """Fold a run from events of its session, oldest first (``None``: no first input row)."""
     hexid, session_id = parse_run_id(run_id)
-    first, started, finished = input_id(run_id, 0), started_id(run_id), finished_id(run_id)
+    first, started, finished = f"{hexid}.input.0", f"{hexid}.started", f"{hexid}.finished"
     inputs: list[dict[str, str]] = []
     seen_first = done = False
     status = "pending"
@@ -280,5 +270,5 @@ def plan_claim(
         model = stored.get("model") if mode == "native" else None
     provider_session = continued if mode == "native" else None
     body = RunStarted(provider=adapter.name, model=model, provider_session_id=provider_session)
-    token = {"writer": uuid.uuid4().hex}
-    return Event(LIFECYCLE_AUTHOR, body, id=started_id(run.id), run_id=run.id, metadata=token), mode
+    claim_id, token = lifecycle_id(run.id, "started"), {"writer": uuid.uuid4().hex}
+    return Event(LIFECYCLE_AUTHOR, body, id=claim_id, run_id=run.id, metadata=token), mode
