@@ -190,11 +190,6 @@ PREPARE sharedesk_put (bytea[], bigint[], bytea[], text[], bigint[], bytea[], by
     WHERE st.session_id = u.sid)
   SELECT count(pg_notify($19, p)) FROM unnest($20) AS p
 """
-#: A group's reads, after ``BEGIN`` (and, for sessions with no row yet, their creation).
-FACTS: Final = (
-    "EXECUTE sharedesk_lock(%s); EXECUTE sharedesk_known(%s, %s); "
-    "EXECUTE sharedesk_parents(%s, %s); EXECUTE sharedesk_sharing(%s, %s)"
-)
 #: A group's write and ``COMMIT``.
 PUT_COMMIT: Final = f"EXECUTE sharedesk_put({', '.join(['%s'] * 20)}); COMMIT"
 
@@ -204,7 +199,9 @@ class Queries:
 
     def __init__(self, s: str) -> None:
         # In a transaction: a failure leaves the connection in it, and the pool closes it.
-        self.prepare = f"BEGIN; {_PREPARE.format(s=s)}; COMMIT"
+        self.prepare = (
+            f"BEGIN; SET plan_cache_mode = force_generic_plan; {_PREPARE.format(s=s)}; COMMIT"
+        )
         self.stream = f"SELECT last_seq, text_count, state FROM {s}.streams WHERE session_id = %s"
         self.probe_event = f"SELECT record FROM {s}.events WHERE session_id = %s AND id_key = %s"
         self.get_sharing = f"SELECT state FROM {s}.sharing WHERE session_id = %s AND key = %s"

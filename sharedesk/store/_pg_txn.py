@@ -20,7 +20,7 @@ import psycopg
 from sharedesk.projection.append import Facts, StoredRow, Wants, WritePlan
 from sharedesk.protocol import records
 from sharedesk.protocol.views import Conversation, SharingState
-from sharedesk.store._pg_schema import FACTS, PUT_COMMIT, Queries
+from sharedesk.store._pg_schema import PUT_COMMIT, Queries
 
 __all__ = ["GroupTxn", "Probe", "utf8"]
 
@@ -68,7 +68,10 @@ class GroupTxn:
         self.guarded_session = ""
 
     def facts(self, wants: Mapping[str, Wants]) -> dict[str, Facts]:
-        """Begin, lock the sessions' rows, read the facts: one round trip (two for new rows)."""
+        """Begin, lock the sessions' rows, read the facts: one round trip (two for new rows).
+
+        A read with no keys (no parent or sharing state wanted, say) is not sent.
+        """
         ids: tuple[list[bytes], list[bytes]] = ([], [])
         parents: tuple[list[bytes], list[int]] = ([], [])
         shares: tuple[list[bytes], list[bytes]] = ([], [])
@@ -87,8 +90,18 @@ class GroupTxn:
                 shares[1].append(key)
                 share_of[(sid, key)] = (viewer, conversation)
         sids = _bytea(sorted(utf8(session_id) for session_id in wants))
-        arrays = (_bytea(ids[0]), _bytea(ids[1]), _bytea(parents[0]), _array(parents[1]))
-        reads = FACTS % (sids, *arrays, _bytea(shares[0]), _bytea(shares[1]))
+        statements = [f"EXECUTE sharedesk_lock({sids})"]
+        if ids[0]:
+            statements.append(f"EXECUTE sharedesk_known({_bytea(ids[0])}, {_bytea(ids[1])})")
+        if parents[0]:
+            statements.append(
+                f"EXECUTE sharedesk_parents({_bytea(parents[0])}, {_array(parents[1])})"
+            )
+        if shares[0]:
+            statements.append(
+                f"EXECUTE sharedesk_sharing({_bytea(shares[0])}, {_bytea(shares[1])})"
+            )
+        reads = "; ".join(statements)
         cursor = self._conn.execute(f"BEGIN; {reads}", prepare=False)
         cursor.nextset()  # past BEGIN
         streams = {bytes(sid): (last, raw) for sid, last, raw in cursor.fetchall()}
@@ -103,19 +116,18 @@ class GroupTxn:
             sharing: dict[tuple[str, Conversation], SharingState | None]
             sharing = dict.fromkeys(want.sharing)
             facts[session_id] = Facts(last, {}, {}, set(), state, sharing)
-        cursor.nextset()
-        for sid, seq, record in cursor.fetchall():
+        for sid, seq, record in cursor.fetchall() if ids[0] and cursor.nextset() else ():
             session_id = bytes(sid).decode("utf-8")
             event = records.decode_record(records.EVENT_DECODER, session_id, seq, record)
             facts[session_id].known[event.id] = event
-        cursor.nextset()
-        for sid, seq, kind, parent, answered in cursor.fetchall():
+        for sid, seq, kind, parent, answered in (
+            cursor.fetchall() if parents[0] and cursor.nextset() else ()
+        ):
             session_facts = facts[bytes(sid).decode("utf-8")]
             session_facts.rows[seq] = StoredRow(kind, parent)
             if answered:
                 session_facts.answered.add(seq)
-        cursor.nextset()
-        for sid, key, raw in cursor.fetchall():
+        for sid, key, raw in cursor.fetchall() if shares[0] and cursor.nextset() else ():
             session_id = bytes(sid).decode("utf-8")
             state_key = share_of[(bytes(sid), bytes(key))]
             facts[session_id].sharing[state_key] = records.decode_state(session_id, raw)
