@@ -31,7 +31,12 @@ _log = logger()
 
 
 class Watchdog:
-    """Cuts the connection of any use running past its deadline; ``timeout`` 0: none."""
+    """Cuts the connection of any use running past its deadline; ``timeout`` 0: none.
+
+    Every use gets the same ``timeout``, so the uses are due in the order they began: the
+    thread sleeps until the oldest is due, or one ``timeout`` when there is none (a use
+    begun meanwhile is due no sooner), and no use ever needs to wake it.
+    """
 
     def __init__(self, timeout: float, path: str) -> None:
         self._timeout = timeout
@@ -41,7 +46,6 @@ class Watchdog:
         self._cut: set[int] = set()  # keys whose socket was shut down
         self._next = 0
         self._stopping = False
-        self._asleep = False  # the thread waits for a notify (nothing watched for a while)
         self._thread: threading.Thread | None = None
 
     @contextlib.contextmanager
@@ -62,9 +66,6 @@ class Watchdog:
                     target=self._run, name=f"sharedesk-pg-watchdog:{self._path}", daemon=True
                 )
                 self._thread.start()
-            elif self._asleep:
-                self._asleep = False
-                self._cond.notify()
         try:
             yield
         finally:
@@ -83,44 +84,28 @@ class Watchdog:
         with self._cond:
             self._stopping = True
             thread = self._thread
-            for key, (_due, conn) in self._uses.items():
-                if key not in self._cut:
-                    self._cut.add(key)
-                    _cut_off(conn, self._path, self._timeout)
+            self._cut_due(float("inf"))
             self._cond.notify()
         if thread is not None and thread is not threading.current_thread():
             thread.join()
 
     def _run(self) -> None:
-        """Sleep until the oldest use's deadline and cut what is due.
-
-        With nothing watched it naps one ``timeout`` (a use begun meanwhile is due no
-        sooner), then sleeps until a use wakes it: an idle store costs nothing.
-        """
         cond = self._cond
-        napped = False
         with cond:
             while not self._stopping:
-                pending = [entry for key, entry in self._uses.items() if key not in self._cut]
-                if not pending:
-                    if napped:
-                        self._asleep = True
-                        cond.wait()
-                        napped = False
-                    else:
-                        cond.wait(self._timeout)
-                        napped = True
-                    continue
-                napped = False
-                deadline = min(deadline for deadline, _ in pending)
                 now = time.monotonic()
-                if deadline > now:
-                    cond.wait(deadline - now)
-                    continue
-                for key, (due, conn) in list(self._uses.items()):
-                    if due <= now and key not in self._cut:
-                        self._cut.add(key)
-                        _cut_off(conn, self._path, self._timeout)
+                self._cut_due(now)
+                pending = (due for key, (due, _) in self._uses.items() if key not in self._cut)
+                cond.wait(next(pending, now + self._timeout) - now)
+
+    def _cut_due(self, now: float) -> None:
+        """Cut the uses due by ``now`` (holding the lock)."""
+        for key, (due, conn) in self._uses.items():
+            if due > now:
+                return
+            if key not in self._cut:
+                self._cut.add(key)
+                _cut_off(conn, self._path, self._timeout)
 
 
 def _cut_off(conn: Any, path: str, timeout: float) -> None:

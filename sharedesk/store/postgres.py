@@ -2,32 +2,25 @@ r"""PostgresStore: the event store on PostgreSQL, for several processes on one d
 
 The store port is :class:`~sharedesk.store.base.StoreBase`'s; this module supplies its
 I/O on the tables of :mod:`sharedesk.store._pg_schema`, and ``follow`` (``LISTEN``/
-``NOTIFY``, :mod:`sharedesk.store._pg_listen`), so that several processes (several Hubs)
-can share one database.
+``NOTIFY``, :mod:`sharedesk.store._pg_listen`). Every write goes to the base's group
+writer (thread ``sharedesk-pg-writer:<dsn>``); each group is one transaction of two
+round trips (:mod:`sharedesk.store._pg_txn`) that sends the group's one ``NOTIFY``,
+delivered at commit, in commit order, and never lost: its payload lists
+``<last_seq>:<hex of the session id's UTF-8>`` per session written, space-separated, on
+the channel ``<schema>_appended``.
 
-One write path. Every write goes to the base's group writer (thread
-``sharedesk-pg-writer:<dsn>``), and each group is one transaction of two round trips
-(:mod:`sharedesk.store._pg_txn`): ``BEGIN``, the lock of the group's ``streams`` rows in
-session-id order (so two processes' groups cannot deadlock and a session's writers in
-every process are serialised) and the reads the plans need; then one statement writing
-every plan and sending the group's one ``NOTIFY``, with ``COMMIT``. The notice, sent
-inside the transaction, is delivered at commit, in commit order, and never lost. Its
-payload lists ``<last_seq>:<hex of the session id's UTF-8>`` per session written (a
-payload cannot hold NUL), space-separated, on the channel ``<schema>_appended``.
-
-Connections and retries. Connections come from the store's
-:class:`~sharedesk.store._pg_watchdog.Pool`, made on the caller's thread by ``connect``:
-a refused connection fails the open at once with ``StoreUnreachable``. An operation
-whose connection (or server) went away is retried on a fresh one for up to
-``retry_timeout`` seconds when that is safe: reads, and groups whose ``COMMIT`` was not
-sent, always; a group cut off during its ``COMMIT`` when it holds plain appends only
-(their ids make the rerun return what a committed first attempt stored). A group holding
-a guarded write is *settled* instead: once its server process is gone, a read of one
-row that write stores tells whether it committed; when that cannot be told within
-``retry_timeout``, ``CommitOutcomeUnknown``. Deadlocks and serialisation failures run
-again; any other driver error is a ``StoreIOError``. A use of a connection still running
-``call_timeout`` seconds after it began is cut off (:mod:`sharedesk.store._pg_watchdog`)
-and treated as a lost connection.
+Connections come from the store's :class:`~sharedesk.store._pg_watchdog.Pool`: a refused
+connection fails the open at once with ``StoreUnreachable``. An operation whose
+connection (or server) went away is retried on a fresh one for up to ``retry_timeout``
+seconds when that is safe: reads, and groups whose ``COMMIT`` was not sent, always; a
+group cut off during its ``COMMIT`` when it holds plain appends only (their ids make the
+rerun return what a committed first attempt stored). A group holding a guarded write is
+*settled* instead: once its server process is gone, a read of one row that write stores
+tells whether it committed; when that cannot be told within ``retry_timeout``,
+``CommitOutcomeUnknown``. Deadlocks and serialisation failures run again; any other
+driver error is a ``StoreIOError``. A use of a connection still running ``call_timeout``
+seconds after it began is cut off (:mod:`sharedesk.store._pg_watchdog`) and treated as
+a lost connection.
 """
 
 from __future__ import annotations
@@ -71,7 +64,7 @@ from sharedesk.protocol.validation import check_int
 from sharedesk.protocol.views import Conversation, LogMessage, SessionPage, SharingState
 from sharedesk.store._follow import Followers
 from sharedesk.store._pg_listen import LISTEN_POLL, Listener
-from sharedesk.store._pg_schema import Queries, check_schema_name, migrate, notify_channel
+from sharedesk.store._pg_schema import Queries, check_schema_name, notify_channel, open_schema
 from sharedesk.store._pg_txn import GroupTxn, Probe, utf8
 from sharedesk.store._pg_watchdog import Connect, ConnectFailed, Pool, PoolExhausted, Watchdog
 from sharedesk.store.base import StoreBase, WriteTxn
@@ -241,7 +234,7 @@ class PostgresStore(StoreBase):
             path,
         )
         try:
-            self._run("open", lambda conn: migrate(conn, self._schema, path))
+            self._run("open", lambda conn: open_schema(conn, self._schema, path))
             self._run("open", lambda conn: self._pool.fill(min_connections - 1))
         except BaseException:
             self._pool.close()
