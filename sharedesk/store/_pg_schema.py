@@ -21,13 +21,14 @@ from sharedesk.protocol.errors import SchemaTooNewError, ValidationError
 #: The format version this code writes and reads.
 SCHEMA_VERSION: Final = 1
 
-#: The tables of a new store; ``{s}`` is the quoted schema name.
+#: The version table, made first (``{s}``: the quoted schema name).
+_VERSION_TABLE: Final = """CREATE TABLE IF NOT EXISTS {s}.schema_version (
+    version integer PRIMARY KEY,
+    description text NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT now()
+)"""
+#: The tables of a new store, and its version.
 _TABLES: Final = (
-    """CREATE TABLE {s}.schema_version (
-        version integer PRIMARY KEY,
-        description text NOT NULL,
-        applied_at timestamptz NOT NULL DEFAULT now()
-    )""",
     """CREATE TABLE {s}.streams (
         session_id bytea PRIMARY KEY,
         last_seq bigint NOT NULL DEFAULT 0,
@@ -108,9 +109,10 @@ def open_schema(conn: Any, schema: str, where: str) -> None:
         with conn.transaction():
             key = int.from_bytes(digest.digest(), "big", signed=True)
             conn.execute("SELECT pg_advisory_xact_lock(%s)", [key])
+            conn.execute(f"CREATE SCHEMA IF NOT EXISTS {quoted}")
+            conn.execute(_VERSION_TABLE.format(s=quoted))  # sees what the lock waited for
             found = _version(conn, quoted)
             if not found:
-                conn.execute(f"CREATE SCHEMA IF NOT EXISTS {quoted}")
                 for statement in _TABLES:
                     conn.execute(statement.format(s=quoted))
                 found = SCHEMA_VERSION

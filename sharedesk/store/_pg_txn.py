@@ -66,6 +66,11 @@ class GroupTxn:
         self.probe: Probe | None = None
         #: The session of that write.
         self.guarded_session = ""
+        #: What planning in the transaction returned (its result once committed).
+        self.result: Any = None
+        #: Whether :meth:`commit` sent the ``COMMIT`` (and the server process running it).
+        self.committing = False
+        self.backend_pid = 0
 
     def facts(self, wants: Mapping[str, Wants]) -> dict[str, Facts]:
         """Begin, lock the sessions' rows, read the facts: one round trip (two for new rows).
@@ -191,6 +196,8 @@ class GroupTxn:
 
     def commit(self) -> None:
         """Send the write built by :meth:`put` (if any) and ``COMMIT``: one round trip."""
+        self.backend_pid = self._conn.info.backend_pid
+        self.committing = True
         self._conn.execute(self._write or "COMMIT", prepare=False)
 
     def _probe_of(self, sid: bytes, plan: WritePlan) -> Probe:

@@ -65,7 +65,7 @@ from sharedesk.protocol.views import Conversation, LogMessage, SessionPage, Shar
 from sharedesk.store._follow import Followers
 from sharedesk.store._pg_listen import LISTEN_POLL, Listener
 from sharedesk.store._pg_schema import Queries, check_schema_name, notify_channel, open_schema
-from sharedesk.store._pg_txn import GroupTxn, Probe, utf8
+from sharedesk.store._pg_txn import GroupTxn, utf8
 from sharedesk.store._pg_watchdog import Connect, ConnectFailed, Pool, PoolExhausted, Watchdog
 from sharedesk.store.base import StoreBase, WriteTxn
 
@@ -139,17 +139,6 @@ def _default_connect(dsn: str, connect_timeout: float) -> Connect:
         return functools.partial(psycopg.connect, dsn)
     seconds = max(1, math.ceil(connect_timeout))
     return functools.partial(psycopg.connect, dsn, connect_timeout=seconds)
-
-
-class _Attempt:
-    """How far a group's transaction got, to settle a connection lost while committing."""
-
-    committing = False  # the COMMIT was sent: the outcome is unknown if the reply is lost
-    rerun = True  # plain appends only: running it again is safe
-    backend_pid = 0  # the server process running it
-    probe: Probe | None = None  # a row its guarded write stores
-    result: Any = None
-    session_id = ""
 
 
 class PostgresStore(StoreBase):
@@ -267,19 +256,18 @@ class PostgresStore(StoreBase):
         self,
         operation: str,
         work: Callable[[psycopg.Connection[Any]], T],
-        attempt: _Attempt | None = None,
+        written: list[GroupTxn] | None = None,
     ) -> T:
         """Run ``work(conn)`` on a pool connection, retrying lost connections when safe.
 
-        ``attempt`` (a write's) tells whether the ``COMMIT`` was sent when the connection
-        broke, and whether the transaction may then run again (see the module header).
+        ``written`` (a write's) holds its attempt's transaction: whether its ``COMMIT`` was
+        sent when the connection broke, and whether it may then run again (see the module
+        header).
         """
         deadline = time.monotonic() + self._retry_timeout
         delay = 0.0
         while True:
             self._live()
-            if attempt is not None:
-                attempt.committing = False
             try:
                 with self._pool.connection(self._connect_timeout) as conn:
                     return work(conn)
@@ -299,13 +287,14 @@ class PostgresStore(StoreBase):
                     exc.sqlstate is None or exc.sqlstate.startswith(("08", "57P"))
                 )
                 aborted = exc.sqlstate in _RETRYABLE_STATES
-                if lost and attempt is not None and attempt.committing and not attempt.rerun:
-                    settled = self._settle(attempt, deadline)
+                txn = written[-1] if written else None
+                if lost and txn is not None and txn.committing and txn.probe is not None:
+                    settled = self._settle(txn, deadline)
                     if settled is None:
-                        session_id = attempt.session_id
-                        raise CommitOutcomeUnknown(self._path, operation, session_id) from exc
+                        session = txn.guarded_session
+                        raise CommitOutcomeUnknown(self._path, operation, session) from exc
                     if settled:
-                        return cast(T, attempt.result)  # it committed: its result stands
+                        return cast(T, txn.result)  # it committed: its result stands
                 if not (lost or aborted) or time.monotonic() >= deadline:
                     raise StoreIOError(self._path, operation) from exc
                 _log.warning(
@@ -314,18 +303,18 @@ class PostgresStore(StoreBase):
             time.sleep(delay + random.uniform(0, delay))
             delay = min(max(delay * 2, 0.01), 0.5)
 
-    def _settle(self, attempt: _Attempt, deadline: float) -> bool | None:
+    def _settle(self, txn: GroupTxn, deadline: float) -> bool | None:
         """Whether a transaction whose connection broke while committing was stored.
 
         Waits (until ``deadline``) for its server process to be gone, then reads its
         probe row; ``None`` when that cannot be told in time.
         """
-        probe = attempt.probe
+        probe = txn.probe
         assert probe is not None
         while True:
             try:
                 with self._pool.connection(self._connect_timeout) as conn:
-                    while conn.execute(_BACKEND_ALIVE, [attempt.backend_pid]).fetchone():
+                    while conn.execute(_BACKEND_ALIVE, [txn.backend_pid]).fetchone():
                         if time.monotonic() >= deadline or self._closed:
                             return None
                         time.sleep(0.05)
@@ -340,25 +329,21 @@ class PostgresStore(StoreBase):
     # -- writes (StoreBase hooks) --------------------------------------------------------
 
     def _transact(self, work: Callable[[WriteTxn], T]) -> T:
-        attempt = _Attempt()
+        written: list[GroupTxn] = []
 
         def run(conn: psycopg.Connection[Any]) -> T:
             # A failure leaves conn inside the transaction: the pool closes it.
+            written.clear()
             if conn not in self._prepared:
                 conn.execute(self._sql.prepare)
                 self._prepared.add(conn)
             txn = GroupTxn(conn, self._sql, self._channel)
-            result = work(txn)
-            attempt.rerun = txn.probe is None
-            attempt.probe = txn.probe
-            attempt.session_id = txn.guarded_session
-            attempt.backend_pid = conn.info.backend_pid
-            attempt.result = result
-            attempt.committing = True
+            written.append(txn)
+            txn.result = work(txn)
             txn.commit()
-            return result
+            return cast(T, txn.result)
 
-        return self._run("append", run, attempt)
+        return self._run("append", run, written)
 
     # -- reads (StoreBase hooks) ---------------------------------------------------------
 
