@@ -62,6 +62,7 @@ __all__ = [
     "RunDatabases",
     "create_database",
     "database_dsn",
+    "spread",
 ]
 
 #: The topic of every stored event of the eventsourcing baseline.
@@ -161,14 +162,14 @@ class RunDatabases:
         self.drop()
 
 
-def _spread(
+def spread(
     sessions: Sequence[str],
     threads: int,
     events: int,
     write: Callable[[int, int], None],
     *,
     max_seconds: float,
-    advance: Callable[[int], None],
+    advance: Callable[[int], None] = lambda n: None,
 ) -> ThreadedResult:
     """Run ``write(session_index, thread)`` as the append scenario spreads its calls."""
 
@@ -199,7 +200,7 @@ class _SpreadAppends(abc.ABC):
     ) -> ThreadedResult:
         """Append ``events`` events from ``threads`` threads (at most ``max_seconds``)."""
         self.payload = payload
-        return _spread(
+        return spread(
             self._sessions,
             threads,
             events,
