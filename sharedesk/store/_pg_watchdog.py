@@ -25,7 +25,7 @@ from psycopg.pq import TransactionStatus
 
 from sharedesk.protocol._log import logger
 
-__all__ = ["Connect", "ConnectFailed", "Pool", "PoolExhausted", "Watchdog"]
+__all__ = ["Connect", "ConnectFailed", "Pool", "PoolExhausted", "Watchdog", "shut_down"]
 
 _log = logger()
 
@@ -105,23 +105,22 @@ class Watchdog:
                 return
             if key not in self._cut:
                 self._cut.add(key)
-                _cut_off(conn, self._path, self._timeout)
+                if shut_down(conn):
+                    _log.warning("store.pg_call_timeout", path=self._path, seconds=self._timeout)
 
 
-def _cut_off(conn: Any, path: str, timeout: float) -> None:
-    """Shut down ``conn``'s socket so that the thread waiting on it wakes now."""
+def shut_down(conn: Any) -> bool:
+    """Shut down ``conn``'s socket so that a thread waiting on it wakes now (``False``: closed).
+
+    On a duplicate of its descriptor: the connection stays open until its owner closes it.
+    """
     try:
-        fd = conn.pgconn.socket
-        duplicate = socket.socket(fileno=os.dup(fd))
+        duplicate = socket.socket(fileno=os.dup(conn.pgconn.socket))
     except Exception:  # closed or broken already: nobody waits on it
-        return
-    try:
+        return False
+    with contextlib.suppress(OSError), duplicate:
         duplicate.shutdown(socket.SHUT_RDWR)
-    except OSError:
-        pass
-    finally:
-        duplicate.close()
-    _log.warning("store.pg_call_timeout", path=path, seconds=timeout)
+    return True
 
 
 #: Makes a new psycopg connection (``PostgresStore``'s ``connect`` seam).

@@ -25,7 +25,6 @@ a lost connection.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import math
 import random
@@ -63,7 +62,7 @@ from sharedesk.protocol.sessions import SessionState
 from sharedesk.protocol.validation import check_int
 from sharedesk.protocol.views import Conversation, LogMessage, SessionPage, SharingState
 from sharedesk.store._follow import Followers
-from sharedesk.store._pg_listen import LISTEN_POLL, Listener
+from sharedesk.store._pg_listen import Listener
 from sharedesk.store._pg_schema import Queries, check_schema_name, notify_channel, open_schema
 from sharedesk.store._pg_txn import GroupTxn, utf8
 from sharedesk.store._pg_watchdog import Connect, ConnectFailed, Pool, PoolExhausted, Watchdog
@@ -218,7 +217,7 @@ class PostgresStore(StoreBase):
         self._closed = False
         self._followers = Followers(
             lambda followers: Listener(
-                self._connect, self._watchdog, self._channel, followers.tell, self._wake, path
+                self._connect, self._watchdog, self._channel, followers.tell, path
             ),
             path,
         )
@@ -427,14 +426,6 @@ class PostgresStore(StoreBase):
         """
         self._live()
         return self._followers.add(on_append)
-
-    def _wake(self, channel: str) -> None:
-        """Send an empty notice on ``channel`` (a listener's own), if the server takes it."""
-        with (
-            contextlib.suppress(psycopg.Error, PoolExhausted, ConnectFailed),
-            self._pool.connection(LISTEN_POLL) as conn,
-        ):
-            conn.execute("SELECT pg_notify(%s, '')", [channel])
 
     def _close(self) -> None:
         self._followers.close()
