@@ -20,14 +20,11 @@ fsyncs and its CPU, and none reads another's tables.
   none of our code: per append, one statement in autocommit (:data:`RAW_APPEND`: one
   transaction, one round trip) that takes the session's next sequence from its stream
   row and inserts the event row.
-  The sequence rule is ``PostgresStore``'s: the session's last sequence plus one, read
-  and raised under the stream row's lock in the transaction that inserts the event, so
-  sequences are from 1, gap-free (a rolled back append releases its number) and unique
-  under any number of writers in any number of processes. The rows are
-  ``PostgresStore``'s too (its ``streams`` and ``events`` tables, their keys and
-  indexes: ``(session_id, seq)``, the idempotency index ``(session_id, id_key)`` and the
-  partial index of ``Text`` rows), without the folded session state ``PostgresStore``
-  keeps in the stream row, its ``NOTIFY`` to other processes, or any validation.
+  The sequence rule is ``PostgresStore``'s: the last sequence plus one, read and raised
+  under the stream row's lock in the transaction that inserts the event (from 1,
+  gap-free, unique under any number of writers). The tables are ``PostgresStore``'s,
+  made by its own DDL (:data:`sharedesk.store._pg_schema.TABLES`); it keeps no folded
+  session state, sends no ``NOTIFY`` and validates nothing.
   A second mode, context rather than a baseline, calls ``pg_notify`` in the same
   statement (:data:`RAW_APPEND_NOTIFY`, as a ``PostgresStore`` group does): PostgreSQL
   serialises the commits of transactions that ``NOTIFY`` (``PreCommit_Notify`` in its
@@ -55,6 +52,7 @@ from psycopg_pool import ConnectionPool
 
 from bench.baselines import event_row
 from bench.harness import ThreadedResult, run_threads
+from sharedesk.store._pg_schema import TABLES
 
 __all__ = [
     "EventsourcingAppends",
@@ -68,17 +66,6 @@ __all__ = [
 #: The topic of every stored event of the eventsourcing baseline.
 TOPIC = "sharedesk.protocol:Text"
 
-
-#: The raw baseline's tables: ``PostgresStore``'s ``streams`` and ``events`` (keys, indexes).
-RAW_SCHEMA = (
-    "CREATE TABLE IF NOT EXISTS streams (session_id bytea PRIMARY KEY,"
-    " last_seq bigint NOT NULL DEFAULT 0, text_count bigint NOT NULL DEFAULT 0,"
-    " last_activity timestamptz, state bytea)",
-    "CREATE TABLE IF NOT EXISTS events (session_id bytea NOT NULL, seq bigint NOT NULL,"
-    " id_key bytea NOT NULL, kind text NOT NULL, parent bigint, run_key bytea,"
-    " record bytea NOT NULL, PRIMARY KEY (session_id, seq), UNIQUE (session_id, id_key))",
-    "CREATE INDEX IF NOT EXISTS events_texts ON events (session_id, seq) WHERE kind = 'Text'",
-)
 
 #: One raw append: the stream row's next sequence and the event row, in one statement.
 RAW_APPEND = (
@@ -231,8 +218,8 @@ class RawPsycopgAppends(_SpreadAppends):
         self._sessions = list(sessions)
         self._statements = statements
         with psycopg.connect(dsn, autocommit=True) as conn:
-            for statement in RAW_SCHEMA:
-                conn.execute(statement)
+            for statement in TABLES:
+                conn.execute(statement.format(s="public"))
             with conn.cursor() as cur:
                 cur.executemany(
                     "INSERT INTO streams (session_id) VALUES (%s) ON CONFLICT DO NOTHING",
