@@ -5,7 +5,8 @@ order) and the reads the plans need as one simple-protocol message: each stateme
 on a fresh snapshot (read committed), so every read sees what the lock waited for. A
 group holding sessions with no row yet creates them and sends the reads again. ``put``
 only builds the write statement; ``commit`` sends it with ``COMMIT``, one message again.
-The statements are prepared on the connection (``Queries.prepare``); a message passes
+The statements are prepared on the connection and planned once (``Queries.prepare``
+sets generic plans: arrays of any length get the same plan); a message passes
 their arguments as array literals of hex, numbers, class names and timestamps (nothing
 to escape), so building one costs a ``hex()`` per value.
 """
