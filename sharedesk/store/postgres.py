@@ -376,15 +376,8 @@ class PostgresStore(StoreBase):
         messages: list[LogMessage] = []
         for seq, raw in rows[:limit]:
             record = decode_record(LOG_DECODER, session_id, seq, raw)
-            messages.append(
-                LogMessage(
-                    sequence=seq,
-                    author=record.author,
-                    content=record.body.content,
-                    desk=session_id,
-                    parent=record.parent,
-                )
-            )
+            content, parent = record.body.content, record.parent
+            messages.append(LogMessage(seq, record.author, content, session_id, parent))
         more = len(rows) > limit
         return SessionPage(messages=messages, next_before=messages[-1].sequence if more else None)
 
@@ -435,9 +428,4 @@ class PostgresStore(StoreBase):
 
 def _info(sid: bytes, row: Sequence[Any]) -> SessionInfo:
     last, texts, activity = row
-    return SessionInfo(
-        session_id=bytes(sid).decode("utf-8"),
-        last_sequence=int(last),
-        text_count=int(texts),
-        last_activity=activity.astimezone(UTC),
-    )
+    return SessionInfo(bytes(sid).decode("utf-8"), int(last), int(texts), activity.astimezone(UTC))
