@@ -132,11 +132,7 @@ class PoolExhausted(Exception):
 
 
 class ConnectFailed(Exception):
-    """A new connection could not be made; ``reason`` is libpq's, on one line."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
+    """A new connection could not be made; its message is libpq's reason, on one line."""
 
 
 class Pool:

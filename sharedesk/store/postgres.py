@@ -278,7 +278,7 @@ class PostgresStore(StoreBase):
             except ConnectFailed as exc:
                 self._live()
                 if operation == "open" or time.monotonic() >= deadline:
-                    raise StoreUnreachable(self._path, operation, exc.reason) from exc.__cause__
+                    raise StoreUnreachable(self._path, operation, str(exc)) from exc.__cause__
             except psycopg.Error as exc:
                 if self._closed:
                     raise StoreClosedError(self._path) from None
