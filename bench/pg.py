@@ -41,8 +41,7 @@ import abc
 import threading
 import uuid
 from collections.abc import Callable, Sequence
-from types import TracebackType
-from typing import Any, Literal, Self
+from typing import Any, Literal
 from urllib.parse import quote, urlsplit, urlunsplit
 
 import msgspec
@@ -106,7 +105,7 @@ def create_database(server_dsn: str, name: str) -> str:
 
 
 class RunDatabases:
-    """The databases one bench run creates on a server, dropped by :meth:`drop`.
+    """The databases one bench run creates on a server, dropped by :meth:`close`.
 
     Args:
         server_dsn: A DSN of the server with the right to ``CREATE DATABASE``.
@@ -126,7 +125,7 @@ class RunDatabases:
         self._names.append(name)
         return dsn
 
-    def drop(self) -> None:
+    def close(self) -> None:
         """Drop every database created (closing what is still connected to them)."""
         if not self._names:
             return
@@ -136,17 +135,6 @@ class RunDatabases:
                     sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
                 )
         self._names.clear()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.drop()
 
 
 def spread(

@@ -263,7 +263,7 @@ def _run_on(run_: BenchRun, args: argparse.Namespace, dsn: str) -> None:
         closers.append(made.close)
         systems.append((label, system, note, run))
 
-    with RunDatabases(dsn) as databases:
+    with contextlib.closing(RunDatabases(dsn)) as databases:
         try:
             ours_dsn = databases.create("sharedesk")
             store = PostgresStore(ours_dsn, min_connections=threads, max_connections=threads)
