@@ -20,14 +20,11 @@ fsyncs and its CPU, and none reads another's tables.
   none of our code: per append, one statement in autocommit (:data:`RAW_APPEND`: one
   transaction, one round trip) that takes the session's next sequence from its stream
   row and inserts the event row.
-  The sequence rule is ``PostgresStore``'s: the session's last sequence plus one, read
-  and raised under the stream row's lock in the transaction that inserts the event, so
-  sequences are from 1, gap-free (a rolled back append releases its number) and unique
-  under any number of writers in any number of processes. The rows are
-  ``PostgresStore``'s too (its ``streams`` and ``events`` tables, their keys and
-  indexes: ``(session_id, seq)``, the idempotency index ``(session_id, id_key)`` and the
-  partial index of ``Text`` rows), without the folded session state ``PostgresStore``
-  keeps in the stream row, its ``NOTIFY`` to other processes, or any validation.
+  The sequence rule is ``PostgresStore``'s: the last sequence plus one, read and raised
+  under the stream row's lock in the transaction that inserts the event (from 1,
+  gap-free, unique under any number of writers). The tables are ``PostgresStore``'s,
+  made by its own DDL (:data:`sharedesk.store._pg_schema.TABLES`); it keeps no folded
+  session state, sends no ``NOTIFY`` and validates nothing.
   A second mode, context rather than a baseline, calls ``pg_notify`` in the same
   statement (:data:`RAW_APPEND_NOTIFY`, as a ``PostgresStore`` group does): PostgreSQL
   serialises the commits of transactions that ``NOTIFY`` (``PreCommit_Notify`` in its
@@ -44,8 +41,7 @@ import abc
 import threading
 import uuid
 from collections.abc import Callable, Sequence
-from types import TracebackType
-from typing import Any, Literal, Self
+from typing import Any, Literal
 from urllib.parse import quote, urlsplit, urlunsplit
 
 import msgspec
@@ -55,6 +51,7 @@ from psycopg_pool import ConnectionPool
 
 from bench.baselines import event_row
 from bench.harness import ThreadedResult, run_threads
+from sharedesk.store._pg_schema import TABLES
 
 __all__ = [
     "EventsourcingAppends",
@@ -62,22 +59,12 @@ __all__ = [
     "RunDatabases",
     "create_database",
     "database_dsn",
+    "spread",
 ]
 
 #: The topic of every stored event of the eventsourcing baseline.
 TOPIC = "sharedesk.protocol:Text"
 
-
-#: The raw baseline's tables: ``PostgresStore``'s ``streams`` and ``events`` (keys, indexes).
-RAW_SCHEMA = (
-    "CREATE TABLE IF NOT EXISTS streams (session_id bytea PRIMARY KEY,"
-    " last_seq bigint NOT NULL DEFAULT 0, text_count bigint NOT NULL DEFAULT 0,"
-    " last_activity timestamptz, state bytea)",
-    "CREATE TABLE IF NOT EXISTS events (session_id bytea NOT NULL, seq bigint NOT NULL,"
-    " id_key bytea NOT NULL, kind text NOT NULL, parent bigint, run_key bytea,"
-    " record bytea NOT NULL, PRIMARY KEY (session_id, seq), UNIQUE (session_id, id_key))",
-    "CREATE INDEX IF NOT EXISTS events_texts ON events (session_id, seq) WHERE kind = 'Text'",
-)
 
 #: One raw append: the stream row's next sequence and the event row, in one statement.
 RAW_APPEND = (
@@ -118,7 +105,7 @@ def create_database(server_dsn: str, name: str) -> str:
 
 
 class RunDatabases:
-    """The databases one bench run creates on a server, dropped by :meth:`drop`.
+    """The databases one bench run creates on a server, dropped by :meth:`close`.
 
     Args:
         server_dsn: A DSN of the server with the right to ``CREATE DATABASE``.
@@ -138,7 +125,7 @@ class RunDatabases:
         self._names.append(name)
         return dsn
 
-    def drop(self) -> None:
+    def close(self) -> None:
         """Drop every database created (closing what is still connected to them)."""
         if not self._names:
             return
@@ -149,26 +136,15 @@ class RunDatabases:
                 )
         self._names.clear()
 
-    def __enter__(self) -> Self:
-        return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.drop()
-
-
-def _spread(
+def spread(
     sessions: Sequence[str],
     threads: int,
     events: int,
     write: Callable[[int, int], None],
     *,
     max_seconds: float,
-    advance: Callable[[int], None],
+    advance: Callable[[int], None] = lambda n: None,
 ) -> ThreadedResult:
     """Run ``write(session_index, thread)`` as the append scenario spreads its calls."""
 
@@ -199,7 +175,7 @@ class _SpreadAppends(abc.ABC):
     ) -> ThreadedResult:
         """Append ``events`` events from ``threads`` threads (at most ``max_seconds``)."""
         self.payload = payload
-        return _spread(
+        return spread(
             self._sessions,
             threads,
             events,
@@ -230,8 +206,8 @@ class RawPsycopgAppends(_SpreadAppends):
         self._sessions = list(sessions)
         self._statements = statements
         with psycopg.connect(dsn, autocommit=True) as conn:
-            for statement in RAW_SCHEMA:
-                conn.execute(statement)
+            for statement in TABLES:
+                conn.execute(statement.format(s="public"))
             with conn.cursor() as cur:
                 cur.executemany(
                     "INSERT INTO streams (session_id) VALUES (%s) ON CONFLICT DO NOTHING",

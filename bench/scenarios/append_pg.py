@@ -50,9 +50,9 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
-from bench.harness import BenchRun, ThreadedResult, merge_rounds, run_threads
+from bench.harness import BenchRun, ThreadedResult, merge_rounds
 from bench.options import pick
 from bench.report import Measurement, Target, measurement, timed_calls
 
@@ -223,7 +223,7 @@ def _threads(run_: BenchRun, args: argparse.Namespace) -> int:
 
 
 def _run_on(run_: BenchRun, args: argparse.Namespace, dsn: str) -> None:
-    from bench.pg import EventsourcingAppends, RawPsycopgAppends, RunDatabases
+    from bench.pg import EventsourcingAppends, RawPsycopgAppends, RunDatabases, spread
 
     q = run_.quick
     sessions = [SESSION_FORMAT.format(i) for i in range(pick(args.sessions, 1000, 20, q))]
@@ -246,43 +246,29 @@ def _run_on(run_: BenchRun, args: argparse.Namespace, dsn: str) -> None:
     recorder = f"eventsourcing PostgresAggregateRecorder t={threads}"
     systems: list[tuple[str, str, str, Callable[[int, float], ThreadedResult]]] = []
 
-    def sharedesk_system(
-        kind: str, append: Callable[[str, list[Any]], object], label: str | None = None
-    ) -> None:
-        def write(count: int, budget: float, advance: Callable[[int], None]) -> ThreadedResult:
-            def op(thread: int, j: int) -> None:
-                append(
-                    sessions[(thread + j * threads) % len(sessions)],
-                    [Event(authors[thread], Text(payload))],
-                )
+    def ours(kind: str, append: Callable[[str, list[Any]], object]) -> None:
+        def write(session: int, thread: int) -> None:
+            append(sessions[session], [Event(authors[thread], Text(payload))])
 
-            return run_threads(
-                threads, -(-count // threads), op, max_seconds=budget, advance=advance
-            )
+        def run(count: int, budget: float) -> ThreadedResult:
+            return spread(sessions, threads, count, write, max_seconds=budget)
 
-        systems.append(
-            (
-                label or f"append sharedesk {kind} postgres t={threads}",
-                "sharedesk",
-                f"{kind}; one event per call, durable commit",
-                lambda count, budget: write(count, budget, lambda n: None),
-            )
-        )
+        note = f"{kind}; one event per call, durable commit"
+        systems.append((f"append sharedesk {kind} postgres t={threads}", "sharedesk", note, run))
 
-    def baseline_system(
-        label: str, system: str, note: str, baseline: EventsourcingAppends | RawPsycopgAppends
-    ) -> None:
-        def write(count: int, budget: float) -> ThreadedResult:
-            return baseline.run(threads, count, payload, max_seconds=budget)
+    def baseline(label: str, system: str, note: str, made: Any) -> None:
+        def run(count: int, budget: float) -> ThreadedResult:
+            return cast(ThreadedResult, made.run(threads, count, payload, max_seconds=budget))
 
-        systems.append((label, system, note, write))
+        closers.append(made.close)
+        systems.append((label, system, note, run))
 
-    with RunDatabases(dsn) as databases:
+    with contextlib.closing(RunDatabases(dsn)) as databases:
         try:
             ours_dsn = databases.create("sharedesk")
             store = PostgresStore(ours_dsn, min_connections=threads, max_connections=threads)
             closers.append(store.close)
-            sharedesk_system("store", store.append)
+            ours("store", store.append)
             if via in ("hub", "both"):
                 hub = Hub.open(
                     databases.create("sharedesk_hub"),
@@ -290,42 +276,34 @@ def _run_on(run_: BenchRun, args: argparse.Namespace, dsn: str) -> None:
                     max_connections=threads,
                 )
                 closers.append(hub.close)
-                sharedesk_system(
-                    "hub", lambda session_id, batch: hub.session(session_id).append(batch)
-                )
-            aggregate = EventsourcingAppends(
-                databases.create("es_aggregate"), sessions, pool_size=threads
-            )
-            closers.append(aggregate.close)
-            application = EventsourcingAppends(
-                databases.create("es_application"), sessions, pool_size=threads, application=True
-            )
-            closers.append(application.close)
-            raw = RawPsycopgAppends(databases.create("psycopg_raw"), sessions, pool_size=threads)
-            closers.append(raw.close)
-            raw_notify = RawPsycopgAppends(
-                databases.create("psycopg_notify"), sessions, pool_size=threads, statements="notify"
-            )
-            closers.append(raw_notify.close)
-            baseline_system(
+                ours("hub", lambda session_id, batch: hub.session(session_id).append(batch))
+            baseline(
                 recorder_label,
                 "eventsourcing",
                 "PostgresAggregateRecorder.insert_events, one StoredEvent per call",
-                aggregate,
+                EventsourcingAppends(databases.create("es_aggregate"), sessions, pool_size=threads),
             )
-            baseline_system(
+            baseline(
                 f"append eventsourcing application-recorder t={threads}",
                 "eventsourcing",
                 "PostgresApplicationRecorder (table lock, total order): context only",
-                application,
+                EventsourcingAppends(
+                    databases.create("es_application"),
+                    sessions,
+                    pool_size=threads,
+                    application=True,
+                ),
             )
-            baseline_system(
+            baseline(
                 f"append psycopg raw t={threads}",
                 "psycopg-raw",
                 "one statement per append: stream row UPDATE ... RETURNING + INSERT",
-                raw,
+                RawPsycopgAppends(databases.create("psycopg_raw"), sessions, pool_size=threads),
             )
-            baseline_system(
+            raw_notify = RawPsycopgAppends(
+                databases.create("psycopg_notify"), sessions, pool_size=threads, statements="notify"
+            )
+            baseline(
                 f"append psycopg raw +notify t={threads}",
                 "psycopg-raw",
                 "the same statement calling pg_notify too (PostgresStore's protocol)",

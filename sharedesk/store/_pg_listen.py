@@ -2,13 +2,14 @@ r"""The listener of ``PostgresStore.follow``: one connection ``LISTEN``\ing, one
 
 The thread (``sharedesk-pg-listener:<dsn>``) calls every follower with each session's
 newest committed sequence; when its connection is lost it reconnects with backoff and
-tells every follower ``(None, 0)``: notices may have been missed.
+tells every follower ``(None, 0)``: notices may have been missed. ``stop`` wakes it by
+shutting its connection's socket down (:func:`~sharedesk.store._pg_watchdog.shut_down`),
+which needs no server: a stopped one does not hold ``close()``.
 """
 
 from __future__ import annotations
 
 import threading
-import uuid
 from collections.abc import Callable
 from typing import Any, Final
 
@@ -17,7 +18,7 @@ import psycopg
 from sharedesk.protocol._log import logger
 from sharedesk.protocol.errors import StoreIOError
 from sharedesk.store._follow import keep_signals_for_the_main_thread
-from sharedesk.store._pg_watchdog import Connect, Watchdog
+from sharedesk.store._pg_watchdog import Connect, Watchdog, shut_down
 
 __all__ = ["LISTEN_POLL", "Listener", "parse_payload"]
 
@@ -33,8 +34,7 @@ _RECONNECT_MAX: Final = 2.0
 class Listener:
     """The thread that listens on the store's channel and calls its followers.
 
-    A notice no newer than one already told for its session is dropped. :meth:`stop`
-    notifies a channel of the listener's own, so the thread ends before its next poll.
+    A notice no newer than one already told for its session is dropped.
     """
 
     def __init__(
@@ -43,17 +43,15 @@ class Listener:
         watchdog: Watchdog,
         channel: str,
         tell: Callable[[str | None, int], None],
-        wake: Callable[[str], None],
         path: str,
     ) -> None:
         self._connect_to = connect
         self._watchdog = watchdog
         self._channel = channel
         self._tell = tell
-        self._send_wake = wake
         self._path = path
-        self._wake = f"sharedesk_wake_{uuid.uuid4().hex}"  # 47 bytes: under NAMEDATALEN
         self._stopping = threading.Event()
+        self._lock = threading.Lock()  # guards _conn: stop() never shuts a closed one down
         self._conn: psycopg.Connection[Any] | None = None
         self._newest: dict[str, int] = {}  # the newest last told per session (this thread's)
         self._thread = threading.Thread(
@@ -66,7 +64,6 @@ class Listener:
             conn.autocommit = True
             with self._watchdog.watch(conn):
                 conn.execute(f'LISTEN "{self._channel}"')
-                conn.execute(f'LISTEN "{self._wake}"')
         except BaseException:
             conn.close()
             raise
@@ -81,13 +78,12 @@ class Listener:
         self._thread.start()
 
     def stop(self) -> None:
-        """Stop the thread (waking it by a ``pg_notify``) and close its connection.
-
-        Joins the thread unless called from it.
-        """
+        """Stop the thread and close its connection; joins the thread unless called from it."""
         self._stopping.set()
         if self._thread.is_alive() and self._thread is not threading.current_thread():
-            self._send_wake(self._wake)
+            with self._lock:
+                if self._conn is not None:
+                    shut_down(self._conn)
             self._thread.join()
 
     def _run(self) -> None:
@@ -98,12 +94,14 @@ class Listener:
                 conn = self._conn
                 if conn is None:
                     try:
-                        conn = self._conn = self._connect()
+                        conn = self._connect()
                     except psycopg.Error as exc:
                         _log.warning("store.pg_listener_reconnect_failed", error=repr(exc))
                         self._stopping.wait(delay)
                         delay = min(delay * 2, _RECONNECT_MAX)
                         continue
+                    with self._lock:
+                        self._conn = conn
                     delay = _RECONNECT_FIRST
                     self._tell(None, 0)
                 try:
@@ -112,18 +110,19 @@ class Listener:
                     if self._stopping.is_set():
                         break
                     _log.warning("store.pg_listener_lost", error=repr(exc))
-                    conn.close()
-                    self._conn = None
+                    self._close()
         finally:
-            if self._conn is not None:
-                self._conn.close()
-                self._conn = None
+            self._close()
+
+    def _close(self) -> None:
+        with self._lock:
+            conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
 
     def _drain(self, conn: psycopg.Connection[Any]) -> None:
         """Wait up to ``LISTEN_POLL`` for notices, telling the followers of each at once."""
         for notice in conn.notifies(timeout=LISTEN_POLL):
-            if notice.channel == self._wake:
-                return  # stop() woke the thread
             for session_id, last in parse_payload(notice.payload):
                 if last > self._newest.get(session_id, 0):
                     if len(self._newest) >= 100_000:

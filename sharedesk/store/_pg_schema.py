@@ -1,4 +1,4 @@
-"""The PostgreSQL schema of a ``PostgresStore`` and the migrations that build it.
+"""The PostgreSQL schema of a ``PostgresStore``: its tables, created once, and its statements.
 
 Every table lives in one PostgreSQL schema (``sharedesk`` unless the store is opened with
 ``schema=...``). Identifiers callers choose may hold any character, NUL included, which
@@ -7,71 +7,61 @@ Every table lives in one PostgreSQL schema (``sharedesk`` unless the store is op
 (its last sequence, text count, last activity and folded state: the row each write
 locks); ``events`` the records as LMDB stores them, keyed ``(session_id, seq)`` and
 unique by ``id_key``; ``replies`` each root's first non-blank reply; ``sharing`` the
-sharing states. :func:`migrate` applies the missing migrations under an advisory lock.
+sharing states. ``schema_version`` records the format version at creation.
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
-from typing import Any, Final, NamedTuple
+from typing import Any, Final
 
 from sharedesk.protocol.errors import StoreFormatError, ValidationError
 
+#: The format version this code writes and reads.
+SCHEMA_VERSION: Final = 1
 
-class Migration(NamedTuple):
-    """One step of the schema: its version, what it does, its statements."""
-
-    version: int
-    description: str
-    statements: tuple[str, ...]
-
-
-#: The migrations, oldest first; ``{s}`` is the quoted schema name.
-MIGRATIONS: Final = (
-    Migration(
-        1,
-        "streams, events, replies, sharing",
-        (
-            """CREATE TABLE {s}.streams (
-                session_id bytea PRIMARY KEY,
-                last_seq bigint NOT NULL DEFAULT 0,
-                text_count bigint NOT NULL DEFAULT 0,
-                last_activity timestamptz,
-                state bytea
-            )""",
-            """CREATE TABLE {s}.events (
-                session_id bytea NOT NULL,
-                seq bigint NOT NULL,
-                id_key bytea NOT NULL,
-                kind text NOT NULL,
-                parent bigint,
-                run_key bytea,
-                record bytea NOT NULL,
-                PRIMARY KEY (session_id, seq),
-                UNIQUE (session_id, id_key)
-            )""",
-            "CREATE INDEX events_texts ON {s}.events (session_id, seq) WHERE kind = 'Text'",
-            "CREATE INDEX events_runs ON {s}.events (session_id, run_key, seq) "
-            "WHERE run_key IS NOT NULL",
-            """CREATE TABLE {s}.replies (
-                session_id bytea NOT NULL,
-                root bigint NOT NULL,
-                reply bigint NOT NULL,
-                PRIMARY KEY (session_id, root)
-            )""",
-            """CREATE TABLE {s}.sharing (
-                session_id bytea NOT NULL,
-                key bytea NOT NULL,
-                state bytea NOT NULL,
-                PRIMARY KEY (session_id, key)
-            )""",
-        ),
-    ),
+#: The version table, made first (``{s}``: the quoted schema name).
+_VERSION_TABLE: Final = """CREATE TABLE IF NOT EXISTS {s}.schema_version (
+    version integer PRIMARY KEY,
+    description text NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT now()
+)"""
+#: The store's tables and indexes (the raw psycopg baseline of the bench makes them too).
+TABLES: Final = (
+    """CREATE TABLE {s}.streams (
+        session_id bytea PRIMARY KEY,
+        last_seq bigint NOT NULL DEFAULT 0,
+        text_count bigint NOT NULL DEFAULT 0,
+        last_activity timestamptz,
+        state bytea
+    )""",
+    """CREATE TABLE {s}.events (
+        session_id bytea NOT NULL,
+        seq bigint NOT NULL,
+        id_key bytea NOT NULL,
+        kind text NOT NULL,
+        parent bigint,
+        run_key bytea,
+        record bytea NOT NULL,
+        PRIMARY KEY (session_id, seq),
+        UNIQUE (session_id, id_key)
+    )""",
+    "CREATE INDEX events_texts ON {s}.events (session_id, seq) WHERE kind = 'Text'",
+    "CREATE INDEX events_runs ON {s}.events (session_id, run_key, seq) WHERE run_key IS NOT NULL",
+    """CREATE TABLE {s}.replies (
+        session_id bytea NOT NULL,
+        root bigint NOT NULL,
+        reply bigint NOT NULL,
+        PRIMARY KEY (session_id, root)
+    )""",
+    """CREATE TABLE {s}.sharing (
+        session_id bytea NOT NULL,
+        key bytea NOT NULL,
+        state bytea NOT NULL,
+        PRIMARY KEY (session_id, key)
+    )""",
 )
-
-#: The schema version this code writes and reads.
-SCHEMA_VERSION: Final = MIGRATIONS[-1].version
 
 #: A schema name the store accepts: a lower-case SQL identifier, at most 40 characters
 #: (the ``NOTIFY`` channel adds a suffix and must stay under 64 bytes).
@@ -99,57 +89,41 @@ def notify_channel(schema: str) -> str:
     return f"{schema}_appended"
 
 
-def advisory_key(schema: str) -> int:
-    """Return the ``pg_advisory_xact_lock`` key migrations of ``schema`` hold (a signed int64)."""
-    digest = hashlib.blake2b(f"sharedesk.migrate:{schema}".encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "big", signed=True)
+def open_schema(conn: Any, schema: str, where: str) -> None:
+    """Create the store's tables in ``schema`` unless they exist; refuse another version.
 
-
-def migrate(conn: Any, schema: str, where: str) -> int:
-    """Create or upgrade the store's tables in ``schema``; return the schema version.
-
-    A current schema is found by two reads and left alone; otherwise one transaction
-    holding the schema's advisory lock (concurrent openers wait, then find it done)
-    applies the missing migrations.
+    An existing store is found by two reads; a new one is created in one transaction
+    holding the schema's advisory lock (concurrent openers wait, then find it made).
 
     Raises:
-        StoreFormatError: The database holds a newer version; nothing was changed.
+        StoreFormatError: The database holds another version; nothing was changed.
         psycopg.Error: The server failed (the caller wraps it).
     """
     quoted = f'"{schema}"'
-    with conn.transaction():  # the common case: current already, no lock, no DDL
-        found = _version(conn, schema, quoted)
-    if found == SCHEMA_VERSION:
-        return found
-    if found > SCHEMA_VERSION:
+    with conn.transaction():  # the common case: there already, no lock, no DDL
+        found = _version(conn, quoted)
+    if not found:
+        digest = hashlib.blake2b(f"sharedesk.migrate:{schema}".encode(), digest_size=8)
+        with conn.transaction():
+            key = int.from_bytes(digest.digest(), "big", signed=True)
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", [key])
+            conn.execute(f"CREATE SCHEMA IF NOT EXISTS {quoted}")
+            conn.execute(_VERSION_TABLE.format(s=quoted))  # sees what the lock waited for
+            found = _version(conn, quoted)
+            if not found:
+                for statement in TABLES:
+                    conn.execute(statement.format(s=quoted))
+                conn.execute(
+                    f"INSERT INTO {quoted}.schema_version (version, description) VALUES (%s, %s)",
+                    [SCHEMA_VERSION, "streams, events, replies, sharing"],
+                )
+                found = SCHEMA_VERSION
+    if found != SCHEMA_VERSION:
         raise StoreFormatError(where, f"schema {schema!r} at version {found}", SCHEMA_VERSION)
-    with conn.transaction():
-        conn.execute("SELECT pg_advisory_xact_lock(%s)", [advisory_key(schema)])
-        conn.execute(f"CREATE SCHEMA IF NOT EXISTS {quoted}")
-        conn.execute(
-            f"""CREATE TABLE IF NOT EXISTS {quoted}.schema_version (
-                version integer PRIMARY KEY,
-                description text NOT NULL,
-                applied_at timestamptz NOT NULL DEFAULT now()
-            )"""
-        )
-        found = _version(conn, schema, quoted)
-        if found > SCHEMA_VERSION:
-            raise StoreFormatError(where, f"schema {schema!r} at version {found}", SCHEMA_VERSION)
-        for migration in MIGRATIONS:
-            if migration.version <= found:
-                continue
-            for statement in migration.statements:
-                conn.execute(statement.format(s=quoted))
-            conn.execute(
-                f"INSERT INTO {quoted}.schema_version (version, description) VALUES (%s, %s)",
-                [migration.version, migration.description],
-            )
-    return SCHEMA_VERSION
 
 
-def _version(conn: Any, schema: str, quoted: str) -> int:
-    """Return the newest version in ``schema``'s version table (0: no table yet)."""
+def _version(conn: Any, quoted: str) -> int:
+    """Return the newest version in the schema's version table (0: no table yet)."""
     exists = conn.execute("SELECT to_regclass(%s)", [f"{quoted}.schema_version"]).fetchone()
     if exists is None or exists[0] is None:
         return 0
@@ -190,11 +164,6 @@ PREPARE sharedesk_put (bytea[], bigint[], bytea[], text[], bigint[], bytea[], by
     WHERE st.session_id = u.sid)
   SELECT count(pg_notify($19, p)) FROM unnest($20) AS p
 """
-#: A group's reads, after ``BEGIN`` (and, for sessions with no row yet, their creation).
-FACTS: Final = (
-    "EXECUTE sharedesk_lock(%s); EXECUTE sharedesk_known(%s, %s); "
-    "EXECUTE sharedesk_parents(%s, %s); EXECUTE sharedesk_sharing(%s, %s)"
-)
 #: A group's write and ``COMMIT``.
 PUT_COMMIT: Final = f"EXECUTE sharedesk_put({', '.join(['%s'] * 20)}); COMMIT"
 
@@ -204,7 +173,9 @@ class Queries:
 
     def __init__(self, s: str) -> None:
         # In a transaction: a failure leaves the connection in it, and the pool closes it.
-        self.prepare = f"BEGIN; {_PREPARE.format(s=s)}; COMMIT"
+        self.prepare = (
+            f"BEGIN; SET plan_cache_mode = force_generic_plan; {_PREPARE.format(s=s)}; COMMIT"
+        )
         self.stream = f"SELECT last_seq, text_count, state FROM {s}.streams WHERE session_id = %s"
         self.probe_event = f"SELECT record FROM {s}.events WHERE session_id = %s AND id_key = %s"
         self.get_sharing = f"SELECT state FROM {s}.sharing WHERE session_id = %s AND key = %s"

@@ -5,7 +5,8 @@ order) and the reads the plans need as one simple-protocol message: each stateme
 on a fresh snapshot (read committed), so every read sees what the lock waited for. A
 group holding sessions with no row yet creates them and sends the reads again. ``put``
 only builds the write statement; ``commit`` sends it with ``COMMIT``, one message again.
-The statements are prepared on the connection (``Queries.prepare``); a message passes
+The statements are prepared on the connection and planned once (``Queries.prepare``
+sets generic plans: arrays of any length get the same plan); a message passes
 their arguments as array literals of hex, numbers, class names and timestamps (nothing
 to escape), so building one costs a ``hex()`` per value.
 """
@@ -20,7 +21,7 @@ import psycopg
 from sharedesk.projection.append import Facts, StoredRow, Wants, WritePlan
 from sharedesk.protocol import records
 from sharedesk.protocol.views import Conversation, SharingState
-from sharedesk.store._pg_schema import FACTS, PUT_COMMIT, Queries
+from sharedesk.store._pg_schema import PUT_COMMIT, Queries
 
 __all__ = ["GroupTxn", "Probe", "utf8"]
 
@@ -66,9 +67,17 @@ class GroupTxn:
         self.probe: Probe | None = None
         #: The session of that write.
         self.guarded_session = ""
+        #: What planning in the transaction returned (its result once committed).
+        self.result: Any = None
+        #: Whether :meth:`commit` sent the ``COMMIT`` (and the server process running it).
+        self.committing = False
+        self.backend_pid = 0
 
     def facts(self, wants: Mapping[str, Wants]) -> dict[str, Facts]:
-        """Begin, lock the sessions' rows, read the facts: one round trip (two for new rows)."""
+        """Begin, lock the sessions' rows, read the facts: one round trip (two for new rows).
+
+        A read with no keys (no parent or sharing state wanted, say) is not sent.
+        """
         ids: tuple[list[bytes], list[bytes]] = ([], [])
         parents: tuple[list[bytes], list[int]] = ([], [])
         shares: tuple[list[bytes], list[bytes]] = ([], [])
@@ -87,8 +96,18 @@ class GroupTxn:
                 shares[1].append(key)
                 share_of[(sid, key)] = (viewer, conversation)
         sids = _bytea(sorted(utf8(session_id) for session_id in wants))
-        arrays = (_bytea(ids[0]), _bytea(ids[1]), _bytea(parents[0]), _array(parents[1]))
-        reads = FACTS % (sids, *arrays, _bytea(shares[0]), _bytea(shares[1]))
+        statements = [f"EXECUTE sharedesk_lock({sids})"]
+        if ids[0]:
+            statements.append(f"EXECUTE sharedesk_known({_bytea(ids[0])}, {_bytea(ids[1])})")
+        if parents[0]:
+            statements.append(
+                f"EXECUTE sharedesk_parents({_bytea(parents[0])}, {_array(parents[1])})"
+            )
+        if shares[0]:
+            statements.append(
+                f"EXECUTE sharedesk_sharing({_bytea(shares[0])}, {_bytea(shares[1])})"
+            )
+        reads = "; ".join(statements)
         cursor = self._conn.execute(f"BEGIN; {reads}", prepare=False)
         cursor.nextset()  # past BEGIN
         streams = {bytes(sid): (last, raw) for sid, last, raw in cursor.fetchall()}
@@ -103,19 +122,18 @@ class GroupTxn:
             sharing: dict[tuple[str, Conversation], SharingState | None]
             sharing = dict.fromkeys(want.sharing)
             facts[session_id] = Facts(last, {}, {}, set(), state, sharing)
-        cursor.nextset()
-        for sid, seq, record in cursor.fetchall():
+        for sid, seq, record in cursor.fetchall() if ids[0] and cursor.nextset() else ():
             session_id = bytes(sid).decode("utf-8")
             event = records.decode_record(records.EVENT_DECODER, session_id, seq, record)
             facts[session_id].known[event.id] = event
-        cursor.nextset()
-        for sid, seq, kind, parent, answered in cursor.fetchall():
+        for sid, seq, kind, parent, answered in (
+            cursor.fetchall() if parents[0] and cursor.nextset() else ()
+        ):
             session_facts = facts[bytes(sid).decode("utf-8")]
             session_facts.rows[seq] = StoredRow(kind, parent)
             if answered:
                 session_facts.answered.add(seq)
-        cursor.nextset()
-        for sid, key, raw in cursor.fetchall():
+        for sid, key, raw in cursor.fetchall() if shares[0] and cursor.nextset() else ():
             session_id = bytes(sid).decode("utf-8")
             state_key = share_of[(bytes(sid), bytes(key))]
             facts[session_id].sharing[state_key] = records.decode_state(session_id, raw)
@@ -179,6 +197,8 @@ class GroupTxn:
 
     def commit(self) -> None:
         """Send the write built by :meth:`put` (if any) and ``COMMIT``: one round trip."""
+        self.backend_pid = self._conn.info.backend_pid
+        self.committing = True
         self._conn.execute(self._write or "COMMIT", prepare=False)
 
     def _probe_of(self, sid: bytes, plan: WritePlan) -> Probe:

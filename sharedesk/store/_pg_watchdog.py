@@ -25,13 +25,18 @@ from psycopg.pq import TransactionStatus
 
 from sharedesk.protocol._log import logger
 
-__all__ = ["Connect", "ConnectFailed", "Pool", "PoolExhausted", "Watchdog"]
+__all__ = ["Connect", "ConnectFailed", "Pool", "PoolExhausted", "Watchdog", "shut_down"]
 
 _log = logger()
 
 
 class Watchdog:
-    """Cuts the connection of any use running past its deadline; ``timeout`` 0: none."""
+    """Cuts the connection of any use running past its deadline; ``timeout`` 0: none.
+
+    Every use gets the same ``timeout``, so the uses are due in the order they began: the
+    thread sleeps until the oldest is due, or one ``timeout`` when there is none (a use
+    begun meanwhile is due no sooner), and no use ever needs to wake it.
+    """
 
     def __init__(self, timeout: float, path: str) -> None:
         self._timeout = timeout
@@ -41,7 +46,6 @@ class Watchdog:
         self._cut: set[int] = set()  # keys whose socket was shut down
         self._next = 0
         self._stopping = False
-        self._asleep = False  # the thread waits for a notify (nothing watched for a while)
         self._thread: threading.Thread | None = None
 
     @contextlib.contextmanager
@@ -62,9 +66,6 @@ class Watchdog:
                     target=self._run, name=f"sharedesk-pg-watchdog:{self._path}", daemon=True
                 )
                 self._thread.start()
-            elif self._asleep:
-                self._asleep = False
-                self._cond.notify()
         try:
             yield
         finally:
@@ -83,60 +84,43 @@ class Watchdog:
         with self._cond:
             self._stopping = True
             thread = self._thread
-            for key, (_due, conn) in self._uses.items():
-                if key not in self._cut:
-                    self._cut.add(key)
-                    _cut_off(conn, self._path, self._timeout)
+            self._cut_due(float("inf"))
             self._cond.notify()
         if thread is not None and thread is not threading.current_thread():
             thread.join()
 
     def _run(self) -> None:
-        """Sleep until the oldest use's deadline and cut what is due.
-
-        With nothing watched it naps one ``timeout`` (a use begun meanwhile is due no
-        sooner), then sleeps until a use wakes it: an idle store costs nothing.
-        """
         cond = self._cond
-        napped = False
         with cond:
             while not self._stopping:
-                pending = [entry for key, entry in self._uses.items() if key not in self._cut]
-                if not pending:
-                    if napped:
-                        self._asleep = True
-                        cond.wait()
-                        napped = False
-                    else:
-                        cond.wait(self._timeout)
-                        napped = True
-                    continue
-                napped = False
-                deadline = min(deadline for deadline, _ in pending)
                 now = time.monotonic()
-                if deadline > now:
-                    cond.wait(deadline - now)
-                    continue
-                for key, (due, conn) in list(self._uses.items()):
-                    if due <= now and key not in self._cut:
-                        self._cut.add(key)
-                        _cut_off(conn, self._path, self._timeout)
+                self._cut_due(now)
+                pending = (due for key, (due, _) in self._uses.items() if key not in self._cut)
+                cond.wait(next(pending, now + self._timeout) - now)
+
+    def _cut_due(self, now: float) -> None:
+        """Cut the uses due by ``now`` (holding the lock)."""
+        for key, (due, conn) in self._uses.items():
+            if due > now:
+                return
+            if key not in self._cut:
+                self._cut.add(key)
+                if shut_down(conn):
+                    _log.warning("store.pg_call_timeout", path=self._path, seconds=self._timeout)
 
 
-def _cut_off(conn: Any, path: str, timeout: float) -> None:
-    """Shut down ``conn``'s socket so that the thread waiting on it wakes now."""
+def shut_down(conn: Any) -> bool:
+    """Shut down ``conn``'s socket so that a thread waiting on it wakes now (``False``: closed).
+
+    On a duplicate of its descriptor: the connection stays open until its owner closes it.
+    """
     try:
-        fd = conn.pgconn.socket
-        duplicate = socket.socket(fileno=os.dup(fd))
+        duplicate = socket.socket(fileno=os.dup(conn.pgconn.socket))
     except Exception:  # closed or broken already: nobody waits on it
-        return
-    try:
+        return False
+    with contextlib.suppress(OSError), duplicate:
         duplicate.shutdown(socket.SHUT_RDWR)
-    except OSError:
-        pass
-    finally:
-        duplicate.close()
-    _log.warning("store.pg_call_timeout", path=path, seconds=timeout)
+    return True
 
 
 #: Makes a new psycopg connection (``PostgresStore``'s ``connect`` seam).
@@ -148,11 +132,7 @@ class PoolExhausted(Exception):
 
 
 class ConnectFailed(Exception):
-    """A new connection could not be made; ``reason`` is libpq's, on one line."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
+    """A new connection could not be made; its message is libpq's reason, on one line."""
 
 
 class Pool:

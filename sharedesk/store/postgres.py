@@ -2,37 +2,29 @@ r"""PostgresStore: the event store on PostgreSQL, for several processes on one d
 
 The store port is :class:`~sharedesk.store.base.StoreBase`'s; this module supplies its
 I/O on the tables of :mod:`sharedesk.store._pg_schema`, and ``follow`` (``LISTEN``/
-``NOTIFY``, :mod:`sharedesk.store._pg_listen`), so that several processes (several Hubs)
-can share one database.
+``NOTIFY``, :mod:`sharedesk.store._pg_listen`). Every write goes to the base's group
+writer (thread ``sharedesk-pg-writer:<dsn>``); each group is one transaction of two
+round trips (:mod:`sharedesk.store._pg_txn`) that sends the group's one ``NOTIFY``,
+delivered at commit, in commit order, and never lost: its payload lists
+``<last_seq>:<hex of the session id's UTF-8>`` per session written, space-separated, on
+the channel ``<schema>_appended``.
 
-One write path. Every write goes to the base's group writer (thread
-``sharedesk-pg-writer:<dsn>``), and each group is one transaction of two round trips
-(:mod:`sharedesk.store._pg_txn`): ``BEGIN``, the lock of the group's ``streams`` rows in
-session-id order (so two processes' groups cannot deadlock and a session's writers in
-every process are serialised) and the reads the plans need; then one statement writing
-every plan and sending the group's one ``NOTIFY``, with ``COMMIT``. The notice, sent
-inside the transaction, is delivered at commit, in commit order, and never lost. Its
-payload lists ``<last_seq>:<hex of the session id's UTF-8>`` per session written (a
-payload cannot hold NUL), space-separated, on the channel ``<schema>_appended``.
-
-Connections and retries. Connections come from the store's
-:class:`~sharedesk.store._pg_watchdog.Pool`, made on the caller's thread by ``connect``:
-a refused connection fails the open at once with ``StoreUnreachable``. An operation
-whose connection (or server) went away is retried on a fresh one for up to
-``retry_timeout`` seconds when that is safe: reads, and groups whose ``COMMIT`` was not
-sent, always; a group cut off during its ``COMMIT`` when it holds plain appends only
-(their ids make the rerun return what a committed first attempt stored). A group holding
-a guarded write is *settled* instead: once its server process is gone, a read of one
-row that write stores tells whether it committed; when that cannot be told within
-``retry_timeout``, ``CommitOutcomeUnknown``. Deadlocks and serialisation failures run
-again; any other driver error is a ``StoreIOError``. A use of a connection still running
-``call_timeout`` seconds after it began is cut off (:mod:`sharedesk.store._pg_watchdog`)
-and treated as a lost connection.
+Connections come from the store's :class:`~sharedesk.store._pg_watchdog.Pool`: a refused
+connection fails the open at once with ``StoreUnreachable``. An operation whose
+connection (or server) went away is retried on a fresh one for up to ``retry_timeout``
+seconds when that is safe: reads, and groups whose ``COMMIT`` was not sent, always; a
+group cut off during its ``COMMIT`` when it holds plain appends only (their ids make the
+rerun return what a committed first attempt stored). A group holding a guarded write is
+*settled* instead: once its server process is gone, a read of one row that write stores
+tells whether it committed; when that cannot be told within ``retry_timeout``,
+``CommitOutcomeUnknown``. Deadlocks and serialisation failures run again; any other
+driver error is a ``StoreIOError``. A use of a connection still running ``call_timeout``
+seconds after it began is cut off (:mod:`sharedesk.store._pg_watchdog`) and treated as
+a lost connection.
 """
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import math
 import random
@@ -70,9 +62,9 @@ from sharedesk.protocol.sessions import SessionState
 from sharedesk.protocol.validation import check_int
 from sharedesk.protocol.views import Conversation, LogMessage, SessionPage, SharingState
 from sharedesk.store._follow import Followers
-from sharedesk.store._pg_listen import LISTEN_POLL, Listener
-from sharedesk.store._pg_schema import Queries, check_schema_name, migrate, notify_channel
-from sharedesk.store._pg_txn import GroupTxn, Probe, utf8
+from sharedesk.store._pg_listen import Listener
+from sharedesk.store._pg_schema import Queries, check_schema_name, notify_channel, open_schema
+from sharedesk.store._pg_txn import GroupTxn, utf8
 from sharedesk.store._pg_watchdog import Connect, ConnectFailed, Pool, PoolExhausted, Watchdog
 from sharedesk.store.base import StoreBase, WriteTxn
 
@@ -146,17 +138,6 @@ def _default_connect(dsn: str, connect_timeout: float) -> Connect:
         return functools.partial(psycopg.connect, dsn)
     seconds = max(1, math.ceil(connect_timeout))
     return functools.partial(psycopg.connect, dsn, connect_timeout=seconds)
-
-
-class _Attempt:
-    """How far a group's transaction got, to settle a connection lost while committing."""
-
-    committing = False  # the COMMIT was sent: the outcome is unknown if the reply is lost
-    rerun = True  # plain appends only: running it again is safe
-    backend_pid = 0  # the server process running it
-    probe: Probe | None = None  # a row its guarded write stores
-    result: Any = None
-    session_id = ""
 
 
 class PostgresStore(StoreBase):
@@ -236,12 +217,12 @@ class PostgresStore(StoreBase):
         self._closed = False
         self._followers = Followers(
             lambda followers: Listener(
-                self._connect, self._watchdog, self._channel, followers.tell, self._wake, path
+                self._connect, self._watchdog, self._channel, followers.tell, path
             ),
             path,
         )
         try:
-            self._run("open", lambda conn: migrate(conn, self._schema, path))
+            self._run("open", lambda conn: open_schema(conn, self._schema, path))
             self._run("open", lambda conn: self._pool.fill(min_connections - 1))
         except BaseException:
             self._pool.close()
@@ -274,19 +255,18 @@ class PostgresStore(StoreBase):
         self,
         operation: str,
         work: Callable[[psycopg.Connection[Any]], T],
-        attempt: _Attempt | None = None,
+        written: list[GroupTxn] | None = None,
     ) -> T:
         """Run ``work(conn)`` on a pool connection, retrying lost connections when safe.
 
-        ``attempt`` (a write's) tells whether the ``COMMIT`` was sent when the connection
-        broke, and whether the transaction may then run again (see the module header).
+        ``written`` (a write's) holds its attempt's transaction: whether its ``COMMIT`` was
+        sent when the connection broke, and whether it may then run again (see the module
+        header).
         """
         deadline = time.monotonic() + self._retry_timeout
         delay = 0.0
         while True:
             self._live()
-            if attempt is not None:
-                attempt.committing = False
             try:
                 with self._pool.connection(self._connect_timeout) as conn:
                     return work(conn)
@@ -298,7 +278,7 @@ class PostgresStore(StoreBase):
             except ConnectFailed as exc:
                 self._live()
                 if operation == "open" or time.monotonic() >= deadline:
-                    raise StoreUnreachable(self._path, operation, exc.reason) from exc.__cause__
+                    raise StoreUnreachable(self._path, operation, str(exc)) from exc.__cause__
             except psycopg.Error as exc:
                 if self._closed:
                     raise StoreClosedError(self._path) from None
@@ -306,13 +286,14 @@ class PostgresStore(StoreBase):
                     exc.sqlstate is None or exc.sqlstate.startswith(("08", "57P"))
                 )
                 aborted = exc.sqlstate in _RETRYABLE_STATES
-                if lost and attempt is not None and attempt.committing and not attempt.rerun:
-                    settled = self._settle(attempt, deadline)
+                txn = written[-1] if written else None
+                if lost and txn is not None and txn.committing and txn.probe is not None:
+                    settled = self._settle(txn, deadline)
                     if settled is None:
-                        session_id = attempt.session_id
-                        raise CommitOutcomeUnknown(self._path, operation, session_id) from exc
+                        session = txn.guarded_session
+                        raise CommitOutcomeUnknown(self._path, operation, session) from exc
                     if settled:
-                        return cast(T, attempt.result)  # it committed: its result stands
+                        return cast(T, txn.result)  # it committed: its result stands
                 if not (lost or aborted) or time.monotonic() >= deadline:
                     raise StoreIOError(self._path, operation) from exc
                 _log.warning(
@@ -321,18 +302,18 @@ class PostgresStore(StoreBase):
             time.sleep(delay + random.uniform(0, delay))
             delay = min(max(delay * 2, 0.01), 0.5)
 
-    def _settle(self, attempt: _Attempt, deadline: float) -> bool | None:
+    def _settle(self, txn: GroupTxn, deadline: float) -> bool | None:
         """Whether a transaction whose connection broke while committing was stored.
 
         Waits (until ``deadline``) for its server process to be gone, then reads its
         probe row; ``None`` when that cannot be told in time.
         """
-        probe = attempt.probe
+        probe = txn.probe
         assert probe is not None
         while True:
             try:
                 with self._pool.connection(self._connect_timeout) as conn:
-                    while conn.execute(_BACKEND_ALIVE, [attempt.backend_pid]).fetchone():
+                    while conn.execute(_BACKEND_ALIVE, [txn.backend_pid]).fetchone():
                         if time.monotonic() >= deadline or self._closed:
                             return None
                         time.sleep(0.05)
@@ -347,25 +328,21 @@ class PostgresStore(StoreBase):
     # -- writes (StoreBase hooks) --------------------------------------------------------
 
     def _transact(self, work: Callable[[WriteTxn], T]) -> T:
-        attempt = _Attempt()
+        written: list[GroupTxn] = []
 
         def run(conn: psycopg.Connection[Any]) -> T:
             # A failure leaves conn inside the transaction: the pool closes it.
+            written.clear()
             if conn not in self._prepared:
                 conn.execute(self._sql.prepare)
                 self._prepared.add(conn)
             txn = GroupTxn(conn, self._sql, self._channel)
-            result = work(txn)
-            attempt.rerun = txn.probe is None
-            attempt.probe = txn.probe
-            attempt.session_id = txn.guarded_session
-            attempt.backend_pid = conn.info.backend_pid
-            attempt.result = result
-            attempt.committing = True
+            written.append(txn)
+            txn.result = work(txn)
             txn.commit()
-            return result
+            return cast(T, txn.result)
 
-        return self._run("append", run, attempt)
+        return self._run("append", run, written)
 
     # -- reads (StoreBase hooks) ---------------------------------------------------------
 
@@ -399,15 +376,8 @@ class PostgresStore(StoreBase):
         messages: list[LogMessage] = []
         for seq, raw in rows[:limit]:
             record = decode_record(LOG_DECODER, session_id, seq, raw)
-            messages.append(
-                LogMessage(
-                    sequence=seq,
-                    author=record.author,
-                    content=record.body.content,
-                    desk=session_id,
-                    parent=record.parent,
-                )
-            )
+            content, parent = record.body.content, record.parent
+            messages.append(LogMessage(seq, record.author, content, session_id, parent))
         more = len(rows) > limit
         return SessionPage(messages=messages, next_before=messages[-1].sequence if more else None)
 
@@ -450,14 +420,6 @@ class PostgresStore(StoreBase):
         self._live()
         return self._followers.add(on_append)
 
-    def _wake(self, channel: str) -> None:
-        """Send an empty notice on ``channel`` (a listener's own), if the server takes it."""
-        with (
-            contextlib.suppress(psycopg.Error, PoolExhausted, ConnectFailed),
-            self._pool.connection(LISTEN_POLL) as conn,
-        ):
-            conn.execute("SELECT pg_notify(%s, '')", [channel])
-
     def _close(self) -> None:
         self._followers.close()
         self._pool.close()
@@ -466,9 +428,4 @@ class PostgresStore(StoreBase):
 
 def _info(sid: bytes, row: Sequence[Any]) -> SessionInfo:
     last, texts, activity = row
-    return SessionInfo(
-        session_id=bytes(sid).decode("utf-8"),
-        last_sequence=int(last),
-        text_count=int(texts),
-        last_activity=activity.astimezone(UTC),
-    )
+    return SessionInfo(bytes(sid).decode("utf-8"), int(last), int(texts), activity.astimezone(UTC))
