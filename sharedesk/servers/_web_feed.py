@@ -85,8 +85,10 @@ class _Broadcast:
         self._scheduled = False
         self._last_flush = 0.0
         self.inboxes: set[_Inbox] = set()
-        #: The newest sequence handed out (or stored when the broadcast began).
-        self.newest = 0
+        #: Every row above it is handed to the inboxes from now on (``None``: unknown).
+        self.through: int | None = None
+        #: How many empty pushes came: a read that began before one proves nothing.
+        self.resets = 0
 
     def deliver(self, message: Push) -> None:
         """Take one push (on the session actor's thread); never blocks."""
@@ -114,13 +116,23 @@ class _Broadcast:
         self._last_flush = self._loop.time()
         self.fan(events)
 
+    def read_through(self, sequence: int, resets: int) -> None:
+        """Note a feed's read that found nothing above ``sequence`` (begun at ``resets``).
+
+        The read began after the broadcast listened, so each row above ``sequence``
+        was committed since and is pushed: a feed starting at or above it needs no read.
+        """
+        if resets == self.resets:
+            self.through = max(sequence, self.through or 0)
+
     def fan(self, events: list[Event | None]) -> None:
         """Hand ``events`` to every feed (on the loop); ``None`` among them: re-read."""
         rows = [(event.sequence or 0, self._encode(event)) for event in events if event]
         if len(rows) < len(events):
             rows = []  # an empty push among them: every feed re-reads
-        elif rows:
-            self.newest = max(self.newest, rows[-1][0])
+            self.through, self.resets = None, self.resets + 1
+        elif rows and self.through is not None:
+            self.through = max(self.through, rows[-1][0])
         for inbox in self.inboxes:
             inbox.take(rows)
 
@@ -167,20 +179,25 @@ class Feeds:
         Each chunk holds one or more encoded rows; :data:`KEEPALIVE` comes after
         ``keepalive`` seconds without a row. Runs until the consumer stops iterating.
 
-        Cost: one store read per page of backlog; then nothing per pushed row beyond the
+        Cost: one store read per page of backlog, none when ``after`` is at or above
+        what the desk's broadcast pushes already; then nothing per pushed row beyond the
         push (a re-read after a gap).
         """
         hub, inbox = self._hub, _Inbox()
         broadcast = await self._join(desk, inbox)
         try:
-            sent, reread = after, True
+            sent = after
+            reread = broadcast.through is None or after < broadcast.through
             while True:
                 while reread:
+                    resets = broadcast.resets
                     page = await run_in_threadpool(hub.read, desk, after=sent, limit=PAGE_SIZE)
                     if page:
                         sent = page[-1].sequence or sent
                         yield b"".join(self._encode(event) for event in page)
                     reread = len(page) == PAGE_SIZE
+                    if not reread:
+                        broadcast.read_through(sent, resets)
                 chunk: list[bytes] = []
                 while inbox.rows:
                     sequence, data = inbox.rows.popleft()
@@ -197,7 +214,8 @@ class Feeds:
                     continue
                 inbox.ready.clear()
                 try:
-                    await asyncio.wait_for(inbox.ready.wait(), timeout=self._keepalive)
+                    async with asyncio.timeout(self._keepalive):
+                        await inbox.ready.wait()
                 except TimeoutError:
                     yield KEEPALIVE
         finally:
