@@ -107,9 +107,10 @@ class HubTelemetry:
 
     def __init__(self, tracer: Tracer) -> None:
         from opentelemetry import trace
+        from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-        self._tracer = tracer
-        self._trace = trace
+        self._tracer, self._trace = tracer, trace
+        self._w3c = TraceContextTextMapPropagator()
         #: The ``chat`` span and claim of each run claimed here, until its ``RunFinished``.
         self._runs: dict[str, tuple[Span, Event]] = {}
 
@@ -148,7 +149,7 @@ class HubTelemetry:
         def end(done: Future[list[Event]]) -> None:
             error = None if done.cancelled() else done.exception()
             if error is not None:
-                self._fail(span, error)
+                self.failed(span, error)
                 for event in write.events:  # a claim never stored starts no run
                     if self._runs.get(event.run_id or "", (None, None))[1] is event:
                         del self._runs[event.run_id or ""]
@@ -225,14 +226,11 @@ class HubTelemetry:
 
     def committed(self, span: Span, plan: TurnPlan, reply: Event | None) -> None:
         """End a turn's span: its watermark after, and the reply's sequence."""
-        span.set_attribute("sharedesk.watermark.after", plan.next_state.watermark)
+        attributes = {"sharedesk.watermark.after": plan.next_state.watermark}
         if reply is not None and reply.sequence is not None:
-            span.set_attribute("sharedesk.reply.sequence", reply.sequence)
+            attributes["sharedesk.reply.sequence"] = reply.sequence
+        span.set_attributes(attributes)
         span.end()
-
-    def failed(self, span: Span, error: BaseException) -> None:
-        """End a span with ``error`` recorded and an error status."""
-        self._fail(span, error)
 
     # -- runs --------------------------------------------------------------------------
 
@@ -270,23 +268,14 @@ class HubTelemetry:
                 span.set_status(self._trace.Status(self._trace.StatusCode.ERROR))
             span.end()
 
-    # -- internals ---------------------------------------------------------------------
-
     def _parse(self, header: str) -> SpanContext | None:
         """Return the span context of a W3C ``traceparent``, or ``None`` if malformed."""
-        parts = header.split("-")
-        if len(parts) < 4 or len(parts[1]) != 32 or len(parts[2]) != 16 or parts[0] == "ff":
-            return None
-        try:
-            trace_id, span_id, flags = int(parts[1], 16), int(parts[2], 16), int(parts[3], 16)
-        except ValueError:
-            return None
-        context = self._trace.SpanContext(
-            trace_id, span_id, is_remote=True, trace_flags=self._trace.TraceFlags(flags & 0xFF)
-        )
+        linked = self._trace.get_current_span(self._w3c.extract({TRACEPARENT: header}))
+        context = linked.get_span_context()
         return context if context.is_valid else None
 
-    def _fail(self, span: Span, error: BaseException) -> None:
+    def failed(self, span: Span, error: BaseException) -> None:
+        """End a span with ``error`` recorded and an error status."""
         span.record_exception(error)
         span.set_status(self._trace.Status(self._trace.StatusCode.ERROR, type(error).__name__))
         span.end()

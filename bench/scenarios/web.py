@@ -368,4 +368,4 @@ def run(run_: BenchRun, args: argparse.Namespace) -> None:
         run_.note("web telemetry part skipped: opentelemetry-sdk is not installed")
         return
     for store in ("lmdb", "memory"):
-        _telemetry_cost(run_, n_turns, 1 if q else 5, store)
+        _telemetry_cost(run_, n_turns, 1 if q else 10, store)
