@@ -301,23 +301,22 @@ def _pages_cost(
             rates[pages].append(rate)
             seconds[pages] += took
             latencies += samples
-    for pages, label, samples in (
-        (0, f"web post, no page open, {where}", []),
-        (n_pages, f"web post, {n_pages} pages open, {where}", latencies),
-    ):
-        run_.measurements.append(
-            measurement(
-                scenario=NAME,
-                system="sharedesk",
-                operation="post",
-                label=label,
-                ops=n_agents * rows * rounds,
-                seconds=seconds[pages],
-                latencies_ns=samples,
-                params={"pages": pages, "agents": n_agents, "rows": rows, "rounds": rounds},
-                note="session.post on LMDB (durable); latencies: post to page, every page",
-            )
+    note = "session.post on LMDB (durable); latencies: post to page, every page"
+    params = {"agents": n_agents, "rows": rows, "rounds": rounds}
+    run_.measurements += [
+        measurement(
+            scenario=NAME,
+            system="sharedesk",
+            operation="post",
+            note=note,
+            label=f"web post, {f'{pages} pages' if pages else 'no page'} open, {where}",
+            ops=n_agents * rows * rounds,
+            seconds=seconds[pages],
+            latencies_ns=latencies if pages else [],
+            params={**params, "pages": pages},
         )
+        for pages in (0, n_pages)
+    ]
     run_.targets.append(
         ratio_target(
             name="web-post-rate-with-pages" + ("" if elsewhere else "-same-process"),
