@@ -10,8 +10,8 @@ With ``opentelemetry-api`` installed, a Hub emits, through the global tracer pro
   one span event ``sharedesk.rows.delivered`` for the rows offered
   (``sharedesk.row.sequences``, ``sharedesk.row.authors``), and a link to the span that
   wrote each offered row that carries a ``traceparent``. What the turn offered is added
-  while its commit is under way (after the write is handed to the store's writer), so
-  that it overlaps the commit's I/O. A commit that fails ends the span with an error
+  once its commit is handed to the store's writer, so that a turn never committed
+  costs no read and no per-row work. A commit that fails ends the span with an error
   status; an abandoned turn's span is never ended, so never exported.
 - ``sharedesk.append`` around every write but a turn's commit (its turn's span is the
   commit's), with ``gen_ai.conversation.id`` and ``sharedesk.append.events``; each

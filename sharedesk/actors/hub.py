@@ -389,7 +389,7 @@ class Hub:
         future = self.submit(
             check_write(turn.session_id, [] if event is None else [event], share=share)
         )
-        if tel is not None and span is not None:  # while the commit is under way
+        if tel is not None and span is not None:  # a turn never committed costs nothing
             tel.offered(span, turn.session_id, plan, self._store.read)
 
         def mark(done: Future[list[Event]]) -> None:
