@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import sys
 import time
 from urllib.parse import urlsplit
 
-MARK = b'"content":"t='
+#: A row's post time, as the agents write it first in its content.
+POSTED = re.compile(rb'"content":"t=(\d+)')
 ROW = b"event: row\n"
 
 
@@ -55,14 +57,7 @@ async def _follow(
         cut = data.rfind(b"\n\n") + 2  # whole events only; the rest waits
         whole, carry = data[:cut], data[cut:]
         seen += whole.count(ROW)
-        at = whole.find(MARK)
-        while at >= 0:
-            start = at + len(MARK)
-            end = start
-            while whole[end : end + 1].isdigit():
-                end += 1
-            out.append(now - int(whole[start:end]))
-            at = whole.find(MARK, end)
+        out.extend([now - int(posted) for posted in POSTED.findall(whole)])
     writer.close()
 
 

@@ -4,39 +4,47 @@ With ``opentelemetry-api`` installed, a Hub emits, through the global tracer pro
 
 - ``invoke_agent {label}`` from ``hub.turn`` to ``turn.commit`` (kind ``INTERNAL``), with
   ``gen_ai.operation.name`` (``"invoke_agent"``), ``gen_ai.conversation.id`` (the desk),
-  ``gen_ai.agent.id`` and ``gen_ai.agent.name`` (the viewer's id and label),
+  ``gen_ai.agent.id`` and ``gen_ai.agent.name`` (the viewer's id and label), then
   ``sharedesk.turn.delivered`` (rows offered), ``sharedesk.turn.reason``,
   ``sharedesk.watermark.before`` (absent the first time) and ``sharedesk.watermark.after``;
-  one span event ``sharedesk.row.delivered`` per row offered (``sharedesk.row.sequence``,
-  ``sharedesk.row.author``), and a link to the span that wrote each offered row that
-  carries a ``traceparent``. A commit that fails ends it with an error status; an
-  abandoned turn's span is never ended, so never exported.
+  one span event ``sharedesk.rows.delivered`` for the rows offered
+  (``sharedesk.row.sequences``, ``sharedesk.row.authors``), and a link to the span that
+  wrote each offered row that carries a ``traceparent``. What the turn offered is added
+  once its commit is handed to the store's writer, so that a turn never committed
+  costs no read and no per-row work. A commit that fails ends the span with an error
+  status; an abandoned turn's span is never ended, so never exported.
 - ``sharedesk.append`` around every write but a turn's commit (its turn's span is the
-  commit's), with
-  ``gen_ai.conversation.id`` and ``sharedesk.append.events``; each ``Text`` row written
-  gets the W3C ``traceparent`` of the span that wrote it in its metadata
-  (``metadata["traceparent"]``, kept when the caller set one), which is how a reader's
-  turn, in any process and over MCP, links to the writer's. Other events (a run's
-  lifecycle, tool calls) are stored as given.
-- ``chat`` around every run queued with ``hub.submit_run`` (kind ``CLIENT``), with
-  ``gen_ai.provider.name`` (the adapter's name), ``gen_ai.request.model`` once known,
-  ``gen_ai.usage.input_tokens`` and ``gen_ai.usage.output_tokens``.
+  commit's), with ``gen_ai.conversation.id`` and ``sharedesk.append.events``; each
+  ``Text`` row written gets the W3C ``traceparent`` of the span that wrote it in its
+  metadata (``metadata["traceparent"]``, kept when the caller set one), which is how a
+  reader's turn, in any process and over MCP, links to the writer's. Other events (a
+  run's lifecycle, tool calls) are stored as given.
+- ``chat {model}`` (kind ``CLIENT``) for every run written through the Hub, whichever
+  executor drives it (the Hub's run queue, ``SessionManager.run_once``,
+  ``execute_run``, their async forms): from the write of its ``RunStarted`` to that of
+  its ``RunFinished``, with ``gen_ai.provider.name``, ``gen_ai.request.model`` (when
+  known), ``gen_ai.usage.input_tokens``, ``gen_ai.usage.output_tokens`` and, for a run
+  that did not complete, ``error.type`` and an error status. Both writes pass
+  :meth:`HubTelemetry.append`, the Hub's one write path; a claim that lost to another
+  writer's is dropped unexported.
 
 Without ``opentelemetry-api``, :func:`hub_telemetry` returns ``None``, nothing of it is
 imported and the Hub's hooks are one ``is None`` test each. Installed without a
-configured provider, spans do not record, and nothing is stamped or read for links.
+configured provider, spans do not record, and nothing is stamped, read or kept.
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
 
-from sharedesk.protocol.authors import Agent, Operator, Person, SessionAuthor, author_key
-from sharedesk.protocol.events import Event, RunStarted, Text
+from sharedesk.protocol.authors import Agent, Person, SessionAuthor, author_key
+from sharedesk.protocol.errors import SharedeskError
+from sharedesk.protocol.events import Event, RunFinished, RunStarted, Text
 from sharedesk.protocol.writes import Write
 
 if TYPE_CHECKING:
@@ -76,33 +84,22 @@ def hub_telemetry() -> HubTelemetry | None:
 
 
 def _unstamped(event: Event) -> bool:
-    """Whether a write stamps ``event``: a posted message without a ``traceparent``.
-
-    Only posted messages: they are what turns offer, and lifecycle events (a run's
-    claim) are recognised by their metadata as written.
-    """
+    """Whether a write stamps ``event``: a posted message without a ``traceparent``."""
     return isinstance(event.body, Text) and TRACEPARENT not in event.metadata
 
 
-def _stamped(event: Event, header: str) -> Event:
-    if not _unstamped(event):
-        return event
+def _stamped(event: Event, span: Span) -> Event:
+    """Return ``event`` carrying ``span``'s W3C ``traceparent`` (version 00)."""
+    context = span.get_span_context()
+    header = f"00-{context.trace_id:032x}-{context.span_id:016x}-{context.trace_flags:02x}"
+    # Adding one string key to a checked event's metadata keeps it valid.
     return msgspec.structs.replace(event, metadata={**event.metadata, TRACEPARENT: header})
 
 
-def _traceparent(span: Span) -> str:
-    """Return ``span``'s W3C ``traceparent`` (version 00)."""
-    context = span.get_span_context()
-    return f"00-{context.trace_id:032x}-{context.span_id:016x}-{context.trace_flags:02x}"
-
-
 def _agent(author: SessionAuthor) -> tuple[str, str]:
-    match author:
-        case Person(id=ident, label=label) | Agent(id=ident, label=label):
-            return ident, label
-        case Operator():
-            return "operator", "operator"
-    return author_key(author), getattr(author, "label", author_key(author))
+    if isinstance(author, Person | Agent):
+        return author.id, author.label
+    return author_key(author), author_key(author)
 
 
 class HubTelemetry:
@@ -110,19 +107,22 @@ class HubTelemetry:
 
     def __init__(self, tracer: Tracer) -> None:
         from opentelemetry import trace
+        from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-        self._tracer = tracer
-        self._trace = trace
+        self._tracer, self._trace = tracer, trace
+        self._w3c = TraceContextTextMapPropagator()
+        #: The ``chat`` span and claim of each run claimed here, until its ``RunFinished``.
+        self._runs: dict[str, tuple[Span, Event]] = {}
 
     # -- writes ------------------------------------------------------------------------
 
     def append(self, write: Write) -> tuple[Write, Span | None]:
         """Start a write's span (a child of the current span); none for a turn's commit.
 
-        Returns the write with each event's ``traceparent`` stamped and the span, which
-        :meth:`appended` ends; the span is ``None`` when it does not record (no
-        provider), and for a commit (a write with a ``share``), which is its turn's:
-        its reply was stamped by :meth:`stamp`.
+        Returns the write with each posted message's ``traceparent`` stamped and the
+        span, which :meth:`appended` ends; the span is ``None`` when it does not record
+        (no provider), and for a commit (a write with a ``share``), which is its turn's:
+        its reply was stamped by :meth:`stamp`. A run's ``RunStarted`` starts its span.
         """
         if write.share is not None:
             return write, None
@@ -135,54 +135,70 @@ class HubTelemetry:
         )
         if not span.is_recording():  # no provider: nothing to end, stamp or export
             return write, None
+        for event in write.events:
+            if isinstance(event.body, RunStarted) and event.run_id is not None:
+                self._run_started(write.session_id, event, event.body)
         if any(_unstamped(event) for event in write.events):
-            header = _traceparent(span)
-            events = [_stamped(event, header) for event in write.events]
-            # Adding one string key to a checked event's metadata keeps it valid.
+            events = [_stamped(e, span) if _unstamped(e) else e for e in write.events]
             write = msgspec.structs.replace(write, events=events)
         return write, span
 
-    def appended(self, span: Span, future: Future[list[Event]]) -> None:
-        """End a write's span when its future completes (sequences, or the error)."""
+    def appended(self, span: Span, write: Write, future: Future[list[Event]]) -> None:
+        """End ``write``'s span when its future completes (sequences, or the error)."""
 
         def end(done: Future[list[Event]]) -> None:
             error = None if done.cancelled() else done.exception()
             if error is not None:
-                self._fail(span, error)
+                self.failed(span, error)
+                for event in write.events:  # a claim never stored starts no run
+                    if self._runs.get(event.run_id or "", (None, None))[1] is event:
+                        del self._runs[event.run_id or ""]
                 return
-            if not done.cancelled():
-                stored = done.result()
-                if stored:
-                    span.set_attribute("sharedesk.append.first_sequence", stored[0].sequence or 0)
-                    span.set_attribute("sharedesk.append.last_sequence", stored[-1].sequence or 0)
+            stored = [] if done.cancelled() else done.result()
+            if stored:
+                span.set_attributes(
+                    {
+                        "sharedesk.append.first_sequence": stored[0].sequence or 0,
+                        "sharedesk.append.last_sequence": stored[-1].sequence or 0,
+                    }
+                )
             span.end()
+            for event in stored:
+                self._run_written(event)
 
         future.add_done_callback(end)
 
     def stamp(self, event: Event, span: Span) -> Event:
         """Return ``event`` carrying ``span``'s ``traceparent`` (unless it has one)."""
-        if not span.is_recording() or not _unstamped(event):
-            return event
-        return _stamped(event, _traceparent(span))
+        return _stamped(event, span) if _unstamped(event) else event
 
     # -- turns -------------------------------------------------------------------------
 
-    def turn(
-        self, session_id: str, viewer: SessionAuthor, plan: TurnPlan, read: RangeRead
-    ) -> Span | None:
-        """Start the ``invoke_agent`` span of a planned turn; :meth:`committed` ends it.
+    def turn(self, session_id: str, viewer: SessionAuthor) -> Span | None:
+        """Start a turn's ``invoke_agent`` span; ``None`` when it does not record.
 
-        ``None`` when the span does not record (no provider): the turn carries none.
-
-        Cost (a recording span only): one read of the rows between the oldest and the
-        newest offered, for their ``traceparent`` links.
+        :meth:`offered` adds what the turn offered, :meth:`committed` ends it.
         """
         ident, label = _agent(viewer)
+        span = self._tracer.start_span(
+            f"invoke_agent {label}",
+            attributes={
+                "gen_ai.operation.name": "invoke_agent",
+                "gen_ai.conversation.id": session_id,
+                "gen_ai.agent.id": ident,
+                "gen_ai.agent.name": label,
+            },
+        )
+        return span if span.is_recording() else None
+
+    def offered(self, span: Span, session_id: str, plan: TurnPlan, read: RangeRead) -> None:
+        """Add what a planned turn offers to its span: figures, the rows and their links.
+
+        Called once its commit is submitted; a store error reading the links only leaves
+        them out. Cost: one read of the rows between the oldest and the newest offered
+        (at most the newest :data:`MAX_LINKS`), for their ``traceparent`` links.
+        """
         attributes: dict[str, Any] = {
-            "gen_ai.operation.name": "invoke_agent",
-            "gen_ai.conversation.id": session_id,
-            "gen_ai.agent.id": ident,
-            "gen_ai.agent.name": label,
             "sharedesk.turn.delivered": len(plan.messages),
             "sharedesk.turn.reason": plan.reason or "delta",
         }
@@ -190,103 +206,76 @@ class HubTelemetry:
             attributes["sharedesk.thread_root"] = plan.conversation.thread_root
         if plan.expected_state is not None:
             attributes["sharedesk.watermark.before"] = plan.expected_state.watermark
-        span = self._tracer.start_span(f"invoke_agent {label}", attributes=attributes)
-        if not span.is_recording():
-            return None
+        span.set_attributes(attributes)
         if not plan.messages:
-            return span
-        self._link(span, session_id, plan, read)
-        for message in plan.messages:
-            span.add_event(
-                "sharedesk.row.delivered",
-                {
-                    "sharedesk.row.sequence": message.sequence,
-                    "sharedesk.row.author": author_key(message.author),
-                },
-            )
-        return span
+            return
+        span.add_event(
+            "sharedesk.rows.delivered",
+            {
+                "sharedesk.row.sequences": [m.sequence for m in plan.messages],
+                "sharedesk.row.authors": [author_key(m.author) for m in plan.messages],
+            },
+        )
+        offered = sorted({m.sequence for m in plan.messages})[-MAX_LINKS:]
+        with contextlib.suppress(SharedeskError):
+            for event in read(session_id, after=offered[0] - 1, before=offered[-1] + 1):
+                header = event.metadata.get(TRACEPARENT)
+                linked = self._parse(header) if isinstance(header, str) else None
+                if linked is not None and event.sequence in offered:
+                    span.add_link(linked, {"sharedesk.row.sequence": event.sequence or 0})
 
     def committed(self, span: Span, plan: TurnPlan, reply: Event | None) -> None:
         """End a turn's span: its watermark after, and the reply's sequence."""
-        span.set_attribute("sharedesk.watermark.after", plan.next_state.watermark)
+        attributes = {"sharedesk.watermark.after": plan.next_state.watermark}
         if reply is not None and reply.sequence is not None:
-            span.set_attribute("sharedesk.reply.sequence", reply.sequence)
+            attributes["sharedesk.reply.sequence"] = reply.sequence
+        span.set_attributes(attributes)
         span.end()
-
-    def failed(self, span: Span, error: BaseException) -> None:
-        """End a span with ``error`` recorded and an error status."""
-        self._fail(span, error)
 
     # -- runs --------------------------------------------------------------------------
 
-    def run(self, session_id: str, adapter: Any, future: Future[Any]) -> None:
-        """Span a queued run until its future completes: model and token usage."""
-        provider = str(getattr(adapter, "name", type(adapter).__name__))
+    def _run_started(self, session_id: str, claim: Event, body: RunStarted) -> None:
+        attributes = {
+            "gen_ai.operation.name": "chat",
+            "gen_ai.provider.name": body.provider,
+            "gen_ai.conversation.id": session_id,
+            "sharedesk.run.id": claim.run_id or "",
+        }
+        if body.model:
+            attributes["gen_ai.request.model"] = body.model
+        name = f"chat {body.model}" if body.model else "chat"
         span = self._tracer.start_span(
-            "chat",
-            kind=self._trace.SpanKind.CLIENT,
-            attributes={
-                "gen_ai.operation.name": "chat",
-                "gen_ai.provider.name": provider,
-                "gen_ai.conversation.id": session_id,
-            },
+            name, kind=self._trace.SpanKind.CLIENT, attributes=attributes
         )
-        if not span.is_recording():
+        self._runs.setdefault(claim.run_id or "", (span, claim))
+
+    def _run_written(self, event: Event) -> None:
+        """End a run's span at its stored ``RunFinished``; drop it when its claim lost."""
+        entry = self._runs.get(event.run_id or "")
+        if entry is None:
             return
-        model = getattr(adapter, "model", None)
-        if isinstance(model, str):
-            span.set_attribute("gen_ai.request.model", model)
-            span.update_name(f"chat {model}")
-
-        def end(done: Future[Any]) -> None:
-            error = None if done.cancelled() else done.exception()
-            if error is not None:
-                self._fail(span, error)
-                return
-            if done.cancelled():
-                span.end()
-                return
-            result = done.result()
-            span.set_attribute("sharedesk.run.id", str(getattr(result, "run_id", "")))
-            for event in getattr(result, "events", ()):
-                if isinstance(event.body, RunStarted) and event.body.model:
-                    span.set_attribute("gen_ai.request.model", event.body.model)
-                    span.update_name(f"chat {event.body.model}")
-            for key, value in (getattr(result, "token_usage", None) or {}).items():
-                if key in _USAGE and isinstance(value, int):
-                    span.set_attribute(_USAGE[key], value)
+        span, claim = entry
+        if isinstance(event.body, RunStarted) and event.metadata != claim.metadata:
+            self._runs.pop(event.run_id or "", None)  # another writer claimed the run
+        elif isinstance(event.body, RunFinished):
+            self._runs.pop(event.run_id or "", None)
+            usage = event.body.token_usage
+            span.set_attributes(
+                {_USAGE[k]: v for k, v in usage.items() if k in _USAGE and isinstance(v, int)}
+            )
+            if event.body.status != "completed":
+                span.set_attribute("error.type", event.body.error_code or event.body.status)
+                span.set_status(self._trace.Status(self._trace.StatusCode.ERROR))
             span.end()
-
-        future.add_done_callback(end)
-
-    # -- internals ---------------------------------------------------------------------
-
-    def _link(self, span: Span, session_id: str, plan: TurnPlan, read: RangeRead) -> None:
-        offered = {m.sequence for m in plan.messages}
-        newest = sorted(offered)[-MAX_LINKS:]
-        for event in read(session_id, after=newest[0] - 1, before=newest[-1] + 1):
-            header = event.metadata.get(TRACEPARENT)
-            if event.sequence not in offered or not isinstance(header, str):
-                continue
-            linked = self._parse(header)
-            if linked is not None:
-                span.add_link(linked, {"sharedesk.row.sequence": event.sequence or 0})
 
     def _parse(self, header: str) -> SpanContext | None:
         """Return the span context of a W3C ``traceparent``, or ``None`` if malformed."""
-        parts = header.split("-")
-        if len(parts) < 4 or len(parts[1]) != 32 or len(parts[2]) != 16 or parts[0] == "ff":
-            return None
-        try:
-            trace_id, span_id, flags = int(parts[1], 16), int(parts[2], 16), int(parts[3], 16)
-        except ValueError:
-            return None
-        context = self._trace.SpanContext(
-            trace_id, span_id, is_remote=True, trace_flags=self._trace.TraceFlags(flags & 0xFF)
-        )
+        linked = self._trace.get_current_span(self._w3c.extract({TRACEPARENT: header}))
+        context = linked.get_span_context()
         return context if context.is_valid else None
 
-    def _fail(self, span: Span, error: BaseException) -> None:
+    def failed(self, span: Span, error: BaseException) -> None:
+        """End a span with ``error`` recorded and an error status."""
         span.record_exception(error)
         span.set_status(self._trace.Status(self._trace.StatusCode.ERROR, type(error).__name__))
         span.end()

@@ -8,6 +8,7 @@ test runs with a recording provider.
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -15,7 +16,17 @@ from typing import Any
 
 import pytest
 
-from sharedesk import AdapterResult, Agent, Event, Hub, Person, SharingStateConflict, Text
+from sharedesk import (
+    AdapterResult,
+    Agent,
+    Event,
+    Hub,
+    Person,
+    RunFailed,
+    SessionManager,
+    SharingStateConflict,
+    Text,
+)
 from sharedesk.telemetry import TRACEPARENT
 from tests.ci import unavailable
 
@@ -94,7 +105,7 @@ class TestTurnSpans:
             "sharedesk.reply.sequence": 2,
         } == dict(span.attributes)
 
-    def test_each_row_offered_is_a_span_event_with_its_sequence_and_author(
+    def test_the_rows_offered_are_one_span_event_with_their_sequences_and_authors(
         self, hub: Hub, spans: InMemorySpanExporter
     ) -> None:
         hub.session("desk").post(ANA, "one")
@@ -103,10 +114,21 @@ class TestTurnSpans:
 
         (span,) = named(spans, "invoke_agent Billing bot")
 
-        assert [(1, "person:ana"), (2, "agent:qa")] == [
-            (e.attributes["sharedesk.row.sequence"], e.attributes["sharedesk.row.author"])
+        assert [("sharedesk.rows.delivered", (1, 2), ("person:ana", "agent:qa"))] == [
+            (e.name, e.attributes["sharedesk.row.sequences"], e.attributes["sharedesk.row.authors"])
             for e in span.events
         ]
+
+    def test_a_turn_with_nothing_to_offer_has_no_span_event(
+        self, hub: Hub, spans: InMemorySpanExporter
+    ) -> None:
+        hub.session("desk").post(ANA, "one")
+        hub.turn("desk", BOT).commit()
+        hub.turn("desk", BOT).commit()
+
+        later = named(spans, "invoke_agent Billing bot")[-1]
+
+        assert (0, ()) == (later.attributes["sharedesk.turn.delivered"], later.events)
 
     def test_a_later_turn_carries_the_watermark_before_and_after(
         self, hub: Hub, spans: InMemorySpanExporter
@@ -231,6 +253,24 @@ class _ModelAdapter:
         return AdapterResult(output="done", token_usage={"input_tokens": 7, "output_tokens": 3})
 
 
+class _FailingAdapter(_ModelAdapter):
+    def execute(self, run: Any, session: Any, emit: Any, opts: Any) -> AdapterResult:
+        raise RuntimeError("the provider is down")
+
+
+CHAT = {
+    "gen_ai.operation.name": "chat",
+    "gen_ai.provider.name": "fake-provider",
+    "gen_ai.request.model": "gpt-test",
+    "gen_ai.usage.input_tokens": 7,
+    "gen_ai.usage.output_tokens": 3,
+}
+
+
+def genai(span: Any) -> dict[str, Any]:
+    return {k: v for k, v in span.attributes.items() if k.startswith("gen_ai.")}
+
+
 class TestRunSpans:
     def test_a_queued_run_is_a_chat_span_with_model_and_token_usage(
         self, hub: Hub, spans: InMemorySpanExporter
@@ -239,15 +279,36 @@ class TestRunSpans:
 
         (span,) = named(spans, "chat gpt-test")
 
-        assert {
-            "gen_ai.operation.name": "chat",
-            "gen_ai.provider.name": "fake-provider",
-            "gen_ai.conversation.id": "desk",
-            "gen_ai.request.model": "gpt-test",
-            "gen_ai.usage.input_tokens": 7,
-            "gen_ai.usage.output_tokens": 3,
-        } == {k: v for k, v in span.attributes.items() if k.startswith("gen_ai.")}
+        assert {**CHAT, "gen_ai.conversation.id": "desk"} == genai(span)
         assert trace.SpanKind.CLIENT == span.kind
+
+    def test_a_run_outside_the_run_queue_is_a_chat_span_too(
+        self, hub: Hub, spans: InMemorySpanExporter
+    ) -> None:
+        result = SessionManager.run_once(hub, _ModelAdapter(), "hello")
+
+        (span,) = named(spans, "chat gpt-test")
+
+        assert {**CHAT, "gen_ai.conversation.id": result.session_id} == genai(span)
+        assert result.run_id == span.attributes["sharedesk.run.id"]
+
+    def test_an_async_run_is_a_chat_span_too(self, hub: Hub, spans: InMemorySpanExporter) -> None:
+        asyncio.run(SessionManager.arun_once(hub, _ModelAdapter(), "hello"))
+
+        assert {"chat gpt-test"} == {span.name for span in named(spans, "chat gpt-test")}
+
+    def test_a_failed_run_ends_its_span_with_an_error_and_its_type(
+        self, hub: Hub, spans: InMemorySpanExporter
+    ) -> None:
+        with pytest.raises(RunFailed):
+            SessionManager.run_once(hub, _FailingAdapter(), "hello")
+
+        (span,) = named(spans, "chat gpt-test")
+
+        assert (trace.StatusCode.ERROR, "RuntimeError") == (
+            span.status.status_code,
+            span.attributes["error.type"],
+        )
 
 
 class TestWithoutTelemetry:

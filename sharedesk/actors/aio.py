@@ -317,11 +317,13 @@ class AsyncHub:
         conversation: Conversation | None = None,
         *,
         timeout: float | None = None,
+        start_after: int | None = None,
     ) -> AsyncTurn:
         """Return ``viewer``'s next turn as soon as it has at least one message.
 
-        Plans the turn; while it is empty, sleeps until the next commit to the session
-        (this Hub's, or on a following store any process's) and plans again. Raises
+        Plans the turn (``start_after`` as for :meth:`Hub.turn`); while it is empty,
+        sleeps until the next commit to the session (this Hub's, or on a following store
+        any process's) and plans again. Raises
         ``TimeoutError`` (no message within ``timeout`` seconds), ``ValidationError``,
         ``HubClosed`` (closed while waiting).
         """
@@ -341,7 +343,7 @@ class AsyncHub:
         try:
             while True:
                 watch.event.clear()
-                turn = await self.turn(session_id, viewer, conversation)
+                turn = await self.turn(session_id, viewer, conversation, start_after=start_after)
                 if turn.messages:
                     return turn
                 self._live()

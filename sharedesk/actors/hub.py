@@ -214,7 +214,7 @@ class Hub:
         except BaseException as exc:
             tel.failed(span, exc)
             raise
-        tel.appended(span, future)
+        tel.appended(span, write, future)
         return future
 
     read = _from_store(EventStore.read)
@@ -287,7 +287,7 @@ class Hub:
         )
         turn = Turn(self, session_id, viewer, plan)
         if self._telemetry is not None:
-            turn.span = self._telemetry.turn(session_id, viewer, plan, self._store.read)
+            turn.span = self._telemetry.turn(session_id, viewer)
         return turn
 
     def compact(
@@ -369,6 +369,8 @@ class Hub:
         future = self.submit(
             check_write(turn.session_id, [] if event is None else [event], share=share)
         )
+        if tel is not None and span is not None:  # a turn never committed costs nothing
+            tel.offered(span, turn.session_id, plan, self._store.read)
 
         def mark(done: Future[list[Event]]) -> None:
             if not done.cancelled() and done.exception() is None:
@@ -415,10 +417,7 @@ class Hub:
         ``options``: ``continuation``, ``continuation_opts``, ``adapter_opts``. Returns the
         future of its ``RunResult``. Raises ``HubClosed``, ``QueueFull``.
         """
-        future: Future[Any] = self._run_queue().submit(session_id, adapter, input, **options)
-        if self._telemetry is not None:
-            self._telemetry.run(session_id, adapter, future)
-        return future
+        return self._run_queue().submit(session_id, adapter, input, **options)
 
     def drain(self, timeout: float | None = None) -> bool:
         """Wait until no run is queued or running; return whether that happened in time."""

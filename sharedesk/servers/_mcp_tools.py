@@ -230,6 +230,12 @@ TOOLS: Final[dict[str, tuple[str, dict[str, Any], dict[str, Any]]]] = {
                     "maximum": MAX_WAIT_S,
                     "description": "seconds to wait for at least one message (default 0: none)",
                 },
+                "start_after": {
+                    "type": ["integer", "null"],
+                    "minimum": 0,
+                    "description": "your first turn at this desk only: start after this"
+                    " sequence, and read the rows since in pages, oldest first",
+                },
             },
             ["desk"],
         ),
@@ -291,11 +297,14 @@ def _check(name: str, value: Any) -> Any:
         if value is None and name == "reply":
             return None
         return _text(name, value, limit=MAX_CONTENT_BYTES)
-    if name in ("thread_root", "parent"):
+    if name in ("thread_root", "parent", "start_after"):
+        low = 0 if name == "start_after" else 1
         if value is None:
             return None
-        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value < 2**63:
-            raise ToolError(f"{name} must be a sequence (an integer >= 1) or null, got {value!r}")
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value < 2**63:
+            raise ToolError(
+                f"{name} must be a sequence (an integer >= {low}) or null, got {value!r}"
+            )
         return value
     if name == "wait_s":
         if value is None:

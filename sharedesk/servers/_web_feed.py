@@ -9,8 +9,10 @@ committed while the feed starts is either read or pushed, and never lost; one bo
 and pushed is skipped the second time because its sequence is at or below ``sent``.
 
 One broadcast per desk with open feeds (:class:`Feeds`): one :meth:`Hub.listen`, at
-most one hand-over to the event loop per ``FLUSH_INTERVAL``, and each pushed row
-encoded once for every page.
+most one hand-over to the event loop per ``FLUSH_INTERVAL``, and each hand-over's rows
+encoded and joined once, into batches every page sends whole (or from the row it needs
+on): a page costs O(1) per hand-over, not a step per row. A page that opens at or above
+what the broadcast pushes already reads nothing from the store.
 Everything here but :meth:`_Broadcast.deliver` runs on the event loop's thread.
 
 Other processes: a following Hub (LMDB, PostgreSQL) pushes their commits as its own, so
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import threading
 from collections import deque
 from collections.abc import AsyncIterator, Callable
@@ -33,7 +36,7 @@ from sharedesk.actors._messages import Push
 from sharedesk.protocol.constants import PAGE_SIZE
 from sharedesk.protocol.events import Event
 
-__all__ = ["FLUSH_INTERVAL", "INBOX_LIMIT", "KEEPALIVE", "Feeds"]
+__all__ = ["FLUSH_INTERVAL", "INBOX_LIMIT", "KEEPALIVE", "PAGE_WAKEUPS", "Feeds"]
 
 
 #: Most pushed rows a feed holds for a slow client before it drops them and re-reads.
@@ -43,35 +46,62 @@ KEEPALIVE: Final = b": alive\n\n"
 
 #: Shortest time between two hand-overs of one desk's pushes to its feeds (seconds).
 FLUSH_INTERVAL: Final = 0.02
+#: Most page wake-ups a second one desk's hand-overs cost the loop: with more pages
+#: than ``FLUSH_INTERVAL`` allows for, hand-overs come less often (and carry more rows).
+PAGE_WAKEUPS: Final = 4000
 
 #: Turns a stored event into its bytes on the stream (one SSE event).
 Encode = Callable[[Event], bytes]
 
 
+class _Batch:
+    """Consecutive rows ``first`` to ``last``, encoded once and joined for every feed."""
+
+    __slots__ = ("data", "first", "last", "starts")
+
+    def __init__(self, rows: list[tuple[int, bytes]]) -> None:
+        self.first, self.last = rows[0][0], rows[-1][0]
+        self.data = b"".join(data for _, data in rows)
+        self.starts = list(itertools.accumulate((len(data) for _, data in rows[:-1]), initial=0))
+
+    def after(self, sent: int) -> bytes:
+        """Return the bytes of the rows above ``sent`` (``first - 1 <= sent < last``)."""
+        return self.data if sent < self.first else self.data[self.starts[sent + 1 - self.first] :]
+
+
+def _batches(rows: list[tuple[int, bytes]]) -> list[_Batch]:
+    """Split ``rows`` (in sequence order) into batches of consecutive sequences."""
+    cuts = [i for i in range(1, len(rows)) if rows[i][0] != rows[i - 1][0] + 1]
+    return [_Batch(rows[a:b]) for a, b in itertools.pairwise([0, *cuts, len(rows)]) if a < b]
+
+
 class _Inbox:
-    """The rows pushed to one feed, waiting for it."""
+    """The batches pushed to one feed, waiting for it."""
 
     def __init__(self) -> None:
-        self.rows: deque[tuple[int, bytes]] = deque()
+        self.batches: deque[_Batch] = deque()
+        self.rows = 0  # how many the batches hold
         self.reread = False
         self.ready = asyncio.Event()
 
-    def take(self, rows: list[tuple[int, bytes]]) -> None:
-        if not rows or len(self.rows) + len(rows) > INBOX_LIMIT:
-            self.rows.clear()
-            self.reread = True
+    def take(self, batches: list[_Batch], rows: int) -> None:
+        if not batches or self.rows + rows > INBOX_LIMIT:
+            self.batches.clear()
+            self.rows, self.reread = 0, True
         else:
-            self.rows.extend(rows)
+            self.batches.extend(batches)
+            self.rows += rows
         self.ready.set()
 
 
 class _Broadcast:
     """One desk's listener, fanning pushed rows out to the inboxes of its feeds.
 
-    Pushes are handed to the loop at most once per :data:`FLUSH_INTERVAL`: the first
-    push after a quiet spell goes out at once, and those that follow within the
-    interval go out together at its end. Under a stream of commits, every open page
-    then costs the loop one wake-up per interval instead of one per commit.
+    Pushes are handed to the loop at most once per :data:`FLUSH_INTERVAL`, or per
+    ``pages / PAGE_WAKEUPS`` seconds when that is longer: the first push after a quiet
+    spell goes out at once, and those that follow within the interval go out together
+    at its end. Under a stream of commits, every open page then costs the loop one
+    wake-up per interval instead of one per commit.
     """
 
     listening: asyncio.Future[Callable[[], None]]
@@ -85,8 +115,10 @@ class _Broadcast:
         self._scheduled = False
         self._last_flush = 0.0
         self.inboxes: set[_Inbox] = set()
-        #: The newest sequence handed out (or stored when the broadcast began).
-        self.newest = 0
+        #: Every row above it is handed to the inboxes from now on (``None``: unknown).
+        self.through: int | None = None
+        #: How many empty pushes came: a read that began before one proves nothing.
+        self.resets = 0
 
     def deliver(self, message: Push) -> None:
         """Take one push (on the session actor's thread); never blocks."""
@@ -102,7 +134,8 @@ class _Broadcast:
             self._loop.call_soon_threadsafe(self._schedule)
 
     def _schedule(self) -> None:
-        wait = self._last_flush + FLUSH_INTERVAL - self._loop.time()
+        interval = max(FLUSH_INTERVAL, len(self.inboxes) / PAGE_WAKEUPS)
+        wait = self._last_flush + interval - self._loop.time()
         if wait <= 0:
             self._flush()
         else:
@@ -114,15 +147,26 @@ class _Broadcast:
         self._last_flush = self._loop.time()
         self.fan(events)
 
+    def read_through(self, sequence: int, resets: int) -> None:
+        """Note a feed's read that found nothing above ``sequence`` (begun at ``resets``).
+
+        The read began after the broadcast listened, so each row above ``sequence``
+        was committed since and is pushed: a feed starting at or above it needs no read.
+        """
+        if resets == self.resets:
+            self.through = max(sequence, self.through or 0)
+
     def fan(self, events: list[Event | None]) -> None:
         """Hand ``events`` to every feed (on the loop); ``None`` among them: re-read."""
         rows = [(event.sequence or 0, self._encode(event)) for event in events if event]
         if len(rows) < len(events):
             rows = []  # an empty push among them: every feed re-reads
-        elif rows:
-            self.newest = max(self.newest, rows[-1][0])
+            self.through, self.resets = None, self.resets + 1
+        elif rows and self.through is not None:
+            self.through = max(self.through, rows[-1][0])
+        batches = _batches(rows)
         for inbox in self.inboxes:
-            inbox.take(rows)
+            inbox.take(batches, len(rows))
 
 
 class Feeds:
@@ -167,29 +211,35 @@ class Feeds:
         Each chunk holds one or more encoded rows; :data:`KEEPALIVE` comes after
         ``keepalive`` seconds without a row. Runs until the consumer stops iterating.
 
-        Cost: one store read per page of backlog; then nothing per pushed row beyond the
+        Cost: one store read per page of backlog, none when ``after`` is at or above
+        what the desk's broadcast pushes already; then nothing per pushed row beyond the
         push (a re-read after a gap).
         """
         hub, inbox = self._hub, _Inbox()
         broadcast = await self._join(desk, inbox)
         try:
-            sent, reread = after, True
+            sent = after
+            reread = broadcast.through is None or after < broadcast.through
             while True:
                 while reread:
+                    resets = broadcast.resets
                     page = await run_in_threadpool(hub.read, desk, after=sent, limit=PAGE_SIZE)
                     if page:
                         sent = page[-1].sequence or sent
                         yield b"".join(self._encode(event) for event in page)
                     reread = len(page) == PAGE_SIZE
+                    if not reread:
+                        broadcast.read_through(sent, resets)
                 chunk: list[bytes] = []
-                while inbox.rows:
-                    sequence, data = inbox.rows.popleft()
-                    if sequence == sent + 1:
-                        sent = sequence
-                        chunk.append(data)
-                    elif sequence > sent + 1:  # a gap: the store has what came between
-                        inbox.rows.clear()
+                while inbox.batches:
+                    batch = inbox.batches.popleft()
+                    if batch.first > sent + 1:  # a gap: the store has what came between
+                        inbox.batches.clear()
                         reread = True
+                    elif batch.last > sent:
+                        chunk.append(batch.after(sent))
+                        sent = batch.last
+                inbox.rows = 0
                 if chunk:
                     yield b"".join(chunk)
                 if reread or inbox.reread:
@@ -197,7 +247,8 @@ class Feeds:
                     continue
                 inbox.ready.clear()
                 try:
-                    await asyncio.wait_for(inbox.ready.wait(), timeout=self._keepalive)
+                    async with asyncio.timeout(self._keepalive):
+                        await inbox.ready.wait()
                 except TimeoutError:
                     yield KEEPALIVE
         finally:

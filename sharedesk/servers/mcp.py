@@ -7,7 +7,8 @@ streamable HTTP (:mod:`sharedesk.servers._mcp_http`). Both are built on the offi
 :class:`~sharedesk.AsyncHub`, and negotiate the protocol versions the SDK speaks.
 
 Tools (see the contract, "A desk over MCP"): ``desks``, ``view``, ``post``, ``turn`` and
-``commit``; every result is a JSON object, given as structured content and as text. A
+``commit``; every result is a JSON object, given as structured content and as text;
+``turn`` also takes ``start_after``, as ``hub.turn`` does (a late joiner's first turn). A
 turn taken is kept here, under a random ``turn_id``, for the participant and MCP
 session that took it, until it is committed; nothing of it is stored before, so a
 server or client killed between ``turn`` and ``commit`` leaves the rows to be offered
@@ -183,7 +184,7 @@ class DeskServer:
         if tool == "view":
             view = await hub.view(desk, who, conversation)
             return {"messages": [message_json(m) for m in view.messages]}
-        turn = await self._turn(who, conversation, args["wait_s"])
+        turn = await self._turn(who, conversation, args["wait_s"], args["start_after"])
         turn_id = secrets.token_urlsafe(18)
         self._pending[turn_id] = _Pending(participant_key(who), session, turn)
         while len(self._pending) > MAX_PENDING_TURNS:
@@ -195,15 +196,17 @@ class DeskServer:
         }
 
     async def _turn(
-        self, who: SessionAuthor, conversation: Conversation, wait_s: float
+        self, who: SessionAuthor, conversation: Conversation, wait_s: float, after: int | None
     ) -> AsyncTurn:
-        desk = conversation.desk
+        desk, hub = conversation.desk, self._hub
         if wait_s > 0:
             try:
-                return await self._hub.wait_turn(desk, who, conversation, timeout=wait_s)
+                return await hub.wait_turn(
+                    desk, who, conversation, timeout=wait_s, start_after=after
+                )
             except TimeoutError:
                 pass
-        return await self._hub.turn(desk, who, conversation)
+        return await hub.turn(desk, who, conversation, start_after=after)
 
     async def _commit(
         self, who: SessionAuthor, session: str | None, turn_id: str, reply: str | None

@@ -30,6 +30,8 @@ HOSTILE: list[tuple[str, dict[str, Any], str]] = [
     ("turn", {"desk": "desk", "wait_s": -1}, "wait_s"),
     ("turn", {"desk": "desk", "wait_s": 1e9}, "wait_s"),
     ("turn", {"desk": "desk", "wait_s": "soon"}, "wait_s"),
+    ("turn", {"desk": "desk", "start_after": -1}, "start_after"),
+    ("turn", {"desk": "desk", "start_after": 99}, "ValidationError"),
     ("post", {"desk": "desk", "content": MEGABYTE}, "at most"),
     ("post", {"desk": "desk", "content": 7}, "content must be a string"),
     ("post", {"desk": "desk", "content": "reply", "parent": 99}, "ValidationError"),

@@ -49,7 +49,7 @@ class TestTools:
             "desks": [],
             "view": ["desk", "thread_root"],
             "post": ["content", "desk", "parent"],
-            "turn": ["desk", "thread_root", "wait_s"],
+            "turn": ["desk", "start_after", "thread_root", "wait_s"],
             "commit": ["reply", "turn_id"],
         } == run(main)
 
@@ -109,6 +109,45 @@ class TestTools:
             return contents(waited), waited["reason"]
 
         assert (["second"], None) == run(main)
+
+    def test_a_late_joiner_starting_after_a_sequence_reads_the_rows_since_in_pages_once(
+        self, tmp_path: Path
+    ) -> None:
+        async def main() -> list[list[int]]:
+            async with stdio_desk(str(tmp_path), ADA) as ada, stdio_desk(str(tmp_path), PAT) as pat:
+                for i in range(35):
+                    await ada.call("post", desk="desk", content=f"row {i + 1}")
+                pages = []
+                turn = await pat.call("turn", desk="desk", start_after=2)
+                while turn["messages"]:
+                    pages.append([message["sequence"] for message in turn["messages"]])
+                    await pat.call("commit", turn_id=turn["turn_id"])
+                    turn = await pat.call("turn", desk="desk")
+            return pages
+
+        assert [list(range(3, 33)), [33, 34, 35]] == run(main)
+
+    def test_a_late_joiner_waiting_with_wait_s_is_woken_by_the_first_row_after_its_start(
+        self, tmp_path: Path
+    ) -> None:
+        async def main() -> list[str]:
+            async with stdio_desk(str(tmp_path), ADA) as ada, stdio_desk(str(tmp_path), PAT) as pat:
+                await ada.call("post", desk="desk", content="before pat came")
+                async with anyio.create_task_group() as group:
+                    waited: dict[str, Any] = {}
+
+                    async def wait() -> None:
+                        waited.update(
+                            await pat.call(
+                                "turn", desk="desk", start_after=1, wait_s=CALL_TIMEOUT / 2
+                            )
+                        )
+
+                    group.start_soon(wait)
+                    await ada.call("post", desk="desk", content="after")
+            return contents(waited)
+
+        assert ["after"] == run(main)
 
     def test_a_turn_past_wait_s_is_the_turn_as_it_stands(self, tmp_path: Path) -> None:
         async def main() -> list[str]:

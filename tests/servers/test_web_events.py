@@ -112,6 +112,38 @@ class TestEventStream:
         assert [1, 2, 3, 4] == sequences(got)
         assert "live 2" == json.loads(got[-1].data)["content"]
 
+    def test_a_page_opened_behind_the_rows_an_open_page_was_pushed_reads_them_first(
+        self, hub: Hub, server: RunningServer
+    ) -> None:
+        hub.session("d").post(ANA, "one")
+        url = f"{server.url}/api/desks/d/events"
+        with httpx.stream("GET", f"{url}?after=1", timeout=TIMEOUT) as first:
+            live = sse_events(first.iter_lines())
+            hub.session("d").post(ANA, "two")
+            pushed = [next(live)]  # the desk's broadcast pushes from row 2 on
+            second = take(server, 2, after=0)
+            hub.session("d").post(ANA, "three")
+            pushed.append(next(live))
+
+        assert ([2, 3], [1, 2]) == (sequences(pushed), sequences(second))
+
+    def test_a_page_opened_at_the_newest_row_while_another_follows_gets_each_new_row(
+        self, hub: Hub, server: RunningServer
+    ) -> None:
+        hub.session("d").post(ANA, "one")
+        url = f"{server.url}/api/desks/d/events?after=1"
+        with (
+            httpx.stream("GET", url, timeout=TIMEOUT) as first,
+            httpx.stream("GET", url, timeout=TIMEOUT) as second,
+        ):
+            one, two = sse_events(first.iter_lines()), sse_events(second.iter_lines())
+            hub.session("d").post(ANA, "two")
+            got = [next(one), next(two)]
+            hub.append("d", [Event(ANA, Text(f"row {n}")) for n in range(3, 6)])
+            got += [next(one) for _ in range(3)] + [next(two) for _ in range(3)]
+
+        assert [2, 2, 3, 4, 5, 3, 4, 5] == sequences(got)
+
     def test_without_a_cursor_the_stream_starts_at_the_newest_row(
         self, hub: Hub, server: RunningServer
     ) -> None:
