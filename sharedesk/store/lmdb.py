@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final, Literal, TypeVar
 
 import lmdb
@@ -87,6 +87,8 @@ _MIN_MAP_SIZE: Final = 64 * 2**10
 # do); relaxed commits are cheap.
 _GROUP_WAIT_DURABLE: Final = 0.002
 _GROUP_WAIT_RELAXED: Final = 0.0005
+#: The sub-databases a group writes, in order (``meta`` last: it follows the events).
+_PUT_ORDER: Final = (b"events", b"ids", b"texts", b"replies", b"runs", b"sharing", b"meta")
 #: Free bytes below which a failed write transaction counts as a full disk.
 DISK_FULL_BELOW: Final = 1 << 20
 
@@ -433,17 +435,16 @@ def _record_at(
 class _WriteTxn:
     """One write transaction as the writer uses it: facts in, plans out.
 
-    py-lmdb releases the GIL in every call, so the calls are per group (``getmulti``, and
-    ``putmulti`` fed by a generator: a group never holds all its records at once).
+    py-lmdb releases the GIL in every call, so the calls are per group (``getmulti``,
+    ``putmulti``), and none is made for a sub-database the group leaves alone.
     """
 
-    __slots__ = ("_dbs", "_last", "_prefixes", "_texts", "_txn")
+    __slots__ = ("_dbs", "_prefixes", "_texts", "_txn")
 
     def __init__(self, txn: Any, dbs: Mapping[bytes, Any]) -> None:
         self._txn = txn
         self._dbs = dbs
-        #: The last sequence and the Text rows of each session, as this transaction left them.
-        self._last: dict[bytes, int] = {}
+        #: The Text rows of each session, as this transaction left them.
         self._texts: dict[bytes, int] = {}
         self._prefixes: dict[str, bytes] = {}  # the key prefix of each session read
 
@@ -488,7 +489,6 @@ class _WriteTxn:
             prefix = prefixes[session_id]
             raw_meta = metas.get(prefix)
             last, texts, _micros = (0, 0, 0) if raw_meta is None else META.unpack(raw_meta)
-            self._last[prefix] = last
             self._texts[prefix] = texts
             known: dict[str, Event] = {}
             stored_at = stored_ids.get(session_id)
@@ -520,54 +520,47 @@ class _WriteTxn:
         return found
 
     def put(self, plans: Sequence[WritePlan]) -> None:
-        """Write ``plans`` in order, then each session's meta record once."""
-        touched: dict[bytes, int] = {}  # prefix -> microseconds of its newest events
+        """Write ``plans`` in order (one pass builds each sub-database's rows), then meta."""
+        rows: dict[bytes, list[tuple[bytes, bytes]]] = {name: [] for name in _PUT_ORDER}
+        events, ids, texts, replies, runs = (rows[name] for name in _PUT_ORDER[:5])
+        encode, pack = ENCODER.encode, SEQ.pack
+        metas: dict[bytes, bytes] = {}
         for plan in plans:
+            write = plan.write
+            prefix = self._prefixes[write.session_id]
+            run: tuple[str | None, bytes] = (None, b"")
+            for event in plan.new:
+                assert event.sequence is not None
+                seq = pack(event.sequence)
+                key = prefix + seq
+                events.append((key, encode(event)))
+                ids.append((event_id_key(prefix, event.id), seq))
+                if event.run_id is not None:
+                    if run[0] != event.run_id:  # a batch is usually one run's
+                        run = (event.run_id, run_index_key(prefix, event.run_id))
+                    runs.append((run[1] + seq, b""))
+                if isinstance(event.body, Text):
+                    texts.append((key, b""))
+                    if event.parent is None:  # a root, with no reply yet
+                        replies.append((key, b""))
+            replies.extend((prefix + pack(root), pack(r)) for root, r in plan.first_replies.items())
+            if plan.state is not None:
+                runs.append((prefix, encode(plan.state)))
+            if write.share is not None and plan.sharing:
+                key = sharing_key(prefix, write.share.viewer, plan.sharing.conversation)
+                rows[b"sharing"].append((key, encode(plan.sharing)))
             if plan.new:
-                prefix = self._prefixes[plan.write.session_id]
                 newest = plan.new[-1]
                 assert newest.sequence is not None and newest.timestamp is not None
-                self._last[prefix] = newest.sequence
                 self._texts[prefix] += plan.texts
-                touched[prefix] = (newest.timestamp - EPOCH) // MICROSECOND
-        events = sum(len(plan.new) for plan in plans)
-        for name in (b"events", b"ids", b"texts", b"replies", b"runs", b"sharing", b"meta"):
-            cursor = self._txn.cursor(db=self._dbs[name])
-            rows = self._meta_rows(touched) if name == b"meta" else self._rows(name, plans)
-            added = cursor.putmulti(rows, overwrite=name != b"events")[1]
-            if name == b"events" and added != events:  # the meta record lags the events
+                micros = (newest.timestamp - EPOCH) // MICROSECOND
+                metas[prefix] = META.pack(newest.sequence, self._texts[prefix], micros)
+        rows[b"meta"] = list(metas.items())  # each session's meta record once
+        for name, found in rows.items():
+            if not found:
+                continue
+            added = self._txn.cursor(db=self._dbs[name]).putmulti(
+                found, overwrite=name != b"events"
+            )
+            if name == b"events" and added[1] != len(found):  # the meta record lags the events
                 raise CorruptRecordError(plans[0].write.session_id, 0, "an event key was taken")
-
-    def _meta_rows(self, touched: dict[bytes, int]) -> Iterator[tuple[bytes, bytes]]:
-        for prefix, micros in touched.items():
-            yield prefix, META.pack(self._last[prefix], self._texts[prefix], micros)
-
-    def _rows(self, name: bytes, plans: Sequence[WritePlan]) -> Iterator[tuple[bytes, bytes]]:
-        """Yield the records of sub-database ``name`` that ``plans`` store, in order."""
-        run: tuple[bytes, str] | None = None
-        run_base = b""
-        for plan in plans:
-            prefix = self._prefixes[plan.write.session_id]
-            for event in plan.new if name != b"sharing" else ():
-                assert event.sequence is not None
-                seq = SEQ.pack(event.sequence)
-                if name == b"events":
-                    yield prefix + seq, ENCODER.encode(event)
-                elif name == b"ids":
-                    yield event_id_key(prefix, event.id), seq
-                elif name == b"runs":
-                    if event.run_id is not None:
-                        if run != (prefix, event.run_id):  # a batch is usually one run's
-                            run = (prefix, event.run_id)
-                            run_base = run_index_key(prefix, event.run_id)
-                        yield run_base + seq, b""
-                elif isinstance(event.body, Text) and (name == b"texts" or event.parent is None):
-                    yield prefix + seq, b""  # texts; replies: a root, with no reply yet
-            if name == b"replies":
-                for root, reply in plan.first_replies.items():
-                    yield prefix + SEQ.pack(root), SEQ.pack(reply)
-            elif name == b"runs" and plan.state is not None:
-                yield prefix, ENCODER.encode(plan.state)
-            elif name == b"sharing" and plan.write.share is not None and plan.sharing:
-                key = sharing_key(prefix, plan.write.share.viewer, plan.sharing.conversation)
-                yield key, ENCODER.encode(plan.sharing)
