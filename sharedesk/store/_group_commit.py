@@ -52,7 +52,8 @@ class GroupWriter:
         self._run_group = run_group
         self._group_wait = group_wait
         self._closed_error = closed_error
-        self._cond = threading.Condition(threading.Lock())
+        self._lock = threading.Lock()  # taken bare by ``submit``: the loop's hot path
+        self._cond = threading.Condition(self._lock)
         self._queue: list[tuple[Write, Future[list[Event]]]] = []
         self._target = 1
         self._last_commit = 0.0
@@ -63,7 +64,7 @@ class GroupWriter:
     def submit(self, write: Write) -> Future[list[Event]]:
         """Queue ``write``; return its future (failed at once when closed). Never blocks."""
         future: Future[list[Event]] = Future()
-        with self._cond:
+        with self._lock:
             if not self._closed:
                 queue = self._queue
                 queue.append((write, future))

@@ -520,8 +520,13 @@ class _WriteTxn:
         return found
 
     def put(self, plans: Sequence[WritePlan]) -> None:
-        """Write ``plans`` in order (one pass builds each sub-database's rows), then meta."""
-        rows: dict[bytes, list[tuple[bytes, bytes]]] = {name: [] for name in _PUT_ORDER}
+        """Write ``plans`` in order (one pass builds each sub-database's rows), then meta.
+
+        A sub-database's rows are one flat list, key and value in turn, fed to
+        ``putmulti`` through ``zip``: no tuple per row outlives its put (less for the
+        collector to trace).
+        """
+        rows: dict[bytes, list[bytes]] = {name: [] for name in _PUT_ORDER}
         events, ids, texts, replies, runs = (rows[name] for name in _PUT_ORDER[:5])
         encode, pack = ENCODER.encode, SEQ.pack
         metas: dict[bytes, bytes] = {}
@@ -533,34 +538,35 @@ class _WriteTxn:
                 assert event.sequence is not None
                 seq = pack(event.sequence)
                 key = prefix + seq
-                events.append((key, encode(event)))
-                ids.append((event_id_key(prefix, event.id), seq))
+                events += (key, encode(event))
+                ids += (event_id_key(prefix, event.id), seq)
                 if event.run_id is not None:
                     if run[0] != event.run_id:  # a batch is usually one run's
                         run = (event.run_id, run_index_key(prefix, event.run_id))
-                    runs.append((run[1] + seq, b""))
+                    runs += (run[1] + seq, b"")
                 if isinstance(event.body, Text):
-                    texts.append((key, b""))
+                    texts += (key, b"")
                     if event.parent is None:  # a root, with no reply yet
-                        replies.append((key, b""))
-            replies.extend((prefix + pack(root), pack(r)) for root, r in plan.first_replies.items())
+                        replies += (key, b"")
+            for root, reply in plan.first_replies.items():
+                replies += (prefix + pack(root), pack(reply))
             if plan.state is not None:
-                runs.append((prefix, encode(plan.state)))
+                runs += (prefix, encode(plan.state))
             if write.share is not None and plan.sharing:
                 key = sharing_key(prefix, write.share.viewer, plan.sharing.conversation)
-                rows[b"sharing"].append((key, encode(plan.sharing)))
+                rows[b"sharing"] += (key, encode(plan.sharing))
             if plan.new:
                 newest = plan.new[-1]
                 assert newest.sequence is not None and newest.timestamp is not None
                 self._texts[prefix] += plan.texts
                 micros = (newest.timestamp - EPOCH) // MICROSECOND
                 metas[prefix] = META.pack(newest.sequence, self._texts[prefix], micros)
-        rows[b"meta"] = list(metas.items())  # each session's meta record once
-        for name, found in rows.items():
-            if not found:
+        rows[b"meta"] = [part for meta in metas.items() for part in meta]  # each session's once
+        for name, flat in rows.items():
+            if not flat:
                 continue
-            added = self._txn.cursor(db=self._dbs[name]).putmulti(
-                found, overwrite=name != b"events"
-            )
-            if name == b"events" and added[1] != len(found):  # the meta record lags the events
+            pairs = iter(flat)
+            cursor = self._txn.cursor(db=self._dbs[name])
+            added = cursor.putmulti(zip(pairs, pairs, strict=True), overwrite=name != b"events")[1]
+            if name == b"events" and added != len(flat) // 2:  # the meta record lags the events
                 raise CorruptRecordError(plans[0].write.session_id, 0, "an event key was taken")
