@@ -134,19 +134,22 @@ class WriteTxn(Protocol):
 
 
 def _absorb(facts: Facts, plan: WritePlan) -> None:
-    """Add what ``plan`` stores to ``facts``, so that the group's next write sees it."""
-    known, rows = facts.known, facts.rows
+    """Add what ``plan`` stores to ``facts`` (see ``Facts``), for the group's next write."""
+    known, rows = facts.known or {}, facts.rows or {}
     for event in plan.new:
         assert event.sequence is not None
         known[event.id] = event
         rows[event.sequence] = StoredRow(type(event.body).__name__, event.parent)
+    facts.known, facts.rows = known, rows
     facts.last += len(plan.new)
     if plan.first_replies:
+        facts.answered = facts.answered or set()
         facts.answered.update(plan.first_replies)
     if plan.state is not None:
         facts.state = plan.state
     share = plan.write.share
     if share is not None:
+        facts.sharing = facts.sharing or {}
         facts.sharing[(share.viewer, share.state.conversation)] = plan.sharing
 
 

@@ -24,7 +24,7 @@ from typing import Any, Final, Literal, TypeVar
 import lmdb
 import msgspec
 
-from sharedesk.projection.append import Facts, StoredRow, Wants, WritePlan
+from sharedesk.projection.append import Facts, SharingKey, StoredRow, Wants, WritePlan
 from sharedesk.protocol.errors import (
     CorruptRecordError,
     StoreClosedError,
@@ -485,19 +485,21 @@ class _WriteTxn:
         stored_ids: dict[str, dict[str, int]] = {}
         for key, raw in self._get_many(b"ids", sorted(id_keys)):
             stored_ids.setdefault(session_of(key), {})[id_keys[key]] = SEQ.unpack(raw)[0]
+        empty: tuple[
+            dict[str, Event], dict[int, StoredRow], set[int], dict[SharingKey, SharingState | None]
+        ] = ({}, {}, set(), {})
         for session_id, want in wants.items():
             prefix = prefixes[session_id]
             raw_meta = metas.get(prefix)
             last, texts, _micros = (0, 0, 0) if raw_meta is None else META.unpack(raw_meta)
             self._texts[prefix] = texts
-            known: dict[str, Event] = {}
+            known, rows, answered, sharing = empty  # shared while empty (see ``Facts``)
             stored_at = stored_ids.get(session_id)
             if stored_at:
                 events = self._events(session_id, prefix, [*stored_at.values()], indexed=True)
                 known = {event_id: events[sequence] for event_id, sequence in stored_at.items()}
-            rows: dict[int, StoredRow] = {}
-            answered: set[int] = set()
             if want.parents:
+                rows, answered = {}, set()
                 parents = sorted(want.parents)
                 keys = [prefix + SEQ.pack(p) for p in parents]
                 for key, entry in self._get_many(b"replies", keys):
@@ -512,7 +514,8 @@ class _WriteTxn:
             state = EMPTY_SESSION_STATE
             if want.state:
                 state = decode_session_state(session_id, txn.get(prefix, db=dbs[b"runs"]))
-            sharing: dict[tuple[str, Conversation], SharingState | None] = {}
+            if want.sharing:
+                sharing = {}
             for wanted in want.sharing:
                 raw = txn.get(sharing_key(prefix, *wanted), db=dbs[b"sharing"])
                 sharing[wanted] = None if raw is None else decode_state(session_id, raw)
