@@ -207,8 +207,7 @@ def plan_write(write: Write, facts: Facts, now: datetime) -> WritePlan:
             reply = result[0].sequence
             assert reply is not None
             sharing = note_present(sharing, reply)
-    replies = first_replies or _NO_REPLIES
-    return WritePlan(write, result, new, replies, texts, state, sharing)
+    return WritePlan(write, result, new, first_replies or _NO_REPLIES, texts, state, sharing)
 
 
 def _check_row(index: int, parent: int, row: StoredRow | None) -> None:

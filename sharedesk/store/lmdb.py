@@ -523,11 +523,9 @@ class _WriteTxn:
         return found
 
     def put(self, plans: Sequence[WritePlan]) -> None:
-        """Write ``plans`` in order (one pass builds each sub-database's rows), then meta.
+        """Write ``plans`` in order, then each session's meta record once.
 
-        A sub-database's rows are one flat list, key and value in turn, fed to
-        ``putmulti`` through ``zip``: no tuple per row outlives its put (less for the
-        collector to trace).
+        One pass builds flat key/value lists, fed through ``zip``: no row tuple outlives its put.
         """
         rows: dict[bytes, list[bytes]] = {name: [] for name in _PUT_ORDER}
         events, ids, texts, replies, runs = (rows[name] for name in _PUT_ORDER[:5])
@@ -566,10 +564,9 @@ class _WriteTxn:
                 metas[prefix] = META.pack(newest.sequence, self._texts[prefix], micros)
         rows[b"meta"] = [part for meta in metas.items() for part in meta]  # each session's once
         for name, flat in rows.items():
-            if not flat:
-                continue
-            pairs = iter(flat)
-            cursor = self._txn.cursor(db=self._dbs[name])
-            added = cursor.putmulti(zip(pairs, pairs, strict=True), overwrite=name != b"events")[1]
-            if name == b"events" and added != len(flat) // 2:  # the meta record lags the events
-                raise CorruptRecordError(plans[0].write.session_id, 0, "an event key was taken")
+            if flat:
+                pairs = iter(flat)
+                cursor = self._txn.cursor(db=self._dbs[name])
+                added = cursor.putmulti(zip(pairs, pairs, strict=True), overwrite=name != b"events")
+                if name == b"events" and added[1] != len(flat) // 2:  # the meta record lags
+                    raise CorruptRecordError(plans[0].write.session_id, 0, "an event key was taken")
