@@ -102,11 +102,7 @@ class _Bridge:
         """Return ``done`` (default: a new answer), completed in the loop as ``job`` is."""
         if done is None:
             done = _Answer(self)
-        if job.done():  # an in-memory write: no hop (hand-offs are chunked already)
-            done.take(job)
-            done.resolve()
-        else:
-            job.add_done_callback(done)
+        job.add_done_callback(done)  # done already: called at once, resolved by a drain
         return done
 
     def completed(self, done: _Answer[Any]) -> None:
@@ -147,18 +143,11 @@ class _Answer(asyncio.Future[T]):
 
     def __call__(self, job: Future[T]) -> None:
         """Take the finished ``job``'s outcome and queue this answer (any thread)."""
-        self.take(job)
-        self._bridge.completed(self)
-
-    def take(self, job: Future[T]) -> None:
-        """Record the finished ``job``'s outcome (any thread)."""
         try:
-            self._error = job.exception(0)
-        except concurrent.futures.CancelledError as cancelled:
-            self._error = cancelled
-        else:
-            if self._error is None:
-                self._result = job.result(0)
+            self._result = job.result(0)
+        except BaseException as error:  # the job's error, or CancelledError
+            self._error = error
+        self._bridge.completed(self)
 
     def resolve(self) -> None:
         """Complete this future with the outcome taken (loop thread)."""

@@ -22,9 +22,11 @@ A write that breaks a rule raises and writes nothing; the others of its group go
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from collections.abc import Set as AbstractSet
 from datetime import datetime
-from typing import NamedTuple
+from types import MappingProxyType
+from typing import Final, NamedTuple
 
 import msgspec
 
@@ -54,6 +56,8 @@ __all__ = [
 
 #: The key of a stored sharing state within a session: (viewer, conversation).
 SharingKey = tuple[str, Conversation]
+#: The ``first_replies`` of a plan that records none (most): one shared, read-only.
+_NO_REPLIES: Final[Mapping[int, int]] = MappingProxyType({})
 
 
 class StoredRow(NamedTuple):
@@ -79,8 +83,9 @@ class Wants(msgspec.Struct, gc=False):
 class Facts(msgspec.Struct, gc=False):
     """What a store holds of one session, as far as one group's writes need it.
 
-    Read for one :class:`Wants`, in fresh containers: the writer adds each planned
-    write's effect to them, for the next write of the group (``plan_write`` never does).
+    Read for one :class:`Wants`: the writer adds each planned write's effect, for the
+    next write of the group (``plan_write`` never does), to a non-empty container in
+    place and replaces an empty one, so a backend may share its empty containers.
 
     Attributes:
         last: The session's last sequence (0 for none).
@@ -112,7 +117,7 @@ class WritePlan(msgspec.Struct, frozen=True, gc=False):
     write: Write
     result: list[Event]
     new: list[Event]
-    first_replies: dict[int, int]
+    first_replies: Mapping[int, int]
     texts: int
     state: SessionState | None
     sharing: SharingState | None
@@ -202,7 +207,7 @@ def plan_write(write: Write, facts: Facts, now: datetime) -> WritePlan:
             reply = result[0].sequence
             assert reply is not None
             sharing = note_present(sharing, reply)
-    return WritePlan(write, result, new, first_replies, texts, state, sharing)
+    return WritePlan(write, result, new, first_replies or _NO_REPLIES, texts, state, sharing)
 
 
 def _check_row(index: int, parent: int, row: StoredRow | None) -> None:

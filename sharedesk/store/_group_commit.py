@@ -52,7 +52,8 @@ class GroupWriter:
         self._run_group = run_group
         self._group_wait = group_wait
         self._closed_error = closed_error
-        self._cond = threading.Condition(threading.Lock())
+        self._lock = threading.Lock()  # taken bare by ``submit``: the loop's hot path
+        self._cond = threading.Condition(self._lock)
         self._queue: list[tuple[Write, Future[list[Event]]]] = []
         self._target = 1
         self._last_commit = 0.0
@@ -63,7 +64,7 @@ class GroupWriter:
     def submit(self, write: Write) -> Future[list[Event]]:
         """Queue ``write``; return its future (failed at once when closed). Never blocks."""
         future: Future[list[Event]] = Future()
-        with self._cond:
+        with self._lock:
             if not self._closed:
                 queue = self._queue
                 queue.append((write, future))
@@ -133,19 +134,22 @@ class WriteTxn(Protocol):
 
 
 def _absorb(facts: Facts, plan: WritePlan) -> None:
-    """Add what ``plan`` stores to ``facts``, so that the group's next write sees it."""
-    known, rows = facts.known, facts.rows
+    """Add what ``plan`` stores to ``facts`` (see ``Facts``), for the group's next write."""
+    known, rows = facts.known or {}, facts.rows or {}
     for event in plan.new:
         assert event.sequence is not None
         known[event.id] = event
         rows[event.sequence] = StoredRow(type(event.body).__name__, event.parent)
+    facts.known, facts.rows = known, rows
     facts.last += len(plan.new)
     if plan.first_replies:
+        facts.answered = facts.answered or set()
         facts.answered.update(plan.first_replies)
     if plan.state is not None:
         facts.state = plan.state
     share = plan.write.share
     if share is not None:
+        facts.sharing = facts.sharing or {}
         facts.sharing[(share.viewer, share.state.conversation)] = plan.sharing
 
 

@@ -18,13 +18,13 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final, Literal, TypeVar
 
 import lmdb
 import msgspec
 
-from sharedesk.projection.append import Facts, StoredRow, Wants, WritePlan
+from sharedesk.projection.append import Facts, SharingKey, StoredRow, Wants, WritePlan
 from sharedesk.protocol.errors import (
     CorruptRecordError,
     StoreClosedError,
@@ -87,6 +87,8 @@ _MIN_MAP_SIZE: Final = 64 * 2**10
 # do); relaxed commits are cheap.
 _GROUP_WAIT_DURABLE: Final = 0.002
 _GROUP_WAIT_RELAXED: Final = 0.0005
+#: The sub-databases a group writes, in order (``meta`` last: it follows the events).
+_PUT_ORDER: Final = (b"events", b"ids", b"texts", b"replies", b"runs", b"sharing", b"meta")
 #: Free bytes below which a failed write transaction counts as a full disk.
 DISK_FULL_BELOW: Final = 1 << 20
 
@@ -433,17 +435,16 @@ def _record_at(
 class _WriteTxn:
     """One write transaction as the writer uses it: facts in, plans out.
 
-    py-lmdb releases the GIL in every call, so the calls are per group (``getmulti``, and
-    ``putmulti`` fed by a generator: a group never holds all its records at once).
+    py-lmdb releases the GIL in every call, so the calls are per group (``getmulti``,
+    ``putmulti``), and none is made for a sub-database the group leaves alone.
     """
 
-    __slots__ = ("_dbs", "_last", "_prefixes", "_texts", "_txn")
+    __slots__ = ("_dbs", "_prefixes", "_texts", "_txn")
 
     def __init__(self, txn: Any, dbs: Mapping[bytes, Any]) -> None:
         self._txn = txn
         self._dbs = dbs
-        #: The last sequence and the Text rows of each session, as this transaction left them.
-        self._last: dict[bytes, int] = {}
+        #: The Text rows of each session, as this transaction left them.
         self._texts: dict[bytes, int] = {}
         self._prefixes: dict[str, bytes] = {}  # the key prefix of each session read
 
@@ -484,20 +485,21 @@ class _WriteTxn:
         stored_ids: dict[str, dict[str, int]] = {}
         for key, raw in self._get_many(b"ids", sorted(id_keys)):
             stored_ids.setdefault(session_of(key), {})[id_keys[key]] = SEQ.unpack(raw)[0]
+        empty: tuple[
+            dict[str, Event], dict[int, StoredRow], set[int], dict[SharingKey, SharingState | None]
+        ] = ({}, {}, set(), {})
         for session_id, want in wants.items():
             prefix = prefixes[session_id]
             raw_meta = metas.get(prefix)
             last, texts, _micros = (0, 0, 0) if raw_meta is None else META.unpack(raw_meta)
-            self._last[prefix] = last
             self._texts[prefix] = texts
-            known: dict[str, Event] = {}
+            known, rows, answered, sharing = empty  # shared while empty (see ``Facts``)
             stored_at = stored_ids.get(session_id)
             if stored_at:
                 events = self._events(session_id, prefix, [*stored_at.values()], indexed=True)
                 known = {event_id: events[sequence] for event_id, sequence in stored_at.items()}
-            rows: dict[int, StoredRow] = {}
-            answered: set[int] = set()
             if want.parents:
+                rows, answered = {}, set()
                 parents = sorted(want.parents)
                 keys = [prefix + SEQ.pack(p) for p in parents]
                 for key, entry in self._get_many(b"replies", keys):
@@ -512,7 +514,8 @@ class _WriteTxn:
             state = EMPTY_SESSION_STATE
             if want.state:
                 state = decode_session_state(session_id, txn.get(prefix, db=dbs[b"runs"]))
-            sharing: dict[tuple[str, Conversation], SharingState | None] = {}
+            if want.sharing:
+                sharing = {}
             for wanted in want.sharing:
                 raw = txn.get(sharing_key(prefix, *wanted), db=dbs[b"sharing"])
                 sharing[wanted] = None if raw is None else decode_state(session_id, raw)
@@ -520,54 +523,50 @@ class _WriteTxn:
         return found
 
     def put(self, plans: Sequence[WritePlan]) -> None:
-        """Write ``plans`` in order, then each session's meta record once."""
-        touched: dict[bytes, int] = {}  # prefix -> microseconds of its newest events
+        """Write ``plans`` in order, then each session's meta record once.
+
+        One pass builds flat key/value lists, fed through ``zip``: no row tuple outlives its put.
+        """
+        rows: dict[bytes, list[bytes]] = {name: [] for name in _PUT_ORDER}
+        events, ids, texts, replies, runs = (rows[name] for name in _PUT_ORDER[:5])
+        encode, pack = ENCODER.encode, SEQ.pack
+        metas: dict[bytes, bytes] = {}
         for plan in plans:
+            write = plan.write
+            prefix = self._prefixes[write.session_id]
+            run: tuple[str | None, bytes] = (None, b"")
+            for event in plan.new:
+                assert event.sequence is not None
+                seq = pack(event.sequence)
+                key = prefix + seq
+                events += (key, encode(event))
+                ids += (event_id_key(prefix, event.id), seq)
+                if event.run_id is not None:
+                    if run[0] != event.run_id:  # a batch is usually one run's
+                        run = (event.run_id, run_index_key(prefix, event.run_id))
+                    runs += (run[1] + seq, b"")
+                if isinstance(event.body, Text):
+                    texts += (key, b"")
+                    if event.parent is None:  # a root, with no reply yet
+                        replies += (key, b"")
+            for root, reply in plan.first_replies.items():
+                replies += (prefix + pack(root), pack(reply))
+            if plan.state is not None:
+                runs += (prefix, encode(plan.state))
+            if write.share is not None and plan.sharing:
+                key = sharing_key(prefix, write.share.viewer, plan.sharing.conversation)
+                rows[b"sharing"] += (key, encode(plan.sharing))
             if plan.new:
-                prefix = self._prefixes[plan.write.session_id]
                 newest = plan.new[-1]
                 assert newest.sequence is not None and newest.timestamp is not None
-                self._last[prefix] = newest.sequence
                 self._texts[prefix] += plan.texts
-                touched[prefix] = (newest.timestamp - EPOCH) // MICROSECOND
-        events = sum(len(plan.new) for plan in plans)
-        for name in (b"events", b"ids", b"texts", b"replies", b"runs", b"sharing", b"meta"):
-            cursor = self._txn.cursor(db=self._dbs[name])
-            rows = self._meta_rows(touched) if name == b"meta" else self._rows(name, plans)
-            added = cursor.putmulti(rows, overwrite=name != b"events")[1]
-            if name == b"events" and added != events:  # the meta record lags the events
-                raise CorruptRecordError(plans[0].write.session_id, 0, "an event key was taken")
-
-    def _meta_rows(self, touched: dict[bytes, int]) -> Iterator[tuple[bytes, bytes]]:
-        for prefix, micros in touched.items():
-            yield prefix, META.pack(self._last[prefix], self._texts[prefix], micros)
-
-    def _rows(self, name: bytes, plans: Sequence[WritePlan]) -> Iterator[tuple[bytes, bytes]]:
-        """Yield the records of sub-database ``name`` that ``plans`` store, in order."""
-        run: tuple[bytes, str] | None = None
-        run_base = b""
-        for plan in plans:
-            prefix = self._prefixes[plan.write.session_id]
-            for event in plan.new if name != b"sharing" else ():
-                assert event.sequence is not None
-                seq = SEQ.pack(event.sequence)
-                if name == b"events":
-                    yield prefix + seq, ENCODER.encode(event)
-                elif name == b"ids":
-                    yield event_id_key(prefix, event.id), seq
-                elif name == b"runs":
-                    if event.run_id is not None:
-                        if run != (prefix, event.run_id):  # a batch is usually one run's
-                            run = (prefix, event.run_id)
-                            run_base = run_index_key(prefix, event.run_id)
-                        yield run_base + seq, b""
-                elif isinstance(event.body, Text) and (name == b"texts" or event.parent is None):
-                    yield prefix + seq, b""  # texts; replies: a root, with no reply yet
-            if name == b"replies":
-                for root, reply in plan.first_replies.items():
-                    yield prefix + SEQ.pack(root), SEQ.pack(reply)
-            elif name == b"runs" and plan.state is not None:
-                yield prefix, ENCODER.encode(plan.state)
-            elif name == b"sharing" and plan.write.share is not None and plan.sharing:
-                key = sharing_key(prefix, plan.write.share.viewer, plan.sharing.conversation)
-                yield key, ENCODER.encode(plan.sharing)
+                micros = (newest.timestamp - EPOCH) // MICROSECOND
+                metas[prefix] = META.pack(newest.sequence, self._texts[prefix], micros)
+        rows[b"meta"] = [part for meta in metas.items() for part in meta]  # each session's once
+        for name, flat in rows.items():
+            if flat:
+                pairs = iter(flat)
+                cursor = self._txn.cursor(db=self._dbs[name])
+                added = cursor.putmulti(zip(pairs, pairs, strict=True), overwrite=name != b"events")
+                if name == b"events" and added[1] != len(flat) // 2:  # the meta record lags
+                    raise CorruptRecordError(plans[0].write.session_id, 0, "an event key was taken")
