@@ -24,13 +24,15 @@ from google.adk.events.event import Event as AdkEvent
 from google.genai import types
 
 from sharedesk.protocol.authors import Agent, Operator, Person, SessionAuthor, System
-from sharedesk.protocol.events import Event, Item, Text
+from sharedesk.protocol.events import Compaction, Event, Item, Text
 from sharedesk.protocol.validation import MAX_SESSION_ID_BYTES
 
 #: Metadata key of a row written by the service: the ADK event, as ADK's JSON dump.
 ADK_EVENT_KEY: Final = "sharedesk.adk_event"
 #: Metadata key (``True``) of an ``Item`` row holding an ADK event.
 ADK_ITEM_KEY: Final = "sharedesk.adk_item"
+#: ``custom_metadata`` key of a compaction's summary event: the authors it stands for.
+COVERS_KEY: Final = "sharedesk.covers"
 #: ``Item.item["adk"]`` of the service's bookkeeping rows (creation, deletion).
 MARKER_KEY: Final = "adk"
 
@@ -157,6 +159,24 @@ def participant_name(author: SessionAuthor) -> str:
         case Operator():
             return "operator"
     raise AssertionError(author)  # pragma: no cover
+
+
+def summary_event_of(compaction: Event) -> AdkEvent:
+    """Return the ADK event of a ``Compaction`` row: its summary, by its author.
+
+    It stands for the rows at or below the compaction's ``through``; its
+    ``custom_metadata[COVERS_KEY]`` names their authors (``participant_name``).
+    """
+    body = compaction.body
+    assert isinstance(body, Compaction) and compaction.timestamp is not None
+    return AdkEvent(
+        id=compaction.id,
+        invocation_id=compaction.run_id or "",
+        author=participant_name(compaction.author),
+        content=types.Content(role="user", parts=[types.Part(text=body.summary)]),
+        timestamp=compaction.timestamp.timestamp(),
+        custom_metadata={COVERS_KEY: [participant_name(a) for a in body.covers]},
+    )
 
 
 def adk_event_of(row: Event) -> AdkEvent | None:
