@@ -320,3 +320,63 @@ class TestCost:
 
         assert 20 == len(listed.sessions)
         assert [] == store.reads
+
+
+SUMMARIZER = Agent(id="summarizer", label="Summarizer")
+
+
+async def compacted(hub: AsyncHub, service: DeskSessionService) -> str:
+    """Session s1: two events compacted into a summary by SUMMARIZER, then one more."""
+    session = await service.create_session(app_name=APP, user_id="u", session_id="s1")
+    await service.append_event(session, Event(author="user", content=said("charged twice")))
+    await service.append_event(
+        session, Event(author="billing", content=said("Refund issued.", "model"))
+    )
+    desk = service.desk_id(APP, "u", "s1")
+    await hub.compact(desk, "A refund was issued.", through=3, author=SUMMARIZER)
+    await hub.post(desk, PAT, "Thanks")
+    return desk
+
+
+class TestCompactedDesk:
+    async def test_get_session_serves_the_attributed_summary_in_place_of_the_covered_events(
+        self, hub: AsyncHub, service: DeskSessionService
+    ) -> None:
+        await compacted(hub, service)
+
+        got = await fresh(service, "s1")
+
+        assert [("summarizer", "A refund was issued."), ("pat", "Thanks")] == [
+            (e.author, text_of(e)) for e in got.events
+        ]
+        assert {"sharedesk.covers": ["u", "billing"]} == got.events[0].custom_metadata
+
+    async def test_recent_events_take_the_summary_only_when_it_is_among_them(
+        self, hub: AsyncHub, service: DeskSessionService
+    ) -> None:
+        await compacted(hub, service)
+
+        wide, narrow = [
+            await service.get_session(
+                app_name=APP,
+                user_id="u",
+                session_id="s1",
+                config=GetSessionConfig(num_recent_events=n),
+            )
+            for n in (5, 1)
+        ]
+
+        assert wide is not None and narrow is not None
+        assert ["A refund was issued.", "Thanks"] == [text_of(e) for e in wide.events]
+        assert ["Thanks"] == [text_of(e) for e in narrow.events]
+
+    async def test_the_covered_events_stay_readable_on_the_desk(
+        self, hub: AsyncHub, service: DeskSessionService
+    ) -> None:
+        desk = await compacted(hub, service)
+
+        rows = await hub.read(desk, after=1, before=4)
+
+        assert ["charged twice", "Refund issued."] == [
+            r.body.content for r in rows if isinstance(r.body, Text)
+        ]
