@@ -1275,7 +1275,7 @@ class RunIndexContract(_Fixture):
     def test_session_states_refuse_a_str_and_bad_ids(self, store: ContractStore) -> None:
         for bad in ("ab", ["ok", ""]):
             with pytest.raises(ValidationError):
-                store.session_states(bad)  # type: ignore[arg-type]
+                store.session_states(bad)
 
     def test_unless_stored_refuses_once_that_id_is_stored_and_writes_nothing(
         self, store: ContractStore
