@@ -94,7 +94,7 @@ from sharedesk.protocol.events import new_event_id
 from sharedesk.protocol.ports import AsyncEventStore
 from sharedesk.protocol.validation import check_author, check_bool, check_session_id, check_text
 
-__all__ = ["MESSAGE_KEY", "PROVIDER_KEY", "SPEAKER_STATE_KEY", "DeskHistoryProvider"]
+__all__ = ["FOLDS", "MESSAGE_KEY", "PROVIDER_KEY", "SPEAKER_STATE_KEY", "DeskHistoryProvider"]
 
 #: Event metadata key holding ``Message.to_dict()`` of a message stored as ``Text``.
 MESSAGE_KEY: Final = "sharedesk.message"
