@@ -168,14 +168,21 @@ def summary_event_of(compaction: Event) -> AdkEvent:
     ``custom_metadata[COVERS_KEY]`` names their authors (``participant_name``).
     """
     body = compaction.body
-    assert isinstance(body, Compaction) and compaction.timestamp is not None
+    assert isinstance(body, Compaction)
+    covers = {COVERS_KEY: [participant_name(a) for a in body.covers]}
+    return _said_by(compaction, body.summary, covers)
+
+
+def _said_by(row: Event, text: str, custom_metadata: dict[str, Any] | None = None) -> AdkEvent:
+    """Return ``text`` as an ADK event of ``row``'s author (``role="user"`` content)."""
+    assert row.timestamp is not None
     return AdkEvent(
-        id=compaction.id,
-        invocation_id=compaction.run_id or "",
-        author=participant_name(compaction.author),
-        content=types.Content(role="user", parts=[types.Part(text=body.summary)]),
-        timestamp=compaction.timestamp.timestamp(),
-        custom_metadata={COVERS_KEY: [participant_name(a) for a in body.covers]},
+        id=row.id,
+        invocation_id=row.run_id or "",
+        author=participant_name(row.author),
+        content=types.Content(role="user", parts=[types.Part(text=text)]),
+        timestamp=row.timestamp.timestamp(),
+        custom_metadata=custom_metadata,
     )
 
 
@@ -191,14 +198,7 @@ def adk_event_of(row: Event) -> AdkEvent | None:
         data = row.metadata.get(ADK_EVENT_KEY)
         if isinstance(data, dict):
             return AdkEvent.model_validate(data)
-        assert row.timestamp is not None
-        return AdkEvent(
-            id=row.id,
-            invocation_id=row.run_id or "",
-            author=participant_name(row.author),
-            content=types.Content(role="user", parts=[types.Part(text=body.content)]),
-            timestamp=row.timestamp.timestamp(),
-        )
+        return _said_by(row, body.content)
     if isinstance(body, Item) and row.metadata.get(ADK_ITEM_KEY) is True:
         return AdkEvent.model_validate(body.item)
     return None
