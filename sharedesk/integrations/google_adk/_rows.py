@@ -16,6 +16,7 @@ and app's state changes as linked writes of the same transaction.
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Mapping
 from typing import Any, Final
 from urllib.parse import quote
@@ -52,12 +53,21 @@ APP_PREFIX: Final = "app:"
 USER_PREFIX: Final = "user:"
 
 
+#: A part that percent-quoting leaves as it is (ASCII letters, digits and ``_.-~``).
+_UNQUOTED: Final = re.compile(r"[A-Za-z0-9_.~-]*")
+
+
+def _quoted(part: str) -> str:
+    """Return ``quote(part, safe="")``, without calling it for a part it leaves as is."""
+    return part if _UNQUOTED.fullmatch(part) else quote(part, safe="")
+
+
 def desk_of(*parts: str) -> str:
     """Return the desk id of the ADK scope named by ``parts`` (app, user, session).
 
     Cost: O(total length).
     """
-    desk = "adk/" + "/".join(quote(part, safe="") for part in parts)
+    desk = "adk/" + "/".join(map(_quoted, parts))
     if len(desk.encode()) <= MAX_SESSION_ID_BYTES:
         return desk
     digest = hashlib.sha256("\0".join(parts).encode("utf-8", "surrogatepass")).hexdigest()
@@ -69,7 +79,7 @@ def desk_under(user_desk: str, app: str, user: str, session: str) -> str:
 
     Cost: one quote (``desk_of`` quotes every part).
     """
-    desk = f"{user_desk}/{quote(session, safe='')}"
+    desk = f"{user_desk}/{_quoted(session)}"
     if len(desk.encode()) <= MAX_SESSION_ID_BYTES and not user_desk.startswith("adk/#"):
         return desk
     return desk_of(app, user, session)

@@ -243,7 +243,10 @@ class DeskSessionService(BaseSessionService):
             raise ValidationError(f"page_size must be positive, got {page_size}")
         listed, more = await self._read(_listing, app_name, user_id, start, page_size)
         token = str(start + len(listed)) if more else None
-        return DeskListSessionsResponse(sessions=listed, next_page_token=token)
+        # One validation of the whole page (cheaper than one ``Session(...)`` each).
+        return DeskListSessionsResponse.model_validate(
+            {"sessions": listed, "next_page_token": token}
+        )
 
     async def delete_session(self, *, app_name: str, user_id: str, session_id: str) -> None:
         """Delete the session (its rows stay on the desk, no longer part of a session).
@@ -448,8 +451,11 @@ def _missed(hub: Any, desk: str, expected: int) -> tuple[int, dict[str, Any], li
 
 def _listing(
     hub: Any, app_name: str, user_id: str | None, start: int, page_size: int | None
-) -> tuple[list[Session], bool]:
-    """Read one page of sessions from the indexes, least recently updated first."""
+) -> tuple[list[dict[str, Any]], bool]:
+    """Read one page of sessions from the indexes, least recently updated first.
+
+    Returns each session's ``Session`` fields, and whether more follow the page.
+    """
     if user_id is None:
         known = _values_of(hub, rows.index_of("users", app_name))
         users = sorted(k[len(rows.USER_INDEX) :] for k in known if k.startswith(rows.USER_INDEX))
@@ -471,15 +477,16 @@ def _listing(
         user: {**app_state, **rows.scoped(_values(state), rows.USER_PREFIX)}
         for user, state in zip(user_desks, states[1 : 1 + len(user_desks)], strict=True)
     }
-    listed: list[Session] = []
-    for (updated, session_id, user), state in zip(page, states[1 + len(user_desks) :], strict=True):
-        listed.append(
-            Session(
-                id=session_id,
-                app_name=app_name,
-                user_id=user,
-                state={**shared[user], **rows.scoped(_values(state))},
-                last_update_time=updated,
-            )
+    listed = [
+        {
+            "id": session_id,
+            "app_name": app_name,
+            "user_id": user,
+            "state": {**shared[user], **rows.scoped(_values(state))},
+            "last_update_time": updated,
+        }
+        for (updated, session_id, user), state in zip(
+            page, states[1 + len(user_desks) :], strict=True
         )
+    ]
     return listed, stop < len(entries)
