@@ -269,6 +269,15 @@ class CountingStore(MemoryStore):
     def __init__(self) -> None:
         super().__init__()
         self.reads: list[tuple[str, int]] = []
+        self.state_reads: list[int] = []  # how many desks each state read asked
+
+    def _session_state(self, session_id: str) -> Any:
+        self.state_reads.append(1)
+        return super()._session_state(session_id)
+
+    def _session_states(self, session_ids: list[str]) -> Any:
+        self.state_reads.append(len(session_ids))
+        return [super(CountingStore, self)._session_state(s) for s in session_ids]
 
     def _read(
         self, session_id: str, after: int, before: int | None, limit: int | None, newest_first: bool
@@ -320,6 +329,19 @@ class TestCost:
 
         assert 20 == len(listed.sessions)
         assert [] == store.reads
+
+    async def test_list_sessions_reads_the_states_of_a_page_in_one_read(
+        self, counted: tuple[CountingStore, DeskSessionService]
+    ) -> None:
+        store, service = counted
+        for i in range(30):
+            await service.create_session(app_name=APP, user_id="u", state={"n": i})
+        store.state_reads.clear()
+
+        listed = await service.list_sessions(app_name=APP, user_id="u", page_size=25)
+
+        assert list(range(25)) == [s.state["n"] for s in listed.sessions]
+        assert [1, 1 + 1 + 25] == store.state_reads  # the index; then app, user, the page
 
 
 SUMMARIZER = Agent(id="summarizer", label="Summarizer")
