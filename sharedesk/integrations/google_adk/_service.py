@@ -192,8 +192,14 @@ class DeskSessionService(BaseSessionService):
     ) -> Session | None:
         """Return the session with its state and events (as ADK says), or ``None``.
 
-        Cost: three key reads, and at most ``config.num_recent_events`` rows when set
-        (else the session's rows); never the desk's history before the session began.
+        On a desk compacted (``hub.compact``) past the session's start, the events at or
+        below the compaction's ``through`` come back as one event in their place: the
+        summary, authored by the compactor's id, ``custom_metadata["sharedesk.covers"]``
+        naming the authors it covers (counted among ``num_recent_events``).
+
+        Cost: one key read and one batched read of the three states, and at most
+        ``config.num_recent_events`` rows when set (else the session's rows, from the
+        compaction on); never the desk's history before the session began.
         """
         session_id = session_id.strip()
         desk = self.desk_id(app_name, user_id, session_id)
@@ -417,7 +423,7 @@ def _load(
 
     On a desk whose channel was compacted past the session's start, the rows come from
     above the compaction's ``through``, and the compaction (the summary that stands for
-    the rows at or below it) is returned last, unless ``limit`` rows are found above it.
+    the rows at or below it) comes back too, unless ``limit`` rows are found above it.
     """
     last: int = hub.last_sequence(desk)
     state, app_state, user_state = hub.session_states([desk, app_desk, user_desk])
