@@ -222,6 +222,7 @@ class Hub:
     log = _from_store(EventStore.log)
     run_events = _from_store(RunIndexStore.run_events)
     session_state = _from_store(RunIndexStore.session_state)
+    session_states = _from_store(RunIndexStore.session_states)
 
     def session(self, session_id: str) -> SessionHandle:
         """Return a handle to ``session_id``; starts nothing (``ValidationError``)."""

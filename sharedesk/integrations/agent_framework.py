@@ -41,13 +41,20 @@ How ``get_messages`` reads (relative to the provider's ``agent``):
   ``"assistant"`` messages. Another participant's non-text rows (tool calls and results)
   and ``System`` rows stay with it.
 * ``Retracted`` rows written for the same agent (a ``DeskSession`` of it) are honoured.
+* A compacted channel (``hub.compact``) is read through its summary: one row by the
+  compactor, rendered like any row of its author, in place of the rows at or below the
+  compaction's ``through``.
 
-Cost: ``get_messages`` reads the desk in pages of ``PAGE_SIZE`` (O(desk)); ``save_messages``
-is one ``append`` (plus one such read when an ``author_name`` is unknown).
+Cost: the provider folds each desk incrementally (``sharedesk.integrations._fold``, the
+newest ``FOLDS`` desks kept): ``get_messages`` reads only the rows appended since its
+last read of that desk (the whole desk on the first), in pages of ``PAGE_SIZE``;
+``save_messages`` is one ``append`` (plus a read of the desk when an ``author_name`` is
+unknown).
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Mapping, Sequence, Set
 from typing import Any, Final
 
@@ -68,13 +75,14 @@ except ModuleNotFoundError as exc:
     ) from exc
 
 from sharedesk.actors.aio import AsyncHub
+from sharedesk.integrations._fold import DeskFold
 from sharedesk.protocol import (
     PAGE_SIZE,
     Agent,
+    Conversation,
     Event,
     Item,
     Person,
-    Retracted,
     SessionAuthor,
     System,
     Text,
@@ -86,7 +94,7 @@ from sharedesk.protocol import (
 from sharedesk.protocol.events import new_event_id
 from sharedesk.protocol.validation import check_author, check_bool, check_session_id, check_text
 
-__all__ = ["MESSAGE_KEY", "PROVIDER_KEY", "SPEAKER_STATE_KEY", "DeskHistoryProvider"]
+__all__ = ["FOLDS", "MESSAGE_KEY", "PROVIDER_KEY", "SPEAKER_STATE_KEY", "DeskHistoryProvider"]
 
 #: Event metadata key holding ``Message.to_dict()`` of a message stored as ``Text``.
 MESSAGE_KEY: Final = "sharedesk.message"
@@ -94,6 +102,8 @@ MESSAGE_KEY: Final = "sharedesk.message"
 PROVIDER_KEY: Final = "sharedesk.provider"
 #: Key of the provider-scoped session state naming the framework agent that ran last.
 SPEAKER_STATE_KEY: Final = "sharedesk.speaker"
+#: How many desks' folds a provider keeps (a desk read again after that is read anew).
+FOLDS: Final = 256
 #: Author of ``"system"`` messages.
 PROMPT_AUTHOR: Final = System(kind="prompt", label="system")
 
@@ -108,9 +118,9 @@ class DeskHistoryProvider(HistoryProvider):
     The framework calls ``get_messages`` before a run (unless ``load_messages=False``)
     and ``save_messages`` after it with the run's inputs and replies, as the flags say
     (``HistoryProvider`` documents them). The provider itself keeps nothing between
-    calls (the desk holds the history; the session's provider state holds only the name
-    of the framework agent that ran), so one provider may serve any number of sessions
-    and event loops.
+    calls but a cache of what it read (the desk holds the history; the session's provider
+    state holds only the name of the framework agent that ran), so one provider may
+    serve any number of sessions and event loops.
 
     Attributes:
         agent: The viewer: whose messages come back as saved, and the author of replies.
@@ -181,6 +191,8 @@ class DeskHistoryProvider(HistoryProvider):
         }
         self._hub = hub
         self._key = author_key(self.agent)
+        self._folds: dict[str, DeskFold] = {}  # by desk, least recently read first
+        self._lock = threading.Lock()
 
     async def after_run(
         self,
@@ -210,7 +222,7 @@ class DeskHistoryProvider(HistoryProvider):
         """
         desk = check_session_id(session_id)
         messages: list[Message] = []
-        for event in await self._visible(desk):
+        for event in await self._fold_of(desk).refresh(self._hub):
             message = self._render(event)
             if message is not None:
                 messages.append(message)
@@ -313,25 +325,16 @@ class DeskHistoryProvider(HistoryProvider):
             assert last is not None
             after = last
 
-    async def _visible(self, desk: str) -> list[Event]:
-        """Return the desk's channel rows (no parent) less those this agent retracted."""
-        rows: dict[int, Event] = {}
-        sequence_of: dict[str, int] = {}
-        for event in await self._read_all(desk):
-            body, sequence = event.body, event.sequence
-            assert sequence is not None
-            if isinstance(body, Retracted):
-                if not self._is_own(event) or event.parent is not None:
-                    continue
-                if body.target is not None and body.target in sequence_of:
-                    rows.pop(sequence_of.pop(body.target), None)
-                if body.through is not None:
-                    for gone in [s for s in rows if s <= body.through]:
-                        sequence_of.pop(rows.pop(gone).id, None)
-            elif event.parent is None and isinstance(body, Text | Item):
-                rows[sequence] = event
-                sequence_of[event.id] = sequence
-        return list(rows.values())
+    def _fold_of(self, desk: str) -> DeskFold:
+        """Return the desk's fold (the newest ``FOLDS`` desks' are kept, least recent out)."""
+        with self._lock:
+            fold = self._folds.pop(desk, None)
+            if fold is None:
+                fold = DeskFold(Conversation(desk), self._is_own)
+            self._folds[desk] = fold
+            while len(self._folds) > FOLDS:
+                self._folds.pop(next(iter(self._folds)))
+            return fold
 
     def _render(self, event: Event) -> Message | None:
         body = event.body

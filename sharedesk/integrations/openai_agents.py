@@ -45,9 +45,12 @@ How ``get_items`` reads (relative to the session's ``agent``, the *viewer*):
   the rows replying to it. Without, it lives in the desk's channel (rows without a
   parent).
 
-Each session folds the desk incrementally: a call reads only the rows appended since the
-session's last read (in pages of ``PAGE_SIZE``), so repeated ``get_items`` cost the new
-rows, not the history; the session keeps the conversation's visible rows in memory.
+Each session folds the desk incrementally (``sharedesk.integrations._fold``): a call
+reads only the rows appended since the session's last read (in pages of ``PAGE_SIZE``),
+so repeated ``get_items`` cost the new rows, not the history; the session keeps the
+conversation's visible rows in memory. A compacted conversation (``hub.compact``) is
+read through its summary: one ``Text`` row by the compactor (rendered like any row of
+its author) stands in place of the rows at or below the compaction's ``through``.
 """
 
 from __future__ import annotations
@@ -71,8 +74,8 @@ except ModuleNotFoundError as exc:
     ) from exc
 
 from sharedesk.actors.aio import AsyncHub
+from sharedesk.integrations._fold import DeskFold
 from sharedesk.protocol import (
-    PAGE_SIZE,
     Agent,
     ConcurrencyError,
     Conversation,
@@ -211,10 +214,7 @@ class DeskSession:
         self._hub = hub
         self._key = author_key(self.agent)
         self._closed = False
-        # The incremental fold: rows of the conversation still visible, by sequence.
-        self._seen = 0
-        self._rows: dict[int, Event] = {}
-        self._sequence_of: dict[str, int] = {}
+        self._fold = DeskFold(self.conversation, self._is_own)
         # Attribution reported by DeskRunHooks.
         self._speaker: SessionAuthor | None = None
         self._made_by: dict[str, SessionAuthor] = {}
@@ -242,13 +242,13 @@ class DeskSession:
         wanted = _check_limit("limit", limit)
         if wanted is None and self.session_settings is not None:
             wanted = _check_limit("session_settings.limit", self.session_settings.limit)
-        await self._refresh()
+        rows = await self._fold.refresh(self._hub)
         if wanted == 0:
             return []
         if wanted is not None and wanted < 0:
             wanted = None
         found: list[TResponseInputItem] = []
-        for event in reversed(self._rows.values()):
+        for event in reversed(rows):
             item = self._render(event)
             if item is None:
                 continue
@@ -305,8 +305,8 @@ class DeskSession:
         from, ``expected_version``).
         """
         for _ in range(_POP_ATTEMPTS):
-            await self._refresh()
-            newest = self._newest()
+            seen = self._fold.seen
+            newest = self._newest(await self._fold.refresh(self._hub))
             if newest is None:
                 return None
             event, item = newest
@@ -317,11 +317,11 @@ class DeskSession:
                 metadata={SESSION_KEY: self._key},
             )
             try:
-                await self._hub.append(self.session_id, [retraction], expected_version=self._seen)
+                await self._hub.append(self.session_id, [retraction], expected_version=seen)
             except ConcurrencyError:
                 continue
             return item
-        raise ConcurrencyError(self._seen, self._seen + 1)
+        raise ConcurrencyError(self._fold.seen, self._fold.seen + 1)
 
     async def clear_session(self) -> None:
         """Retract every item of the conversation so far (the rows stay in the log).
@@ -330,12 +330,12 @@ class DeskSession:
 
         Cost: one ``read`` of new rows and one ``append`` (none when nothing is visible).
         """
-        await self._refresh()
-        if not self._rows:
+        rows = await self._fold.refresh(self._hub)
+        if not rows:
             return
         retraction = Event(
             self.agent,
-            Retracted(through=self._seen),
+            Retracted(through=self._fold.seen),
             parent=self.conversation.thread_root,
             metadata={SESSION_KEY: self._key},
         )
@@ -376,52 +376,14 @@ class DeskSession:
                 return self._made_by[key]
         return self._speaker if self._speaker is not None else self.agent
 
-    def _in_conversation(self, event: Event) -> bool:
-        root = self.conversation.thread_root
-        if root is None:
-            return event.parent is None
-        return event.parent == root or event.sequence == root
-
-    async def _refresh(self) -> None:
-        """Fold the rows appended since the last read, a page of ``PAGE_SIZE`` at a time."""
-        while True:
-            page = await self._hub.read(self.session_id, after=self._seen, limit=PAGE_SIZE)
-            self._fold(page)
-            if len(page) < PAGE_SIZE:
-                return
-
-    def _fold(self, new: list[Event]) -> None:
-        for event in new:
-            sequence = event.sequence
-            assert sequence is not None
-            if sequence <= self._seen:
-                continue  # a concurrent refresh of this session folded it already
-            self._seen = sequence
-            body = event.body
-            if isinstance(body, Retracted):
-                if self._is_own(event):
-                    self._retract(event, body)
-            elif isinstance(body, Text | Item) and self._in_conversation(event):
-                self._rows[sequence] = event
-                self._sequence_of[event.id] = sequence
-
     def _is_own(self, event: Event) -> bool:
         """Whether ``event`` was written for this session's agent (any of its sessions)."""
         return event.metadata.get(SESSION_KEY) == self._key or same_participant(
             event.author, self.agent
         )
 
-    def _retract(self, event: Event, body: Retracted) -> None:
-        if body.target is not None:
-            sequence = self._sequence_of.pop(body.target, None)
-            if sequence is not None:
-                self._rows.pop(sequence, None)
-        if body.through is not None and self._in_conversation(event):
-            for sequence in [s for s in self._rows if s <= body.through]:
-                self._sequence_of.pop(self._rows.pop(sequence).id, None)
-
-    def _newest(self) -> tuple[Event, TResponseInputItem] | None:
-        for event in reversed(self._rows.values()):
+    def _newest(self, rows: list[Event]) -> tuple[Event, TResponseInputItem] | None:
+        for event in reversed(rows):
             item = self._render(event)
             if item is not None:
                 return event, item

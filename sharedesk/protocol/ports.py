@@ -138,6 +138,9 @@ class RunIndexStore(EventStore, Protocol):
     def session_state(self, session_id: str) -> SessionState:
         """Return the session's folded state."""
 
+    def session_states(self, session_ids: Sequence[str]) -> list[SessionState]:
+        """Return the folded states of ``session_ids``, in order, in one read."""
+
 
 #: ``on_append(session_id, last_sequence)``, called by a store (see ``FollowingStore.follow``).
 AppendCallback = Callable[[str | None, int], None]

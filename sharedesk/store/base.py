@@ -23,7 +23,12 @@ from datetime import UTC, datetime
 from typing import ClassVar, Self, TypeVar
 
 from sharedesk.protocol._log import logger
-from sharedesk.protocol.errors import SharedeskError, StoreClosedError, StoreFullError
+from sharedesk.protocol.errors import (
+    SharedeskError,
+    StoreClosedError,
+    StoreFullError,
+    ValidationError,
+)
 from sharedesk.protocol.events import Event
 from sharedesk.protocol.ports import CommitCallback, SessionInfo
 from sharedesk.protocol.records import private_copy
@@ -277,6 +282,15 @@ class StoreBase(ABC):
         """Return the session's state, folded as its events were appended. Cost: one read."""
         return self._session_state(self._open(session_id))
 
+    def session_states(self, session_ids: Sequence[str]) -> list[SessionState]:
+        """Return the states of ``session_ids``, in order, from one read (one snapshot).
+
+        Cost: one read transaction of ``len(session_ids)`` key reads.
+        """
+        if isinstance(session_ids, str) or not isinstance(session_ids, Sequence):
+            raise ValidationError(f"session_ids must be a sequence of str, got {session_ids!r}")
+        return self._session_states([self._open(s) for s in session_ids])
+
     def run_events(self, session_id: str, run_id: str) -> list[Event]:
         """Return the events carrying ``run_id``, oldest first. Cost: a run-index walk."""
         check_session_id(session_id)
@@ -347,6 +361,9 @@ class StoreBase(ABC):
     def _first_replies(self, session_id: str, roots: list[int]) -> dict[int, int]: ...
     @abstractmethod
     def _session_state(self, session_id: str) -> SessionState: ...
+    def _session_states(self, session_ids: list[str]) -> list[SessionState]:
+        return [self._session_state(session_id) for session_id in session_ids]
+
     @abstractmethod
     def _run_events(self, session_id: str, run_id: str) -> list[Event]: ...
     @abstractmethod

@@ -359,6 +359,13 @@ class LmdbStore(StoreBase):
     def _session_state(self, session_id: str) -> SessionState:
         return decode_session_state(session_id, self._get(b"runs", session_prefix(session_id)))
 
+    def _session_states(self, session_ids: list[str]) -> list[SessionState]:
+        def body(txn: Any, dbs: Mapping[bytes, Any]) -> list[SessionState]:
+            db = dbs[b"runs"]
+            return [decode_session_state(s, txn.get(session_prefix(s), db=db)) for s in session_ids]
+
+        return self._in_read(body)
+
     def _run_events(self, session_id: str, run_id: str) -> list[Event]:
         prefix = session_prefix(session_id)
         start = run_index_key(prefix, run_id)

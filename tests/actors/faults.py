@@ -74,6 +74,10 @@ class FaultyStore:
         self._enter("session_state")
         return self.inner.session_state(session_id)
 
+    def session_states(self, session_ids: Sequence[str]) -> list[SessionState]:
+        self._enter("session_state")
+        return self.inner.session_states(session_ids)
+
     def read(self, session_id: str, **bounds: Any) -> list[Event]:
         self._enter("read")
         return self.inner.read(session_id, **bounds)

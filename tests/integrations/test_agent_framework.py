@@ -505,3 +505,65 @@ class TestRetractions:
 
         assert ["new"] == [m.text for m in triage]
         assert ["old", "new"] == [m.text for m in billing]
+
+
+class ReadLog:
+    """A spy over ``hub`` (what the provider calls of it) noting the ``after`` of every read."""
+
+    def __init__(self, hub: AsyncHub) -> None:
+        self.hub = hub
+        self.afters: list[int | None] = []
+
+    async def append(
+        self, session_id: str, events: Sequence[Event], *, expected_version: int | None = None
+    ) -> list[Event]:
+        return await self.hub.append(session_id, events, expected_version=expected_version)
+
+    async def read(self, session_id: str, **bounds: Any) -> list[Event]:
+        self.afters.append(bounds.get("after"))
+        return await self.hub.read(session_id, **bounds)
+
+    async def last_sequence(self, session_id: str) -> int:
+        return await self.hub.last_sequence(session_id)
+
+
+SUMMARIZER = Agent(id="summarizer", label="Summarizer")
+
+
+class TestReads:
+    def test_a_later_get_messages_reads_only_the_rows_appended_since(self, hub: AsyncHub) -> None:
+        reads = ReadLog(hub)
+        provider = DeskHistoryProvider(reads, TRIAGE)  # type: ignore[arg-type]  # a spy
+
+        async def scenario() -> list[Message]:
+            await hub.post("desk", USER, "one")
+            await provider.get_messages("desk")
+            await hub.post("desk", USER, "two")
+            return await provider.get_messages("desk")
+
+        got = run(scenario())
+
+        assert [0, 1] == reads.afters
+        assert [("user", "user", "one"), ("user", "user", "two")] == request_texts(got)
+
+    def test_a_compacted_desk_comes_back_as_its_attributed_summary_then_newer_rows(
+        self, hub: AsyncHub
+    ) -> None:
+        async def scenario() -> tuple[list[Message], list[Message]]:
+            provider = DeskHistoryProvider(hub, TRIAGE)
+            await hub.post("desk", USER, "I was charged twice")
+            await hub.post("desk", BILLING, "Refund issued.")
+            await provider.get_messages("desk")  # folded before the compaction too
+            await hub.compact("desk", "A refund was issued.", through=2, author=SUMMARIZER)
+            await hub.post("desk", USER, "Thanks")
+            return (
+                await provider.get_messages("desk"),
+                await DeskHistoryProvider(hub, TRIAGE).get_messages("desk"),
+            )
+
+        folded, fresh = run(scenario())
+
+        assert [("user", "Summarizer", "A refund was issued."), ("user", "user", "Thanks")] == (
+            request_texts(folded)
+        )
+        assert request_texts(folded) == request_texts(fresh)

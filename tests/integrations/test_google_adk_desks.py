@@ -269,6 +269,15 @@ class CountingStore(MemoryStore):
     def __init__(self) -> None:
         super().__init__()
         self.reads: list[tuple[str, int]] = []
+        self.state_reads: list[int] = []  # how many desks each state read asked
+
+    def _session_state(self, session_id: str) -> Any:
+        self.state_reads.append(1)
+        return super()._session_state(session_id)
+
+    def _session_states(self, session_ids: list[str]) -> Any:
+        self.state_reads.append(len(session_ids))
+        return [super(CountingStore, self)._session_state(s) for s in session_ids]
 
     def _read(
         self, session_id: str, after: int, before: int | None, limit: int | None, newest_first: bool
@@ -320,3 +329,76 @@ class TestCost:
 
         assert 20 == len(listed.sessions)
         assert [] == store.reads
+
+    async def test_list_sessions_reads_the_states_of_a_page_in_one_read(
+        self, counted: tuple[CountingStore, DeskSessionService]
+    ) -> None:
+        store, service = counted
+        for i in range(30):
+            await service.create_session(app_name=APP, user_id="u", state={"n": i})
+        store.state_reads.clear()
+
+        listed = await service.list_sessions(app_name=APP, user_id="u", page_size=25)
+
+        assert list(range(25)) == [s.state["n"] for s in listed.sessions]
+        assert [1, 1 + 1 + 25] == store.state_reads  # the index; then app, user, the page
+
+
+SUMMARIZER = Agent(id="summarizer", label="Summarizer")
+
+
+async def compacted(hub: AsyncHub, service: DeskSessionService) -> str:
+    """Session s1: two events compacted into a summary by SUMMARIZER, then one more."""
+    session = await service.create_session(app_name=APP, user_id="u", session_id="s1")
+    await service.append_event(session, Event(author="user", content=said("charged twice")))
+    await service.append_event(
+        session, Event(author="billing", content=said("Refund issued.", "model"))
+    )
+    desk = service.desk_id(APP, "u", "s1")
+    await hub.compact(desk, "A refund was issued.", through=3, author=SUMMARIZER)
+    await hub.post(desk, PAT, "Thanks")
+    return desk
+
+
+class TestCompactedDesk:
+    async def test_get_session_serves_the_attributed_summary_in_place_of_the_covered_events(
+        self, hub: AsyncHub, service: DeskSessionService
+    ) -> None:
+        await compacted(hub, service)
+
+        got = await fresh(service, "s1")
+
+        assert [("summarizer", "A refund was issued."), ("pat", "Thanks")] == [
+            (e.author, text_of(e)) for e in got.events
+        ]
+        assert {"sharedesk.covers": ["u", "billing"]} == got.events[0].custom_metadata
+
+    async def test_recent_events_take_the_summary_only_when_it_is_among_them(
+        self, hub: AsyncHub, service: DeskSessionService
+    ) -> None:
+        await compacted(hub, service)
+
+        wide, narrow = [
+            await service.get_session(
+                app_name=APP,
+                user_id="u",
+                session_id="s1",
+                config=GetSessionConfig(num_recent_events=n),
+            )
+            for n in (5, 1)
+        ]
+
+        assert wide is not None and narrow is not None
+        assert ["A refund was issued.", "Thanks"] == [text_of(e) for e in wide.events]
+        assert ["Thanks"] == [text_of(e) for e in narrow.events]
+
+    async def test_the_covered_events_stay_readable_on_the_desk(
+        self, hub: AsyncHub, service: DeskSessionService
+    ) -> None:
+        desk = await compacted(hub, service)
+
+        rows = await hub.read(desk, after=1, before=4)
+
+        assert ["charged twice", "Refund issued."] == [
+            r.body.content for r in rows if isinstance(r.body, Text)
+        ]

@@ -534,3 +534,65 @@ class TestRunHooks:
             hooks.author_of(SdkAgent(name="triage")),
             hooks.author_of(SdkAgent(name="other")),
         )
+
+
+SUMMARIZER = Agent(id="summarizer", label="Summarizer")
+
+
+class TestCompactedDesk:
+    def test_a_compacted_desk_comes_back_as_its_attributed_summary_then_newer_items(
+        self, hub: AsyncHub
+    ) -> None:
+        async def scenario() -> tuple[list[Any], list[Any]]:
+            billing = DeskSession(hub, "desk", BILLING)
+            await billing.add_items([USER_MSG, reply("Refund issued.")])
+            await billing.get_items()  # folded before the compaction too
+            await hub.compact("desk", "A refund was issued.", through=2, author=SUMMARIZER)
+            await hub.post("desk", Person(id="alice", label="Alice"), "Thanks")
+            return await billing.get_items(), await DeskSession(hub, "desk", BILLING).get_items()
+
+        folded, fresh = run(scenario())
+
+        assert [
+            {"role": "user", "content": "[Summarizer] A refund was issued."},
+            {"role": "user", "content": "[Alice] Thanks"},
+        ] == folded
+        assert folded == fresh
+
+    def test_the_compactors_own_summary_comes_back_as_its_reply(self, hub: AsyncHub) -> None:
+        async def scenario() -> list[Any]:
+            await DeskSession(hub, "desk", BILLING).add_items([USER_MSG, reply("Refund issued.")])
+            await hub.compact("desk", "A refund was issued.", through=2, author=BILLING)
+            return await DeskSession(hub, "desk", BILLING).get_items()
+
+        assert [{"role": "assistant", "content": "A refund was issued."}] == run(scenario())
+
+    def test_a_thread_compaction_leaves_the_channel_as_it_was(self, hub: AsyncHub) -> None:
+        async def scenario() -> list[Any]:
+            root = await hub.post("desk", Person(id="alice", label="Alice"), "root")
+            assert root.sequence is not None
+            await hub.post("desk", BILLING, "in thread", parent=root.sequence)
+            await hub.compact(
+                "desk",
+                "thread summary",
+                through=2,
+                author=SUMMARIZER,
+                conversation=Conversation("desk", thread_root=root.sequence),
+            )
+            return await DeskSession(hub, "desk", QA).get_items()
+
+        assert [{"role": "user", "content": "[Alice] root"}] == run(scenario())
+
+    def test_pop_item_retracts_the_summary_for_its_agent_only(self, hub: AsyncHub) -> None:
+        async def scenario() -> tuple[Any, list[Any], list[Any]]:
+            await hub.post("desk", Person(id="alice", label="Alice"), "hello")
+            await hub.compact("desk", "greeted", through=1, author=SUMMARIZER)
+            billing = DeskSession(hub, "desk", BILLING)
+            popped = await billing.pop_item()
+            return popped, await billing.get_items(), await DeskSession(hub, "desk", QA).get_items()
+
+        popped, billing, qa = run(scenario())
+
+        assert {"role": "user", "content": "[Summarizer] greeted"} == popped
+        assert [] == billing
+        assert [popped] == qa

@@ -1303,6 +1303,21 @@ class RunIndexContract(_Fixture):
             open_runs=("h2@s",),
         ) == store.session_state("s")
 
+    def test_session_states_are_each_sessions_state_in_the_order_asked(
+        self, store: ContractStore
+    ) -> None:
+        store.append("a", [Event(System("session", "x"), SessionStarted({"k": "a"}))])
+        store.append("b", [Event(System("session", "x"), SessionStarted({"k": "b"}))])
+
+        assert [store.session_state(s) for s in ("b", "none", "a")] == store.session_states(
+            ["b", "none", "a"]
+        )
+
+    def test_session_states_refuse_a_str_and_bad_ids(self, store: ContractStore) -> None:
+        for bad in ("ab", ["ok", ""]):
+            with pytest.raises(ValidationError):
+                store.session_states(bad)
+
     def test_unless_stored_refuses_once_that_id_is_stored_and_writes_nothing(
         self, store: ContractStore
     ) -> None:

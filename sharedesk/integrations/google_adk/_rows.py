@@ -16,6 +16,7 @@ and app's state changes as linked writes of the same transaction.
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Mapping
 from typing import Any, Final
 from urllib.parse import quote
@@ -24,13 +25,15 @@ from google.adk.events.event import Event as AdkEvent
 from google.genai import types
 
 from sharedesk.protocol.authors import Agent, Operator, Person, SessionAuthor, System
-from sharedesk.protocol.events import Event, Item, Text
+from sharedesk.protocol.events import Compaction, Event, Item, Text
 from sharedesk.protocol.validation import MAX_SESSION_ID_BYTES
 
 #: Metadata key of a row written by the service: the ADK event, as ADK's JSON dump.
 ADK_EVENT_KEY: Final = "sharedesk.adk_event"
 #: Metadata key (``True``) of an ``Item`` row holding an ADK event.
 ADK_ITEM_KEY: Final = "sharedesk.adk_item"
+#: ``custom_metadata`` key of a compaction's summary event: the authors it stands for.
+COVERS_KEY: Final = "sharedesk.covers"
 #: ``Item.item["adk"]`` of the service's bookkeeping rows (creation, deletion).
 MARKER_KEY: Final = "adk"
 
@@ -50,12 +53,21 @@ APP_PREFIX: Final = "app:"
 USER_PREFIX: Final = "user:"
 
 
+#: A part that percent-quoting leaves as it is (ASCII letters, digits and ``_.-~``).
+_UNQUOTED: Final = re.compile(r"[A-Za-z0-9_.~-]*")
+
+
+def _quoted(part: str) -> str:
+    """Return ``quote(part, safe="")``, without calling it for a part it leaves as is."""
+    return part if _UNQUOTED.fullmatch(part) else quote(part, safe="")
+
+
 def desk_of(*parts: str) -> str:
     """Return the desk id of the ADK scope named by ``parts`` (app, user, session).
 
     Cost: O(total length).
     """
-    desk = "adk/" + "/".join(quote(part, safe="") for part in parts)
+    desk = "adk/" + "/".join(map(_quoted, parts))
     if len(desk.encode()) <= MAX_SESSION_ID_BYTES:
         return desk
     digest = hashlib.sha256("\0".join(parts).encode("utf-8", "surrogatepass")).hexdigest()
@@ -67,7 +79,7 @@ def desk_under(user_desk: str, app: str, user: str, session: str) -> str:
 
     Cost: one quote (``desk_of`` quotes every part).
     """
-    desk = f"{user_desk}/{quote(session, safe='')}"
+    desk = f"{user_desk}/{_quoted(session)}"
     if len(desk.encode()) <= MAX_SESSION_ID_BYTES and not user_desk.startswith("adk/#"):
         return desk
     return desk_of(app, user, session)
@@ -159,6 +171,31 @@ def participant_name(author: SessionAuthor) -> str:
     raise AssertionError(author)  # pragma: no cover
 
 
+def summary_event_of(compaction: Event) -> AdkEvent:
+    """Return the ADK event of a ``Compaction`` row: its summary, by its author.
+
+    It stands for the rows at or below the compaction's ``through``; its
+    ``custom_metadata[COVERS_KEY]`` names their authors (``participant_name``).
+    """
+    body = compaction.body
+    assert isinstance(body, Compaction)
+    covers = {COVERS_KEY: [participant_name(a) for a in body.covers]}
+    return _said_by(compaction, body.summary, covers)
+
+
+def _said_by(row: Event, text: str, custom_metadata: dict[str, Any] | None = None) -> AdkEvent:
+    """Return ``text`` as an ADK event of ``row``'s author (``role="user"`` content)."""
+    assert row.timestamp is not None
+    return AdkEvent(
+        id=row.id,
+        invocation_id=row.run_id or "",
+        author=participant_name(row.author),
+        content=types.Content(role="user", parts=[types.Part(text=text)]),
+        timestamp=row.timestamp.timestamp(),
+        custom_metadata=custom_metadata,
+    )
+
+
 def adk_event_of(row: Event) -> AdkEvent | None:
     """Return the ADK event a stored row stands for, or ``None`` for a row that is none.
 
@@ -171,14 +208,7 @@ def adk_event_of(row: Event) -> AdkEvent | None:
         data = row.metadata.get(ADK_EVENT_KEY)
         if isinstance(data, dict):
             return AdkEvent.model_validate(data)
-        assert row.timestamp is not None
-        return AdkEvent(
-            id=row.id,
-            invocation_id=row.run_id or "",
-            author=participant_name(row.author),
-            content=types.Content(role="user", parts=[types.Part(text=body.content)]),
-            timestamp=row.timestamp.timestamp(),
-        )
+        return _said_by(row, body.content)
     if isinstance(body, Item) and row.metadata.get(ADK_ITEM_KEY) is True:
         return AdkEvent.model_validate(body.item)
     return None

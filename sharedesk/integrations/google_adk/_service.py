@@ -21,11 +21,13 @@ from google.adk.sessions.session import Session
 
 from sharedesk.actors.aio import AsyncHub
 from sharedesk.integrations.google_adk import _rows as rows
+from sharedesk.projection.compaction import compacted_through, compaction_of
 from sharedesk.protocol.authors import SessionAuthor, System
 from sharedesk.protocol.errors import ConcurrencyError, ValidationError
 from sharedesk.protocol.events import Event
 from sharedesk.protocol.sessions import STATE_CLEAR_KEY, STATE_DELTA_KEY, SessionState
 from sharedesk.protocol.validation import check_write
+from sharedesk.protocol.views import Conversation
 from sharedesk.protocol.writes import Write
 
 __all__ = ["DeskListSessionsResponse", "DeskSessionService"]
@@ -190,8 +192,14 @@ class DeskSessionService(BaseSessionService):
     ) -> Session | None:
         """Return the session with its state and events (as ADK says), or ``None``.
 
-        Cost: three key reads, and at most ``config.num_recent_events`` rows when set
-        (else the session's rows); never the desk's history before the session began.
+        On a desk compacted (``hub.compact``) past the session's start, the events at or
+        below the compaction's ``through`` come back as one event in their place: the
+        summary, authored by the compactor's id, ``custom_metadata["sharedesk.covers"]``
+        naming the authors it covers (counted among ``num_recent_events``).
+
+        Cost: one key read and one batched read of the three states, and at most
+        ``config.num_recent_events`` rows when set (else the session's rows, from the
+        compaction on); never the desk's history before the session began.
         """
         session_id = session_id.strip()
         desk = self.desk_id(app_name, user_id, session_id)
@@ -201,8 +209,10 @@ class DeskSessionService(BaseSessionService):
         )
         if found is None:
             return None
-        last, app_values, user_values, values, stored = found
+        last, app_values, user_values, values, stored, summary = found
         events = [e for e in map(rows.adk_event_of, stored) if e is not None]
+        if summary is not None:
+            events.insert(0, rows.summary_event_of(summary))
         after = None if config is None else config.after_timestamp
         if after is not None:
             events = [e for e in events if e.timestamp >= after]
@@ -212,9 +222,9 @@ class DeskSessionService(BaseSessionService):
             app_name=app_name,
             user_id=user_id,
             state=_merged(app_values, user_values, values),
-            events=events,
             last_update_time=float(updated) if isinstance(updated, int | float) else 0.0,
         )
+        session.events = events  # each one validated as it was rebuilt
         session._storage_update_marker = str(last)
         return session
 
@@ -231,15 +241,18 @@ class DeskSessionService(BaseSessionService):
         Listed sessions carry their merged state and no events. With ``page_size``, at
         most that many come back, and ``next_page_token`` names the next page.
 
-        Cost: the app's user index (``user_id=None``) and the user's session index, one
-        key read per session listed; no events.
+        Cost: the app's user index (``user_id=None``) and the user's session index, then
+        one batched state read (``session_states``) of the sessions listed; no events.
         """
         start = int(page_token) if page_token else 0
         if page_size is not None and page_size < 1:
             raise ValidationError(f"page_size must be positive, got {page_size}")
         listed, more = await self._read(_listing, app_name, user_id, start, page_size)
         token = str(start + len(listed)) if more else None
-        return DeskListSessionsResponse(sessions=listed, next_page_token=token)
+        # One validation of the whole page (cheaper than one ``Session(...)`` each).
+        return DeskListSessionsResponse.model_validate(
+            {"sessions": listed, "next_page_token": token}
+        )
 
     async def delete_session(self, *, app_name: str, user_id: str, session_id: str) -> None:
         """Delete the session (its rows stay on the desk, no longer part of a session).
@@ -405,20 +418,34 @@ def _merged(
 
 def _load(
     hub: Any, desk: str, user_desk: str, app_desk: str, limit: int | None
-) -> tuple[int, dict[str, Any], dict[str, Any], dict[str, Any], list[Event]] | None:
-    """Read what ``get_session`` answers: marker, the three states, the newest rows."""
+) -> tuple[int, dict[str, Any], dict[str, Any], dict[str, Any], list[Event], Event | None] | None:
+    """Read what ``get_session`` answers: marker, the three states, the newest rows.
+
+    On a desk whose channel was compacted past the session's start, the rows come from
+    above the compaction's ``through``, and the compaction (the summary that stands for
+    the rows at or below it) comes back too, unless ``limit`` rows are found above it.
+    """
     last: int = hub.last_sequence(desk)
-    values = _values_of(hub, desk)
+    state, app_state, user_state = hub.session_states([desk, app_desk, user_desk])
+    values = _values(state)
     base = values.get(rows.BASE)
     if values.get(rows.LIVE) is not True or not isinstance(base, int):
         return None
+    compaction = compaction_of(state.compactions, Conversation(desk))
+    through = compacted_through(compaction)
+    summary = compaction if base < through <= last else None
+    after = through if summary is not None else base
     stored: list[Event] = []
     if limit is None:
-        stored = hub.read(desk, after=base, before=last + 1)
+        stored = hub.read(desk, after=after, before=last + 1)
     elif limit > 0:
-        stored = hub.read(desk, after=base, before=last + 1, limit=limit, newest_first=True)
+        stored = hub.read(desk, after=after, before=last + 1, limit=limit, newest_first=True)
         stored.reverse()
-    return last, _values_of(hub, app_desk), _values_of(hub, user_desk), values, stored
+        if len(stored) == limit:
+            summary = None
+    else:
+        summary = None
+    return last, _values(app_state), _values(user_state), values, stored, summary
 
 
 def _missed(hub: Any, desk: str, expected: int) -> tuple[int, dict[str, Any], list[Event]]:
@@ -430,8 +457,11 @@ def _missed(hub: Any, desk: str, expected: int) -> tuple[int, dict[str, Any], li
 
 def _listing(
     hub: Any, app_name: str, user_id: str | None, start: int, page_size: int | None
-) -> tuple[list[Session], bool]:
-    """Read one page of sessions from the indexes, least recently updated first."""
+) -> tuple[list[dict[str, Any]], bool]:
+    """Read one page of sessions from the indexes, least recently updated first.
+
+    Returns each session's ``Session`` fields, and whether more follow the page.
+    """
     if user_id is None:
         known = _values_of(hub, rows.index_of("users", app_name))
         users = sorted(k[len(rows.USER_INDEX) :] for k in known if k.startswith(rows.USER_INDEX))
@@ -445,24 +475,24 @@ def _listing(
     entries.sort()
     stop = len(entries) if page_size is None else start + page_size
     page = entries[start:stop]
-    app_state = rows.scoped(_values_of(hub, rows.desk_of(app_name)), rows.APP_PREFIX)
-    shared: dict[str, dict[str, Any]] = {}
-    user_desks: dict[str, str] = {}
-    listed: list[Session] = []
-    for updated, session_id, user in page:
-        if user not in shared:
-            user_desks[user] = rows.desk_of(app_name, user)
-            user_values = _values_of(hub, user_desks[user])
-            shared[user] = {**app_state, **rows.scoped(user_values, rows.USER_PREFIX)}
-        desk = rows.desk_under(user_desks[user], app_name, user, session_id)
-        values = _values_of(hub, desk)
-        listed.append(
-            Session(
-                id=session_id,
-                app_name=app_name,
-                user_id=user,
-                state={**shared[user], **rows.scoped(values)},
-                last_update_time=updated,
-            )
+    user_desks = {user: rows.desk_of(app_name, user) for user in dict.fromkeys(u for *_, u in page)}
+    desks = [rows.desk_under(user_desks[user], app_name, user, sid) for _, sid, user in page]
+    states = hub.session_states([rows.desk_of(app_name), *user_desks.values(), *desks])
+    app_state = rows.scoped(_values(states[0]), rows.APP_PREFIX)
+    shared = {
+        user: {**app_state, **rows.scoped(_values(state), rows.USER_PREFIX)}
+        for user, state in zip(user_desks, states[1 : 1 + len(user_desks)], strict=True)
+    }
+    listed = [
+        {
+            "id": session_id,
+            "app_name": app_name,
+            "user_id": user,
+            "state": {**shared[user], **rows.scoped(_values(state))},
+            "last_update_time": updated,
+        }
+        for (updated, session_id, user), state in zip(
+            page, states[1 + len(user_desks) :], strict=True
         )
+    ]
     return listed, stop < len(entries)
