@@ -37,6 +37,7 @@ from sharedesk.actors._options import HubOptions, HubStats
 from sharedesk.actors.supervisor import ActorSupervisor, Listener
 from sharedesk.projection.compaction import compaction_event, compaction_of
 from sharedesk.projection.messages import Budget, Budgets
+from sharedesk.projection.retention import RetentionPolicy, RetentionReport
 from sharedesk.projection.turns import TurnPlan
 from sharedesk.protocol._lazy import load_lazy
 from sharedesk.protocol._log import logger
@@ -59,6 +60,7 @@ from sharedesk.protocol.validation import (
 from sharedesk.protocol.views import Conversation, Projection
 from sharedesk.protocol.writes import Share, Write
 from sharedesk.store.memory import MemoryStore
+from sharedesk.store.retention import apply_retention
 from sharedesk.telemetry import hub_telemetry
 
 __all__ = [
@@ -513,6 +515,27 @@ class Hub:
                 f"conversation of desk {conversation.desk!r} asked of session {session_id!r}"
             )
         return conversation
+
+    # -- retention -----------------------------------------------------------------------
+
+    def apply_retention(
+        self, policy: RetentionPolicy, session_id: str | None = None
+    ) -> RetentionReport:
+        """Archive and remove the compacted rows ``policy`` lets go of ``session_id``'s desk.
+
+        ``None``: every desk. As :func:`sharedesk.store.retention.apply_retention`: only
+        rows at or below the desk's newest channel compaction go, each first written to
+        ``policy.archive``; sequences keep their numbers, and a read below
+        :meth:`archived_through` raises ``RowsArchived``.
+        """
+        self._live()
+        return apply_retention(self._store, policy, session_id)
+
+    def archived_through(self, session_id: str) -> int:
+        """Return the highest sequence retention removed from ``session_id`` (0: none)."""
+        check_session_id(session_id)
+        self._live()
+        return self._store.session_state(session_id).archived_through
 
 
 def _open_store(

@@ -131,6 +131,15 @@ class WriteTxn(Protocol):
         """Write ``plans`` in this transaction, in order."""
         ...
 
+    def remove(self, session_id: str, through: int) -> int:
+        """Remove the session's rows above its ``archived_through`` up to ``through``.
+
+        With their index entries (ids, Text rows, replies, runs; the meta's Text count),
+        and set ``archived_through`` to ``through``, in this transaction; return the rows
+        removed. See ``StoreBase.remove_archived``.
+        """
+        ...
+
 
 def _absorb(facts: Facts, plan: WritePlan) -> None:
     """Add what ``plan`` stores to ``facts``, so that the group's next write sees it."""

@@ -1,0 +1,125 @@
+"""Retention over a store: plan each desk's bound, archive its rows, then remove them.
+
+The rule is :func:`~sharedesk.projection.retention.retention_through`'s; the removal
+``StoreBase.remove_archived``'s. Rows go in chunks, each written to the archive and
+fsync'd first, then removed in one transaction that records the new
+``archived_through``: a kill at any point leaves every row in the store or in the
+archive, and a run again after it is exact (the archive skips the sequences it holds).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import Final, Protocol, runtime_checkable
+
+from sharedesk.projection.compaction import compacted_through, compaction_of
+from sharedesk.projection.retention import RetentionPolicy, RetentionReport, retention_through
+from sharedesk.protocol.errors import ValidationError
+from sharedesk.protocol.events import Event
+from sharedesk.protocol.sessions import SessionState
+from sharedesk.protocol.validation import check_session_id
+from sharedesk.protocol.views import Conversation
+from sharedesk.store.archive import append_archive, archive_file
+
+__all__ = ["RetainingStore", "apply_retention"]
+
+#: Rows archived and removed per transaction.
+CHUNK: Final = 20_000
+_PAGE: Final = 2048
+
+
+@runtime_checkable
+class RetainingStore(Protocol):
+    """What retention needs of a store (every ``StoreBase`` is one)."""
+
+    def read(
+        self,
+        session_id: str,
+        *,
+        after: int | None = None,
+        before: int | None = None,
+        limit: int | None = None,
+        newest_first: bool = False,
+    ) -> list[Event]: ...
+    def last_sequence(self, session_id: str) -> int: ...
+    def session_state(self, session_id: str) -> SessionState: ...
+    def sessions(self) -> list[str]: ...
+    def remove_archived(self, session_id: str, through: int) -> int: ...
+
+
+def apply_retention(
+    store: object,
+    policy: RetentionPolicy,
+    session_id: str | None = None,
+    *,
+    now: datetime | None = None,
+) -> RetentionReport:
+    """Apply ``policy`` to ``session_id`` (``None``: every desk of ``store``); report it.
+
+    Raises ``ValidationError`` before anything is written or archived: ``policy`` is no
+    ``RetentionPolicy``, the store cannot remove rows, ``session_id`` names no desk, or
+    a policy that keeps nothing meets a desk with no compaction (every desk: such desks
+    are left as they are). ``StoreIOError`` when the archive cannot be written.
+
+    Cost: per desk, the reads the bound needs, then per chunk of ``CHUNK`` rows one read,
+    one archive append and fsync, and one removal transaction.
+    """
+    if not isinstance(policy, RetentionPolicy):
+        raise ValidationError(f"policy must be a RetentionPolicy, got {type(policy).__name__}")
+    if not isinstance(store, RetainingStore):
+        raise ValidationError(f"{type(store).__name__} cannot remove rows")
+    if session_id is not None:
+        check_session_id(session_id)
+        if store.last_sequence(session_id) == 0:
+            raise ValidationError(f"desk {session_id!r} is unknown: it has no rows")
+        if policy.keeps_nothing and not _compacted(store, session_id):
+            raise ValidationError(
+                f"desk {session_id!r} has no compaction, and the policy keeps nothing: "
+                "compact it first, or give keep_last or max_age"
+            )
+    now = datetime.now(UTC) if now is None else now
+    removed: dict[str, int] = {}
+    archived: dict[str, int] = {}
+    for desk in store.sessions() if session_id is None else [session_id]:
+        low = store.session_state(desk).archived_through
+        bound = retention_through(
+            policy,
+            compacted=_compacted(store, desk),
+            archived=low,
+            newest=_rows(store, desk, low, None, newest_first=True),
+            oldest=_rows(store, desk, low, None, newest_first=False),
+            now=now,
+        )
+        count = 0
+        while low < bound:
+            high = min(bound, low + CHUNK)
+            if policy.archive is not None:
+                rows = _rows(store, desk, low, high, newest_first=False)
+                append_archive(archive_file(policy.archive, desk), rows)
+            count += store.remove_archived(desk, high)
+            low = high
+        removed[desk], archived[desk] = count, low
+    return RetentionReport(removed, archived)
+
+
+def _compacted(store: RetainingStore, desk: str) -> int:
+    """Return the ``through`` of ``desk``'s newest channel compaction (0: none)."""
+    compactions = store.session_state(desk).compactions
+    return compacted_through(compaction_of(compactions, Conversation(desk)))
+
+
+def _rows(
+    store: RetainingStore, desk: str, low: int, high: int | None, *, newest_first: bool
+) -> Iterator[Event]:
+    """Yield ``desk``'s rows with ``low < sequence <= high`` in pages, in the order asked."""
+    after, before = low, None if high is None else high + 1
+    while True:
+        page = store.read(desk, after=after, before=before, limit=_PAGE, newest_first=newest_first)
+        yield from page
+        if len(page) < _PAGE:
+            return
+        if newest_first:
+            before = page[-1].sequence
+        else:
+            after = page[-1].sequence or after
