@@ -18,7 +18,7 @@ from typing import get_args
 import msgspec
 
 from sharedesk.protocol.errors import ValidationError
-from sharedesk.protocol.events import EventBody, Event
+from sharedesk.protocol.events import Event, EventBody
 
 #: The names of the event body kinds (``type(event.body).__name__``).
 BODY_KINDS = frozenset(kind.__name__ for kind in get_args(EventBody))
@@ -121,7 +121,7 @@ def _below_newest(keep_last: int, skip: set[str], newest: Iterable[Event]) -> in
 
 
 def _below_young(cutoff: datetime, skip: set[str], oldest: Iterable[Event], bound: int) -> int:
-    """Return the sequence below the oldest row not of the ``skip`` kinds stored at ``cutoff`` or later."""
+    """Return the sequence below the oldest row not of the ``skip`` kinds from ``cutoff`` on."""
     last = 0
     for event in oldest:
         assert event.sequence is not None and event.timestamp is not None

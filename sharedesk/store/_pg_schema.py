@@ -222,7 +222,10 @@ class Queries:
         self.session_infos = f"{infos} WHERE last_seq > 0"
         # Retention (``GroupTxn.remove``): the stream's lock, the rows, the stream's update.
         self.lock_stream = f"SELECT state FROM {s}.streams WHERE session_id = %s FOR UPDATE"
-        self.remove_events = f"DELETE FROM {s}.events WHERE session_id = %s AND seq > %s AND seq <= %s RETURNING kind"
+        self.remove_events = (
+            f"DELETE FROM {s}.events WHERE session_id = %s AND seq > %s AND seq <= %s "
+            "RETURNING kind"
+        )
         self.remove_replies = (
             f"DELETE FROM {s}.replies WHERE session_id = %s AND root > %s AND root <= %s"
         )

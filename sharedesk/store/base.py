@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import ClassVar, Self, TypeVar
 
-from sharedesk.protocol._log import logger
 from sharedesk.projection.compaction import compacted_through, compaction_of
+from sharedesk.protocol._log import logger
 from sharedesk.protocol.errors import (
     RowsArchived,
     SharedeskError,

@@ -11,41 +11,22 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from datetime import UTC, datetime
-from typing import Final, Protocol, runtime_checkable
+from typing import Final
 
 from sharedesk.projection.compaction import compacted_through, compaction_of
 from sharedesk.projection.retention import RetentionPolicy, RetentionReport, retention_through
 from sharedesk.protocol.errors import ValidationError
 from sharedesk.protocol.events import Event
-from sharedesk.protocol.sessions import SessionState
 from sharedesk.protocol.validation import check_session_id
 from sharedesk.protocol.views import Conversation
 from sharedesk.store.archive import append_archive, archive_file
+from sharedesk.store.base import StoreBase
 
-__all__ = ["RetainingStore", "apply_retention"]
+__all__ = ["apply_retention"]
 
 #: Rows archived and removed per transaction.
 CHUNK: Final = 20_000
 _PAGE: Final = 2048
-
-
-@runtime_checkable
-class RetainingStore(Protocol):
-    """What retention needs of a store (every ``StoreBase`` is one)."""
-
-    def read(
-        self,
-        session_id: str,
-        *,
-        after: int | None = None,
-        before: int | None = None,
-        limit: int | None = None,
-        newest_first: bool = False,
-    ) -> list[Event]: ...
-    def last_sequence(self, session_id: str) -> int: ...
-    def session_state(self, session_id: str) -> SessionState: ...
-    def sessions(self) -> list[str]: ...
-    def remove_archived(self, session_id: str, through: int) -> int: ...
 
 
 def apply_retention(
@@ -67,7 +48,7 @@ def apply_retention(
     """
     if not isinstance(policy, RetentionPolicy):
         raise ValidationError(f"policy must be a RetentionPolicy, got {type(policy).__name__}")
-    if not isinstance(store, RetainingStore):
+    if not isinstance(store, StoreBase):
         raise ValidationError(f"{type(store).__name__} cannot remove rows")
     if session_id is not None:
         check_session_id(session_id)
@@ -103,14 +84,14 @@ def apply_retention(
     return RetentionReport(removed, archived)
 
 
-def _compacted(store: RetainingStore, desk: str) -> int:
+def _compacted(store: StoreBase, desk: str) -> int:
     """Return the ``through`` of ``desk``'s newest channel compaction (0: none)."""
     compactions = store.session_state(desk).compactions
     return compacted_through(compaction_of(compactions, Conversation(desk)))
 
 
 def _rows(
-    store: RetainingStore, desk: str, low: int, high: int | None, *, newest_first: bool
+    store: StoreBase, desk: str, low: int, high: int | None, *, newest_first: bool
 ) -> Iterator[Event]:
     """Yield ``desk``'s rows with ``low < sequence <= high`` in pages, in the order asked."""
     after, before = low, None if high is None else high + 1
