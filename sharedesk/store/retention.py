@@ -17,7 +17,7 @@ from sharedesk.projection.compaction import compacted_through, compaction_of
 from sharedesk.projection.retention import RetentionPolicy, RetentionReport, retention_through
 from sharedesk.protocol.errors import ValidationError
 from sharedesk.protocol.events import Event
-from sharedesk.protocol.validation import check_session_id
+from sharedesk.protocol.validation import check_int, check_session_id
 from sharedesk.protocol.views import Conversation
 from sharedesk.store.archive import append_archive, archive_file
 from sharedesk.store.base import StoreBase
@@ -35,6 +35,7 @@ def apply_retention(
     session_id: str | None = None,
     *,
     now: datetime | None = None,
+    chunk: int = CHUNK,
 ) -> RetentionReport:
     """Apply ``policy`` to ``session_id`` (``None``: every desk of ``store``); report it.
 
@@ -43,13 +44,15 @@ def apply_retention(
     a policy that keeps nothing meets a desk with no compaction (every desk: such desks
     are left as they are). ``StoreIOError`` when the archive cannot be written.
 
-    Cost: per desk, the reads the bound needs, then per chunk of ``CHUNK`` rows one read,
+    ``now`` (default: the clock) is what ``max_age`` counts from; ``chunk`` the most rows
+    one transaction removes. Cost: per desk, the reads the bound needs, then per chunk one read,
     one archive append and fsync, and one removal transaction.
     """
     if not isinstance(policy, RetentionPolicy):
         raise ValidationError(f"policy must be a RetentionPolicy, got {type(policy).__name__}")
     if not isinstance(store, StoreBase):
         raise ValidationError(f"{type(store).__name__} cannot remove rows")
+    check_int("chunk", chunk, minimum=1)
     if session_id is not None:
         check_session_id(session_id)
         if store.last_sequence(session_id) == 0:
@@ -74,7 +77,7 @@ def apply_retention(
         )
         count = 0
         while low < bound:
-            high = min(bound, low + CHUNK)
+            high = min(bound, low + chunk)
             if policy.archive is not None:
                 rows = _rows(store, desk, low, high, newest_first=False)
                 append_archive(archive_file(policy.archive, desk), rows)
