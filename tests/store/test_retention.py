@@ -1,0 +1,310 @@
+"""Retention, written once and run on every backend: what goes, where it goes, what stays.
+
+:class:`RetentionContract` holds the rules; ``TestMemoryRetention``, ``TestLmdbRetention``
+and ``TestPostgresRetention`` supply only ``make_store``. Each test runs a Hub over the
+store, as applications do.
+"""
+
+from __future__ import annotations
+
+import uuid
+from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from bench.pgserver import ThrowawayPostgres
+from sharedesk import (
+    Agent,
+    Conversation,
+    Event,
+    Hub,
+    MemoryStore,
+    Person,
+    RetentionPolicy,
+    RowsArchived,
+    Text,
+    TextDelta,
+    ValidationError,
+)
+from sharedesk.store.archive import archive_file, read_archive
+from sharedesk.store.base import StoreBase
+from sharedesk.store.lmdb import LmdbStore
+from sharedesk.store.retention import apply_retention
+
+ANN = Person(id="ann", label="Ann")
+BOT = Agent(id="bot", label="Bot")
+DESK = "desk/one"
+
+
+def fill(hub: Hub, count: int, session_id: str = DESK) -> None:
+    """Append ``count`` rows, Ann's and the bot's in turn, contents ``m1``, ``m2``, ..."""
+    start = hub.last_sequence(session_id)
+    events = [
+        Event(ANN if n % 2 else BOT, Text(f"m{n}")) for n in range(start + 1, start + count + 1)
+    ]
+    hub.append(session_id, events)
+
+
+class RetentionContract(ABC):
+    """Every retention rule; a backend's class supplies ``make_store``."""
+
+    @abstractmethod
+    def make_store(self, path: Path) -> StoreBase:
+        """Return a new, empty store; ``path`` is a fresh directory it may use."""
+
+    @pytest.fixture
+    def hub(self, tmp_path: Path) -> Iterator[Hub]:
+        store = self.make_store(tmp_path / "store")
+        with Hub(store) as hub:
+            yield hub
+        store.close()
+
+    def compacted(self, hub: Hub, rows: int = 100, through: int = 90) -> None:
+        fill(hub, rows)
+        hub.compact(DESK, "what was said", through=through, author=BOT)
+
+    def test_rows_at_or_below_the_compaction_go_and_the_others_keep_their_sequences(
+        self, hub: Hub
+    ) -> None:
+        self.compacted(hub)
+
+        report = hub.apply_retention(RetentionPolicy())
+
+        assert report.removed == {DESK: 90}
+        assert hub.archived_through(DESK) == 90
+        assert [e.sequence for e in hub.read(DESK, after=90)] == list(range(91, 102))
+
+    def test_a_read_below_archived_through_raises_rows_archived(self, hub: Hub) -> None:
+        self.compacted(hub)
+        hub.apply_retention(RetentionPolicy())
+
+        with pytest.raises(RowsArchived) as raised:
+            hub.read(DESK, after=50)
+
+        assert (raised.value.session_id, raised.value.archived_through) == (DESK, 90)
+
+    def test_a_whole_read_of_a_retained_desk_raises_rows_archived(self, hub: Hub) -> None:
+        self.compacted(hub)
+        hub.apply_retention(RetentionPolicy())
+
+        with pytest.raises(RowsArchived):
+            hub.read(DESK)
+
+    def test_a_read_bounded_below_archived_through_raises_rows_archived(self, hub: Hub) -> None:
+        self.compacted(hub)
+        hub.apply_retention(RetentionPolicy())
+
+        with pytest.raises(RowsArchived):
+            hub.read(DESK, after=10, before=20)
+
+    def test_a_newest_first_read_without_after_ends_above_archived_through(self, hub: Hub) -> None:
+        self.compacted(hub)
+        hub.apply_retention(RetentionPolicy())
+
+        rows = hub.read(DESK, newest_first=True, limit=50)
+
+        assert [e.sequence for e in rows] == list(range(101, 90, -1))
+
+    def test_each_row_removed_is_archived_first_and_decodes_to_the_stored_event(
+        self, hub: Hub, tmp_path: Path
+    ) -> None:
+        self.compacted(hub)
+        stored = hub.read(DESK, before=91)
+
+        hub.apply_retention(RetentionPolicy(archive=tmp_path / "archive"))
+
+        assert list(read_archive(archive_file(tmp_path / "archive", DESK))) == stored
+
+    def test_keep_last_keeps_the_desks_newest_rows(self, hub: Hub) -> None:
+        self.compacted(hub)
+
+        hub.apply_retention(RetentionPolicy(keep_last=30))
+
+        assert hub.archived_through(DESK) == 71
+        assert len(hub.read(DESK, after=71)) == 30
+
+    def test_prune_first_rows_do_not_count_toward_keep_last(self, hub: Hub) -> None:
+        fill(hub, 10)
+        hub.append(DESK, [Event(BOT, TextDelta("d")) for _ in range(5)])
+        fill(hub, 5)
+        hub.compact(DESK, "what was said", through=20, author=BOT)
+
+        hub.apply_retention(RetentionPolicy(keep_last=7))
+
+        # Kept: the compaction, m20 to m16 and m10; the deltas among them do not count.
+        assert hub.archived_through(DESK) == 9
+
+    def test_max_age_keeps_rows_younger_than_it(self, hub: Hub) -> None:
+        fill(hub, 50)
+        fill(hub, 50)
+        hub.compact(DESK, "what was said", through=90, author=BOT)
+        older, younger = hub.read(DESK, after=49, limit=2)
+        assert older.timestamp is not None and younger.timestamp is not None
+        assert older.timestamp < younger.timestamp  # two commits
+
+        report = apply_retention(
+            hub.store,
+            RetentionPolicy(max_age=timedelta(hours=1)),
+            DESK,
+            now=younger.timestamp + timedelta(hours=1),
+        )
+
+        assert report.archived_through == {DESK: 50}
+
+    def test_a_second_run_removes_nothing_and_archives_no_line_twice(
+        self, hub: Hub, tmp_path: Path
+    ) -> None:
+        self.compacted(hub)
+        policy = RetentionPolicy(archive=tmp_path / "archive")
+        hub.apply_retention(policy)
+
+        report = hub.apply_retention(policy)
+
+        assert report.removed == {DESK: 0}
+        sequences = [e.sequence for e in read_archive(archive_file(tmp_path / "archive", DESK))]
+        assert sequences == list(range(1, 91))
+
+    def test_rows_go_in_chunks_with_the_same_outcome(self, hub: Hub, tmp_path: Path) -> None:
+        self.compacted(hub)
+        policy = RetentionPolicy(archive=tmp_path / "archive")
+
+        report = apply_retention(hub.store, policy, DESK, chunk=7)
+
+        assert (report.removed, hub.archived_through(DESK)) == ({DESK: 90}, 90)
+        assert len(list(read_archive(archive_file(tmp_path / "archive", DESK)))) == 90
+
+    def test_views_turns_and_transcripts_serve_the_summary_after_retention(self, hub: Hub) -> None:
+        self.compacted(hub)
+        hub.apply_retention(RetentionPolicy())
+
+        view = hub.view(DESK, ANN)
+        turn = hub.turn(DESK, ANN)
+        transcript = hub.transcript(DESK, ANN)
+
+        assert view.messages[0].content == "what was said"
+        assert turn.messages[0].content == "what was said"
+        assert transcript.messages[0].content == "what was said"
+        assert [m.content for m in view.messages[-2:]] == ["m99", "m100"]
+
+    def test_a_policy_that_keeps_nothing_of_an_uncompacted_desk_is_refused(
+        self, hub: Hub, tmp_path: Path
+    ) -> None:
+        fill(hub, 10)
+
+        with pytest.raises(ValidationError, match="no compaction"):
+            hub.apply_retention(RetentionPolicy(archive=tmp_path / "archive"), DESK)
+
+        assert len(hub.read(DESK)) == 10
+        assert not (tmp_path / "archive").exists()
+
+    def test_every_desk_leaves_an_uncompacted_desk_as_it_is(self, hub: Hub) -> None:
+        self.compacted(hub)
+        fill(hub, 10, "other")
+
+        report = hub.apply_retention(RetentionPolicy())
+
+        assert report.removed == {DESK: 90, "other": 0}
+        assert len(hub.read("other")) == 10
+
+    def test_an_unknown_desk_is_refused(self, hub: Hub) -> None:
+        with pytest.raises(ValidationError, match="unknown"):
+            hub.apply_retention(RetentionPolicy(keep_last=5), "nobody")
+
+    def test_removing_above_the_newest_compaction_is_refused(self, hub: Hub) -> None:
+        self.compacted(hub)
+        store = hub.store
+        assert isinstance(store, StoreBase)
+
+        with pytest.raises(ValidationError, match="above the newest compaction"):
+            store.remove_archived(DESK, 95)
+
+        assert hub.archived_through(DESK) == 0
+
+    def test_appends_continue_after_retention(self, hub: Hub) -> None:
+        self.compacted(hub)
+        hub.apply_retention(RetentionPolicy())
+
+        fill(hub, 3)
+
+        assert [e.sequence for e in hub.read(DESK, after=101)] == [102, 103, 104]
+
+    def test_a_thread_compaction_does_not_let_rows_go(self, hub: Hub) -> None:
+        fill(hub, 5)
+        hub.append(DESK, [Event(BOT, Text("reply"), parent=1)])
+        hub.compact(
+            DESK, "thread", through=6, author=BOT, conversation=Conversation(DESK, thread_root=1)
+        )
+
+        report = hub.apply_retention(RetentionPolicy())
+
+        assert report.removed == {DESK: 0}
+
+    def test_the_session_info_counts_the_text_rows_left(self, hub: Hub) -> None:
+        self.compacted(hub)
+
+        hub.apply_retention(RetentionPolicy())
+
+        store = hub.store
+        assert isinstance(store, StoreBase)
+        info = store.session_info(DESK)
+        assert info is not None and (info.last_sequence, info.text_count) == (101, 10)
+
+
+class TestMemoryRetention(RetentionContract):
+    """Retention on the in-memory backend."""
+
+    def make_store(self, path: Path) -> StoreBase:
+        return MemoryStore()
+
+
+class TestLmdbRetention(RetentionContract):
+    """Retention on LMDB."""
+
+    def make_store(self, path: Path) -> StoreBase:
+        return LmdbStore(path, durability="relaxed")
+
+
+@pytest.fixture(scope="module")
+def retention_database(postgres_server: ThrowawayPostgres) -> str:
+    """One database for the PostgreSQL retention tests (each store takes a schema)."""
+    from bench.pg import create_database
+
+    return create_database(postgres_server.dsn, f"retention_{uuid.uuid4().hex}")
+
+
+class TestPostgresRetention(RetentionContract):
+    """Retention on PostgreSQL: each store on a schema of its own."""
+
+    dsn: str
+
+    @pytest.fixture(autouse=True)
+    def _database(self, retention_database: str) -> None:
+        self.dsn = retention_database
+
+    def make_store(self, path: Path) -> StoreBase:
+        from sharedesk.store.postgres import PostgresStore
+
+        return PostgresStore(self.dsn, schema=f"r_{uuid.uuid4().hex}")
+
+
+class TestRetentionPolicy:
+    """The policy checks itself as it is made."""
+
+    def test_a_negative_keep_last_is_refused(self) -> None:
+        with pytest.raises(ValidationError, match="keep_last"):
+            RetentionPolicy(keep_last=-1)
+
+    def test_a_max_age_that_is_not_a_positive_timedelta_is_refused(self) -> None:
+        with pytest.raises(ValidationError, match="max_age"):
+            RetentionPolicy(max_age=timedelta(0))
+
+    def test_an_unknown_prune_first_kind_is_refused(self) -> None:
+        with pytest.raises(ValidationError, match="prune_first"):
+            RetentionPolicy(prune_first=("Nothing",))
+
+    def test_a_hub_refuses_what_is_not_a_policy(self) -> None:
+        with Hub.open() as hub, pytest.raises(ValidationError, match="RetentionPolicy"):
+            hub.apply_retention({"keep_last": 3})  # type: ignore[arg-type]
