@@ -448,10 +448,6 @@ def run_demo(console: Output, location: str) -> None:
     console.line((f"Run it again to continue; then: sharedesk inspect {shown(location)}", "dim"))
 
 
-if __name__ == "__main__":  # pragma: no cover - the installed entry point calls main()
-    sys.exit(main())
-
-
 def run_retain(console: Output, args: argparse.Namespace) -> None:
     """Apply the retention policy of ``args`` to the store; print one line per desk."""
     from sharedesk.projection.retention import RetentionPolicy
@@ -467,3 +463,7 @@ def run_retain(console: Output, args: argparse.Namespace) -> None:
     for desk, removed in report.removed.items():
         through = report.archived_through[desk]
         console.line(f"{desk}: removed {removed:,} rows, archived through {through:,}")
+
+
+if __name__ == "__main__":  # pragma: no cover - the installed entry point calls main()
+    sys.exit(main())

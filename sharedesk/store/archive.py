@@ -36,7 +36,7 @@ def encode_line(event: Event) -> bytes:
 
 
 def decode_line(line: bytes) -> Event:
-    """Return the event an archive line holds (``msgspec.ValidationError`` if none)."""
+    """Return the event an archive line holds (``msgspec.DecodeError`` if none)."""
     return _DECODER.decode(line)
 
 
@@ -103,7 +103,7 @@ def _last_sequence(file: BinaryIO, path: Path) -> int:
         return 0
     try:
         sequence = decode_line(tail[tail.rfind(b"\n", 0, end) + 1 : end]).sequence
-    except msgspec.ValidationError as exc:
+    except msgspec.DecodeError as exc:
         raise CorruptRecordError(path.stem, 0, f"{path}: its last line is no event") from exc
     return sequence or 0
 
@@ -114,5 +114,5 @@ def read_archive(path: str | os.PathLike[str]) -> Iterator[Event]:
         for number, line in enumerate(file, 1):
             try:
                 yield decode_line(line)
-            except msgspec.ValidationError as exc:
+            except msgspec.DecodeError as exc:
                 raise CorruptRecordError(Path(path).stem, number, f"{path}: line {number}") from exc
