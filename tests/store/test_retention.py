@@ -359,7 +359,7 @@ def assert_every_row_kept_once(
         kept = {e.sequence: e for e in store.read(DESK, after=archived)}
     file = archive_file(archive, DESK)
     lines = list(read_archive(file)) if file.exists() else []
-    sequences = [e.sequence for e in lines]
+    sequences = [e.sequence or 0 for e in lines]
     assert sequences == sorted(set(sequences))  # none twice, in order
     assert set(range(1, archived + 1)) <= set(sequences)  # every removed row archived
     assert {e.sequence: e for e in lines} | kept == expected
