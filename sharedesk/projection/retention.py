@@ -19,6 +19,7 @@ import msgspec
 
 from sharedesk.protocol.errors import ValidationError
 from sharedesk.protocol.events import Event, EventBody
+from sharedesk.protocol.validation import check_optional_int, check_path
 
 #: The names of the event body kinds (``type(event.body).__name__``).
 BODY_KINDS = frozenset(kind.__name__ for kind in get_args(EventBody))
@@ -41,25 +42,15 @@ class RetentionPolicy(msgspec.Struct, frozen=True):
     archive: str | os.PathLike[str] | None = None
 
     def __post_init__(self) -> None:
-        keep = self.keep_last
-        if keep is not None and (type(keep) is not int or keep < 0):
-            raise ValidationError(f"keep_last must be None or an int >= 0, got {keep!r}")
+        check_optional_int("keep_last", self.keep_last)
         age = self.max_age
         if age is not None and (not isinstance(age, timedelta) or age <= timedelta(0)):
             raise ValidationError(f"max_age must be None or a positive timedelta, got {age!r}")
         kinds = self.prune_first
         if not isinstance(kinds, tuple) or not set(kinds) <= BODY_KINDS:
-            raise ValidationError(
-                f"prune_first must be a tuple of {sorted(BODY_KINDS)}, got {kinds!r}"
-            )
-        archive = self.archive
-        if archive is not None and not isinstance(archive, str | os.PathLike):
-            raise ValidationError(f"archive must be None or a path, got {archive!r}")
-
-    @property
-    def keeps_nothing(self) -> bool:
-        """Whether every compacted row may go (neither ``keep_last`` nor ``max_age``)."""
-        return self.keep_last is None and self.max_age is None
+            raise ValidationError(f"prune_first must be a tuple of {sorted(BODY_KINDS)}")
+        if self.archive is not None:
+            check_path(self.archive, "archive")
 
 
 class RetentionReport(msgspec.Struct, frozen=True):

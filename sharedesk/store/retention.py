@@ -57,7 +57,11 @@ def apply_retention(
         check_session_id(session_id)
         if store.last_sequence(session_id) == 0:
             raise ValidationError(f"desk {session_id!r} is unknown: it has no rows")
-        if policy.keeps_nothing and not _compacted(store, session_id):
+        if (
+            policy.keep_last is None
+            and policy.max_age is None
+            and not _compacted(store, session_id)
+        ):
             raise ValidationError(
                 f"desk {session_id!r} has no compaction, and the policy keeps nothing: "
                 "compact it first, or give keep_last or max_age"
