@@ -35,7 +35,7 @@ from __future__ import annotations
 import argparse
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from bench.harness import BenchRun, open_hub
@@ -92,19 +92,10 @@ def _in_turn(items: list[Any], round_: int) -> list[Any]:
 
 
 def _build(hub: Any, desk: str, events: int, authors: list[Any]) -> None:
-    from sharedesk import Event, SessionManager, Text
+    from sharedesk import SessionManager
 
     SessionManager.start_session(hub, session_id=desk, metadata={"bench": "long"})
-    payload = "x" * 100
-    written = 1
-    while written < events:
-        size = min(BATCH, events - written)
-        batch = [
-            Event(authors[(written + i) % len(authors)], Text(f"{written + i} {payload}"))
-            for i in range(size)
-        ]
-        hub.append(desk, batch)
-        written += size
+    _fill(hub, desk, events - 1, authors, BATCH)
 
 
 def _history(run_: BenchRun, small: int, large: int, repeat: int) -> None:
@@ -154,18 +145,7 @@ def _history(run_: BenchRun, small: int, large: int, repeat: int) -> None:
             ("get_session", session, None),
             ("transcript limit=500", transcript, poke),
         ):
-            # The desks take turns, call by call (who goes first alternates), so both
-            # see the same load.
-            latencies: dict[str, list[int]] = {name: [] for name in sizes}
-            with run_.progress(f"{operation}, both desks in turn", 2 * repeat) as adv:
-                for i in range(repeat):
-                    for name in _in_turn(list(sizes), i):
-                        if before is not None:
-                            before(name)
-                        t0 = time.perf_counter_ns()
-                        fn(name)
-                        latencies[name].append(time.perf_counter_ns() - t0)
-                    adv(2)
+            latencies = _desks_in_turn(run_, operation, list(sizes), repeat, fn, before)
             for name, events in sizes.items():
                 medians[(operation, name)] = _timed(
                     run_,
@@ -180,19 +160,58 @@ def _history(run_: BenchRun, small: int, large: int, repeat: int) -> None:
             ("transcript limit=500", "long-transcript-flat-in-history"),
         ):
             run_.targets.append(
-                ratio_target(
-                    name=target,
-                    claim=f"{operation} on the {large:,}-event desk, median",
-                    numerator=medians[(operation, "large")],
-                    denominator=medians[(operation, "small")],
-                    baseline=f"the {small:,}-event desk",
-                    bound=1.5,
-                    at_least=False,
-                    what="median µs",
+                _median_ratio(
+                    target,
+                    f"{operation} on the {large:,}-event desk, median",
+                    (medians[(operation, "large")], medians[(operation, "small")]),
+                    f"the {small:,}-event desk",
+                    1.5,
                 )
             )
     finally:
         hub.close()
+
+
+def _desks_in_turn(
+    run_: BenchRun,
+    operation: str,
+    desks: list[str],
+    repeat: int,
+    fn: Callable[[str], object],
+    before: Callable[[str], object] | None,
+) -> dict[str, list[int]]:
+    """Time ``fn(desk)`` ``repeat`` times per desk, the desks taking turns call by call.
+
+    Who goes first alternates, so every desk sees the same load; ``before(desk)`` runs
+    untimed before each call. Returns each desk's latencies (ns).
+    """
+    latencies: dict[str, list[int]] = {desk: [] for desk in desks}
+    with run_.progress(f"{operation}, the desks in turn", len(desks) * repeat) as adv:
+        for i in range(repeat):
+            for desk in _in_turn(desks, i):
+                if before is not None:
+                    before(desk)
+                t0 = time.perf_counter_ns()
+                fn(desk)
+                latencies[desk].append(time.perf_counter_ns() - t0)
+            adv(len(desks))
+    return latencies
+
+
+def _median_ratio(
+    name: str, claim: str, medians: tuple[float, float], baseline: str, bound: float
+) -> Target:
+    """Return the target: the first median over the second (µs), at most ``bound``."""
+    return ratio_target(
+        name=name,
+        claim=claim,
+        numerator=medians[0],
+        denominator=medians[1],
+        baseline=baseline,
+        bound=bound,
+        at_least=False,
+        what="median µs",
+    )
 
 
 def _timed(
@@ -351,7 +370,7 @@ def run(run_: BenchRun, args: argparse.Namespace) -> None:
 RETAIN_BATCH = 10_000
 
 
-def _fill(hub: Any, desk: str, events: int, authors: list[Any]) -> float:
+def _fill(hub: Any, desk: str, events: int, authors: list[Any], batch: int) -> float:
     """Append ``events`` posts to ``desk`` in batches; return the events appended per second."""
     from sharedesk import Event, Text
 
@@ -360,12 +379,12 @@ def _fill(hub: Any, desk: str, events: int, authors: list[Any]) -> float:
     written = hub.last_sequence(desk)
     goal = written + events
     while written < goal:
-        size = min(RETAIN_BATCH, goal - written)
-        batch = [
+        size = min(batch, goal - written)
+        rows = [
             Event(authors[(written + i) % len(authors)], Text(f"{written + i} {payload}"))
             for i in range(size)
         ]
-        hub.append(desk, batch)
+        hub.append(desk, rows)
         written += size
     return events / (time.perf_counter() - start)
 
@@ -390,8 +409,8 @@ def _retained(run_: BenchRun, events: int, keep: int, repeat: int) -> None:
     hub = open_hub(work / "store", "relaxed")
     try:
         with run_.progress(f"build a desk of {events:,} events and one of {keep:,}", 2) as adv:
-            append_rate = _fill(hub, "retained", events, authors)
-            _fill(hub, "fresh", keep, authors)
+            append_rate = _fill(hub, "retained", events, authors, RETAIN_BATCH)
+            _fill(hub, "fresh", keep, authors, RETAIN_BATCH)
             adv(1)
             removed, retain_rate = _retain(hub, "retained", keep, work / "archive")
             adv(1)
@@ -421,6 +440,9 @@ def _retained(run_: BenchRun, events: int, keep: int, repeat: int) -> None:
                 hub, adapters[desk], "next?", session_id=desk, continuation="replay"
             )
 
+        def poke(desk: str) -> None:
+            hub.session(desk).post(pat, "poke")  # so the answer is recomputed
+
         calls: dict[str, Any] = {
             "view": lambda desk: hub.view(desk, ada),
             "turn": turn,
@@ -428,15 +450,7 @@ def _retained(run_: BenchRun, events: int, keep: int, repeat: int) -> None:
             "run_once replay": replay,
         }
         for operation, fn in calls.items():
-            latencies: dict[str, list[int]] = {desk: [] for desk in desks}
-            with run_.progress(f"retained {operation}, both desks in turn", 2 * repeat) as adv:
-                for i in range(repeat):
-                    for desk in _in_turn(desks, i):
-                        hub.session(desk).post(pat, "poke")  # so the answer is recomputed
-                        t0 = time.perf_counter_ns()
-                        fn(desk)
-                        latencies[desk].append(time.perf_counter_ns() - t0)
-                    adv(2)
+            latencies = _desks_in_turn(run_, f"retained {operation}", desks, repeat, fn, poke)
             medians = {
                 desk: _timed(
                     run_, operation, f"long retained {operation} desk={desk}", latencies[desk], {}
@@ -444,15 +458,12 @@ def _retained(run_: BenchRun, events: int, keep: int, repeat: int) -> None:
                 for desk in desks
             }
             run_.targets.append(
-                ratio_target(
-                    name=f"long-retained-{operation.split()[0].replace('_', '-')}",
-                    claim=f"{operation} on the {events:,}-event desk retained to {keep:,}",
-                    numerator=medians["retained"],
-                    denominator=medians["fresh"],
-                    baseline=f"a fresh {keep:,}-event desk",
-                    bound=1.2,
-                    at_least=False,
-                    what="median µs",
+                _median_ratio(
+                    f"long-retained-{operation.split()[0].replace('_', '-')}",
+                    f"{operation} on the {events:,}-event desk retained to {keep:,}",
+                    (medians["retained"], medians["fresh"]),
+                    f"a fresh {keep:,}-event desk",
+                    1.2,
                 )
             )
     finally:
@@ -467,12 +478,12 @@ def _reuse(run_: BenchRun, events: int, keep: int) -> None:
     hub = open_hub(work / "store", "relaxed")
     try:
         with run_.progress(f"{events:,} events, retained, then {events:,} more", 3) as adv:
-            _fill(hub, "desk", events, [Person(id="pat", label="Pat")])
+            _fill(hub, "desk", events, [Person(id="pat", label="Pat")], RETAIN_BATCH)
             adv(1)
             _retain(hub, "desk", keep, None)
             after = data.stat().st_size
             adv(1)
-            _fill(hub, "desk", events, [Person(id="pat", label="Pat")])
+            _fill(hub, "desk", events, [Person(id="pat", label="Pat")], RETAIN_BATCH)
             grown = data.stat().st_size
             adv(1)
     finally:

@@ -4,17 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from sharedesk import (
-    Agent,
-    Compaction,
-    Event,
-    Hub,
-    Person,
-    ScriptedAdapter,
-    SessionManager,
-    Text,
-    ValidationError,
-)
+from sharedesk import Hub, ScriptedAdapter, SessionManager
+from sharedesk.protocol.authors import Agent, Person
+from sharedesk.protocol.errors import ValidationError
+from sharedesk.protocol.events import Compaction, Event, Text
 
 ANN = Person(id="ann", label="Ann")
 DESK = "desk"

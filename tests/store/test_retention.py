@@ -1,7 +1,7 @@
 """Retention, written once and run on every backend: what goes, where it goes, what stays.
 
 :class:`RetentionContract` holds the rules; ``TestMemoryRetention``, ``TestLmdbRetention``
-and ``TestPostgresRetention`` supply only ``make_store``. Each test runs a Hub over the
+and ``TestPostgresRetention`` supply only the ``store`` fixture. Each test runs a Hub over the
 store, as applications do.
 """
 
@@ -10,28 +10,17 @@ from __future__ import annotations
 import os
 import random
 import signal
-import uuid
-from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
 
-from bench.pgserver import ThrowawayPostgres
-from sharedesk import (
-    Agent,
-    Conversation,
-    Event,
-    Hub,
-    MemoryStore,
-    Person,
-    RetentionPolicy,
-    RowsArchived,
-    Text,
-    TextDelta,
-    ValidationError,
-)
+from sharedesk import Hub, MemoryStore, RetentionPolicy
+from sharedesk.protocol.authors import Agent, Person
+from sharedesk.protocol.errors import RowsArchived, ValidationError
+from sharedesk.protocol.events import Event, Text, TextDelta
+from sharedesk.protocol.views import Conversation
 from sharedesk.store.archive import archive_file, read_archive
 from sharedesk.store.base import StoreBase
 from sharedesk.store.lmdb import LmdbStore
@@ -52,19 +41,13 @@ def fill(hub: Hub, count: int, session_id: str = DESK) -> None:
     hub.append(session_id, events)
 
 
-class RetentionContract(ABC):
-    """Every retention rule; a backend's class supplies ``make_store``."""
-
-    @abstractmethod
-    def make_store(self, path: Path) -> StoreBase:
-        """Return a new, empty store; ``path`` is a fresh directory it may use."""
+class RetentionContract:
+    """Every retention rule; a backend's class supplies the ``store`` fixture."""
 
     @pytest.fixture
-    def hub(self, tmp_path: Path) -> Iterator[Hub]:
-        store = self.make_store(tmp_path / "store")
+    def hub(self, store: StoreBase) -> Iterator[Hub]:
         with Hub(store) as hub:
             yield hub
-        store.close()
 
     def compacted(self, hub: Hub, rows: int = 100, through: int = 90) -> None:
         fill(hub, rows)
@@ -260,38 +243,30 @@ class RetentionContract(ABC):
 class TestMemoryRetention(RetentionContract):
     """Retention on the in-memory backend."""
 
-    def make_store(self, path: Path) -> StoreBase:
-        return MemoryStore()
+    @pytest.fixture
+    def store(self) -> Iterator[StoreBase]:
+        with MemoryStore() as store:
+            yield store
 
 
 class TestLmdbRetention(RetentionContract):
     """Retention on LMDB."""
 
-    def make_store(self, path: Path) -> StoreBase:
-        return LmdbStore(path, durability="relaxed")
-
-
-@pytest.fixture(scope="module")
-def retention_database(postgres_server: ThrowawayPostgres) -> str:
-    """One database for the PostgreSQL retention tests (each store takes a schema)."""
-    from bench.pg import create_database
-
-    return create_database(postgres_server.dsn, f"retention_{uuid.uuid4().hex}")
+    @pytest.fixture
+    def store(self, tmp_path: Path) -> Iterator[StoreBase]:
+        with LmdbStore(tmp_path / "store", durability="relaxed") as store:
+            yield store
 
 
 class TestPostgresRetention(RetentionContract):
-    """Retention on PostgreSQL: each store on a schema of its own."""
+    """Retention on PostgreSQL, a fresh database per test."""
 
-    dsn: str
-
-    @pytest.fixture(autouse=True)
-    def _database(self, retention_database: str) -> None:
-        self.dsn = retention_database
-
-    def make_store(self, path: Path) -> StoreBase:
+    @pytest.fixture
+    def store(self, postgres_dsn: str) -> Iterator[StoreBase]:
         from sharedesk.store.postgres import PostgresStore
 
-        return PostgresStore(self.dsn, schema=f"r_{uuid.uuid4().hex}")
+        with PostgresStore(postgres_dsn) as store:
+            yield store
 
 
 class TestRetentionPolicy:
