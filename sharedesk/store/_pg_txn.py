@@ -197,6 +197,8 @@ class GroupTxn:
         conn.execute("BEGIN", prepare=False)
         row = conn.execute(sql.lock_stream, [sid]).fetchone()
         state = records.decode_session_state(session_id, None if row is None else row[0])
+        if through <= state.archived_through:
+            return 0
         bounds = [sid, state.archived_through, through]
         kinds = conn.execute(sql.remove_events, bounds).fetchall()
         conn.execute(sql.remove_replies, bounds)

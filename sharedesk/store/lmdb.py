@@ -578,6 +578,8 @@ class _WriteTxn:
         """Remove the session's rows up to ``through`` (see ``WriteTxn.remove``)."""
         txn, dbs, prefix = self._txn, self._dbs, session_prefix(session_id)
         state = decode_session_state(session_id, txn.get(prefix, db=dbs[b"runs"]))
+        if through <= state.archived_through:
+            return 0
         cursor = txn.cursor(db=dbs[b"events"])
         rows = list(walk(cursor, prefix, state.archived_through, through + 1, newest_first=False))
         texts = 0
@@ -591,10 +593,8 @@ class _WriteTxn:
                 txn.delete(key, db=dbs[b"replies"])
             if event.run_id is not None:
                 txn.delete(run_index_key(prefix, event.run_id) + key[-SEQ.size :], db=dbs[b"runs"])
-        raw_meta = txn.get(prefix, db=dbs[b"meta"])
-        if raw_meta is not None and texts:
-            last, count, micros = META.unpack(raw_meta)
-            txn.put(prefix, META.pack(last, count - texts, micros), db=dbs[b"meta"])
+        last, count, micros = META.unpack(txn.get(prefix, db=dbs[b"meta"]))  # rows stay above
+        txn.put(prefix, META.pack(last, count - texts, micros), db=dbs[b"meta"])
         state = msgspec.structs.replace(state, archived_through=through)
         txn.put(prefix, ENCODER.encode(state), db=dbs[b"runs"])
         return len(rows)

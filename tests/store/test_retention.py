@@ -210,6 +210,15 @@ class RetentionContract:
 
         assert hub.archived_through(DESK) == 0
 
+    def test_removing_below_archived_through_removes_nothing(self, hub: Hub) -> None:
+        self.compacted(hub)
+        hub.apply_retention(RetentionPolicy())
+        store = hub.store
+        assert isinstance(store, StoreBase)
+
+        assert store.remove_archived(DESK, 50) == 0
+        assert hub.archived_through(DESK) == 90
+
     def test_appends_continue_after_retention(self, hub: Hub) -> None:
         self.compacted(hub)
         hub.apply_retention(RetentionPolicy())
