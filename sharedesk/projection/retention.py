@@ -10,9 +10,9 @@ count toward ``keep_last`` nor hold a row back by their age.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable
 from datetime import datetime, timedelta
+from pathlib import PurePath
 from typing import get_args
 
 import msgspec
@@ -39,7 +39,7 @@ class RetentionPolicy(msgspec.Struct, frozen=True):
     keep_last: int | None = None
     max_age: timedelta | None = None
     prune_first: tuple[str, ...] = ("TextDelta",)
-    archive: str | os.PathLike[str] | None = None
+    archive: str | PurePath | None = None
 
     def __post_init__(self) -> None:
         check_optional_int("keep_last", self.keep_last)
