@@ -2,8 +2,9 @@
 
 Usage: ``python -m tests.store.retain_child STORE ARCHIVE DESK``
 
-Opens the LMDB store, prints ``ready``, then applies retention in steps of at most seven
-rows (chunks of three) until ``archived_through`` reaches the desk's compaction,
+Opens the store (an LMDB directory, or a PostgreSQL DSN), prints ``ready``, then
+applies retention in steps of at most seven rows (chunks of three) until
+``archived_through`` reaches the desk's compaction,
 printing ``removing`` and ``removed`` around each chunk's removal (its rows archived
 before),
 ``step <archived_through>`` after each step and ``done`` at the end. The parent kills it
@@ -17,22 +18,28 @@ import sys
 
 from sharedesk import RetentionPolicy
 from sharedesk.store import LmdbStore
+from sharedesk.store.base import StoreBase
+from sharedesk.store.postgres import PostgresStore
 from sharedesk.store.retention import apply_retention
 
 
-class TellingStore(LmdbStore):
-    """An LmdbStore that prints ``removing`` before a chunk goes and ``removed`` after."""
+def telling(base: type[StoreBase]) -> type[StoreBase]:
+    """Return ``base`` printing ``removing`` before a chunk goes and ``removed`` after."""
 
-    def remove_archived(self, session_id: str, through: int) -> int:
-        os.write(1, b"removing\n")
-        removed = super().remove_archived(session_id, through)
-        os.write(1, b"removed\n")
-        return removed
+    class TellingStore(base):  # type: ignore[misc,valid-type]
+        def remove_archived(self, session_id: str, through: int) -> int:
+            os.write(1, b"removing\n")
+            removed: int = super().remove_archived(session_id, through)
+            os.write(1, b"removed\n")
+            return removed
+
+    return TellingStore
 
 
 def main(argv: list[str]) -> None:
     path, archive, desk = argv
-    with TellingStore(path) as store:
+    base: type[StoreBase] = PostgresStore if path.startswith("postgresql://") else LmdbStore
+    with telling(base)(path) as store:
         os.write(1, b"ready\n")
         while True:
             state = store.session_state(desk)

@@ -25,7 +25,10 @@ from sharedesk.store.archive import archive_file, read_archive
 from sharedesk.store.base import StoreBase
 from sharedesk.store.lmdb import LmdbStore
 from sharedesk.store.retention import apply_retention
+from tests.cli.test_cli import location, open_store
 from tests.store.conftest import ChildFactory
+
+__all__ = ["location"]  # the fixture: an LMDB directory, or an empty PostgreSQL database
 
 ANN = Person(id="ann", label="Ann")
 BOT = Agent(id="bot", label="Bot")
@@ -301,44 +304,39 @@ class TestRetentionPolicy:
 @pytest.mark.slow
 class TestRetentionCrash:
     def test_after_sigkill_every_row_is_in_the_store_or_in_the_archive(
-        self, tmp_path: Path, spawn: ChildFactory
+        self, location: str, tmp_path: Path, spawn: ChildFactory
     ) -> None:
         """Kill a retaining process at random points, again and again: no row is lost,
         none is archived twice, and a rerun finishes the job exactly."""
-        path, archive = tmp_path / "store", tmp_path / "archive"
-        with LmdbStore(path) as store, Hub(store) as hub:
-            self_fill(hub)
+        archive = tmp_path / "archive"
+        with open_store(location) as store, Hub(store) as hub:
+            fill(hub, 300)
+            hub.compact(DESK, "what was said", through=290, author=BOT)
             expected = {e.sequence: e for e in hub.read(DESK)}
         rng = random.Random(20261202)
         for _cycle in range(12):
-            child = spawn("-m", "tests.store.retain_child", str(path), str(archive), DESK)
+            child = spawn("-m", "tests.store.retain_child", location, str(archive), DESK)
             assert child.stdout is not None
             assert child.stdout.readline() == b"ready\n"
             for _ in range(rng.randint(0, 9)):
                 child.stdout.readline()
             os.kill(child.pid, signal.SIGKILL)  # after a random number of lines
             child.communicate(timeout=30)
-            assert_every_row_kept_once(path, archive, expected)
+            assert_every_row_kept_once(location, archive, expected)
 
-        finish = spawn("-m", "tests.store.retain_child", str(path), str(archive), DESK)
+        finish = spawn("-m", "tests.store.retain_child", location, str(archive), DESK)
         out, _ = finish.communicate(timeout=120)
 
         assert out.endswith(b"done\n")
-        assert_every_row_kept_once(path, archive, expected)
+        assert_every_row_kept_once(location, archive, expected)
         lines = list(read_archive(archive_file(archive, DESK)))
         assert [e.sequence for e in lines] == list(range(1, 291))
 
 
-def self_fill(hub: Hub) -> None:
-    """A desk of 300 rows compacted through 290."""
-    fill(hub, 300)
-    hub.compact(DESK, "what was said", through=290, author=BOT)
-
-
 def assert_every_row_kept_once(
-    path: Path, archive: Path, expected: dict[int | None, Event]
+    location: str, archive: Path, expected: dict[int | None, Event]
 ) -> None:
-    with LmdbStore(path) as store:
+    with open_store(location) as store:
         archived = store.session_state(DESK).archived_through
         kept = {e.sequence: e for e in store.read(DESK, after=archived)}
     file = archive_file(archive, DESK)
