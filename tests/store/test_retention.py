@@ -345,3 +345,17 @@ def assert_every_row_kept_once(
     assert sequences == sorted(set(sequences))  # none twice, in order
     assert set(range(1, archived + 1)) <= set(sequences)  # every removed row archived
     assert {e.sequence: e for e in lines} | kept == expected
+
+
+def test_a_hub_behind_another_that_retained_serves_its_next_turn(tmp_path: Path) -> None:
+    with Hub.open(tmp_path / "store") as behind, Hub.open(tmp_path / "store") as other:
+        fill(behind, 100)
+        behind.turn(DESK, BOT).commit()  # its tail is at 100
+        fill(other, 500)
+        other.compact(DESK, "what was said", through=550, author=ANN)
+        other.apply_retention(RetentionPolicy(keep_last=20))
+
+        turn = behind.turn(DESK, BOT)  # its tail lies below the rows retention removed
+
+        assert turn.reason == "compacted"
+        assert turn.messages[-1].content == "m600"
