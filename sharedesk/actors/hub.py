@@ -521,13 +521,7 @@ class Hub:
     def apply_retention(
         self, policy: RetentionPolicy, session_id: str | None = None
     ) -> RetentionReport:
-        """Archive and remove the compacted rows ``policy`` lets go of ``session_id``'s desk.
-
-        ``None``: every desk. As :func:`sharedesk.store.retention.apply_retention`: only
-        rows at or below the desk's newest channel compaction go, each first written to
-        ``policy.archive``; sequences keep their numbers, and a read below
-        :meth:`archived_through` raises ``RowsArchived``.
-        """
+        """As :func:`sharedesk.store.retention.apply_retention` on the Hub's store."""
         self._live()
         return apply_retention(self._store, policy, session_id)
 

@@ -132,12 +132,7 @@ class WriteTxn(Protocol):
         ...
 
     def remove(self, session_id: str, through: int) -> int:
-        """Remove the session's rows above its ``archived_through`` up to ``through``.
-
-        With their index entries (ids, Text rows, replies, runs; the meta's Text count),
-        and set ``archived_through`` to ``through``, in this transaction; return the rows
-        removed. See ``StoreBase.remove_archived``.
-        """
+        """Do ``StoreBase.remove_archived`` in this transaction; return the rows removed."""
         ...
 
 

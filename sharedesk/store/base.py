@@ -398,18 +398,12 @@ class StoreBase(ABC):
     def remove_archived(self, session_id: str, through: int) -> int:
         """Remove the session's rows at or below ``through``; return how many went.
 
-        The one port retention writes through (``Hub.apply_retention`` archives the rows
-        first). In one transaction, every row above the session's ``archived_through``
-        and at or below ``through`` goes with its index entries, and ``archived_through``
-        becomes ``through``: from then on a read below it raises ``RowsArchived``. A
-        ``through`` at or below ``archived_through`` removes nothing (a rerun after a
-        crash is exact).
-
-        Raises:
-            ValidationError: ``through`` is not an int, or lies above the ``through`` of
-                the session's newest channel compaction; nothing is removed.
-
-        Cost: one write transaction: a read, decode and delete of each row removed.
+        The port retention writes through (the caller archives the rows first). In one
+        transaction the rows above ``archived_through`` up to ``through`` go, with their
+        index entries, and ``archived_through`` becomes ``through``; a ``through`` at or
+        below it removes nothing. ``ValidationError``, nothing removed: ``through`` is no
+        int, or lies above the session's newest channel compaction. Cost: one write
+        transaction, a decode and delete per row.
         """
         check_session_id(session_id)
         check_int("through", through)
