@@ -19,6 +19,7 @@ from sharedesk.projection import (
     prepare_delta,
     project_session,
 )
+from sharedesk.projection.retention import RetentionPolicy, RetentionReport
 from sharedesk.protocol import *  # noqa: F403 (the names in protocol.__all__)
 from sharedesk.protocol._lazy import ROOT, load_lazy
 
@@ -56,6 +57,8 @@ __all__ = [
     "HubOptions",
     "HubStats",
     "MemoryStore",
+    "RetentionPolicy",
+    "RetentionReport",
     "SessionHandle",
     "SessionInfo",
     "TranscriptBuilder",

@@ -14,6 +14,7 @@ import os
 import re
 import sys
 from collections.abc import Collection, Sequence
+from datetime import timedelta
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Final, NoReturn
 
@@ -166,6 +167,15 @@ def build_parser() -> argparse.ArgumentParser:
     mcp.add_argument("--as", dest="participant", metavar="KIND:ID[:LABEL]", help="over stdio")
     mcp.add_argument("--http", metavar="HOST:PORT", help="serve streamable HTTP at /mcp")
     mcp.add_argument("--tokens", metavar="FILE", help="lines TOKEN KIND:ID[:LABEL] (--http)")
+    retain = sub.add_parser("retain", help="archive and remove a store's compacted rows")
+    retain.add_argument("store", metavar="STORE", help=store)
+    retain.add_argument("--desk", metavar="SESSION", help="one desk (default: every desk)")
+    retain.add_argument("--keep-last", type=int, metavar="N", help="the newest N rows stay")
+    retain.add_argument("--max-age", type=float, metavar="SECONDS", help="only older rows go")
+    retain.add_argument(
+        "--prune-first", action="append", metavar="KIND", help="a body kind that goes first"
+    )
+    retain.add_argument("--archive", metavar="DIR", help="write each row to DIR/<desk>.jsonl")
     return parser
 
 
@@ -185,6 +195,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             from sharedesk.servers.mcp import run_mcp
 
             run_mcp(args.store, args.participant, args.http, args.tokens)
+        elif args.command == "retain":
+            run_retain(console, args)
         elif args.command == "inspect":
             run_inspect(console, args.store, args.session, as_json=args.json)
         elif args.command == "serve":
@@ -308,7 +320,8 @@ def run_inspect(console: Output, location: str, session_id: str | None, *, as_js
     """List the sessions, or print one's events up to its last sequence as JSON lines."""
     with open_existing_store(location) as store:
         if session_id is not None:
-            last, after = _require_session(store, location, session_id), 0
+            last = _require_session(store, location, session_id)
+            after = store.session_state(session_id).archived_through
             while after < last:
                 page = store.read(session_id, after=after, before=last + 1, limit=_PAGE)
                 for event in page:
@@ -428,6 +441,23 @@ def run_demo(console: Output, location: str) -> None:
             for message in hub.view(DEMO_DESK, member, where, window=8).messages:
                 render_message(console, message, member)
     console.line((f"Run it again to continue; then: sharedesk inspect {shown(location)}", "dim"))
+
+
+def run_retain(console: Output, args: argparse.Namespace) -> None:
+    """Apply the retention policy of ``args`` to the store; print one line per desk."""
+    from sharedesk.projection.retention import RetentionPolicy
+    from sharedesk.store.retention import apply_retention
+
+    max_age = None if args.max_age is None else timedelta(seconds=args.max_age)
+    prune = ("TextDelta",) if args.prune_first is None else tuple(args.prune_first)
+    policy = RetentionPolicy(args.keep_last, max_age, prune, args.archive)
+    with open_existing_store(args.store) as store:
+        if args.desk is not None:
+            _require_session(store, args.store, args.desk)
+        report = apply_retention(store, policy, args.desk)
+    for desk, removed in report.removed.items():
+        through = report.archived_through[desk]
+        console.line(f"{desk}: removed {removed:,} rows, archived through {through:,}")
 
 
 if __name__ == "__main__":  # pragma: no cover - the installed entry point calls main()

@@ -20,6 +20,14 @@ Four parts, each a ratio measured in this run:
 - ``rss``: resident memory after touching 100,000 desks with ``max_active=1024`` (the
   ``scale`` scenario's loop); under 500 MiB. Run first, so the other parts' data does
   not count.
+- ``retained``: on LMDB (relaxed), a desk of 1,000,000 events (batched appends of
+  10,000), compacted and retained down to ``keep_last=1000`` with an archive, against a
+  fresh desk of 1,000 events: ``hub.view``, a ``hub.turn`` committed, ``hub.transcript``
+  and ``run_once`` (replay), one post (not timed) before each call, the desks in turn;
+  each median at most 1.2x. Retention's rows per second (archived and removed) is
+  reported against the append rate of the build.
+- ``reuse``: on LMDB, a desk of 200,000 events retained down to 1,000, then 200,000
+  more appended: the data file grows by at most 1.3x its size right after retention.
 """
 
 from __future__ import annotations
@@ -27,7 +35,7 @@ from __future__ import annotations
 import argparse
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from bench.harness import BenchRun, open_hub
@@ -36,7 +44,10 @@ from bench.report import Target, ratio_target, timed_calls
 from bench.scenarios.scale import THREAD_SLACK, touch_sessions
 
 NAME = "long"
-HELP = "runs, get_session and transcripts on 2k vs 200k-event desks; posts with 200 viewers"
+HELP = (
+    "runs, get_session and transcripts on 2k vs 200k-event desks; posts with 200 viewers; "
+    "a 1M-event desk retained to 1k vs a fresh 1k desk"
+)
 
 BATCH = 1000
 
@@ -50,6 +61,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--chunks", type=int, help="chunks of the streamed reply (default 300)")
     parser.add_argument("--sessions", type=int, help="desks touched for RSS (default 100000)")
     parser.add_argument("--max-active", type=int, help="Hub max_active (default 1024)")
+    parser.add_argument("--retained", type=int, help="events of the retained desk (default 1e6)")
+    parser.add_argument("--keep", type=int, help="rows retention keeps (default 1000)")
+    parser.add_argument("--reuse", type=int, help="events of the page-reuse desk (default 200000)")
 
 
 class _Streamer:
@@ -78,19 +92,10 @@ def _in_turn(items: list[Any], round_: int) -> list[Any]:
 
 
 def _build(hub: Any, desk: str, events: int, authors: list[Any]) -> None:
-    from sharedesk import Event, SessionManager, Text
+    from sharedesk import SessionManager
 
     SessionManager.start_session(hub, session_id=desk, metadata={"bench": "long"})
-    payload = "x" * 100
-    written = 1
-    while written < events:
-        size = min(BATCH, events - written)
-        batch = [
-            Event(authors[(written + i) % len(authors)], Text(f"{written + i} {payload}"))
-            for i in range(size)
-        ]
-        hub.append(desk, batch)
-        written += size
+    _fill(hub, desk, events - 1, authors, BATCH)
 
 
 def _history(run_: BenchRun, small: int, large: int, repeat: int) -> None:
@@ -140,18 +145,7 @@ def _history(run_: BenchRun, small: int, large: int, repeat: int) -> None:
             ("get_session", session, None),
             ("transcript limit=500", transcript, poke),
         ):
-            # The desks take turns, call by call (who goes first alternates), so both
-            # see the same load.
-            latencies: dict[str, list[int]] = {name: [] for name in sizes}
-            with run_.progress(f"{operation}, both desks in turn", 2 * repeat) as adv:
-                for i in range(repeat):
-                    for name in _in_turn(list(sizes), i):
-                        if before is not None:
-                            before(name)
-                        t0 = time.perf_counter_ns()
-                        fn(name)
-                        latencies[name].append(time.perf_counter_ns() - t0)
-                    adv(2)
+            latencies = _desks_in_turn(run_, operation, list(sizes), repeat, fn, before)
             for name, events in sizes.items():
                 medians[(operation, name)] = _timed(
                     run_,
@@ -166,19 +160,63 @@ def _history(run_: BenchRun, small: int, large: int, repeat: int) -> None:
             ("transcript limit=500", "long-transcript-flat-in-history"),
         ):
             run_.targets.append(
-                ratio_target(
-                    name=target,
-                    claim=f"{operation} on the {large:,}-event desk, median",
-                    numerator=medians[(operation, "large")],
-                    denominator=medians[(operation, "small")],
-                    baseline=f"the {small:,}-event desk",
-                    bound=1.5,
-                    at_least=False,
-                    what="median µs",
+                _at_most(
+                    target,
+                    f"{operation} on the {large:,}-event desk, median",
+                    (medians[(operation, "large")], medians[(operation, "small")]),
+                    f"the {small:,}-event desk",
+                    1.5,
                 )
             )
     finally:
         hub.close()
+
+
+def _desks_in_turn(
+    run_: BenchRun,
+    operation: str,
+    desks: list[str],
+    repeat: int,
+    fn: Callable[[str], object],
+    before: Callable[[str], object] | None,
+) -> dict[str, list[int]]:
+    """Time ``fn(desk)`` ``repeat`` times per desk, the desks taking turns call by call.
+
+    Who goes first alternates, so every desk sees the same load; ``before(desk)`` runs
+    untimed before each call. Returns each desk's latencies (ns).
+    """
+    latencies: dict[str, list[int]] = {desk: [] for desk in desks}
+    with run_.progress(f"{operation}, the desks in turn", len(desks) * repeat) as adv:
+        for i in range(repeat):
+            for desk in _in_turn(desks, i):
+                if before is not None:
+                    before(desk)
+                t0 = time.perf_counter_ns()
+                fn(desk)
+                latencies[desk].append(time.perf_counter_ns() - t0)
+            adv(len(desks))
+    return latencies
+
+
+def _at_most(
+    name: str,
+    claim: str,
+    pair: tuple[float, float],
+    baseline: str,
+    bound: float,
+    what: str = "median µs",
+) -> Target:
+    """Return the target: the first figure over the second, at most ``bound``."""
+    return ratio_target(
+        name=name,
+        claim=claim,
+        numerator=pair[0],
+        denominator=pair[1],
+        baseline=baseline,
+        bound=bound,
+        at_least=False,
+        what=what,
+    )
 
 
 def _timed(
@@ -327,3 +365,130 @@ def run(run_: BenchRun, args: argparse.Namespace) -> None:
     _history(run_, small, large, repeat)
     _crowd(run_, viewers, posts, max_active)
     _stream(run_, chunks, repeat)
+    keep: int = pick(args.keep, 1_000, 100, q)
+    _retained(run_, pick(args.retained, 1_000_000, 5_000, q), keep, repeat)
+    _reuse(run_, pick(args.reuse, 200_000, 5_000, q), keep)
+
+
+# -- retention -----------------------------------------------------------------------------
+
+RETAIN_BATCH = 10_000
+
+
+def _fill(hub: Any, desk: str, events: int, authors: list[Any], batch: int) -> float:
+    """Append ``events`` posts to ``desk`` in batches; return the events appended per second."""
+    from sharedesk import Event, Text
+
+    payload = "x" * 100
+    start = time.perf_counter()
+    written = hub.last_sequence(desk)
+    goal = written + events
+    while written < goal:
+        size = min(batch, goal - written)
+        rows = [
+            Event(authors[(written + i) % len(authors)], Text(f"{written + i} {payload}"))
+            for i in range(size)
+        ]
+        hub.append(desk, rows)
+        written += size
+    return events / (time.perf_counter() - start)
+
+
+def _retain(hub: Any, desk: str, keep: int, archive: Any) -> tuple[int, float]:
+    """Compact ``desk`` but its newest ``keep`` rows, retain it to ``keep``; (rows, rows/s)."""
+    from sharedesk import Agent, RetentionPolicy
+
+    last = hub.last_sequence(desk)
+    hub.compact(desk, "the story so far", through=last - keep, author=Agent(id="c", label="C"))
+    start = time.perf_counter()
+    report = hub.apply_retention(RetentionPolicy(keep_last=keep, archive=archive), desk)
+    return report.total, report.total / (time.perf_counter() - start)
+
+
+def _retained(run_: BenchRun, events: int, keep: int, repeat: int) -> None:
+    from sharedesk import Agent, Person, ScriptedAdapter, SessionManager
+
+    ada, pat = Agent(id="ada", label="Ada"), Person(id="pat", label="Pat")
+    authors: list[Any] = [pat, ada, Agent(id="bob", label="Bob")]
+    work = run_.fresh_dir("long-retained")
+    hub = open_hub(work / "store", "relaxed")
+    try:
+        with run_.progress(f"build a desk of {events:,} events and one of {keep:,}", 2) as adv:
+            append_rate = _fill(hub, "retained", events, authors, RETAIN_BATCH)
+            _fill(hub, "fresh", keep, authors, RETAIN_BATCH)
+            adv(1)
+            removed, retain_rate = _retain(hub, "retained", keep, work / "archive")
+            adv(1)
+        run_.figures["long retention rows/s / append rows/s"] = (
+            f"{retain_rate:,.0f} / {append_rate:,.0f} = {retain_rate / append_rate:.2f}x "
+            f"({removed:,} rows archived and removed; appends in batches of {RETAIN_BATCH:,})"
+        )
+        desks = ["retained", "fresh"]
+        adapters = {d: ScriptedAdapter(["ok"] * (repeat + 1), name="s", author=ada) for d in desks}
+
+        def turn(desk: str) -> None:
+            hub.turn(desk, ada).commit()
+
+        def replay(desk: str) -> None:
+            SessionManager.run_once(
+                hub, adapters[desk], "next?", session_id=desk, continuation="replay"
+            )
+
+        def poke(desk: str) -> None:
+            hub.session(desk).post(pat, "poke")  # so the answer is recomputed
+
+        calls: dict[str, Any] = {
+            "view": lambda desk: hub.view(desk, ada),
+            "turn": turn,
+            "transcript": lambda desk: hub.transcript(desk, ada),
+            "run_once replay": replay,
+        }
+        for operation, fn in calls.items():
+            latencies = _desks_in_turn(run_, f"retained {operation}", desks, repeat, fn, poke)
+            medians = {
+                desk: _timed(
+                    run_, operation, f"long retained {operation} desk={desk}", latencies[desk], {}
+                )
+                for desk in desks
+            }
+            run_.targets.append(
+                _at_most(
+                    f"long-retained-{operation.split()[0].replace('_', '-')}",
+                    f"{operation} on the {events:,}-event desk retained to {keep:,}",
+                    (medians["retained"], medians["fresh"]),
+                    f"a fresh {keep:,}-event desk",
+                    1.2,
+                )
+            )
+    finally:
+        hub.close()
+
+
+def _reuse(run_: BenchRun, events: int, keep: int) -> None:
+    from sharedesk import Person
+
+    work = run_.fresh_dir("long-reuse")
+    data = work / "store" / "data.mdb"
+    hub = open_hub(work / "store", "relaxed")
+    try:
+        with run_.progress(f"{events:,} events, retained, then {events:,} more", 3) as adv:
+            _fill(hub, "desk", events, [Person(id="pat", label="Pat")], RETAIN_BATCH)
+            adv(1)
+            _retain(hub, "desk", keep, None)
+            after = data.stat().st_size
+            adv(1)
+            _fill(hub, "desk", events, [Person(id="pat", label="Pat")], RETAIN_BATCH)
+            grown = data.stat().st_size
+            adv(1)
+    finally:
+        hub.close()
+    run_.targets.append(
+        _at_most(
+            "long-lmdb-reuses-freed-pages",
+            f"data file after {events:,} more appends",
+            (float(grown), float(after)),
+            f"its size right after retaining {events:,} events to {keep:,}",
+            1.3,
+            "bytes",
+        )
+    )

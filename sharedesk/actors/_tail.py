@@ -12,6 +12,7 @@ from typing import Final
 
 from sharedesk.projection.compaction import compaction_of
 from sharedesk.protocol.constants import PAGE_SIZE, SCAN_LIMIT
+from sharedesk.protocol.errors import RowsArchived
 from sharedesk.protocol.events import Compaction, Event, Text
 from sharedesk.protocol.ports import RunIndexStore, SessionLog
 from sharedesk.protocol.views import Conversation, LogMessage, SessionPage, to_log_message
@@ -85,7 +86,10 @@ class Tail:
         if through is not None and through <= last <= through + SCAN_LIMIT:
             if last == through:
                 return last, []
-            added = self.apply_rows(store.read(self.session_id, after=through, before=last + 1))
+            try:
+                added = self.apply_rows(store.read(self.session_id, after=through, before=last + 1))
+            except RowsArchived:  # retention removed rows the tail lacks: rebuild
+                added = None
             if added is not None and self.through is not None:
                 return last, added
             # a gap inside one read: the store moved on

@@ -453,6 +453,11 @@ class AsyncHub:
         self._live()
         return await bridge.watch(submit(arg), _Settling(bridge))
 
+    # -- retention ---------------------------------------------------------------------
+
+    apply_retention = _on_reader(Hub.apply_retention)
+    archived_through = _on_reader(Hub.archived_through)
+
 
 class _Opening:
     """What :meth:`AsyncHub.open` returns: awaitable, and an async context manager."""

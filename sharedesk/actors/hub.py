@@ -27,6 +27,7 @@ from sharedesk.actors._options import HubOptions, HubStats
 from sharedesk.actors.supervisor import ActorSupervisor, Listener
 from sharedesk.projection.compaction import compaction_event, compaction_of
 from sharedesk.projection.messages import Budget, Budgets
+from sharedesk.projection.retention import RetentionPolicy, RetentionReport
 from sharedesk.projection.turns import TurnPlan
 from sharedesk.protocol._lazy import load_lazy
 from sharedesk.protocol._log import logger
@@ -49,6 +50,7 @@ from sharedesk.protocol.validation import (
 from sharedesk.protocol.views import Conversation, Projection
 from sharedesk.protocol.writes import Share, Write
 from sharedesk.store.memory import MemoryStore
+from sharedesk.store.retention import apply_retention
 from sharedesk.telemetry import hub_telemetry
 
 __all__ = ["Hub", "SessionHandle", "Turn"]
@@ -493,6 +495,21 @@ class Hub:
                 f"conversation of desk {conversation.desk!r} asked of session {session_id!r}"
             )
         return conversation
+
+    # -- retention -----------------------------------------------------------------------
+
+    def apply_retention(
+        self, policy: RetentionPolicy, session_id: str | None = None
+    ) -> RetentionReport:
+        """As :func:`sharedesk.store.retention.apply_retention` on the Hub's store."""
+        self._live()
+        return apply_retention(self._store, policy, session_id)
+
+    def archived_through(self, session_id: str) -> int:
+        """Return the highest sequence retention removed from ``session_id`` (0: none)."""
+        check_session_id(session_id)
+        self._live()
+        return self._store.session_state(session_id).archived_through
 
 
 def _open_store(

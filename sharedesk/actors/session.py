@@ -15,7 +15,7 @@ from sharedesk.actors._base import HubActor
 from sharedesk.actors._messages import CatchUp, Committed, Prime
 from sharedesk.protocol._log import logger
 from sharedesk.protocol.constants import SCAN_LIMIT
-from sharedesk.protocol.errors import SharedeskError
+from sharedesk.protocol.errors import RowsArchived, SharedeskError
 from sharedesk.protocol.events import Event
 
 _log = logger()
@@ -82,9 +82,13 @@ class SessionActor(HubActor):
         last = max(self.last, newest - SCAN_LIMIT)
         try:
             while last < newest:
-                page = self.hub.store.read(
-                    session_id, after=last, before=newest + 1, limit=SCAN_LIMIT
-                )
+                try:
+                    page = self.hub.store.read(
+                        session_id, after=last, before=newest + 1, limit=SCAN_LIMIT
+                    )
+                except RowsArchived as gone:  # retention removed them: publish what is left
+                    last = self.last = gone.archived_through
+                    continue
                 if not page:
                     break
                 self.hub.publish(session_id, tuple(page))

@@ -38,6 +38,7 @@ __all__ = [
     "PageTooLarge",
     "PresentSetOverflow",
     "PresentSetTooLarge",
+    "RowsArchived",
     "ProviderError",
     "QueueClosed",
     "QueueFull",
@@ -451,3 +452,18 @@ class TurnAlreadyCommitted(SharingStateConflict):
     """Raised when ``commit`` is called again on a committed turn; nothing is written."""
 
     template = "this turn was committed already: its commit moved the watermark to {actual}"
+
+
+class RowsArchived(SharedeskError):
+    """Raised when a read asks for rows at or below ``archived_through``: retention removed them.
+
+    They are in the archive the retention wrote (``docs/long-lived-desks.md``); nothing
+    above ``archived_through`` is missing.
+    """
+
+    session_id: str
+    archived_through: int
+    template = (
+        "session {session_id!r} holds no rows at or below {archived_through}: retention "
+        "archived them"
+    )

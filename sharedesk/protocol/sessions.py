@@ -35,6 +35,8 @@ class SessionState(msgspec.Struct, frozen=True):
             delta are stored in one transaction.
         compactions: The newest ``Compaction`` event of each compacted conversation
             (the one with the highest ``through``), oldest first.
+        archived_through: The highest sequence retention removed (0: none); every row at
+            or below it is gone, every row above it is kept.
     """
 
     metadata: dict[str, Any] = {}
@@ -42,6 +44,7 @@ class SessionState(msgspec.Struct, frozen=True):
     open_runs: tuple[str, ...] = ()
     values: dict[str, Any] = {}
     compactions: tuple[Event, ...] = ()
+    archived_through: int = 0
 
 
 #: The state of a session with no events.

@@ -7,13 +7,20 @@ and :mod:`sharedesk.runs.aio`; this module checks a call's options and hands it 
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Unpack
+from typing import Any, Final, Unpack
 
 from sharedesk.protocol.authors import SessionAuthor
+from sharedesk.protocol.events import Event
 from sharedesk.protocol.ports import EventStore
 from sharedesk.runs import aio, execute, rules
 from sharedesk.runs.rules import OPERATOR, ExecuteOptions
 from sharedesk.runs.types import Adapter, RunResult
+
+#: The input of a :meth:`SessionManager.compact_with` run.
+SUMMARY_REQUEST: Final = (
+    "Summarize this conversation so far for the participants who continue it: keep who "
+    "said what, the decisions made and the questions still open."
+)
 
 
 def _start_once(store: Any, session_id: str | None, input: Any, author: SessionAuthor) -> str:
@@ -120,3 +127,33 @@ class SessionManager:
         sync = aio.sync_store(store)
         run_id = await asyncio.to_thread(_start_once, sync, session_id, input, author)
         return await aio.aexecute_run(sync, adapter, run_id, checked)
+
+    @staticmethod
+    def compact_with(
+        hub: Any,
+        adapter: Adapter,
+        session_id: str,
+        *,
+        instructions: str = SUMMARY_REQUEST,
+        **options: Unpack[ExecuteOptions],
+    ) -> Event:
+        """Ask ``adapter`` for a summary of the desk, as a run, then compact with it.
+
+        The run (:meth:`run_once` on ``session_id``, ``continuation="replay"`` unless
+        ``options`` say otherwise) gets ``instructions`` as its input and the desk as its
+        transcript, read through any earlier summary. Its output (or last ``Text``) is
+        the summary ``hub.compact`` appends, authored by the adapter's author (the
+        compactor), through the run's last row; when others wrote during the run, through
+        the desk's last sequence before it (the run's rows then stay above the summary).
+        Returns the ``Compaction`` event; raises what :meth:`run_once` and
+        ``hub.compact`` raise (a blank output: ``ValidationError``, nothing compacted).
+        """
+        checked = rules.check_options(adapter, sync=True, **{"continuation": "replay", **options})
+        through = hub.last_sequence(session_id)
+        run_id = _start_once(hub, session_id, instructions, OPERATOR)
+        output = execute.execute_run(hub, adapter, run_id, checked).output
+        since = hub.read(session_id, after=through)
+        if all(event.run_id == run_id for event in since):  # nobody else wrote meanwhile
+            through = since[-1].sequence
+        compaction: Event = hub.compact(session_id, output, through=through, author=checked.viewer)
+        return compaction

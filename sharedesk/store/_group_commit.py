@@ -132,6 +132,10 @@ class WriteTxn(Protocol):
         """Write ``plans`` in this transaction, in order."""
         ...
 
+    def remove(self, session_id: str, through: int) -> int:
+        """Do ``StoreBase.remove_archived`` in this transaction; return the rows removed."""
+        ...
+
 
 def _absorb(facts: Facts, plan: WritePlan) -> None:
     """Add what ``plan`` stores to ``facts`` (see ``Facts``), for the group's next write."""

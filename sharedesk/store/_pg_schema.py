@@ -191,3 +191,15 @@ class Queries:
         infos = f"SELECT session_id, last_seq, text_count, last_activity FROM {s}.streams"
         self.session_info = f"{infos} WHERE session_id = %s AND last_seq > 0"
         self.session_infos = f"{infos} WHERE last_seq > 0"
+        # Retention (``GroupTxn.remove``): the stream's lock, the rows, the stream's update.
+        self.lock_stream = f"SELECT state FROM {s}.streams WHERE session_id = %s FOR UPDATE"
+        self.remove_events = (
+            f"DELETE FROM {s}.events WHERE session_id = %s AND seq > %s AND seq <= %s "
+            "RETURNING kind"
+        )
+        self.remove_replies = (
+            f"DELETE FROM {s}.replies WHERE session_id = %s AND root > %s AND root <= %s"
+        )
+        self.retained = (
+            f"UPDATE {s}.streams SET state = %s, text_count = text_count - %s WHERE session_id = %s"
+        )

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final, NamedTuple
 
+import msgspec
 import psycopg
 
 from sharedesk.projection.append import Facts, StoredRow, Wants, WritePlan
@@ -209,3 +210,19 @@ class GroupTxn:
         assert plan.sharing is not None and plan.write.share is not None
         key = records.sharing_key(b"", plan.write.share.viewer, plan.sharing.conversation)
         return Probe(self._sql.get_sharing, sid, key, records.ENCODER.encode(plan.sharing))
+
+    def remove(self, session_id: str, through: int) -> int:
+        """Delete the session's rows up to ``through`` (see ``WriteTxn.remove``)."""
+        conn, sql, sid = self._conn, self._sql, utf8(session_id)
+        conn.execute("BEGIN", prepare=False)
+        row = conn.execute(sql.lock_stream, [sid]).fetchone()
+        state = records.decode_session_state(session_id, None if row is None else row[0])
+        if through <= state.archived_through:
+            return 0
+        bounds = [sid, state.archived_through, through]
+        kinds = conn.execute(sql.remove_events, bounds).fetchall()
+        conn.execute(sql.remove_replies, bounds)
+        texts = sum(1 for (kind,) in kinds if kind == "Text")
+        state = msgspec.structs.replace(state, archived_through=through)
+        conn.execute(sql.retained, [records.ENCODER.encode(state), texts, sid])
+        return len(kinds)

@@ -22,8 +22,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import ClassVar, Self, TypeVar
 
+from sharedesk.projection.compaction import compacted_through, compaction_of
 from sharedesk.protocol._log import logger
 from sharedesk.protocol.errors import (
+    RowsArchived,
     SharedeskError,
     StoreClosedError,
     StoreFullError,
@@ -241,7 +243,10 @@ class StoreBase(ABC):
         """Return stored events with ``after < sequence < before`` (bounds exclusive).
 
         With ``limit``, the first ``limit`` events in the chosen order (oldest first, or
-        ``newest_first``). Cost: one read of the rows returned, walked from the requested end.
+        ``newest_first``). Raises ``RowsArchived`` when the answer would hold a row at or
+        below the session's ``archived_through`` (a ``newest_first`` read without
+        ``after`` ends above it instead). Cost: one read of the rows returned, walked from
+        the requested end (plus a state read when the rows end before ``after + 1``).
         """
         check_session_id(session_id)
         check_bool("newest_first", newest_first)
@@ -252,7 +257,11 @@ class StoreBase(ABC):
         low = 0 if after is None else after
         if limit == 0 or (before is not None and before <= low + 1):
             return []
-        return self._read(session_id, low, before, limit, newest_first)
+        rows = self._read(session_id, low, before, limit, newest_first)
+        reached = not newest_first or (after is not None and (limit is None or len(rows) < limit))
+        if reached and (rows or before is not None):
+            self._check_archived(session_id, low, rows[-1 if newest_first else 0] if rows else None)
+        return rows
 
     def last_sequence(self, session_id: str) -> int:
         """Return the session's last sequence (0: no events). Cost: one key read."""
@@ -346,6 +355,40 @@ class StoreBase(ABC):
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+    # -- retention ----------------------------------------------------------------------
+
+    def _check_archived(self, session_id: str, low: int, bottom: Event | None) -> None:
+        """Raise ``RowsArchived`` when a read from ``low`` ending at ``bottom`` met a gap."""
+        if bottom is None or bottom.sequence != low + 1:
+            archived = self._session_state(session_id).archived_through
+            if low < archived:
+                raise RowsArchived(session_id, archived)
+
+    def remove_archived(self, session_id: str, through: int) -> int:
+        """Remove the session's rows at or below ``through``; return how many went.
+
+        The port retention writes through (the caller archives the rows first). In one
+        transaction the rows above ``archived_through`` up to ``through`` go, with their
+        index entries, and ``archived_through`` becomes ``through``; a ``through`` at or
+        below it removes nothing. ``ValidationError``, nothing removed: ``through`` is no
+        int, or lies above the session's newest channel compaction. Cost: one write
+        transaction, a decode and delete per row.
+        """
+        check_session_id(session_id)
+        check_int("through", through)
+        self._live()
+        state = self._session_state(session_id)
+        compaction = compaction_of(state.compactions, Conversation(session_id))
+        if through > compacted_through(compaction):
+            raise ValidationError(
+                f"through={through} lies above the newest compaction's "
+                f"{compacted_through(compaction)} of session {session_id!r}"
+            )
+        if through <= state.archived_through:
+            return 0
+        with self._lock:
+            return self._transact(lambda txn: txn.remove(session_id, through))
 
     @abstractmethod
     def _transact(self, work: Callable[[WriteTxn], T]) -> T: ...

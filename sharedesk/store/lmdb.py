@@ -577,3 +577,30 @@ class _WriteTxn:
                 added = cursor.putmulti(zip(pairs, pairs, strict=True), overwrite=name != b"events")
                 if name == b"events" and added[1] != len(flat) // 2:  # the meta record lags
                     raise CorruptRecordError(plans[0].write.session_id, 0, "an event key was taken")
+
+    # -- retention ---------------------------------------------------------------------
+
+    def remove(self, session_id: str, through: int) -> int:
+        """Remove the session's rows up to ``through`` (see ``WriteTxn.remove``)."""
+        txn, dbs, prefix = self._txn, self._dbs, session_prefix(session_id)
+        state = decode_session_state(session_id, txn.get(prefix, db=dbs[b"runs"]))
+        if through <= state.archived_through:
+            return 0
+        cursor = txn.cursor(db=dbs[b"events"])
+        rows = list(walk(cursor, prefix, state.archived_through, through + 1, newest_first=False))
+        texts = 0
+        for sequence, raw in rows:
+            event = decode_record(EVENT_DECODER, session_id, sequence, raw)
+            key = prefix + SEQ.pack(sequence)
+            txn.delete(key, db=dbs[b"events"])
+            txn.delete(event_id_key(prefix, event.id), db=dbs[b"ids"])
+            if isinstance(event.body, Text):
+                texts += txn.delete(key, db=dbs[b"texts"])
+                txn.delete(key, db=dbs[b"replies"])
+            if event.run_id is not None:
+                txn.delete(run_index_key(prefix, event.run_id) + key[-SEQ.size :], db=dbs[b"runs"])
+        last, count, micros = META.unpack(txn.get(prefix, db=dbs[b"meta"]))  # rows stay above
+        txn.put(prefix, META.pack(last, count - texts, micros), db=dbs[b"meta"])
+        state = msgspec.structs.replace(state, archived_through=through)
+        txn.put(prefix, ENCODER.encode(state), db=dbs[b"runs"])
+        return len(rows)

@@ -5,10 +5,13 @@ from __future__ import annotations
 import bisect
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Final, TypeVar
+
+import msgspec
 
 from sharedesk.projection.append import Facts, StoredRow, Wants, WritePlan
-from sharedesk.protocol.events import Event, Text
+from sharedesk.protocol.authors import Operator
+from sharedesk.protocol.events import Event, Text, TextDelta
 from sharedesk.protocol.ports import SessionInfo
 from sharedesk.protocol.records import private_copy
 from sharedesk.protocol.sessions import EMPTY_SESSION_STATE, SessionState
@@ -33,6 +36,8 @@ class _Stream:
 
 
 _EMPTY: _Stream = _Stream()
+#: What a slot of a row retention removed holds (never read: not a ``Text`` root either).
+_ARCHIVED: Final = Event(Operator(), TextDelta(""), id="sharedesk.archived")
 
 
 def _info(session_id: str, stream: _Stream) -> SessionInfo:
@@ -115,8 +120,9 @@ class MemoryStore(StoreBase):
         self, session_id: str, after: int, before: int | None, limit: int | None, newest_first: bool
     ) -> list[Event]:
         with self._lock:
-            events = self._stream(session_id).events
-            low = min(after, len(events))
+            stream = self._stream(session_id)
+            events = stream.events
+            low = min(max(after, stream.state.archived_through), len(events))
             high = len(events) if before is None else max(min(before - 1, len(events)), 0)
             if high <= low:
                 return []
@@ -182,3 +188,33 @@ class MemoryStore(StoreBase):
     def _close(self) -> None:
         self._streams = {}
         self._states = {}
+
+    # -- retention: the caller holds the lock (StoreBase.remove_archived) ---------------
+
+    def remove(self, session_id: str, through: int) -> int:
+        """Drop the session's rows up to ``through`` (the ``WriteTxn`` of ``_transact``).
+
+        Sequences index the events list, so each slot dropped holds one shared stand-in,
+        which no read returns (``_read`` starts above ``archived_through``).
+        """
+        stream = self._streams.get(session_id)
+        if stream is None or through <= stream.state.archived_through:
+            return 0
+        low = stream.state.archived_through
+        gone = stream.events[low:through]
+        stream.events[low:through] = [_ARCHIVED] * len(gone)
+        runs: set[str] = set()
+        for event in gone:
+            stream.by_id.pop(event.id, None)
+            stream.first_reply.pop(event.sequence or 0, None)
+            if event.run_id is not None:
+                runs.add(event.run_id)
+        del stream.text_sequences[: bisect.bisect_right(stream.text_sequences, through)]
+        for run_id in runs:
+            kept = [seq for seq in stream.by_run[run_id] if seq > through]
+            if kept:
+                stream.by_run[run_id] = kept
+            else:
+                del stream.by_run[run_id]
+        stream.state = msgspec.structs.replace(stream.state, archived_through=through)
+        return len(gone)

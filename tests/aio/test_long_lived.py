@@ -4,7 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from sharedesk import Agent, AsyncHub, Compaction, Event, Person, Text, ValidationError
+from sharedesk import (
+    Agent,
+    AsyncHub,
+    Compaction,
+    Event,
+    Person,
+    RetentionPolicy,
+    Text,
+    ValidationError,
+)
 from tests.aio.conftest import Runner
 
 ANN = Person(id="ann", label="Ann")
@@ -46,3 +55,13 @@ class TestLongLivedDesk:
             return await hub.last_sequence("desk")
 
         assert 1 == arun(body)
+
+    def test_apply_retention_removes_the_compacted_rows(self, arun: Runner) -> None:
+        async def body(hub: AsyncHub) -> tuple[int, int, int]:
+            await hub.append("desk", [Event(ANN, Text(f"m{n}")) for n in range(1, 6)])
+            await hub.compact("desk", "first", through=3, author=BOT)
+            report = await hub.apply_retention(RetentionPolicy())
+            rows = await hub.read("desk", after=3)
+            return report.total, await hub.archived_through("desk"), len(rows)
+
+        assert (3, 3, 3) == arun(body)

@@ -334,6 +334,11 @@ class TestLong:
             "long-posts-with-warm-viewers",
             "long-posting-peak-threads",
             "long-streamed-reply-vs-final-text",
+            "long-retained-view",
+            "long-retained-turn",
+            "long-retained-transcript",
+            "long-retained-run-once",
+            "long-lmdb-reuses-freed-pages",
         ] == [t.name for t in report.targets]
         assert {"not judged"} == {t.status for t in report.targets}
         assert "the 200-event desk" == report.targets[1].baseline

@@ -211,6 +211,9 @@ class RecordingTxn:
         self.puts.append([plan.write.session_id for plan in plans])
         self.store.put(plans)
 
+    def remove(self, session_id: str, through: int) -> int:
+        return self.store.remove(session_id, through)
+
 
 @pytest.fixture
 def txn() -> Iterator[RecordingTxn]:
