@@ -16,14 +16,13 @@ walking a large environment under constant writes takes at most about a tenth of
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 from sharedesk.protocol._log import logger
 from sharedesk.protocol.errors import SharedeskError, StoreClosedError
-from sharedesk.store._follow import Followers, Watcher, keep_signals_for_the_main_thread
+from sharedesk.store._follow import Followers, Watcher
 from sharedesk.store._lmdb_env import SharedEnvironment
 from sharedesk.store._lmdb_layout import META, session_of
 
@@ -58,7 +57,7 @@ def _lasts(txn: Any, dbs: Mapping[bytes, Any]) -> tuple[int, dict[str, int]]:
     return txn.id(), {session_of(key): META.unpack(raw)[0] for key, raw in cursor.iternext()}
 
 
-class _Watcher:
+class _Watcher(Watcher):
     """The thread: poll the transaction id, walk the sessions when it moved, tell."""
 
     def __init__(
@@ -68,16 +67,11 @@ class _Watcher:
         tell: Callable[[str | None, int], None],
         path: str,
     ) -> None:
+        super().__init__("lmdb-follower", tell, path)
         self._shared = shared
         self._in_read = in_read
-        self._tell = tell
-        self._path = path
-        self._stopping = threading.Event()
         self._seen_txnid = -1
         self._known: dict[str, int] = {}
-        self._thread = threading.Thread(
-            target=self._run, name=f"sharedesk-lmdb-follower:{path}", daemon=True
-        )
 
     def start(self) -> None:
         """Take the first reading (what exists now is not news), then start the thread.
@@ -86,13 +80,7 @@ class _Watcher:
             StoreError: The environment could not be read.
         """
         self._seen_txnid, self._known = self._in_read(_lasts)
-        self._thread.start()
-
-    def stop(self) -> None:
-        """Stop the thread (joins unless called from it). Cost: at most ``FOLLOW_POLL_IDLE``."""
-        self._stopping.set()
-        if self._thread.is_alive() and self._thread is not threading.current_thread():
-            self._thread.join()
+        super().start()
 
     def _txnid(self) -> int:
         def attempt() -> int:
@@ -105,7 +93,6 @@ class _Watcher:
         return last
 
     def _run(self) -> None:
-        keep_signals_for_the_main_thread()
         pause = FOLLOW_POLL_IDLE  # nothing seen yet: start slow
         failing = False
         while not self._stopping.wait(pause):
