@@ -25,16 +25,17 @@ _log = logger()
 class Watcher:
     """A backend's watcher thread: ``start`` takes its first reading, then runs ``_run``.
 
-    ``_run`` loops until ``_stopping`` is set, handing each notice to ``_tell``; a
-    backend whose thread blocks elsewhere than on ``_stopping`` wakes it in ``_wake``.
+    ``_run`` loops until ``_stopping`` is set, handing each notice to ``_tell`` (the
+    :meth:`Followers.tell` of ``followers``); a backend whose thread blocks elsewhere than
+    on ``_stopping`` wakes it in ``_wake``.
     """
 
-    def __init__(self, kind: str, tell: Callable[[str | None, int], None], path: str) -> None:
-        self._tell = tell
-        self._path = path
+    def __init__(self, kind: str, followers: Followers) -> None:
+        self._tell = followers.tell
+        self._path = followers._path  # the store it names in errors and the thread name
         self._stopping = threading.Event()
         self._thread = threading.Thread(
-            target=self._main, name=f"sharedesk-{kind}:{path}", daemon=True
+            target=self._main, name=f"sharedesk-{kind}:{self._path}", daemon=True
         )
 
     def start(self) -> None:

@@ -44,11 +44,9 @@ WALK_BACKOFF: Final = 9.0
 InRead = Callable[[Callable[[Any, Mapping[bytes, Any]], Any]], Any]
 
 
-def lmdb_watcher(
-    shared: SharedEnvironment, in_read: InRead, path: str
-) -> Callable[[Followers], Watcher]:
+def lmdb_watcher(shared: SharedEnvironment, in_read: InRead) -> Callable[[Followers], Watcher]:
     """Return the maker of an ``LmdbStore``'s watcher for its :class:`Followers`."""
-    return lambda followers: _Watcher(shared, in_read, followers.tell, path)
+    return lambda followers: _Watcher(shared, in_read, followers)
 
 
 def _lasts(txn: Any, dbs: Mapping[bytes, Any]) -> tuple[int, dict[str, int]]:
@@ -64,10 +62,9 @@ class _Watcher(Watcher):
         self,
         shared: SharedEnvironment,
         in_read: InRead,
-        tell: Callable[[str | None, int], None],
-        path: str,
+        followers: Followers,
     ) -> None:
-        super().__init__("lmdb-follower", tell, path)
+        super().__init__("lmdb-follower", followers)
         self._shared = shared
         self._in_read = in_read
         self._seen_txnid = -1

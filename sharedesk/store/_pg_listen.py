@@ -10,14 +10,13 @@ which needs no server: a stopped one does not hold ``close()``.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
 from typing import Any, Final
 
 import psycopg
 
 from sharedesk.protocol._log import logger
 from sharedesk.protocol.errors import StoreIOError
-from sharedesk.store._follow import Watcher
+from sharedesk.store._follow import Followers, Watcher
 from sharedesk.store._pg_watchdog import Connect, Watchdog, shut_down
 
 __all__ = ["LISTEN_POLL", "Listener", "parse_payload"]
@@ -42,10 +41,9 @@ class Listener(Watcher):
         connect: Connect,
         watchdog: Watchdog,
         channel: str,
-        tell: Callable[[str | None, int], None],
-        path: str,
+        followers: Followers,
     ) -> None:
-        super().__init__("pg-listener", tell, path)
+        super().__init__("pg-listener", followers)
         self._connect_to = connect
         self._watchdog = watchdog
         self._channel = channel

@@ -183,7 +183,7 @@ class LmdbStore(StoreBase):
         )
         self._commits = 0
         real = self._shared.path
-        self._followers = Followers(lmdb_watcher(self._shared, self._in_read, real), real)
+        self._followers = Followers(lmdb_watcher(self._shared, self._in_read), real)
         super().__init__(real, writer=f"sharedesk-lmdb-writer:{real}", group_wait=group_wait)
 
     @property
