@@ -30,7 +30,7 @@ import msgspec
 from sharedesk.adapters.render import output_text
 from sharedesk.protocol.authors import Agent, SessionAuthor
 from sharedesk.protocol.errors import ProviderError, ValidationError
-from sharedesk.protocol.events import Event, EventBody, ToolCall, ToolResult
+from sharedesk.protocol.events import Event, EventBody, Text, ToolCall, ToolResult
 from sharedesk.protocol.validation import check_author
 from sharedesk.runs.types import AdapterResult, AsyncEmit, Emit, Run, Session
 
@@ -371,6 +371,16 @@ class Exchange:
     async def say(self, body: EventBody) -> Event:
         """Emit an event of ``body`` by the adapter's author; return it as stored."""
         return await self.emit(Event(self.adapter.author, body))
+
+    async def reply(self, text: str, calls: Sequence[Any], so_far: str | None) -> str | None:
+        """Emit a model call's ``text`` as a ``Text``, unless it is blank beside tool calls.
+
+        Returns the run's reply: ``text`` when emitted, else ``so_far``.
+        """
+        if text or not calls:
+            await self.say(Text(text))
+            return text
+        return so_far
 
     async def post(self, path: str, body: Any) -> dict[str, Any]:
         """POST ``body`` to ``{base_url}/{path}`` and return the JSON object answered.

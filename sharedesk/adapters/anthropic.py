@@ -31,7 +31,7 @@ from typing import Any, Final
 from sharedesk.adapters._http import Exchange, HttpAdapter, add_usage
 from sharedesk.adapters.render import output_text, to_anthropic_messages
 from sharedesk.protocol.errors import ProviderError
-from sharedesk.protocol.events import Text, TextDelta
+from sharedesk.protocol.events import TextDelta
 from sharedesk.runs.types import AdapterResult, Run, Session
 
 #: The ``anthropic-version`` header sent with each request.
@@ -116,9 +116,7 @@ class AnthropicMessagesAdapter(HttpAdapter):
                 raise ProviderError(self.name, 200, "malformed response: no content")
             add_usage(usage, message.get("usage"), _USAGE_KEYS)
             text, uses = _text_and_uses(content)
-            if text or not uses:
-                reply = text
-                await x.say(Text(text))
+            reply = await x.reply(text, uses, reply)
             if not uses:
                 break
             results: list[dict[str, Any]] = []

@@ -37,7 +37,7 @@ from typing import Any, Final
 from sharedesk.adapters._http import Exchange, HttpAdapter, add_usage
 from sharedesk.adapters.render import output_text, to_responses_input
 from sharedesk.protocol.errors import ProviderError
-from sharedesk.protocol.events import RunStarted, Text, TextDelta
+from sharedesk.protocol.events import RunStarted, TextDelta
 from sharedesk.runs.types import AdapterResult, Run, Session
 
 _USAGE_KEYS: Final = ("input_tokens", "output_tokens", "total_tokens")
@@ -100,9 +100,7 @@ class OpenAIResponsesAdapter(HttpAdapter):
             response_id, output = self._parse(response)
             add_usage(usage, response.get("usage"), _USAGE_KEYS)
             text, calls = _text_and_calls(output)
-            if text or not calls:
-                reply = text
-                await x.say(Text(text))
+            reply = await x.reply(text, calls, reply)
             if not calls:
                 break
             items = []

@@ -12,27 +12,53 @@ from __future__ import annotations
 import signal
 import threading
 from collections.abc import Callable
-from typing import Protocol
 
 from sharedesk.protocol._log import logger
 from sharedesk.protocol.errors import StoreClosedError, ValidationError
 from sharedesk.protocol.ports import AppendCallback
 
-__all__ = ["Followers", "Watcher", "keep_signals_for_the_main_thread"]
+__all__ = ["Followers", "Watcher"]
 
 _log = logger()
 
 
-class Watcher(Protocol):
-    """A backend's watcher thread: ``start`` takes its first reading, then runs it."""
+class Watcher:
+    """A backend's watcher thread: ``start`` takes its first reading, then runs ``_run``.
+
+    ``_run`` loops until ``_stopping`` is set, handing each notice to ``_tell`` (the
+    :meth:`Followers.tell` of ``followers``); a backend whose thread blocks elsewhere than
+    on ``_stopping`` wakes it in ``_wake``.
+    """
+
+    def __init__(self, kind: str, followers: Followers) -> None:
+        self._tell = followers.tell
+        self._path = followers._path  # the store it names in errors and the thread name
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(
+            target=self._main, name=f"sharedesk-{kind}:{self._path}", daemon=True
+        )
 
     def start(self) -> None:
-        """Start watching (raises the backend's error when the first reading fails)."""
-        ...
+        """Start watching (a backend raises its error first when the first reading fails)."""
+        self._thread.start()
 
     def stop(self) -> None:
         """Stop the thread and join it (unless called from it)."""
-        ...
+        self._stopping.set()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._wake()
+            self._thread.join()
+
+    def _wake(self) -> None:
+        """Wake the stopping thread where it waits on something else (nothing here)."""
+
+    def _main(self) -> None:
+        _keep_signals_for_the_main_thread()
+        self._run()
+
+    def _run(self) -> None:
+        """Watch until ``_stopping`` is set (each backend's own loop)."""
+        raise NotImplementedError
 
 
 class Followers:
@@ -105,7 +131,7 @@ class Followers:
             watcher.stop()
 
 
-def keep_signals_for_the_main_thread() -> None:
+def _keep_signals_for_the_main_thread() -> None:
     """Block Ctrl-C and SIGTERM in the calling (watcher) thread, so the kernel hands them on.
 
     A signal delivered to a thread that wakes often would leave the main thread asleep in

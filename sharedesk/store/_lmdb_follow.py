@@ -16,14 +16,13 @@ walking a large environment under constant writes takes at most about a tenth of
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 from sharedesk.protocol._log import logger
 from sharedesk.protocol.errors import SharedeskError, StoreClosedError
-from sharedesk.store._follow import Followers, Watcher, keep_signals_for_the_main_thread
+from sharedesk.store._follow import Followers, Watcher
 from sharedesk.store._lmdb_env import SharedEnvironment
 from sharedesk.store._lmdb_layout import META, session_of
 
@@ -45,11 +44,9 @@ WALK_BACKOFF: Final = 9.0
 InRead = Callable[[Callable[[Any, Mapping[bytes, Any]], Any]], Any]
 
 
-def lmdb_watcher(
-    shared: SharedEnvironment, in_read: InRead, path: str
-) -> Callable[[Followers], Watcher]:
+def lmdb_watcher(shared: SharedEnvironment, in_read: InRead) -> Callable[[Followers], Watcher]:
     """Return the maker of an ``LmdbStore``'s watcher for its :class:`Followers`."""
-    return lambda followers: _Watcher(shared, in_read, followers.tell, path)
+    return lambda followers: _Watcher(shared, in_read, followers)
 
 
 def _lasts(txn: Any, dbs: Mapping[bytes, Any]) -> tuple[int, dict[str, int]]:
@@ -58,26 +55,20 @@ def _lasts(txn: Any, dbs: Mapping[bytes, Any]) -> tuple[int, dict[str, int]]:
     return txn.id(), {session_of(key): META.unpack(raw)[0] for key, raw in cursor.iternext()}
 
 
-class _Watcher:
+class _Watcher(Watcher):
     """The thread: poll the transaction id, walk the sessions when it moved, tell."""
 
     def __init__(
         self,
         shared: SharedEnvironment,
         in_read: InRead,
-        tell: Callable[[str | None, int], None],
-        path: str,
+        followers: Followers,
     ) -> None:
+        super().__init__("lmdb-follower", followers)
         self._shared = shared
         self._in_read = in_read
-        self._tell = tell
-        self._path = path
-        self._stopping = threading.Event()
         self._seen_txnid = -1
         self._known: dict[str, int] = {}
-        self._thread = threading.Thread(
-            target=self._run, name=f"sharedesk-lmdb-follower:{path}", daemon=True
-        )
 
     def start(self) -> None:
         """Take the first reading (what exists now is not news), then start the thread.
@@ -86,13 +77,7 @@ class _Watcher:
             StoreError: The environment could not be read.
         """
         self._seen_txnid, self._known = self._in_read(_lasts)
-        self._thread.start()
-
-    def stop(self) -> None:
-        """Stop the thread (joins unless called from it). Cost: at most ``FOLLOW_POLL_IDLE``."""
-        self._stopping.set()
-        if self._thread.is_alive() and self._thread is not threading.current_thread():
-            self._thread.join()
+        super().start()
 
     def _txnid(self) -> int:
         def attempt() -> int:
@@ -105,7 +90,6 @@ class _Watcher:
         return last
 
     def _run(self) -> None:
-        keep_signals_for_the_main_thread()
         pause = FOLLOW_POLL_IDLE  # nothing seen yet: start slow
         failing = False
         while not self._stopping.wait(pause):

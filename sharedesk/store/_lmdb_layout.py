@@ -1,4 +1,4 @@
-r"""The key layout of an ``LmdbStore``: session prefixes, keys, meta records, cursor walks.
+r"""The key layout of an ``LmdbStore``: session prefixes, keys, meta records, walks and reads.
 
 One LMDB environment (a directory) holds seven sub-databases. Every key starts with the
 session's *prefix*: the UTF-8 session id preceded by its length as 2 big-endian bytes.
@@ -37,15 +37,18 @@ from __future__ import annotations
 import contextlib
 import os
 import struct
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from datetime import UTC, datetime, timedelta
-from typing import Any, Final, NamedTuple
+from typing import Any, Final, NamedTuple, TypeVar
 
 import lmdb
 import lmdb.verify
+import msgspec
 
 from sharedesk.protocol.errors import CorruptRecordError, StoreIOError
+from sharedesk.protocol.events import Event
 from sharedesk.protocol.ports import SessionInfo
+from sharedesk.protocol.records import LogRecord, decode_record
 
 #: A sequence as stored in keys and values: 8 bytes, big-endian.
 SEQ: Final = struct.Struct(">Q")
@@ -55,6 +58,8 @@ META: Final = struct.Struct(">QQq")
 MAX_SEQ: Final = 2**64 - 1
 EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 MICROSECOND: Final = timedelta(microseconds=1)
+
+_Record = TypeVar("_Record", Event, LogRecord)
 
 
 def session_prefix(session_id: str) -> bytes:
@@ -94,6 +99,21 @@ def walk(
         if not low < sequence < high:
             return
         yield sequence, value
+
+
+def record_at(
+    txn: Any,
+    dbs: Mapping[bytes, Any],
+    session_id: str,
+    prefix: bytes,
+    sequence: int,
+    decoder: msgspec.msgpack.Decoder[_Record],
+) -> _Record:
+    """Return the record an index names at ``sequence`` (``CorruptRecordError``)."""
+    raw = txn.get(prefix + SEQ.pack(sequence), db=dbs[b"events"])
+    if raw is None:
+        raise CorruptRecordError(session_id, sequence, "indexed but missing")
+    return decode_record(decoder, session_id, sequence, raw)
 
 
 #: The data file in an environment directory.

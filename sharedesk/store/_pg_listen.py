@@ -10,14 +10,13 @@ which needs no server: a stopped one does not hold ``close()``.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
 from typing import Any, Final
 
 import psycopg
 
 from sharedesk.protocol._log import logger
 from sharedesk.protocol.errors import StoreIOError
-from sharedesk.store._follow import keep_signals_for_the_main_thread
+from sharedesk.store._follow import Followers, Watcher
 from sharedesk.store._pg_watchdog import Connect, Watchdog, shut_down
 
 __all__ = ["LISTEN_POLL", "Listener", "parse_payload"]
@@ -31,7 +30,7 @@ _RECONNECT_FIRST: Final = 0.05
 _RECONNECT_MAX: Final = 2.0
 
 
-class Listener:
+class Listener(Watcher):
     """The thread that listens on the store's channel and calls its followers.
 
     A notice no newer than one already told for its session is dropped.
@@ -42,21 +41,15 @@ class Listener:
         connect: Connect,
         watchdog: Watchdog,
         channel: str,
-        tell: Callable[[str | None, int], None],
-        path: str,
+        followers: Followers,
     ) -> None:
+        super().__init__("pg-listener", followers)
         self._connect_to = connect
         self._watchdog = watchdog
         self._channel = channel
-        self._tell = tell
-        self._path = path
-        self._stopping = threading.Event()
         self._lock = threading.Lock()  # guards _conn: stop() never shuts a closed one down
         self._conn: psycopg.Connection[Any] | None = None
         self._newest: dict[str, int] = {}  # the newest last told per session (this thread's)
-        self._thread = threading.Thread(
-            target=self._run, name=f"sharedesk-pg-listener:{path}", daemon=True
-        )
 
     def _connect(self) -> psycopg.Connection[Any]:
         conn = self._connect_to()
@@ -75,19 +68,15 @@ class Listener:
             self._conn = self._connect()
         except psycopg.Error as exc:
             raise StoreIOError(self._path, "follow") from exc
-        self._thread.start()
+        super().start()
 
-    def stop(self) -> None:
-        """Stop the thread and close its connection; joins the thread unless called from it."""
-        self._stopping.set()
-        if self._thread.is_alive() and self._thread is not threading.current_thread():
-            with self._lock:
-                if self._conn is not None:
-                    shut_down(self._conn)
-            self._thread.join()
+    def _wake(self) -> None:
+        """Shut the connection down under the thread's wait (the thread closes it)."""
+        with self._lock:
+            if self._conn is not None:
+                shut_down(self._conn)
 
     def _run(self) -> None:
-        keep_signals_for_the_main_thread()
         delay = _RECONNECT_FIRST
         try:
             while not self._stopping.is_set():

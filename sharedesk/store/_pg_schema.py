@@ -193,13 +193,9 @@ class Queries:
         self.session_infos = f"{infos} WHERE last_seq > 0"
         # Retention (``GroupTxn.remove``): the stream's lock, the rows, the stream's update.
         self.lock_stream = f"SELECT state FROM {s}.streams WHERE session_id = %s FOR UPDATE"
-        self.remove_events = (
-            f"DELETE FROM {s}.events WHERE session_id = %s AND seq > %s AND seq <= %s "
-            "RETURNING kind"
-        )
-        self.remove_replies = (
-            f"DELETE FROM {s}.replies WHERE session_id = %s AND root > %s AND root <= %s"
-        )
+        rows = "session_id = %s AND {0} > %s AND {0} <= %s"  # the same bounds in both tables
+        self.remove_events = f"DELETE FROM {s}.events WHERE {rows.format('seq')} RETURNING kind"
+        self.remove_replies = f"DELETE FROM {s}.replies WHERE {rows.format('root')}"
         self.retained = (
             f"UPDATE {s}.streams SET state = %s, text_count = text_count - %s WHERE session_id = %s"
         )

@@ -38,7 +38,6 @@ from sharedesk.protocol.records import (
     ENCODER,
     EVENT_DECODER,
     LOG_DECODER,
-    LogRecord,
     decode_record,
     decode_session_state,
     decode_state,
@@ -64,6 +63,7 @@ from sharedesk.store._lmdb_layout import (
     MICROSECOND,
     SEQ,
     decode_info,
+    record_at,
     session_of,
     session_prefix,
     walk,
@@ -73,7 +73,6 @@ from sharedesk.store.base import StoreBase, WriteTxn
 __all__ = ["Durability", "LmdbStore"]
 
 T = TypeVar("T")
-_Record = TypeVar("_Record", Event, LogRecord)
 
 #: ``"durable"``: every acknowledged append is fsync'd. ``"relaxed"``: no fsync per commit.
 Durability = Literal["durable", "relaxed"]
@@ -184,7 +183,7 @@ class LmdbStore(StoreBase):
         )
         self._commits = 0
         real = self._shared.path
-        self._followers = Followers(lmdb_watcher(self._shared, self._in_read, real), real)
+        self._followers = Followers(lmdb_watcher(self._shared, self._in_read), real)
         super().__init__(real, writer=f"sharedesk-lmdb-writer:{real}", group_wait=group_wait)
 
     @property
@@ -334,7 +333,7 @@ class LmdbStore(StoreBase):
             for sequence, _ in walk(texts, prefix, 0, high, newest_first=True):
                 if len(rows) == limit:
                     return rows, True
-                record = _record_at(txn, dbs, session_id, prefix, sequence, LOG_DECODER)
+                record = record_at(txn, dbs, session_id, prefix, sequence, LOG_DECODER)
                 content, parent = record.body.content, record.parent
                 rows.append(LogMessage(sequence, record.author, content, session_id, parent))
             return rows, False
@@ -379,7 +378,7 @@ class LmdbStore(StoreBase):
                 if not key.startswith(start):
                     break
                 sequence = SEQ.unpack(key[len(start) :])[0]
-                event = _record_at(txn, dbs, session_id, prefix, sequence, EVENT_DECODER)
+                event = record_at(txn, dbs, session_id, prefix, sequence, EVENT_DECODER)
                 if event.run_id == run_id:
                     events.append(event)
             return events
@@ -422,21 +421,6 @@ class LmdbStore(StoreBase):
     def _close(self) -> None:
         self._followers.close()
         REGISTRY.release(self._shared)
-
-
-def _record_at(
-    txn: Any,
-    dbs: Mapping[bytes, Any],
-    session_id: str,
-    prefix: bytes,
-    sequence: int,
-    decoder: msgspec.msgpack.Decoder[_Record],
-) -> _Record:
-    """Return the record an index names at ``sequence`` (``CorruptRecordError``)."""
-    raw = txn.get(prefix + SEQ.pack(sequence), db=dbs[b"events"])
-    if raw is None:
-        raise CorruptRecordError(session_id, sequence, "indexed but missing")
-    return decode_record(decoder, session_id, sequence, raw)
 
 
 class _WriteTxn:

@@ -216,9 +216,7 @@ class PostgresStore(StoreBase):
         self._path: str = path
         self._closed = False
         self._followers = Followers(
-            lambda followers: Listener(
-                self._connect, self._watchdog, self._channel, followers.tell, path
-            ),
+            lambda followers: Listener(self._connect, self._watchdog, self._channel, followers),
             path,
         )
         try:

@@ -22,6 +22,7 @@ from typing import Any, Final
 from urllib.parse import quote
 
 from google.adk.events.event import Event as AdkEvent
+from google.adk.sessions import State
 from google.genai import types
 
 from sharedesk.protocol.authors import Agent, Operator, Person, SessionAuthor, System
@@ -49,8 +50,9 @@ UPDATED: Final = "adk:updated"
 SESSION_INDEX: Final = "x:"
 USER_INDEX: Final = "u:"
 
-APP_PREFIX: Final = "app:"
-USER_PREFIX: Final = "user:"
+#: ADK's prefixes of app- and user-scoped state keys.
+APP_PREFIX: Final = State.APP_PREFIX
+USER_PREFIX: Final = State.USER_PREFIX
 
 
 #: A part that percent-quoting leaves as it is (ASCII letters, digits and ``_.-~``).
