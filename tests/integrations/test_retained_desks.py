@@ -209,6 +209,12 @@ def adk_texts(events: Sequence[AdkEvent]) -> list[tuple[str, str | None]]:
     ]
 
 
+async def loaded(service: DeskSessionService, config: GetSessionConfig | None = None) -> Any:
+    got = await service.get_session(app_name=APP, user_id="u", session_id="s1", config=config)
+    assert got is not None
+    return got
+
+
 async def retained_session(hub: AsyncHub, service: DeskSessionService) -> str:
     """Session s1 (state ``k=1``): two events, compacted and retained, then Alice's."""
     session = await service.create_session(
@@ -224,12 +230,6 @@ async def retained_session(hub: AsyncHub, service: DeskSessionService) -> str:
 
 
 ADK_READ = [("summarizer", SUMMARY), ("alice", "Thanks")]
-
-
-async def loaded(service: DeskSessionService, config: GetSessionConfig | None = None) -> Any:
-    got = await service.get_session(app_name=APP, user_id="u", session_id="s1", config=config)
-    assert got is not None
-    return got
 
 
 class TestDeskSessionService:
