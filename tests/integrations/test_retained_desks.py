@@ -122,6 +122,17 @@ class TestDeskSession:
         assert SDK_READ[1:] == await session.get_items(limit=1)
         assert SDK_READ == await session.get_items(limit=5)
 
+    async def test_pop_item_retracts_the_newest_item_above_the_archived_rows(
+        self, hub: AsyncHub
+    ) -> None:
+        await charged_twice(hub)
+        await retain(hub, "desk", through=2)
+        session = DeskSession(hub, "desk", TRIAGE)
+
+        popped = await session.pop_item()
+
+        assert (SDK_READ[1], SDK_READ[:1]) == (popped, await session.get_items())
+
     async def test_a_thread_whose_compaction_was_archived_reads_through_its_summary(
         self, hub: AsyncHub
     ) -> None:
