@@ -11,18 +11,28 @@ one, and the fold applies them in sequence order:
 * a ``Compaction`` of the conversation (one below its own sequence, above the last
   one folded) drops every kept row at or below its ``through`` and keeps in their place
   one summary row (:func:`summary_event`), as views and turns serve it.
+
+The first refresh starts after the ``through`` of the conversation's newest compaction
+(:func:`compaction_state`, one state read), as does a refresh that meets rows retention
+archived (``RowsArchived``): the rows at or below it are replaced by the summary anyway,
+and the compaction itself lies above it, so the fold holds what a fold from the first
+row would, and a retained desk reads through its summary. Rows retention archived that no
+compaction of the conversation replaces (a thread's, below the channel's compaction) are
+no longer on the desk: the fold goes on after them, as views do.
 """
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import Callable
 from typing import Final
 
 from sharedesk.actors.aio import AsyncHub
-from sharedesk.projection.compaction import summary_row
+from sharedesk.projection.compaction import compacted_through, compaction_of, summary_row
 from sharedesk.protocol import PAGE_SIZE, Compaction, Conversation, Event, Retracted, Text
 from sharedesk.protocol.authors import author_label
+from sharedesk.protocol.errors import RowsArchived
 from sharedesk.protocol.events import Item
 
 #: Metadata key of a summary row: the labels of the authors of the rows it stands for.
@@ -48,6 +58,16 @@ def summary_event(compaction: Event, conversation: Conversation) -> Event:
     )
 
 
+async def compaction_state(hub: AsyncHub, conversation: Conversation) -> tuple[Event | None, int]:
+    """Return ``conversation``'s newest compaction (``None``: none), its archived_through.
+
+    ``archived_through`` is that of the conversation's desk. Cost: one state read, on a
+    worker thread.
+    """
+    state = await asyncio.to_thread(hub.hub.session_state, conversation.desk)
+    return compaction_of(state.compactions, conversation), state.archived_through
+
+
 class DeskFold:
     """One conversation's kept rows, relative to one agent (see the module docstring).
 
@@ -65,21 +85,41 @@ class DeskFold:
         self._rows: dict[int, Event] = {}
         self._sequence_of: dict[str, int] = {}
         self._compacted = 0
+        self._started = False
         self._lock = threading.Lock()
 
     async def refresh(self, hub: AsyncHub) -> list[Event]:
         """Fold the rows appended since the last refresh; return the kept rows, oldest first.
 
-        Cost: reads of ``PAGE_SIZE`` rows of what was appended since; O(kept rows).
+        Cost: reads of ``PAGE_SIZE`` rows of what was appended since (on the first
+        refresh, since the newest compaction, after one state read); O(kept rows).
         """
+        if not self._started:
+            await self._skip_compacted(hub, 0)
+            self._started = True
         while True:
-            page = await hub.read(self.conversation.desk, after=self.seen, limit=PAGE_SIZE)
+            try:
+                page = await hub.read(self.conversation.desk, after=self.seen, limit=PAGE_SIZE)
+            except RowsArchived as gone:
+                await self._skip_compacted(hub, gone.archived_through)
+                continue
             with self._lock:
                 for event in page:
                     self._fold(event)
             if len(page) < PAGE_SIZE:
                 with self._lock:
                     return list(self._rows.values())
+
+    async def _skip_compacted(self, hub: AsyncHub, archived: int) -> None:
+        """Move ``seen`` past the rows the newest compaction replaces and those archived."""
+        compaction, stored_from = await compaction_state(hub, self.conversation)
+        archived = max(archived, stored_from)
+        with self._lock:
+            self.seen = max(self.seen, compacted_through(compaction))
+            if self.seen < archived:
+                if compaction is not None and (compaction.sequence or 0) <= archived:
+                    self._fold(compaction)  # archived itself: folded before moving on
+                self.seen = max(self.seen, archived)
 
     def _in_conversation(self, event: Event) -> bool:
         root = self.conversation.thread_root

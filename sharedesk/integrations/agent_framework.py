@@ -47,9 +47,10 @@ How ``get_messages`` reads (relative to the provider's ``agent``):
 
 Cost: the provider folds each desk incrementally (``sharedesk.integrations._fold``, the
 newest ``FOLDS`` desks kept): ``get_messages`` reads only the rows appended since its
-last read of that desk (the whole desk on the first), in pages of ``PAGE_SIZE``;
-``save_messages`` is one ``append`` (plus a read of the desk when an ``author_name`` is
-unknown).
+last read of that desk (on the first, those since its newest compaction, so a desk
+retention has archived reads through its summary), in pages of ``PAGE_SIZE``;
+``save_messages`` is one ``append`` (plus a read of the rows the desk still holds when an
+``author_name`` is unknown).
 """
 
 from __future__ import annotations
@@ -75,10 +76,11 @@ except ModuleNotFoundError as exc:
     ) from exc
 
 from sharedesk.actors.aio import AsyncHub
-from sharedesk.integrations._fold import DeskFold
+from sharedesk.integrations._fold import DeskFold, compaction_state
 from sharedesk.protocol import (
     PAGE_SIZE,
     Agent,
+    Compaction,
     Conversation,
     Event,
     Item,
@@ -91,6 +93,7 @@ from sharedesk.protocol import (
     author_label,
     same_participant,
 )
+from sharedesk.protocol.errors import RowsArchived
 from sharedesk.protocol.events import new_event_id
 from sharedesk.protocol.validation import check_author, check_bool, check_session_id, check_text
 
@@ -252,7 +255,7 @@ class DeskHistoryProvider(HistoryProvider):
         speaker = None if state is None else state.get(SPEAKER_STATE_KEY)
         known: list[SessionAuthor] | None = None
         if any(self._named(m, speaker) is None and m.author_name for m in checked):
-            known = [e.author for e in await self._read_all(desk)]
+            known = await self._known(desk)
         events: list[Event] = []
         ids: set[str] = set()
         for message in checked:
@@ -313,14 +316,24 @@ class DeskHistoryProvider(HistoryProvider):
             or same_participant(event.author, self.agent)
         )
 
-    async def _read_all(self, desk: str) -> list[Event]:
-        events: list[Event] = []
-        after = 0
+    async def _known(self, desk: str) -> list[SessionAuthor]:
+        """Return the authors on ``desk``, oldest first (the channel's compaction's first).
+
+        The newest channel compaction's ``covers`` name the authors of rows retention may
+        have archived; the stored rows' authors follow.
+        """
+        compaction, after = await compaction_state(self._hub, Conversation(desk))
+        body = None if compaction is None else compaction.body
+        known = list(body.covers) if isinstance(body, Compaction) else []
         while True:
-            page = await self._hub.read(desk, after=after, limit=PAGE_SIZE)
-            events.extend(page)
+            try:
+                page = await self._hub.read(desk, after=after, limit=PAGE_SIZE)
+            except RowsArchived as gone:  # retention ran since the state was read
+                after = gone.archived_through
+                continue
+            known.extend(e.author for e in page)
             if len(page) < PAGE_SIZE:
-                return events
+                return known
             last = page[-1].sequence
             assert last is not None
             after = last

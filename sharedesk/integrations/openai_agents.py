@@ -1,11 +1,11 @@
 """OpenAI Agents SDK sessions on a shared desk: ``DeskSession`` and ``DeskRunHooks``.
 
 ``DeskSession(hub, session_id, agent)`` implements the SDK's ``agents.memory.Session``
-protocol on an :class:`~sharedesk.AsyncHub` (any object with its coroutine ``append``
-and ``read`` will do). The SDK's sessions keep a bare list of items and lose who spoke;
-here every item is an attributed event on the desk ``session_id``, so several agents
-(and people posting with ``hub.post``) share one conversation, each seeing it relative
-to itself. Needs the ``agents`` extra: ``pip install 'sharedesk[agents]'``.
+protocol on an :class:`~sharedesk.AsyncHub`. The SDK's sessions keep a bare list of
+items and lose who spoke; here every item is an attributed event on the desk
+``session_id``, so several agents (and people posting with ``hub.post``) share one
+conversation, each seeing it relative to itself. Needs the ``agents`` extra:
+``pip install 'sharedesk[agents]'``.
 
 How items are stored (one ``append`` per ``add_items``, so a batch is wholly stored or
 not at all):
@@ -50,7 +50,9 @@ reads only the rows appended since the session's last read (in pages of ``PAGE_S
 so repeated ``get_items`` cost the new rows, not the history; the session keeps the
 conversation's visible rows in memory. A compacted conversation (``hub.compact``) is
 read through its summary: one ``Text`` row by the compactor (rendered like any row of
-its author) stands in place of the rows at or below the compaction's ``through``.
+its author) stands in place of the rows at or below the compaction's ``through``, and
+a session's first read starts there, so a desk whose compacted rows retention archived
+(``hub.apply_retention``) reads the same.
 """
 
 from __future__ import annotations

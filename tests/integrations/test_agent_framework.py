@@ -511,20 +511,18 @@ class ReadLog:
     """A spy over ``hub`` (what the provider calls of it) noting the ``after`` of every read."""
 
     def __init__(self, hub: AsyncHub) -> None:
-        self.hub = hub
+        self.inner = hub
+        self.hub = hub.hub  # the sync Hub (its state reads)
         self.afters: list[int | None] = []
 
     async def append(
         self, session_id: str, events: Sequence[Event], *, expected_version: int | None = None
     ) -> list[Event]:
-        return await self.hub.append(session_id, events, expected_version=expected_version)
+        return await self.inner.append(session_id, events, expected_version=expected_version)
 
     async def read(self, session_id: str, **bounds: Any) -> list[Event]:
         self.afters.append(bounds.get("after"))
-        return await self.hub.read(session_id, **bounds)
-
-    async def last_sequence(self, session_id: str) -> int:
-        return await self.hub.last_sequence(session_id)
+        return await self.inner.read(session_id, **bounds)
 
 
 SUMMARIZER = Agent(id="summarizer", label="Summarizer")

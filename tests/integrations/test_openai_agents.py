@@ -140,17 +140,17 @@ class TestOwnItems:
 
     def test_a_later_get_items_reads_only_the_rows_appended_since(self, hub: AsyncHub) -> None:
         reads: list[int | None] = []
+        sync_hub = hub.hub
 
         class Counting:
+            hub = sync_hub  # its state reads
+
             async def append(self, session_id: str, events: Any, **kw: Any) -> list[Event]:
                 return await hub.append(session_id, events, **kw)
 
             async def read(self, session_id: str, **bounds: Any) -> list[Event]:
                 reads.append(bounds.get("after"))
                 return await hub.read(session_id, **bounds)
-
-            async def last_sequence(self, session_id: str) -> int:
-                return await hub.last_sequence(session_id)
 
         session = DeskSession(Counting(), "desk", TRIAGE)  # type: ignore[arg-type]  # a spy
 

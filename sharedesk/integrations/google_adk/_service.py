@@ -23,7 +23,7 @@ from sharedesk.actors.aio import AsyncHub
 from sharedesk.integrations.google_adk import _rows as rows
 from sharedesk.projection.compaction import compacted_through, compaction_of
 from sharedesk.protocol.authors import SessionAuthor, System
-from sharedesk.protocol.errors import ConcurrencyError, ValidationError
+from sharedesk.protocol.errors import ConcurrencyError, RowsArchived, ValidationError
 from sharedesk.protocol.events import Event
 from sharedesk.protocol.sessions import STATE_CLEAR_KEY, STATE_DELTA_KEY, SessionState
 from sharedesk.protocol.validation import check_write
@@ -75,7 +75,8 @@ class DeskSessionService(BaseSessionService):
         hub: The hub whose store holds the desks.
         stale: What :meth:`append_event` does with a session object older than its desk:
             ``"raise"`` ADK's ``StaleSessionError`` (nothing written), or ``"merge"``:
-            fold the missed rows into the object, then append.
+            fold the missed rows into the object, then append (when retention archived
+            some of them, ``StaleSessionError`` all the same: reload the session).
         authors: Desk authors of ADK agent names (default ``Agent(name, name)``).
 
     Raises:
@@ -108,8 +109,16 @@ class DeskSessionService(BaseSessionService):
     # -- I/O helpers -----------------------------------------------------------------------
 
     async def _read(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        """Run blocking store reads ``fn(hub, ...)`` on a worker thread."""
-        return await asyncio.to_thread(fn, self._hub.hub, *args, **kwargs)
+        """Run blocking store reads ``fn(hub, ...)`` on a worker thread.
+
+        ``fn`` reads rows only above the ``archived_through`` of a state it read, so a
+        ``RowsArchived`` means that retention ran in between: ``fn`` runs again.
+        """
+        while True:
+            try:
+                return await asyncio.to_thread(fn, self._hub.hub, *args, **kwargs)
+            except RowsArchived:
+                continue
 
     async def _submit(self, write: Write) -> list[Event]:
         """Hand one checked write to the store's writer and await it."""
@@ -195,7 +204,8 @@ class DeskSessionService(BaseSessionService):
         On a desk compacted (``hub.compact``) past the session's start, the events at or
         below the compaction's ``through`` come back as one event in their place: the
         summary, authored by the compactor's id, ``custom_metadata["sharedesk.covers"]``
-        naming the authors it covers (counted among ``num_recent_events``).
+        naming the authors it covers (counted among ``num_recent_events``). So a desk
+        whose compacted rows retention archived (``hub.apply_retention``) reads the same.
 
         Cost: one key read and one batched read of the three states, and at most
         ``config.num_recent_events`` rows when set (else the session's rows, from the
@@ -294,7 +304,7 @@ class DeskSessionService(BaseSessionService):
 
         Raises:
             StaleSessionError: ``stale="raise"`` and the desk moved past the session
-                object; nothing was written.
+                object, or retention archived rows the object missed; nothing written.
             SessionNotFoundError: The session does not exist (or was deleted).
 
         Cost: one write spanning the session's desk and, for ``user:``/``app:`` keys
@@ -353,15 +363,15 @@ class DeskSessionService(BaseSessionService):
         Returns ``-1`` when ``event_id`` is among the rows missed (stored already).
         """
         found = await self._read(_missed, desk, expected)
-        last, values, missed = found
+        last, values, missed, archived = found
         if values.get(rows.LIVE) is not True:
             raise SessionNotFoundError(f"Session {session.id} not found.")
         base = values.get(rows.BASE)
         if any(r.id == event_id for r in missed) and isinstance(base, int) and base <= expected:
             session._storage_update_marker = str(last)
             return -1
-        if not self._merge or not isinstance(base, int) or base > expected:
-            raise StaleSessionError(STALE_MESSAGE)
+        if not self._merge or not isinstance(base, int) or base > expected or archived > expected:
+            raise StaleSessionError(STALE_MESSAGE)  # archived: only a reload reads the summary
         for stored in missed:
             adk_event = rows.adk_event_of(stored)
             if adk_event is None:
@@ -448,11 +458,13 @@ def _load(
     return last, _values(app_state), _values(user_state), values, stored, summary
 
 
-def _missed(hub: Any, desk: str, expected: int) -> tuple[int, dict[str, Any], list[Event]]:
+def _missed(hub: Any, desk: str, expected: int) -> tuple[int, dict[str, Any], list[Event], int]:
+    """Read the rows above ``expected`` still stored, with the desk's ``archived_through``."""
     last: int = hub.last_sequence(desk)
-    values = _values_of(hub, desk)
-    missed: list[Event] = hub.read(desk, after=expected, before=last + 1)
-    return last, values, missed
+    state = hub.session_state(desk)
+    archived: int = state.archived_through
+    missed: list[Event] = hub.read(desk, after=max(expected, archived), before=last + 1)
+    return last, _values(state), missed, archived
 
 
 def _listing(
