@@ -24,6 +24,7 @@ from sharedesk.integrations.google_adk import _rows as rows
 from sharedesk.protocol.authors import SessionAuthor, System
 from sharedesk.protocol.errors import ConcurrencyError, ValidationError
 from sharedesk.protocol.events import Event
+from sharedesk.protocol.ports import WriteFuture
 from sharedesk.protocol.sessions import STATE_CLEAR_KEY, STATE_DELTA_KEY, SessionState
 from sharedesk.protocol.validation import check_write
 from sharedesk.protocol.writes import Write
@@ -111,7 +112,7 @@ class DeskSessionService(BaseSessionService):
 
     async def _submit(self, write: Write) -> list[Event]:
         """Hand one checked write to the store's writer and await it."""
-        return await asyncio.wrap_future(self._hub.hub.submit(write))
+        return await asyncio.wrap_future(self._hub.hub.submit(write, WriteFuture()))
 
     # -- BaseSessionService ------------------------------------------------------------------
 
