@@ -174,9 +174,8 @@ class Turn(TurnFields):
         Cost: one store transaction holding reply and state (LMDB: one fsync), on the
         caller's thread.
         """
-        return self._hub.committed(
-            self, interruptible(self._hub.submit_commit(self, reply, WriteFuture()))
-        )
+        stored = interruptible(self._hub.submit_commit(self, reply, WriteFuture()))
+        return self._hub.committed(self, stored)
 
 
 T = TypeVar("T")

@@ -132,33 +132,37 @@ class _Bridge:
 class _Answer(asyncio.Future[T]):
     """The loop future of a thread's job; it is the job's done callback (no closure)."""
 
-    __slots__ = ("_bridge", "_error", "_result")
+    __slots__ = ("_bridge", "_outcome")
 
     def __init__(self, bridge: _Bridge) -> None:
         super().__init__(loop=bridge._loop)
         self._bridge = bridge
-        self._result: T | None = None
-        self._error: BaseException | None = None
+        self._outcome: T | BaseException | None = None
 
     def __call__(self, job: Future[T]) -> None:
         """Take the finished ``job``'s outcome and queue this answer (any thread)."""
         try:
-            self._result = job.result(0)
+            outcome: T | BaseException = job.result(0)
         except BaseException as error:  # the job's error, or CancelledError
-            self._error = error
+            outcome = error
+        self.finish(outcome)
+
+    def finish(self, outcome: T | BaseException) -> None:
+        """Take ``outcome`` and queue this answer, to be resolved in the loop (any thread)."""
+        self._outcome = outcome
         self._bridge.completed(self)
 
     def resolve(self) -> None:
         """Complete this future with the outcome taken (loop thread)."""
         if self.done():  # cancelled: its task no longer waits
             return
-        error = self._error
-        if isinstance(error, concurrent.futures.CancelledError):
+        outcome = self._outcome
+        if isinstance(outcome, concurrent.futures.CancelledError):
             asyncio.Future.cancel(self)
-        elif error is not None:
-            self.set_exception(error)
+        elif isinstance(outcome, BaseException):
+            self.set_exception(outcome)
         else:
-            self.set_result(self._result)  # type: ignore[arg-type]
+            self.set_result(outcome)  # type: ignore[arg-type]
 
 
 class _Settling(_Answer[list[Event]]):
@@ -171,14 +175,6 @@ class _Settling(_Answer[list[Event]]):
 
     def start(self) -> bool:
         return True  # handed off: it runs (see the module)
-
-    def finish(self, outcome: list[Event] | BaseException) -> None:
-        """Take the write's outcome and queue this answer (the writer's thread)."""
-        if isinstance(outcome, BaseException):
-            self._error = outcome
-        else:
-            self._result = outcome
-        self._bridge.completed(self)
 
 
 class _Watch:

@@ -207,15 +207,9 @@ class Hub:
         self._supervisor.check(write.session_id)
         tel = self._telemetry
         write, span = (write, None) if tel is None else tel.append(write)
-        if tel is None or span is None:  # no span kept, or a commit (its turn's span)
-            return self._store.submit(write, done)
-        try:
-            self._store.submit(write, done)
-        except BaseException as exc:
-            tel.failed(span, exc)
-            raise
-        tel.appended(span, write, done)
-        return done
+        if tel is not None and span is not None:  # else none kept, or a commit (its turn's)
+            tel.appended(span, write, done)  # ends the span once the writer finishes done
+        return self._store.submit(write, done)
 
     read = _from_store(EventStore.read)
     last_sequence = _from_store(EventStore.last_sequence)

@@ -148,7 +148,7 @@ class WritingStore(Protocol):
     """A store's one write path: checked writes in, completions completed."""
 
     def submit(self, write: Write, done: D) -> D:
-        """Queue a checked write; return ``done``, which its writer completes."""
+        """Queue a checked write; return ``done``, which its writer finishes (never raises)."""
 
     def on_commit(self, callback: CommitCallback) -> Callable[[], None]:
         """Call ``callback`` after each commit; return the remover."""
