@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import itertools
 import os
-from collections.abc import Iterator
 from datetime import datetime
 from typing import Any, Final
 
@@ -182,31 +180,9 @@ _UUID4_CLEAR: Final = ~((0xF << 76) | (0x3 << 62))
 _UUID4_SET: Final = (0x4 << 76) | (0x2 << 62)
 
 
-class EventIds:
-    """A source of fresh event ids: random (version 4) UUIDs as 32 lowercase hex digits.
-
-    Each id is 16 bytes of its own from a block of ``os.urandom`` (256 ids a block), so
-    a thread pays one system call, which lets other threads take the GIL, per block, not
-    per id. Safe from any thread; a forked child draws its own blocks.
-    """
-
-    __slots__ = ("_block",)
-
-    def __init__(self) -> None:
-        self._block: tuple[int, bytes, Iterator[int]] = (-1, b"", itertools.count())
-
-    def __call__(self) -> str:
-        """Return a fresh id."""
-        pid, block, offsets = self._block
-        at = next(offsets)  # atomic: no two threads take the same 16 bytes of a block
-        if at >= len(block) or pid != os.getpid():
-            block, at = os.urandom(4096), 0
-            self._block = (os.getpid(), block, itertools.count(16, 16))
-        return f"{int.from_bytes(block[at : at + 16], 'big') & _UUID4_CLEAR | _UUID4_SET:032x}"
-
-
-#: The process's event ids (``Event``'s default): call it for a fresh one.
-new_event_id: Final = EventIds()
+def new_event_id() -> str:
+    """Return a fresh event id: a random (version 4) UUID as 32 lowercase hex digits."""
+    return f"{int.from_bytes(os.urandom(16), 'big') & _UUID4_CLEAR | _UUID4_SET:032x}"
 
 
 class _EventHead(msgspec.Struct, frozen=True):
