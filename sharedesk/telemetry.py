@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
-from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
@@ -45,6 +44,7 @@ import msgspec
 from sharedesk.protocol.authors import Agent, Person, SessionAuthor, author_key
 from sharedesk.protocol.errors import SharedeskError
 from sharedesk.protocol.events import Event, RunFinished, RunStarted, Text
+from sharedesk.protocol.ports import Completion
 from sharedesk.protocol.writes import Write
 
 if TYPE_CHECKING:
@@ -143,10 +143,10 @@ class HubTelemetry:
             write = msgspec.structs.replace(write, events=events)
         return write, span
 
-    def appended(self, span: Span, write: Write, future: Future[list[Event]]) -> None:
+    def appended(self, span: Span, write: Write, future: Completion) -> None:
         """End ``write``'s span when its future completes (sequences, or the error)."""
 
-        def end(done: Future[list[Event]]) -> None:
+        def end(done: Any) -> None:
             error = None if done.cancelled() else done.exception()
             if error is not None:
                 self.failed(span, error)

@@ -10,7 +10,7 @@ from sharedesk.projection.turns import TurnPlan
 from sharedesk.protocol.authors import SessionAuthor, author_key
 from sharedesk.protocol.errors import ValidationError
 from sharedesk.protocol.events import Event, Text, new_event_id
-from sharedesk.protocol.ports import SessionLog
+from sharedesk.protocol.ports import SessionLog, WriteFuture
 from sharedesk.protocol.validation import check_author, check_events
 from sharedesk.protocol.views import Conversation, SessionMessage
 
@@ -174,7 +174,8 @@ class Turn(TurnFields):
         Cost: one store transaction holding reply and state (LMDB: one fsync), on the
         caller's thread.
         """
-        return self._hub.committed(self, interruptible(self._hub.submit_commit(self, reply)))
+        stored = interruptible(self._hub.submit_commit(self, reply, WriteFuture()))
+        return self._hub.committed(self, stored)
 
 
 T = TypeVar("T")

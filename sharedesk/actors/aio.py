@@ -1,9 +1,9 @@
 """AsyncHub: the Hub for asyncio code, over the same actors and store, never blocking the loop.
 
 Writes (``append``, ``post``, ``AsyncTurn.commit``) take the Hub's one write path: the
-loop hands the checked write to the store's writer and awaits its future through one
-bridge per loop (:class:`_Bridge`: ``add_done_callback``, at most one pending
-``call_soon_threadsafe`` hop); at most :data:`CHUNK` writes are handed off, and
+loop hands the checked write to the store's writer with a loop future as its completion,
+which the writer finishes through one bridge per loop (:class:`_Bridge`: at most one
+pending ``call_soon_threadsafe`` hop); at most :data:`CHUNK` writes are handed off, and
 :data:`CHUNK` outcomes resolved, per iteration. Reads run on the reader threads
 (``sharedesk-aio_N``), so a read never waits behind writes.
 
@@ -55,7 +55,7 @@ WORKER_PREFIX: Final = "sharedesk-aio"
 class _Bridge:
     """One event loop's side of the threads: hand-offs and completions, in chunks.
 
-    A finished job queues its :class:`_Answer`; the first one queued hops into the loop,
+    A finished job or write queues its :class:`_Answer`; the first one queued hops in,
     and a drain resolves at most :data:`CHUNK`, rescheduling itself until a pass finds
     none.
     :meth:`admit` hands off at most :data:`CHUNK` writes per window (about one
@@ -98,10 +98,9 @@ class _Bridge:
         else:
             self._window = False
 
-    def watch(self, job: Future[T], done: _Answer[T] | None = None) -> _Answer[T]:
-        """Return ``done`` (default: a new answer), completed in the loop as ``job`` is."""
-        if done is None:
-            done = _Answer(self)
+    def watch(self, job: Future[T]) -> _Answer[T]:
+        """Return a new answer, completed in the loop as ``job`` is."""
+        done: _Answer[T] = _Answer(self)
         job.add_done_callback(done)  # done already: called at once, resolved by a drain
         return done
 
@@ -133,42 +132,49 @@ class _Bridge:
 class _Answer(asyncio.Future[T]):
     """The loop future of a thread's job; it is the job's done callback (no closure)."""
 
-    __slots__ = ("_bridge", "_error", "_result")
+    __slots__ = ("_bridge", "_outcome")
 
     def __init__(self, bridge: _Bridge) -> None:
         super().__init__(loop=bridge._loop)
         self._bridge = bridge
-        self._result: T | None = None
-        self._error: BaseException | None = None
+        self._outcome: T | BaseException | None = None
 
     def __call__(self, job: Future[T]) -> None:
         """Take the finished ``job``'s outcome and queue this answer (any thread)."""
         try:
-            self._result = job.result(0)
+            outcome: T | BaseException = job.result(0)
         except BaseException as error:  # the job's error, or CancelledError
-            self._error = error
+            outcome = error
+        self.finish(outcome)
+
+    def finish(self, outcome: T | BaseException) -> None:
+        """Take ``outcome`` and queue this answer, to be resolved in the loop (any thread)."""
+        self._outcome = outcome
         self._bridge.completed(self)
 
     def resolve(self) -> None:
         """Complete this future with the outcome taken (loop thread)."""
         if self.done():  # cancelled: its task no longer waits
             return
-        error = self._error
-        if isinstance(error, concurrent.futures.CancelledError):
+        outcome = self._outcome
+        if isinstance(outcome, concurrent.futures.CancelledError):
             asyncio.Future.cancel(self)
-        elif error is not None:
-            self.set_exception(error)
+        elif isinstance(outcome, BaseException):
+            self.set_exception(outcome)
         else:
-            self.set_result(self._result)  # type: ignore[arg-type]
+            self.set_result(outcome)  # type: ignore[arg-type]
 
 
-class _Settling(_Answer[T]):
-    """The answer of a write handed off: it refuses ``cancel()`` (see the module)."""
+class _Settling(_Answer[list[Event]]):
+    """The answer of a write handed off, its ``Completion``: it refuses ``cancel()``."""
 
     __slots__ = ()
 
     def cancel(self, msg: Any | None = None) -> bool:
         return False
+
+    def start(self) -> bool:
+        return True  # handed off: it runs (see the module)
 
 
 class _Watch:
@@ -226,7 +232,7 @@ class AsyncTurn(TurnFields):
         """As :meth:`Turn.commit`, through the store's writer; cancelled: see the module."""
         hub = self._hub
         turn = self.turn
-        stored = await hub._write(lambda _: hub.hub.submit_commit(turn, reply), None)
+        stored = await hub._write(functools.partial(hub.hub.submit_commit, turn), reply)
         return hub.hub.committed(turn, stored)
 
 
@@ -433,25 +439,21 @@ class AsyncHub:
         """Run a read on a reader thread; a cancelled one's answer is dropped."""
         return await self._bridge().watch(self._offload(fn, *args, **kwargs))
 
-    def _write(self, submit: Callable[[A], Future[list[Event]]], arg: A) -> Awaitable[list[Event]]:
-        """Hand ``submit(arg)`` off in its chunk; return its outcome's awaitable."""
+    def _write(self, submit: Callable[[A, _Settling], _Settling], arg: A) -> Awaitable[list[Event]]:
+        """Hand ``submit(arg, done)`` off in its chunk; return ``done``, its outcome's awaitable."""
         self._live()
         bridge = self._bridge()
-        waiting = bridge.admit()
+        done, waiting = _Settling(bridge), bridge.admit()
         if waiting is None:
-            return bridge.watch(submit(arg), _Settling(bridge))
-        return self._write_later(waiting, bridge, submit, arg)
+            return submit(arg, done)
+        return self._write_later(waiting, functools.partial(submit, arg, done))
 
     async def _write_later(
-        self,
-        waiting: asyncio.Future[None],
-        bridge: _Bridge,
-        submit: Callable[[A], Future[list[Event]]],
-        arg: A,
+        self, waiting: asyncio.Future[None], submit: Callable[[], _Settling]
     ) -> list[Event]:
         await waiting  # cancelled here: nothing was handed off
         self._live()
-        return await bridge.watch(submit(arg), _Settling(bridge))
+        return await submit()
 
     # -- retention ---------------------------------------------------------------------
 

@@ -35,7 +35,7 @@ from sharedesk.protocol.authors import SessionAuthor, author_key
 from sharedesk.protocol.constants import SESSION_WINDOW
 from sharedesk.protocol.errors import HubClosed, TurnAlreadyCommitted, ValidationError
 from sharedesk.protocol.events import Event
-from sharedesk.protocol.ports import EventStore, FollowingStore, RunIndexStore
+from sharedesk.protocol.ports import D, EventStore, FollowingStore, RunIndexStore, WriteFuture
 from sharedesk.protocol.transcripts import Transcript
 from sharedesk.protocol.validation import (
     check_author,
@@ -199,25 +199,19 @@ class Hub:
         self, session_id: str, events: Sequence[Event], **options: Unpack[AppendOptions]
     ) -> list[Event]:
         """As ``StoreBase.append`` (keywords: :class:`AppendOptions`), through :meth:`submit`."""
-        return interruptible(self.submit(check_write(session_id, events, **options)))
+        return interruptible(self.submit(check_write(session_id, events, **options), WriteFuture()))
 
-    def submit(self, write: Write) -> Future[list[Event]]:
-        """Hand a checked write to the store's writer: the Hub's one write path.
+    def submit(self, write: Write, done: D) -> D:
+        """Hand a checked write to the store's writer, which finishes ``done``: the one path.
 
         Raises ``HubClosed`` or ``SessionFailed`` before anything is queued.
         """
         self._supervisor.check(write.session_id)
         tel = self._telemetry
         write, span = (write, None) if tel is None else tel.append(write)
-        if tel is None or span is None:  # no span kept, or a commit (its turn's span)
-            return self._store.submit(write)
-        try:
-            future = self._store.submit(write)
-        except BaseException as exc:
-            tel.failed(span, exc)
-            raise
-        tel.appended(span, write, future)
-        return future
+        if tel is not None and span is not None:  # else none kept, or a commit (its turn's)
+            tel.appended(span, write, done)  # ends the span once the writer finishes done
+        return self._store.submit(write, done)
 
     read = _from_store(EventStore.read)
     last_sequence = _from_store(EventStore.last_sequence)
@@ -348,8 +342,8 @@ class Hub:
         # The projector keeps serving this transcript: hand out a list of one's own.
         return msgspec.structs.replace(transcript, messages=list(transcript.messages))
 
-    def submit_commit(self, turn: Turn, reply: str | Event | None) -> Future[list[Event]]:
-        """Check ``turn``'s commit and submit it: the future of the reply (a list of 0 or 1).
+    def submit_commit(self, turn: Turn, reply: str | Event | None, done: D) -> D:
+        """Check ``turn``'s commit and submit it into ``done`` (the reply: a list of 0 or 1).
 
         Finish with :meth:`committed`. Raises as :meth:`Turn.commit`, before anything is queued.
         """
@@ -369,20 +363,19 @@ class Hub:
             expected_state=plan.expected_state,
             reply_present=event is not None,
         )
-        future = self.submit(
-            check_write(turn.session_id, [] if event is None else [event], share=share)
-        )
+        write = check_write(turn.session_id, [] if event is None else [event], share=share)
+        self.submit(write, done)
         if tel is not None and span is not None:  # a turn never committed costs nothing
             tel.offered(span, turn.session_id, plan, self._store.read)
 
-        def mark(done: Future[list[Event]]) -> None:
+        def mark(done: Any) -> None:
             if not done.cancelled() and done.exception() is None:
                 turn.committed = True  # a cancelled caller's turn too
             elif tel is not None and span is not None and not done.cancelled():
                 tel.failed(span, done.exception() or HubClosed(self._path))
 
-        future.add_done_callback(mark)
-        return future
+        done.add_done_callback(mark)
+        return done
 
     def committed(self, turn: Turn, stored: list[Event]) -> Event | None:
         """Record that ``turn`` committed (``stored``: its future's result); return the reply."""

@@ -6,7 +6,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import Future
 from datetime import datetime
 from types import TracebackType
-from typing import Protocol, Self, runtime_checkable
+from typing import Any, Protocol, Self, TypeVar, runtime_checkable
 
 import msgspec
 
@@ -114,12 +114,41 @@ class SharingStateStore(Protocol):
         """Return each root's first reply."""
 
 
+class Completion(Protocol):
+    """How a write's writer completes it: ``start``, then (if started) ``finish``, once."""
+
+    def start(self) -> bool:
+        """Return whether the write still runs (``False``: cancelled while queued)."""
+
+    def finish(self, outcome: list[Event] | BaseException) -> None:
+        """Take the write's stored events, or its error (on the writer's thread)."""
+
+    def add_done_callback(self, fn: Callable[[Any], object], /) -> None:
+        """Call ``fn(self)`` once finished (a future's callback, on its own terms)."""
+
+
+D = TypeVar("D", bound=Completion)
+
+
+class WriteFuture(Future[list[Event]]):
+    """The :class:`Completion` of a caller that waits on a ``concurrent.futures.Future``."""
+
+    start = Future.set_running_or_notify_cancel
+
+    def finish(self, outcome: list[Event] | BaseException) -> None:
+        """Complete this future with ``outcome``."""
+        if isinstance(outcome, BaseException):
+            self.set_exception(outcome)
+        else:
+            self.set_result(outcome)
+
+
 @runtime_checkable
 class WritingStore(Protocol):
-    """A store's one write path: checked writes in, futures out."""
+    """A store's one write path: checked writes in, completions completed."""
 
-    def submit(self, write: Write) -> Future[list[Event]]:
-        """Queue a checked write."""
+    def submit(self, write: Write, done: D) -> D:
+        """Queue a checked write; return ``done``, which its writer finishes (never raises)."""
 
     def on_commit(self, callback: CommitCallback) -> Callable[[], None]:
         """Call ``callback`` after each commit; return the remover."""

@@ -1,11 +1,9 @@
-"""The writer of the stores with a writer thread: one queue, one thread, futures.
+"""The writer of the stores with a writer thread: one queue, one thread, completions.
 
-:class:`GroupWriter` queues checked writes and returns their futures; its thread hands
-every write waiting to its store (``StoreBase._commit_group``, planned by
-:func:`plan_group`) and completes each future once. Once a write waits, the thread
-gathers as many as the last group held, but no longer than the last commit took nor
-``group_wait``. Futures are plain ``concurrent.futures.Future``s, used through their
-public API.
+:class:`GroupWriter` queues checked writes with their :class:`Completion`; its thread
+hands every write waiting to its store (``StoreBase._commit_group``, planned by
+:func:`plan_group`) and completes each once. Once a write waits, the thread gathers as
+many as the last group held, but no longer than the last commit took nor ``group_wait``.
 """
 
 from __future__ import annotations
@@ -13,7 +11,6 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import Future
 from datetime import datetime
 from typing import Protocol
 
@@ -21,6 +18,7 @@ from sharedesk.projection.append import Facts, StoredRow, Wants, WritePlan, plan
 from sharedesk.protocol._log import logger
 from sharedesk.protocol.errors import SharedeskError
 from sharedesk.protocol.events import Event
+from sharedesk.protocol.ports import Completion, D
 from sharedesk.protocol.writes import Write
 
 __all__ = ["GroupWriter", "WriteTxn", "plan_group"]
@@ -34,7 +32,7 @@ RunGroup = Callable[[list[Write]], list[Outcome]]
 
 
 class GroupWriter:
-    """The one group-committing writer (a write whose future is cancelled never runs).
+    """The one group-committing writer (a write not ``start``-ed, i.e. cancelled, never runs).
 
     ``run_group`` commits a group, one outcome per write, and must not raise;
     ``group_wait`` is the most seconds to gather; ``name`` the thread's name;
@@ -54,28 +52,27 @@ class GroupWriter:
         self._closed_error = closed_error
         self._lock = threading.Lock()  # taken bare by ``submit``: the loop's hot path
         self._cond = threading.Condition(self._lock)
-        self._queue: list[tuple[Write, Future[list[Event]]]] = []
+        self._queue: list[tuple[Write, Completion]] = []
         self._target = 1
         self._last_commit = 0.0
         self._closed = False
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
-    def submit(self, write: Write) -> Future[list[Event]]:
-        """Queue ``write``; return its future (failed at once when closed). Never blocks."""
-        future: Future[list[Event]] = Future()
+    def submit(self, write: Write, done: D) -> D:
+        """Queue ``write``; return ``done`` (failed at once when closed). Never blocks."""
         with self._lock:
             if not self._closed:
                 queue = self._queue
-                queue.append((write, future))
+                queue.append((write, done))
                 # Wake the writer only when it has something to decide: the first
                 # write, or the group it gathers is complete.
                 if len(queue) == 1 or len(queue) >= self._target:
                     self._cond.notify()
-                return future
-        future.set_running_or_notify_cancel()
-        future.set_exception(self._closed_error())
-        return future
+                return done
+        if done.start():
+            done.finish(self._closed_error())
+        return done
 
     def close(self) -> None:
         """Fail the queued writes, let the group being written complete, end the thread."""
@@ -83,9 +80,9 @@ class GroupWriter:
             pending, self._queue = self._queue, []
             self._closed = True
             self._cond.notify_all()
-        for _, future in pending:
-            if future.set_running_or_notify_cancel():
-                future.set_exception(self._closed_error())
+        for _, done in pending:
+            if done.start():
+                done.finish(self._closed_error())
         if self._thread is not threading.current_thread():
             self._thread.join()
 
@@ -107,17 +104,14 @@ class GroupWriter:
                     return
                 self._target = len(group)
             started = time.monotonic()
-            items = [item for item in group if item[1].set_running_or_notify_cancel()]
+            items = [item for item in group if item[1].start()]
             try:
                 outcomes = self._run_group([write for write, _ in items]) if items else []
             except BaseException as exc:  # never leave a caller hanging
                 _log.exception("store.writer_failed")
                 outcomes = [exc] * len(items)
-            for (_, future), outcome in zip(items, outcomes, strict=True):
-                if isinstance(outcome, BaseException):
-                    future.set_exception(outcome)
-                else:
-                    future.set_result(outcome)
+            for (_, done), outcome in zip(items, outcomes, strict=True):
+                done.finish(outcome)
             self._last_commit = time.monotonic() - started
 
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Collection, Sequence
-from concurrent.futures import Future
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import ClassVar, Self, TypeVar
@@ -32,7 +31,7 @@ from sharedesk.protocol.errors import (
     ValidationError,
 )
 from sharedesk.protocol.events import Event
-from sharedesk.protocol.ports import CommitCallback, SessionInfo
+from sharedesk.protocol.ports import CommitCallback, D, SessionInfo, WriteFuture
 from sharedesk.protocol.records import private_copy
 from sharedesk.protocol.sessions import SessionState
 from sharedesk.protocol.validation import (
@@ -64,7 +63,7 @@ class StoreBase(ABC):
 
     Every public method checks its arguments first: a malformed one raises
     ``ValidationError``, and nothing is read or written. Once the store is closed, reads
-    and writes raise ``StoreClosedError`` (``submit``: through its future; a write waiting
+    and writes raise ``StoreClosedError`` (``submit``: through its completion; a write waiting
     as it closes too). Any method raises ``StoreIOError`` (the cause chained) when the
     backend fails; a read never writes, and raises ``CorruptRecordError`` for a damaged
     record.
@@ -99,11 +98,11 @@ class StoreBase(ABC):
                 closed_error=self._closed_error,
             )
 
-    def submit(self, write: Write) -> Future[list[Event]]:
+    def submit(self, write: Write, done: D) -> D:
         """Queue ``write`` (built by ``check_write``, not checked again); the one write path.
 
         Returns:
-            A future completed once, after the ``on_commit`` callbacks of its commit ran:
+            ``done``, finished once, after the ``on_commit`` callbacks of its commit ran:
             with what ``append`` returns (for a commit, the stored reply as a list, empty
             without one), or with the error it would raise.
 
@@ -111,20 +110,10 @@ class StoreBase(ABC):
         otherwise one queue append, never blocking on the writer.
         """
         if self._writer is not None:
-            return self._writer.submit(write)
-        future: Future[list[Event]] = Future()
-        future.set_running_or_notify_cancel()
-        _complete(future, self._commit_here(write))
-        return future
-
-    def _wait(self, write: Write) -> list[Event]:
-        """Return ``submit(write).result()`` (without a writer thread, no future)."""
-        if self._writer is not None:
-            return self.submit(write).result()
-        outcome = self._commit_here(write)
-        if isinstance(outcome, BaseException):
-            raise outcome
-        return outcome
+            return self._writer.submit(write, done)
+        if done.start():
+            done.finish(self._commit_here(write))
+        return done
 
     def _commit_here(self, write: Write) -> Outcome:
         """Commit ``write`` on this thread, under the store's lock."""
@@ -164,7 +153,7 @@ class StoreBase(ABC):
         write = check_write(
             session_id, events, expected_version=expected_version, unless_stored=unless_stored
         )
-        return self._wait(write)
+        return self.submit(write, WriteFuture()).result()
 
     def on_commit(self, callback: CommitCallback) -> Callable[[], None]:
         """Call ``callback(session_id, new_events)`` after each commit that stored events.
@@ -421,13 +410,6 @@ class StoreBase(ABC):
     def _session_infos(self) -> list[SessionInfo]: ...
     @abstractmethod
     def _close(self) -> None: ...
-
-
-def _complete(future: Future[list[Event]], outcome: Outcome) -> None:
-    if isinstance(outcome, BaseException):
-        future.set_exception(outcome)
-    else:
-        future.set_result(outcome)
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Collection, Sequence
-from concurrent.futures import Future
 from types import TracebackType
 from typing import Any, Self
 
 from sharedesk.protocol import Conversation, Event, SessionLog, SharingState
-from sharedesk.protocol.ports import CommitCallback
+from sharedesk.protocol.ports import CommitCallback, D
 from sharedesk.protocol.sessions import SessionState
 from sharedesk.protocol.writes import Write
 from sharedesk.store import MemoryStore
@@ -59,9 +58,9 @@ class FaultyStore:
             session_id, events, expected_version=expected_version, unless_stored=unless_stored
         )
 
-    def submit(self, write: Write) -> Future[list[Event]]:
+    def submit(self, write: Write, done: D) -> D:
         self._enter("append" if write.share is None else "shared_write")
-        return self.inner.submit(write)
+        return self.inner.submit(write, done)
 
     def on_commit(self, callback: CommitCallback) -> Callable[[], None]:
         return self.inner.on_commit(callback)

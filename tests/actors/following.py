@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future
 
 from sharedesk.actors import Push
 from sharedesk.protocol import Conversation, Event, Person, SharingState, Text
 from sharedesk.protocol.errors import StoreClosedError, StoreIOError
-from sharedesk.protocol.ports import AppendCallback, CommitCallback
+from sharedesk.protocol.ports import AppendCallback, CommitCallback, D, WriteFuture
 from sharedesk.protocol.writes import Write
 from sharedesk.store import MemoryStore
 
@@ -80,15 +79,18 @@ class FollowingMemoryStore(MemoryStore):
         self.commit_callbacks.append(callback)
         return lambda: self.commit_callbacks.remove(callback)
 
-    def submit(self, write: Write) -> Future[list[Event]]:
-        future = super().submit(write)  # in memory: done by now
+    def submit(self, write: Write, done: D) -> D:
+        future = super().submit(write, WriteFuture())  # in memory: done by now
         hook, self.during_append = self.during_append, None
         if hook is not None:
             hook()
-        if not getattr(self._here, "elsewhere", False) and future.exception() is None:
+        error = future.exception()
+        if not getattr(self._here, "elsewhere", False) and error is None:
             for callback in list(self.commit_callbacks):
                 callback(write.session_id, future.result())
-        return future
+        if done.start():
+            done.finish(future.result() if error is None else error)
+        return done
 
     def read(
         self,

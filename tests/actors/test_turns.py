@@ -7,7 +7,6 @@ import subprocess
 import sys
 import tempfile
 import threading
-from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,6 +34,7 @@ from sharedesk.protocol import (
     same_participant,
 )
 from sharedesk.protocol.errors import TurnAlreadyCommitted
+from sharedesk.protocol.ports import D
 from sharedesk.protocol.writes import Write
 from sharedesk.store import MemoryStore
 from tests.actors.conftest import HubFactory
@@ -245,10 +245,10 @@ class TestWritersOutsideTheHub:
 class _OtherProcessStore(MemoryStore):
     """A store another process appends to right before every commit reaches it."""
 
-    def submit(self, write: Write) -> Future[list[Event]]:
+    def submit(self, write: Write, done: D) -> D:
         if write.share is not None:  # a turn's commit
             self.append(write.session_id, [Event(EVE, Text("from another process"))])
-        return super().submit(write)
+        return super().submit(write, done)
 
 
 class TestCommitWhileOthersWrite:

@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import queue
 import threading
-from concurrent.futures import Future
 from typing import Any
 
 from sharedesk import AsyncHub, Event, Hub, HubOptions, MemoryStore
+from sharedesk.protocol.ports import Completion, D
 from sharedesk.protocol.writes import Write
 
 
@@ -40,9 +40,7 @@ class Held(MemoryStore):
         self.entered = threading.Semaphore(0)
         #: Released by every turn plan (each reads a sharing state once).
         self.plans = threading.Semaphore(0)
-        self._held_writes: queue.SimpleQueue[tuple[Write, Future[list[Event]]] | None] = (
-            queue.SimpleQueue()
-        )
+        self._held_writes: queue.SimpleQueue[tuple[Write, Completion] | None] = queue.SimpleQueue()
         self._held_writer = threading.Thread(
             target=self._write_loop, name="held-writer", daemon=True
         )
@@ -77,22 +75,16 @@ class Held(MemoryStore):
         self._held_read()
         return super().get_sharing_state(session_id, viewer, conversation)
 
-    def submit(self, write: Write) -> Future[list[Event]]:
+    def submit(self, write: Write, done: D) -> D:
         self.entered.release()
-        future: Future[list[Event]] = Future()
-        self._held_writes.put((write, future))
-        return future
+        self._held_writes.put((write, done))
+        return done
 
     def _write_loop(self) -> None:
         while (item := self._held_writes.get()) is not None:
-            write, future = item
+            write, done = item
             self.gate.wait(self.patience)
-            done = MemoryStore.submit(self, write)  # commits, runs the callbacks
-            error = done.exception()
-            if error is not None:
-                future.set_exception(error)
-            else:
-                future.set_result(done.result())
+            MemoryStore.submit(self, write, done)  # commits, runs the callbacks
 
     def close(self) -> None:
         self.release()

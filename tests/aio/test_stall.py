@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import collections
 from collections.abc import Awaitable, Callable, Sequence
-from concurrent.futures import Future
 from typing import Any, TypeVar, Unpack
 
 import pytest
@@ -20,6 +19,7 @@ import pytest
 from sharedesk import Agent, AsyncHub, Event, Hub, HubOptions, MemoryStore, Person, Text
 from sharedesk.actors._handles import AppendOptions
 from sharedesk.actors.aio import CHUNK
+from sharedesk.protocol.ports import D
 from sharedesk.protocol.writes import Write
 from tests.aio.conftest import our_threads
 from tests.aio.stores import held_hub
@@ -120,9 +120,9 @@ class _Counting(MemoryStore):
         self.step = 0
         self.handed: list[int] = []
 
-    def submit(self, write: Write) -> Future[list[Event]]:
+    def submit(self, write: Write, done: D) -> D:
         self.handed.append(self.step)
-        return super().submit(write)
+        return super().submit(write, done)
 
 
 async def _count_steps(store: _Counting) -> None:

@@ -27,6 +27,7 @@ from sharedesk.protocol.authors import Agent, Person
 from sharedesk.protocol.errors import ConcurrencyError, ValidationError
 from sharedesk.protocol.events import Event as DeskEvent
 from sharedesk.protocol.events import Item, Text
+from sharedesk.protocol.ports import WriteFuture
 from sharedesk.protocol.sessions import STATE_DELTA_KEY
 from sharedesk.protocol.validation import check_write
 from sharedesk.store.memory import MemoryStore
@@ -247,7 +248,9 @@ class TestLinkedWrites:
         linked = (check_write("b", [note]), check_write("c", [note], expected_version=9))
 
         with pytest.raises(ConcurrencyError):
-            await asyncio.wrap_future(hub.hub.submit(check_write("a", [note], linked=linked)))
+            await asyncio.wrap_future(
+                hub.hub.submit(check_write("a", [note], linked=linked), WriteFuture())
+            )
 
         assert [0, 0, 0] == [await hub.last_sequence(d) for d in ("a", "b", "c")]
         assert {} == hub.hub.session_state("b").values
@@ -256,7 +259,9 @@ class TestLinkedWrites:
         note = DeskEvent(PAT, Text("x"), metadata={STATE_DELTA_KEY: {"k": 1}})
 
         await asyncio.wrap_future(
-            hub.hub.submit(check_write("a", [note], linked=(check_write("b", [note]),)))
+            hub.hub.submit(
+                check_write("a", [note], linked=(check_write("b", [note]),)), WriteFuture()
+            )
         )
 
         assert [1, 1] == [await hub.last_sequence(d) for d in ("a", "b")]

@@ -60,6 +60,7 @@ from sharedesk.protocol.ports import (
     RunIndexStore,
     SessionInfo,
     SharingStateStore,
+    WriteFuture,
     WritingStore,
 )
 from sharedesk.protocol.sessions import EMPTY_SESSION_STATE, SESSION_STARTED_ID, SessionState
@@ -120,7 +121,7 @@ def append_shared(
     """Write ``events`` with a sharing state through the one write path, as the Hub does."""
     share = Share(viewer, state, expected_state, reply_present)
     write = check_write(session_id, events, expected_version=expected_version, share=share)
-    return store.submit(write).result()
+    return store.submit(write, WriteFuture()).result()
 
 
 def walk_log(store: ContractStore, session_id: str, limit: int) -> list[SessionPage]:
@@ -1372,7 +1373,7 @@ class WritesContract(_Fixture):
     """The one write path (``StoreBase.submit``) and the commit callbacks (``on_commit``)."""
 
     def test_submit_completes_its_future_with_the_stored_events(self, store: ContractStore) -> None:
-        future = store.submit(check_write("s", [text("a"), text("b")]))
+        future = store.submit(check_write("s", [text("a"), text("b")]), WriteFuture())
 
         assert [1, 2] == sequences(future.result(timeout=10))
         assert [1, 2] == sequences(store.read("s"))
@@ -1380,7 +1381,7 @@ class WritesContract(_Fixture):
     def test_submit_completes_a_failing_write_with_its_error_and_writes_nothing(
         self, store: ContractStore
     ) -> None:
-        future = store.submit(check_write("s", [text()], expected_version=3))
+        future = store.submit(check_write("s", [text()], expected_version=3), WriteFuture())
 
         with pytest.raises(ConcurrencyError):
             future.result(timeout=10)
@@ -1460,7 +1461,7 @@ class WritesContract(_Fixture):
         store.close()
 
         with pytest.raises(StoreClosedError):
-            store.submit(write).result(timeout=10)
+            store.submit(write, WriteFuture()).result(timeout=10)
 
 
 class StoreContract(EventsContract, SharingContract, ListingContract, RunIndexContract):

@@ -9,7 +9,7 @@ it is asked.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import CancelledError, Future
 from datetime import UTC, datetime
 from typing import Any
@@ -27,6 +27,7 @@ from sharedesk.protocol import (
     StoreClosedError,
     Text,
 )
+from sharedesk.protocol.ports import WriteFuture
 from sharedesk.protocol.validation import check_write
 from sharedesk.protocol.writes import Share, Write
 from sharedesk.store import MemoryStore
@@ -83,10 +84,38 @@ def writer(fake: FakeGroups) -> Iterator[GroupWriter]:
 
 
 def put(writer: GroupWriter, session_id: str) -> Future[list[Event]]:
-    return writer.submit(check_write(session_id, []))
+    return writer.submit(check_write(session_id, []), WriteFuture())
+
+
+class Recorded:
+    """A ``Completion`` that is no future: records each outcome and the thread it came on."""
+
+    def __init__(self) -> None:
+        self.outcomes: list[tuple[list[Event] | BaseException, str]] = []
+        self.finished = threading.Event()
+
+    def start(self) -> bool:
+        return True
+
+    def finish(self, outcome: list[Event] | BaseException) -> None:
+        self.outcomes.append((outcome, threading.current_thread().name))
+        self.finished.set()
+
+    def add_done_callback(self, fn: Callable[[Any], object], /) -> None:
+        raise AssertionError("the writer finishes a completion; it never watches one")
 
 
 class TestGroupWriter:
+    def test_the_writer_finishes_any_completion_once_on_its_own_thread(
+        self, writer: GroupWriter, fake: FakeGroups
+    ) -> None:
+        fake.release.set()
+        done = writer.submit(check_write("a", []), Recorded())
+
+        assert done.finished.wait(10)
+        writer.close()
+        assert [([], "test-writer")] == done.outcomes
+
     def test_a_lone_write_is_run_alone_and_its_future_completed(
         self, writer: GroupWriter, fake: FakeGroups
     ) -> None:

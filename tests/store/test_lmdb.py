@@ -31,6 +31,7 @@ from sharedesk.protocol import (
     ValidationError,
 )
 from sharedesk.protocol.errors import StoreFormatError
+from sharedesk.protocol.ports import WriteFuture
 from sharedesk.protocol.records import sharing_key
 from sharedesk.protocol.validation import MAX_SESSION_ID_BYTES, check_write
 from sharedesk.store import LmdbStore
@@ -108,7 +109,7 @@ def submit(
     store: LmdbStore, session_id: str, events: list[Event], **options: Any
 ) -> Future[list[Event]]:
     """Queue one checked write to the store's writer; return its future."""
-    return store.submit(check_write(session_id, events, **options))
+    return store.submit(check_write(session_id, events, **options), WriteFuture())
 
 
 def outcome(future: Future[list[Event]]) -> list[int | None] | BaseException:

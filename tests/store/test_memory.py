@@ -6,6 +6,7 @@ import threading
 from pathlib import Path
 
 from sharedesk.protocol import Event, Person, Text
+from sharedesk.protocol.ports import WriteFuture
 from sharedesk.protocol.validation import check_write
 from sharedesk.store import MemoryStore
 from tests.store.contract import ContractStore, StoreContract, WritesContract
@@ -23,7 +24,7 @@ class TestMemoryStore(StoreContract, WritesContract):
 class TestMemoryWrites:
     def test_submit_returns_a_future_already_completed(self) -> None:
         with MemoryStore() as store:
-            future = store.submit(check_write("s", [Event(ANN, Text("x"))]))
+            future = store.submit(check_write("s", [Event(ANN, Text("x"))]), WriteFuture())
 
             assert future.done()
 

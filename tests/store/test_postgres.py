@@ -44,6 +44,7 @@ from sharedesk.protocol import (
     ValidationError,
 )
 from sharedesk.protocol.errors import StoreFormatError, StoreUnreachable
+from sharedesk.protocol.ports import WriteFuture
 from sharedesk.protocol.sessions import SESSION_STARTED_ID
 from sharedesk.protocol.validation import check_write
 from sharedesk.store import _pg_listen
@@ -787,9 +788,9 @@ def commit_as_group(
         holder.execute(
             "SELECT 1 FROM sharedesk.streams WHERE session_id = 'blocker'::bytea FOR UPDATE"
         )
-        held = store.submit(check_write("blocker", [text()]))
+        held = store.submit(check_write("blocker", [text()]), WriteFuture())
         wait_for(functools.partial(rows_waiting_for_a_lock, dsn, 1))
-        futures = [store.submit(check_write(sid, events)) for sid, events in writes]
+        futures = [store.submit(check_write(sid, events), WriteFuture()) for sid, events in writes]
         holder.execute("ROLLBACK")
     held.result(timeout=30)
     outcomes: list[list[Event] | BaseException] = []

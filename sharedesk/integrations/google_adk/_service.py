@@ -25,6 +25,7 @@ from sharedesk.projection.compaction import compacted_through, compaction_of
 from sharedesk.protocol.authors import SessionAuthor, System
 from sharedesk.protocol.errors import ConcurrencyError, RowsArchived, ValidationError
 from sharedesk.protocol.events import Event
+from sharedesk.protocol.ports import WriteFuture
 from sharedesk.protocol.sessions import STATE_CLEAR_KEY, STATE_DELTA_KEY, SessionState
 from sharedesk.protocol.validation import check_write
 from sharedesk.protocol.views import Conversation
@@ -122,7 +123,7 @@ class DeskSessionService(BaseSessionService):
 
     async def _submit(self, write: Write) -> list[Event]:
         """Hand one checked write to the store's writer and await it."""
-        return await asyncio.wrap_future(self._hub.hub.submit(write))
+        return await asyncio.wrap_future(self._hub.hub.submit(write, WriteFuture()))
 
     # -- BaseSessionService ------------------------------------------------------------------
 
