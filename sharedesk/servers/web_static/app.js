@@ -7,7 +7,7 @@
 const BIDI = /[\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]/g;
 const POST_HEADERS = { "content-type": "application/json", "x-sharedesk-request": "1" };
 
-const state = { desk: null, source: null, last: 0, oldest: null, me: null, replyTo: null, lensTimer: null };
+const state = { desk: null, source: null, last: 0, oldest: null, me: null, replyTo: null, lensTimer: null, lensAsked: 0 };
 
 function $(id) { return document.getElementById(id); }
 
@@ -139,8 +139,18 @@ async function refreshParticipants() {
     option.value = key;
     select.append(option);
   }
-  if (chosen && [...select.options].some((o) => o.value === chosen)) select.value = chosen;
-  if (!chosen && select.options.length) showLens();
+  if (chosen) {
+    addLensOption(chosen);  // one named by hand stays chosen while others write
+    select.value = chosen;
+  } else if (select.options.length) showLens();
+}
+
+function addLensOption(key) {
+  const select = $("lens-who");
+  if ([...select.options].some((o) => o.value === key)) return;
+  const option = el("option", null, key);
+  option.value = key;
+  select.append(option);
 }
 
 function scheduleLens() {
@@ -151,7 +161,9 @@ function scheduleLens() {
 async function showLens() {
   const as = $("lens-who").value;
   if (!as || !state.desk) return;
+  const asked = ++state.lensAsked;
   const view = await api(deskPath(state.desk) + "/view?as=" + encodeURIComponent(as));
+  if (asked !== state.lensAsked) return;  // a later lens was asked for while this one came
   const lens = $("lens");
   lens.replaceChildren();
   const mark = view.watermark;
@@ -192,13 +204,8 @@ async function showRun(runId) {
 function lensOf(key) {
   // A participant who wrote nothing lately is not listed: name it (person:ID, agent:ID).
   if (!key) return;
-  const select = $("lens-who");
-  if (![...select.options].some((o) => o.value === key)) {
-    const option = el("option", null, key);
-    option.value = key;
-    select.append(option);
-  }
-  select.value = key;
+  addLensOption(key);
+  $("lens-who").value = key;
   showLens().catch(fail);
 }
 
