@@ -177,6 +177,7 @@ class Queries:
             f"BEGIN; SET plan_cache_mode = force_generic_plan; {_PREPARE.format(s=s)}; COMMIT"
         )
         self.stream = f"SELECT last_seq, text_count, state FROM {s}.streams WHERE session_id = %s"
+        self.states = f"SELECT session_id, state FROM {s}.streams WHERE session_id = ANY(%s)"
         self.probe_event = f"SELECT record FROM {s}.events WHERE session_id = %s AND id_key = %s"
         self.get_sharing = f"SELECT state FROM {s}.sharing WHERE session_id = %s AND key = %s"
         events = f"SELECT seq, record FROM {s}.events WHERE session_id = %s"

@@ -366,6 +366,10 @@ class PostgresStore(StoreBase):
         rows = self._rows(self._sql.stream, [utf8(session_id)])
         return decode_session_state(session_id, rows[0][2] if rows else None)
 
+    def _session_states(self, session_ids: list[str]) -> list[SessionState]:
+        found = dict(self._rows(self._sql.states, [[utf8(s) for s in session_ids]]))
+        return [decode_session_state(s, found.get(utf8(s))) for s in session_ids]
+
     def _read_text_before(self, session_id: str, before: int | None, limit: int) -> SessionPage:
         high = _TOP if before is None else before
         if high <= 1:

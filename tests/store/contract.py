@@ -1314,6 +1314,16 @@ class RunIndexContract(_Fixture):
             ["b", "none", "a"]
         )
 
+    def test_session_states_of_no_ids_is_empty_and_a_repeated_id_answers_twice(
+        self, store: ContractStore
+    ) -> None:
+        store.append("a", [Event(System("session", "x"), SessionStarted({"k": "a"}))])
+
+        assert ([], [store.session_state("a")] * 2) == (
+            store.session_states([]),
+            store.session_states(["a", "a"]),
+        )
+
     def test_session_states_refuse_a_str_and_bad_ids(self, store: ContractStore) -> None:
         for bad in ("ab", ["ok", ""]):
             with pytest.raises(ValidationError):
