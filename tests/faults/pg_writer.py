@@ -117,9 +117,13 @@ class PooledWriter:
             return
 
     def _stored(self, session_id: str, events: list[Event]) -> bool:
-        """Acknowledge ``events`` and return ``True`` if the session holds them (all or none)."""
+        """Acknowledge ``events`` and return ``True`` if the session holds every one of them.
+
+        Writers share the id pool, so another writer's batch may hold some of these ids:
+        a batch is stored whole or not at all, and one held only in part is a conflict.
+        """
         held = {event.id: event for event in self.store.read(session_id)}
-        if events[0].id not in held:
+        if any(event.id not in held for event in events):
             return False
         for event in events:
             self.say(f"ack {session_id} {event.id} {held[event.id].sequence}")
