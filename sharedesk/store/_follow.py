@@ -9,6 +9,7 @@ hands to :meth:`Followers.tell`. The backends differ only in what their watcher 
 
 from __future__ import annotations
 
+import abc
 import signal
 import threading
 from collections.abc import Callable
@@ -22,7 +23,7 @@ __all__ = ["Followers", "Watcher"]
 _log = logger()
 
 
-class Watcher:
+class Watcher(abc.ABC):
     """A backend's watcher thread: ``start`` takes its first reading, then runs ``_run``.
 
     ``_run`` loops until ``_stopping`` is set, handing each notice to ``_tell`` (the
@@ -49,16 +50,16 @@ class Watcher:
             self._wake()
             self._thread.join()
 
-    def _wake(self) -> None:
+    def _wake(self) -> None:  # noqa: B027 (a hook: only a watcher blocked elsewhere needs one)
         """Wake the stopping thread where it waits on something else (nothing here)."""
 
     def _main(self) -> None:
         _keep_signals_for_the_main_thread()
         self._run()
 
+    @abc.abstractmethod
     def _run(self) -> None:
         """Watch until ``_stopping`` is set (each backend's own loop)."""
-        raise NotImplementedError
 
 
 class Followers:

@@ -17,6 +17,7 @@ from sharedesk.projection.compaction import compacted_through, compaction_of
 from sharedesk.projection.retention import RetentionPolicy, RetentionReport, retention_through
 from sharedesk.protocol.errors import ValidationError
 from sharedesk.protocol.events import Event
+from sharedesk.protocol.sessions import SessionState
 from sharedesk.protocol.validation import check_int, check_session_id
 from sharedesk.protocol.views import Conversation
 from sharedesk.store.archive import append_archive, archive_file
@@ -60,7 +61,7 @@ def apply_retention(
         if (
             policy.keep_last is None
             and policy.max_age is None
-            and not _compacted(store, session_id)
+            and not _compacted(store.session_state(session_id), session_id)
         ):
             raise ValidationError(
                 f"desk {session_id!r} has no compaction, and the policy keeps nothing: "
@@ -70,10 +71,11 @@ def apply_retention(
     removed: dict[str, int] = {}
     archived: dict[str, int] = {}
     for desk in store.sessions() if session_id is None else [session_id]:
-        low = store.session_state(desk).archived_through
+        state = store.session_state(desk)
+        low = state.archived_through
         bound = retention_through(
             policy,
-            compacted=_compacted(store, desk),
+            compacted=_compacted(state, desk),
             archived=low,
             newest=_rows(store, desk, low, None, newest_first=True),
             oldest=_rows(store, desk, low, None, newest_first=False),
@@ -91,10 +93,9 @@ def apply_retention(
     return RetentionReport(removed, archived)
 
 
-def _compacted(store: StoreBase, desk: str) -> int:
-    """Return the ``through`` of ``desk``'s newest channel compaction (0: none)."""
-    compactions = store.session_state(desk).compactions
-    return compacted_through(compaction_of(compactions, Conversation(desk)))
+def _compacted(state: SessionState, desk: str) -> int:
+    """Return the ``through`` of ``desk``'s newest channel compaction in its ``state`` (0: none)."""
+    return compacted_through(compaction_of(state.compactions, Conversation(desk)))
 
 
 def _rows(
