@@ -204,8 +204,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             serve(args.store, host=args.host, port=args.port, tokens=args.tokens)
         else:
-            who, thread, window = parse_viewer(args.viewer), args.thread, args.window
-            run_view(console, args.store, args.session, who, thread, window, as_json=args.json)
+            run_view(console, args)
         sys.stdout.flush()
     except BrokenPipeError:  # before OSError, its base: a pager or `head` stopped reading
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
@@ -289,38 +288,41 @@ def _check_postgres_store(dsn: str) -> None:
         raise ValidationError(f"not a store: {shown(dsn)} holds no schema {PG_SCHEMA!r}")
 
 
-def open_existing_store(location: str) -> LmdbStore | PostgresStore:
+def open_existing_store(location: str, session_id: str | None = None) -> LmdbStore | PostgresStore:
     """Open the store at ``location`` (an LMDB directory or a DSN), which must exist.
 
-    Raises ``ValidationError`` when it is not an existing store. Cost: LMDB verifies the
-    whole file once (``verify=True``); no writes.
+    Raises ``ValidationError`` when it is not an existing store, or holds no
+    ``session_id`` (when given). Cost: LMDB verifies the whole file once
+    (``verify=True``); no writes.
     """
+    store: LmdbStore | PostgresStore
     if is_postgres_dsn(location):
         from sharedesk import PostgresStore  # the lazy export names the missing extra
 
         _check_postgres_store(location)
-        return PostgresStore(location)
-    path = Path(location)
-    if not path.is_dir():
-        missing = "does not exist" if not path.exists() else "is not a directory"
-        raise ValidationError(f"no such store: {path} {missing}")
-    if not (path / LMDB_DATA_FILE).is_file():
-        raise ValidationError(f"not a store: {path} holds no {LMDB_DATA_FILE}")
-    return LmdbStore(path, verify=True)
-
-
-def _require_session(store: LmdbStore | PostgresStore, location: str, session_id: str) -> int:
-    last = store.last_sequence(session_id)
-    if last == 0:
-        raise ValidationError(f"unknown session {session_id!r} in {shown(location)}")
-    return last
+        store = PostgresStore(location)
+    else:
+        path = Path(location)
+        if not path.is_dir():
+            missing = "does not exist" if not path.exists() else "is not a directory"
+            raise ValidationError(f"no such store: {path} {missing}")
+        if not (path / LMDB_DATA_FILE).is_file():
+            raise ValidationError(f"not a store: {path} holds no {LMDB_DATA_FILE}")
+        store = LmdbStore(path, verify=True)
+    try:
+        if session_id is not None and store.last_sequence(session_id) == 0:
+            raise ValidationError(f"unknown session {session_id!r} in {shown(location)}")
+    except BaseException:
+        store.close()
+        raise
+    return store
 
 
 def run_inspect(console: Output, location: str, session_id: str | None, *, as_json: bool) -> None:
     """List the sessions, or print one's events up to its last sequence as JSON lines."""
-    with open_existing_store(location) as store:
+    with open_existing_store(location, session_id) as store:
         if session_id is not None:
-            last = _require_session(store, location, session_id)
+            last = store.last_sequence(session_id)
             after = store.session_state(session_id).archived_through
             while after < last:
                 page = store.read(session_id, after=after, before=last + 1, limit=_PAGE)
@@ -344,29 +346,20 @@ def run_inspect(console: Output, location: str, session_id: str | None, *, as_js
         console.line("no sessions")
 
 
-def run_view(
-    console: Output,
-    location: str,
-    session_id: str,
-    viewer: SessionAuthor,
-    thread: int | None = None,
-    window: int = SESSION_WINDOW,
-    *,
-    as_json: bool = False,
-) -> None:
-    """Print ``viewer``'s projection of a desk's channel or thread: ``hub.view`` without a Hub.
+def run_view(console: Output, args: argparse.Namespace) -> None:
+    """Print a viewer's projection of a desk's channel or thread: ``hub.view`` without a Hub.
 
     The viewer's own messages are marked, the viewer shown with its newest row's label.
     """
-    check_int("--window", window)
-    check_optional_int("--thread", thread, minimum=1)
-    with open_existing_store(location) as store:
-        _require_session(store, location, session_id)
+    session_id, viewer = args.session, parse_viewer(args.viewer)
+    window = check_int("--window", args.window)
+    thread = check_optional_int("--thread", args.thread, minimum=1)
+    with open_existing_store(args.store, session_id) as store:
         recent = store.read(session_id, newest_first=True, limit=2048)
         viewer = next((e.author for e in recent if _same(e.author, viewer)), viewer)
         query = SessionQuery(Conversation(session_id, thread_root=thread), window=window)
         projection = project_session(store.log(session_id), query)
-    if as_json:
+    if args.json:
         for message in projection.messages:
             console.json(message)
         return
@@ -451,9 +444,7 @@ def run_retain(console: Output, args: argparse.Namespace) -> None:
     max_age = None if args.max_age is None else timedelta(seconds=args.max_age)
     prune = ("TextDelta",) if args.prune_first is None else tuple(args.prune_first)
     policy = RetentionPolicy(args.keep_last, max_age, prune, args.archive)
-    with open_existing_store(args.store) as store:
-        if args.desk is not None:
-            _require_session(store, args.store, args.desk)
+    with open_existing_store(args.store, args.desk) as store:
         report = apply_retention(store, policy, args.desk)
     for desk, removed in report.removed.items():
         through = report.archived_through[desk]

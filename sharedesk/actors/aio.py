@@ -55,10 +55,9 @@ WORKER_PREFIX: Final = "sharedesk-aio"
 class _Bridge:
     """One event loop's side of the threads: hand-offs and completions, in chunks.
 
-    A finished job or write queues its :class:`_Answer`; the first one queued hops in,
-    and a drain resolves at most :data:`CHUNK`, rescheduling itself until a pass finds
-    none.
-    :meth:`admit` hands off at most :data:`CHUNK` writes per window (about one
+    A finished job or write queues its :class:`_Answer` (a listener's wake-up, its
+    :class:`_Watch`); the first one queued hops in, and a drain resolves at most
+    :data:`CHUNK`, rescheduling itself until a pass finds none. :meth:`admit` hands off at most :data:`CHUNK` writes per window (about one
     iteration); later ones wait, in order, for a later window.
     """
 
@@ -66,7 +65,7 @@ class _Bridge:
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
-        self._queue: collections.deque[_Answer[Any]] = collections.deque()
+        self._queue: collections.deque[_Answer[Any] | _Watch] = collections.deque()
         self._scheduled = False
         self._admitted = 0
         self._window = False
@@ -104,8 +103,8 @@ class _Bridge:
         job.add_done_callback(done)  # done already: called at once, resolved by a drain
         return done
 
-    def completed(self, done: _Answer[Any]) -> None:
-        """Queue ``done``, whose job finished; hop into the loop unless a drain is due."""
+    def completed(self, done: _Answer[Any] | _Watch) -> None:
+        """Queue ``done`` to be resolved; hop into the loop unless a drain is due (any thread)."""
         self._queue.append(done)
         if self._scheduled:  # the drain will see it (it re-checks after clearing this)
             return
@@ -180,24 +179,21 @@ class _Settling(_Answer[list[Event]]):
 class _Watch:
     """A listener of one session's committed events that wakes one waiting task."""
 
-    __slots__ = ("_loop", "_pending", "event")
+    __slots__ = ("_bridge", "_pending", "event")
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._loop = loop
+    def __init__(self, bridge: _Bridge) -> None:
+        self._bridge = bridge
         self.event = asyncio.Event()  #: set on a wake-up (loop thread)
         self._pending = False
 
     def deliver(self, message: Push) -> None:
-        """Wake the waiting task (any thread; one hop per wake-up, never blocks)."""
-        if self._pending:
-            return
-        self._pending = True
-        try:
-            self._loop.call_soon_threadsafe(self._fire)
-        except RuntimeError:  # the loop is closed
-            self._pending = False
+        """Wake the waiting task through the bridge (any thread; never blocks)."""
+        if not self._pending:
+            self._pending = True
+            self._bridge.completed(self)
 
-    def _fire(self) -> None:
+    def resolve(self) -> None:
+        """Set :attr:`event` (loop thread)."""
         self._pending = False
         self.event.set()
 
@@ -332,7 +328,7 @@ class AsyncHub:
         self._live()
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
-        watch = _Watch(loop)
+        watch = _Watch(self._bridge())
         remove = await self._listen(session_id, watch)
         self._watches.add(watch)
         try:
@@ -342,11 +338,8 @@ class AsyncHub:
                 if turn.messages:
                     return turn
                 self._live()
-                remaining = None if deadline is None else deadline - loop.time()
-                if remaining is not None and remaining <= 0:
-                    raise TimeoutError(f"no turn for the viewer within {timeout} s")
                 try:
-                    async with asyncio.timeout(remaining):
+                    async with asyncio.timeout_at(deadline):
                         await watch.event.wait()
                 except TimeoutError:
                     raise TimeoutError(f"no turn for the viewer within {timeout} s") from None

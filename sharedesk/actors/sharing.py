@@ -41,10 +41,7 @@ class SharingActor(HubActor):
         """Serve :class:`Push` (told) and :class:`Plan`."""
         match message:
             case Push(events=events):
-                try:
-                    self.tail.apply_rows(events)
-                except Exception:
-                    self.tail.reset()  # rebuilt from the log by the next plan
+                self.tail.apply_rows(events)  # a gap resets it: the next plan rebuilds
                 return None
             case Plan(viewer=viewer, conversation=conversation, start_after=start_after):
                 return self._plan(viewer, conversation, start_after)

@@ -110,7 +110,8 @@ class ActorSupervisor:
             except pykka.ActorDeadError:
                 continue  # stopped before handling it: resend to a fresh actor
             finally:
-                self._release(slot)
+                slot.last_used = time.monotonic()
+                slot.pins.pop()
         raise ActorCrashed(key.kind, key.session_id, "stopped before handling the request")
 
     def committed(self, session_id: str, events: list[Event]) -> None:
@@ -300,10 +301,6 @@ class ActorSupervisor:
             for victim in victims:
                 _stop(victim)
         return slot
-
-    def _release(self, slot: Slot) -> None:
-        slot.last_used = time.monotonic()
-        slot.pins.pop()
 
     def _make_room_locked(self) -> list[Slot]:
         # CLOCK, an O(1) approximation of least recently used: from the oldest end, an
