@@ -57,8 +57,9 @@ class _Bridge:
 
     A finished job or write queues its :class:`_Answer` (a listener's wake-up, its
     :class:`_Watch`); the first one queued hops in, and a drain resolves at most
-    :data:`CHUNK`, rescheduling itself until a pass finds none. :meth:`admit` hands off at most :data:`CHUNK` writes per window (about one
-    iteration); later ones wait, in order, for a later window.
+    :data:`CHUNK`, rescheduling itself until a pass finds none. :meth:`admit` hands off
+    at most :data:`CHUNK` writes per window (about one iteration); later ones wait, in
+    order, for a later window.
     """
 
     __slots__ = ("_admitted", "_gated", "_loop", "_queue", "_scheduled", "_window")
