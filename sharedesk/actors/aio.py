@@ -11,10 +11,6 @@ Cancellation (writes): cancelled before the write was handed off (waiting for it
 chunk), nothing is written; cancelled after, the coroutine waits for the write's
 outcome, ignoring further cancellation, then raises ``CancelledError``. Retrying with
 the same event ids is idempotent either way.
-
-``wait_turn`` sleeps on a :meth:`Hub.listen` listener, woken by every commit through
-this Hub and, on a following store (LMDB, PostgreSQL), by other processes' commits; it
-never polls the rows.
 """
 
 from __future__ import annotations
