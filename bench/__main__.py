@@ -18,10 +18,9 @@ import msgspec
 from rich.console import Console
 
 from bench.harness import BenchRun
+from bench.options import COMMON, Option, declare, settle
 from bench.report import Report, machine_info, print_summary, utc_now, write_json, write_plots
 from bench.scenarios import SCENARIOS
-
-DEFAULT_OUT = Path(__file__).resolve().parent / "results"
 
 EPILOG = """\
 examples:
@@ -45,26 +44,13 @@ otherwise a note says so.
 """
 
 
-def _common(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--quick", action="store_true", help="tiny configuration: checks the harness, not speed"
-    )
-    parser.add_argument(
-        "--dir",
-        type=Path,
-        help="keep the run's data under this directory (default: a temporary one, removed)",
-    )
-    parser.add_argument(
-        "--out",
-        type=Path,
-        default=DEFAULT_OUT,
-        help="where the JSON results and plots go (default bench/results/)",
-    )
-    parser.add_argument("--no-plots", action="store_true", help="do not draw PNG plots")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bars")
-    parser.add_argument(
-        "--log-level", default="warning", help="sharedesk log level on stderr (default warning)"
-    )
+#: The one option of ``all`` beyond the common ones.
+ALL_DSN = Option(
+    "--dsn",
+    None,
+    "PostgreSQL server for the append --backend postgres part (default: a throwaway "
+    "server when PostgreSQL's binaries are installed, else skipped)",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -83,19 +69,13 @@ def build_parser() -> argparse.ArgumentParser:
             description=module.__doc__,
             formatter_class=argparse.RawDescriptionHelpFormatter,
         )
-        module.add_arguments(scenario_parser)
-        _common(scenario_parser)
+        declare(scenario_parser, (*module.OPTIONS, *COMMON))
     everything = sub.add_parser(
         "all",
         help="every scenario with its defaults, one report",
         description="Run every scenario with its default (or --quick) options.",
     )
-    everything.add_argument(
-        "--dsn",
-        help="PostgreSQL server for the append --backend postgres part (default: a "
-        "throwaway server when PostgreSQL's binaries are installed, else skipped)",
-    )
-    _common(everything)
+    declare(everything, (ALL_DSN, *COMMON))
     return parser
 
 
@@ -116,7 +96,7 @@ def _all_postgres(run: BenchRun, args: argparse.Namespace, console: Console) -> 
 def main(argv: list[str] | None = None) -> int:
     """Run the scenario named on the command line; return the exit status."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = settle(parser.parse_args(argv), COMMON, quick=False)
     from sharedesk import configure_logging
 
     configure_logging(level=args.log_level)

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.harness import BenchRun
-from bench.options import pick
+from bench.options import Option, settle
 from bench.report import Target, measurement, ratio_target, timed_calls
 
 NAME = "adk"
@@ -45,14 +45,15 @@ HELP = "Google ADK: DeskSessionService vs SqliteSessionService and DatabaseSessi
 APP = "bench"
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--sessions", type=int, help="concurrent appending sessions (100)")
-    parser.add_argument("--events", type=int, help="events per appending session (20)")
-    parser.add_argument("--long", type=int, help="events of the long session (20000)")
-    parser.add_argument("--short", type=int, help="events of the short session (200)")
-    parser.add_argument("--reads", type=int, help="timed calls per read measurement (200)")
-    parser.add_argument("--list-sessions", type=int, help="sessions for list_sessions (5000)")
-    parser.add_argument("--users", type=int, help="users those sessions belong to (50)")
+OPTIONS = (
+    Option("--sessions", 100, "concurrent appending sessions", quick=10),
+    Option("--events", 20, "events per appending session", quick=3),
+    Option("--long", 20_000, "events of the long session", quick=200),
+    Option("--short", 200, "events of the short session", quick=20),
+    Option("--reads", 200, "timed calls per read measurement", quick=10),
+    Option("--list-sessions", 5000, "sessions for list_sessions", quick=50),
+    Option("--users", 50, "users those sessions belong to", quick=5),
+)
 
 
 def _event(i: int, text: str = "") -> Any:
@@ -148,6 +149,7 @@ async def _fill_database(
 
 
 def run(run_: BenchRun, args: argparse.Namespace) -> None:
+    args = settle(args, OPTIONS, run_.quick)
     try:
         from google.adk.sessions.base_session_service import GetSessionConfig
         from google.adk.sessions.database_session_service import DatabaseSessionService
@@ -158,48 +160,42 @@ def run(run_: BenchRun, args: argparse.Namespace) -> None:
     from sharedesk import AsyncHub
     from sharedesk.integrations.google_adk import DeskSessionService
 
-    q = run_.quick
-    sessions: int = pick(args.sessions, 100, 10, q)
-    per: int = pick(args.events, 20, 3, q)
-    long: int = pick(args.long, 20_000, 200, q)
-    short: int = pick(args.short, 200, 20, q)
-    reads: int = pick(args.reads, 200, 10, q)
-    listed: int = pick(args.list_sessions, 5000, 50, q)
-    users: int = pick(args.users, 50, 5, q)
     recent = GetSessionConfig(num_recent_events=20)
-    lengths = {"long": long, "short": short}
+    lengths = {"long": args.long, "short": args.short}
 
     async def scenario() -> None:
         # -- append_event from concurrent sessions ------------------------------------
         desk_dir = run_.fresh_dir("adk-desk")
         async with AsyncHub.open(desk_dir / "append") as hub:
             with run_.progress("adk desk append_event", 1) as advance:
-                figures = await _appends(DeskSessionService(hub), sessions, per)
+                figures = await _appends(DeskSessionService(hub), args.sessions, args.events)
                 advance(1)
-        _record_append(run_, "desk", figures, sessions)
+        _record_append(run_, "desk", figures, args.sessions)
         sqlite_dir = run_.fresh_dir("adk-sqlite")
         with run_.progress("adk SqliteSessionService append_event", 1) as advance:
-            figures = await _appends(SqliteSessionService(str(sqlite_dir / "s.db")), sessions, per)
+            figures = await _appends(
+                SqliteSessionService(str(sqlite_dir / "s.db")), args.sessions, args.events
+            )
             advance(1)
-        _record_append(run_, "sqlite", figures, sessions)
+        _record_append(run_, "sqlite", figures, args.sessions)
         db_dir = run_.fresh_dir("adk-database")
         database = DatabaseSessionService(f"sqlite+aiosqlite:///{db_dir / 'append.db'}")
         try:
             with run_.progress("adk DatabaseSessionService append_event", 1) as advance:
-                figures = await _appends(database, sessions, per)
+                figures = await _appends(database, args.sessions, args.events)
                 advance(1)
         finally:
             await database.close()
-        _record_append(run_, "database", figures, sessions)
+        _record_append(run_, "database", figures, args.sessions)
 
         # -- reads ----------------------------------------------------------------------
         with run_.progress("adk setup: desk sessions (relaxed, untimed)", 1) as advance:
-            await _fill_desk(desk_dir / "reads", lengths, listed, users)
+            await _fill_desk(desk_dir / "reads", lengths, args.list_sessions, args.users)
             advance(1)
         database = DatabaseSessionService(f"sqlite+aiosqlite:///{db_dir / 'reads.db'}")
         try:
             with run_.progress("adk setup: database sessions (untimed)", 1) as advance:
-                await _fill_database(database, lengths, listed, users)
+                await _fill_database(database, lengths, args.list_sessions, args.users)
                 advance(1)
             async with AsyncHub.open(desk_dir / "reads") as hub:
                 desk = DeskSessionService(hub)
@@ -214,24 +210,24 @@ def run(run_: BenchRun, args: argparse.Namespace) -> None:
                                 session_id=name,
                                 config=recent,
                             ),
-                            reads,
+                            args.reads,
                         )
                         _record_read(run_, system, f"get_session {name}", latencies, lengths[name])
                     latencies = await _timed(
                         functools.partial(service.list_sessions, app_name=APP, user_id="lister0"),
-                        reads,
+                        args.reads,
                     )
-                    _record_read(run_, system, "list_sessions", latencies, listed)
+                    _record_read(run_, system, "list_sessions", latencies, args.list_sessions)
                 latencies = await _timed(
                     lambda: desk.list_sessions(app_name=APP, user_id="lister0", page_size=100),
-                    reads,
+                    args.reads,
                 )
-                _record_read(run_, "desk", "list_sessions page 100", latencies, listed)
+                _record_read(run_, "desk", "list_sessions page 100", latencies, args.list_sessions)
                 got = await desk.get_session(
                     app_name=APP, user_id="reader", session_id="long", config=recent
                 )
                 assert got is not None
-                _record_validation(run_, got.events, reads)
+                _record_validation(run_, got.events, args.reads)
         finally:
             await database.close()
 

@@ -1,4 +1,8 @@
-"""Bench scenarios: each module has ``NAME``, ``HELP``, ``add_arguments`` and ``run``."""
+"""Bench scenarios: each module has ``NAME``, ``HELP``, ``OPTIONS`` and ``run``.
+
+``OPTIONS`` are the scenario's own :class:`~bench.options.Option` values (the common
+ones are added by ``python -m bench``); ``run`` settles them for the run.
+"""
 
 from __future__ import annotations
 

@@ -35,7 +35,7 @@ from typing import Any
 
 from bench import baselines
 from bench.harness import BenchRun, merge_rounds, open_store, run_threads
-from bench.options import pick
+from bench.options import Option, settle
 from bench.report import Target, measurement, percentile, timed_calls
 
 NAME = "async"
@@ -50,15 +50,16 @@ P99_BOUND = 0.010
 RAW_LMDB_16 = "raw py-lmdb (16 events/txn)"
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--sessions", type=int, help="desks written to (default 1000)")
-    parser.add_argument("--coroutines", type=int, help="appending coroutines (default 1000)")
-    parser.add_argument("--threads", type=int, help="threads of the store baseline (default 16)")
-    parser.add_argument("--events", type=int, help="events per system at most (default 30000)")
-    parser.add_argument("--max-seconds", type=float, help="time budget per system (default 12)")
-    parser.add_argument("--rounds", type=int, help="rounds alternating the systems (default 3)")
-    parser.add_argument("--payload", type=int, help="message characters per event (default 120)")
-    parser.add_argument("--wakeups", type=int, help="wait_turn wake-ups timed (default 300)")
+OPTIONS = (
+    Option("--sessions", 1000, "desks written to", quick=20),
+    Option("--coroutines", 1000, "appending coroutines", quick=20),
+    Option("--threads", 16, "threads of the store baseline", quick=2),
+    Option("--events", 30_000, "events per system at most", quick=200),
+    Option("--max-seconds", 12.0, "time budget per system", quick=2.0),
+    Option("--rounds", 3, "rounds alternating the systems", quick=1),
+    Option("--payload", 120, "message characters per event", quick=40),
+    Option("--wakeups", 300, "wait_turn wake-ups timed", quick=10),
+)
 
 
 class _GcPauses:
@@ -194,39 +195,33 @@ async def _wakeups(hub: Any, count: int) -> tuple[list[int], list[int]]:
 
 
 def run(run_: BenchRun, args: argparse.Namespace) -> None:
+    args = settle(args, OPTIONS, run_.quick)
     from sharedesk import Agent, AsyncHub, Event, Text
 
-    q = run_.quick
-    sessions = [f"bench-{i:05d}" for i in range(pick(args.sessions, 1000, 20, q))]
-    coroutines: int = pick(args.coroutines, 1000, 20, q)
-    threads: int = pick(args.threads, 16, 2, q)
-    events: int = pick(args.events, 30_000, 200, q)
-    max_seconds: float = pick(args.max_seconds, 12.0, 2.0, q)
-    rounds: int = pick(args.rounds, 3, 1, q)
-    payload = "x" * pick(args.payload, 120, 40, q)
-    wakeup_count: int = pick(args.wakeups, 300, 10, q)
-    events_r, seconds_r = max(1, events // rounds), max_seconds / rounds
+    sessions = [f"bench-{i:05d}" for i in range(args.sessions)]
+    payload = "x" * args.payload
+    events_r, seconds_r = max(1, args.events // args.rounds), args.max_seconds / args.rounds
     records: list[dict[str, Any]] = []
     late: list[float] = []
     busy: list[float] = []
     process: list[float] = []
     idle_late: list[float] = []
     collector = _GcPauses()
-    async_label = f"async sharedesk AsyncHub c={coroutines}"
-    store_label = f"async sharedesk store t={threads}"
+    async_label = f"async sharedesk AsyncHub c={args.coroutines}"
+    store_label = f"async sharedesk store t={args.threads}"
     raw_label = "async lmdb-raw 16/txn"
-    agents_label = f"async openai-agents SQLiteSession c={coroutines}"
+    agents_label = f"async openai-agents SQLiteSession c={args.coroutines}"
 
     raw_dir = run_.fresh_dir("async-raw-16")
     baselines.raw_lmdb_appends(
         raw_dir, sessions, events=len(sessions), per_txn=16, payload=payload, max_seconds=60.0
     )
     store = open_store(run_.fresh_dir("async-store") / "store", "durable")
-    writers = [Agent(id=f"w{t}", label=f"writer {t}") for t in range(threads)]
+    writers = [Agent(id=f"w{t}", label=f"writer {t}") for t in range(args.threads)]
 
     def store_op(thread: int, j: int) -> None:
         store.append(
-            sessions[(thread + j * threads) % len(sessions)],
+            sessions[(thread + j * args.threads) % len(sessions)],
             [Event(writers[thread], Text(payload))],
         )
 
@@ -235,7 +230,7 @@ def run(run_: BenchRun, args: argparse.Namespace) -> None:
         "kind": "async_append",
         "path": str(agents_dir / "agents.db"),
         "sessions": sessions,
-        "coroutines": coroutines,
+        "coroutines": args.coroutines,
         "events": len(sessions),
         "payload": payload,
         "max_seconds": 60.0,
@@ -252,14 +247,14 @@ def run(run_: BenchRun, args: argparse.Namespace) -> None:
             _async_appends(
                 hub,
                 sessions,
-                coroutines=min(coroutines, len(sessions)),
+                coroutines=min(args.coroutines, len(sessions)),
                 events=len(sessions),
                 payload=payload,
                 max_seconds=60.0,
                 heartbeat=None,
             )
         )
-        run_threads(threads, -(-len(sessions) // threads), store_op, max_seconds=60.0)
+        run_threads(args.threads, -(-len(sessions) // args.threads), store_op, max_seconds=60.0)
 
         def timed_round(heartbeat: _Heartbeat) -> tuple[int, float, list[int]]:
             """One timed round of AsyncHub appends, watched by ``heartbeat``."""
@@ -267,7 +262,7 @@ def run(run_: BenchRun, args: argparse.Namespace) -> None:
                 _async_appends(
                     hub,
                     sessions,
-                    coroutines=coroutines,
+                    coroutines=args.coroutines,
                     events=events_r,
                     payload=payload,
                     max_seconds=seconds_r,
@@ -277,7 +272,7 @@ def run(run_: BenchRun, args: argparse.Namespace) -> None:
 
         if agents:
             baselines.run_agents_child(agents_request)  # the warm-up
-        for _ in range(rounds):
+        for _ in range(args.rounds):
             with run_.progress(raw_label, events_r) as advance:
                 written, seconds = baselines.raw_lmdb_appends(
                     raw_dir,
@@ -313,14 +308,14 @@ def run(run_: BenchRun, args: argparse.Namespace) -> None:
                     ops=ops,
                     seconds=seconds,
                     latencies_ns=latencies,
-                    params={"coroutines": coroutines, "sessions": len(sessions)},
+                    params={"coroutines": args.coroutines, "sessions": len(sessions)},
                     note="durable; latency per append call",
                 )
             )
             with run_.progress(store_label, events_r) as advance:
                 result = run_threads(
-                    threads,
-                    -(-events_r // threads),
+                    args.threads,
+                    -(-events_r // args.threads),
                     store_op,
                     max_seconds=seconds_r,
                     advance=advance,
@@ -332,7 +327,7 @@ def run(run_: BenchRun, args: argparse.Namespace) -> None:
                     ops=result.ops,
                     seconds=result.seconds,
                     latencies_ns=result.latencies_ns,
-                    params={"threads": threads, "sessions": len(sessions)},
+                    params={"threads": args.threads, "sessions": len(sessions)},
                     note="LmdbStore.append from threads, durable",
                 )
             )
@@ -349,7 +344,7 @@ def run(run_: BenchRun, args: argparse.Namespace) -> None:
                         ops=figures.ops,
                         seconds=figures.seconds,
                         latencies_ns=figures.latencies_ns,
-                        params={"coroutines": coroutines},
+                        params={"coroutines": args.coroutines},
                         note="add_items, one item per call, in a child process",
                     )
                 )
@@ -367,7 +362,7 @@ def run(run_: BenchRun, args: argparse.Namespace) -> None:
         finally:
             gc.unfreeze()
         with run_.progress("async wait_turn wake-ups", 1) as advance:
-            wake, posts = runner.run(_wakeups(hub, wakeup_count))
+            wake, posts = runner.run(_wakeups(hub, args.wakeups))
             advance(1)
     finally:
         if hub is not None:
@@ -465,26 +460,26 @@ def run(run_: BenchRun, args: argparse.Namespace) -> None:
     }
 
     run_.throughput_targets(
-        f"append AsyncHub durable c={coroutines}",
+        f"append AsyncHub durable c={args.coroutines}",
         run_.rate(async_label),
         (
             ("async-append-vs-raw-lmdb", RAW_LMDB_16, raw_label, 1.0),
             (
                 "async-append-vs-threaded-store",
-                f"threaded LmdbStore t={threads}",
+                f"threaded LmdbStore t={args.threads}",
                 store_label,
                 2.0,
             ),
             (
                 "async-append-vs-sqlite-session",
-                f"openai-agents SQLiteSession c={coroutines}",
+                f"openai-agents SQLiteSession c={args.coroutines}",
                 agents_label,
                 10.0,
             ),
         ),
     )
     run_.throughput_targets(
-        f"append threaded LmdbStore durable t={threads}",
+        f"append threaded LmdbStore durable t={args.threads}",
         run_.rate(store_label),
         (("async-threaded-store-vs-raw-lmdb", RAW_LMDB_16, raw_label, None),),
     )

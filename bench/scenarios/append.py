@@ -44,7 +44,7 @@ from bench.harness import (
     open_store,
     run_threads,
 )
-from bench.options import int_list, pick
+from bench.options import Option, settle
 from bench.report import measurement, ratio_target
 from bench.scenarios import append_pg
 
@@ -57,65 +57,48 @@ RAW_BATCHES = (1, 16, 1000)
 RAW_LMDB_16 = "raw py-lmdb (16 events/txn)"
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--sessions", type=int, help="sessions written to (default 1000)")
-    parser.add_argument(
-        "--threads", type=int_list, help="writer thread counts, comma-separated (default 1,4,16)"
-    )
-    parser.add_argument("--per-call", type=int, help="events per append call (default 1)")
-    parser.add_argument("--events", type=int, help="events per measurement at most (default 12000)")
-    parser.add_argument("--max-seconds", type=float, help="time budget per measurement (default 8)")
-    parser.add_argument(
+#: The options of the LMDB and in-memory runs; ``--backend postgres`` reads those of
+#: :data:`bench.scenarios.append_pg.OPTIONS` (the same flags, and ``--dsn`` and ``--posts``).
+OPTIONS = (
+    Option("--threads", [1, 4, 16], "writer thread counts, comma-separated", quick=[1, 2]),
+    Option("--per-call", 1, "events per append call"),
+    Option(
         "--durability",
-        choices=["durable", "relaxed", "both"],
-        help="store durability (default durable)",
-    )
-    parser.add_argument(
-        "--via", choices=["store", "hub", "both"], help="write path measured (default both)"
-    )
-    parser.add_argument(
+        "durable",
+        "store durability",
+        choices=("durable", "relaxed", "both"),
+    ),
+    Option(
         "--backend",
-        choices=["lmdb", "memory", "both", "postgres"],
-        help="store backend measured (default lmdb; memory has no durability to choose; "
+        "lmdb",
+        "store backend measured (default {default}; memory has no durability to choose; "
         "postgres: PostgresStore next to the eventsourcing library and raw psycopg, and the "
         "cross-process view latency, on one server)",
-    )
-    parser.add_argument("--payload", type=int, help="message characters per event (default 120)")
-    parser.add_argument(
-        "--no-baselines", action="store_true", help="measure sharedesk only (no ratios)"
-    )
-    parser.add_argument(
-        "--rounds",
-        type=int,
-        help="rounds the headline (largest) thread count is split into, each system in "
-        "turn, so the ratios share the machine's drift (default 3)",
-    )
-    append_pg.add_arguments(parser)
+        choices=("lmdb", "memory", "both", "postgres"),
+    ),
+    Option("--no-baselines", False, "measure sharedesk only (no ratios)"),
+    *append_pg.SHARED,
+    *append_pg.OWN,
+)
 
 
 def run(run_: BenchRun, args: argparse.Namespace) -> None:
     if args.backend == "postgres":
         append_pg.run(run_, args)
         return
-    q = run_.quick
-    sessions = [f"bench-{i:05d}" for i in range(pick(args.sessions, 1000, 20, q))]
-    thread_counts: list[int] = pick(args.threads, [1, 4, 16], [1, 2], q)
-    per_call: int = pick(args.per_call, 1, 1, q)
-    events: int = pick(args.events, 12_000, 120, q)
-    max_seconds: float = pick(args.max_seconds, 8.0, 2.0, q)
-    durability: str = pick(args.durability, "durable", "durable", q)
-    via: str = pick(args.via, "both", "both", q)
-    payload = "x" * pick(args.payload, 120, 40, q)
-    backend: str = pick(args.backend, "lmdb", "lmdb", q)
-    modes = ["durable", "relaxed"] if durability == "both" else [durability]
-    if backend == "memory":
+    args = settle(args, OPTIONS, run_.quick)
+    sessions = [f"bench-{i:05d}" for i in range(args.sessions)]
+    events: int = args.events
+    max_seconds: float = args.max_seconds
+    payload = "x" * args.payload
+    modes = ["durable", "relaxed"] if args.durability == "both" else [args.durability]
+    if args.backend == "memory":
         modes = ["memory"]
-    elif backend == "both":
+    elif args.backend == "both":
         modes.append("memory")
-    paths = ["store", "hub"] if via == "both" else [via]
-    headline = max(thread_counts)
+    paths = ["store", "hub"] if args.via == "both" else [args.via]
+    headline = max(args.threads)
 
-    rounds: int = pick(args.rounds, 3, 1, q)
     records: list[dict[str, Any]] = []
 
     from sharedesk import Agent, Event, MemoryStore, Text
@@ -162,10 +145,10 @@ def run(run_: BenchRun, args: argparse.Namespace) -> None:
             session_id = sessions[(thread + j * threads) % len(sessions)]
             append(
                 session_id,
-                [Event(authors[thread], Text(payload)) for _ in range(per_call)],
+                [Event(authors[thread], Text(payload)) for _ in range(args.per_call)],
             )
 
-        calls = -(-events // per_call)
+        calls = -(-events // args.per_call)
         if fresh:
             warm_up(threads, op)
         with run_.progress(label, calls) as advance:
@@ -178,13 +161,13 @@ def run(run_: BenchRun, args: argparse.Namespace) -> None:
                 system="sharedesk",
                 operation="append",
                 label=label,
-                ops=result.ops * per_call,
+                ops=result.ops * args.per_call,
                 seconds=result.seconds,
                 latencies_ns=result.latencies_ns,
                 params={
                     "threads": threads,
                     "sessions": len(sessions),
-                    "per_call": per_call,
+                    "per_call": args.per_call,
                     "durability": mode,
                     "via": path_kind,
                     "series": f"sharedesk {path_kind} {mode}",
@@ -351,10 +334,10 @@ def run(run_: BenchRun, args: argparse.Namespace) -> None:
             )
 
     try:
-        for threads in thread_counts:
+        for threads in args.threads:
             # The headline thread count runs in rounds that alternate every system, so
             # slow drifts of the shared disk and CPU reach all of them alike.
-            here = rounds if threads == headline else 1
+            here = args.rounds if threads == headline else 1
             events_r, seconds_r = max(1, events // here), max_seconds / here
             for _ in range(here):
                 if threads == headline and not args.no_baselines:

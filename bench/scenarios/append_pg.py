@@ -53,7 +53,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from bench.harness import BenchRun, ThreadedResult, merge_rounds
-from bench.options import pick
+from bench.options import Option, settle
 from bench.report import Measurement, Target, measurement, timed_calls
 
 NAME = "append"
@@ -67,17 +67,40 @@ ANSWER_SECONDS = 60.0
 CHECKOUT = Path(__file__).resolve().parents[2]
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add the options only the PostgreSQL run reads (to the append scenario's)."""
-    parser.add_argument(
+#: Options the PostgreSQL run shares with the LMDB run of ``append`` (same defaults).
+SHARED = (
+    Option("--sessions", 1000, "sessions written to", quick=20),
+    Option("--events", 12_000, "events per measurement at most", quick=120),
+    Option("--max-seconds", 8.0, "time budget per measurement", quick=2.0),
+    Option(
+        "--rounds",
+        3,
+        "rounds the headline (largest) thread count is split into, each system in turn, "
+        "so the ratios share the machine's drift",
+        quick=1,
+    ),
+    Option("--payload", 120, "message characters per event", quick=40),
+    Option("--via", "both", "write path measured", choices=("store", "hub", "both")),
+)
+
+#: The options only the PostgreSQL run reads.
+OWN = (
+    Option(
         "--dsn",
-        help="PostgreSQL server to measure on, a postgresql:// URL of a role that may "
-        "CREATE DATABASE (each system gets its own, dropped after the run); default: "
-        "a throwaway server with fsync on, started and stopped by the bench",
-    )
-    parser.add_argument(
-        "--posts", type=int, help="posts timed for the cross-process view latency (default 300)"
-    )
+        None,
+        "PostgreSQL server to measure on, a postgresql:// URL of a role that may CREATE "
+        "DATABASE (each system gets its own, dropped after the run); default: a throwaway "
+        "server with fsync on, started and stopped by the bench",
+    ),
+    Option("--posts", 300, "posts timed for the cross-process view latency", quick=10),
+)
+
+#: Every option of the run: its thread count is the largest ``--threads`` given.
+OPTIONS = (
+    Option("--threads", [16], "writer thread counts, comma-separated", quick=[2]),
+    *SHARED,
+    *OWN,
+)
 
 
 @contextlib.contextmanager
@@ -210,31 +233,21 @@ def _client_cpu(calls: int, op: Callable[[int], object]) -> tuple[float, float]:
 
 def run(run_: BenchRun, args: argparse.Namespace) -> None:
     """Measure PostgresStore and its baselines on one server (see the module header)."""
+    args = settle(args, OPTIONS, run_.quick)
     run_.note(RECORDER_NOTE)
     with server_dsn(run_, args.dsn) as dsn:
         if dsn is not None:
             _run_on(run_, args, dsn)
-    _targets(run_, args)
-
-
-def _threads(run_: BenchRun, args: argparse.Namespace) -> int:
-    chosen: list[int] = pick(args.threads, [16], [2], run_.quick)
-    return max(chosen)
+    _targets(run_, max(args.threads))
 
 
 def _run_on(run_: BenchRun, args: argparse.Namespace, dsn: str) -> None:
     from bench.pg import EventsourcingAppends, RawPsycopgAppends, RunDatabases, spread
 
-    q = run_.quick
-    sessions = [SESSION_FORMAT.format(i) for i in range(pick(args.sessions, 1000, 20, q))]
-    threads = _threads(run_, args)
-    events: int = pick(args.events, 12_000, 120, q)
-    max_seconds: float = pick(args.max_seconds, 8.0, 2.0, q)
-    rounds: int = pick(args.rounds, 3, 1, q)
-    payload = "x" * pick(args.payload, 120, 40, q)
-    via: str = pick(args.via, "both", "both", q)
-    posts: int = pick(args.posts, 300, 10, q)
-    events_r, seconds_r = max(1, events // rounds), max_seconds / rounds
+    sessions = [SESSION_FORMAT.format(i) for i in range(args.sessions)]
+    threads: int = max(args.threads)
+    payload = "x" * args.payload
+    events_r, seconds_r = max(1, args.events // args.rounds), args.max_seconds / args.rounds
     records: list[dict[str, Any]] = []
     latencies: list[Measurement] = []
     closers: list[Callable[[], None]] = []
@@ -269,7 +282,7 @@ def _run_on(run_: BenchRun, args: argparse.Namespace, dsn: str) -> None:
             store = PostgresStore(ours_dsn, min_connections=threads, max_connections=threads)
             closers.append(store.close)
             ours("store", store.append)
-            if via in ("hub", "both"):
+            if args.via in ("hub", "both"):
                 hub = Hub.open(
                     databases.create("sharedesk_hub"),
                     min_connections=threads,
@@ -313,7 +326,7 @@ def _run_on(run_: BenchRun, args: argparse.Namespace, dsn: str) -> None:
             for label, _system, _note, write in systems:  # the untimed warm-up
                 with run_.progress(f"{label} warm-up", 1):
                     acknowledged[label] = write(len(sessions), 60.0).ops
-            for _ in range(rounds):
+            for _ in range(args.rounds):
                 for label, system, note, write in systems:
                     with run_.progress(label, 1) as advance:
                         result = write(events_r, seconds_r)
@@ -343,7 +356,7 @@ def _run_on(run_: BenchRun, args: argparse.Namespace, dsn: str) -> None:
                 f"{acknowledged[store_label]} / {sum(i.last_sequence for i in infos)} / "
                 f"{len(infos)}"
             )
-            cpu_calls = min(1000, events)
+            cpu_calls = min(1000, args.events)
             with run_.progress(f"client CPU per append, one thread ({cpu_calls} calls)", 1):
                 ours_cpu = _client_cpu(
                     cpu_calls,
@@ -359,8 +372,8 @@ def _run_on(run_: BenchRun, args: argparse.Namespace, dsn: str) -> None:
             }
             for follow in ("wait_turn", "view"):
                 label = f"cross-process {follow} postgres"
-                with run_.progress(f"{label} ({posts} posts)", 1) as advance:
-                    seen, calls = cross_process_latency(ours_dsn, follow, posts)
+                with run_.progress(f"{label} ({args.posts} posts)", 1) as advance:
+                    seen, calls = cross_process_latency(ours_dsn, follow, args.posts)
                     advance(1)
                 latencies.append(
                     timed_calls(
@@ -401,8 +414,7 @@ RECORDER_NOTE = (
 )
 
 
-def _targets(run_: BenchRun, args: argparse.Namespace) -> None:
-    threads = _threads(run_, args)
+def _targets(run_: BenchRun, threads: int) -> None:
     ours = run_.rate(f"append sharedesk store postgres t={threads}")
     raw = run_.rate(f"append psycopg raw t={threads}")
     notify = run_.rate(f"append psycopg raw +notify t={threads}")

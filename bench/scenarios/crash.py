@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.harness import BenchRun, open_store
-from bench.options import pick
+from bench.options import Option, settle
 from bench.report import Target, measurement
 
 NAME = "crash"
@@ -40,21 +40,19 @@ CHECKOUT = Path(__file__).resolve().parents[2]
 RESEND = 32
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--cycles", type=int, help="kill cycles (default 10)")
-    parser.add_argument("--threads", type=int, help="writer threads in the child (default 4)")
-    parser.add_argument("--sessions", type=int, help="sessions written (default 8)")
-    parser.add_argument(
-        "--via",
-        choices=["store", "hub"],
-        help="child writes via the store or a Hub (default store)",
-    )
-    parser.add_argument(
+OPTIONS = (
+    Option("--cycles", 10, "kill cycles", quick=2),
+    Option("--threads", 4, "writer threads in the child", quick=2),
+    Option("--sessions", 8, "sessions written", quick=3),
+    Option("--via", "store", "child writes via the store or a Hub", choices=("store", "hub")),
+    Option(
         "--durability",
-        choices=["durable", "relaxed"],
-        help="child durability (default durable; relaxed may lose acknowledged events)",
-    )
-    parser.add_argument("--seed", type=int, default=11, help="random seed (default 11)")
+        "durable",
+        "child durability (default {default}; relaxed may lose acknowledged events)",
+        choices=("durable", "relaxed"),
+    ),
+    Option("--seed", 11, "random seed"),
+)
 
 
 def _reader(stream: Any, acks: list[tuple[str, str, int]], ready: threading.Event) -> None:
@@ -152,12 +150,8 @@ def _check(
 
 
 def run(run_: BenchRun, args: argparse.Namespace) -> None:
+    args = settle(args, OPTIONS, run_.quick)
     q = run_.quick
-    args.cycles = pick(args.cycles, 10, 2, q)
-    args.threads = pick(args.threads, 4, 2, q)
-    args.sessions = pick(args.sessions, 8, 3, q)
-    args.via = pick(args.via, "store", "store", q)
-    args.durability = pick(args.durability, "durable", "durable", q)
     rng = random.Random(args.seed)
     directory = run_.fresh_dir("crash") / "store"
     directory.mkdir()

@@ -20,7 +20,7 @@ import time
 from typing import Any
 
 from bench.harness import BenchRun, open_hub
-from bench.options import pick
+from bench.options import Option, settle
 from bench.report import measurement, percentile
 
 NAME = "desk"
@@ -29,40 +29,32 @@ HELP = "agents and people on one desk: hub.turn latency percentiles and delta si
 DESK = "desk"
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--agents", type=int, help="agents taking turns (default 4)")
-    parser.add_argument("--people", type=int, help="people posting (default 2)")
-    parser.add_argument(
-        "--rounds", type=int, help="turns per agent and posts per person (default 150)"
-    )
-    parser.add_argument("--threads-on-desk", type=int, help="thread roots on the desk (default 3)")
-    parser.add_argument(
-        "--durability", choices=["durable", "relaxed"], help="store durability (default durable)"
-    )
-    parser.add_argument("--seed", type=int, default=7, help="random seed (default 7)")
+OPTIONS = (
+    Option("--agents", 4, "agents taking turns", quick=2),
+    Option("--people", 2, "people posting", quick=1),
+    Option("--rounds", 150, "turns per agent and posts per person", quick=6),
+    Option("--threads-on-desk", 3, "thread roots on the desk", quick=1),
+    Option("--durability", "durable", "store durability", choices=("durable", "relaxed")),
+    Option("--seed", 7, "random seed"),
+)
 
 
 def run(run_: BenchRun, args: argparse.Namespace) -> None:
+    args = settle(args, OPTIONS, run_.quick)
     from sharedesk import Agent, Conversation, Operator, Person
     from sharedesk.protocol import same_participant
 
-    q = run_.quick
-    n_agents: int = pick(args.agents, 4, 2, q)
-    n_people: int = pick(args.people, 2, 1, q)
-    rounds: int = pick(args.rounds, 150, 6, q)
-    n_threads: int = pick(args.threads_on_desk, 3, 1, q)
-    durability: str = pick(args.durability, "durable", "durable", q)
-    hub = open_hub(run_.fresh_dir("desk") / "store", durability)
+    hub = open_hub(run_.fresh_dir("desk") / "store", args.durability)
     try:
         session = hub.session(DESK)
         session.post(Operator(), "Welcome to the desk: triage today's incidents.")
         roots = [
             session.post(Operator(), f"Thread {k}: incident {k} follow-up").sequence
-            for k in range(n_threads)
+            for k in range(args.threads_on_desk)
         ]
         conversations: list[Any] = [None] + [Conversation(DESK, thread_root=r) for r in roots]
-        agents = [Agent(id=f"agent{k}", label=f"Agent {k}") for k in range(n_agents)]
-        people = [Person(id=f"person{k}", label=f"Person {k}") for k in range(n_people)]
+        agents = [Agent(id=f"agent{k}", label=f"Agent {k}") for k in range(args.agents)]
+        people = [Person(id=f"person{k}", label=f"Person {k}") for k in range(args.people)]
         lock = threading.Lock()
         turn_ns: list[int] = []
         commit_ns: list[int] = []
@@ -75,14 +67,14 @@ def run(run_: BenchRun, args: argparse.Namespace) -> None:
         shown: dict[tuple[int, int], set[int]] = {}
         offered: dict[tuple[int, int], set[int]] = {}
         errors: list[BaseException] = []
-        total = rounds * (n_agents + n_people)
+        total = args.rounds * (args.agents + args.people)
 
         def agent_loop(index: int, advance: Any) -> None:
             agent = agents[index]
             rng = random.Random(args.seed * 1000 + index)
             mine: set[int] = set()
             seen: dict[int, set[int]] = {}
-            for i in range(rounds):
+            for i in range(args.rounds):
                 slot = 0 if i % 2 == 0 else rng.randrange(len(conversations))
                 conversation = conversations[slot]
                 t0 = time.perf_counter_ns()
@@ -125,7 +117,7 @@ def run(run_: BenchRun, args: argparse.Namespace) -> None:
         def person_loop(index: int, advance: Any) -> None:
             person = people[index]
             rng = random.Random(args.seed * 2000 + index)
-            for i in range(rounds):
+            for i in range(args.rounds):
                 parent = None if rng.random() < 0.5 else rng.choice(roots)
                 t0 = time.perf_counter_ns()
                 session.post(person, f"{person.label} update {i}", parent=parent)
@@ -139,13 +131,13 @@ def run(run_: BenchRun, args: argparse.Namespace) -> None:
             except BaseException as exc:
                 errors.append(exc)
 
-        with run_.progress(f"desk: {n_agents} agents, {n_people} people", total) as advance:
+        with run_.progress(f"desk: {args.agents} agents, {args.people} people", total) as advance:
             workers = [
                 threading.Thread(target=guarded, args=(agent_loop, k, advance), daemon=True)
-                for k in range(n_agents)
+                for k in range(args.agents)
             ] + [
                 threading.Thread(target=guarded, args=(person_loop, k, advance), daemon=True)
-                for k in range(n_people)
+                for k in range(args.people)
             ]
             start = time.perf_counter()
             for w in workers:
@@ -163,7 +155,12 @@ def run(run_: BenchRun, args: argparse.Namespace) -> None:
     finally:
         hub.close()
 
-    params = {"agents": n_agents, "people": n_people, "rounds": rounds, "durability": durability}
+    params = {
+        "agents": args.agents,
+        "people": args.people,
+        "rounds": args.rounds,
+        "durability": args.durability,
+    }
     for operation, samples, note in (
         ("turn", turn_ns, "hub.turn: delta since the agent's last commit"),
         ("commit", commit_ns, "turn.commit(reply): reply and sharing state, one durable step"),

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from bench.harness import BenchRun
-from bench.options import pick
+from bench.options import Option, settle
 from bench.report import ratio_target, timed_calls
 
 NAME = "imports"
@@ -33,8 +33,7 @@ PROGRAMS = {
 }
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--rounds", type=int, help="interpreters started per program (default 30)")
+OPTIONS = (Option("--rounds", 30, "interpreters started per program", quick=3),)
 
 
 def _time_once(code: str) -> int:
@@ -44,7 +43,7 @@ def _time_once(code: str) -> int:
 
 
 def run(run_: BenchRun, args: argparse.Namespace) -> None:
-    args.rounds = pick(args.rounds, 30, 3, run_.quick)
+    args = settle(args, OPTIONS, run_.quick)
     samples: dict[str, list[int]] = {label: [] for label in PROGRAMS}
     for code in PROGRAMS.values():  # warm the file cache; not counted
         _time_once(code)

@@ -39,7 +39,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from bench.harness import BenchRun, open_hub
-from bench.options import pick
+from bench.options import Option, settle
 from bench.report import Target, ratio_target, timed_calls
 from bench.scenarios.scale import THREAD_SLACK, touch_sessions
 
@@ -52,18 +52,19 @@ HELP = (
 BATCH = 1000
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--small", type=int, help="events of the small desk (default 2000)")
-    parser.add_argument("--large", type=int, help="events of the large desk (default 200000)")
-    parser.add_argument("--repeat", type=int, help="timed calls per measurement (default 50)")
-    parser.add_argument("--viewers", type=int, help="warm viewers of the crowd (default 200)")
-    parser.add_argument("--posts", type=int, help="timed posts per crowd (default 2000)")
-    parser.add_argument("--chunks", type=int, help="chunks of the streamed reply (default 300)")
-    parser.add_argument("--sessions", type=int, help="desks touched for RSS (default 100000)")
-    parser.add_argument("--max-active", type=int, help="Hub max_active (default 1024)")
-    parser.add_argument("--retained", type=int, help="events of the retained desk (default 1e6)")
-    parser.add_argument("--keep", type=int, help="rows retention keeps (default 1000)")
-    parser.add_argument("--reuse", type=int, help="events of the page-reuse desk (default 200000)")
+OPTIONS = (
+    Option("--small", 2_000, "events of the small desk", quick=200),
+    Option("--large", 200_000, "events of the large desk", quick=2_000),
+    Option("--repeat", 50, "timed calls per measurement", quick=5),
+    Option("--viewers", 200, "warm viewers of the crowd", quick=5),
+    Option("--posts", 2_000, "timed posts per crowd", quick=50),
+    Option("--chunks", 300, "chunks of the streamed reply", quick=30),
+    Option("--sessions", 100_000, "desks touched for RSS", quick=300),
+    Option("--max-active", 1024, "Hub max_active", quick=16),
+    Option("--retained", 1_000_000, "events of the retained desk", quick=5_000),
+    Option("--keep", 1_000, "rows retention keeps", quick=100),
+    Option("--reuse", 200_000, "events of the page-reuse desk", quick=5_000),
+)
 
 
 class _Streamer:
@@ -337,24 +338,16 @@ def _stream(run_: BenchRun, chunks: int, repeat: int) -> None:
 
 
 def run(run_: BenchRun, args: argparse.Namespace) -> None:
-    q = run_.quick
-    small: int = pick(args.small, 2_000, 200, q)
-    large: int = pick(args.large, 200_000, 2_000, q)
-    repeat: int = pick(args.repeat, 50, 5, q)
-    viewers: int = pick(args.viewers, 200, 5, q)
-    posts: int = pick(args.posts, 2_000, 50, q)
-    chunks: int = pick(args.chunks, 300, 30, q)
-    sessions: int = pick(args.sessions, 100_000, 300, q)
-    max_active: int = pick(args.max_active, 1024, 16, q)
+    args = settle(args, OPTIONS, run_.quick)
 
-    touched = touch_sessions(run_, NAME, sessions, max_active, "write", "relaxed")
+    touched = touch_sessions(run_, NAME, args.sessions, args.max_active, "write", "relaxed")
     run_.figures["long RSS before / peak (MiB)"] = (
         f"{touched.rss_before:,.0f} / {touched.peak_rss:,.0f}"
     )
     run_.targets.append(
         Target(
             name="long-rss-after-many-desks",
-            claim=f"{sessions:,} desks touched, max_active={max_active}: resident memory",
+            claim=f"{args.sessions:,} desks touched, max_active={args.max_active}: resident memory",
             value=touched.peak_rss,
             bound=500.0,
             at_least=False,
@@ -362,12 +355,11 @@ def run(run_: BenchRun, args: argparse.Namespace) -> None:
             unit=" MiB",
         )
     )
-    _history(run_, small, large, repeat)
-    _crowd(run_, viewers, posts, max_active)
-    _stream(run_, chunks, repeat)
-    keep: int = pick(args.keep, 1_000, 100, q)
-    _retained(run_, pick(args.retained, 1_000_000, 5_000, q), keep, repeat)
-    _reuse(run_, pick(args.reuse, 200_000, 5_000, q), keep)
+    _history(run_, args.small, args.large, args.repeat)
+    _crowd(run_, args.viewers, args.posts, args.max_active)
+    _stream(run_, args.chunks, args.repeat)
+    _retained(run_, args.retained, args.keep, args.repeat)
+    _reuse(run_, args.reuse, args.keep)
 
 
 # -- retention -----------------------------------------------------------------------------

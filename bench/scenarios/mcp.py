@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.harness import BenchRun
-from bench.options import int_list, pick
+from bench.options import Option, settle
 from bench.report import Target, measurement, percentile
 
 NAME = "mcp"
@@ -77,25 +77,21 @@ with Hub.open(sys.argv[1]) as hub:
 """
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--rounds", type=int, help="timed turn+commit round trips (default 200)")
-    parser.add_argument("--agents", type=int_list, help="agent counts on one desk (default 2,8,32)")
-    parser.add_argument("--turns", type=int, help="turns per agent (default 20)")
-    parser.add_argument("--wakes", type=int, help="cross-process wakes per backend (default 200)")
-    parser.add_argument("--idle-s", type=float, help="seconds of idle following (default 10)")
-    parser.add_argument("--dsn", help="PostgreSQL server for the wake (default: a throwaway one)")
+OPTIONS = (
+    Option("--rounds", 200, "timed turn+commit round trips", quick=10),
+    Option("--agents", [2, 8, 32], "agent counts on one desk", quick=[2, 3]),
+    Option("--turns", 20, "turns per agent", quick=3),
+    Option("--wakes", 200, "cross-process wakes per backend", quick=10),
+    Option("--idle-s", 10.0, "seconds of idle following", quick=1.0),
+    Option("--dsn", None, "PostgreSQL server for the wake (default: a throwaway one)"),
+)
 
 
 def run(run_: BenchRun, args: argparse.Namespace) -> None:
-    q = run_.quick
-    rounds: int = pick(args.rounds, 200, 10, q)
-    agent_counts: list[int] = pick(args.agents, [2, 8, 32], [2, 3], q)
-    turns: int = pick(args.turns, 20, 3, q)
-    wakes: int = pick(args.wakes, 200, 10, q)
-    idle_s: float = pick(args.idle_s, 10.0, 1.0, q)
+    args = settle(args, OPTIONS, run_.quick)
 
-    mcp_ns = asyncio.run(_mcp_round_trips(str(run_.fresh_dir("mcp-rt") / "store"), rounds))
-    hub_ns = asyncio.run(_hub_round_trips(run_.fresh_dir("hub-rt") / "store", rounds))
+    mcp_ns = asyncio.run(_mcp_round_trips(str(run_.fresh_dir("mcp-rt") / "store"), args.rounds))
+    hub_ns = asyncio.run(_hub_round_trips(run_.fresh_dir("hub-rt") / "store", args.rounds))
     for system, samples in (("sharedesk mcp", mcp_ns), ("AsyncHub", hub_ns)):
         run_.measurements.append(
             measurement(
@@ -106,7 +102,7 @@ def run(run_: BenchRun, args: argparse.Namespace) -> None:
                 ops=len(samples),
                 seconds=sum(samples) / 1e9,
                 latencies_ns=samples,
-                params={"rounds": rounds, "durability": "durable"},
+                params={"rounds": args.rounds, "durability": "durable"},
                 note="one new message per turn, a reply per commit",
             )
         )
@@ -118,16 +114,16 @@ def run(run_: BenchRun, args: argparse.Namespace) -> None:
             value=median_ms,
             bound=10.0,
             at_least=False,
-            detail=f"{rounds} rounds; AsyncHub alone "
+            detail=f"{args.rounds} rounds; AsyncHub alone "
             f"{percentile(sorted(hub_ns), 0.5) / 1e6:.1f} ms",
             unit="ms",
         )
     )
 
     rates: dict[str, float] = {}
-    for count in agent_counts:
+    for count in args.agents:
         path = str(run_.fresh_dir(f"mcp-agents-{count}") / "store")
-        total, seconds = asyncio.run(_agents(path, count, turns))
+        total, seconds = asyncio.run(_agents(path, count, args.turns))
         rates[str(count)] = total / seconds
         run_.measurements.append(
             measurement(
@@ -137,23 +133,23 @@ def run(run_: BenchRun, args: argparse.Namespace) -> None:
                 label=f"mcp {count} agents",
                 ops=total,
                 seconds=seconds,
-                params={"agents": count, "turns_per_agent": turns},
+                params={"agents": count, "turns_per_agent": args.turns},
                 note="turn(wait_s) + commit(reply) per turn, one server process per agent",
             )
         )
-    first = rates[str(agent_counts[0])]
+    first = rates[str(args.agents[0])]
     run_.figures["mcp turns/s by agents"] = rates
     run_.figures["mcp turns/s relative to the fewest agents"] = {
         n: rate / first for n, rate in rates.items()
     }
 
-    _wake(run_, "lmdb", str(run_.fresh_dir("mcp-wake") / "store"), wakes)
-    quiet = max(2, wakes // 4)
+    _wake(run_, "lmdb", str(run_.fresh_dir("mcp-wake") / "store"), args.wakes)
+    quiet = max(2, args.wakes // 4)
     _wake(run_, "lmdb", str(run_.fresh_dir("mcp-wake-quiet") / "store"), quiet, pause=0.5)
     with _postgres(run_, args.dsn) as dsn:
         if dsn is not None:
-            _wake(run_, "postgres", dsn, wakes)
-    _idle(run_, str(run_.fresh_dir("mcp-idle") / "store"), idle_s)
+            _wake(run_, "postgres", dsn, args.wakes)
+    _idle(run_, str(run_.fresh_dir("mcp-idle") / "store"), args.idle_s)
 
 
 # -- MCP clients ---------------------------------------------------------------------

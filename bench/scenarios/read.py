@@ -37,7 +37,7 @@ from bench.harness import (
     open_store,
     time_calls,
 )
-from bench.options import int_list, pick
+from bench.options import Option, settle
 from bench.report import measurement, ratio_target, timed_calls
 from sharedesk import EventStore, Hub, SessionLog
 
@@ -48,20 +48,18 @@ DESK = "desk"
 BUILD_BATCH = 1000
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
+OPTIONS = (
+    Option(
         "--sizes",
-        type=int_list,
-        help="desk sizes in rows, comma-separated (default 10000,20000,100000,1000000)",
-    )
-    parser.add_argument("--repeat", type=int, help="timed calls per measurement (default 300)")
-    parser.add_argument("--turns", type=int, help="timed turns per desk (default 100)")
-    parser.add_argument("--payload", type=int, help="message characters per row (default 120)")
-    parser.add_argument(
-        "--backend",
-        choices=["lmdb", "memory", "both"],
-        help="store backend under the Hub (default lmdb)",
-    )
+        [10_000, 20_000, 100_000, 1_000_000],
+        "desk sizes in rows, comma-separated",
+        quick=[300, 600],
+    ),
+    Option("--repeat", 300, "timed calls per measurement", quick=20),
+    Option("--turns", 100, "timed turns per desk", quick=5),
+    Option("--payload", 120, "message characters per row", quick=40),
+    Option("--backend", "lmdb", "store backend under the Hub", choices=("lmdb", "memory", "both")),
+)
 
 
 def _authors() -> list[Any]:
@@ -111,17 +109,13 @@ def build_desk(
 
 
 def run(run_: BenchRun, args: argparse.Namespace) -> None:
-    q = run_.quick
-    sizes: list[int] = pick(args.sizes, [10_000, 20_000, 100_000, 1_000_000], [300, 600], q)
-    repeat: int = pick(args.repeat, 300, 20, q)
-    turns: int = pick(args.turns, 100, 5, q)
-    payload = "y" * pick(args.payload, 120, 40, q)
-    backend: str = pick(args.backend, "lmdb", "lmdb", q)
-    backends = ["lmdb", "memory"] if backend == "both" else [backend]
+    args = settle(args, OPTIONS, run_.quick)
+    payload = "y" * args.payload
+    backends = ["lmdb", "memory"] if args.backend == "both" else [args.backend]
 
     hubs: list[tuple[int, str, Hub]] = []
     try:
-        for rows in sizes:
+        for rows in args.sizes:
             directory = run_.fresh_dir(f"read-{rows}")
             mirror = baselines.SqliteDesk(directory / "mirror.db", DESK)
             try:
@@ -131,7 +125,7 @@ def run(run_: BenchRun, args: argparse.Namespace) -> None:
                         store = open_store(directory / "store", "relaxed")
                         try:
                             build_desk(run_, store, mirror, rows, payload)
-                            _cold(run_, store.log(DESK), rows, repeat, suffix)
+                            _cold(run_, store.log(DESK), rows, args.repeat, suffix)
                         finally:
                             store.close()
                         hub = open_hub(directory / "store", "durable")
@@ -140,26 +134,26 @@ def run(run_: BenchRun, args: argparse.Namespace) -> None:
                         hub = open_hub(None, "durable")
                         hubs.append((rows, suffix, hub))
                         build_desk(run_, hub, None, rows, payload)
-                        _cold(run_, hub.log(DESK), rows, repeat, suffix)
-                    _warm(run_, hub, rows, repeat, suffix)
+                        _cold(run_, hub.log(DESK), rows, args.repeat, suffix)
+                    _warm(run_, hub, rows, args.repeat, suffix)
                 _time_read30(
                     run_,
                     "last30 sqlite",
                     calling(mirror.last30),
                     system="sqlite",
                     rows=rows,
-                    repeat=repeat,
+                    repeat=args.repeat,
                     note="ORDER BY seq DESC LIMIT 30 + json.loads per row",
                     baseline=True,
                 )
             finally:
                 mirror.close()
-            _agents_read(run_, directory, rows, repeat, payload)
-        turn_medians = _turns(run_, hubs, turns)
+            _agents_read(run_, directory, rows, args.repeat, payload)
+        turn_medians = _turns(run_, hubs, args.turns)
     finally:
         for _, _, hub in hubs:
             hub.close()
-    _targets(run_, sizes, turn_medians)
+    _targets(run_, args.sizes, turn_medians)
 
 
 def _time_read30(

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from bench.harness import BenchRun, open_hub
-from bench.options import pick
+from bench.options import Option, settle
 from bench.report import Target, measurement
 
 if TYPE_CHECKING:
@@ -35,19 +35,22 @@ THREAD_SLACK = 16
 SAMPLE_EVERY = 500
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--sessions", type=int, help="sessions touched (default 100000)")
-    parser.add_argument("--max-active", type=int, help="Hub max_active (default 1024)")
-    parser.add_argument(
+OPTIONS = (
+    Option("--sessions", 100_000, "sessions touched", quick=300),
+    Option("--max-active", 1024, "Hub max_active", quick=16),
+    Option(
         "--touch",
-        choices=["write", "read"],
-        help="append one event, or read the operator's view (default write)",
-    )
-    parser.add_argument(
+        "write",
+        "append one event, or read the operator's view",
+        choices=("write", "read"),
+    ),
+    Option(
         "--durability",
-        choices=["durable", "relaxed"],
-        help="store durability (default relaxed: this measures actors, not fsync)",
-    )
+        "relaxed",
+        "store durability (default {default}: this measures actors, not fsync)",
+        choices=("durable", "relaxed"),
+    ),
+)
 
 
 def rss_mib() -> float:
@@ -145,12 +148,10 @@ def touch_sessions(
 
 
 def run(run_: BenchRun, args: argparse.Namespace) -> None:
-    q = run_.quick
-    sessions: int = pick(args.sessions, 100_000, 300, q)
-    max_active: int = pick(args.max_active, 1024, 16, q)
-    touch: str = pick(args.touch, "write", "write", q)
-    durability: str = pick(args.durability, "relaxed", "relaxed", q)
-    touched = touch_sessions(run_, NAME, sessions, max_active, touch, durability)
+    args = settle(args, OPTIONS, run_.quick)
+    touched = touch_sessions(
+        run_, NAME, args.sessions, args.max_active, args.touch, args.durability
+    )
     threads_before, peak_threads = touched.threads_before, touched.peak_threads
     rss_before, peak_rss = touched.rss_before, touched.peak_rss
     run_.figures["scale threads before Hub / peak / after close"] = (
@@ -161,9 +162,9 @@ def run(run_: BenchRun, args: argparse.Namespace) -> None:
     run_.targets.append(
         Target(
             name="scale-peak-threads",
-            claim=f"{sessions:,} sessions, max_active={max_active}: peak threads",
+            claim=f"{args.sessions:,} sessions, max_active={args.max_active}: peak threads",
             value=float(peak_threads - threads_before),
-            bound=float(max_active + THREAD_SLACK),
+            bound=float(args.max_active + THREAD_SLACK),
             at_least=False,
             detail=(
                 f"peak {peak_threads} - {threads_before} before; bound max_active + {THREAD_SLACK}"
@@ -174,7 +175,7 @@ def run(run_: BenchRun, args: argparse.Namespace) -> None:
     run_.targets.append(
         Target(
             name="scale-peak-memory",
-            claim=f"{sessions:,} sessions, max_active={max_active}: peak resident memory",
+            claim=f"{args.sessions:,} sessions, max_active={args.max_active}: peak resident memory",
             value=peak_rss,
             bound=1024.0,
             at_least=False,

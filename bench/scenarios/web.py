@@ -32,7 +32,7 @@ import time
 from typing import Any
 
 from bench.harness import BenchRun, open_hub
-from bench.options import pick
+from bench.options import Option, settle
 from bench.report import measurement, percentile, ratio_target
 
 NAME = "web"
@@ -41,16 +41,13 @@ HELP = "pages following a desk while agents post; telemetry on vs off per turn"
 DESK = "desk"
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--pages", type=int, help="pages following the desk (default 200)")
-    parser.add_argument("--agents", type=int, help="agents posting (default 4)")
-    parser.add_argument("--rows", type=int, help="rows each agent posts (default 100)")
-    parser.add_argument(
-        "--turns", type=int, help="turns timed per telemetry setting (default 2000)"
-    )
-    parser.add_argument(
-        "--rounds", type=int, help="alternating rounds without and with pages (default 3)"
-    )
+OPTIONS = (
+    Option("--pages", 200, "pages following the desk", quick=3),
+    Option("--agents", 4, "agents posting", quick=2),
+    Option("--rows", 100, "rows each agent posts", quick=5),
+    Option("--turns", 2000, "turns timed per telemetry setting", quick=20),
+    Option("--rounds", 3, "alternating rounds without and with pages", quick=1),
+)
 
 
 #: The agents of an ``elsewhere`` run: their own process and Hub on the served store.
@@ -342,12 +339,8 @@ def _pages_cost(
 
 
 def run(run_: BenchRun, args: argparse.Namespace) -> None:
+    args = settle(args, OPTIONS, run_.quick)
     q = run_.quick
-    n_pages: int = pick(args.pages, 200, 3, q)
-    n_agents: int = pick(args.agents, 4, 2, q)
-    rows: int = pick(args.rows, 100, 5, q)
-    n_turns: int = pick(args.turns, 2000, 20, q)
-    rounds: int = pick(args.rounds, 3, 1, q)
     try:
         import starlette  # noqa: F401
         import uvicorn  # noqa: F401
@@ -359,7 +352,9 @@ def run(run_: BenchRun, args: argparse.Namespace) -> None:
         (True, "agents in their own process"),
         (False, "agents in the server"),
     ):
-        _pages_cost(run_, n_agents, rows, n_pages, 1 if q else rounds, elsewhere, where)
+        _pages_cost(
+            run_, args.agents, args.rows, args.pages, 1 if q else args.rounds, elsewhere, where
+        )
 
     try:
         import opentelemetry.sdk.trace  # noqa: F401
@@ -367,4 +362,4 @@ def run(run_: BenchRun, args: argparse.Namespace) -> None:
         run_.note("web telemetry part skipped: opentelemetry-sdk is not installed")
         return
     for store in ("lmdb", "memory"):
-        _telemetry_cost(run_, n_turns, 1 if q else 10, store)
+        _telemetry_cost(run_, args.turns, 1 if q else 10, store)

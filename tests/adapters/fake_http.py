@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -19,8 +20,24 @@ from sharedesk.store.memory import MemoryStore
 
 
 @dataclass
+class Gate:
+    """A point in a scripted stream where the server stops until the test opens it."""
+
+    #: Set by the server when the stream reached the gate (what came before it is sent).
+    reached: threading.Event = field(default_factory=threading.Event)
+    #: Set by the test to let the stream go on (the server waits 10 s at most).
+    opened: threading.Event = field(default_factory=threading.Event)
+    #: Whether the server went on because the gate was opened (not because it gave up).
+    passed: bool = False
+
+
+@dataclass
 class Reply:
-    """One scripted answer: a status, headers, and a JSON body or SSE events."""
+    """One scripted answer: a status, headers, and a JSON body or SSE events.
+
+    ``events`` items are sent in order: a dict as one named event (:func:`sse`), bytes
+    as they are, and a :class:`Gate` stops the stream until the test opens it.
+    """
 
     status: int = 200
     json_body: Any = None
@@ -66,6 +83,10 @@ def _handler(server: FakeServer) -> type[BaseHTTPRequestHandler]:
                 self.send_header("Content-Type", "text/event-stream")
                 self.end_headers()
                 for event in reply.events:
+                    if isinstance(event, Gate):
+                        event.reached.set()
+                        event.passed = event.opened.wait(10)
+                        continue
                     self.wfile.write(event if isinstance(event, bytes) else sse(event))
                     self.wfile.flush()
                 while reply.forever is not None:
@@ -81,6 +102,13 @@ def _handler(server: FakeServer) -> type[BaseHTTPRequestHandler]:
             self.wfile.write(data)
 
     return Handler
+
+
+def unused_url() -> str:
+    """The URL of a loopback port nobody listens on (a connection to it is refused)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return f"http://127.0.0.1:{probe.getsockname()[1]}/v1"
 
 
 @contextmanager

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import socket
 from collections.abc import Iterator
 from typing import Any
 
@@ -26,7 +25,7 @@ from sharedesk.protocol.events import (
     ToolResult,
 )
 from sharedesk.runs import SessionManager
-from tests.adapters.fake_http import Desk, FakeServer, Reply, fake_server
+from tests.adapters.fake_http import Desk, FakeServer, Reply, fake_server, unused_url
 
 USAGE = {"input_tokens": 7, "output_tokens": 3, "total_tokens": 10}
 AGENT = Agent(id="openai-responses", label="openai-responses")
@@ -327,12 +326,8 @@ class TestErrors:
     def test_an_unreachable_endpoint_gives_a_provider_error_without_status(
         self, desk: Desk
     ) -> None:
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            port = probe.getsockname()[1]
-
         with pytest.raises(ProviderError) as info:
-            execute(OpenAIResponsesAdapter(f"http://127.0.0.1:{port}/v1", "m"), desk, "hi")
+            execute(OpenAIResponsesAdapter(unused_url(), "m"), desk, "hi")
 
         assert None is info.value.status_code
 

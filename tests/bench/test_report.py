@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
 import msgspec
@@ -10,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from rich.console import Console
 
-from bench.options import int_list, pick
+from bench.options import Option, declare, int_list, pick, settle
 from bench.report import (
     MAX_KEPT_SAMPLES,
     PANELS_PER_PLOT,
@@ -239,6 +240,43 @@ class TestOptions:
 
     def test_pick_prefers_the_given_value_then_the_mode_default(self) -> None:
         assert (5, 1, 2) == (pick(5, 1, 2, True), pick(None, 1, 2, False), pick(None, 1, 2, True))
+
+    @pytest.mark.parametrize(
+        ("argv", "quick", "expected"),
+        [([], False, [1, 4, 16]), ([], True, [1, 2]), (["--threads", "8"], True, [8])],
+        ids=["default", "quick-default", "given-wins"],
+    )
+    def test_a_settled_option_is_as_given_else_its_mode_default(
+        self, argv: list[str], quick: bool, expected: list[int]
+    ) -> None:
+        threads = Option("--threads", [1, 4, 16], "writer threads", quick=[1, 2])
+        parser = argparse.ArgumentParser()
+        declare(parser, [threads])
+
+        assert expected == settle(parser.parse_args(argv), [threads], quick).threads
+
+    def test_an_option_without_a_quick_default_keeps_its_default_when_quick(self) -> None:
+        via = Option("--via", "both", "write path", choices=("store", "hub", "both"))
+        parser = argparse.ArgumentParser()
+        declare(parser, [via])
+
+        assert "both" == settle(parser.parse_args([]), [via], quick=True).via
+
+    def test_the_help_of_an_option_names_its_default(self) -> None:
+        parser = argparse.ArgumentParser()
+        declare(parser, [Option("--max-seconds", 8.0, "time budget", quick=2.0)])
+
+        assert "time budget (default 8)" in " ".join(parser.format_help().split())
+
+    def test_a_switch_is_off_unless_given(self) -> None:
+        switch = Option("--no-baselines", False, "sharedesk only")
+        parser = argparse.ArgumentParser()
+        declare(parser, [switch])
+
+        assert (False, True) == (
+            settle(parser.parse_args([]), [switch], quick=True).no_baselines,
+            settle(parser.parse_args(["--no-baselines"]), [switch], quick=True).no_baselines,
+        )
 
 
 def append_run(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+import shlex
 import subprocess
 import sys
 import threading
@@ -15,11 +17,27 @@ import pytest
 import structlog
 
 from bench.__main__ import build_parser, main
+from bench.options import COMMON
 from bench.pgserver import ThrowawayPostgres
 from bench.report import Report
+from bench.scenarios import SCENARIOS
 from sharedesk import LmdbStore
 
 CHECKOUT = Path(__file__).resolve().parents[2]
+
+
+def documented_commands() -> list[str]:
+    """The ``python -m bench SCENARIO ...`` commands the README and docs/ name."""
+    found: set[str] = set()
+    for page in [CHECKOUT / "README.md", *sorted((CHECKOUT / "docs").glob("*.md"))]:
+        for match in re.finditer(r"python -m bench [a-z][^`#|\n]*", page.read_text()):
+            command = match.group().strip()
+            if "SCENARIO" not in command and "..." not in command:
+                found.add(command)
+    return sorted(found)
+
+
+DOCUMENTED = documented_commands()
 
 
 @pytest.fixture(autouse=True)
@@ -508,3 +526,23 @@ class TestCommandLine:
 
         assert 0 == result.returncode
         assert "SCENARIO" in result.stdout and "--quick" in result.stdout
+
+    @pytest.mark.parametrize("name", [*(m.NAME for m in SCENARIOS), "all"])
+    def test_each_scenario_help_lists_its_own_and_the_common_options(
+        self, name: str, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        module = {m.NAME: m for m in SCENARIOS}.get(name)
+        own = [o.flag for o in module.OPTIONS] if module is not None else ["--dsn"]
+
+        with pytest.raises(SystemExit) as exited:
+            build_parser().parse_args([name, "--help"])
+
+        shown = capsys.readouterr().out
+        assert 0 == exited.value.code
+        assert [] == [flag for flag in [*own, *(o.flag for o in COMMON)] if flag not in shown]
+
+    @pytest.mark.parametrize("command", DOCUMENTED, ids=DOCUMENTED)
+    def test_each_bench_command_the_docs_name_parses(self, command: str) -> None:
+        words = shlex.split(command)[3:]
+
+        assert words[0] == build_parser().parse_args(words).scenario

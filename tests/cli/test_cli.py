@@ -12,7 +12,6 @@ import os
 import subprocess
 import sys
 import textwrap
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -91,7 +90,7 @@ def store_path(location: str) -> str:
 
 WRITER = textwrap.dedent(
     """
-    import sys, time
+    import sys
     from sharedesk import Operator
     from sharedesk.actors import Hub
 
@@ -99,15 +98,31 @@ WRITER = textwrap.dedent(
     desk = hub.session("live")
     desk.post(Operator(), "first")
     print("ready", flush=True)
-    while True:
-        desk.post(Operator(), "more")
-        time.sleep(0.002)
+    while True:  # paced by the pipe: blocked once the test falls behind reading it
+        print("posted", desk.post(Operator(), "more").sequence, flush=True)
     """
 )
 
 
+class LiveWriter:
+    """The store another process writes to, and what that process said it stored."""
+
+    def __init__(self, path: Path, child: subprocess.Popen[str]) -> None:
+        self.path = path
+        self._child = child
+
+    def wait_posted_beyond(self, sequence: int) -> int:
+        """Read the writer's lines until it stored a post after ``sequence``; return it."""
+        assert self._child.stdout is not None
+        for line in self._child.stdout:
+            words = line.split()
+            if words[:1] == ["posted"] and int(words[1]) > sequence:
+                return int(words[1])
+        raise AssertionError("the writer stopped before it posted again")
+
+
 @pytest.fixture
-def live_writer(tmp_path: Path) -> Iterator[Path]:
+def live_writer(tmp_path: Path) -> Iterator[LiveWriter]:
     """Another process with a Hub open on the store, posting to session ``live``."""
     path = tmp_path / "live-store"
     child = subprocess.Popen(
@@ -122,7 +137,7 @@ def live_writer(tmp_path: Path) -> Iterator[Path]:
         for line in child.stdout:
             if line.strip() == "ready":
                 break
-        yield path
+        yield LiveWriter(path, child)
     finally:
         child.kill()
         child.wait()
@@ -234,18 +249,21 @@ class TestInspect:
             e["body"]["content"] for e in events
         ]
 
-    def test_inspect_works_while_another_process_writes(self, live_writer: Path) -> None:
-        first = sharedesk("inspect", str(live_writer), "--json")
-        time.sleep(0.2)
-        second = sharedesk("inspect", str(live_writer), "--json")
+    def test_inspect_works_while_another_process_writes(self, live_writer: LiveWriter) -> None:
+        first = sharedesk("inspect", str(live_writer.path), "--json")
+        assert 0 == first.returncode, first.stderr
+        seen = json.loads(first.stdout.splitlines()[0])["events"]
+        live_writer.wait_posted_beyond(seen)
 
-        counts = [json.loads(r.stdout.splitlines()[0])["events"] for r in (first, second)]
-        assert (0, 0) == (first.returncode, second.returncode), first.stderr + second.stderr
-        assert counts[0] >= 1
-        assert counts[1] > counts[0]
+        second = sharedesk("inspect", str(live_writer.path), "--json")
 
-    def test_inspect_session_works_while_another_process_writes(self, live_writer: Path) -> None:
-        result = sharedesk("inspect", str(live_writer), "live")
+        assert 0 == second.returncode, second.stderr
+        assert json.loads(second.stdout.splitlines()[0])["events"] > seen >= 1
+
+    def test_inspect_session_works_while_another_process_writes(
+        self, live_writer: LiveWriter
+    ) -> None:
+        result = sharedesk("inspect", str(live_writer.path), "live")
 
         sequences = [json.loads(line)["sequence"] for line in result.stdout.splitlines()]
         assert 0 == result.returncode, result.stderr

@@ -1,3 +1,5 @@
+import copy
+import inspect
 import pickle
 
 import msgspec
@@ -211,9 +213,13 @@ class TestOneStyle:
             pid: int | None = None
             template = "the lock of {path} is held by process {pid}"
 
-        error = LockHeld("/x")
+        error = LockHeld("/x", pid=7)
+        copied = copy.copy(error)  # through __reduce__, as pickle goes (a local class)
 
-        assert ("the lock of /x is held by process None", ("path", "pid")) == (
-            str(error),
-            LockHeld._figures,
+        assert (LockHeld, "/x", 7, "the lock of /x is held by process 7") == (
+            type(copied),
+            copied.path,
+            copied.pid,
+            str(copied),
         )
+        assert ["path", "pid"] == list(inspect.signature(LockHeld).parameters)
