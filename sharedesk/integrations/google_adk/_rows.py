@@ -111,9 +111,19 @@ def split_delta(delta: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any
     return app, user, session
 
 
-def scoped(values: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    """Return the ADK state keys of a desk's ``values``, each given ``prefix``."""
-    return {prefix + k[len(STATE) :]: v for k, v in values.items() if k.startswith(STATE)}
+def scoped(
+    values: Mapping[str, Any], prefix: str = "", over: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """Return the ADK state keys of a desk's ``values``, each given ``prefix``.
+
+    With ``over``, they are added to (and replace keys of) a copy of it.
+    """
+    found = {} if over is None else dict(over)
+    cut = len(STATE)
+    for key, value in values.items():
+        if key[:cut] == STATE:
+            found[prefix + key[cut:]] = value
+    return found
 
 
 def author_of(name: str, user_id: str, authors: Mapping[str, SessionAuthor]) -> SessionAuthor:

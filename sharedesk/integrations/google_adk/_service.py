@@ -41,6 +41,9 @@ STALE_MESSAGE: Final = (
     "Please reload the session before appending more events."
 )
 
+#: The types of a stored update time.
+_NUMBER: Final = (int, float)
+
 #: The author of the service's bookkeeping rows.
 SERVICE: Final = System(kind="adk", label="ADK session service")
 
@@ -233,7 +236,7 @@ class DeskSessionService(BaseSessionService):
             app_name=app_name,
             user_id=user_id,
             state=_merged(app_values, user_values, values),
-            last_update_time=float(updated) if isinstance(updated, int | float) else 0.0,
+            last_update_time=float(updated) if isinstance(updated, _NUMBER) else 0.0,
         )
         session.events = events  # each one validated as it was rebuilt
         session._storage_update_marker = str(last)
@@ -420,11 +423,9 @@ def _all_values(hub: Any, *desks: str) -> tuple[dict[str, Any], ...]:
 def _merged(
     app: Mapping[str, Any], user: Mapping[str, Any], session: Mapping[str, Any]
 ) -> dict[str, Any]:
-    return {
-        **rows.scoped(app, rows.APP_PREFIX),
-        **rows.scoped(user, rows.USER_PREFIX),
-        **rows.scoped(session),
-    }
+    return rows.scoped(
+        session, over=rows.scoped(user, rows.USER_PREFIX, rows.scoped(app, rows.APP_PREFIX))
+    )
 
 
 def _load(
@@ -481,10 +482,11 @@ def _listing(
     else:
         users = [user_id]
     entries: list[tuple[float, str, str]] = []
+    cut = len(rows.SESSION_INDEX)
     for user in users:
         for key, updated in _values_of(hub, rows.index_of("sessions", app_name, user)).items():
-            if key.startswith(rows.SESSION_INDEX) and isinstance(updated, int | float):
-                entries.append((float(updated), key[len(rows.SESSION_INDEX) :], user))
+            if key[:cut] == rows.SESSION_INDEX and isinstance(updated, _NUMBER):
+                entries.append((float(updated), key[cut:], user))
     entries.sort()
     stop = len(entries) if page_size is None else start + page_size
     page = entries[start:stop]
@@ -493,7 +495,7 @@ def _listing(
     states = hub.session_states([rows.desk_of(app_name), *user_desks.values(), *desks])
     app_state = rows.scoped(_values(states[0]), rows.APP_PREFIX)
     shared = {
-        user: {**app_state, **rows.scoped(_values(state), rows.USER_PREFIX)}
+        user: rows.scoped(_values(state), rows.USER_PREFIX, app_state)
         for user, state in zip(user_desks, states[1 : 1 + len(user_desks)], strict=True)
     }
     listed = [
@@ -501,7 +503,7 @@ def _listing(
             "id": session_id,
             "app_name": app_name,
             "user_id": user,
-            "state": {**shared[user], **rows.scoped(_values(state))},
+            "state": rows.scoped(_values(state), over=shared[user]),
             "last_update_time": updated,
         }
         for (updated, session_id, user), state in zip(
