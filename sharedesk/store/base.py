@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import ClassVar, Self, TypeVar
@@ -32,7 +32,7 @@ from sharedesk.protocol.errors import (
 )
 from sharedesk.protocol.events import Event
 from sharedesk.protocol.ports import CommitCallback, D, SessionInfo, WriteFuture
-from sharedesk.protocol.records import private_copy
+from sharedesk.protocol.records import LogRecord, private_copy
 from sharedesk.protocol.sessions import SessionState
 from sharedesk.protocol.validation import (
     check_bool,
@@ -45,7 +45,7 @@ from sharedesk.protocol.validation import (
     check_text,
     check_write,
 )
-from sharedesk.protocol.views import Conversation, SessionPage, SharingState
+from sharedesk.protocol.views import Conversation, LogMessage, SessionPage, SharingState
 from sharedesk.protocol.writes import Write
 from sharedesk.store._group_commit import GroupWriter, Outcome, WriteTxn, plan_group
 
@@ -53,6 +53,7 @@ __all__ = ["StoreBase", "WriteTxn"]
 
 _log = logger()
 T = TypeVar("T")
+R = TypeVar("R")
 
 
 class StoreBase(ABC):
@@ -112,13 +113,10 @@ class StoreBase(ABC):
         if self._writer is not None:
             return self._writer.submit(write, done)
         if done.start():
-            done.finish(self._commit_here(write))
+            with self._lock:
+                outcome = self._closed_error() if self._closed else self._commit_group([write])[0]
+            done.finish(outcome)
         return done
-
-    def _commit_here(self, write: Write) -> Outcome:
-        """Commit ``write`` on this thread, under the store's lock."""
-        with self._lock:
-            return self._closed_error() if self._closed else self._commit_group([write])[0]
 
     def append(
         self,
@@ -391,25 +389,46 @@ class StoreBase(ABC):
     def _read_text_before(self, session_id: str, before: int | None, limit: int) -> SessionPage: ...
     @abstractmethod
     def _first_replies(self, session_id: str, roots: list[int]) -> dict[int, int]: ...
-    @abstractmethod
-    def _session_state(self, session_id: str) -> SessionState: ...
-    def _session_states(self, session_ids: list[str]) -> list[SessionState]:
-        return [self._session_state(session_id) for session_id in session_ids]
+    def _session_state(self, session_id: str) -> SessionState:
+        return self._session_states([session_id])[0]
 
+    @abstractmethod
+    def _session_states(self, session_ids: list[str]) -> list[SessionState]: ...
     @abstractmethod
     def _run_events(self, session_id: str, run_id: str) -> list[Event]: ...
     @abstractmethod
     def _get_sharing_state(
         self, session_id: str, viewer: str, conversation: Conversation
     ) -> SharingState | None: ...
-    @abstractmethod
-    def _sessions(self) -> list[str]: ...
+    def _sessions(self) -> list[str]:
+        return [info.session_id for info in self._session_infos()]
+
     @abstractmethod
     def _session_info(self, session_id: str) -> SessionInfo | None: ...
     @abstractmethod
     def _session_infos(self) -> list[SessionInfo]: ...
     @abstractmethod
     def _close(self) -> None: ...
+
+
+def text_page(
+    session_id: str,
+    rows: Iterable[tuple[int, R]],
+    limit: int,
+    record: Callable[[int, R], LogRecord],
+) -> SessionPage:
+    """Return the first ``limit`` ``rows`` (newest first; ``record`` decodes one) as a page.
+
+    A row beyond them means the log goes on (it is not decoded).
+    """
+    messages: list[LogMessage] = []
+    for sequence, raw in rows:
+        if len(messages) == limit:
+            return SessionPage(messages=messages, next_before=messages[-1].sequence)
+        row = record(sequence, raw)
+        content, parent = row.body.content, row.parent
+        messages.append(LogMessage(sequence, row.author, content, session_id, parent))
+    return SessionPage(messages=messages, next_before=None)
 
 
 @dataclass(frozen=True, slots=True)

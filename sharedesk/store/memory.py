@@ -156,9 +156,9 @@ class MemoryStore(StoreBase):
             index = self._stream(session_id).first_reply
             return {root: index[root] for root in roots if root in index}
 
-    def _session_state(self, session_id: str) -> SessionState:
+    def _session_states(self, session_ids: list[str]) -> list[SessionState]:
         with self._lock:
-            return self._stream(session_id).state
+            return [self._stream(session_id).state for session_id in session_ids]
 
     def _run_events(self, session_id: str, run_id: str) -> list[Event]:
         with self._lock:

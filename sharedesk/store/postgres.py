@@ -59,14 +59,14 @@ from sharedesk.protocol.records import (
     sharing_key,
 )
 from sharedesk.protocol.sessions import SessionState
-from sharedesk.protocol.validation import check_int
-from sharedesk.protocol.views import Conversation, LogMessage, SessionPage, SharingState
+from sharedesk.protocol.validation import check_bool, check_int
+from sharedesk.protocol.views import Conversation, SessionPage, SharingState
 from sharedesk.store._follow import Followers
 from sharedesk.store._pg_listen import Listener
 from sharedesk.store._pg_schema import Queries, check_schema_name, notify_channel, open_schema
 from sharedesk.store._pg_txn import GroupTxn, utf8
 from sharedesk.store._pg_watchdog import Connect, ConnectFailed, Pool, PoolExhausted, Watchdog
-from sharedesk.store.base import StoreBase, WriteTxn
+from sharedesk.store.base import StoreBase, WriteTxn, text_page
 
 __all__ = ["PostgresStore"]
 
@@ -162,6 +162,8 @@ class PostgresStore(StoreBase):
         connect: Makes a new psycopg connection (default: ``psycopg.connect(dsn,
             connect_timeout=...)``), which the store sets to autocommit: the seam for
             connection faults.
+        create: Whether a database without the store's schema gets it; ``False``: such a
+            database is refused with ``ValidationError`` and left as it is.
 
     Raises:
         ValidationError: An unknown or bad option, or a ``dsn`` that is not a
@@ -185,13 +187,14 @@ class PostgresStore(StoreBase):
         retry_timeout: float = 10.0,
         call_timeout: float = 60.0,
         connect: Connect | None = None,
+        create: bool = True,
         **unknown: Any,
     ) -> None:
         if unknown:
             raise ValidationError(
                 f"unknown PostgresStore options {sorted(unknown)}; the options are schema, "
                 "min_connections, max_connections, connect_timeout, retry_timeout, "
-                "call_timeout, connect"
+                "call_timeout, connect, create"
             )
         dsn = _check_dsn(dsn)
         self._schema = check_schema_name(schema)
@@ -201,6 +204,7 @@ class PostgresStore(StoreBase):
             raise ValidationError(
                 f"min_connections={min_connections} exceeds max_connections={max_connections}"
             )
+        check_bool("create", create)
         if connect is not None and not callable(connect):
             raise ValidationError(f"connect must be callable, got {type(connect).__name__}")
         self._connect_timeout = _check_seconds("connect_timeout", connect_timeout, 0.001, 3600)
@@ -215,12 +219,10 @@ class PostgresStore(StoreBase):
         self._pool = Pool(self._connect, max_connections, self._watchdog)
         self._path: str = path
         self._closed = False
-        self._followers = Followers(
-            lambda followers: Listener(self._connect, self._watchdog, self._channel, followers),
-            path,
-        )
+        listener = functools.partial(Listener, self._connect, self._watchdog, self._channel)
+        self._followers = Followers(listener, path)
         try:
-            self._run("open", lambda conn: open_schema(conn, self._schema, path))
+            self._run("open", lambda conn: open_schema(conn, self._schema, path, create=create))
             self._run("open", lambda conn: self._pool.fill(min_connections - 1))
         except BaseException:
             self._pool.close()
@@ -359,12 +361,8 @@ class PostgresStore(StoreBase):
         return self._events(session_id, query, [utf8(session_id), after, high, limit])
 
     def _last_sequence(self, session_id: str) -> int:
-        rows = self._rows(self._sql.stream, [utf8(session_id)])
+        rows = self._rows(self._sql.last_seq, [utf8(session_id)])
         return int(rows[0][0]) if rows else 0
-
-    def _session_state(self, session_id: str) -> SessionState:
-        rows = self._rows(self._sql.stream, [utf8(session_id)])
-        return decode_session_state(session_id, rows[0][2] if rows else None)
 
     def _session_states(self, session_ids: list[str]) -> list[SessionState]:
         found = dict(self._rows(self._sql.states, [[utf8(s) for s in session_ids]]))
@@ -372,16 +370,9 @@ class PostgresStore(StoreBase):
 
     def _read_text_before(self, session_id: str, before: int | None, limit: int) -> SessionPage:
         high = _TOP if before is None else before
-        if high <= 1:
-            return SessionPage(messages=[], next_before=None)
         rows = self._rows(self._sql.texts_before, [utf8(session_id), high, limit + 1])
-        messages: list[LogMessage] = []
-        for seq, raw in rows[:limit]:
-            record = decode_record(LOG_DECODER, session_id, seq, raw)
-            content, parent = record.body.content, record.parent
-            messages.append(LogMessage(seq, record.author, content, session_id, parent))
-        more = len(rows) > limit
-        return SessionPage(messages=messages, next_before=messages[-1].sequence if more else None)
+        decode = functools.partial(decode_record, LOG_DECODER, session_id)
+        return text_page(session_id, rows, limit, decode)
 
     def _first_replies(self, session_id: str, roots: list[int]) -> dict[int, int]:
         rows = self._rows(self._sql.first_replies, [utf8(session_id), roots])
@@ -398,9 +389,6 @@ class PostgresStore(StoreBase):
         key = sharing_key(b"", viewer, conversation)
         rows = self._rows(self._sql.get_sharing, [utf8(session_id), key])
         return decode_state(session_id, rows[0][0]) if rows else None
-
-    def _sessions(self) -> list[str]:
-        return [info.session_id for info in self._session_infos()]
 
     def _session_info(self, session_id: str) -> SessionInfo | None:
         sid = utf8(session_id)
@@ -419,7 +407,6 @@ class PostgresStore(StoreBase):
         The first follower opens the listener's connection and thread
         (:mod:`sharedesk.store._pg_listen`), which stop with the last.
         """
-        self._live()
         return self._followers.add(on_append)
 
     def _close(self) -> None:
