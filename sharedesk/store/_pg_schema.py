@@ -84,11 +84,6 @@ def check_schema_name(schema: Any) -> str:
     return schema
 
 
-def notify_channel(schema: str) -> str:
-    """Return the ``LISTEN``/``NOTIFY`` channel of the stores on ``schema``."""
-    return f"{schema}_appended"
-
-
 def open_schema(conn: Any, schema: str, where: str, *, create: bool) -> None:
     """Create the store's tables in ``schema`` unless they exist (or ``create`` is false).
 
@@ -179,7 +174,6 @@ class Queries:
         self.prepare = (
             f"BEGIN; SET plan_cache_mode = force_generic_plan; {_PREPARE.format(s=s)}; COMMIT"
         )
-        self.last_seq = f"SELECT last_seq FROM {s}.streams WHERE session_id = %s"
         self.states = f"SELECT session_id, state FROM {s}.streams WHERE session_id = ANY(%s)"
         self.probe_event = f"SELECT record FROM {s}.events WHERE session_id = %s AND id_key = %s"
         self.get_sharing = f"SELECT state FROM {s}.sharing WHERE session_id = %s AND key = %s"

@@ -9,7 +9,7 @@ Hooks, called with checked arguments on an open store: ``_transact(work)`` runs
 a retryable failure), raising a ``SharedeskError``; ``_close()`` releases the resources
 once the writer has stopped; each read hook returns what the public method of its name
 does (``after`` an int, ``before`` ``None`` or above ``after + 1``, ``limit`` ``None`` or
-positive, ``roots`` a non-empty list).
+positive, ``roots`` a non-empty list); ``_run_events`` may return other runs' events too.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import ClassVar, Self, TypeVar
+from typing import Any, ClassVar, Self, TypeVar
 
 from sharedesk.projection.compaction import compacted_through, compaction_of
 from sharedesk.protocol._log import logger
@@ -246,8 +246,11 @@ class StoreBase(ABC):
             return []
         rows = self._read(session_id, low, before, limit, newest_first)
         reached = not newest_first or (after is not None and (limit is None or len(rows) < limit))
-        if reached and (rows or before is not None):
-            self._check_archived(session_id, low, rows[-1 if newest_first else 0] if rows else None)
+        bottom = rows[-1 if newest_first else 0].sequence if rows else None
+        if reached and (rows or before is not None) and bottom != low + 1:
+            archived = self._session_state(session_id).archived_through
+            if low < archived:
+                raise RowsArchived(session_id, archived)
         return rows
 
     def last_sequence(self, session_id: str) -> int:
@@ -292,7 +295,7 @@ class StoreBase(ABC):
         check_session_id(session_id)
         check_optional_str("run_id", run_id)
         self._live()
-        return self._run_events(session_id, run_id)
+        return [event for event in self._run_events(session_id, run_id) if event.run_id == run_id]
 
     def get_sharing_state(
         self, session_id: str, viewer: str, conversation: Conversation
@@ -345,13 +348,6 @@ class StoreBase(ABC):
 
     # -- retention ----------------------------------------------------------------------
 
-    def _check_archived(self, session_id: str, low: int, bottom: Event | None) -> None:
-        """Raise ``RowsArchived`` when a read from ``low`` ending at ``bottom`` met a gap."""
-        if bottom is None or bottom.sequence != low + 1:
-            archived = self._session_state(session_id).archived_through
-            if low < archived:
-                raise RowsArchived(session_id, archived)
-
     def remove_archived(self, session_id: str, through: int) -> int:
         """Remove the session's rows at or below ``through``; return how many went.
 
@@ -366,11 +362,11 @@ class StoreBase(ABC):
         check_int("through", through)
         self._live()
         state = self._session_state(session_id)
-        compaction = compaction_of(state.compactions, Conversation(session_id))
-        if through > compacted_through(compaction):
+        compacted = channel_compacted(state, session_id)
+        if through > compacted:
             raise ValidationError(
-                f"through={through} lies above the newest compaction's "
-                f"{compacted_through(compaction)} of session {session_id!r}"
+                f"through={through} lies above the newest compaction's {compacted} of "
+                f"session {session_id!r}"
             )
         if through <= state.archived_through:
             return 0
@@ -383,8 +379,10 @@ class StoreBase(ABC):
     def _read(
         self, session_id: str, after: int, before: int | None, limit: int | None, newest_first: bool
     ) -> list[Event]: ...
-    @abstractmethod
-    def _last_sequence(self, session_id: str) -> int: ...
+    def _last_sequence(self, session_id: str) -> int:
+        info = self._session_info(session_id)
+        return 0 if info is None else info.last_sequence
+
     @abstractmethod
     def _read_text_before(self, session_id: str, before: int | None, limit: int) -> SessionPage: ...
     @abstractmethod
@@ -429,6 +427,18 @@ def text_page(
         content, parent = row.body.content, row.parent
         messages.append(LogMessage(sequence, row.author, content, session_id, parent))
     return SessionPage(messages=messages, next_before=None)
+
+
+def check_seconds(name: str, value: Any, low: float, high: float) -> float:
+    """Return ``value`` as a float if it is a number of seconds in ``[low, high]``."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not low <= value <= high:
+        raise ValidationError(f"{name} must be seconds in [{low}, {high}], got {value!r}")
+    return float(value)
+
+
+def channel_compacted(state: SessionState, session_id: str) -> int:
+    """Return the ``through`` of the session's newest channel compaction in ``state`` (0: none)."""
+    return compacted_through(compaction_of(state.compactions, Conversation(session_id)))
 
 
 @dataclass(frozen=True, slots=True)

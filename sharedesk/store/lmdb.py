@@ -47,7 +47,7 @@ from sharedesk.protocol.records import (
     sharing_key,
 )
 from sharedesk.protocol.sessions import EMPTY_SESSION_STATE, SessionState
-from sharedesk.protocol.validation import check_optional_int, check_path
+from sharedesk.protocol.validation import check_bool, check_int, check_optional_int, check_path
 from sharedesk.protocol.views import Conversation, SessionPage, SharingState
 from sharedesk.store._follow import Followers
 from sharedesk.store._lmdb_env import (
@@ -69,7 +69,7 @@ from sharedesk.store._lmdb_layout import (
     session_prefix,
     walk,
 )
-from sharedesk.store.base import StoreBase, WriteTxn, text_page
+from sharedesk.store.base import StoreBase, WriteTxn, check_seconds, text_page
 
 __all__ = ["Durability", "LmdbStore"]
 
@@ -151,19 +151,15 @@ class LmdbStore(StoreBase):
         path = check_path(path)
         if durability not in ("durable", "relaxed"):
             raise ValidationError(f"durability must be 'durable' or 'relaxed', got {durability!r}")
-        if map_size is None:
-            raise ValidationError("map_size must be an int, got None")
-        check_optional_int("map_size", map_size, minimum=1)
+        check_int("map_size", map_size, minimum=1)
         check_optional_int("max_map_size", max_map_size, minimum=_MIN_MAP_SIZE)
         map_size = max(map_size, _MIN_MAP_SIZE)
         if group_wait is None:
             group_wait = _GROUP_WAIT_DURABLE if durability == "durable" else _GROUP_WAIT_RELAXED
-        if not isinstance(group_wait, int | float) or not 0 <= group_wait <= 1:
-            raise ValidationError(f"group_wait must be seconds in [0, 1], got {group_wait!r}")
+        group_wait = check_seconds("group_wait", group_wait, 0, 1)
         if max_map_size is not None and map_size > max_map_size:
             raise ValidationError(f"map_size={map_size} exceeds max_map_size={max_map_size}")
-        if not isinstance(verify, bool):
-            raise ValidationError(f"verify must be a bool, got {verify!r}")
+        check_bool("verify", verify)
         self._durability: Durability = durability
         self._max_map_size = max_map_size
         self._shared: SharedEnvironment = REGISTRY.acquire(
@@ -290,10 +286,6 @@ class LmdbStore(StoreBase):
 
         return self._in_read(body)
 
-    def _last_sequence(self, session_id: str) -> int:
-        raw = self._get(b"meta", session_prefix(session_id))
-        return 0 if raw is None else int(META.unpack(raw)[0])
-
     def _read_text_before(self, session_id: str, before: int | None, limit: int) -> SessionPage:
         prefix = session_prefix(session_id)
         high = MAX_SEQ if before is None or before > MAX_SEQ else before
@@ -341,9 +333,7 @@ class LmdbStore(StoreBase):
                 if not key.startswith(start):
                     break
                 sequence = SEQ.unpack(key[len(start) :])[0]
-                event = record_at(txn, dbs, session_id, prefix, sequence, EVENT_DECODER)
-                if event.run_id == run_id:
-                    events.append(event)
+                events.append(record_at(txn, dbs, session_id, prefix, sequence, EVENT_DECODER))
             return events
 
         return self._in_read(body)
@@ -373,12 +363,7 @@ class LmdbStore(StoreBase):
         return sorted(self._in_read(body), key=lambda info: info.session_id)
 
     def follow(self, on_append: AppendCallback) -> Callable[[], None]:
-        """As :meth:`~sharedesk.protocol.ports.FollowingStore.follow`.
-
-        The first follower starts the store's follower thread, which stops with the last;
-        idle, it reads LMDB's last transaction id every ``FOLLOW_POLL_IDLE`` seconds, and
-        walks the sessions' last sequences only when it moved (``_lmdb_follow``).
-        """
+        """As :meth:`~sharedesk.protocol.ports.FollowingStore.follow` (see ``_lmdb_follow``)."""
         return self._followers.add(on_append)
 
     def _close(self) -> None:

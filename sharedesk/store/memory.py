@@ -211,10 +211,9 @@ class MemoryStore(StoreBase):
                 runs.add(event.run_id)
         del stream.text_sequences[: bisect.bisect_right(stream.text_sequences, through)]
         for run_id in runs:
-            kept = [seq for seq in stream.by_run[run_id] if seq > through]
-            if kept:
-                stream.by_run[run_id] = kept
-            else:
+            kept = stream.by_run[run_id]
+            del kept[: bisect.bisect_right(kept, through)]
+            if not kept:
                 del stream.by_run[run_id]
         stream.state = msgspec.structs.replace(stream.state, archived_through=through)
         return len(gone)

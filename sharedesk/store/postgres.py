@@ -41,7 +41,6 @@ from psycopg.conninfo import conninfo_to_dict
 from sharedesk.protocol._log import logger
 from sharedesk.protocol.errors import (
     CommitOutcomeUnknown,
-    SharedeskError,
     StoreClosedError,
     StoreIOError,
     StoreUnreachable,
@@ -59,14 +58,14 @@ from sharedesk.protocol.records import (
     sharing_key,
 )
 from sharedesk.protocol.sessions import SessionState
-from sharedesk.protocol.validation import check_bool, check_int
+from sharedesk.protocol.validation import check_bool, check_int, is_postgres_dsn
 from sharedesk.protocol.views import Conversation, SessionPage, SharingState
 from sharedesk.store._follow import Followers
 from sharedesk.store._pg_listen import Listener
-from sharedesk.store._pg_schema import Queries, check_schema_name, notify_channel, open_schema
+from sharedesk.store._pg_schema import Queries, check_schema_name, open_schema
 from sharedesk.store._pg_txn import GroupTxn, utf8
 from sharedesk.store._pg_watchdog import Connect, ConnectFailed, Pool, PoolExhausted, Watchdog
-from sharedesk.store.base import StoreBase, WriteTxn, text_page
+from sharedesk.store.base import StoreBase, WriteTxn, check_seconds, text_page
 
 __all__ = ["PostgresStore"]
 
@@ -80,7 +79,6 @@ _GROUP_WAIT: Final = 0.002
 _BACKEND_ALIVE: Final = "SELECT 1 FROM pg_stat_activity WHERE pid = %s"
 #: SQLSTATEs of transactions the server aborted that are safe to run again.
 _RETRYABLE_STATES: Final = frozenset({"40001", "40P01"})
-_URL: Final = re.compile(r"postgres(ql)?://", re.IGNORECASE)
 #: A password in what a caller gave as a DSN: ``user:password@`` or ``password=...``.
 _PASSWORD: Final = re.compile(r"(://[^:/@]*:)[^@]*(@)|(password\s*=\s*)(?:'[^']*'|\S+)", re.I)
 _TOP: Final = 2**63 - 1
@@ -108,7 +106,7 @@ def _check_dsn(dsn: Any) -> str:
         raise ValidationError(f"dsn must be a str, got {type(dsn).__name__}")
     hidden = _hide_password(dsn)
     given = repr(hidden if len(hidden) <= 200 else hidden[:200] + "...")
-    if _URL.match(dsn) is None:
+    if not is_postgres_dsn(dsn):
         raise ValidationError(
             f"dsn must be a URL starting with postgresql:// or postgres://, got {given}"
         )
@@ -120,12 +118,6 @@ def _check_dsn(dsn: Any) -> str:
         reason = _hide_password(str(exc).strip())
         raise ValidationError(f"dsn {given} is not a valid connection URL: {reason}") from None
     return dsn
-
-
-def _check_seconds(name: str, value: Any, low: float, high: float) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not low <= value <= high:
-        raise ValidationError(f"{name} must be seconds in [{low}, {high}], got {value!r}")
-    return float(value)
 
 
 def _default_connect(dsn: str, connect_timeout: float) -> Connect:
@@ -207,12 +199,12 @@ class PostgresStore(StoreBase):
         check_bool("create", create)
         if connect is not None and not callable(connect):
             raise ValidationError(f"connect must be callable, got {type(connect).__name__}")
-        self._connect_timeout = _check_seconds("connect_timeout", connect_timeout, 0.001, 3600)
-        self._retry_timeout = _check_seconds("retry_timeout", retry_timeout, 0, 3600)
-        call_timeout = _check_seconds("call_timeout", call_timeout, 0, 86400)
+        self._connect_timeout = check_seconds("connect_timeout", connect_timeout, 0.001, 3600)
+        self._retry_timeout = check_seconds("retry_timeout", retry_timeout, 0, 3600)
+        call_timeout = check_seconds("call_timeout", call_timeout, 0, 86400)
         path = redact_dsn(dsn)
         self._watchdog = Watchdog(call_timeout, path)
-        self._channel = notify_channel(self._schema)
+        self._channel = f"{self._schema}_appended"
         self._sql = Queries(f'"{self._schema}"')
         self._prepared: weakref.WeakSet[psycopg.Connection[Any]] = weakref.WeakSet()
         self._connect = _default_connect(dsn, connect_timeout) if connect is None else connect
@@ -270,8 +262,6 @@ class PostgresStore(StoreBase):
             try:
                 with self._pool.connection(self._connect_timeout) as conn:
                     return work(conn)
-            except SharedeskError:
-                raise
             except PoolExhausted as exc:
                 self._live()
                 raise StoreIOError(self._path, operation) from exc
@@ -360,10 +350,6 @@ class PostgresStore(StoreBase):
         query = self._sql.read_desc if newest_first else self._sql.read_asc
         return self._events(session_id, query, [utf8(session_id), after, high, limit])
 
-    def _last_sequence(self, session_id: str) -> int:
-        rows = self._rows(self._sql.last_seq, [utf8(session_id)])
-        return int(rows[0][0]) if rows else 0
-
     def _session_states(self, session_ids: list[str]) -> list[SessionState]:
         found = dict(self._rows(self._sql.states, [[utf8(s) for s in session_ids]]))
         return [decode_session_state(s, found.get(utf8(s))) for s in session_ids]
@@ -380,8 +366,7 @@ class PostgresStore(StoreBase):
 
     def _run_events(self, session_id: str, run_id: str) -> list[Event]:
         params = [utf8(session_id), run_index_key(b"", run_id)]
-        events = self._events(session_id, self._sql.run_events, params)
-        return [event for event in events if event.run_id == run_id]
+        return self._events(session_id, self._sql.run_events, params)
 
     def _get_sharing_state(
         self, session_id: str, viewer: str, conversation: Conversation
@@ -402,11 +387,7 @@ class PostgresStore(StoreBase):
     # -- following -----------------------------------------------------------------------
 
     def follow(self, on_append: AppendCallback) -> Callable[[], None]:
-        """As :meth:`~sharedesk.protocol.ports.FollowingStore.follow`.
-
-        The first follower opens the listener's connection and thread
-        (:mod:`sharedesk.store._pg_listen`), which stop with the last.
-        """
+        """As :meth:`~sharedesk.protocol.ports.FollowingStore.follow` (see ``_pg_listen``)."""
         return self._followers.add(on_append)
 
     def _close(self) -> None:
