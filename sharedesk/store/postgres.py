@@ -217,8 +217,7 @@ class PostgresStore(StoreBase):
             self._run("open", lambda conn: open_schema(conn, self._schema, path, create=create))
             self._run("open", lambda conn: self._pool.fill(min_connections - 1))
         except BaseException:
-            self._pool.close()
-            self._watchdog.stop()
+            self._close()
             raise
         super().__init__(path, writer=f"sharedesk-pg-writer:{path}", group_wait=_GROUP_WAIT)
 
