@@ -76,8 +76,7 @@ class LmdbWatcher(Watcher):
             last: int = self._shared.env.info()["last_txnid"]
             return last
 
-        last: int = self._shared.run("follow", attempt, damage=False)
-        return last
+        return self._shared.run("follow", attempt, damage=False)
 
     def _run(self) -> None:
         pause = FOLLOW_POLL_IDLE  # nothing seen yet: start slow

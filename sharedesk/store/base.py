@@ -415,10 +415,7 @@ def text_page(
     limit: int,
     record: Callable[[int, R], LogRecord],
 ) -> SessionPage:
-    """Return the first ``limit`` ``rows`` (newest first; ``record`` decodes one) as a page.
-
-    A row beyond them means the log goes on (it is not decoded).
-    """
+    """Return the first ``limit`` ``rows`` (newest first) as a page; one more: the log goes on."""
     messages: list[LogMessage] = []
     for sequence, raw in rows:
         if len(messages) == limit:

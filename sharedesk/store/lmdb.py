@@ -344,13 +344,6 @@ class LmdbStore(StoreBase):
         raw = self._get(b"sharing", sharing_key(session_prefix(session_id), viewer, conversation))
         return None if raw is None else decode_state(session_id, raw)
 
-    def _sessions(self) -> list[str]:
-        def body(txn: Any, dbs: Mapping[bytes, Any]) -> list[str]:
-            cursor = txn.cursor(db=dbs[b"meta"])
-            return [session_of(key) for key in cursor.iternext(keys=True, values=False)]
-
-        return sorted(self._in_read(body))
-
     def _session_info(self, session_id: str) -> SessionInfo | None:
         raw = self._get(b"meta", session_prefix(session_id))
         return None if raw is None else decode_info(session_id, raw)

@@ -172,10 +172,6 @@ class MemoryStore(StoreBase):
         with self._lock:
             return self._states.get((session_id, viewer, conversation))
 
-    def _sessions(self) -> list[str]:
-        with self._lock:
-            return sorted(self._streams)
-
     def _session_info(self, session_id: str) -> SessionInfo | None:
         with self._lock:
             stream = self._streams.get(session_id)
@@ -183,7 +179,9 @@ class MemoryStore(StoreBase):
 
     def _session_infos(self) -> list[SessionInfo]:
         with self._lock:
-            return [_info(session_id, self._streams[session_id]) for session_id in self._sessions()]
+            return [
+                _info(session_id, stream) for session_id, stream in sorted(self._streams.items())
+            ]
 
     def _close(self) -> None:
         self._streams = {}

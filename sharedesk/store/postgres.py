@@ -302,17 +302,14 @@ class PostgresStore(StoreBase):
         while True:
             try:
                 with self._pool.connection(self._connect_timeout) as conn:
-                    while conn.execute(_BACKEND_ALIVE, [txn.backend_pid]).fetchone():
-                        if time.monotonic() >= deadline or self._closed:
-                            return None
-                        time.sleep(0.05)
-                    row = conn.execute(probe.query, [probe.sid, probe.key]).fetchone()
+                    if not conn.execute(_BACKEND_ALIVE, [txn.backend_pid]).fetchone():
+                        row = conn.execute(probe.query, [probe.sid, probe.key]).fetchone()
+                        return row is not None and bytes(row[0]) == probe.value
             except (psycopg.Error, PoolExhausted, ConnectFailed):
-                if time.monotonic() >= deadline or self._closed:
-                    return None
-                time.sleep(0.05)
-                continue
-            return row is not None and bytes(row[0]) == probe.value
+                pass  # the server cannot be asked yet: ask again until the deadline
+            if time.monotonic() >= deadline or self._closed:
+                return None
+            time.sleep(0.05)
 
     # -- writes (StoreBase hooks) --------------------------------------------------------
 
