@@ -73,8 +73,7 @@ class Followers:
         self._make = watcher
         self._path = path
         self._lock = threading.Lock()
-        self._followers: dict[int, AppendCallback] = {}
-        self._next = 0
+        self._followers: dict[object, AppendCallback] = {}
         self._closed = False
         self._watcher: Watcher | None = None
 
@@ -90,8 +89,7 @@ class Followers:
         with self._lock:
             if self._closed:
                 raise StoreClosedError(self._path)
-            token = self._next
-            self._next += 1
+            token = object()
             self._followers[token] = on_append
             if self._watcher is None:
                 watcher = self._make(self)

@@ -80,9 +80,8 @@ class GroupWriter:
             pending, self._queue = self._queue, []
             self._closed = True
             self._cond.notify_all()
-        for _, done in pending:
-            if done.start():
-                done.finish(self._closed_error())
+        for write, done in pending:
+            self.submit(write, done)  # closed: fails it as a write queued now
         if self._thread is not threading.current_thread():
             self._thread.join()
 

@@ -271,15 +271,14 @@ class SharedEnvironment:
 
         retried(self.path, lambda: self.run("verify" if full else "open", attempt, damage=False))
 
-    def reclaim_readers(self) -> int:
-        """Free the reader slots of processes that died; return how many were freed."""
+    def reclaim_readers(self) -> None:
+        """Free the reader slots of processes that died."""
         try:
-            freed: int = self.env.reader_check()
+            freed = self.env.reader_check()
         except lmdb.Error as exc:
             raise StoreIOError(self.path, "reader check") from exc
         if freed:
             _log.info("store.readers_reclaimed", path=self.path, slots=freed)
-        return freed
 
     def resize(self, new_size: int, *, paused: bool = False) -> None:
         """Set the map size to ``new_size`` (0: adopt another process's) once no txn is open.

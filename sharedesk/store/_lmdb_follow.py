@@ -26,7 +26,7 @@ from sharedesk.store._follow import Followers, Watcher
 from sharedesk.store._lmdb_env import SharedEnvironment
 from sharedesk.store._lmdb_layout import META, session_of
 
-__all__ = ["FOLLOW_POLL", "FOLLOW_POLL_IDLE", "FOLLOW_SLOWDOWN", "WALK_BACKOFF", "lmdb_watcher"]
+__all__ = ["FOLLOW_POLL", "FOLLOW_POLL_IDLE", "FOLLOW_SLOWDOWN", "WALK_BACKOFF", "LmdbWatcher"]
 
 _log = logger()
 
@@ -44,26 +44,16 @@ WALK_BACKOFF: Final = 9.0
 InRead = Callable[[Callable[[Any, Mapping[bytes, Any]], Any]], Any]
 
 
-def lmdb_watcher(shared: SharedEnvironment, in_read: InRead) -> Callable[[Followers], Watcher]:
-    """Return the maker of an ``LmdbStore``'s watcher for its :class:`Followers`."""
-    return lambda followers: _Watcher(shared, in_read, followers)
-
-
 def _lasts(txn: Any, dbs: Mapping[bytes, Any]) -> tuple[int, dict[str, int]]:
     """Return the snapshot's id and each session's last sequence (the ``meta`` walk)."""
     cursor = txn.cursor(db=dbs[b"meta"])
     return txn.id(), {session_of(key): META.unpack(raw)[0] for key, raw in cursor.iternext()}
 
 
-class _Watcher(Watcher):
+class LmdbWatcher(Watcher):
     """The thread: poll the transaction id, walk the sessions when it moved, tell."""
 
-    def __init__(
-        self,
-        shared: SharedEnvironment,
-        in_read: InRead,
-        followers: Followers,
-    ) -> None:
+    def __init__(self, shared: SharedEnvironment, in_read: InRead, followers: Followers) -> None:
         super().__init__("lmdb-follower", followers)
         self._shared = shared
         self._in_read = in_read
@@ -86,8 +76,7 @@ class _Watcher(Watcher):
             last: int = self._shared.env.info()["last_txnid"]
             return last
 
-        last: int = self._shared.run("follow", attempt, damage=False)
-        return last
+        return self._shared.run("follow", attempt, damage=False)
 
     def _run(self) -> None:
         pause = FOLLOW_POLL_IDLE  # nothing seen yet: start slow

@@ -31,10 +31,7 @@ _RECONNECT_MAX: Final = 2.0
 
 
 class Listener(Watcher):
-    """The thread that listens on the store's channel and calls its followers.
-
-    A notice no newer than one already told for its session is dropped.
-    """
+    """The thread that listens on the store's channel and calls its followers."""
 
     def __init__(
         self,
@@ -49,7 +46,6 @@ class Listener(Watcher):
         self._channel = channel
         self._lock = threading.Lock()  # guards _conn: stop() never shuts a closed one down
         self._conn: psycopg.Connection[Any] | None = None
-        self._newest: dict[str, int] = {}  # the newest last told per session (this thread's)
 
     def _connect(self) -> psycopg.Connection[Any]:
         conn = self._connect_to()
@@ -113,11 +109,7 @@ class Listener(Watcher):
         """Wait up to ``LISTEN_POLL`` for notices, telling the followers of each at once."""
         for notice in conn.notifies(timeout=LISTEN_POLL):
             for session_id, last in parse_payload(notice.payload):
-                if last > self._newest.get(session_id, 0):
-                    if len(self._newest) >= 100_000:
-                        self._newest.clear()
-                    self._newest[session_id] = last
-                    self._tell(session_id, last)
+                self._tell(session_id, last)
             if self._stopping.is_set():
                 return
 

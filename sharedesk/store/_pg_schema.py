@@ -84,24 +84,22 @@ def check_schema_name(schema: Any) -> str:
     return schema
 
 
-def notify_channel(schema: str) -> str:
-    """Return the ``LISTEN``/``NOTIFY`` channel of the stores on ``schema``."""
-    return f"{schema}_appended"
-
-
-def open_schema(conn: Any, schema: str, where: str) -> None:
-    """Create the store's tables in ``schema`` unless they exist; refuse another version.
+def open_schema(conn: Any, schema: str, where: str, *, create: bool) -> None:
+    """Create the store's tables in ``schema`` unless they exist (or ``create`` is false).
 
     An existing store is found by two reads; a new one is created in one transaction
     holding the schema's advisory lock (concurrent openers wait, then find it made).
 
     Raises:
+        ValidationError: No store is there and ``create`` is false; nothing was changed.
         StoreFormatError: The database holds another version; nothing was changed.
         psycopg.Error: The server failed (the caller wraps it).
     """
     quoted = f'"{schema}"'
     with conn.transaction():  # the common case: there already, no lock, no DDL
         found = _version(conn, quoted)
+    if not found and not create:
+        raise ValidationError(f"not a store: {where} holds no schema {schema!r}")
     if not found:
         digest = hashlib.blake2b(f"sharedesk.migrate:{schema}".encode(), digest_size=8)
         with conn.transaction():
@@ -176,7 +174,6 @@ class Queries:
         self.prepare = (
             f"BEGIN; SET plan_cache_mode = force_generic_plan; {_PREPARE.format(s=s)}; COMMIT"
         )
-        self.stream = f"SELECT last_seq, text_count, state FROM {s}.streams WHERE session_id = %s"
         self.states = f"SELECT session_id, state FROM {s}.streams WHERE session_id = ANY(%s)"
         self.probe_event = f"SELECT record FROM {s}.events WHERE session_id = %s AND id_key = %s"
         self.get_sharing = f"SELECT state FROM {s}.sharing WHERE session_id = %s AND key = %s"

@@ -19,7 +19,7 @@ from typing import Any, Final, NamedTuple
 import msgspec
 import psycopg
 
-from sharedesk.projection.append import Facts, StoredRow, Wants, WritePlan
+from sharedesk.projection.append import Facts, SharingKey, StoredRow, Wants, WritePlan
 from sharedesk.protocol import records
 from sharedesk.protocol.views import Conversation, SharingState
 from sharedesk.store._pg_schema import PUT_COMMIT, Queries
@@ -79,36 +79,26 @@ class GroupTxn:
 
         A read with no keys (no parent or sharing state wanted, say) is not sent.
         """
-        ids: tuple[list[bytes], list[bytes]] = ([], [])
-        parents: tuple[list[bytes], list[int]] = ([], [])
-        shares: tuple[list[bytes], list[bytes]] = ([], [])
-        share_of: dict[tuple[bytes, bytes], tuple[str, Conversation]] = {}
+        ids: list[tuple[bytes, bytes]] = []
+        parents: list[tuple[bytes, int]] = []
+        shares: dict[tuple[bytes, bytes], SharingKey] = {}  # (sid, key) -> what it keys
         for session_id, want in wants.items():
             sid = utf8(session_id)
-            for event_id in want.ids:
-                ids[0].append(sid)
-                ids[1].append(records.event_id_key(b"", event_id))
-            for parent in want.parents:
-                parents[0].append(sid)
-                parents[1].append(parent)
-            for viewer, conversation in want.sharing:
-                key = records.sharing_key(b"", viewer, conversation)
-                shares[0].append(sid)
-                shares[1].append(key)
-                share_of[(sid, key)] = (viewer, conversation)
+            ids += [(sid, records.event_id_key(b"", event_id)) for event_id in want.ids]
+            parents += [(sid, parent) for parent in want.parents]
+            for wanted in want.sharing:
+                shares[(sid, records.sharing_key(b"", *wanted))] = wanted
         sids = _bytea(sorted(utf8(session_id) for session_id in wants))
-        statements = [f"EXECUTE sharedesk_lock({sids})"]
-        if ids[0]:
-            statements.append(f"EXECUTE sharedesk_known({_bytea(ids[0])}, {_bytea(ids[1])})")
-        if parents[0]:
-            statements.append(
-                f"EXECUTE sharedesk_parents({_bytea(parents[0])}, {_array(parents[1])})"
-            )
-        if shares[0]:
-            statements.append(
-                f"EXECUTE sharedesk_sharing({_bytea(shares[0])}, {_bytea(shares[1])})"
-            )
-        reads = "; ".join(statements)
+        reads = f"EXECUTE sharedesk_lock({sids})"
+        if ids:
+            sessions, keys = zip(*ids, strict=True)
+            reads += f"; EXECUTE sharedesk_known({_bytea(sessions)}, {_bytea(keys)})"
+        if parents:
+            sessions, seqs = zip(*parents, strict=True)
+            reads += f"; EXECUTE sharedesk_parents({_bytea(sessions)}, {_array(seqs)})"
+        if shares:
+            sessions, keys = zip(*shares, strict=True)
+            reads += f"; EXECUTE sharedesk_sharing({_bytea(sessions)}, {_bytea(keys)})"
         cursor = self._conn.execute(f"BEGIN; {reads}", prepare=False)
         cursor.nextset()  # past BEGIN
         streams = {bytes(sid): (last, raw) for sid, last, raw in cursor.fetchall()}
@@ -123,20 +113,20 @@ class GroupTxn:
             sharing: dict[tuple[str, Conversation], SharingState | None]
             sharing = dict.fromkeys(want.sharing)
             facts[session_id] = Facts(last, {}, {}, set(), state, sharing)
-        for sid, seq, record in cursor.fetchall() if ids[0] and cursor.nextset() else ():
+        for sid, seq, record in cursor.fetchall() if ids and cursor.nextset() else ():
             session_id = bytes(sid).decode("utf-8")
             event = records.decode_record(records.EVENT_DECODER, session_id, seq, record)
             facts[session_id].known[event.id] = event
         for sid, seq, kind, parent, answered in (
-            cursor.fetchall() if parents[0] and cursor.nextset() else ()
+            cursor.fetchall() if parents and cursor.nextset() else ()
         ):
             session_facts = facts[bytes(sid).decode("utf-8")]
             session_facts.rows[seq] = StoredRow(kind, parent)
             if answered:
                 session_facts.answered.add(seq)
-        for sid, key, raw in cursor.fetchall() if shares[0] and cursor.nextset() else ():
+        for sid, key, raw in cursor.fetchall() if shares and cursor.nextset() else ():
             session_id = bytes(sid).decode("utf-8")
-            state_key = share_of[(bytes(sid), bytes(key))]
+            state_key = shares[(bytes(sid), bytes(key))]
             facts[session_id].sharing[state_key] = records.decode_state(session_id, raw)
         return facts
 

@@ -9,17 +9,17 @@ Hooks, called with checked arguments on an open store: ``_transact(work)`` runs
 a retryable failure), raising a ``SharedeskError``; ``_close()`` releases the resources
 once the writer has stopped; each read hook returns what the public method of its name
 does (``after`` an int, ``before`` ``None`` or above ``after + 1``, ``limit`` ``None`` or
-positive, ``roots`` a non-empty list).
+positive, ``roots`` a non-empty list); ``_run_events`` may return other runs' events too.
 """
 
 from __future__ import annotations
 
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import ClassVar, Self, TypeVar
+from typing import Any, ClassVar, Self, TypeVar
 
 from sharedesk.projection.compaction import compacted_through, compaction_of
 from sharedesk.protocol._log import logger
@@ -32,7 +32,7 @@ from sharedesk.protocol.errors import (
 )
 from sharedesk.protocol.events import Event
 from sharedesk.protocol.ports import CommitCallback, D, SessionInfo, WriteFuture
-from sharedesk.protocol.records import private_copy
+from sharedesk.protocol.records import LogRecord, private_copy
 from sharedesk.protocol.sessions import SessionState
 from sharedesk.protocol.validation import (
     check_bool,
@@ -45,7 +45,7 @@ from sharedesk.protocol.validation import (
     check_text,
     check_write,
 )
-from sharedesk.protocol.views import Conversation, SessionPage, SharingState
+from sharedesk.protocol.views import Conversation, LogMessage, SessionPage, SharingState
 from sharedesk.protocol.writes import Write
 from sharedesk.store._group_commit import GroupWriter, Outcome, WriteTxn, plan_group
 
@@ -53,6 +53,7 @@ __all__ = ["StoreBase", "WriteTxn"]
 
 _log = logger()
 T = TypeVar("T")
+R = TypeVar("R")
 
 
 class StoreBase(ABC):
@@ -112,13 +113,10 @@ class StoreBase(ABC):
         if self._writer is not None:
             return self._writer.submit(write, done)
         if done.start():
-            done.finish(self._commit_here(write))
+            with self._lock:
+                outcome = self._closed_error() if self._closed else self._commit_group([write])[0]
+            done.finish(outcome)
         return done
-
-    def _commit_here(self, write: Write) -> Outcome:
-        """Commit ``write`` on this thread, under the store's lock."""
-        with self._lock:
-            return self._closed_error() if self._closed else self._commit_group([write])[0]
 
     def append(
         self,
@@ -248,8 +246,11 @@ class StoreBase(ABC):
             return []
         rows = self._read(session_id, low, before, limit, newest_first)
         reached = not newest_first or (after is not None and (limit is None or len(rows) < limit))
-        if reached and (rows or before is not None):
-            self._check_archived(session_id, low, rows[-1 if newest_first else 0] if rows else None)
+        bottom = rows[-1 if newest_first else 0].sequence if rows else None
+        if reached and (rows or before is not None) and bottom != low + 1:
+            archived = self._session_state(session_id).archived_through
+            if low < archived:
+                raise RowsArchived(session_id, archived)
         return rows
 
     def last_sequence(self, session_id: str) -> int:
@@ -294,7 +295,7 @@ class StoreBase(ABC):
         check_session_id(session_id)
         check_optional_str("run_id", run_id)
         self._live()
-        return self._run_events(session_id, run_id)
+        return [event for event in self._run_events(session_id, run_id) if event.run_id == run_id]
 
     def get_sharing_state(
         self, session_id: str, viewer: str, conversation: Conversation
@@ -347,13 +348,6 @@ class StoreBase(ABC):
 
     # -- retention ----------------------------------------------------------------------
 
-    def _check_archived(self, session_id: str, low: int, bottom: Event | None) -> None:
-        """Raise ``RowsArchived`` when a read from ``low`` ending at ``bottom`` met a gap."""
-        if bottom is None or bottom.sequence != low + 1:
-            archived = self._session_state(session_id).archived_through
-            if low < archived:
-                raise RowsArchived(session_id, archived)
-
     def remove_archived(self, session_id: str, through: int) -> int:
         """Remove the session's rows at or below ``through``; return how many went.
 
@@ -368,11 +362,11 @@ class StoreBase(ABC):
         check_int("through", through)
         self._live()
         state = self._session_state(session_id)
-        compaction = compaction_of(state.compactions, Conversation(session_id))
-        if through > compacted_through(compaction):
+        compacted = channel_compacted(state, session_id)
+        if through > compacted:
             raise ValidationError(
-                f"through={through} lies above the newest compaction's "
-                f"{compacted_through(compaction)} of session {session_id!r}"
+                f"through={through} lies above the newest compaction's {compacted} of "
+                f"session {session_id!r}"
             )
         if through <= state.archived_through:
             return 0
@@ -385,31 +379,63 @@ class StoreBase(ABC):
     def _read(
         self, session_id: str, after: int, before: int | None, limit: int | None, newest_first: bool
     ) -> list[Event]: ...
-    @abstractmethod
-    def _last_sequence(self, session_id: str) -> int: ...
+    def _last_sequence(self, session_id: str) -> int:
+        info = self._session_info(session_id)
+        return 0 if info is None else info.last_sequence
+
     @abstractmethod
     def _read_text_before(self, session_id: str, before: int | None, limit: int) -> SessionPage: ...
     @abstractmethod
     def _first_replies(self, session_id: str, roots: list[int]) -> dict[int, int]: ...
-    @abstractmethod
-    def _session_state(self, session_id: str) -> SessionState: ...
-    def _session_states(self, session_ids: list[str]) -> list[SessionState]:
-        return [self._session_state(session_id) for session_id in session_ids]
+    def _session_state(self, session_id: str) -> SessionState:
+        return self._session_states([session_id])[0]
 
+    @abstractmethod
+    def _session_states(self, session_ids: list[str]) -> list[SessionState]: ...
     @abstractmethod
     def _run_events(self, session_id: str, run_id: str) -> list[Event]: ...
     @abstractmethod
     def _get_sharing_state(
         self, session_id: str, viewer: str, conversation: Conversation
     ) -> SharingState | None: ...
-    @abstractmethod
-    def _sessions(self) -> list[str]: ...
+    def _sessions(self) -> list[str]:
+        return [info.session_id for info in self._session_infos()]
+
     @abstractmethod
     def _session_info(self, session_id: str) -> SessionInfo | None: ...
     @abstractmethod
     def _session_infos(self) -> list[SessionInfo]: ...
     @abstractmethod
     def _close(self) -> None: ...
+
+
+def text_page(
+    session_id: str,
+    rows: Iterable[tuple[int, R]],
+    limit: int,
+    record: Callable[[int, R], LogRecord],
+) -> SessionPage:
+    """Return the first ``limit`` ``rows`` (newest first) as a page; one more: the log goes on."""
+    messages: list[LogMessage] = []
+    for sequence, raw in rows:
+        if len(messages) == limit:
+            return SessionPage(messages=messages, next_before=messages[-1].sequence)
+        row = record(sequence, raw)
+        content, parent = row.body.content, row.parent
+        messages.append(LogMessage(sequence, row.author, content, session_id, parent))
+    return SessionPage(messages=messages, next_before=None)
+
+
+def check_seconds(name: str, value: Any, low: float, high: float) -> float:
+    """Return ``value`` as a float if it is a number of seconds in ``[low, high]``."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not low <= value <= high:
+        raise ValidationError(f"{name} must be seconds in [{low}, {high}], got {value!r}")
+    return float(value)
+
+
+def channel_compacted(state: SessionState, session_id: str) -> int:
+    """Return the ``through`` of the session's newest channel compaction in ``state`` (0: none)."""
+    return compacted_through(compaction_of(state.compactions, Conversation(session_id)))
 
 
 @dataclass(frozen=True, slots=True)

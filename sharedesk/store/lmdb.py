@@ -17,6 +17,7 @@ dead processes' slots (by the writer too, every ``READER_CHECK_COMMITS`` commits
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final, Literal, TypeVar
@@ -46,8 +47,8 @@ from sharedesk.protocol.records import (
     sharing_key,
 )
 from sharedesk.protocol.sessions import EMPTY_SESSION_STATE, SessionState
-from sharedesk.protocol.validation import check_optional_int, check_path
-from sharedesk.protocol.views import Conversation, LogMessage, SessionPage, SharingState
+from sharedesk.protocol.validation import check_bool, check_int, check_optional_int, check_path
+from sharedesk.protocol.views import Conversation, SessionPage, SharingState
 from sharedesk.store._follow import Followers
 from sharedesk.store._lmdb_env import (
     READER_CHECK_COMMITS,
@@ -55,7 +56,7 @@ from sharedesk.store._lmdb_env import (
     OpenEnvironment,
     SharedEnvironment,
 )
-from sharedesk.store._lmdb_follow import lmdb_watcher
+from sharedesk.store._lmdb_follow import LmdbWatcher
 from sharedesk.store._lmdb_layout import (
     EPOCH,
     MAX_SEQ,
@@ -68,7 +69,7 @@ from sharedesk.store._lmdb_layout import (
     session_prefix,
     walk,
 )
-from sharedesk.store.base import StoreBase, WriteTxn
+from sharedesk.store.base import StoreBase, WriteTxn, check_seconds, text_page
 
 __all__ = ["Durability", "LmdbStore"]
 
@@ -90,15 +91,6 @@ _GROUP_WAIT_RELAXED: Final = 0.0005
 _PUT_ORDER: Final = (b"events", b"ids", b"texts", b"replies", b"runs", b"sharing", b"meta")
 #: Free bytes below which a failed write transaction counts as a full disk.
 DISK_FULL_BELOW: Final = 1 << 20
-
-
-class _MapFull(Exception):
-    """Internal: the map (or, ``disk``, the disk) was full; ``paused``: readers are held off."""
-
-    def __init__(self, paused: bool, *, disk: bool) -> None:
-        super().__init__("disk full" if disk else "map full")
-        self.paused = paused
-        self.disk = disk
 
 
 class LmdbStore(StoreBase):
@@ -159,19 +151,15 @@ class LmdbStore(StoreBase):
         path = check_path(path)
         if durability not in ("durable", "relaxed"):
             raise ValidationError(f"durability must be 'durable' or 'relaxed', got {durability!r}")
-        if map_size is None:
-            raise ValidationError("map_size must be an int, got None")
-        check_optional_int("map_size", map_size, minimum=1)
+        check_int("map_size", map_size, minimum=1)
         check_optional_int("max_map_size", max_map_size, minimum=_MIN_MAP_SIZE)
         map_size = max(map_size, _MIN_MAP_SIZE)
         if group_wait is None:
             group_wait = _GROUP_WAIT_DURABLE if durability == "durable" else _GROUP_WAIT_RELAXED
-        if not isinstance(group_wait, int | float) or not 0 <= group_wait <= 1:
-            raise ValidationError(f"group_wait must be seconds in [0, 1], got {group_wait!r}")
+        group_wait = check_seconds("group_wait", group_wait, 0, 1)
         if max_map_size is not None and map_size > max_map_size:
             raise ValidationError(f"map_size={map_size} exceeds max_map_size={max_map_size}")
-        if not isinstance(verify, bool):
-            raise ValidationError(f"verify must be a bool, got {verify!r}")
+        check_bool("verify", verify)
         self._durability: Durability = durability
         self._max_map_size = max_map_size
         self._shared: SharedEnvironment = REGISTRY.acquire(
@@ -183,7 +171,9 @@ class LmdbStore(StoreBase):
         )
         self._commits = 0
         real = self._shared.path
-        self._followers = Followers(lmdb_watcher(self._shared, self._in_read), real)
+        self._followers = Followers(
+            functools.partial(LmdbWatcher, self._shared, self._in_read), real
+        )
         super().__init__(real, writer=f"sharedesk-lmdb-writer:{real}", group_wait=group_wait)
 
     @property
@@ -207,58 +197,51 @@ class LmdbStore(StoreBase):
     # -- the write transaction ---------------------------------------------------------
 
     def _transact(self, work: Callable[[WriteTxn], T]) -> T:
-        shared = self._shared
+        shared, lock = self._shared, self._shared.lock
         shared.publish()  # the first write opens the sub-databases for every transaction
         while True:
+            paused = False
+            lock.acquire_shared()
             try:
-                return self._transact_once(work)
-            except _MapFull as full:
-                if not full.disk and self._grow(paused=full.paused):
-                    continue
-                if full.disk and full.paused:
-                    shared.lock.release_exclusive()
-                error = StoreFullError(
-                    self.path, shared.map_size(), self._max_map_size or 0, disk_full=full.disk
-                )
-                raise error from full.__cause__
-            except lmdb.MapResizedError:
-                shared.resize(0)  # another process grew the map: adopt it, run again
-            except lmdb.Error as exc:
-                raise StoreIOError(self.path, "append") from exc
-
-    def _transact_once(self, work: Callable[[WriteTxn], T]) -> T:
-        """Run ``work`` in one write transaction and commit (``_MapFull``, ``lmdb.Error``)."""
-        shared = self._shared
-        lock = shared.lock
-        lock.acquire_shared()
-        try:
-            txn = shared.env.begin(write=True, buffers=False)
-        except BaseException:
-            lock.release_shared()
-            raise
-        try:
-            assert shared.published is not None
-            result = work(_WriteTxn(txn, shared.published))
-            txn.commit()
-        except BaseException as exc:
-            paused = lock.pause()  # see ResizeLock.pause: abort only with readers held off
-            try:
-                txn.abort()
-            finally:
+                txn = shared.env.begin(write=True, buffers=False)
+                try:
+                    assert shared.published is not None
+                    result = work(_WriteTxn(txn, shared.published))
+                    txn.commit()
+                except BaseException:
+                    paused = lock.pause()  # see ResizeLock.pause: abort only with readers held off
+                    txn.abort()
+                    raise
+            except BaseException as exc:
                 lock.release_shared()
-            disk = isinstance(exc, lmdb.DiskError) or (
-                isinstance(exc, lmdb.Error) and self._disk_is_full()
-            )
-            if disk or isinstance(exc, lmdb.MapFullError):
-                raise _MapFull(paused, disk=disk) from exc
-            if paused:
-                lock.release_exclusive()
-            raise
-        lock.release_shared()
-        self._commits += 1
-        if self._commits % READER_CHECK_COMMITS == 0:
-            shared.reclaim_readers()  # a dead reader's slot would stop page reuse
-        return result
+                disk = isinstance(exc, lmdb.DiskError) or (
+                    isinstance(exc, lmdb.Error) and self._disk_is_full()
+                )
+                full = disk or isinstance(exc, lmdb.MapFullError)
+                if full and not disk:  # double the map, up to its ceiling, and run again
+                    current = shared.map_size()
+                    target = min(current * 2, self._max_map_size or current * 2)
+                    if target > current:
+                        shared.resize(target, paused=paused)
+                        continue
+                if paused:
+                    lock.release_exclusive()
+                if isinstance(exc, lmdb.MapResizedError):
+                    shared.resize(0)  # another process grew the map: adopt it, run again
+                    continue
+                if full:
+                    ceiling = self._max_map_size or 0
+                    raise StoreFullError(
+                        self.path, shared.map_size(), ceiling, disk_full=disk
+                    ) from exc
+                if isinstance(exc, lmdb.Error):
+                    raise StoreIOError(self.path, "append") from exc
+                raise
+            lock.release_shared()
+            self._commits += 1
+            if self._commits % READER_CHECK_COMMITS == 0:
+                shared.reclaim_readers()  # a dead reader's slot would stop page reuse
+            return result
 
     def _disk_is_full(self) -> bool:
         """Whether under :data:`DISK_FULL_BELOW` bytes are free (LMDB says ``EIO`` then)."""
@@ -266,20 +249,6 @@ class LmdbStore(StoreBase):
             stat = os.statvfs(self.path)
             return stat.f_bavail * stat.f_frsize < DISK_FULL_BELOW
         return False
-
-    def _grow(self, *, paused: bool) -> bool:
-        """Double the map (up to ``max_map_size``); return whether it grew; end ``paused``."""
-        shared = self._shared
-        current = shared.map_size()
-        target = current * 2
-        if self._max_map_size is not None:
-            target = min(target, self._max_map_size)
-        if target <= current:
-            if paused:
-                shared.lock.release_exclusive()
-            return False
-        shared.resize(target, paused=paused)
-        return True
 
     # -- reads -------------------------------------------------------------------------
 
@@ -317,29 +286,18 @@ class LmdbStore(StoreBase):
 
         return self._in_read(body)
 
-    def _last_sequence(self, session_id: str) -> int:
-        raw = self._get(b"meta", session_prefix(session_id))
-        return 0 if raw is None else int(META.unpack(raw)[0])
-
     def _read_text_before(self, session_id: str, before: int | None, limit: int) -> SessionPage:
         prefix = session_prefix(session_id)
         high = MAX_SEQ if before is None or before > MAX_SEQ else before
 
-        def body(txn: Any, dbs: Mapping[bytes, Any]) -> tuple[list[LogMessage], bool]:
+        def body(txn: Any, dbs: Mapping[bytes, Any]) -> SessionPage:
             # The Text index shares its keys with the events; a row decodes into
             # LogRecord, which skips the fields a log row does not carry.
-            rows: list[LogMessage] = []
-            texts = txn.cursor(db=dbs[b"texts"])
-            for sequence, _ in walk(texts, prefix, 0, high, newest_first=True):
-                if len(rows) == limit:
-                    return rows, True
-                record = record_at(txn, dbs, session_id, prefix, sequence, LOG_DECODER)
-                content, parent = record.body.content, record.parent
-                rows.append(LogMessage(sequence, record.author, content, session_id, parent))
-            return rows, False
+            texts = walk(txn.cursor(db=dbs[b"texts"]), prefix, 0, high, newest_first=True)
+            at = functools.partial(record_at, txn, dbs, session_id, prefix)
+            return text_page(session_id, texts, limit, lambda seq, _: at(seq, LOG_DECODER))
 
-        rows, more = self._in_read(body)
-        return SessionPage(messages=rows, next_before=rows[-1].sequence if more else None)
+        return self._in_read(body)
 
     def _first_replies(self, session_id: str, roots: list[int]) -> dict[int, int]:
         prefix = session_prefix(session_id)
@@ -354,9 +312,6 @@ class LmdbStore(StoreBase):
             return found
 
         return self._in_read(body)
-
-    def _session_state(self, session_id: str) -> SessionState:
-        return decode_session_state(session_id, self._get(b"runs", session_prefix(session_id)))
 
     def _session_states(self, session_ids: list[str]) -> list[SessionState]:
         def body(txn: Any, dbs: Mapping[bytes, Any]) -> list[SessionState]:
@@ -378,9 +333,7 @@ class LmdbStore(StoreBase):
                 if not key.startswith(start):
                     break
                 sequence = SEQ.unpack(key[len(start) :])[0]
-                event = record_at(txn, dbs, session_id, prefix, sequence, EVENT_DECODER)
-                if event.run_id == run_id:
-                    events.append(event)
+                events.append(record_at(txn, dbs, session_id, prefix, sequence, EVENT_DECODER))
             return events
 
         return self._in_read(body)
@@ -390,13 +343,6 @@ class LmdbStore(StoreBase):
     ) -> SharingState | None:
         raw = self._get(b"sharing", sharing_key(session_prefix(session_id), viewer, conversation))
         return None if raw is None else decode_state(session_id, raw)
-
-    def _sessions(self) -> list[str]:
-        def body(txn: Any, dbs: Mapping[bytes, Any]) -> list[str]:
-            cursor = txn.cursor(db=dbs[b"meta"])
-            return [session_of(key) for key in cursor.iternext(keys=True, values=False)]
-
-        return sorted(self._in_read(body))
 
     def _session_info(self, session_id: str) -> SessionInfo | None:
         raw = self._get(b"meta", session_prefix(session_id))
@@ -410,12 +356,7 @@ class LmdbStore(StoreBase):
         return sorted(self._in_read(body), key=lambda info: info.session_id)
 
     def follow(self, on_append: AppendCallback) -> Callable[[], None]:
-        """As :meth:`~sharedesk.protocol.ports.FollowingStore.follow`.
-
-        The first follower starts the store's follower thread, which stops with the last;
-        idle, it reads LMDB's last transaction id every ``FOLLOW_POLL_IDLE`` seconds, and
-        walks the sessions' last sequences only when it moved (``_lmdb_follow``).
-        """
+        """As :meth:`~sharedesk.protocol.ports.FollowingStore.follow` (see ``_lmdb_follow``)."""
         return self._followers.add(on_append)
 
     def _close(self) -> None:

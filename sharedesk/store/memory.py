@@ -156,9 +156,9 @@ class MemoryStore(StoreBase):
             index = self._stream(session_id).first_reply
             return {root: index[root] for root in roots if root in index}
 
-    def _session_state(self, session_id: str) -> SessionState:
+    def _session_states(self, session_ids: list[str]) -> list[SessionState]:
         with self._lock:
-            return self._stream(session_id).state
+            return [self._stream(session_id).state for session_id in session_ids]
 
     def _run_events(self, session_id: str, run_id: str) -> list[Event]:
         with self._lock:
@@ -172,10 +172,6 @@ class MemoryStore(StoreBase):
         with self._lock:
             return self._states.get((session_id, viewer, conversation))
 
-    def _sessions(self) -> list[str]:
-        with self._lock:
-            return sorted(self._streams)
-
     def _session_info(self, session_id: str) -> SessionInfo | None:
         with self._lock:
             stream = self._streams.get(session_id)
@@ -183,7 +179,9 @@ class MemoryStore(StoreBase):
 
     def _session_infos(self) -> list[SessionInfo]:
         with self._lock:
-            return [_info(session_id, self._streams[session_id]) for session_id in self._sessions()]
+            return [
+                _info(session_id, stream) for session_id, stream in sorted(self._streams.items())
+            ]
 
     def _close(self) -> None:
         self._streams = {}
@@ -211,10 +209,9 @@ class MemoryStore(StoreBase):
                 runs.add(event.run_id)
         del stream.text_sequences[: bisect.bisect_right(stream.text_sequences, through)]
         for run_id in runs:
-            kept = [seq for seq in stream.by_run[run_id] if seq > through]
-            if kept:
-                stream.by_run[run_id] = kept
-            else:
+            kept = stream.by_run[run_id]
+            del kept[: bisect.bisect_right(kept, through)]
+            if not kept:
                 del stream.by_run[run_id]
         stream.state = msgspec.structs.replace(stream.state, archived_through=through)
         return len(gone)

@@ -41,7 +41,6 @@ from psycopg.conninfo import conninfo_to_dict
 from sharedesk.protocol._log import logger
 from sharedesk.protocol.errors import (
     CommitOutcomeUnknown,
-    SharedeskError,
     StoreClosedError,
     StoreIOError,
     StoreUnreachable,
@@ -59,14 +58,14 @@ from sharedesk.protocol.records import (
     sharing_key,
 )
 from sharedesk.protocol.sessions import SessionState
-from sharedesk.protocol.validation import check_int
-from sharedesk.protocol.views import Conversation, LogMessage, SessionPage, SharingState
+from sharedesk.protocol.validation import check_bool, check_int, is_postgres_dsn
+from sharedesk.protocol.views import Conversation, SessionPage, SharingState
 from sharedesk.store._follow import Followers
 from sharedesk.store._pg_listen import Listener
-from sharedesk.store._pg_schema import Queries, check_schema_name, notify_channel, open_schema
+from sharedesk.store._pg_schema import Queries, check_schema_name, open_schema
 from sharedesk.store._pg_txn import GroupTxn, utf8
 from sharedesk.store._pg_watchdog import Connect, ConnectFailed, Pool, PoolExhausted, Watchdog
-from sharedesk.store.base import StoreBase, WriteTxn
+from sharedesk.store.base import StoreBase, WriteTxn, check_seconds, text_page
 
 __all__ = ["PostgresStore"]
 
@@ -80,7 +79,6 @@ _GROUP_WAIT: Final = 0.002
 _BACKEND_ALIVE: Final = "SELECT 1 FROM pg_stat_activity WHERE pid = %s"
 #: SQLSTATEs of transactions the server aborted that are safe to run again.
 _RETRYABLE_STATES: Final = frozenset({"40001", "40P01"})
-_URL: Final = re.compile(r"postgres(ql)?://", re.IGNORECASE)
 #: A password in what a caller gave as a DSN: ``user:password@`` or ``password=...``.
 _PASSWORD: Final = re.compile(r"(://[^:/@]*:)[^@]*(@)|(password\s*=\s*)(?:'[^']*'|\S+)", re.I)
 _TOP: Final = 2**63 - 1
@@ -108,7 +106,7 @@ def _check_dsn(dsn: Any) -> str:
         raise ValidationError(f"dsn must be a str, got {type(dsn).__name__}")
     hidden = _hide_password(dsn)
     given = repr(hidden if len(hidden) <= 200 else hidden[:200] + "...")
-    if _URL.match(dsn) is None:
+    if not is_postgres_dsn(dsn):
         raise ValidationError(
             f"dsn must be a URL starting with postgresql:// or postgres://, got {given}"
         )
@@ -120,12 +118,6 @@ def _check_dsn(dsn: Any) -> str:
         reason = _hide_password(str(exc).strip())
         raise ValidationError(f"dsn {given} is not a valid connection URL: {reason}") from None
     return dsn
-
-
-def _check_seconds(name: str, value: Any, low: float, high: float) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not low <= value <= high:
-        raise ValidationError(f"{name} must be seconds in [{low}, {high}], got {value!r}")
-    return float(value)
 
 
 def _default_connect(dsn: str, connect_timeout: float) -> Connect:
@@ -162,6 +154,8 @@ class PostgresStore(StoreBase):
         connect: Makes a new psycopg connection (default: ``psycopg.connect(dsn,
             connect_timeout=...)``), which the store sets to autocommit: the seam for
             connection faults.
+        create: Whether a database without the store's schema gets it; ``False``: such a
+            database is refused with ``ValidationError`` and left as it is.
 
     Raises:
         ValidationError: An unknown or bad option, or a ``dsn`` that is not a
@@ -185,13 +179,14 @@ class PostgresStore(StoreBase):
         retry_timeout: float = 10.0,
         call_timeout: float = 60.0,
         connect: Connect | None = None,
+        create: bool = True,
         **unknown: Any,
     ) -> None:
         if unknown:
             raise ValidationError(
                 f"unknown PostgresStore options {sorted(unknown)}; the options are schema, "
                 "min_connections, max_connections, connect_timeout, retry_timeout, "
-                "call_timeout, connect"
+                "call_timeout, connect, create"
             )
         dsn = _check_dsn(dsn)
         self._schema = check_schema_name(schema)
@@ -201,30 +196,28 @@ class PostgresStore(StoreBase):
             raise ValidationError(
                 f"min_connections={min_connections} exceeds max_connections={max_connections}"
             )
+        check_bool("create", create)
         if connect is not None and not callable(connect):
             raise ValidationError(f"connect must be callable, got {type(connect).__name__}")
-        self._connect_timeout = _check_seconds("connect_timeout", connect_timeout, 0.001, 3600)
-        self._retry_timeout = _check_seconds("retry_timeout", retry_timeout, 0, 3600)
-        call_timeout = _check_seconds("call_timeout", call_timeout, 0, 86400)
+        self._connect_timeout = check_seconds("connect_timeout", connect_timeout, 0.001, 3600)
+        self._retry_timeout = check_seconds("retry_timeout", retry_timeout, 0, 3600)
+        call_timeout = check_seconds("call_timeout", call_timeout, 0, 86400)
         path = redact_dsn(dsn)
         self._watchdog = Watchdog(call_timeout, path)
-        self._channel = notify_channel(self._schema)
+        self._channel = f"{self._schema}_appended"
         self._sql = Queries(f'"{self._schema}"')
         self._prepared: weakref.WeakSet[psycopg.Connection[Any]] = weakref.WeakSet()
         self._connect = _default_connect(dsn, connect_timeout) if connect is None else connect
         self._pool = Pool(self._connect, max_connections, self._watchdog)
         self._path: str = path
         self._closed = False
-        self._followers = Followers(
-            lambda followers: Listener(self._connect, self._watchdog, self._channel, followers),
-            path,
-        )
+        listener = functools.partial(Listener, self._connect, self._watchdog, self._channel)
+        self._followers = Followers(listener, path)
         try:
-            self._run("open", lambda conn: open_schema(conn, self._schema, path))
+            self._run("open", lambda conn: open_schema(conn, self._schema, path, create=create))
             self._run("open", lambda conn: self._pool.fill(min_connections - 1))
         except BaseException:
-            self._pool.close()
-            self._watchdog.stop()
+            self._close()
             raise
         super().__init__(path, writer=f"sharedesk-pg-writer:{path}", group_wait=_GROUP_WAIT)
 
@@ -268,8 +261,6 @@ class PostgresStore(StoreBase):
             try:
                 with self._pool.connection(self._connect_timeout) as conn:
                     return work(conn)
-            except SharedeskError:
-                raise
             except PoolExhausted as exc:
                 self._live()
                 raise StoreIOError(self._path, operation) from exc
@@ -311,17 +302,14 @@ class PostgresStore(StoreBase):
         while True:
             try:
                 with self._pool.connection(self._connect_timeout) as conn:
-                    while conn.execute(_BACKEND_ALIVE, [txn.backend_pid]).fetchone():
-                        if time.monotonic() >= deadline or self._closed:
-                            return None
-                        time.sleep(0.05)
-                    row = conn.execute(probe.query, [probe.sid, probe.key]).fetchone()
+                    if not conn.execute(_BACKEND_ALIVE, [txn.backend_pid]).fetchone():
+                        row = conn.execute(probe.query, [probe.sid, probe.key]).fetchone()
+                        return row is not None and bytes(row[0]) == probe.value
             except (psycopg.Error, PoolExhausted, ConnectFailed):
-                if time.monotonic() >= deadline or self._closed:
-                    return None
-                time.sleep(0.05)
-                continue
-            return row is not None and bytes(row[0]) == probe.value
+                pass  # the server cannot be asked yet: ask again until the deadline
+            if time.monotonic() >= deadline or self._closed:
+                return None
+            time.sleep(0.05)
 
     # -- writes (StoreBase hooks) --------------------------------------------------------
 
@@ -358,30 +346,15 @@ class PostgresStore(StoreBase):
         query = self._sql.read_desc if newest_first else self._sql.read_asc
         return self._events(session_id, query, [utf8(session_id), after, high, limit])
 
-    def _last_sequence(self, session_id: str) -> int:
-        rows = self._rows(self._sql.stream, [utf8(session_id)])
-        return int(rows[0][0]) if rows else 0
-
-    def _session_state(self, session_id: str) -> SessionState:
-        rows = self._rows(self._sql.stream, [utf8(session_id)])
-        return decode_session_state(session_id, rows[0][2] if rows else None)
-
     def _session_states(self, session_ids: list[str]) -> list[SessionState]:
         found = dict(self._rows(self._sql.states, [[utf8(s) for s in session_ids]]))
         return [decode_session_state(s, found.get(utf8(s))) for s in session_ids]
 
     def _read_text_before(self, session_id: str, before: int | None, limit: int) -> SessionPage:
         high = _TOP if before is None else before
-        if high <= 1:
-            return SessionPage(messages=[], next_before=None)
         rows = self._rows(self._sql.texts_before, [utf8(session_id), high, limit + 1])
-        messages: list[LogMessage] = []
-        for seq, raw in rows[:limit]:
-            record = decode_record(LOG_DECODER, session_id, seq, raw)
-            content, parent = record.body.content, record.parent
-            messages.append(LogMessage(seq, record.author, content, session_id, parent))
-        more = len(rows) > limit
-        return SessionPage(messages=messages, next_before=messages[-1].sequence if more else None)
+        decode = functools.partial(decode_record, LOG_DECODER, session_id)
+        return text_page(session_id, rows, limit, decode)
 
     def _first_replies(self, session_id: str, roots: list[int]) -> dict[int, int]:
         rows = self._rows(self._sql.first_replies, [utf8(session_id), roots])
@@ -389,8 +362,7 @@ class PostgresStore(StoreBase):
 
     def _run_events(self, session_id: str, run_id: str) -> list[Event]:
         params = [utf8(session_id), run_index_key(b"", run_id)]
-        events = self._events(session_id, self._sql.run_events, params)
-        return [event for event in events if event.run_id == run_id]
+        return self._events(session_id, self._sql.run_events, params)
 
     def _get_sharing_state(
         self, session_id: str, viewer: str, conversation: Conversation
@@ -398,9 +370,6 @@ class PostgresStore(StoreBase):
         key = sharing_key(b"", viewer, conversation)
         rows = self._rows(self._sql.get_sharing, [utf8(session_id), key])
         return decode_state(session_id, rows[0][0]) if rows else None
-
-    def _sessions(self) -> list[str]:
-        return [info.session_id for info in self._session_infos()]
 
     def _session_info(self, session_id: str) -> SessionInfo | None:
         sid = utf8(session_id)
@@ -414,12 +383,7 @@ class PostgresStore(StoreBase):
     # -- following -----------------------------------------------------------------------
 
     def follow(self, on_append: AppendCallback) -> Callable[[], None]:
-        """As :meth:`~sharedesk.protocol.ports.FollowingStore.follow`.
-
-        The first follower opens the listener's connection and thread
-        (:mod:`sharedesk.store._pg_listen`), which stop with the last.
-        """
-        self._live()
+        """As :meth:`~sharedesk.protocol.ports.FollowingStore.follow` (see ``_pg_listen``)."""
         return self._followers.add(on_append)
 
     def _close(self) -> None:

@@ -13,15 +13,12 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Final
 
-from sharedesk.projection.compaction import compacted_through, compaction_of
 from sharedesk.projection.retention import RetentionPolicy, RetentionReport, retention_through
 from sharedesk.protocol.errors import ValidationError
 from sharedesk.protocol.events import Event
-from sharedesk.protocol.sessions import SessionState
 from sharedesk.protocol.validation import check_int, check_session_id
-from sharedesk.protocol.views import Conversation
 from sharedesk.store.archive import append_archive, archive_file
-from sharedesk.store.base import StoreBase
+from sharedesk.store.base import StoreBase, channel_compacted
 
 __all__ = ["apply_retention"]
 
@@ -61,7 +58,7 @@ def apply_retention(
         if (
             policy.keep_last is None
             and policy.max_age is None
-            and not _compacted(store.session_state(session_id), session_id)
+            and not channel_compacted(store.session_state(session_id), session_id)
         ):
             raise ValidationError(
                 f"desk {session_id!r} has no compaction, and the policy keeps nothing: "
@@ -75,7 +72,7 @@ def apply_retention(
         low = state.archived_through
         bound = retention_through(
             policy,
-            compacted=_compacted(state, desk),
+            compacted=channel_compacted(state, desk),
             archived=low,
             newest=_rows(store, desk, low, None, newest_first=True),
             oldest=_rows(store, desk, low, None, newest_first=False),
@@ -91,11 +88,6 @@ def apply_retention(
             low = high
         removed[desk], archived[desk] = count, low
     return RetentionReport(removed, archived)
-
-
-def _compacted(state: SessionState, desk: str) -> int:
-    """Return the ``through`` of ``desk``'s newest channel compaction in its ``state`` (0: none)."""
-    return compacted_through(compaction_of(state.compactions, Conversation(desk)))
 
 
 def _rows(

@@ -207,6 +207,21 @@ class TestSchema:
         )
         assert 2 == len(rows(dsn, "SELECT * FROM sharedesk.schema_version"))
 
+    def test_without_create_a_database_lacking_the_schema_is_refused_and_left_alone(
+        self, dsn: str
+    ) -> None:
+        with pytest.raises(ValidationError, match="holds no schema 'sharedesk'"):
+            PostgresStore(dsn, create=False)
+
+        assert [] == rows(dsn, "SELECT 1 FROM pg_namespace WHERE nspname = 'sharedesk'")
+
+    def test_without_create_an_existing_store_opens_with_its_data(self, dsn: str) -> None:
+        with PostgresStore(dsn) as store:
+            stored = store.append("s", [text("kept")])
+
+        with PostgresStore(dsn, create=False) as store:
+            assert stored == store.read("s")
+
     def test_stores_on_two_schemas_of_one_database_are_independent(self, dsn: str) -> None:
         with PostgresStore(dsn, schema="app_a") as a, PostgresStore(dsn, schema="app_b") as b:
             a.append("s", [text("in a")])
@@ -251,6 +266,7 @@ class TestOptions:
             {"group_commit": "yes"},
             {"call_timeout": -1},
             {"call_timeout": "60"},
+            {"create": "no"},
             {"durability": "relaxed"},
         ],
         ids=str,
