@@ -40,8 +40,6 @@ EXIT_USAGE = 2
 DEMO_DESK = "demo-desk"
 #: The file LMDB keeps its data in, inside a store directory.
 LMDB_DATA_FILE = "data.mdb"
-#: The PostgreSQL schema the commands read (``PostgresStore``'s default).
-PG_SCHEMA = "sharedesk"
 _PAGE = 512  # rows read per page when a command walks a whole session
 
 _STYLES: Final = {Operator: "bold yellow", Person: "bold cyan", Agent: "bold magenta"}
@@ -270,24 +268,6 @@ def shown(location: str) -> str:
         return "postgresql://?"
 
 
-def _check_postgres_store(dsn: str) -> None:
-    # Refuse a database without the store's schema, which opening it would create. An
-    # unreachable server is a StoreIOError; a DSN libpq cannot parse is PostgresStore's.
-    import psycopg
-    from psycopg.conninfo import conninfo_to_dict
-
-    try:  # a DSN's own connect_timeout wins; else 10 s, not libpq's "wait forever"
-        timeout: dict[str, Any] = {"connect_timeout": 10}
-        with psycopg.connect(dsn, **(timeout | conninfo_to_dict(dsn))) as conn:
-            row = conn.execute("SELECT to_regnamespace(%s) IS NOT NULL", [PG_SCHEMA]).fetchone()
-    except psycopg.OperationalError as exc:
-        raise StoreIOError(path=shown(dsn), operation="open") from exc
-    except psycopg.Error:
-        return
-    if row is None or not row[0]:
-        raise ValidationError(f"not a store: {shown(dsn)} holds no schema {PG_SCHEMA!r}")
-
-
 def open_existing_store(location: str, session_id: str | None = None) -> LmdbStore | PostgresStore:
     """Open the store at ``location`` (an LMDB directory or a DSN), which must exist.
 
@@ -299,8 +279,7 @@ def open_existing_store(location: str, session_id: str | None = None) -> LmdbSto
     if is_postgres_dsn(location):
         from sharedesk import PostgresStore  # the lazy export names the missing extra
 
-        _check_postgres_store(location)
-        store = PostgresStore(location)
+        store = PostgresStore(location, create=False)
     else:
         path = Path(location)
         if not path.is_dir():
