@@ -168,6 +168,16 @@ class TestDocs:
 
         assert [] == found
 
+    def test_no_source_file_names_an_issue_number(self) -> None:
+        sources = [p for d in ("sharedesk", "tests", "bench") for p in (ROOT / d).rglob("*.py")]
+        found = [
+            f"{page_id(p)}: {m.group(0)!r}"
+            for p in sources
+            for m in DATED["an issue number"].finditer(p.read_text(encoding="utf-8"))
+        ]
+
+        assert [] == found
+
     @pytest.mark.parametrize("page", PAGES, ids=page_id)
     def test_every_link_of_a_page_to_another_page_resolves(self, page: Path) -> None:
         links = _LINK.findall(page.read_text(encoding="utf-8"))

@@ -35,7 +35,6 @@ class _Stream:
     state: SessionState = EMPTY_SESSION_STATE
 
 
-_EMPTY: _Stream = _Stream()
 #: What a slot of a row retention removed holds (never read: not a ``Text`` root either).
 _ARCHIVED: Final = Event(Operator(), TextDelta(""), id="sharedesk.archived")
 
@@ -63,7 +62,8 @@ class MemoryStore(StoreBase):
         self._states: dict[tuple[str, str, Conversation], SharingState] = {}
 
     def _stream(self, session_id: str) -> _Stream:
-        return self._streams.get(session_id, _EMPTY)
+        stream = self._streams.get(session_id)
+        return _Stream() if stream is None else stream  # an unknown session: empty, unshared
 
     # -- writes: the caller holds the lock (StoreBase.submit) ---------------------------
 

@@ -231,7 +231,7 @@ class TestFolding:
     def test_a_thread_view_opened_before_its_root_exists_shows_the_root(
         self, open_hub: HubFactory
     ) -> None:
-        """The projector picks up a thread's root whenever it arrives (issue case 3)."""
+        """The projector picks up a thread's root whenever it arrives."""
         hub = open_hub()
         desk = hub.session("desk")
         desk.post(ANA, "before the thread")

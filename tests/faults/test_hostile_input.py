@@ -296,7 +296,7 @@ class TestHub:
 
         assert (0, []) == (stats.restarts, stats.failed)
 
-    def test_the_five_calls_of_the_issue_leave_the_desk_working(
+    def test_deep_metadata_and_a_huge_thread_root_leave_the_desk_working(
         self, hub: Hub, fault_counter: FaultCounter
     ) -> None:
         deep = Event(Operator(), Text("x"), metadata=nested(5000))
@@ -421,8 +421,11 @@ class TestCli:
         self, fault_counter: FaultCounter, text: str
     ) -> None:
         fault_counter.count("cli parse_viewer")
-        with contextlib.suppress(ValidationError):
-            parse_viewer(text)
+        try:
+            viewer = parse_viewer(text)
+        except ValidationError:
+            return
+        assert isinstance(viewer, Operator) or text.partition(":")[2] == viewer.id
 
     @FAULTS
     @given(author=AUTHORS, content=HOSTILE_TEXT, sequence=st.integers(1, 10**6))

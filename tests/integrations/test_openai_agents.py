@@ -365,7 +365,7 @@ class TestRetraction:
         assert ([USER_MSG], []) == run(scenario())
 
     def test_clear_session_by_one_agent_leaves_another_agents_memory(self, hub: AsyncHub) -> None:
-        """The bug of issue 23: A's clear_session used to empty B's get_items."""
+        """One agent's clear_session leaves another agent's get_items as they were."""
 
         async def scenario() -> tuple[list[Any], list[Any], list[Any]]:
             billing = DeskSession(hub, "desk", BILLING)
