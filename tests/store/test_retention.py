@@ -316,6 +316,20 @@ class RetentionContract:
         with Hub(hub.store) as fresh, pytest.raises(RowsArchived):
             fresh.turn(DESK, ANN, thread)
 
+    def test_a_thread_turn_caught_up_above_archived_through_gets_its_delta(self, hub: Hub) -> None:
+        fill(hub, 5)
+        hub.append(DESK, [Event(BOT, Text("in thread"), parent=1)])
+        thread = Conversation(DESK, thread_root=1)
+        hub.compact(DESK, "what was said", through=6, author=BOT)  # every Text row
+        hub.turn(DESK, ANN, thread).commit()  # Ann's watermark: 7, the compaction
+        hub.append(DESK, [Event(BOT, Text("later in thread"), parent=1)])
+        hub.apply_retention(RetentionPolicy())
+
+        with Hub(hub.store) as fresh:
+            turn = fresh.turn(DESK, ANN, thread)
+
+        assert (turn.reason, [m.content for m in turn.messages]) == (None, ["later in thread"])
+
     def test_a_thread_whose_root_lies_above_archived_through_reads_as_before(
         self, hub: Hub
     ) -> None:
