@@ -65,8 +65,8 @@ def project_session(log: SessionLog, query: SessionQuery) -> Projection:
         ValidationError: A malformed ``query``, a ``log`` without ``read_before``, or a
             page that is not a ``SessionPage`` of well-typed ``LogMessage`` rows.
         PageError: The first broken page rule, in the contract's order.
-        LogReadError: ``log.read_before`` raised (the ``__cause__``); ``RowsArchived``
-            passes as it is.
+        LogReadError: ``log.read_before`` raised (the ``__cause__``), other than
+            ``RowsArchived`` (rows retention removed), which passes as it is.
 
     Cost: reads of 64, 128, 256, then ``PAGE_SIZE`` rows, at most ``SCAN_LIMIT`` in all,
     stopping once no further row can change the answer; CPU O(n log n) in the n rows

@@ -434,11 +434,10 @@ class StoreLog:
     def read_before(self, before: int | None, limit: int) -> SessionPage:
         """Return at most ``limit`` ``Text`` rows below ``before``, newest first.
 
-        The log ends at the session's first row: above ``archived_through`` the last page
-        of the rows kept gives ``archived_through + 1`` as its cursor, and a read that
-        would need a row at or below it raises ``RowsArchived``, never a silent end.
-        Errors as for a read of the store. Cost: one read of at most ``limit`` rows (plus
-        a state read when the rows kept end).
+        A log retention cut does not end above ``archived_through``: the page of the oldest
+        rows kept gives the cursor ``archived_through + 1``, and a read that would need a
+        row at or below it raises ``RowsArchived``. Errors as for a read of the store.
+        Cost: one read of at most ``limit`` rows (plus a state read when the rows end).
         """
         before = check_optional_int("before", before)
         store, limit = self.store, check_int("limit", limit)
@@ -448,8 +447,8 @@ class StoreLog:
         page = store._read_text_before(self.session_id, before, limit)
         if page.next_before is None and (before is None or before > 1):
             archived = store._session_state(self.session_id).archived_through
-            if archived and not page.messages:
-                raise RowsArchived(self.session_id, archived)
             if archived:
-                return SessionPage(messages=page.messages, next_before=archived + 1)
+                if not page.messages:
+                    raise RowsArchived(self.session_id, archived)
+                page = SessionPage(messages=page.messages, next_before=archived + 1)
         return page
