@@ -316,6 +316,19 @@ class RetentionContract:
         with Hub(hub.store) as fresh, pytest.raises(RowsArchived):
             fresh.turn(DESK, ANN, thread)
 
+    def test_compacting_a_thread_whose_rows_were_archived_raises_rows_archived(
+        self, hub: Hub
+    ) -> None:
+        thread = self.threaded(hub)
+        hub.append(DESK, [Event(ANN, Text("later in thread"), parent=1)])
+        hub.apply_retention(RetentionPolicy())
+        last = hub.last_sequence(DESK)
+
+        with pytest.raises(RowsArchived):
+            hub.compact(DESK, "the thread", through=last, author=ANN, conversation=thread)
+
+        assert hub.last_sequence(DESK) == last
+
     def test_a_thread_turn_caught_up_above_archived_through_gets_its_delta(self, hub: Hub) -> None:
         fill(hub, 5)
         hub.append(DESK, [Event(BOT, Text("in thread"), parent=1)])
