@@ -272,6 +272,16 @@ class RetentionContract:
 
         assert (raised.value.session_id, raised.value.archived_through) == (DESK, 12)
 
+    def test_a_run_whose_first_rows_were_archived_is_rows_archived_to_the_runs_layer(
+        self, hub: Hub
+    ) -> None:
+        run_id = self.ran(hub)
+        hub.compact(DESK, "what was said", through=12, author=BOT)
+        hub.apply_retention(RetentionPolicy())
+
+        with pytest.raises(RowsArchived):
+            SessionManager.get_run(hub.store, run_id)
+
     def test_a_run_whose_rows_were_all_archived_raises_rows_archived_not_unknown_run(
         self, hub: Hub
     ) -> None:
