@@ -18,7 +18,8 @@ archived (``RowsArchived``): the rows at or below it are replaced by the summary
 and the compaction itself lies above it, so the fold holds what a fold from the first
 row would, and a retained desk reads through its summary. Rows retention archived that no
 compaction of the conversation replaces (a thread's, below the channel's compaction) are
-no longer on the desk: the fold goes on after them, as views do.
+no longer on the desk: the fold goes on after them (a view of such a thread raises
+``RowsArchived``).
 """
 
 from __future__ import annotations

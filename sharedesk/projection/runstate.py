@@ -55,7 +55,12 @@ def _moves_run_state(event: Event) -> bool:
         return False
     if isinstance(body, RunFinished):
         return True
-    return isinstance(body, Text) and event.id.endswith(FIRST_INPUT_SUFFIX)
+    return opens_run(event)
+
+
+def opens_run(event: Event) -> bool:
+    """Return whether ``event`` is a run's first input row (the run's oldest row)."""
+    return isinstance(event.body, Text) and event.id.endswith(FIRST_INPUT_SUFFIX)
 
 
 def fold_session_state(state: SessionState, event: Event) -> SessionState:

@@ -34,6 +34,7 @@ from sharedesk.protocol.errors import (
     PageNotDescending,
     PageOutOfRange,
     PageTooLarge,
+    RowsArchived,
     ValidationError,
 )
 from sharedesk.protocol.ports import SessionLog
@@ -64,7 +65,8 @@ def project_session(log: SessionLog, query: SessionQuery) -> Projection:
         ValidationError: A malformed ``query``, a ``log`` without ``read_before``, or a
             page that is not a ``SessionPage`` of well-typed ``LogMessage`` rows.
         PageError: The first broken page rule, in the contract's order.
-        LogReadError: ``log.read_before`` raised (the ``__cause__``).
+        LogReadError: ``log.read_before`` raised (the ``__cause__``), other than
+            ``RowsArchived`` (rows retention removed), which passes as it is.
 
     Cost: reads of 64, 128, 256, then ``PAGE_SIZE`` rows, at most ``SCAN_LIMIT`` in all,
     stopping once no further row can change the answer; CPU O(n log n) in the n rows
@@ -201,6 +203,8 @@ class _LogWalk:
             limit = min(ask, SCAN_LIMIT - self.scanned)
             try:
                 page = self._log.read_before(before, limit)
+            except RowsArchived:  # the store's answer, not a log that misbehaved
+                raise
             except Exception as exc:
                 raise LogReadError(before, limit) from exc
             rows, next_before = _checked_page(page, before, limit, seen)

@@ -15,7 +15,12 @@ from collections.abc import Sequence
 from sharedesk.projection.session import _LogWalk, as_messages, check_log, is_blank
 from sharedesk.protocol.authors import SessionAuthor, same_participant
 from sharedesk.protocol.constants import PRESENT_SET_LIMIT
-from sharedesk.protocol.errors import PresentSetOverflow, ValidationError, WatermarkRegression
+from sharedesk.protocol.errors import (
+    PresentSetOverflow,
+    RowsArchived,
+    ValidationError,
+    WatermarkRegression,
+)
 from sharedesk.protocol.ports import ReplyIndex, SessionLog
 from sharedesk.protocol.validation import check_conversation, check_int, check_sharing_state
 from sharedesk.protocol.views import (
@@ -146,18 +151,23 @@ def rows_above_watermark(
     ``Reinitialize(GAP_TOO_LARGE)`` when ``SCAN_LIMIT`` rows come first. A log that ends
     first gives ``WATERMARK_UNAVAILABLE`` (even when that page reaches ``SCAN_LIMIT``),
     unless ``log_ends_at_watermark`` (the turn planner: the log is the whole history).
-    Raises as ``project_session``; costs its walk's reads.
+    A log raising ``RowsArchived`` at or below ``watermark`` has given every row above
+    it. Raises as ``project_session``; costs its walk's reads.
     """
     walk = _LogWalk(log, before)
     rows: list[LogMessage] = []
-    for row in walk:
-        if row.sequence <= watermark:
-            break
-        rows.append(row)
-    else:
-        if not walk.ended:
-            return Reinitialize(reason=ReinitializeReason.GAP_TOO_LARGE)
-        if not log_ends_at_watermark:
-            return Reinitialize(reason=ReinitializeReason.WATERMARK_UNAVAILABLE)
+    try:
+        for row in walk:
+            if row.sequence <= watermark:
+                break
+            rows.append(row)
+        else:
+            if not walk.ended:
+                return Reinitialize(reason=ReinitializeReason.GAP_TOO_LARGE)
+            if not log_ends_at_watermark:
+                return Reinitialize(reason=ReinitializeReason.WATERMARK_UNAVAILABLE)
+    except RowsArchived as gone:
+        if gone.archived_through > watermark:
+            raise
     rows.reverse()
     return rows

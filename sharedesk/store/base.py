@@ -22,6 +22,7 @@ from datetime import UTC, datetime
 from typing import Any, ClassVar, Self, TypeVar
 
 from sharedesk.projection.compaction import compacted_through, compaction_of
+from sharedesk.projection.runstate import opens_run
 from sharedesk.protocol._log import logger
 from sharedesk.protocol.errors import (
     RowsArchived,
@@ -291,11 +292,22 @@ class StoreBase(ABC):
         return self._session_states([self._open(s) for s in session_ids])
 
     def run_events(self, session_id: str, run_id: str) -> list[Event]:
-        """Return the events carrying ``run_id``, oldest first. Cost: a run-index walk."""
+        """Return the events carrying ``run_id``, oldest first.
+
+        Raises ``RowsArchived`` when they do not begin with the run's first input row and
+        the session's ``archived_through`` is above 0: the run's oldest rows (perhaps all
+        of them) may be among the rows retention removed. Cost: a run-index walk (plus a
+        state read when they do not begin so).
+        """
         check_session_id(session_id)
         check_optional_str("run_id", run_id)
         self._live()
-        return [event for event in self._run_events(session_id, run_id) if event.run_id == run_id]
+        rows = [event for event in self._run_events(session_id, run_id) if event.run_id == run_id]
+        if not rows or not opens_run(rows[0]):
+            archived = self._session_state(session_id).archived_through
+            if archived:
+                raise RowsArchived(session_id, archived)
+        return rows
 
     def get_sharing_state(
         self, session_id: str, viewer: str, conversation: Conversation
@@ -448,11 +460,21 @@ class StoreLog:
     def read_before(self, before: int | None, limit: int) -> SessionPage:
         """Return at most ``limit`` ``Text`` rows below ``before``, newest first.
 
-        Errors as for a read of the store. Cost: one read of at most ``limit`` rows.
+        A log retention cut does not end above ``archived_through``: the page of the oldest
+        rows kept gives the cursor ``archived_through + 1``, and a read that would need a
+        row at or below it raises ``RowsArchived``. Errors as for a read of the store.
+        Cost: one read of at most ``limit`` rows (plus a state read when the rows end).
         """
         before = check_optional_int("before", before)
         store, limit = self.store, check_int("limit", limit)
         store._live()
         if limit == 0:
             return SessionPage(messages=[], next_before=None)
-        return store._read_text_before(self.session_id, before, limit)
+        page = store._read_text_before(self.session_id, before, limit)
+        if page.next_before is None and (before is None or before > 1):
+            archived = store._session_state(self.session_id).archived_through
+            if archived:
+                if not page.messages:
+                    raise RowsArchived(self.session_id, archived)
+                page = SessionPage(messages=page.messages, next_before=archived + 1)
+        return page

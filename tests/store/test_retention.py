@@ -21,6 +21,7 @@ from sharedesk.protocol.authors import Agent, Person
 from sharedesk.protocol.errors import RowsArchived, ValidationError
 from sharedesk.protocol.events import Event, Text, TextDelta
 from sharedesk.protocol.views import Conversation
+from sharedesk.runs import ScriptedAdapter, SessionManager
 from sharedesk.store.archive import archive_file, read_archive
 from sharedesk.store.base import StoreBase
 from sharedesk.store.lmdb import LmdbStore
@@ -266,6 +267,132 @@ class RetentionContract:
         assert isinstance(store, StoreBase)
         info = store.session_info(DESK)
         assert info is not None and (info.last_sequence, info.text_count) == (101, 10)
+
+    def ran(self, hub: Hub) -> str:
+        """Rows 1-10, then a run of one reply (rows 11-14), then rows 15-20; its id."""
+        fill(hub, 10)
+        result = SessionManager.run_once(
+            hub.store, ScriptedAdapter(["done"]), "go", session_id=DESK
+        )
+        fill(hub, 6)
+        assert [e.sequence for e in hub.run_events(DESK, result.run_id)] == [11, 12, 13, 14]
+        return result.run_id
+
+    def test_a_run_whose_first_rows_were_archived_raises_rows_archived(self, hub: Hub) -> None:
+        run_id = self.ran(hub)
+        hub.compact(DESK, "what was said", through=12, author=BOT)
+        hub.apply_retention(RetentionPolicy())
+
+        with pytest.raises(RowsArchived) as raised:
+            hub.run_events(DESK, run_id)
+
+        assert (raised.value.session_id, raised.value.archived_through) == (DESK, 12)
+
+    def test_a_run_whose_first_rows_were_archived_is_rows_archived_to_the_runs_layer(
+        self, hub: Hub
+    ) -> None:
+        run_id = self.ran(hub)
+        hub.compact(DESK, "what was said", through=12, author=BOT)
+        hub.apply_retention(RetentionPolicy())
+
+        with pytest.raises(RowsArchived):
+            SessionManager.get_run(hub.store, run_id)
+
+    def test_a_run_whose_rows_were_all_archived_raises_rows_archived_not_unknown_run(
+        self, hub: Hub
+    ) -> None:
+        run_id = self.ran(hub)
+        hub.compact(DESK, "what was said", through=18, author=BOT)
+        hub.apply_retention(RetentionPolicy())
+
+        with pytest.raises(RowsArchived):
+            SessionManager.get_run(hub.store, run_id)
+
+    def test_a_run_above_archived_through_reads_whole(self, hub: Hub) -> None:
+        run_id = self.ran(hub)
+        hub.compact(DESK, "what was said", through=10, author=BOT)
+        hub.apply_retention(RetentionPolicy())
+
+        run = SessionManager.get_run(hub.store, run_id)
+
+        assert (run.status, run.input) == ("completed", [{"role": "user", "content": "go"}])
+
+    def threaded(self, hub: Hub) -> Conversation:
+        """Rows 1-5, a reply to row 1 (row 6), rows 7-10; the channel compacted through 8."""
+        fill(hub, 5)
+        hub.append(DESK, [Event(BOT, Text("in thread"), parent=1)])
+        fill(hub, 4)
+        hub.compact(DESK, "what was said", through=8, author=BOT)
+        return Conversation(DESK, thread_root=1)
+
+    def test_a_thread_view_whose_rows_were_archived_raises_rows_archived(self, hub: Hub) -> None:
+        thread = self.threaded(hub)
+        hub.append(DESK, [Event(ANN, Text("later in thread"), parent=1)])
+        hub.apply_retention(RetentionPolicy())
+
+        with Hub(hub.store) as fresh, pytest.raises(RowsArchived) as raised:
+            fresh.view(DESK, ANN, thread)
+
+        assert raised.value.archived_through == 8
+
+    def test_a_thread_turn_whose_rows_were_archived_raises_rows_archived(self, hub: Hub) -> None:
+        thread = self.threaded(hub)
+        hub.apply_retention(RetentionPolicy())
+
+        with Hub(hub.store) as fresh, pytest.raises(RowsArchived):
+            fresh.turn(DESK, ANN, thread)
+
+    def test_compacting_a_thread_whose_rows_were_archived_raises_rows_archived(
+        self, hub: Hub
+    ) -> None:
+        thread = self.threaded(hub)
+        hub.append(DESK, [Event(ANN, Text("later in thread"), parent=1)])
+        hub.apply_retention(RetentionPolicy())
+        last = hub.last_sequence(DESK)
+
+        with pytest.raises(RowsArchived):
+            hub.compact(DESK, "the thread", through=last, author=ANN, conversation=thread)
+
+        assert hub.last_sequence(DESK) == last
+
+    def test_a_thread_turn_caught_up_above_archived_through_gets_its_delta(self, hub: Hub) -> None:
+        fill(hub, 5)
+        hub.append(DESK, [Event(BOT, Text("in thread"), parent=1)])
+        thread = Conversation(DESK, thread_root=1)
+        hub.compact(DESK, "what was said", through=6, author=BOT)  # every Text row
+        hub.turn(DESK, ANN, thread).commit()  # Ann's watermark: 7, the compaction
+        hub.append(DESK, [Event(BOT, Text("later in thread"), parent=1)])
+        hub.apply_retention(RetentionPolicy())
+
+        with Hub(hub.store) as fresh:
+            turn = fresh.turn(DESK, ANN, thread)
+
+        assert (turn.reason, [m.content for m in turn.messages]) == (None, ["later in thread"])
+
+    def test_a_thread_whose_root_lies_above_archived_through_reads_as_before(
+        self, hub: Hub
+    ) -> None:
+        self.threaded(hub)
+        hub.append(DESK, [Event(ANN, Text("later in thread"), parent=10)])
+        hub.apply_retention(RetentionPolicy())
+
+        with Hub(hub.store) as fresh:
+            view = fresh.view(DESK, ANN, Conversation(DESK, thread_root=10))
+
+        assert [m.content for m in view.messages] == ["m10", "later in thread"]
+
+    def test_a_thread_compacted_at_or_above_archived_through_reads_through_its_summary(
+        self, hub: Hub
+    ) -> None:
+        thread = self.threaded(hub)
+        hub.compact(DESK, "the thread", through=9, author=ANN, conversation=thread)
+        hub.append(DESK, [Event(ANN, Text("later in thread"), parent=1)])
+        hub.apply_retention(RetentionPolicy())
+
+        with Hub(hub.store) as fresh:
+            view = fresh.view(DESK, ANN, thread)
+
+        assert [m.content for m in view.messages] == ["the thread", "later in thread"]
 
 
 class TestMemoryRetention(RetentionContract):
