@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
 
-from sharedesk.projection.session import is_blank
+from sharedesk.projection.session import in_conversation, is_blank
 from sharedesk.protocol.authors import SessionAuthor, same_participant
 from sharedesk.protocol.constants import PAGE_SIZE
 from sharedesk.protocol.errors import ValidationError
@@ -179,7 +179,7 @@ def compaction_covers(
         floor = body.through
         authors.extend(body.covers)
     found: list[SessionAuthor] = []
-    root = conversation.thread_root
+    channel = conversation.thread_root is None
     before: int | None = through + 1
     while before is not None and before > floor + 1:
         page = log.read_before(before, PAGE_SIZE)
@@ -188,8 +188,8 @@ def compaction_covers(
                 break
             if row.desk != conversation.desk or is_blank(row.content):
                 continue
-            if root is None or row.sequence == root or row.parent == root:
-                found.append(row.author)
+            if channel or in_conversation(conversation, row.sequence, row.parent):
+                found.append(row.author)  # a channel compaction replaces replies too
         before = page.next_before
     for author in reversed(found):
         if not any(same_participant(author, known) for known in authors):

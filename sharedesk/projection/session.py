@@ -39,6 +39,7 @@ from sharedesk.protocol.errors import (
 from sharedesk.protocol.ports import SessionLog
 from sharedesk.protocol.validation import check_conversation, check_int, check_optional_int
 from sharedesk.protocol.views import (
+    Conversation,
     LogMessage,
     Projection,
     SessionMessage,
@@ -300,6 +301,17 @@ def as_messages(rows: Iterable[LogMessage]) -> list[SessionMessage]:
 def is_blank(content: str) -> bool:
     """Return whether ``content`` is blank (``content.strip() == ""``): every fold's rule."""
     return not content or content.isspace()
+
+
+def in_conversation(conversation: Conversation, sequence: int | None, parent: int | None) -> bool:
+    """Return whether the row ``sequence`` (replying to ``parent``) is one of ``conversation``.
+
+    In the channel, the roots; in thread ``R``, R and its direct replies. Cost: O(1).
+    """
+    root = conversation.thread_root
+    if root is None:
+        return parent is None
+    return sequence == root or parent == root
 
 
 def check_log(log: object) -> None:
