@@ -144,13 +144,8 @@ def compaction_event(
         raise ValidationError(f"through must be an int of at least 1, got {through!r}")
     if through > last:
         raise ValidationError(f"through={through} lies beyond the last sequence {last}")
-    if previous is not None:
-        body = previous.body
-        assert isinstance(body, Compaction)
-        if through <= body.through:
-            raise ValidationError(
-                f"through={through} must lie above the previous compaction's {body.through}"
-            )
+    if through <= (floor := compacted_through(previous)):
+        raise ValidationError(f"through={through} must lie above the previous compaction's {floor}")
     root = conversation.thread_root
     if root is not None and through < root:
         raise ValidationError(f"through={through} lies below the thread's root {root}")
@@ -171,13 +166,11 @@ def compaction_covers(
     Cost: reads of ``PAGE_SIZE`` rows from ``through`` down to the previous compaction
     (the whole desk when none); no writes.
     """
-    floor = 0
+    floor = compacted_through(previous)
     authors: list[SessionAuthor] = []
     if previous is not None:
-        body = previous.body
-        assert isinstance(body, Compaction)
-        floor = body.through
-        authors.extend(body.covers)
+        assert isinstance(previous.body, Compaction)
+        authors.extend(previous.body.covers)
     found: list[SessionAuthor] = []
     channel = conversation.thread_root is None
     before: int | None = through + 1

@@ -279,18 +279,15 @@ def _check_row(row: object, index: int) -> None:
     where = f"SessionPage.messages[{index}]"
     if not isinstance(row, LogMessage):
         raise ValidationError(f"{where} is a {type(row).__name__}; expected a LogMessage")
-    checks = (
+    for name, ok, expected in (
         ("sequence", type(row.sequence) is int, "int"),
         ("content", isinstance(row.content, str), "str"),
         ("desk", isinstance(row.desk, str), "str"),
         ("parent", row.parent is None or type(row.parent) is int, "int or None"),
-    )
-    for name, ok, expected in checks:
+    ):
         if not ok:
-            value = getattr(row, name)
-            raise ValidationError(
-                f"{where}.{name} is a {type(value).__name__}; expected {expected}"
-            )
+            kind = type(getattr(row, name)).__name__
+            raise ValidationError(f"{where}.{name} is a {kind}; expected {expected}")
 
 
 def as_messages(rows: Iterable[LogMessage]) -> list[SessionMessage]:

@@ -7,8 +7,6 @@ import msgspec
 from sharedesk.protocol.events import Event
 from sharedesk.protocol.views import SharingState
 
-__all__ = ["Share", "Write"]
-
 
 class Share(msgspec.Struct, frozen=True):
     """The sharing state a turn's commit stores with its reply (a compare-and-swap).
