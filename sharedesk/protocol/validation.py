@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable, Collection, Sequence
-from typing import Any, Final, TypeGuard, cast
+from typing import Any, Final, NoReturn, TypeGuard, cast
 
 import msgspec
 
@@ -108,13 +108,18 @@ _CONTAINERS: Final = (dict, list, tuple, set, frozenset, msgspec.Struct)
 
 def _check_nesting(where: str, event: Event) -> None:
     # ``metadata`` and each container field of the body count from their own first level.
+    if event.metadata and _too_deep(event.metadata):
+        _refuse_depth(event.metadata, f"{where}.metadata")
     body = event.body
-    names = body.__struct_fields__ if isinstance(body, msgspec.Struct) else ()
-    fields = [("metadata", event.metadata), *((f"body.{n}", getattr(body, n)) for n in names)]
-    for field, value in fields:
+    for name in body.__struct_fields__ if isinstance(body, msgspec.Struct) else ():
+        value = getattr(body, name)
         if value and isinstance(value, _CONTAINERS) and _too_deep(value):
-            path = _path_of(value, f"{where}.{field}", _too_deep_at)
-            raise ValidationError(f"{path} nests deeper than {MAX_DEPTH} levels")
+            _refuse_depth(value, f"{where}.body.{name}")
+
+
+def _refuse_depth(value: Any, where: str) -> NoReturn:
+    path = _path_of(value, where, _too_deep_at)
+    raise ValidationError(f"{path} nests deeper than {MAX_DEPTH} levels")
 
 
 def _too_deep(value: Any) -> bool:
