@@ -136,7 +136,7 @@ class DeskFold:
             if body.thread_root == self.conversation.thread_root:
                 self._compact(event, body)
         elif isinstance(body, Text | Item) and in_conversation(
-            self.conversation, event.sequence, event.parent
+            self.conversation.thread_root, event.sequence, event.parent
         ):
             self._rows[sequence] = event
             self._sequence_of[event.id] = sequence
@@ -151,7 +151,7 @@ class DeskFold:
             if sequence is not None:
                 self._rows.pop(sequence, None)
         if body.through is not None and in_conversation(
-            self.conversation, event.sequence, event.parent
+            self.conversation.thread_root, event.sequence, event.parent
         ):
             self._drop_through(body.through)
 

@@ -172,7 +172,7 @@ def compaction_covers(
         assert isinstance(previous.body, Compaction)
         authors.extend(previous.body.covers)
     found: list[SessionAuthor] = []
-    channel = conversation.thread_root is None
+    root = conversation.thread_root
     before: int | None = through + 1
     while before is not None and before > floor + 1:
         page = log.read_before(before, PAGE_SIZE)
@@ -181,7 +181,7 @@ def compaction_covers(
                 break
             if row.desk != conversation.desk or is_blank(row.content):
                 continue
-            if channel or in_conversation(conversation, row.sequence, row.parent):
+            if root is None or in_conversation(root, row.sequence, row.parent):
                 found.append(row.author)  # a channel compaction replaces replies too
         before = page.next_before
     for author in reversed(found):

@@ -39,7 +39,6 @@ from sharedesk.protocol.errors import (
 from sharedesk.protocol.ports import SessionLog
 from sharedesk.protocol.validation import check_conversation, check_int, check_optional_int
 from sharedesk.protocol.views import (
-    Conversation,
     LogMessage,
     Projection,
     SessionMessage,
@@ -300,15 +299,15 @@ def is_blank(content: str) -> bool:
     return not content or content.isspace()
 
 
-def in_conversation(conversation: Conversation, sequence: int | None, parent: int | None) -> bool:
-    """Return whether the row ``sequence`` (replying to ``parent``) is one of ``conversation``.
+def in_conversation(thread_root: int | None, sequence: int | None, parent: int | None) -> bool:
+    """Return whether the row ``sequence`` (replying to ``parent``) is in a conversation.
 
-    In the channel, the roots; in thread ``R``, R and its direct replies. Cost: O(1).
+    The conversation is a ``Conversation``'s ``thread_root``: in the channel (``None``),
+    the roots; in thread ``R``, R and its direct replies. Cost: O(1).
     """
-    root = conversation.thread_root
-    if root is None:
+    if thread_root is None:
         return parent is None
-    return sequence == root or parent == root
+    return sequence == thread_root or parent == thread_root
 
 
 def check_log(log: object) -> None:

@@ -129,7 +129,7 @@ def delta_messages(
             continue
         if viewer is not None and same_participant(row.author, viewer):
             continue  # the viewer's own row
-        if in_conversation(conversation, seq, row.parent):
+        if in_conversation(root, seq, row.parent):
             picked.append(row)
         elif root is None and replies is not None and row.parent is not None:
             picked.append(row)

@@ -158,15 +158,15 @@ def fold_views(
     Cost: O(window) a row.
     """
     projection, needed = cached.projection, cached.needed
-    messages = projection.messages
+    messages, root = projection.messages, conversation.thread_root
     for row in rows:
         needed += 1
         if projection.partial or needed > FOLD_LIMIT:
             return None
         if window == 0 or is_blank(row.content):
             continue
-        if not in_conversation(conversation, row.sequence, row.parent):
-            if conversation.thread_root is None:
+        if not in_conversation(root, row.sequence, row.parent):
+            if root is None:
                 return None  # a channel reply may be its root's first: walk
             continue
         messages = [*messages, *as_messages([row])][-window:]

@@ -877,19 +877,12 @@ class TestIsBlank:
 
 class TestInConversation:
     def test_the_channel_holds_the_roots_only(self) -> None:
-        channel = Conversation("desk")
-
-        assert (True, False) == (
-            in_conversation(channel, 5, None),
-            in_conversation(channel, 6, 5),
-        )
+        assert (True, False) == (in_conversation(None, 5, None), in_conversation(None, 6, 5))
 
     def test_a_thread_holds_its_root_and_its_direct_replies_only(self) -> None:
-        thread = Conversation("desk", thread_root=5)
-
         assert (True, True, False, False) == (
-            in_conversation(thread, 5, None),
-            in_conversation(thread, 6, 5),
-            in_conversation(thread, 7, None),
-            in_conversation(thread, 8, 7),
+            in_conversation(5, 5, None),
+            in_conversation(5, 6, 5),
+            in_conversation(5, 7, None),
+            in_conversation(5, 8, 7),
         )
