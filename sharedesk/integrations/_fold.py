@@ -31,6 +31,7 @@ from typing import Final
 
 from sharedesk.actors.aio import AsyncHub
 from sharedesk.projection.compaction import compacted_through, compaction_of, summary_row
+from sharedesk.projection.session import in_conversation
 from sharedesk.protocol import PAGE_SIZE, Compaction, Conversation, Event, Retracted, Text
 from sharedesk.protocol.authors import author_label
 from sharedesk.protocol.errors import RowsArchived
@@ -122,12 +123,6 @@ class DeskFold:
                     self._fold(compaction)  # archived itself: folded before moving on
                 self.seen = max(self.seen, archived)
 
-    def _in_conversation(self, event: Event) -> bool:
-        root = self.conversation.thread_root
-        if root is None:
-            return event.parent is None
-        return event.parent == root or event.sequence == root
-
     def _fold(self, event: Event) -> None:
         sequence = event.sequence
         assert sequence is not None
@@ -141,7 +136,9 @@ class DeskFold:
         elif isinstance(body, Compaction):
             if body.thread_root == self.conversation.thread_root:
                 self._compact(event, body)
-        elif isinstance(body, Text | Item) and self._in_conversation(event):
+        elif isinstance(body, Text | Item) and in_conversation(
+            self.conversation.thread_root, event.sequence, event.parent
+        ):
             self._rows[sequence] = event
             self._sequence_of[event.id] = sequence
 
@@ -154,7 +151,9 @@ class DeskFold:
             sequence = self._sequence_of.pop(body.target, None)
             if sequence is not None:
                 self._rows.pop(sequence, None)
-        if body.through is not None and self._in_conversation(event):
+        if body.through is not None and in_conversation(
+            self.conversation.thread_root, event.sequence, event.parent
+        ):
             self._drop_through(body.through)
 
     def _compact(self, event: Event, body: Compaction) -> None:

@@ -45,15 +45,6 @@ from sharedesk.protocol.validation import check_parents
 from sharedesk.protocol.views import Conversation, SharingState
 from sharedesk.protocol.writes import Write
 
-__all__ = [
-    "Facts",
-    "StoredRow",
-    "Wants",
-    "WritePlan",
-    "plan_write",
-    "wants_of",
-]
-
 #: The key of a stored sharing state within a session: (viewer, conversation).
 SharingKey = tuple[str, Conversation]
 #: The ``first_replies`` of a plan that records none (most): one shared, read-only.

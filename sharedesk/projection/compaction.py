@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
 
-from sharedesk.projection.session import is_blank
+from sharedesk.projection.session import in_conversation, is_blank
 from sharedesk.protocol.authors import SessionAuthor, same_participant
 from sharedesk.protocol.constants import PAGE_SIZE
 from sharedesk.protocol.errors import ValidationError
@@ -144,13 +144,8 @@ def compaction_event(
         raise ValidationError(f"through must be an int of at least 1, got {through!r}")
     if through > last:
         raise ValidationError(f"through={through} lies beyond the last sequence {last}")
-    if previous is not None:
-        body = previous.body
-        assert isinstance(body, Compaction)
-        if through <= body.through:
-            raise ValidationError(
-                f"through={through} must lie above the previous compaction's {body.through}"
-            )
+    if through <= (floor := compacted_through(previous)):
+        raise ValidationError(f"through={through} must lie above the previous compaction's {floor}")
     root = conversation.thread_root
     if root is not None and through < root:
         raise ValidationError(f"through={through} lies below the thread's root {root}")
@@ -171,13 +166,11 @@ def compaction_covers(
     Cost: reads of ``PAGE_SIZE`` rows from ``through`` down to the previous compaction
     (the whole desk when none); no writes.
     """
-    floor = 0
+    floor = compacted_through(previous)
     authors: list[SessionAuthor] = []
     if previous is not None:
-        body = previous.body
-        assert isinstance(body, Compaction)
-        floor = body.through
-        authors.extend(body.covers)
+        assert isinstance(previous.body, Compaction)
+        authors.extend(previous.body.covers)
     found: list[SessionAuthor] = []
     root = conversation.thread_root
     before: int | None = through + 1
@@ -188,8 +181,8 @@ def compaction_covers(
                 break
             if row.desk != conversation.desk or is_blank(row.content):
                 continue
-            if root is None or row.sequence == root or row.parent == root:
-                found.append(row.author)
+            if root is None or in_conversation(root, row.sequence, row.parent):
+                found.append(row.author)  # a channel compaction replaces replies too
         before = page.next_before
     for author in reversed(found):
         if not any(same_participant(author, known) for known in authors):

@@ -282,18 +282,15 @@ def _check_row(row: object, index: int) -> None:
     where = f"SessionPage.messages[{index}]"
     if not isinstance(row, LogMessage):
         raise ValidationError(f"{where} is a {type(row).__name__}; expected a LogMessage")
-    checks = (
+    for name, ok, expected in (
         ("sequence", type(row.sequence) is int, "int"),
         ("content", isinstance(row.content, str), "str"),
         ("desk", isinstance(row.desk, str), "str"),
         ("parent", row.parent is None or type(row.parent) is int, "int or None"),
-    )
-    for name, ok, expected in checks:
+    ):
         if not ok:
-            value = getattr(row, name)
-            raise ValidationError(
-                f"{where}.{name} is a {type(value).__name__}; expected {expected}"
-            )
+            kind = type(getattr(row, name)).__name__
+            raise ValidationError(f"{where}.{name} is a {kind}; expected {expected}")
 
 
 def as_messages(rows: Iterable[LogMessage]) -> list[SessionMessage]:
@@ -304,6 +301,17 @@ def as_messages(rows: Iterable[LogMessage]) -> list[SessionMessage]:
 def is_blank(content: str) -> bool:
     """Return whether ``content`` is blank (``content.strip() == ""``): every fold's rule."""
     return not content or content.isspace()
+
+
+def in_conversation(thread_root: int | None, sequence: int | None, parent: int | None) -> bool:
+    """Return whether the row ``sequence`` (replying to ``parent``) is in a conversation.
+
+    The conversation is a ``Conversation``'s ``thread_root``: in the channel (``None``),
+    the roots; in thread ``R``, R and its direct replies. Cost: O(1).
+    """
+    if thread_root is None:
+        return parent is None
+    return sequence == thread_root or parent == thread_root
 
 
 def check_log(log: object) -> None:

@@ -12,7 +12,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sharedesk.projection.session import _LogWalk, as_messages, check_log, is_blank
+from sharedesk.projection.session import (
+    _LogWalk,
+    as_messages,
+    check_log,
+    in_conversation,
+    is_blank,
+)
 from sharedesk.protocol.authors import SessionAuthor, same_participant
 from sharedesk.protocol.constants import PRESENT_SET_LIMIT
 from sharedesk.protocol.errors import (
@@ -128,12 +134,9 @@ def delta_messages(
             continue
         if viewer is not None and same_participant(row.author, viewer):
             continue  # the viewer's own row
-        if root is not None:
-            if seq == root or row.parent == root:
-                picked.append(row)
-        elif row.parent is None:
+        if in_conversation(root, seq, row.parent):
             picked.append(row)
-        elif replies is not None:
+        elif root is None and replies is not None and row.parent is not None:
             picked.append(row)
             candidates.add(row.parent)
     if candidates:

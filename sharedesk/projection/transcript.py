@@ -43,7 +43,7 @@ from sharedesk.protocol.authors import SessionAuthor, author_key
 from sharedesk.protocol.errors import ValidationError
 from sharedesk.protocol.events import Compaction, Event
 from sharedesk.protocol.ports import EventStore
-from sharedesk.protocol.transcripts import Transcript, TranscriptFold, TranscriptMessage
+from sharedesk.protocol.transcripts import Transcript, TranscriptFold
 from sharedesk.protocol.validation import (
     check_optional_author,
     check_optional_int,
@@ -194,14 +194,14 @@ def _resume(transcript: Transcript, viewer: SessionAuthor | None) -> tuple[Messa
     state = transcript._fold
     if state is None:
         return MessageFold(viewer, transcript.messages), []
-    if not isinstance(state, TranscriptFold) or not _well_formed(state):
-        raise ValidationError(f"the transcript's fold state is malformed: {state!r}")
     viewer_key = None if viewer is None else author_key(viewer)
     if state.viewer != viewer_key:
         raise ValidationError(
             f"transcript was built for viewer {state.viewer!r}, not {viewer_key!r}"
         )
     open_text, run, cut_calls = state.open_text, state.open_run_id, state.cut_pending_calls
+    if open_text is not None and open_text.author is None:
+        raise ValidationError("the transcript's open_text has no author")
     messages = list(transcript.messages)
     if open_text is not None and messages:
         # Truncation keeps a suffix, so the open message, being the newest, is either
@@ -210,17 +210,6 @@ def _resume(transcript: Transcript, viewer: SessionAuthor | None) -> tuple[Messa
             raise ValidationError("the transcript's open_text is not its last message")
         messages.pop()
     return MessageFold(viewer, messages, open_text, run, cut_calls), list(cut_calls)
-
-
-def _well_formed(state: TranscriptFold) -> bool:
-    """Whether the fields of a transcript's fold state have their declared types."""
-    text, run, calls = state.open_text, state.open_run_id, state.cut_pending_calls
-    return (
-        (text is None or (isinstance(text, TranscriptMessage) and text.author is not None))
-        and (run is None or isinstance(run, str))
-        and isinstance(calls, list | tuple)
-        and all(isinstance(call, str) for call in calls)
-    )
 
 
 def _read(

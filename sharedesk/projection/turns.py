@@ -23,7 +23,7 @@ from typing import Final
 import msgspec
 
 from sharedesk.projection.compaction import CompactedLog, compacted_through
-from sharedesk.projection.session import as_messages, is_blank, project_session
+from sharedesk.projection.session import as_messages, in_conversation, is_blank, project_session
 from sharedesk.projection.sharing import delta_messages, rows_above_watermark
 from sharedesk.protocol.authors import SessionAuthor
 from sharedesk.protocol.constants import PAGE_SIZE, SCAN_LIMIT, SESSION_WINDOW
@@ -165,10 +165,9 @@ def fold_views(
             return None
         if window == 0 or is_blank(row.content):
             continue
-        if root is None:
-            if row.parent is not None:
-                return None
-        elif row.parent != root and row.sequence != root:
+        if not in_conversation(root, row.sequence, row.parent):
+            if root is None:
+                return None  # a channel reply may be its root's first: walk
             continue
         messages = [*messages, *as_messages([row])][-window:]
     if messages is not projection.messages:

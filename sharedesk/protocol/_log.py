@@ -13,8 +13,6 @@ from typing import Any, Final
 
 import structlog
 
-__all__ = ["LOGGER_NAME", "logger"]
-
 #: The standard library logger every line of sharedesk goes through.
 LOGGER_NAME: Final = "sharedesk"
 

@@ -10,7 +10,7 @@ prefix, ``b""`` for PostgreSQL).
 from __future__ import annotations
 
 import hashlib
-from typing import Any, Final, TypeVar
+from typing import Final, TypeVar
 
 import msgspec
 
@@ -66,6 +66,7 @@ class LogRecord(msgspec.Struct, frozen=True):
 
 LOG_DECODER: Final = msgspec.msgpack.Decoder(LogRecord)
 _Record = TypeVar("_Record", Event, LogRecord)
+_T = TypeVar("_T")
 
 
 def decode_record(
@@ -86,8 +87,8 @@ def decode_record(
 
 
 def _decode_stored(
-    decoder: msgspec.msgpack.Decoder[Any], session_id: str, raw: bytes, what: str
-) -> Any:
+    decoder: msgspec.msgpack.Decoder[_T], session_id: str, raw: bytes, what: str
+) -> _T:
     try:
         return decoder.decode(raw)
     except (msgspec.DecodeError, msgspec.ValidationError, SharedeskError) as exc:
@@ -96,16 +97,14 @@ def _decode_stored(
 
 def decode_state(session_id: str, raw: bytes) -> SharingState:
     """Decode a stored sharing state; :class:`CorruptRecordError` (sequence 0) if it cannot."""
-    state: SharingState = _decode_stored(_STATE_DECODER, session_id, raw, "sharing state")
-    return state
+    return _decode_stored(_STATE_DECODER, session_id, raw, "sharing state")
 
 
 def decode_session_state(session_id: str, raw: bytes | None) -> SessionState:
     """Decode a stored session state (``None``: the empty state), as :func:`decode_state`."""
     if raw is None:
         return EMPTY_SESSION_STATE
-    state: SessionState = _decode_stored(_SESSION_STATE_DECODER, session_id, raw, "session state")
-    return state
+    return _decode_stored(_SESSION_STATE_DECODER, session_id, raw, "session state")
 
 
 def private_copy(event: Event) -> Event:

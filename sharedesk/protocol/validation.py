@@ -329,10 +329,6 @@ def check_share(share: Any) -> Share:
     state = check_sharing_state(share.state)
     expected = share.expected_state
     if expected is not None:
-        if not isinstance(expected, SharingState):
-            raise ValidationError(
-                f"expected_state must be a SharingState or None, got {type(expected).__name__}"
-            )
         check_sharing_state(expected, "expected_state")
         if expected.conversation != state.conversation:
             raise ValidationError(

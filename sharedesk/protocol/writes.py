@@ -7,16 +7,12 @@ import msgspec
 from sharedesk.protocol.events import Event
 from sharedesk.protocol.views import SharingState
 
-__all__ = ["Share", "Write"]
-
 
 class Share(msgspec.Struct, frozen=True):
     """The sharing state a turn's commit stores with its reply (a compare-and-swap).
 
-    The store checks, in order, ``expected_version``, the stored state, parents and the
-    present set; on any error nothing is written. Besides the append's errors, it raises
-    ``PresentSetOverflow`` (noting the reply overflows the present set) and
-    ``CorruptRecordError`` (the stored state cannot be decoded).
+    The store checks it as the append rules say (``projection/append.py``, rules 3 and
+    8); a stored state that cannot be decoded is ``CorruptRecordError``.
 
     Attributes:
         viewer: The participant's :func:`~sharedesk.protocol.author_key`; the state is

@@ -9,6 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sharedesk.projection import project_session
+from sharedesk.projection.session import in_conversation
 from sharedesk.projection.session import is_blank as the_blank_rule
 from sharedesk.protocol import (
     PAGE_SIZE,
@@ -872,3 +873,16 @@ class TestIsBlank:
     @given(st.text())
     def test_is_blank_agrees_with_strip_on_any_text(self, content: str) -> None:
         assert (content.strip() == "") == the_blank_rule(content)
+
+
+class TestInConversation:
+    def test_the_channel_holds_the_roots_only(self) -> None:
+        assert (True, False) == (in_conversation(None, 5, None), in_conversation(None, 6, 5))
+
+    def test_a_thread_holds_its_root_and_its_direct_replies_only(self) -> None:
+        assert (True, True, False, False) == (
+            in_conversation(5, 5, None),
+            in_conversation(5, 6, 5),
+            in_conversation(5, 7, None),
+            in_conversation(5, 8, 7),
+        )

@@ -995,15 +995,18 @@ class TestUpdateFromStore:
         with pytest.raises(ValidationError, match="open_text"):
             TranscriptBuilder.update_from_store(store, forged)
 
-    def test_update_rejects_malformed_cut_calls_metadata(self, store: RecordingStore) -> None:
+    def test_update_rejects_an_open_text_without_an_author(self, store: RecordingStore) -> None:
+        store.append(SESSION, [delta(BOT, "b", run_id="r")])
         transcript = TranscriptBuilder.from_store(store, SESSION)
-        assert transcript._fold is not None
+        assert transcript._fold is not None and transcript._fold.open_text is not None
+        open_text = msgspec.structs.replace(transcript._fold.open_text, author=None)
         forged = msgspec.structs.replace(
             transcript,
-            _fold=msgspec.structs.replace(transcript._fold, cut_pending_calls="c1"),
+            messages=[open_text],
+            _fold=msgspec.structs.replace(transcript._fold, open_text=open_text),
         )
 
-        with pytest.raises(ValidationError, match="cut_pending_calls"):
+        with pytest.raises(ValidationError, match="open_text has no author"):
             TranscriptBuilder.update_from_store(store, forged)
 
     def test_update_never_changes_the_given_transcript(self, store: RecordingStore) -> None:
