@@ -127,10 +127,21 @@ class ConcurrencyError(SharedeskError):
 class SharingStateConflict(ConcurrencyError):
     """Raised when another turn of the same viewer and conversation committed first.
 
-    ``expected`` and ``actual`` are the planned and stored watermarks (-1: no state); no write.
+    ``expected`` and ``actual`` are the planned and stored watermarks (-1: no state, which the
+    message says in words); no write.
     """
 
-    template = "sharing state moved: it is at watermark {actual}, the turn planned from {expected}"
+    template = "sharing state moved: {_stored}, {_planned}"
+
+    @property
+    def _stored(self) -> str:
+        return "no state is stored" if self.actual == -1 else f"it is at watermark {self.actual}"
+
+    @property
+    def _planned(self) -> str:
+        if self.expected == -1:
+            return "the turn was planned with no state"
+        return f"the turn was planned from watermark {self.expected}"
 
 
 class AlreadyStored(SharedeskError):

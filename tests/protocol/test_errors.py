@@ -156,6 +156,14 @@ class TestDeclaredErrors:
             str(error).split(":")[0],
         )
 
+    def test_a_sharing_conflict_says_no_state_rather_than_a_sentinel_watermark(self) -> None:
+        message = str(errors.SharingStateConflict(-1, 1))
+
+        assert (
+            "sharing state moved: it is at watermark 1, the turn was planned with no state"
+            == message
+        )
+
     def test_an_error_written_the_plain_way_still_pickles_with_its_figures(self) -> None:
         copy = pickle.loads(pickle.dumps(Plain("/x", 2)))
 
