@@ -101,20 +101,28 @@ class PooledWriter:
                 version = self.store.last_sequence(session_id) if check_version else None
                 stored = self.store.append(session_id, events, expected_version=version)
             except ConcurrencyError:
-                if attempt > 1 and self._stored(session_id, events):
-                    return  # an earlier attempt committed, its reply lost: acknowledged now
+                try:
+                    if attempt > 1 and self._stored(session_id, events):
+                        return  # an earlier attempt committed, its reply lost: acknowledged now
+                except StoreError as error:  # the check's read lost its connection too
+                    self._pause(session_id, attempt, error)
+                    continue
                 self.say("conflict")
                 return
             except StoreError as error:
-                self.say(f"retry {type(error).__name__}")
-                if attempt * RETRY_PAUSE > RETRY_FOR:
-                    self.say("gave-up")
-                    raise GaveUp(session_id) from error
-                time.sleep(RETRY_PAUSE)
+                self._pause(session_id, attempt, error)
                 continue
             for event in stored:
                 self.say(f"ack {session_id} {event.id} {event.sequence}")
             return
+
+    def _pause(self, session_id: str, attempt: int, error: StoreError) -> None:
+        """Report a retry after ``error`` and pause before it (``GaveUp`` past ``RETRY_FOR``)."""
+        self.say(f"retry {type(error).__name__}")
+        if attempt * RETRY_PAUSE > RETRY_FOR:
+            self.say("gave-up")
+            raise GaveUp(session_id) from error
+        time.sleep(RETRY_PAUSE)
 
     def _stored(self, session_id: str, events: list[Event]) -> bool:
         """Acknowledge ``events`` and return ``True`` if the session holds every one of them.

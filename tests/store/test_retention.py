@@ -158,22 +158,6 @@ class RetentionContract:
         sequences = [e.sequence for e in read_archive(archive_file(tmp_path / "archive", DESK))]
         assert sequences == list(range(1, 91))
 
-    def test_a_runs_removed_rows_leave_its_run_events_and_the_kept_ones_stay(
-        self, hub: Hub
-    ) -> None:
-        hub.append(DESK, [Event(BOT, TextDelta("a"), run_id="gone")])
-        hub.append(DESK, [Event(BOT, TextDelta("b"), run_id="split")])
-        self.compacted(hub, rows=10, through=3)
-        hub.append(DESK, [Event(BOT, TextDelta("c"), run_id="split")])
-
-        hub.apply_retention(RetentionPolicy())
-
-        store = hub.store
-        assert ([], [14]) == (
-            store.run_events(DESK, "gone"),
-            [e.sequence for e in store.run_events(DESK, "split")],
-        )
-
     def test_rows_go_in_chunks_with_the_same_outcome(self, hub: Hub, tmp_path: Path) -> None:
         self.compacted(hub)
         policy = RetentionPolicy(archive=tmp_path / "archive")
