@@ -12,11 +12,15 @@ the post rates and the post-to-page latency over every row on every page (median
 p99). Rows of another process reach the server's feeds through the LMDB store's
 follower, as the Hub's own commits do.
 
-Part 2: ``hub.turn`` + ``turn.commit`` with ``opentelemetry-api`` installed but no
-tracer provider ("off"), then with an SDK provider recording every span into a batch
-processor whose exporter drops them ("on"), in alternating rounds: on a durable LMDB Hub
-(the target: on at most 1.1x off) and on an in-memory Hub (context: no fsync, so the
-spans' own cost shows in full).
+Part 2 (alone: ``--telemetry-only``): ``hub.turn`` + ``turn.commit`` with
+``opentelemetry-api`` installed but no tracer provider ("off"), and with an SDK provider
+recording every span into a batch processor whose exporter drops them ("on"), in
+``--pairs`` pairs of rounds, each round on a fresh Hub, each pair's order the reverse of
+the last one's: on a durable LMDB Hub (the target: on at most 1.1x off) and on an
+in-memory Hub (context: no fsync, so the spans' own cost shows in full). The figure is
+the median of the pairs' ratios (each: on's median turn over off's, in the same pair),
+printed with their range, so that a spell of load elsewhere on the machine skews one
+pair, not the figure.
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ from typing import Any
 
 from bench.harness import BenchRun, open_hub
 from bench.options import pick
-from bench.report import measurement, percentile, ratio_target
+from bench.report import Target, measurement, percentile, ratio_target
 
 NAME = "web"
 HELP = "pages following a desk while agents post; telemetry on vs off per turn"
@@ -50,6 +54,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--rounds", type=int, help="alternating rounds without and with pages (default 3)"
+    )
+    parser.add_argument(
+        "--pairs", type=int, help="pairs of rounds, telemetry off and on (default 16)"
+    )
+    parser.add_argument(
+        "--telemetry-only", action="store_true", help="only part 2: telemetry on vs off"
     )
 
 
@@ -205,48 +215,56 @@ def _turns(n_turns: int, path: Any) -> list[int]:
     return samples
 
 
-def _telemetry_cost(run_: BenchRun, n_turns: int, rounds: int, store: str) -> None:
-    """Time turn+commit with telemetry off and on, in alternating rounds, on ``store``."""
-    off: list[int] = []
-    on: list[int] = []
-    for _ in range(rounds):  # alternating, so that the machine's drift hits both alike
-        path = None if store == "memory" else run_.fresh_dir("web-otel") / "store"
-        off += _turns(n_turns // rounds, path)
-        provider = _with_provider()
-        try:
+def _telemetry_cost(run_: BenchRun, n_turns: int, pairs: int, store: str) -> None:
+    """Time turn+commit with telemetry off and on in ``pairs`` pairs of rounds, on ``store``.
+
+    The target is the median of the pairs' ratios of medians (see the module).
+    """
+    samples: dict[str, list[int]] = {"off": [], "on": []}
+    ratios: list[float] = []
+    for pair in range(pairs):
+        medians: dict[str, float] = {}
+        # Each pair's order reverses the last one's: the first round of a pair is not
+        # always the same setting's.
+        for setting in ("off", "on") if pair % 2 == 0 else ("on", "off"):
             path = None if store == "memory" else run_.fresh_dir("web-otel") / "store"
-            on += _turns(n_turns // rounds, path)
-        finally:
-            provider.shutdown()
-            _unset_provider()
-    medians = {}
+            provider = _with_provider() if setting == "on" else None
+            try:
+                taken = _turns(max(1, n_turns // pairs), path)
+            finally:
+                if provider is not None:
+                    provider.shutdown()
+                    _unset_provider()
+            samples[setting] += taken
+            medians[setting] = statistics.median(taken)
+        ratios.append(medians["on"] / medians["off"])
     where = "in-memory Hub" if store == "memory" else "LMDB Hub (durable)"
-    for setting, samples in (("off", off), ("on", on)):
-        label = f"turn+commit, telemetry {setting}, {store}"
+    for setting, taken in samples.items():
         run_.measurements.append(
             measurement(
                 scenario=NAME,
                 system="sharedesk",
                 operation="turn+commit",
-                label=label,
-                ops=len(samples),
-                seconds=sum(samples) / 1e9,
-                latencies_ns=samples,
-                params={"turns": n_turns, "rounds": rounds, "store": store},
+                label=f"turn+commit, telemetry {setting}, {store}",
+                ops=len(taken),
+                seconds=sum(taken) / 1e9,
+                latencies_ns=taken,
+                params={"turns": n_turns, "pairs": pairs, "store": store},
                 note=f"{where}; off: opentelemetry-api without a provider",
             )
         )
-        medians[setting] = run_.median(label)
+    ordered = sorted(ratios)
+    pooled = " / ".join(f"{statistics.median(taken) / 1e3:,.1f}" for taken in samples.values())
     run_.targets.append(
-        ratio_target(
+        Target(
             name="web-telemetry-turn-cost" + ("" if store == "lmdb" else "-in-memory"),
             claim=f"turn+commit median with telemetry recording, {where}",
-            numerator=medians["on"],
-            denominator=medians["off"],
-            baseline="turn+commit with no tracer provider",
+            value=statistics.median(ratios),
             bound=1.1 if store == "lmdb" else None,
             at_least=False,
-            what="µs",
+            detail=f"median of {pairs} pairs' ratios, range {ordered[0]:.3f}-{ordered[-1]:.3f};"
+            f" all turns' medians off / on: {pooled} µs",
+            baseline="turn+commit with no tracer provider, same pair",
         )
     )
 
@@ -348,6 +366,7 @@ def run(run_: BenchRun, args: argparse.Namespace) -> None:
     rows: int = pick(args.rows, 100, 5, q)
     n_turns: int = pick(args.turns, 2000, 20, q)
     rounds: int = pick(args.rounds, 3, 1, q)
+    pairs: int = pick(args.pairs, 16, 1, q)
     try:
         import starlette  # noqa: F401
         import uvicorn  # noqa: F401
@@ -359,7 +378,8 @@ def run(run_: BenchRun, args: argparse.Namespace) -> None:
         (True, "agents in their own process"),
         (False, "agents in the server"),
     ):
-        _pages_cost(run_, n_agents, rows, n_pages, 1 if q else rounds, elsewhere, where)
+        if not args.telemetry_only:
+            _pages_cost(run_, n_agents, rows, n_pages, 1 if q else rounds, elsewhere, where)
 
     try:
         import opentelemetry.sdk.trace  # noqa: F401
@@ -367,4 +387,4 @@ def run(run_: BenchRun, args: argparse.Namespace) -> None:
         run_.note("web telemetry part skipped: opentelemetry-sdk is not installed")
         return
     for store in ("lmdb", "memory"):
-        _telemetry_cost(run_, n_turns, 1 if q else 10, store)
+        _telemetry_cost(run_, n_turns, pairs, store)
