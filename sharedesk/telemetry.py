@@ -93,12 +93,16 @@ def _traceparent(span: Span) -> str:
     return f"00-{context.trace_id:032x}-{context.span_id:016x}-{context.trace_flags:02x}"
 
 
-def _stamped(event: Event, header: str) -> Event:
-    """Return ``event``, if a posted message without a ``traceparent``, carrying ``header``."""
-    if not isinstance(event.body, Text) or TRACEPARENT in event.metadata:
-        return event
+def _stamped(write: Write, header: str) -> Write:
+    """Return ``write``, its posted messages without a ``traceparent`` carrying ``header``."""
     # Adding one string key to a checked event's metadata keeps it valid.
-    return msgspec.structs.replace(event, metadata={**event.metadata, TRACEPARENT: header})
+    events = [
+        msgspec.structs.replace(e, metadata={**e.metadata, TRACEPARENT: header})
+        if isinstance(e.body, Text) and TRACEPARENT not in e.metadata
+        else e
+        for e in write.events
+    ]
+    return msgspec.structs.replace(write, events=events)
 
 
 def _agent(author: SessionAuthor) -> tuple[str, str]:
@@ -145,7 +149,7 @@ class HubTelemetry:
             if isinstance(event.body, RunStarted) and event.run_id is not None:
                 self._run_started(write.session_id, event, event.body)
         header = _traceparent(span)
-        write = msgspec.structs.replace(write, events=[_stamped(e, header) for e in write.events])
+        write = _stamped(write, header)
 
         def end(done: Any) -> None:
             error = None if done.cancelled() else done.exception()
@@ -166,18 +170,21 @@ class HubTelemetry:
             span.end()
             for event in stored:
                 self._run_written(event)
-            self._wrote(write.session_id, stored, span)
+            self._wrote(write.session_id, stored, span, header)
 
         future.add_done_callback(end)
         return write
 
-    def stamp(self, event: Event, span: Span) -> Event:
-        """Return ``event`` carrying ``span``'s ``traceparent`` (unless it has one)."""
-        return _stamped(event, _traceparent(span))
+    def stamp(self, write: Write, span: Span) -> Write:
+        """Return a checked ``write``, its posted messages carrying ``span``'s ``traceparent``.
 
-    def _wrote(self, session_id: str, stored: Iterable[Event], span: Span) -> None:
-        """Keep ``span`` as the writer of the ``stored`` rows it stamped."""
-        context, header = span.get_span_context(), _traceparent(span)
+        A message that has one keeps it.
+        """
+        return _stamped(write, _traceparent(span))
+
+    def _wrote(self, session_id: str, stored: Iterable[Event], span: Span, header: str) -> None:
+        """Keep ``span`` as the writer of the ``stored`` rows it stamped (with ``header``)."""
+        context = span.get_span_context()
         for event in stored:
             if event.metadata.get(TRACEPARENT) == header:
                 self._writers[session_id, event.sequence or 0] = context
@@ -242,7 +249,7 @@ class HubTelemetry:
         """End a turn's span with the reply's sequence."""
         if reply is not None and reply.sequence is not None:
             span.set_attribute("sharedesk.reply.sequence", reply.sequence)
-            self._wrote(session_id, [reply], span)
+            self._wrote(session_id, [reply], span, _traceparent(span))
         span.end()
 
     # -- runs --------------------------------------------------------------------------

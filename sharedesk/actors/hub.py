@@ -352,9 +352,6 @@ class Hub:
                 -1 if expected is None else expected.watermark, plan.next_state.watermark
             )
         event = reply_event(turn, reply)
-        tel, span = self._telemetry, turn.span
-        if tel is not None and span is not None and event is not None:
-            event = tel.stamp(event, span)  # readers' turns link to this one
         share = Share(
             viewer=author_key(turn.viewer),
             state=plan.next_state,
@@ -362,6 +359,9 @@ class Hub:
             reply_present=event is not None,
         )
         write = check_write(turn.session_id, [] if event is None else [event], share=share)
+        tel, span = self._telemetry, turn.span
+        if tel is not None and span is not None and event is not None:
+            write = tel.stamp(write, span)  # readers' turns link to this one
         self.submit(write, done)
         if tel is not None and span is not None:  # a turn never committed costs nothing
             tel.offered(span, turn.session_id, plan, self._store.read)

@@ -452,6 +452,8 @@ class TestWeb:
             "web-post-rate-with-pages-same-process",
             "web-telemetry-turn-cost",
             "web-telemetry-turn-cost-in-memory",
+            "web-telemetry-turn-cpu",
+            "web-telemetry-turn-cpu-in-memory",
         } == {t.name for t in report.targets}
         delivered = [v for k, v in report.figures.items() if k.startswith("web rows delivered")]
         assert ["30/30", "30/30"] == delivered
