@@ -19,8 +19,7 @@ With ``opentelemetry-api`` installed, a Hub emits, through the global tracer pro
   ``Text`` row written gets the W3C ``traceparent`` of the span that wrote it in its
   metadata (``metadata["traceparent"]``, kept when the caller set one), which is how a
   reader's turn, in any process and over MCP, links to the writer's. Other events (a
-  run's lifecycle, tool calls) are stored as given. A turn reads the store for its links
-  only to rows its Hub did not stamp, or no longer keeps (it keeps up to 4,096).
+  run's lifecycle, tool calls) are stored as given.
 - ``chat {model}`` (kind ``CLIENT``) for every run written through the Hub, whichever
   executor drives it (the Hub's run queue, ``SessionManager.run_once``,
   ``execute_run``, their async forms): from the write of its ``RunStarted`` to that of
@@ -38,7 +37,7 @@ configured provider, spans do not record, and nothing is stamped, read or kept.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
@@ -60,8 +59,6 @@ __all__ = ["MAX_LINKS", "TRACEPARENT", "HubTelemetry", "hub_telemetry"]
 TRACEPARENT: Final = "traceparent"
 #: Most links a turn span gets to the spans that wrote its rows (the SDK's default limit).
 MAX_LINKS: Final = 128
-#: Most rows whose writing span a Hub keeps (then it forgets them all and starts again).
-_WRITERS: Final = 4096
 _USAGE: Final = {
     "input_tokens": "gen_ai.usage.input_tokens",
     "prompt_tokens": "gen_ai.usage.input_tokens",
@@ -122,9 +119,6 @@ class HubTelemetry:
         self._w3c = TraceContextTextMapPropagator()
         #: The ``chat`` span and claim of each run claimed here, until its ``RunFinished``.
         self._runs: dict[str, tuple[Span, Event]] = {}
-        #: The span that wrote each of the newest rows stamped here, by desk and sequence;
-        #: a row forgotten (or lost to a race between writers' threads) is read instead.
-        self._writers: dict[tuple[str, int], SpanContext] = {}
 
     # -- writes ------------------------------------------------------------------------
 
@@ -170,7 +164,6 @@ class HubTelemetry:
             span.end()
             for event in stored:
                 self._run_written(event)
-            self._wrote(write.session_id, stored, span, header)
 
         future.add_done_callback(end)
         return write
@@ -181,15 +174,6 @@ class HubTelemetry:
         A message that has one keeps it.
         """
         return _stamped(write, _traceparent(span))
-
-    def _wrote(self, session_id: str, stored: Iterable[Event], span: Span, header: str) -> None:
-        """Keep ``span`` as the writer of the ``stored`` rows it stamped (with ``header``)."""
-        context = span.get_span_context()
-        for event in stored:
-            if event.metadata.get(TRACEPARENT) == header:
-                self._writers[session_id, event.sequence or 0] = context
-        if len(self._writers) >= _WRITERS:
-            self._writers = {}
 
     # -- turns -------------------------------------------------------------------------
 
@@ -218,8 +202,8 @@ class HubTelemetry:
     def offered(self, span: Span, session_id: str, plan: TurnPlan, read: RangeRead) -> None:
         """Add the rows a turn offers to its span, and their writers' links.
 
-        A store error reading them leaves them out. Cost: one read, of the newest
-        :data:`MAX_LINKS` offered that this Hub did not stamp (oldest to newest).
+        A store error reading them leaves them out. Cost: one read of the rows between
+        the oldest and the newest offered (at most the newest :data:`MAX_LINKS`).
         """
         messages = plan.messages
         if not messages:
@@ -232,24 +216,17 @@ class HubTelemetry:
             },
         )
         offered = sorted({m.sequence for m in messages})[-MAX_LINKS:]
-        writers = {sequence: self._writers.get((session_id, sequence)) for sequence in offered}
-        unknown = [sequence for sequence, writer in writers.items() if writer is None]
-        rows: list[Event] = []
         with contextlib.suppress(SharedeskError):
-            rows = read(session_id, after=unknown[0] - 1, before=unknown[-1] + 1) if unknown else []
-        for event in rows:  # another writer's rows: the spans their traceparents name
-            header = event.metadata.get(TRACEPARENT)
-            if writers.get(event.sequence or 0, 0) is None and isinstance(header, str):
-                writers[event.sequence or 0] = self._parse(header)
-        for sequence, writer in writers.items():
-            if writer is not None:
-                span.add_link(writer, {"sharedesk.row.sequence": sequence})
+            for event in read(session_id, after=offered[0] - 1, before=offered[-1] + 1):
+                header = event.metadata.get(TRACEPARENT)
+                linked = self._parse(header) if isinstance(header, str) else None
+                if linked is not None and event.sequence in offered:
+                    span.add_link(linked, {"sharedesk.row.sequence": event.sequence or 0})
 
-    def committed(self, span: Span, session_id: str, reply: Event | None) -> None:
+    def committed(self, span: Span, reply: Event | None) -> None:
         """End a turn's span with the reply's sequence."""
         if reply is not None and reply.sequence is not None:
             span.set_attribute("sharedesk.reply.sequence", reply.sequence)
-            self._wrote(session_id, [reply], span, _traceparent(span))
         span.end()
 
     # -- runs --------------------------------------------------------------------------

@@ -388,7 +388,7 @@ class Hub:
             delivered=len(plan.messages),
         )
         if self._telemetry is not None and turn.span is not None:
-            self._telemetry.committed(turn.span, turn.session_id, stored[0] if stored else None)
+            self._telemetry.committed(turn.span, stored[0] if stored else None)
         return stored[0] if stored else None
 
     def _run_queue(self) -> RunQueue:
