@@ -4,15 +4,16 @@ With ``opentelemetry-api`` installed, a Hub emits, through the global tracer pro
 
 - ``invoke_agent {label}`` from ``hub.turn`` to ``turn.commit`` (kind ``INTERNAL``), with
   ``gen_ai.operation.name`` (``"invoke_agent"``), ``gen_ai.conversation.id`` (the desk),
-  ``gen_ai.agent.id`` and ``gen_ai.agent.name`` (the viewer's id and label), then
+  ``gen_ai.agent.id`` and ``gen_ai.agent.name`` (the viewer's id and label),
   ``sharedesk.turn.delivered`` (rows offered), ``sharedesk.turn.reason``,
-  ``sharedesk.watermark.before`` (absent the first time) and ``sharedesk.watermark.after``;
-  one span event ``sharedesk.rows.delivered`` for the rows offered
-  (``sharedesk.row.sequences``, ``sharedesk.row.authors``), and a link to the span that
-  wrote each offered row that carries a ``traceparent``. What the turn offered is added
-  once its commit is handed to the store's writer, so that a turn never committed
-  costs no read and no per-row work. A commit that fails ends the span with an error
-  status; an abandoned turn's span is never ended, so never exported.
+  ``sharedesk.watermark.before`` (absent the first time), ``sharedesk.watermark.after``
+  (the one its commit stores) and ``sharedesk.reply.sequence``; one span event
+  ``sharedesk.rows.delivered`` for the rows offered (``sharedesk.row.sequences``,
+  ``sharedesk.row.authors``), and a link to the span that wrote each offered row that
+  carries a ``traceparent``. The rows and links are added once its commit is handed to
+  the store's writer, so that a turn never committed costs no read and no per-row work.
+  A commit that fails ends the span with an error status; an abandoned turn's span is
+  never ended, so never exported.
 - ``sharedesk.append`` around every write but a turn's commit (its turn's span is the
   commit's), with ``gen_ai.conversation.id`` and ``sharedesk.append.events``; each
   ``Text`` row written gets the W3C ``traceparent`` of the span that wrote it in its
@@ -83,17 +84,22 @@ def hub_telemetry() -> HubTelemetry | None:
     return HubTelemetry(trace.get_tracer("sharedesk", __version__))
 
 
-def _unstamped(event: Event) -> bool:
-    """Whether a write stamps ``event``: a posted message without a ``traceparent``."""
-    return isinstance(event.body, Text) and TRACEPARENT not in event.metadata
-
-
-def _stamped(event: Event, span: Span) -> Event:
-    """Return ``event`` carrying ``span``'s W3C ``traceparent`` (version 00)."""
+def _traceparent(span: Span) -> str:
+    """Return ``span``'s W3C ``traceparent`` (version 00)."""
     context = span.get_span_context()
-    header = f"00-{context.trace_id:032x}-{context.span_id:016x}-{context.trace_flags:02x}"
+    return f"00-{context.trace_id:032x}-{context.span_id:016x}-{context.trace_flags:02x}"
+
+
+def _stamped(write: Write, header: str) -> Write:
+    """Return ``write``, its posted messages without a ``traceparent`` carrying ``header``."""
     # Adding one string key to a checked event's metadata keeps it valid.
-    return msgspec.structs.replace(event, metadata={**event.metadata, TRACEPARENT: header})
+    events = [
+        msgspec.structs.replace(e, metadata={**e.metadata, TRACEPARENT: header})
+        if isinstance(e.body, Text) and TRACEPARENT not in e.metadata
+        else e
+        for e in write.events
+    ]
+    return msgspec.structs.replace(write, events=events)
 
 
 def _agent(author: SessionAuthor) -> tuple[str, str]:
@@ -116,16 +122,14 @@ class HubTelemetry:
 
     # -- writes ------------------------------------------------------------------------
 
-    def append(self, write: Write) -> tuple[Write, Span | None]:
-        """Start a write's span (a child of the current span); none for a turn's commit.
+    def append(self, write: Write, future: Completion) -> Write:
+        """Start a write's span (a child of the current span), ended when ``future`` is.
 
-        Returns the write with each posted message's ``traceparent`` stamped and the
-        span, which :meth:`appended` ends; the span is ``None`` when it does not record
-        (no provider), and for a commit (a write with a ``share``), which is its turn's:
-        its reply was stamped by :meth:`stamp`. A run's ``RunStarted`` starts its span.
+        Returns the write, its ``Text`` rows stamped; none for a commit (a write with a
+        ``share``), whose reply :meth:`stamp` stamped, nor when the span does not record.
         """
         if write.share is not None:
-            return write, None
+            return write
         span = self._tracer.start_span(
             "sharedesk.append",
             attributes={
@@ -134,17 +138,12 @@ class HubTelemetry:
             },
         )
         if not span.is_recording():  # no provider: nothing to end, stamp or export
-            return write, None
+            return write
         for event in write.events:
             if isinstance(event.body, RunStarted) and event.run_id is not None:
                 self._run_started(write.session_id, event, event.body)
-        if any(_unstamped(event) for event in write.events):
-            events = [_stamped(e, span) if _unstamped(e) else e for e in write.events]
-            write = msgspec.structs.replace(write, events=events)
-        return write, span
-
-    def appended(self, span: Span, write: Write, future: Completion) -> None:
-        """End ``write``'s span when its future completes (sequences, or the error)."""
+        header = _traceparent(span)
+        write = _stamped(write, header)
 
         def end(done: Any) -> None:
             error = None if done.cancelled() else done.exception()
@@ -167,56 +166,56 @@ class HubTelemetry:
                 self._run_written(event)
 
         future.add_done_callback(end)
+        return write
 
-    def stamp(self, event: Event, span: Span) -> Event:
-        """Return ``event`` carrying ``span``'s ``traceparent`` (unless it has one)."""
-        return _stamped(event, span) if _unstamped(event) else event
+    def stamp(self, write: Write, span: Span) -> Write:
+        """Return a checked ``write``, its posted messages carrying ``span``'s ``traceparent``.
+
+        A message that has one keeps it.
+        """
+        return _stamped(write, _traceparent(span))
 
     # -- turns -------------------------------------------------------------------------
 
-    def turn(self, session_id: str, viewer: SessionAuthor) -> Span | None:
-        """Start a turn's ``invoke_agent`` span; ``None`` when it does not record.
+    def turn(self, session_id: str, viewer: SessionAuthor, plan: TurnPlan) -> Span | None:
+        """Start the ``invoke_agent`` span of a turn planned; ``None`` when it does not record.
 
-        :meth:`offered` adds what the turn offered, :meth:`committed` ends it.
+        :meth:`offered` adds the rows it offered, :meth:`committed` ends it.
         """
         ident, label = _agent(viewer)
-        span = self._tracer.start_span(
-            f"invoke_agent {label}",
-            attributes={
-                "gen_ai.operation.name": "invoke_agent",
-                "gen_ai.conversation.id": session_id,
-                "gen_ai.agent.id": ident,
-                "gen_ai.agent.name": label,
-            },
-        )
-        return span if span.is_recording() else None
-
-    def offered(self, span: Span, session_id: str, plan: TurnPlan, read: RangeRead) -> None:
-        """Add what a planned turn offers to its span: figures, the rows and their links.
-
-        Called once its commit is submitted; a store error reading the links only leaves
-        them out. Cost: one read of the rows between the oldest and the newest offered
-        (at most the newest :data:`MAX_LINKS`), for their ``traceparent`` links.
-        """
         attributes: dict[str, Any] = {
+            "gen_ai.operation.name": "invoke_agent",
+            "gen_ai.conversation.id": session_id,
+            "gen_ai.agent.id": ident,
+            "gen_ai.agent.name": label,
             "sharedesk.turn.delivered": len(plan.messages),
             "sharedesk.turn.reason": plan.reason or "delta",
+            "sharedesk.watermark.after": plan.next_state.watermark,
         }
         if plan.conversation.thread_root is not None:
             attributes["sharedesk.thread_root"] = plan.conversation.thread_root
         if plan.expected_state is not None:
             attributes["sharedesk.watermark.before"] = plan.expected_state.watermark
-        span.set_attributes(attributes)
-        if not plan.messages:
+        span = self._tracer.start_span(f"invoke_agent {label}", attributes=attributes)
+        return span if span.is_recording() else None
+
+    def offered(self, span: Span, session_id: str, plan: TurnPlan, read: RangeRead) -> None:
+        """Add the rows a turn offers to its span, and their writers' links.
+
+        A store error reading them leaves them out. Cost: one read of the rows between
+        the oldest and the newest offered (at most the newest :data:`MAX_LINKS`).
+        """
+        messages = plan.messages
+        if not messages:
             return
         span.add_event(
             "sharedesk.rows.delivered",
             {
-                "sharedesk.row.sequences": [m.sequence for m in plan.messages],
-                "sharedesk.row.authors": [author_key(m.author) for m in plan.messages],
+                "sharedesk.row.sequences": [m.sequence for m in messages],
+                "sharedesk.row.authors": [author_key(m.author) for m in messages],
             },
         )
-        offered = sorted({m.sequence for m in plan.messages})[-MAX_LINKS:]
+        offered = sorted({m.sequence for m in messages})[-MAX_LINKS:]
         with contextlib.suppress(SharedeskError):
             for event in read(session_id, after=offered[0] - 1, before=offered[-1] + 1):
                 header = event.metadata.get(TRACEPARENT)
@@ -224,12 +223,10 @@ class HubTelemetry:
                 if linked is not None and event.sequence in offered:
                     span.add_link(linked, {"sharedesk.row.sequence": event.sequence or 0})
 
-    def committed(self, span: Span, plan: TurnPlan, reply: Event | None) -> None:
-        """End a turn's span: its watermark after, and the reply's sequence."""
-        attributes = {"sharedesk.watermark.after": plan.next_state.watermark}
+    def committed(self, span: Span, reply: Event | None) -> None:
+        """End a turn's span with the reply's sequence."""
         if reply is not None and reply.sequence is not None:
-            attributes["sharedesk.reply.sequence"] = reply.sequence
-        span.set_attributes(attributes)
+            span.set_attribute("sharedesk.reply.sequence", reply.sequence)
         span.end()
 
     # -- runs --------------------------------------------------------------------------

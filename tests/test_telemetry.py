@@ -235,6 +235,32 @@ class TestTraceContext:
             (writer.get_span_context().span_id, 2),
         } == linked
 
+    def test_a_row_another_writer_stamped_links_to_the_span_its_traceparent_names(
+        self, hub: Hub, spans: InMemorySpanExporter
+    ) -> None:
+        given = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+        hub.append("desk", [Event(ANA, Text("a"), metadata={TRACEPARENT: given})])
+        hub.turn("desk", QA).commit()
+
+        (reader,) = named(spans, "invoke_agent QA")
+
+        assert [(0x0AF7651916CD43DD8448EB211C80319C, 0xB7AD6B7169203331, 1)] == [
+            (link.context.trace_id, link.context.span_id, link.attributes["sharedesk.row.sequence"])
+            for link in reader.links
+        ]
+
+    def test_a_turn_links_rows_its_hub_stamped_too_long_ago_to_keep(
+        self, hub: Hub, spans: InMemorySpanExporter
+    ) -> None:
+        hub.append("desk", [Event(ANA, Text(f"row {i}")) for i in range(4097)])
+        hub.turn("desk", QA).commit()
+
+        (post,) = named(spans, "sharedesk.append")
+        (reader,) = named(spans, "invoke_agent QA")
+
+        assert reader.links
+        assert {post.get_span_context().span_id} == {link.context.span_id for link in reader.links}
+
     def test_a_traceparent_the_writer_set_is_kept(self, hub: Hub) -> None:
         given = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
         (stored,) = hub.append("desk", [Event(ANA, Text("a"), metadata={TRACEPARENT: given})])

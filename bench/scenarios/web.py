@@ -12,11 +12,16 @@ the post rates and the post-to-page latency over every row on every page (median
 p99). Rows of another process reach the server's feeds through the LMDB store's
 follower, as the Hub's own commits do.
 
-Part 2: ``hub.turn`` + ``turn.commit`` with ``opentelemetry-api`` installed but no
-tracer provider ("off"), then with an SDK provider recording every span into a batch
-processor whose exporter drops them ("on"), in alternating rounds: on a durable LMDB Hub
-(the target: on at most 1.1x off) and on an in-memory Hub (context: no fsync, so the
-spans' own cost shows in full).
+Part 2 (alone: ``--telemetry-only``): ``hub.turn`` + ``turn.commit`` with
+``opentelemetry-api`` installed but no tracer provider ("off"), and with an SDK provider
+recording every span into a batch processor whose exporter drops them ("on"), in
+``--pairs`` pairs of rounds, each round on a fresh Hub, each pair's order the reverse of
+the last one's: on a durable LMDB Hub (the target: on at most 1.1x off) and on an
+in-memory Hub (context: no fsync, so the spans' own cost shows in full). The figure is
+the median of the pairs' ratios (each: on's median turn over off's, in the same pair),
+printed with their spread, so that a spell of load elsewhere on the machine skews one
+pair, not the figure; as context, the same of the process's CPU per turn, which the
+machine's other work does not lengthen.
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ from typing import Any
 
 from bench.harness import BenchRun, open_hub
 from bench.options import Option, settle
-from bench.report import measurement, percentile, ratio_target
+from bench.report import Target, measurement, percentile, ratio_target
 
 NAME = "web"
 HELP = "pages following a desk while agents post; telemetry on vs off per turn"
@@ -47,6 +52,8 @@ OPTIONS = (
     Option("--rows", 100, "rows each agent posts", quick=5),
     Option("--turns", 2000, "turns timed per telemetry setting", quick=20),
     Option("--rounds", 3, "alternating rounds without and with pages", quick=1),
+    Option("--pairs", 40, "pairs of rounds, telemetry off and on", quick=1),
+    Option("--telemetry-only", False, "only part 2: telemetry on vs off"),
 )
 
 
@@ -182,8 +189,11 @@ class RunningServer:
         assert not self._thread.is_alive(), "uvicorn did not stop"
 
 
-def _turns(n_turns: int, path: Any) -> list[int]:
-    """Time ``n_turns`` turn-and-commit pairs on a fresh Hub (ns each).
+def _turns(n_turns: int, path: Any) -> tuple[list[int], int]:
+    """Time ``n_turns`` turn-and-commit pairs on a fresh Hub: ns each, and CPU ns in all.
+
+    The CPU is the process's, every thread's, while the turns ran: unlike their
+    durations, it does not grow when the machine's other work takes the cores away.
 
     ``path``: an LMDB directory (durable), or ``None`` for an in-memory Hub.
     """
@@ -191,61 +201,95 @@ def _turns(n_turns: int, path: Any) -> list[int]:
 
     ana, bot = Person(id="ana", label="Ana"), Agent(id="bot", label="Bot")
     samples: list[int] = []
+    cpu = 0
     with open_hub(path, "durable") as hub:
         session = hub.session(DESK)
         for i in range(n_turns + 20):
             session.post(ana, f"row {i}")
-            t0 = time.perf_counter_ns()
+            t0, c0 = time.perf_counter_ns(), time.process_time_ns()
             hub.turn(DESK, bot).commit(f"reply {i}")
             if i >= 20:  # the first turns warm the actors
                 samples.append(time.perf_counter_ns() - t0)
-    return samples
+                cpu += time.process_time_ns() - c0
+    return samples, cpu
 
 
-def _telemetry_cost(run_: BenchRun, n_turns: int, rounds: int, store: str) -> None:
-    """Time turn+commit with telemetry off and on, in alternating rounds, on ``store``."""
-    off: list[int] = []
-    on: list[int] = []
-    for _ in range(rounds):  # alternating, so that the machine's drift hits both alike
-        path = None if store == "memory" else run_.fresh_dir("web-otel") / "store"
-        off += _turns(n_turns // rounds, path)
-        provider = _with_provider()
-        try:
+def _telemetry_cost(run_: BenchRun, n_turns: int, pairs: int, store: str) -> None:
+    """Time turn+commit with telemetry off and on in ``pairs`` pairs of rounds, on ``store``.
+
+    The target is the median of the pairs' ratios of medians (see the module).
+    """
+    samples: dict[str, list[int]] = {"off": [], "on": []}
+    ratios: list[float] = []
+    cpu_ratios: list[float] = []
+    for pair in range(pairs):
+        medians: dict[str, float] = {}
+        cpu: dict[str, int] = {}
+        # Each pair's order reverses the last one's: the first round of a pair is not
+        # always the same setting's.
+        for setting in ("off", "on") if pair % 2 == 0 else ("on", "off"):
             path = None if store == "memory" else run_.fresh_dir("web-otel") / "store"
-            on += _turns(n_turns // rounds, path)
-        finally:
-            provider.shutdown()
-            _unset_provider()
-    medians = {}
+            provider = _with_provider() if setting == "on" else None
+            try:
+                taken, cpu[setting] = _turns(max(1, n_turns // pairs), path)
+            finally:
+                if provider is not None:
+                    provider.shutdown()
+                    _unset_provider()
+            samples[setting] += taken
+            medians[setting] = statistics.median(taken)
+        ratios.append(medians["on"] / medians["off"])
+        cpu_ratios.append(cpu["on"] / max(1, cpu["off"]))
     where = "in-memory Hub" if store == "memory" else "LMDB Hub (durable)"
-    for setting, samples in (("off", off), ("on", on)):
-        label = f"turn+commit, telemetry {setting}, {store}"
+    for setting, taken in samples.items():
         run_.measurements.append(
             measurement(
                 scenario=NAME,
                 system="sharedesk",
                 operation="turn+commit",
-                label=label,
-                ops=len(samples),
-                seconds=sum(samples) / 1e9,
-                latencies_ns=samples,
-                params={"turns": n_turns, "rounds": rounds, "store": store},
+                label=f"turn+commit, telemetry {setting}, {store}",
+                ops=len(taken),
+                seconds=sum(taken) / 1e9,
+                latencies_ns=taken,
+                params={"turns": n_turns, "pairs": pairs, "store": store},
                 note=f"{where}; off: opentelemetry-api without a provider",
             )
         )
-        medians[setting] = run_.median(label)
-    run_.targets.append(
-        ratio_target(
-            name="web-telemetry-turn-cost" + ("" if store == "lmdb" else "-in-memory"),
-            claim=f"turn+commit median with telemetry recording, {where}",
-            numerator=medians["on"],
-            denominator=medians["off"],
-            baseline="turn+commit with no tracer provider",
-            bound=1.1 if store == "lmdb" else None,
-            at_least=False,
-            what="µs",
+    pooled = " / ".join(f"{statistics.median(taken) / 1e3:,.1f}" for taken in samples.values())
+    suffix = "" if store == "lmdb" else "-in-memory"
+    for name, claim, figures, bound, baseline in (
+        (
+            "web-telemetry-turn-cost" + suffix,
+            f"turn+commit median with telemetry recording, {where}",
+            ratios,
+            1.1 if store == "lmdb" else None,
+            f"turn+commit with no tracer provider, same pair (all turns' medians, off / on:"
+            f" {pooled} µs)",
+        ),
+        (
+            "web-telemetry-turn-cpu" + suffix,
+            f"process CPU per turn+commit with telemetry recording, {where}",
+            cpu_ratios,
+            None,
+            "the same with no tracer provider, same pair",
+        ),
+    ):
+        ordered, n = sorted(figures), len(figures)
+        spread = (
+            f"middle half {ordered[n // 4]:.3f}-{ordered[(3 * n) // 4]:.3f},"
+            f" all {ordered[0]:.3f}-{ordered[-1]:.3f}"
         )
-    )
+        run_.targets.append(
+            Target(
+                name=name,
+                claim=claim,
+                value=statistics.median(figures),
+                bound=bound,
+                at_least=False,
+                detail=f"median of {pairs} pairs' ratios, {spread}",
+                baseline=baseline,
+            )
+        )
 
 
 def _with_provider() -> Any:
@@ -352,9 +396,10 @@ def run(run_: BenchRun, args: argparse.Namespace) -> None:
         (True, "agents in their own process"),
         (False, "agents in the server"),
     ):
-        _pages_cost(
-            run_, args.agents, args.rows, args.pages, 1 if q else args.rounds, elsewhere, where
-        )
+        if not args.telemetry_only:
+            _pages_cost(
+                run_, args.agents, args.rows, args.pages, 1 if q else args.rounds, elsewhere, where
+            )
 
     try:
         import opentelemetry.sdk.trace  # noqa: F401
@@ -362,4 +407,4 @@ def run(run_: BenchRun, args: argparse.Namespace) -> None:
         run_.note("web telemetry part skipped: opentelemetry-sdk is not installed")
         return
     for store in ("lmdb", "memory"):
-        _telemetry_cost(run_, args.turns, 1 if q else 10, store)
+        _telemetry_cost(run_, args.turns, args.pairs, store)

@@ -207,10 +207,8 @@ class Hub:
         Raises ``HubClosed`` or ``SessionFailed`` before anything is queued.
         """
         self._supervisor.check(write.session_id)
-        tel = self._telemetry
-        write, span = (write, None) if tel is None else tel.append(write)
-        if tel is not None and span is not None:  # else none kept, or a commit (its turn's)
-            tel.appended(span, write, done)  # ends the span once the writer finishes done
+        if self._telemetry is not None:  # its rows stamped, its span ended with done
+            write = self._telemetry.append(write, done)
         return self._store.submit(write, done)
 
     read = _from_store(EventStore.read)
@@ -284,7 +282,7 @@ class Hub:
         )
         turn = Turn(self, session_id, viewer, plan)
         if self._telemetry is not None:
-            turn.span = self._telemetry.turn(session_id, viewer)
+            turn.span = self._telemetry.turn(session_id, viewer, plan)
         return turn
 
     def compact(
@@ -354,9 +352,6 @@ class Hub:
                 -1 if expected is None else expected.watermark, plan.next_state.watermark
             )
         event = reply_event(turn, reply)
-        tel, span = self._telemetry, turn.span
-        if tel is not None and span is not None and event is not None:
-            event = tel.stamp(event, span)  # readers' turns link to this one
         share = Share(
             viewer=author_key(turn.viewer),
             state=plan.next_state,
@@ -364,6 +359,9 @@ class Hub:
             reply_present=event is not None,
         )
         write = check_write(turn.session_id, [] if event is None else [event], share=share)
+        tel, span = self._telemetry, turn.span
+        if tel is not None and span is not None and event is not None:
+            write = tel.stamp(write, span)  # readers' turns link to this one
         self.submit(write, done)
         if tel is not None and span is not None:  # a turn never committed costs nothing
             tel.offered(span, turn.session_id, plan, self._store.read)
@@ -390,7 +388,7 @@ class Hub:
             delivered=len(plan.messages),
         )
         if self._telemetry is not None and turn.span is not None:
-            self._telemetry.committed(turn.span, plan, stored[0] if stored else None)
+            self._telemetry.committed(turn.span, stored[0] if stored else None)
         return stored[0] if stored else None
 
     def _run_queue(self) -> RunQueue:

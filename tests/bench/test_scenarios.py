@@ -470,9 +470,24 @@ class TestWeb:
             "web-post-rate-with-pages-same-process",
             "web-telemetry-turn-cost",
             "web-telemetry-turn-cost-in-memory",
+            "web-telemetry-turn-cpu",
+            "web-telemetry-turn-cpu-in-memory",
         } == {t.name for t in report.targets}
         delivered = [v for k, v in report.figures.items() if k.startswith("web rows delivered")]
         assert ["30/30", "30/30"] == delivered
+
+    def test_web_telemetry_only_times_turns_in_pairs_and_opens_no_page(
+        self, tmp_path: Path
+    ) -> None:
+        report = run_bench(tmp_path, "web", "--telemetry-only", "--pairs", "2")
+
+        assert {
+            "turn+commit, telemetry off, lmdb",
+            "turn+commit, telemetry on, lmdb",
+            "turn+commit, telemetry off, memory",
+            "turn+commit, telemetry on, memory",
+        } == labels(report)
+        assert all("median of 2 pairs' ratios" in t.detail for t in report.targets)
 
 
 class TestAll:
