@@ -216,9 +216,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _one_line(exc: BaseException) -> str:
-    # A store's I/O error gets its cause's message too.
+    # A store's I/O error gets its cause's message too, unless it holds it (a reason).
     text = " ".join(str(exc).split()) or type(exc).__name__
-    if isinstance(exc, StoreIOError) and (cause := " ".join(str(exc.__cause__ or "").split())):
+    cause = " ".join(str(exc.__cause__ or "").split())
+    if isinstance(exc, StoreIOError) and cause and cause not in text:
         text += f": {cause}"
     return text
 
