@@ -47,6 +47,7 @@ import os
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from importlib import resources
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, Final
 
 import msgspec
@@ -83,12 +84,14 @@ _ROWS_DEFAULT: Final = 50
 #: The header a post must carry (see the module docstring).
 CSRF_HEADER: Final = "x-sharedesk-request"
 _LOOPBACK: Final = frozenset({"127.0.0.1", "::1", "localhost"})
-_STATIC: Final = {
-    "/": ("index.html", "text/html; charset=utf-8"),
-    "/static/app.js": ("app.js", "text/javascript; charset=utf-8"),
-    "/static/app.css": ("app.css", "text/css; charset=utf-8"),
-}
-_HEADERS: Final = [
+_STATIC: Final = MappingProxyType(
+    {
+        "/": ("index.html", "text/html; charset=utf-8"),
+        "/static/app.js": ("app.js", "text/javascript; charset=utf-8"),
+        "/static/app.css": ("app.css", "text/css; charset=utf-8"),
+    }
+)
+_HEADERS: Final = (
     (
         b"content-security-policy",
         b"default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
@@ -98,7 +101,7 @@ _HEADERS: Final = [
     (b"referrer-policy", b"no-referrer"),
     (b"x-frame-options", b"DENY"),
     (b"cache-control", b"no-store"),
-]
+)
 
 
 def _json(value: Any, status: int = 200) -> Response:
