@@ -16,6 +16,7 @@ import sys
 from collections.abc import Collection, Sequence
 from datetime import timedelta
 from pathlib import Path
+from types import MappingProxyType
 from typing import IO, TYPE_CHECKING, Any, Final, NoReturn
 
 import msgspec
@@ -42,13 +43,15 @@ DEMO_DESK = "demo-desk"
 LMDB_DATA_FILE = "data.mdb"
 _PAGE = 512  # rows read per page when a command walks a whole session
 
-_STYLES: Final = {Operator: "bold yellow", Person: "bold cyan", Agent: "bold magenta"}
+_STYLES: Final = MappingProxyType(
+    {Operator: "bold yellow", Person: "bold cyan", Agent: "bold magenta"}
+)
 
 #: Characters never printed raw: C0 controls, DEL, C1 controls, the line and paragraph
 #: separators, and the bidirectional embeddings, overrides and isolates (a name could
 #: otherwise reorder what follows it on the line).
 _UNSAFE: Final = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
-_SHORT: Final = {"\t": "\\t", "\n": "\\n", "\r": "\\r"}
+_SHORT: Final = MappingProxyType({"\t": "\\t", "\n": "\\n", "\r": "\\r"})
 
 
 def _visible(match: re.Match[str]) -> str:
@@ -216,9 +219,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _one_line(exc: BaseException) -> str:
-    # A store's I/O error gets its cause's message too.
+    # A store's I/O error gets its cause's message too, unless it holds it (a reason).
     text = " ".join(str(exc).split()) or type(exc).__name__
-    if isinstance(exc, StoreIOError) and (cause := " ".join(str(exc.__cause__ or "").split())):
+    cause = " ".join(str(exc.__cause__ or "").split())
+    if isinstance(exc, StoreIOError) and cause and cause not in text:
         text += f": {cause}"
     return text
 

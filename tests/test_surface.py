@@ -3,6 +3,7 @@
 import inspect
 
 import sharedesk
+from sharedesk.protocol import errors
 
 #: Every name the public contract promises at the package root (the list lives here, in
 #: the repository: change it only together with the contract).
@@ -71,6 +72,19 @@ class TestSurface:
         ]
 
         assert [] == undocumented
+
+    def test_every_error_the_errors_module_declares_is_exported_from_the_package_root(
+        self,
+    ) -> None:
+        declared = {
+            name
+            for name, cls in vars(errors).items()
+            if inspect.isclass(cls)
+            and issubclass(cls, errors.SharedeskError)
+            and cls.__module__ == errors.__name__
+        }
+
+        assert set() == declared - set(sharedesk.__all__)
 
     def test_every_error_derives_from_sharedesk_error(self) -> None:
         errors = [

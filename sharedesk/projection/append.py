@@ -11,7 +11,8 @@ the :class:`WritePlan` it gets. The rules, in the order they are checked:
 4. ids: an event whose id is stored (or repeats an earlier id of the batch) takes no
    sequence and is answered with the stored event; new events get ``last + 1, ...``;
 5. parents: a new event's ``parent`` names an earlier root ``Text`` row, stored or new
-   in the batch (``ValidationError``);
+   in the batch (``ValidationError``), and not one retention removed (at or below the
+   session state's ``archived_through``: ``RowsArchived``);
 6. first replies: a root's first non-blank reply is recorded, unless it has one;
 7. the session state is folded with the new events (``projection/runstate``);
 8. reply present: a commit with ``reply_present`` notes its first event's stored
@@ -36,6 +37,7 @@ from sharedesk.projection.sharing import note_present
 from sharedesk.protocol.errors import (
     AlreadyStored,
     ConcurrencyError,
+    RowsArchived,
     SharingStateConflict,
     ValidationError,
 )
@@ -62,7 +64,8 @@ class Wants(msgspec.Struct, gc=False):
     """What the writes of one group need to know of one session (built by :func:`wants_of`).
 
     The ids of the writes' events and ``unless_stored``, the ``parent`` sequences, the
-    sharing keys compared and swapped, and whether an event moves the session state.
+    sharing keys compared and swapped, and whether the session state is needed (an
+    event moves it, or names a ``parent``: rule 5 reads its ``archived_through``).
     """
 
     ids: set[str] = msgspec.field(default_factory=set)
@@ -123,6 +126,7 @@ def wants_of(write: Write, wants: Wants | None = None) -> Wants:
         ids.add(event.id)
         if event.parent is not None:
             wants.parents = wants.parents | {event.parent}
+            wants.state = True
         if not wants.state and moves_session_state(event):
             wants.state = True
     if write.unless_stored is not None:
@@ -176,6 +180,8 @@ def plan_write(write: Write, facts: Facts, now: datetime) -> WritePlan:
             if parent > last:
                 named = new[parent - last - 1]
                 _check_row(index, parent, StoredRow(type(named.body).__name__, named.parent))
+            elif parent <= facts.state.archived_through:
+                raise RowsArchived(write.session_id, facts.state.archived_through)
             else:
                 _check_row(index, parent, facts.rows.get(parent))
         body = row.body

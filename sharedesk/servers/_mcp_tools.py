@@ -13,6 +13,7 @@ import re
 import secrets
 import urllib.parse
 from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any, Final
 
 from sharedesk.protocol import (
@@ -39,6 +40,7 @@ __all__ = [
     "message_json",
     "parse_participant",
     "participant_key",
+    "thawed",
 ]
 
 #: The most UTF-8 bytes a posted content or a reply may hold.
@@ -129,40 +131,6 @@ def desk_of_uri(uri: str) -> str:
 
 # -- arguments ---------------------------------------------------------------------------
 
-_DESK: Final = {"type": "string", "description": "the desk (session id)"}
-_ROOT: Final = {
-    "type": ["integer", "null"],
-    "minimum": 1,
-    "description": "the sequence of a thread's root: that thread; null or absent: the channel",
-}
-_AUTHOR: Final = {
-    "type": "object",
-    "properties": {
-        "kind": {"type": "string"},
-        "id": {"type": "string"},
-        "label": {"type": "string"},
-    },
-    "required": ["kind", "id", "label"],
-}
-_MESSAGES: Final = {
-    "type": "array",
-    "items": {
-        "type": "object",
-        "properties": {
-            "sequence": {"type": "integer"},
-            "author": _AUTHOR,
-            "content": {"type": "string"},
-            "parent": {"type": ["integer", "null"]},
-        },
-        "required": ["sequence", "author", "content", "parent"],
-    },
-}
-_SEQUENCE: Final = {
-    "type": "object",
-    "properties": {"sequence": {"type": ["integer", "null"]}},
-    "required": ["sequence"],
-}
-
 
 def _schema(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
     return {
@@ -173,97 +141,161 @@ def _schema(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
     }
 
 
-#: Each tool: (description, input schema, output schema).
-TOOLS: Final[dict[str, tuple[str, dict[str, Any], dict[str, Any]]]] = {
-    "desks": (
-        "List the desks of the store, newest activity first.",
-        _schema({}, []),
-        {
+def _frozen(value: Any) -> Any:
+    """Return ``value`` with every dict made read-only and every list a tuple, all the way down."""
+    if isinstance(value, Mapping):
+        return MappingProxyType({key: _frozen(item) for key, item in value.items()})
+    if isinstance(value, list | tuple):
+        return tuple(_frozen(item) for item in value)
+    return value
+
+
+def thawed(schema: Mapping[str, Any]) -> dict[str, Any]:
+    """Return a copy of a frozen ``schema`` of :data:`TOOLS` as plain dicts and lists (JSON)."""
+    return {key: _thawed(item) for key, item in schema.items()}
+
+
+def _thawed(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return thawed(value)
+    return [_thawed(item) for item in value] if isinstance(value, tuple) else value
+
+
+def _tools() -> Mapping[str, tuple[str, Mapping[str, Any], Mapping[str, Any]]]:
+    """Build :data:`TOOLS`."""
+    desk = {"type": "string", "description": "the desk (session id)"}
+    root = {
+        "type": ["integer", "null"],
+        "minimum": 1,
+        "description": "the sequence of a thread's root: that thread; null or absent: the channel",
+    }
+    author = {
+        "type": "object",
+        "properties": {
+            "kind": {"type": "string"},
+            "id": {"type": "string"},
+            "label": {"type": "string"},
+        },
+        "required": ["kind", "id", "label"],
+    }
+    messages = {
+        "type": "array",
+        "items": {
             "type": "object",
             "properties": {
-                "desks": {
-                    "type": "array",
-                    "items": {
-                        "type": "object",
-                        "properties": {
-                            "id": {"type": "string"},
-                            "last_sequence": {"type": "integer"},
+                "sequence": {"type": "integer"},
+                "author": author,
+                "content": {"type": "string"},
+                "parent": {"type": ["integer", "null"]},
+            },
+            "required": ["sequence", "author", "content", "parent"],
+        },
+    }
+    sequence = {
+        "type": "object",
+        "properties": {"sequence": {"type": ["integer", "null"]}},
+        "required": ["sequence"],
+    }
+    tools = {
+        "desks": (
+            "List the desks of the store, newest activity first.",
+            _schema({}, []),
+            {
+                "type": "object",
+                "properties": {
+                    "desks": {
+                        "type": "array",
+                        "items": {
+                            "type": "object",
+                            "properties": {
+                                "id": {"type": "string"},
+                                "last_sequence": {"type": "integer"},
+                            },
+                            "required": ["id", "last_sequence"],
                         },
-                        "required": ["id", "last_sequence"],
+                    }
+                },
+                "required": ["desks"],
+            },
+        ),
+        "view": (
+            "Your view of a desk's channel (or of one thread): its latest messages, oldest first.",
+            _schema({"desk": desk, "thread_root": root}, ["desk"]),
+            {"type": "object", "properties": {"messages": messages}, "required": ["messages"]},
+        ),
+        "post": (
+            "Post a message to a desk (the desk is created by its first post).",
+            _schema(
+                {
+                    "desk": desk,
+                    "content": {"type": "string", "description": "the message's text"},
+                    "parent": {
+                        "type": ["integer", "null"],
+                        "minimum": 1,
+                        "description": "the sequence of a root message: reply in its thread",
                     },
-                }
-            },
-            "required": ["desks"],
-        },
-    ),
-    "view": (
-        "Your view of a desk's channel (or of one thread): its latest messages, oldest first.",
-        _schema({"desk": _DESK, "thread_root": _ROOT}, ["desk"]),
-        {"type": "object", "properties": {"messages": _MESSAGES}, "required": ["messages"]},
-    ),
-    "post": (
-        "Post a message to a desk (the desk is created by its first post).",
-        _schema(
-            {
-                "desk": _DESK,
-                "content": {"type": "string", "description": "the message's text"},
-                "parent": {
-                    "type": ["integer", "null"],
-                    "minimum": 1,
-                    "description": "the sequence of a root message: reply in its thread",
                 },
-            },
-            ["desk", "content"],
+                ["desk", "content"],
+            ),
+            sequence,
         ),
-        _SEQUENCE,
-    ),
-    "turn": (
-        "Take your turn at a desk: what you have not read yet (all of your view the first"
-        " time). Answer it with commit(turn_id, reply); until then it is offered again.",
-        _schema(
+        "turn": (
+            "Take your turn at a desk: what you have not read yet (all of your view the first"
+            " time). Answer it with commit(turn_id, reply); until then it is offered again.",
+            _schema(
+                {
+                    "desk": desk,
+                    "thread_root": root,
+                    "wait_s": {
+                        "type": "number",
+                        "minimum": 0,
+                        "maximum": MAX_WAIT_S,
+                        "description": "seconds to wait for at least one message (default 0: none)",
+                    },
+                    "start_after": {
+                        "type": ["integer", "null"],
+                        "minimum": 0,
+                        "description": "your first turn at this desk only: start after this"
+                        " sequence, and read the rows since in pages, oldest first",
+                    },
+                },
+                ["desk"],
+            ),
             {
-                "desk": _DESK,
-                "thread_root": _ROOT,
-                "wait_s": {
-                    "type": "number",
-                    "minimum": 0,
-                    "maximum": MAX_WAIT_S,
-                    "description": "seconds to wait for at least one message (default 0: none)",
+                "type": "object",
+                "properties": {
+                    "turn_id": {"type": "string"},
+                    "reason": {"type": ["string", "null"]},
+                    "messages": messages,
                 },
-                "start_after": {
-                    "type": ["integer", "null"],
-                    "minimum": 0,
-                    "description": "your first turn at this desk only: start after this"
-                    " sequence, and read the rows since in pages, oldest first",
-                },
+                "required": ["turn_id", "reason", "messages"],
             },
-            ["desk"],
         ),
-        {
-            "type": "object",
-            "properties": {
-                "turn_id": {"type": "string"},
-                "reason": {"type": ["string", "null"]},
-                "messages": _MESSAGES,
-            },
-            "required": ["turn_id", "reason", "messages"],
-        },
-    ),
-    "commit": (
-        "Commit a turn: post the reply (if any) and mark its messages read, in one step.",
-        _schema(
-            {
-                "turn_id": {"type": "string", "description": "the turn_id that turn returned"},
-                "reply": {
-                    "type": ["string", "null"],
-                    "description": "your reply, posted in the turn's conversation",
+        "commit": (
+            "Commit a turn: post the reply (if any) and mark its messages read, in one step.",
+            _schema(
+                {
+                    "turn_id": {
+                        "type": "string",
+                        "description": "the turn_id that turn returned",
+                    },
+                    "reply": {
+                        "type": ["string", "null"],
+                        "description": "your reply, posted in the turn's conversation",
+                    },
                 },
-            },
-            ["turn_id"],
+                ["turn_id"],
+            ),
+            sequence,
         ),
-        _SEQUENCE,
-    ),
-}
+    }
+    frozen: Mapping[str, tuple[str, Mapping[str, Any], Mapping[str, Any]]] = _frozen(tools)
+    return frozen
+
+
+#: Each tool: (description, input schema, output schema), read-only all the way down
+#: (:func:`thawed` gives a schema as JSON for the SDK).
+TOOLS: Final = _tools()
 
 
 def check_args(tool: str, arguments: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -277,7 +309,7 @@ def check_args(tool: str, arguments: Mapping[str, Any] | None) -> dict[str, Any]
         raise ToolError(f"unknown tool {tool[:100]!r}")
     schema = TOOLS[tool][1]
     given = dict(arguments or {})
-    properties: dict[str, Any] = schema["properties"]
+    properties: Mapping[str, Any] = schema["properties"]
     unknown = sorted(set(given) - set(properties))
     if unknown:
         raise ToolError(f"{tool} takes no argument {unknown[0][:100]!r}")

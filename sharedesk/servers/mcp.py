@@ -51,6 +51,7 @@ from sharedesk.servers._mcp_tools import (
     mark_lone_surrogates,
     message_json,
     participant_key,
+    thawed,
 )
 
 __all__ = ["MAX_PENDING_TURNS", "DeskServer", "run_mcp", "serve_http", "serve_stdio"]
@@ -132,7 +133,12 @@ class DeskServer:
     ) -> types.ListToolsResult:
         return types.ListToolsResult(
             tools=[
-                types.Tool(name=name, description=text, input_schema=inputs, output_schema=outputs)
+                types.Tool(
+                    name=name,
+                    description=text,
+                    input_schema=thawed(inputs),
+                    output_schema=thawed(outputs),
+                )
                 for name, (text, inputs, outputs) in TOOLS.items()
             ]
         )

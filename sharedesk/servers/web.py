@@ -25,6 +25,10 @@ Routes (all JSON under ``/api``; authors are ``{"kind", "id", "label"}``; a row 
 - ``GET /api/me`` -> ``{"participant", "can_post"}``; ``GET /login?token=T`` sets the
   token's cookie and opens the page.
 
+Errors are ``{"error": message}``: 400 for bad input, 410 with ``"archived_through"``
+added for a read (or a reply) that needs rows retention removed, 503 for any other
+sharedesk error.
+
 Security: without tokens the server is read-only (``POST`` -> 403) and :func:`serve`
 binds only to a loopback address. With :class:`~sharedesk.servers._web_auth.Tokens`,
 every request but ``/login`` needs a known token (``Authorization: Bearer T`` or the
@@ -43,6 +47,7 @@ import os
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from importlib import resources
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, Final
 
 import msgspec
@@ -54,7 +59,7 @@ from starlette.routing import Route
 
 from sharedesk.actors import Hub
 from sharedesk.protocol.authors import SessionAuthor, author_key
-from sharedesk.protocol.errors import SharedeskError, ValidationError
+from sharedesk.protocol.errors import RowsArchived, SharedeskError, ValidationError
 from sharedesk.protocol.events import Event, Text, new_event_id
 from sharedesk.protocol.validation import MAX_INT, is_postgres_dsn
 from sharedesk.protocol.views import Conversation
@@ -79,12 +84,14 @@ _ROWS_DEFAULT: Final = 50
 #: The header a post must carry (see the module docstring).
 CSRF_HEADER: Final = "x-sharedesk-request"
 _LOOPBACK: Final = frozenset({"127.0.0.1", "::1", "localhost"})
-_STATIC: Final = {
-    "/": ("index.html", "text/html; charset=utf-8"),
-    "/static/app.js": ("app.js", "text/javascript; charset=utf-8"),
-    "/static/app.css": ("app.css", "text/css; charset=utf-8"),
-}
-_HEADERS: Final = [
+_STATIC: Final = MappingProxyType(
+    {
+        "/": ("index.html", "text/html; charset=utf-8"),
+        "/static/app.js": ("app.js", "text/javascript; charset=utf-8"),
+        "/static/app.css": ("app.css", "text/css; charset=utf-8"),
+    }
+)
+_HEADERS: Final = (
     (
         b"content-security-policy",
         b"default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
@@ -94,7 +101,7 @@ _HEADERS: Final = [
     (b"referrer-policy", b"no-referrer"),
     (b"x-frame-options", b"DENY"),
     (b"cache-control", b"no-store"),
-]
+)
 
 
 def _json(value: Any, status: int = 200) -> Response:
@@ -318,6 +325,8 @@ def _handled(handler: Callable[[Request], Awaitable[Response]]) -> Callable[...,
             return await handler(request)
         except ValidationError as exc:
             return _error(400, str(exc))
+        except RowsArchived as exc:
+            return _json({"error": str(exc), "archived_through": exc.archived_through}, 410)
         except SharedeskError as exc:
             return _error(503, f"{type(exc).__name__}: {exc}")
 

@@ -39,6 +39,7 @@ import os
 import struct
 from collections.abc import Callable, Iterator, Mapping
 from datetime import UTC, datetime, timedelta
+from types import MappingProxyType
 from typing import Any, Final, NamedTuple, TypeVar
 
 import lmdb
@@ -126,7 +127,7 @@ _MAGIC: Final = 0xBEEFC0DE
 _META_PAGE: Final = struct.Struct("=IIQQI44x48xQQ")
 _P_META: Final = 0x08
 # Page header size -> the data version it goes with: LMDB 0.9 (16 bytes), 1.0 (24).
-_LAYOUTS: Final = {16: 1, 24: 3}
+_LAYOUTS: Final = MappingProxyType({16: 1, 24: 3})
 VERIFY_ATTEMPTS: Final = 3
 # The page header of LMDB 0.9 (the layout the tree walk reads): page number, pad, flags,
 # lower and upper bounds of the free space; then the node offsets.

@@ -379,6 +379,11 @@ class TestPostgres:
             "refused" in result.stderr,
         )
 
+    def test_a_demo_on_a_server_that_refuses_the_connection_names_the_reason_once(self) -> None:
+        result = sharedesk("demo", "--path", "postgresql://127.0.0.1:1/desks")
+
+        assert (EXIT_USAGE, 1) == (result.returncode, result.stderr.count("Connection refused"))
+
     @pytest.mark.parametrize("location", ["postgres"], indirect=True)
     def test_a_dsn_is_named_without_its_password(self, store_path: str) -> None:
         dsn = store_path + ("&" if "?" in store_path else "?") + "password=hunter2"

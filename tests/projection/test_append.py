@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 from datetime import UTC, datetime
 
+import msgspec
 import pytest
 
 from sharedesk.projection.append import Facts, StoredRow, Wants, plan_write, wants_of
@@ -19,7 +20,7 @@ from sharedesk.protocol import (
     Text,
     ValidationError,
 )
-from sharedesk.protocol.errors import AlreadyStored
+from sharedesk.protocol.errors import AlreadyStored, RowsArchived
 from sharedesk.protocol.sessions import EMPTY_SESSION_STATE, SessionState
 from sharedesk.protocol.validation import check_write
 from sharedesk.protocol.writes import Share
@@ -77,6 +78,15 @@ class TestPlanWrite:
         with pytest.raises(ValidationError, match="missing"):
             plan_write(write, facts(1), NOW)
 
+    def test_a_parent_retention_removed_is_rows_archived(self) -> None:
+        write = check_write("s", [Event(ANN, Text("r"), parent=2)])
+        retained = msgspec.structs.replace(EMPTY_SESSION_STATE, archived_through=3)
+
+        with pytest.raises(RowsArchived) as raised:
+            plan_write(write, facts(5, state=retained), NOW)
+
+        assert ("s", 3) == (raised.value.session_id, raised.value.archived_through)
+
     def test_a_parent_that_is_a_reply_is_refused(self) -> None:
         write = check_write("s", [Event(ANN, Text("r"), parent=2)])
 
@@ -130,7 +140,9 @@ class TestPlanWrite:
 
 
 class TestWantsOf:
-    def test_wants_name_the_ids_parents_guard_and_sharing_key(self) -> None:
+    def test_wants_name_the_ids_parents_guard_sharing_key_and_the_state_a_parent_needs(
+        self,
+    ) -> None:
         share = Share("v", STATE, None)
         write = check_write(
             "s", [Event(ANN, Text("r"), id="e", parent=2)], unless_stored="g", share=share
@@ -138,4 +150,4 @@ class TestWantsOf:
 
         wants = wants_of(write)
 
-        assert Wants({"e", "g"}, {2}, {("v", STATE.conversation)}, False) == wants
+        assert Wants({"e", "g"}, {2}, {("v", STATE.conversation)}, True) == wants

@@ -13,6 +13,7 @@ from sharedesk import (
     Event,
     Hub,
     Person,
+    RetentionPolicy,
     ScriptedAdapter,
     SessionManager,
     Text,
@@ -418,6 +419,45 @@ class TestRuns:
         hub.session("d").post(ANA, "hello")
 
         assert 404 == reader.get("/api/desks/d/runs/nope@d").status_code
+
+
+def retained(hub: Hub) -> str:
+    """Run on desk ``d`` (rows 1-4), post two rows, compact through 5 and retain; the run id."""
+    result = SessionManager.run_once(hub, ScriptedAdapter(["done"]), "go", session_id="d")
+    hub.session("d").post(ANA, "after the run")
+    hub.session("d").post(ANA, "and more")
+    hub.compact("d", "what was said", through=5, author=BOT)
+    hub.apply_retention(RetentionPolicy())
+    return result.run_id
+
+
+class TestRetained:
+    def test_a_run_whose_rows_retention_removed_is_a_410_naming_archived_through(
+        self, hub: Hub, reader: TestClient
+    ) -> None:
+        run_id = retained(hub)
+
+        response = reader.get(f"/api/desks/d/runs/{run_id}")
+
+        assert (410, 5) == (response.status_code, response.json()["archived_through"])
+
+    def test_a_reply_to_a_root_retention_removed_is_a_410_and_writes_nothing(
+        self, hub: Hub, guarded: TestClient
+    ) -> None:
+        retained(hub)
+        last = hub.last_sequence("d")
+
+        response = guarded.post(
+            "/api/desks/d/messages",
+            json={"content": "late", "parent": 5},
+            headers={**POST, **as_pat(guarded)},
+        )
+
+        assert (410, 5, last) == (
+            response.status_code,
+            response.json()["archived_through"],
+            hub.last_sequence("d"),
+        )
 
 
 class TestDeskIds:

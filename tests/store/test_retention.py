@@ -231,6 +231,18 @@ class RetentionContract:
 
         assert [e.sequence for e in hub.read(DESK, after=101)] == [102, 103, 104]
 
+    def test_a_reply_to_a_root_retention_removed_raises_rows_archived_and_writes_nothing(
+        self, hub: Hub
+    ) -> None:
+        self.compacted(hub)
+        hub.apply_retention(RetentionPolicy())
+
+        with pytest.raises(RowsArchived) as raised:
+            hub.append(DESK, [Event(ANN, Text("a late reply"), parent=1)])
+
+        assert (raised.value.session_id, raised.value.archived_through) == (DESK, 90)
+        assert hub.last_sequence(DESK) == 101
+
     def test_a_thread_compaction_does_not_let_rows_go(self, hub: Hub) -> None:
         fill(hub, 5)
         hub.append(DESK, [Event(BOT, Text("reply"), parent=1)])
