@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
@@ -59,12 +60,15 @@ __all__ = ["MAX_LINKS", "TRACEPARENT", "HubTelemetry", "hub_telemetry"]
 TRACEPARENT: Final = "traceparent"
 #: Most links a turn span gets to the spans that wrote its rows (the SDK's default limit).
 MAX_LINKS: Final = 128
-_USAGE: Final = {
-    "input_tokens": "gen_ai.usage.input_tokens",
-    "prompt_tokens": "gen_ai.usage.input_tokens",
-    "output_tokens": "gen_ai.usage.output_tokens",
-    "completion_tokens": "gen_ai.usage.output_tokens",
-}
+#: A run's ``token_usage`` keys, as the GenAI conventions name them.
+_USAGE: Final = MappingProxyType(
+    {
+        "input_tokens": "gen_ai.usage.input_tokens",
+        "prompt_tokens": "gen_ai.usage.input_tokens",
+        "output_tokens": "gen_ai.usage.output_tokens",
+        "completion_tokens": "gen_ai.usage.output_tokens",
+    }
+)
 
 #: The store's ``read(session_id, *, after=..., before=...)``: events between two sequences.
 RangeRead = Callable[..., list[Event]]
