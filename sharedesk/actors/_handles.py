@@ -11,7 +11,7 @@ from sharedesk.protocol.authors import SessionAuthor, author_key
 from sharedesk.protocol.errors import ValidationError
 from sharedesk.protocol.events import Event, Text, new_event_id
 from sharedesk.protocol.ports import SessionLog, WriteFuture
-from sharedesk.protocol.validation import check_author, check_events
+from sharedesk.protocol.validation import check_author
 from sharedesk.protocol.views import Conversation, SessionMessage
 
 if TYPE_CHECKING:
@@ -35,7 +35,11 @@ class PostOptions(TypedDict, total=False):
 def post_event(
     author: SessionAuthor, content: str, parent: int | None = None, id: str | None = None
 ) -> Event:
-    """Return the ``Text`` event a post stores (``ValidationError``: not a ``str``)."""
+    """Return the ``Text`` event a post stores (``ValidationError``: not a ``str``).
+
+    Its author is checked here, so that the error names the post's argument; the rest is
+    checked with its write (``check_write``).
+    """
     if not isinstance(content, str):
         raise ValidationError(f"content must be a str, got {type(content).__name__}")
     return Event(
@@ -44,7 +48,7 @@ def post_event(
 
 
 def reply_event(turn: Turn, reply: str | Event | None) -> Event | None:
-    """Return a turn's reply as the checked event to store (``None``: no reply)."""
+    """Return a turn's reply as the event to store (``None``: no reply); see :func:`post_event`."""
     if reply is None:
         return None
     if isinstance(reply, str):
@@ -56,8 +60,7 @@ def reply_event(turn: Turn, reply: str | Event | None) -> Event | None:
             f"a turn's reply must be written by its viewer {author_key(turn.viewer)}, "
             f"not {author_key(reply.author)}"
         )
-    (event,) = check_events([reply])  # checked here, before the store
-    return event
+    return reply
 
 
 class SessionHandle:

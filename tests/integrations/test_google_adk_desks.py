@@ -276,13 +276,9 @@ class CountingStore(MemoryStore):
         self.reads: list[tuple[str, int]] = []
         self.state_reads: list[int] = []  # how many desks each state read asked
 
-    def _session_state(self, session_id: str) -> Any:
-        self.state_reads.append(1)
-        return super()._session_state(session_id)
-
-    def _session_states(self, session_ids: list[str]) -> Any:
+    def _session_states(self, session_ids: list[str]) -> Any:  # every state read's hook
         self.state_reads.append(len(session_ids))
-        return [super(CountingStore, self)._session_state(s) for s in session_ids]
+        return super()._session_states(session_ids)
 
     def _read(
         self, session_id: str, after: int, before: int | None, limit: int | None, newest_first: bool
