@@ -26,7 +26,7 @@ Routes (all JSON under ``/api``; authors are ``{"kind", "id", "label"}``; a row 
   token's cookie and opens the page.
 
 Errors are ``{"error": message}``: 400 for bad input, 410 with ``"archived_through"``
-added for a read (or a reply) that needs rows retention removed, 503 for any other
+added for a read (a reply, an event stream) that needs rows retention removed, 503 for any other
 sharedesk error.
 
 Security: without tokens the server is read-only (``POST`` -> 403) and :func:`serve`
@@ -258,6 +258,9 @@ class _Api:
         last = await run_in_threadpool(self.hub.last_sequence, desk)  # a bad desk id fails here
         asked = _int_arg(request, "after", None) if resume is None else int(resume)
         after = last if asked is None else asked
+        archived = await run_in_threadpool(self.hub.archived_through, desk)
+        if after < archived:  # answered before the stream starts, as every read is
+            raise RowsArchived(desk, archived)
 
         async def stream() -> AsyncIterator[bytes]:
             yield b"retry: 1000\n\n"

@@ -459,6 +459,24 @@ class TestRetained:
             hub.last_sequence("d"),
         )
 
+    def test_an_event_stream_from_below_archived_through_is_a_410(
+        self, hub: Hub, reader: TestClient
+    ) -> None:
+        retained(hub)
+
+        response = reader.get("/api/desks/d/events?after=2")
+
+        assert (410, 5) == (response.status_code, response.json()["archived_through"])
+
+    def test_an_event_stream_resumed_below_archived_through_is_a_410(
+        self, hub: Hub, reader: TestClient
+    ) -> None:
+        retained(hub)
+
+        response = reader.get("/api/desks/d/events", headers={"last-event-id": "4"})
+
+        assert (410, 5) == (response.status_code, response.json()["archived_through"])
+
 
 class TestDeskIds:
     def test_a_desk_id_holding_slashes_is_served(self, hub: Hub, reader: TestClient) -> None:
