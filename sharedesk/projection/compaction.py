@@ -117,6 +117,11 @@ def compacted_through(compaction: Event | None) -> int:
     return body.through
 
 
+def channel_compacted(compactions: Sequence[Event], session_id: str) -> int:
+    """Return the ``through`` of desk ``session_id``'s newest channel compaction (0: none)."""
+    return compacted_through(compaction_of(compactions, Conversation(session_id)))
+
+
 def compaction_event(
     log: SessionLog,
     conversation: Conversation,

@@ -26,8 +26,7 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Final, Unpack
 
 from sharedesk.projection.compaction import (
-    compacted_through,
-    compaction_of,
+    channel_compacted,
     events_after_compaction,
 )
 from sharedesk.projection.messages import (
@@ -50,7 +49,6 @@ from sharedesk.protocol.validation import (
     check_optional_str,
     check_session_id,
 )
-from sharedesk.protocol.views import Conversation
 
 if TYPE_CHECKING:
     from datetime import datetime
@@ -266,5 +264,4 @@ def _compacted_through(store: EventStore, session_id: str) -> int:
     session_state = getattr(store, "session_state", None)
     if session_state is None:
         return 0
-    compactions = session_state(session_id).compactions
-    return compacted_through(compaction_of(compactions, Conversation(session_id)))
+    return channel_compacted(session_state(session_id).compactions, session_id)

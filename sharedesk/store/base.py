@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, ClassVar, Self, TypeVar
 
-from sharedesk.projection.compaction import compacted_through, compaction_of
+from sharedesk.projection.compaction import channel_compacted
 from sharedesk.projection.runstate import opens_run
 from sharedesk.protocol._log import logger
 from sharedesk.protocol.errors import (
@@ -374,7 +374,7 @@ class StoreBase(ABC):
         check_int("through", through)
         self._live()
         state = self._session_state(session_id)
-        compacted = channel_compacted(state, session_id)
+        compacted = channel_compacted(state.compactions, session_id)
         if through > compacted:
             raise ValidationError(
                 f"through={through} lies above the newest compaction's {compacted} of "
@@ -443,11 +443,6 @@ def check_seconds(name: str, value: Any, low: float, high: float) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or not low <= value <= high:
         raise ValidationError(f"{name} must be seconds in [{low}, {high}], got {value!r}")
     return float(value)
-
-
-def channel_compacted(state: SessionState, session_id: str) -> int:
-    """Return the ``through`` of the session's newest channel compaction in ``state`` (0: none)."""
-    return compacted_through(compaction_of(state.compactions, Conversation(session_id)))
 
 
 @dataclass(frozen=True, slots=True)

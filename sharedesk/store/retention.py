@@ -13,12 +13,13 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Final
 
+from sharedesk.projection.compaction import channel_compacted
 from sharedesk.projection.retention import RetentionPolicy, RetentionReport, retention_through
 from sharedesk.protocol.errors import ValidationError
 from sharedesk.protocol.events import Event
 from sharedesk.protocol.validation import check_int, check_session_id
 from sharedesk.store.archive import append_archive, archive_file
-from sharedesk.store.base import StoreBase, channel_compacted
+from sharedesk.store.base import StoreBase
 
 __all__ = ["apply_retention"]
 
@@ -58,7 +59,7 @@ def apply_retention(
         if (
             policy.keep_last is None
             and policy.max_age is None
-            and not channel_compacted(store.session_state(session_id), session_id)
+            and not channel_compacted(store.session_state(session_id).compactions, session_id)
         ):
             raise ValidationError(
                 f"desk {session_id!r} has no compaction, and the policy keeps nothing: "
@@ -72,7 +73,7 @@ def apply_retention(
         low = state.archived_through
         bound = retention_through(
             policy,
-            compacted=channel_compacted(state, desk),
+            compacted=channel_compacted(state.compactions, desk),
             archived=low,
             newest=_rows(store, desk, low, None, newest_first=True),
             oldest=_rows(store, desk, low, None, newest_first=False),
