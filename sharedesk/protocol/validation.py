@@ -50,6 +50,13 @@ def check_bool(name: str, value: Any) -> bool:
     return value
 
 
+def check_seconds(name: str, value: Any, low: float, high: float) -> float:
+    """Return ``value`` as a float if it is a number of seconds in ``[low, high]``."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not low <= value <= high:
+        raise ValidationError(f"{name} must be seconds in [{low}, {high}], got {value!r}")
+    return float(value)
+
+
 def check_text(name: str, value: Any, *, empty: bool = True) -> str:
     """Return ``value`` if it is a ``str`` that encodes to UTF-8, and empty only if ``empty``."""
     if not isinstance(value, str):

@@ -19,7 +19,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, ClassVar, Self, TypeVar
+from typing import ClassVar, Self, TypeVar
 
 from sharedesk.projection.compaction import channel_compacted
 from sharedesk.projection.runstate import opens_run
@@ -436,13 +436,6 @@ def text_page(
         content, parent = row.body.content, row.parent
         messages.append(LogMessage(sequence, row.author, content, session_id, parent))
     return SessionPage(messages=messages, next_before=None)
-
-
-def check_seconds(name: str, value: Any, low: float, high: float) -> float:
-    """Return ``value`` as a float if it is a number of seconds in ``[low, high]``."""
-    if isinstance(value, bool) or not isinstance(value, int | float) or not low <= value <= high:
-        raise ValidationError(f"{name} must be seconds in [{low}, {high}], got {value!r}")
-    return float(value)
 
 
 @dataclass(frozen=True, slots=True)

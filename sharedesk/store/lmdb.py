@@ -47,7 +47,13 @@ from sharedesk.protocol.records import (
     sharing_key,
 )
 from sharedesk.protocol.sessions import EMPTY_SESSION_STATE, SessionState
-from sharedesk.protocol.validation import check_bool, check_int, check_optional_int, check_path
+from sharedesk.protocol.validation import (
+    check_bool,
+    check_int,
+    check_optional_int,
+    check_path,
+    check_seconds,
+)
 from sharedesk.protocol.views import Conversation, SessionPage, SharingState
 from sharedesk.store._follow import Followers
 from sharedesk.store._lmdb_env import (
@@ -69,7 +75,7 @@ from sharedesk.store._lmdb_layout import (
     session_prefix,
     walk,
 )
-from sharedesk.store.base import StoreBase, WriteTxn, check_seconds, text_page
+from sharedesk.store.base import StoreBase, WriteTxn, text_page
 
 __all__ = ["Durability", "LmdbStore"]
 

@@ -58,14 +58,14 @@ from sharedesk.protocol.records import (
     sharing_key,
 )
 from sharedesk.protocol.sessions import SessionState
-from sharedesk.protocol.validation import check_bool, check_int, is_postgres_dsn
+from sharedesk.protocol.validation import check_bool, check_int, check_seconds, is_postgres_dsn
 from sharedesk.protocol.views import Conversation, SessionPage, SharingState
 from sharedesk.store._follow import Followers
 from sharedesk.store._pg_listen import Listener
 from sharedesk.store._pg_schema import Queries, check_schema_name, open_schema
 from sharedesk.store._pg_txn import GroupTxn, utf8
 from sharedesk.store._pg_watchdog import Connect, ConnectFailed, Pool, PoolExhausted, Watchdog
-from sharedesk.store.base import StoreBase, WriteTxn, check_seconds, text_page
+from sharedesk.store.base import StoreBase, WriteTxn, text_page
 
 __all__ = ["PostgresStore"]
 
