@@ -187,11 +187,6 @@ class LmdbStore(StoreBase):
         """The real path of the environment."""
         return self._shared.path
 
-    @property
-    def durability(self) -> Durability:
-        """``"durable"`` or ``"relaxed"``, as opened."""
-        return self._durability
-
     def map_size(self) -> int:
         """Return the environment's current map size in bytes (``StoreClosedError``)."""
         return self._in_read(lambda _txn, _dbs: self._shared.map_size())

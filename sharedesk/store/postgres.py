@@ -227,11 +227,6 @@ class PostgresStore(StoreBase):
         return self._path
 
     @property
-    def schema(self) -> str:
-        """The PostgreSQL schema holding the store's tables."""
-        return self._schema
-
-    @property
     def channel(self) -> str:
         """The ``NOTIFY`` channel commits are announced on (``<schema>_appended``)."""
         return self._channel
