@@ -82,7 +82,8 @@ def desk_under(user_desk: str, app: str, user: str, session: str) -> str:
     Cost: one quote (``desk_of`` quotes every part).
     """
     desk = f"{user_desk}/{_quoted(session)}"
-    if len(desk.encode()) <= MAX_SESSION_ID_BYTES and not user_desk.startswith("adk/#"):
+    # A quoted part is ASCII, so the length is the UTF-8 size of a desk of quoted parts.
+    if len(desk) <= MAX_SESSION_ID_BYTES and not user_desk.startswith("adk/#"):
         return desk
     return desk_of(app, user, session)
 
@@ -118,12 +119,9 @@ def scoped(
 
     With ``over``, they are added to (and replace keys of) a copy of it.
     """
-    found = {} if over is None else dict(over)
     cut = len(STATE)
-    for key, value in values.items():
-        if key[:cut] == STATE:
-            found[prefix + key[cut:]] = value
-    return found
+    found = {prefix + key[cut:]: value for key, value in values.items() if key[:cut] == STATE}
+    return found if not over else {**over, **found}
 
 
 def author_of(name: str, user_id: str, authors: Mapping[str, SessionAuthor]) -> SessionAuthor:
