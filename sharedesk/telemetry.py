@@ -37,6 +37,7 @@ configured provider, spans do not record, and nothing is stamped, read or kept.
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import Callable
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Final
@@ -60,6 +61,8 @@ __all__ = ["MAX_LINKS", "TRACEPARENT", "HubTelemetry", "hub_telemetry"]
 TRACEPARENT: Final = "traceparent"
 #: Most links a turn span gets to the spans that wrote its rows (the SDK's default limit).
 MAX_LINKS: Final = 128
+#: A W3C ``traceparent``: version, trace id, span id, flags (and, past version 00, more).
+_W3C: Final = re.compile(r"([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-.*)?")
 #: A run's ``token_usage`` keys, as the GenAI conventions name them.
 _USAGE: Final = MappingProxyType(
     {
@@ -117,10 +120,8 @@ class HubTelemetry:
 
     def __init__(self, tracer: Tracer) -> None:
         from opentelemetry import trace
-        from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
         self._tracer, self._trace = tracer, trace
-        self._w3c = TraceContextTextMapPropagator()
         #: The ``chat`` span and claim of each run claimed here, until its ``RunFinished``.
         self._runs: dict[str, tuple[Span, Event]] = {}
 
@@ -270,9 +271,18 @@ class HubTelemetry:
             span.end()
 
     def _parse(self, header: str) -> SpanContext | None:
-        """Return the span context of a W3C ``traceparent``, or ``None`` if malformed."""
-        linked = self._trace.get_current_span(self._w3c.extract({TRACEPARENT: header}))
-        context = linked.get_span_context()
+        """Return the span context of a W3C ``traceparent``, or ``None`` if malformed.
+
+        As the W3C propagator reads one (version ``ff``, a version 00 with more fields, or
+        an all-zero id is malformed), without building a context for it.
+        """
+        match = _W3C.fullmatch(header.strip(" \t"))
+        if match is None or match[1] == "ff" or (match[1] == "00" and match[5]):
+            return None
+        trace = self._trace
+        context = trace.SpanContext(
+            int(match[2], 16), int(match[3], 16), True, trace.TraceFlags(int(match[4], 16))
+        )
         return context if context.is_valid else None
 
     def failed(self, span: Span, error: BaseException) -> None:

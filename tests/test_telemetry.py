@@ -205,10 +205,21 @@ class TestTraceContext:
 
         assert outer.get_span_context().span_id == append.parent.span_id
 
+    @pytest.mark.parametrize(
+        "header",
+        [
+            "00-zz-1-01",
+            "ff-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",  # version ff
+            "00-00000000000000000000000000000000-b7ad6b7169203331-01",  # zero trace id
+            "00-0af7651916cd43dd8448eb211c80319c-0000000000000000-01",  # zero span id
+            "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01-x",  # 00 with more
+            "00-0AF7651916CD43DD8448EB211C80319C-B7AD6B7169203331-01",  # upper case
+        ],
+    )
     def test_a_malformed_traceparent_on_a_row_gives_no_link_and_no_error(
-        self, hub: Hub, spans: InMemorySpanExporter
+        self, hub: Hub, spans: InMemorySpanExporter, header: str
     ) -> None:
-        hub.append("desk", [Event(ANA, Text("a"), metadata={TRACEPARENT: "00-zz-1-01"})])
+        hub.append("desk", [Event(ANA, Text("a"), metadata={TRACEPARENT: header})])
         hub.turn("desk", BOT).commit()
 
         (turn,) = named(spans, "invoke_agent Billing bot")
