@@ -379,6 +379,36 @@ class TestConnecting:
 
             assert (3, 1) == (connect.calls, store.last_sequence("s"))
 
+    def test_a_call_that_finds_every_connection_busy_is_a_store_io_error_naming_it(
+        self, dsn: str
+    ) -> None:
+        """It waits ``connect_timeout`` for a connection to come free, then fails, not retried."""
+        armed, holding, release = threading.Event(), threading.Event(), threading.Event()
+
+        class Held(psycopg.Connection[Any]):
+            def execute(self, query: Any, *args: Any, **kwargs: Any) -> Any:
+                if armed.is_set() and not holding.is_set():
+                    holding.set()  # the pool's only connection stays in this use
+                    release.wait(30)
+                return super().execute(query, *args, **kwargs)
+
+        options: dict[str, Any] = {"max_connections": 1, "connect_timeout": 0.05}
+        with PostgresStore(dsn, connect=lambda: Held.connect(dsn), **options) as store:
+            store.append("s", [text()])
+            armed.set()
+            with ThreadPoolExecutor(1) as pool:
+                first = pool.submit(store.read, "s")
+                assert holding.wait(30)
+                with pytest.raises(StoreIOError) as caught:
+                    store.read("s")
+                release.set()
+
+                assert ("read", False, [1]) == (
+                    caught.value.operation,
+                    isinstance(caught.value, StoreUnreachable),
+                    [e.sequence for e in first.result(timeout=30)],
+                )
+
     def test_a_connection_the_server_dropped_while_idle_is_never_written_on(self, dsn: str) -> None:
         """A guarded write takes a live connection instead: no outcome to settle."""
         with PostgresStore(dsn, retry_timeout=0) as store:
