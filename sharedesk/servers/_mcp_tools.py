@@ -22,6 +22,7 @@ from sharedesk.protocol import (
     Person,
     SessionAuthor,
     SessionMessage,
+    SharedeskError,
     System,
     ValidationError,
 )
@@ -55,8 +56,14 @@ SCHEME: Final = "desk://"
 LONE_SURROGATE: Final = f"\ue000sharedesk-lone-surrogate-{secrets.token_hex(8)}\ue000"
 
 
-class ToolError(Exception):
-    """A tool call refused (an MCP tool error, ``isError``); nothing was written."""
+class ToolError(SharedeskError):
+    """Raised when a tool call is refused (an MCP tool error, ``isError``); nothing was written.
+
+    ``message`` says why; the server answers it to the client as it is.
+    """
+
+    message: str
+    template = "{message}"
 
 
 def parse_participant(text: str) -> Agent | Person:

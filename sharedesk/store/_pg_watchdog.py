@@ -24,8 +24,9 @@ import psycopg
 from psycopg.pq import TransactionStatus
 
 from sharedesk.protocol._log import logger
+from sharedesk.protocol.errors import StoreIOError, StoreUnreachable
 
-__all__ = ["Connect", "ConnectFailed", "Pool", "PoolExhausted", "Watchdog", "shut_down"]
+__all__ = ["Connect", "Pool", "Watchdog", "shut_down"]
 
 _log = logger()
 
@@ -127,14 +128,6 @@ def shut_down(conn: Any) -> bool:
 Connect = Callable[[], psycopg.Connection[Any]]
 
 
-class PoolExhausted(Exception):
-    """No connection of the pool came free within the caller's timeout."""
-
-
-class ConnectFailed(Exception):
-    """A new connection could not be made; its message is libpq's reason, on one line."""
-
-
 class Pool:
     """The store's connections: made on the caller's thread, kept while idle, at most ``size``.
 
@@ -143,8 +136,9 @@ class Pool:
     it), so it is closed and the next one taken: no write goes to a dropped connection.
     """
 
-    def __init__(self, connect: Connect, size: int, watchdog: Watchdog) -> None:
+    def __init__(self, connect: Connect, size: int, watchdog: Watchdog, path: str) -> None:
         self._connect = connect
+        self._path = path
         self._watchdog = watchdog
         self._slots = threading.BoundedSemaphore(size)
         self._lock = threading.Lock()
@@ -152,18 +146,18 @@ class Pool:
         self._closed = False
 
     @contextlib.contextmanager
-    def connection(self, timeout: float) -> Iterator[Any]:
-        """Lend a live connection for one use, watched.
+    def connection(self, timeout: float, operation: str) -> Iterator[Any]:
+        """Lend a live connection for one use (by ``operation``), watched.
 
         Raises:
-            PoolExhausted: Every connection stayed busy for ``timeout`` seconds.
-            ConnectFailed: A new connection could not be made.
+            StoreIOError: Every connection stayed busy for ``timeout`` seconds.
+            StoreUnreachable: A new connection could not be made (``reason``: libpq's).
         """
         if not self._slots.acquire(timeout=timeout):
-            raise PoolExhausted
+            raise StoreIOError(self._path, operation)
         conn = None
         try:
-            conn = self._take()
+            conn = self._take(operation)
             with self._watchdog.watch(conn):
                 yield conn
         finally:
@@ -171,22 +165,23 @@ class Pool:
                 self._give_back(conn)
             self._slots.release()
 
-    def _take(self) -> Any:
+    def _take(self, operation: str) -> Any:
         while True:
             with self._lock:
                 conn = self._idle.pop() if self._idle else None
             if conn is None:
-                return self._new()
+                return self._new(operation)
             if not select.select([conn.pgconn.socket], [], [], 0)[0]:
                 return conn
             conn.close()  # the server dropped it while it was idle
 
-    def _new(self) -> Any:
+    def _new(self, operation: str) -> Any:
         try:
             conn = self._connect()
         except psycopg.Error as exc:
             lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-            raise ConnectFailed(" ".join(lines) or type(exc).__name__) from exc
+            reason = " ".join(lines) or type(exc).__name__  # libpq's, on one line
+            raise StoreUnreachable(self._path, operation, reason) from exc
         conn.autocommit = True  # reads are one statement; writes open a transaction
         return conn
 
@@ -199,8 +194,8 @@ class Pool:
         conn.close()
 
     def fill(self, count: int) -> None:
-        """Make connections until ``count`` are idle (``ConnectFailed`` if one cannot be)."""
-        made = [self._new() for _ in range(count - len(self._idle))]
+        """Make connections until ``count`` are idle (``StoreUnreachable`` if one cannot be)."""
+        made = [self._new("open") for _ in range(count - len(self._idle))]
         with self._lock:
             self._idle += made
 

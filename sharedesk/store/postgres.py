@@ -64,7 +64,7 @@ from sharedesk.store._follow import Followers
 from sharedesk.store._pg_listen import Listener
 from sharedesk.store._pg_schema import Queries, check_schema_name, open_schema
 from sharedesk.store._pg_txn import GroupTxn, utf8
-from sharedesk.store._pg_watchdog import Connect, ConnectFailed, Pool, PoolExhausted, Watchdog
+from sharedesk.store._pg_watchdog import Connect, Pool, Watchdog
 from sharedesk.store.base import StoreBase, WriteTxn, text_page
 
 __all__ = ["PostgresStore"]
@@ -208,7 +208,7 @@ class PostgresStore(StoreBase):
         self._sql = Queries(f'"{self._schema}"')
         self._prepared: weakref.WeakSet[psycopg.Connection[Any]] = weakref.WeakSet()
         self._connect = _default_connect(dsn, connect_timeout) if connect is None else connect
-        self._pool = Pool(self._connect, max_connections, self._watchdog)
+        self._pool = Pool(self._connect, max_connections, self._watchdog, path)
         self._path: str = path
         self._closed = False
         listener = functools.partial(Listener, self._connect, self._watchdog, self._channel)
@@ -254,15 +254,15 @@ class PostgresStore(StoreBase):
         while True:
             self._live()
             try:
-                with self._pool.connection(self._connect_timeout) as conn:
+                with self._pool.connection(self._connect_timeout, operation) as conn:
                     return work(conn)
-            except PoolExhausted as exc:
-                self._live()
-                raise StoreIOError(self._path, operation) from exc
-            except ConnectFailed as exc:
+            except StoreUnreachable:  # the pool could not connect: retried until the deadline
                 self._live()
                 if operation == "open" or time.monotonic() >= deadline:
-                    raise StoreUnreachable(self._path, operation, str(exc)) from exc.__cause__
+                    raise
+            except StoreIOError:  # the pool's: every connection stayed busy
+                self._live()
+                raise
             except psycopg.Error as exc:
                 if self._closed:
                     raise StoreClosedError(self._path) from None
@@ -296,11 +296,11 @@ class PostgresStore(StoreBase):
         assert probe is not None
         while True:
             try:
-                with self._pool.connection(self._connect_timeout) as conn:
+                with self._pool.connection(self._connect_timeout, "settle") as conn:
                     if not conn.execute(_BACKEND_ALIVE, [txn.backend_pid]).fetchone():
                         row = conn.execute(probe.query, [probe.sid, probe.key]).fetchone()
                         return row is not None and bytes(row[0]) == probe.value
-            except (psycopg.Error, PoolExhausted, ConnectFailed):
+            except (psycopg.Error, StoreIOError):
                 pass  # the server cannot be asked yet: ask again until the deadline
             if time.monotonic() >= deadline or self._closed:
                 return None

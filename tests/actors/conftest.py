@@ -19,16 +19,6 @@ def our_threads() -> list[str]:
     return sorted(t.name for t in threading.enumerate() if t.name.startswith(THREAD_PREFIX))
 
 
-def eventually(condition: Callable[[], object], what: str) -> None:
-    """Wait until ``condition()`` holds, checking every 10 ms, at most 1000 times."""
-    pause = threading.Event()
-    for _ in range(1000):
-        if condition():
-            return
-        pause.wait(0.01)
-    raise AssertionError(f"gave up waiting for {what}")
-
-
 @pytest.fixture
 def open_hub(tmp_path: Path) -> Iterator[HubFactory]:
     """Open Hubs (in memory, or on LMDB with ``on_disk=True``); all are closed afterwards."""

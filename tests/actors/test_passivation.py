@@ -7,8 +7,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 from sharedesk.actors import ActorKey, Hub, HubOptions
 from sharedesk.protocol import Agent, Conversation, Event, Person, Text
-from tests.actors.conftest import HubFactory, eventually, our_threads
+from tests.actors.conftest import HubFactory, our_threads
 from tests.actors.faults import FaultyStore
+from tests.logs import capture_logs
 
 ANA = Person(id="ana", label="Ana")
 BOT = Agent(id="bot", label="Bot")
@@ -81,21 +82,23 @@ class TestMaxActive:
 
 class TestIdleTimeout:
     def test_idle_actors_stop_after_the_idle_timeout(self, open_hub: HubFactory) -> None:
-        hub = open_hub(idle_timeout=0.05)
-        hub.view("desk", BOT)
-        hub.turn("desk", BOT)
+        with capture_logs() as logged:
+            hub = open_hub(idle_timeout=0.05)
+            hub.view("desk", BOT)
+            hub.turn("desk", BOT)
 
-        eventually(lambda: hub.stats().active == 0, "idle actors to stop")
+            stopped = logged.wait_for(lambda: hub.stats().active == 0)
 
-        assert (0, 2) == (hub.stats().active, hub.stats().passivated)
+        assert (True, 0, 2) == (stopped, hub.stats().active, hub.stats().passivated)
 
     def test_a_session_touched_after_passivation_continues_its_sequence(
         self, open_hub: HubFactory
     ) -> None:
-        hub = open_hub(idle_timeout=0.05)
-        hub.session("desk").post(ANA, "one")
-        hub.view("desk", BOT)
-        eventually(lambda: hub.stats().active == 0, "idle actors to stop")
+        with capture_logs() as logged:
+            hub = open_hub(idle_timeout=0.05)
+            hub.session("desk").post(ANA, "one")
+            hub.view("desk", BOT)
+            assert logged.wait_for(lambda: hub.stats().active == 0)
 
         assert (2, ["one", "two"]) == (
             hub.session("desk").post(ANA, "two").sequence,

@@ -1,6 +1,9 @@
+import ast
+import builtins
 import copy
 import inspect
 import pickle
+from pathlib import Path
 
 import msgspec
 import pytest
@@ -189,6 +192,22 @@ class TestOneStyle:
         summary = (cls.__doc__ or "").split("\n")[0]
 
         assert summary.startswith(("Raised ", "Base ")), summary
+
+    def test_no_module_of_the_package_declares_an_error_outside_the_tree(self) -> None:
+        """Every exception class sharedesk declares derives from ``SharedeskError``."""
+        package = Path(errors.__file__).parent.parent
+        foreign = sorted(
+            f"{path.relative_to(package)}:{node.name}({base.id})"
+            for path in package.rglob("*.py")
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+            if isinstance(node, ast.ClassDef)
+            for base in node.bases
+            if isinstance(base, ast.Name)
+            and isinstance(getattr(builtins, base.id, None), type)
+            and issubclass(getattr(builtins, base.id), BaseException)
+        )
+
+        assert ["protocol/errors.py:SharedeskError(Exception)"] == foreign
 
     def test_a_figure_given_a_value_in_the_class_is_an_optional_argument(self) -> None:
         error = errors.ProviderError("openai", 429, "slow down")

@@ -7,7 +7,6 @@ its own; the server itself is never restarted here.
 
 from __future__ import annotations
 
-import functools
 import queue
 import socket
 import subprocess
@@ -378,6 +377,36 @@ class TestConnecting:
             store.follow(lambda session_id, last: None)
 
             assert (3, 1) == (connect.calls, store.last_sequence("s"))
+
+    def test_a_call_that_finds_every_connection_busy_is_a_store_io_error_naming_it(
+        self, dsn: str
+    ) -> None:
+        """It waits ``connect_timeout`` for a connection to come free, then fails, not retried."""
+        armed, holding, release = threading.Event(), threading.Event(), threading.Event()
+
+        class Held(psycopg.Connection[Any]):
+            def execute(self, query: Any, *args: Any, **kwargs: Any) -> Any:
+                if armed.is_set() and not holding.is_set():
+                    holding.set()  # the pool's only connection stays in this use
+                    release.wait(30)
+                return super().execute(query, *args, **kwargs)
+
+        options: dict[str, Any] = {"max_connections": 1, "connect_timeout": 0.05}
+        with PostgresStore(dsn, connect=lambda: Held.connect(dsn), **options) as store:
+            store.append("s", [text()])
+            armed.set()
+            with ThreadPoolExecutor(1) as pool:
+                first = pool.submit(store.read, "s")
+                assert holding.wait(30)
+                with pytest.raises(StoreIOError) as caught:
+                    store.read("s")
+                release.set()
+
+                assert ("read", False, [1]) == (
+                    caught.value.operation,
+                    isinstance(caught.value, StoreUnreachable),
+                    [e.sequence for e in first.result(timeout=30)],
+                )
 
     def test_a_connection_the_server_dropped_while_idle_is_never_written_on(self, dsn: str) -> None:
         """A guarded write takes a live connection instead: no outcome to settle."""
@@ -790,25 +819,28 @@ class TestConnectionLoss:
 
 
 def commit_as_group(
-    store: PostgresStore, dsn: str, writes: Sequence[tuple[str, list[Event]]]
+    store: PostgresStore, writes: Sequence[tuple[str, list[Event]]]
 ) -> list[list[Event] | BaseException]:
-    """Submit ``writes`` while the store's writer waits for a locked session: one group.
+    """Submit ``writes`` while the store's writer is held inside a commit: one group.
 
-    The writer's group before holds one append to ``"blocker"``, whose row another
-    transaction holds; the writes queue meanwhile, and the writer takes them all as
-    its next group once that row is let go. Returns each write's stored events or error.
+    An ``on_commit`` callback holds the writer in the commit of one append to
+    ``"blocker"``; the writes queue meanwhile, and the writer takes them all as its next
+    group once it is let go. Returns each write's stored events or error.
     """
-    store.append("blocker", [text()])
-    with admin(dsn) as holder:
-        holder.execute("BEGIN")
-        holder.execute(
-            "SELECT 1 FROM sharedesk.streams WHERE session_id = 'blocker'::bytea FOR UPDATE"
-        )
-        held = store.submit(check_write("blocker", [text()]), WriteFuture())
-        wait_for(functools.partial(rows_waiting_for_a_lock, dsn, 1))
-        futures = [store.submit(check_write(sid, events), WriteFuture()) for sid, events in writes]
-        holder.execute("ROLLBACK")
+    holding, release = threading.Event(), threading.Event()
+
+    def hold(session_id: str, _events: list[Event]) -> None:
+        if session_id == "blocker":
+            holding.set()
+            release.wait(30)
+
+    remove = store.on_commit(hold)
+    held = store.submit(check_write("blocker", [text()]), WriteFuture())
+    assert holding.wait(30)
+    futures = [store.submit(check_write(sid, events), WriteFuture()) for sid, events in writes]
+    release.set()
     held.result(timeout=30)
+    remove()
     outcomes: list[list[Event] | BaseException] = []
     for future in futures:
         error = future.exception(timeout=30)
@@ -843,18 +875,18 @@ class TestGroupCommit:
     def test_a_group_of_appends_to_several_sessions_commits_in_one_transaction(
         self, pg: PostgresStore, dsn: str
     ) -> None:
-        outcomes = commit_as_group(pg, dsn, [("b", [text()]), ("a", [text()]), ("c", [text()])])
+        outcomes = commit_as_group(pg, [("b", [text()]), ("a", [text()]), ("c", [text()])])
 
         assert [[1], [1], [1]] == sequences(outcomes)
         assert outcomes == [pg.read("b"), pg.read("a"), pg.read("c")]
         assert 1 == transactions_of(dsn, "a", "b", "c")
 
     def test_two_appends_to_one_session_in_a_group_are_sequenced_one_after_the_other(
-        self, pg: PostgresStore, dsn: str
+        self, pg: PostgresStore
     ) -> None:
         pg.append("s", [text()])
 
-        outcomes = commit_as_group(pg, dsn, [("s", [text("x")]), ("s", [text("y"), text("z")])])
+        outcomes = commit_as_group(pg, [("s", [text("x")]), ("s", [text("y"), text("z")])])
 
         assert [[2], [3, 4]] == sequences(outcomes)
         assert ["hello", "x", "y", "z"] == [cast(Text, e.body).content for e in pg.read("s")]
@@ -866,27 +898,27 @@ class TestGroupCommit:
         with PostgresStore(dsn) as other:
             other.append("s", [text(), text()])
 
-        outcomes = commit_as_group(pg, dsn, [("s", [text("mine")]), ("t", [text()])])
+        outcomes = commit_as_group(pg, [("s", [text("mine")]), ("t", [text()])])
 
         assert [[4], [1]] == sequences(outcomes)
 
     def test_a_known_id_in_a_group_is_answered_with_its_stored_event(
-        self, pg: PostgresStore, dsn: str
+        self, pg: PostgresStore
     ) -> None:
         (stored,) = pg.append("s", [text("first", id="x")])
 
-        outcomes = commit_as_group(pg, dsn, [("s", [text("again", id="x")]), ("t", [text()])])
+        outcomes = commit_as_group(pg, [("s", [text("again", id="x")]), ("t", [text()])])
 
         assert [[stored], pg.read("t")] == outcomes
         assert 1 == pg.last_sequence("s")
 
     def test_a_write_failing_its_checks_fails_alone_and_the_others_commit(
-        self, pg: PostgresStore, dsn: str
+        self, pg: PostgresStore
     ) -> None:
         pg.append("s", [text("root"), text("reply", parent=1)])
 
         outcomes = commit_as_group(
-            pg, dsn, [("s", [text("deeper", parent=2)]), ("t", [text()]), ("u", [text()])]
+            pg, [("s", [text("deeper", parent=2)]), ("t", [text()]), ("u", [text()])]
         )
 
         assert isinstance(outcomes[0], ValidationError)
@@ -894,11 +926,11 @@ class TestGroupCommit:
         assert (2, 1, 1) == (pg.last_sequence("s"), pg.last_sequence("t"), pg.last_sequence("u"))
 
     def test_a_reply_in_a_group_to_a_stored_root_records_the_first_reply(
-        self, pg: PostgresStore, dsn: str
+        self, pg: PostgresStore
     ) -> None:
         pg.append("s", [text("root")])
 
-        outcomes = commit_as_group(pg, dsn, [("s", [text("reply", parent=1)]), ("t", [text()])])
+        outcomes = commit_as_group(pg, [("s", [text("reply", parent=1)]), ("t", [text()])])
 
         assert [[2], [1]] == sequences(outcomes)
         assert {1: 2} == pg.first_replies("s", [1])
@@ -909,7 +941,7 @@ class TestGroupCommit:
         started = Event(System("session", "x"), SessionStarted({"k": 1}), id=SESSION_STARTED_ID)
         run = [Event(BOT, TextDelta("ch"), run_id="run-1")]
 
-        outcomes = commit_as_group(pg, dsn, [("s", [started]), ("t", run)])
+        outcomes = commit_as_group(pg, [("s", [started]), ("t", run)])
 
         assert [[1], [1]] == sequences(outcomes)
         assert outcomes[1] == pg.run_events("t", "run-1")
@@ -923,7 +955,7 @@ class TestGroupCommit:
         pg.append("t", [text()])
         interrupt_next_commit(dsn)
 
-        outcomes = commit_as_group(pg, dsn, [("s", [text(id="e1")]), ("t", [text(id="e2")])])
+        outcomes = commit_as_group(pg, [("s", [text(id="e1")]), ("t", [text(id="e2")])])
 
         assert [pg.read("s", after=1), pg.read("t", after=1)] == outcomes
         assert [["e1"], ["e2"]] == [[e.id for e in pg.read(sid, after=1)] for sid in ("s", "t")]
@@ -983,7 +1015,7 @@ class TestGroupCommit:
                     batch.append(text(kind, id=event_id, parent=parent))
                 writes.append((session_id, batch))
 
-            outcomes = commit_as_group(pg, dsn, writes)
+            outcomes = commit_as_group(pg, writes)
 
             for (session_id, batch), outcome in zip(writes, outcomes, strict=True):
                 try:
@@ -1071,22 +1103,6 @@ class TestThreads:
         store.close()
 
         assert [] == [t.name for t in mine if t.is_alive()]
-
-
-def rows_waiting_for_a_lock(dsn: str, count: int) -> bool:
-    """Whether ``count`` connections to the test's database wait for a lock."""
-    found = rows(
-        dsn,
-        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-        "AND wait_event_type = 'Lock'",
-    )
-    return count == int(found[0][0])
-
-
-def wait_for(condition: Callable[[], bool]) -> None:
-    """Poll ``condition`` until it holds (the test's own timeout bounds the wait)."""
-    while not condition():
-        threading.Event().wait(0.01)
 
 
 class TestUnderAHub:
