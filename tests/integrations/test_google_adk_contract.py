@@ -20,7 +20,19 @@ from google.adk.tools.tool_confirmation import ToolConfirmation
 from google.genai import types
 
 from sharedesk.integrations.google_adk import DeskSessionService
+from sharedesk.protocol import ValidationError
 from tests.integrations.adk_backends import hub, service, store_target
+
+
+@pytest.fixture
+def new_york(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """Run in America/New_York, whose 01:00-02:00 of 2024-11-03 happens twice."""
+    monkeypatch.setenv("TZ", "America/New_York")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
+
 
 __all__ = ["hub", "service", "store_target"]  # the fixtures, used by name below
 
@@ -179,6 +191,15 @@ class TestListSessions:
             [s.id for s in rest.sessions],
         )
         assert rest.next_page_token is None
+
+    @pytest.mark.parametrize("token", ["abc", "-1", "1.5", " 2"])
+    async def test_a_page_token_it_never_gave_is_a_validation_error(
+        self, service: DeskSessionService, token: str
+    ) -> None:
+        await service.create_session(app_name=APP, user_id="u", session_id="a")
+
+        with pytest.raises(ValidationError, match="page_token"):
+            await service.list_sessions(app_name=APP, user_id="u", page_token=token)
 
 
 class TestScopedState:
@@ -409,9 +430,9 @@ class TestEvents:
         assert got is not None and ([], []) == (session.events, got.events)
 
     async def test_timestamps_read_back_as_the_same_instant(
-        self, service: DeskSessionService
+        self, service: DeskSessionService, new_york: None
     ) -> None:
-        """Instants in a repeated local hour (DST) keep their exact epoch."""
+        """Instants in New York's repeated hour (DST ends 2024-11-03) keep their epoch."""
         session = await service.create_session(app_name=APP, user_id="u")
         epochs = [1730613600.0, 1730615400.0]
         for epoch in epochs:

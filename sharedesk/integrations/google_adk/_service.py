@@ -255,9 +255,13 @@ class DeskSessionService(BaseSessionService):
         Listed sessions carry their merged state and no events. With ``page_size``, at
         most that many come back, and ``next_page_token`` names the next page.
 
+        ``ValidationError``: ``page_size`` below 1, or a ``page_token`` no listing gave.
+
         Cost: the app's user index (``user_id=None``) and the user's session index, then
         one batched state read (``session_states``) of the sessions listed; no events.
         """
+        if page_token and not (page_token.isascii() and page_token.isdigit()):
+            raise ValidationError(f"page_token {page_token!r} is not one a listing gave")
         start = int(page_token) if page_token else 0
         if page_size is not None and page_size < 1:
             raise ValidationError(f"page_size must be positive, got {page_size}")
