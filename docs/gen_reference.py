@@ -319,7 +319,10 @@ def _error_classes() -> list[type]:
     def walk(cls: type) -> None:
         seen.append(cls)
         for sub in _subclasses(cls):
-            if not sub.__name__.startswith("_") and sub.__module__.startswith("sharedesk"):
+            # Public errors only: one declared in a private module (the MCP server's
+            # ToolError, say) never reaches a caller, and is imported only with it.
+            parts = [*sub.__module__.split("."), sub.__name__]
+            if parts[0] == "sharedesk" and not any(p.startswith("_") for p in parts):
                 walk(sub)
 
     walk(SharedeskError)
