@@ -260,7 +260,7 @@ class PostgresStore(StoreBase):
                 self._live()
                 if operation == "open" or time.monotonic() >= deadline:
                     raise
-            except StoreIOError:  # the pool's: every connection stayed busy
+            except StoreIOError:  # the pool found every connection busy, or work refused
                 self._live()
                 raise
             except psycopg.Error as exc:
